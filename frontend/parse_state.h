@@ -1,0 +1,16 @@
+/* State shared by the reentrant lexer and the pure parser of one file. */
+#ifndef KILN_PARSE_STATE_H
+#define KILN_PARSE_STATE_H
+
+#include <stdbool.h>
+
+#include "ast.h"
+
+struct parse_state {
+    const kl_source *src;
+    int line, col;       /* the lexer's position */
+    bool reported;       /* an error was already printed */
+    ast_program *program;
+};
+
+#endif

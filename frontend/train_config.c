@@ -1,0 +1,445 @@
+/* The train block's table of settings, its checks and its typed form. */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_config.h"
+
+/* A setting whose value is a call picks one of these forms; a bare name is
+ * the call with no arguments. */
+typedef struct call_form {
+    const char *name;
+    const char *spec; /* as in ops.def */
+} call_form;
+
+static const call_form data_forms[] = {
+    {"idx", "path:str"},
+    {"synthetic", "samples:int=4096"},
+    {NULL, NULL},
+};
+static const call_form optimizer_forms[] = {
+    {"sgd", "lr:float=0.01 momentum:float=0 nesterov:int=0 weight_decay:float=0"},
+    {"adam", "lr:float=0.001 beta1:float=0.9 beta2:float=0.999 eps:float=1e-8 weight_decay:float=0"},
+    {"adamw", "lr:float=0.001 beta1:float=0.9 beta2:float=0.999 eps:float=1e-8 weight_decay:float=0.01"},
+    {NULL, NULL},
+};
+static const call_form schedule_forms[] = {
+    {"constant", ""},
+    {"step", "every:int gamma:float=0.1"},
+    {"cosine", "min_lr:float=0"},
+    {"warmup_cosine", "warmup:int min_lr:float=0"},
+    {"linear", "warmup:int=0 end_lr:float=0"},
+    {NULL, NULL},
+};
+static const call_form loss_scale_forms[] = {
+    {"dynamic", "init:float=65536 growth:float=2 backoff:float=0.5 interval:int=2000"},
+    {"static", "scale:float"},
+    {NULL, NULL},
+};
+
+typedef enum { K_INT, K_FLOAT, K_WORD, K_CALL, K_BYTES, K_RECOMPUTE } key_kind;
+
+typedef struct key_info {
+    const char *key;
+    key_kind kind;
+    const char *words;       /* K_WORD: the allowed names */
+    const call_form *forms;  /* K_CALL */
+    int64_t min;             /* K_INT: smallest allowed */
+    const char *help;
+} key_info;
+
+static const key_info keys[] = {
+    {"data", K_CALL, NULL, data_forms, 0, "idx(\"/usr/share/datasets/fashion-mnist\") or synthetic(samples = N)"},
+    {"batch", K_INT, NULL, NULL, 1, "samples per micro-batch"},
+    {"accumulate", K_INT, NULL, NULL, 1, "micro-batches per optimizer step"},
+    {"epochs", K_INT, NULL, NULL, 1, "passes over the training set"},
+    {"steps", K_INT, NULL, NULL, 0, "stop after this many optimizer steps (0: no limit)"},
+    {"seed", K_INT, NULL, NULL, 0, "seed of initialisation, shuffling and dropout"},
+    {"eval_every", K_INT, NULL, NULL, 0, "evaluate every N steps (0: each epoch)"},
+    {"log_every", K_INT, NULL, NULL, 1, "progress line every N steps"},
+    {"threads", K_INT, NULL, NULL, 0, "CPU threads (0: all cores)"},
+    {"optimizer", K_CALL, NULL, optimizer_forms, 0, "sgd(...), adam(...) or adamw(...)"},
+    {"schedule", K_CALL, NULL, schedule_forms, 0, "constant, step(every), cosine, warmup_cosine(warmup) or linear"},
+    {"lr_scaling", K_WORD, "none linear sqrt", NULL, 0, "rescale lr to the effective batch"},
+    {"base_batch", K_INT, NULL, NULL, 1, "the batch the lr was chosen for"},
+    {"clip", K_FLOAT, NULL, NULL, 0, "clip the global gradient norm (0: off)"},
+    {"precision", K_WORD, "fp32 bf16 fp16", NULL, 0, "storage and GEMM precision"},
+    {"loss_scale", K_CALL, NULL, loss_scale_forms, 0, "dynamic(...) or static(scale) (fp16)"},
+    {"shard", K_WORD, "none zero1 zero2 zero3", NULL, 0, "ZeRO stage across ranks"},
+    {"recompute", K_RECOMPUTE, NULL, NULL, 0, "none, auto or [def names]"},
+    {"memory_limit", K_BYTES, NULL, NULL, 0, "bytes, or a string such as \"2GiB\""},
+};
+
+static const key_info *find_key(const char *key)
+{
+    for (size_t i = 0; i < KL_ARRAY_LEN(keys); i++)
+        if (!strcmp(keys[i].key, key))
+            return &keys[i];
+    return NULL;
+}
+
+static bool word_in(const char *word, const char *words)
+{
+    size_t n = strlen(word);
+    for (const char *p = words; *p;) {
+        size_t len = strcspn(p, " ");
+        if (len == n && !strncmp(p, word, n))
+            return true;
+        p += len;
+        while (*p == ' ')
+            p++;
+    }
+    return false;
+}
+
+static void words_list(kl_buf *b, const char *words)
+{
+    int count = 0, total = 1;
+    for (const char *p = words; *p; p++)
+        total += *p == ' ';
+    for (const char *p = words; *p;) {
+        size_t len = strcspn(p, " ");
+        kl_buf_printf(b, "%s%.*s", count == 0 ? "" : count == total - 1 ? " or " : ", ", (int)len, p);
+        count++;
+        p += len;
+        while (*p == ' ')
+            p++;
+    }
+}
+
+static int fail(const kl_source *src, kl_loc loc, const char *fmt, ...) KL_PRINTF(3, 4);
+static int fail(const kl_source *src, kl_loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kl_verror_at(src, loc, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* "2GiB", "512MB", "1e9" -> bytes; -1 when malformed. */
+static int64_t parse_bytes(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0))
+        return -1;
+    while (*end == ' ')
+        end++;
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1e3}, {"KB", 1e3}, {"KiB", 1024}, {"M", 1e6}, {"MB", 1e6},
+        {"MiB", 1048576.0}, {"G", 1e9}, {"GB", 1e9}, {"GiB", 1073741824.0}, {"T", 1e12},
+        {"TB", 1e12}, {"TiB", 1099511627776.0},
+    };
+    for (size_t i = 0; i < KL_ARRAY_LEN(units); i++)
+        if (!strcmp(end, units[i].suffix)) {
+            double b = v * units[i].mult;
+            return b < 9e18 ? (int64_t)b : -1;
+        }
+    return -1;
+}
+
+static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
+{
+    ir_attr_val *v = &a->val;
+    kl_loc loc = v->loc.line ? v->loc : a->loc;
+    /* Shorthands: a path for data, a bare name for a call, a number for a
+     * static loss scale. */
+    if (!strcmp(k->key, "data") && v->kind == IR_ATTR_STR && !ir_attr_val_is_word(v)) {
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("idx"), .loc = v->loc};
+        call.args = kl_xcalloc(1, sizeof *call.args);
+        ir_attrs_set(call.args, "path", *v);
+        *v = call;
+    } else if (!strcmp(k->key, "loss_scale") && (v->kind == IR_ATTR_INT || v->kind == IR_ATTR_FLOAT)) {
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("static"), .loc = v->loc};
+        call.args = kl_xcalloc(1, sizeof *call.args);
+        ir_attrs_set(call.args, "scale", *v);
+        *v = call;
+    } else if (v->kind == IR_ATTR_STR) {
+        v->kind = IR_ATTR_CALL;
+        v->args = kl_xcalloc(1, sizeof *v->args);
+    }
+    kl_buf names = {0};
+    for (const call_form *f = k->forms; f->name; f++)
+        kl_buf_printf(&names, "%s%s", f == k->forms ? "" : f[1].name ? ", " : " or ", f->name);
+    if (v->kind != IR_ATTR_CALL) {
+        fail(src, loc, "%s must be %s", k->key, names.s);
+        kl_buf_free(&names);
+        return -1;
+    }
+    const call_form *f;
+    for (f = k->forms; f->name && strcmp(f->name, v->s); f++)
+        ;
+    if (!f->name) {
+        fail(src, loc, "unknown %s '%s' (expected %s)", k->key, v->s, names.s);
+        kl_buf_free(&names);
+        return -1;
+    }
+    kl_buf_free(&names);
+    char err[256];
+    if (ir_spec_normalize(f->spec, f->name, v->args, err, sizeof err))
+        return fail(src, loc, "%s", err);
+    /* Ranges of the numeric arguments. */
+    for (int i = 0; i < v->args->n; i++) {
+        ir_attr *arg = &v->args->v[i];
+        kl_loc al = arg->val.loc.line ? arg->val.loc : loc;
+        double x = arg->val.kind == IR_ATTR_INT ? (double)arg->val.i : arg->val.f;
+        if (arg->val.kind == IR_ATTR_STR)
+            continue;
+        if (!isfinite(x) || x < 0)
+            return fail(src, al, "%s: %s must be a finite number, not negative", f->name, arg->key);
+        bool below_one = !strcmp(arg->key, "beta1") || !strcmp(arg->key, "beta2") ||
+                         !strcmp(arg->key, "momentum");
+        if (below_one && x >= 1)
+            return fail(src, al, "%s: %s must be below 1", f->name, arg->key);
+        if (!strcmp(arg->key, "backoff") && (x <= 0 || x >= 1))
+            return fail(src, al, "%s: backoff must be between 0 and 1", f->name);
+        if ((!strcmp(arg->key, "lr") || !strcmp(arg->key, "every") || !strcmp(arg->key, "samples") ||
+             !strcmp(arg->key, "scale") || !strcmp(arg->key, "init") || !strcmp(arg->key, "interval")) && x <= 0)
+            return fail(src, al, "%s: %s must be positive", f->name, arg->key);
+        if (!strcmp(arg->key, "growth") && x <= 1)
+            return fail(src, al, "%s: growth must be above 1", f->name);
+    }
+    return 0;
+}
+
+static int check_one(ir_attr *a, const kl_source *src)
+{
+    const key_info *k = find_key(a->key);
+    ir_attr_val *v = &a->val;
+    kl_loc loc = v->loc.line ? v->loc : a->loc;
+    if (!k) {
+        kl_buf names = {0};
+        for (size_t i = 0; i < KL_ARRAY_LEN(keys); i++)
+            kl_buf_printf(&names, "%s%s", i ? ", " : "", keys[i].key);
+        fail(src, a->loc, "unknown train setting '%s' (settings: %s)", a->key, names.s);
+        kl_buf_free(&names);
+        return -1;
+    }
+    switch (k->kind) {
+    case K_INT:
+        if (v->kind != IR_ATTR_INT || v->i < k->min)
+            return fail(src, loc, "%s must be an integer of at least %lld (%s)", k->key, (long long)k->min, k->help);
+        if (v->i > ((int64_t)1 << 40))
+            return fail(src, loc, "%s is too large", k->key);
+        return 0;
+    case K_FLOAT:
+        if (v->kind == IR_ATTR_INT)
+            *v = ir_attr_val_float((double)v->i);
+        if (v->kind != IR_ATTR_FLOAT || !isfinite(v->f) || v->f < 0)
+            return fail(src, loc, "%s must be a number, not negative (%s)", k->key, k->help);
+        return 0;
+    case K_WORD:
+        if (v->kind != IR_ATTR_STR || !word_in(v->s, k->words)) {
+            kl_buf w = {0};
+            words_list(&w, k->words);
+            fail(src, loc, "%s must be %s", k->key, w.s);
+            kl_buf_free(&w);
+            return -1;
+        }
+        return 0;
+    case K_CALL:
+        return check_call(a, k, src);
+    case K_BYTES: {
+        int64_t b = v->kind == IR_ATTR_INT ? v->i : v->kind == IR_ATTR_STR ? parse_bytes(v->s) : -1;
+        if (b < 0)
+            return fail(src, loc, "memory_limit must be a byte count such as 2000000000 or \"2GiB\"");
+        ir_attr_val_free(v);
+        *v = ir_attr_val_int(b);
+        v->loc = loc;
+        return 0;
+    }
+    case K_RECOMPUTE:
+        if (v->kind == IR_ATTR_STR && (!strcmp(v->s, "none") || !strcmp(v->s, "auto")))
+            return 0;
+        if (v->kind == IR_ATTR_LIST) {
+            for (int i = 0; i < v->nitems; i++)
+                if (v->items[i].kind != IR_ATTR_STR || !ir_attr_val_is_word(&v->items[i]))
+                    return fail(src, v->items[i].loc.line ? v->items[i].loc : loc,
+                                "recompute lists the names of defs");
+            return 0;
+        }
+        return fail(src, loc, "recompute must be none, auto or a list of def names");
+    }
+    return 0;
+}
+
+int kl_train_check(ir_attrs *train, const kl_source *src)
+{
+    for (int i = 0; i < train->n; i++) {
+        for (int j = 0; j < i; j++)
+            if (!strcmp(train->v[i].key, train->v[j].key))
+                return fail(src, train->v[i].loc, "train setting '%s' is given twice", train->v[i].key);
+        if (check_one(&train->v[i], src))
+            return -1;
+    }
+    return 0;
+}
+
+/* Reads flag text as an int, a float or a name. */
+static ir_attr_val value_from_text(const char *text)
+{
+    char *end;
+    long long i = strtoll(text, &end, 10);
+    if (*text && !*end)
+        return ir_attr_val_int(i);
+    double f = strtod(text, &end);
+    if (*text && !*end)
+        return ir_attr_val_float(f);
+    return ir_attr_val_str(text);
+}
+
+int kl_train_set(ir_attrs *train, const char *key, const char *text)
+{
+    char *flag = kl_xasprintf("--%s", key);
+    kl_source src;
+    kl_source_from_string(&src, flag, text);
+    free(flag);
+    ir_attrs tmp = {0};
+    int rc;
+    if (!strcmp(key, "lr")) {
+        /* The learning rate lives in the optimizer call. */
+        ir_attr *opt = ir_attrs_find(train, "optimizer");
+        ir_attr_val call = {0};
+        if (opt)
+            ir_attr_val_copy(&call, &opt->val);
+        else
+            call = ir_attr_val_str("sgd");
+        ir_attrs_set(&tmp, "optimizer", call);
+        rc = check_one(&tmp.v[0], &src);
+        if (!rc) {
+            ir_attrs_set(tmp.v[0].val.args, "lr", value_from_text(text));
+            rc = check_one(&tmp.v[0], &src);
+        }
+    } else if (!find_key(key)) {
+        kl_error("--%s is not a train setting", key);
+        rc = -1;
+    } else {
+        ir_attrs_set(&tmp, key, value_from_text(text));
+        rc = check_one(&tmp.v[0], &src);
+    }
+    if (!rc) {
+        ir_attr_val out;
+        ir_attr_val_copy(&out, &tmp.v[0].val);
+        ir_attrs_set(train, tmp.v[0].key, out);
+    }
+    ir_attrs_free(&tmp);
+    kl_source_free(&src);
+    return rc;
+}
+
+/* ---- the typed form ---- */
+
+static const ir_attr_val *call_of(const ir_attrs *train, const char *key)
+{
+    ir_attr *a = ir_attrs_find(train, key);
+    return a && a->val.kind == IR_ATTR_CALL ? &a->val : NULL;
+}
+
+static double arg_f(const ir_attr_val *call, const char *key, double dflt)
+{
+    return call && call->args ? ir_attr_float(call->args, key, dflt) : dflt;
+}
+
+static int64_t arg_i(const ir_attr_val *call, const char *key, int64_t dflt)
+{
+    return call && call->args ? ir_attr_int(call->args, key, dflt) : dflt;
+}
+
+void kl_train_read(const ir_attrs *train, kl_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    const ir_attr_val *data = call_of(train, "data");
+    if (data && !strcmp(data->s, "synthetic")) {
+        c->data_format = kl_xstrdup("synthetic");
+        c->synthetic_samples = arg_i(data, "samples", 4096);
+    } else {
+        c->data_format = kl_xstrdup("idx");
+        const char *path = data && data->args ? ir_attr_str(data->args, "path", NULL) : NULL;
+        c->data_path = kl_xstrdup(path ? path : "/usr/share/datasets/fashion-mnist");
+    }
+    c->batch = ir_attr_int(train, "batch", 32);
+    c->accumulate = ir_attr_int(train, "accumulate", 1);
+    c->epochs = ir_attr_int(train, "epochs", 1);
+    c->steps = ir_attr_int(train, "steps", 0);
+    c->seed = ir_attr_int(train, "seed", 0);
+    c->eval_every = ir_attr_int(train, "eval_every", 0);
+    c->log_every = ir_attr_int(train, "log_every", 100);
+    c->threads = ir_attr_int(train, "threads", 0);
+
+    const ir_attr_val *opt = call_of(train, "optimizer");
+    const char *on = opt ? opt->s : "sgd";
+    c->opt.kind = !strcmp(on, "adam") ? KL_OPT_ADAM : !strcmp(on, "adamw") ? KL_OPT_ADAMW : KL_OPT_SGD;
+    c->opt.lr = arg_f(opt, "lr", c->opt.kind == KL_OPT_SGD ? 0.01 : 0.001);
+    c->opt.momentum = arg_f(opt, "momentum", 0);
+    c->opt.nesterov = arg_i(opt, "nesterov", 0) != 0;
+    c->opt.beta1 = arg_f(opt, "beta1", 0.9);
+    c->opt.beta2 = arg_f(opt, "beta2", 0.999);
+    c->opt.eps = arg_f(opt, "eps", 1e-8);
+    c->opt.weight_decay = arg_f(opt, "weight_decay", c->opt.kind == KL_OPT_ADAMW ? 0.01 : 0);
+
+    const ir_attr_val *s = call_of(train, "schedule");
+    const char *sn = s ? s->s : "constant";
+    c->sched.kind = !strcmp(sn, "step") ? KL_SCHED_STEP
+                    : !strcmp(sn, "cosine") ? KL_SCHED_COSINE
+                    : !strcmp(sn, "warmup_cosine") ? KL_SCHED_WARMUP_COSINE
+                    : !strcmp(sn, "linear") ? KL_SCHED_LINEAR : KL_SCHED_CONSTANT;
+    c->sched.warmup = arg_i(s, "warmup", 0);
+    c->sched.every = arg_i(s, "every", 1);
+    c->sched.gamma = arg_f(s, "gamma", 0.1);
+    c->sched.min_lr = c->sched.kind == KL_SCHED_LINEAR ? arg_f(s, "end_lr", 0) : arg_f(s, "min_lr", 0);
+
+    const char *lrs = ir_attr_str(train, "lr_scaling", "none");
+    c->lr_scaling = !strcmp(lrs, "linear") ? KL_LRS_LINEAR : !strcmp(lrs, "sqrt") ? KL_LRS_SQRT : KL_LRS_NONE;
+    c->base_batch = ir_attr_int(train, "base_batch", 0);
+    c->clip = ir_attr_float(train, "clip", 0);
+    const char *prec = ir_attr_str(train, "precision", "fp32");
+    c->precision = !strcmp(prec, "bf16") ? KL_PREC_BF16 : !strcmp(prec, "fp16") ? KL_PREC_FP16 : KL_PREC_FP32;
+
+    const ir_attr_val *ls = call_of(train, "loss_scale");
+    c->loss_scale.dynamic = !ls || !strcmp(ls->s, "dynamic");
+    c->loss_scale.init = c->loss_scale.dynamic ? arg_f(ls, "init", 65536) : arg_f(ls, "scale", 1);
+    c->loss_scale.growth = arg_f(ls, "growth", 2);
+    c->loss_scale.backoff = arg_f(ls, "backoff", 0.5);
+    c->loss_scale.interval = arg_i(ls, "interval", 2000);
+
+    const char *sh = ir_attr_str(train, "shard", "none");
+    c->shard = !strcmp(sh, "zero1") ? KL_SHARD_ZERO1 : !strcmp(sh, "zero2") ? KL_SHARD_ZERO2
+               : !strcmp(sh, "zero3") ? KL_SHARD_ZERO3 : KL_SHARD_NONE;
+
+    ir_attr *rc = ir_attrs_find(train, "recompute");
+    if (rc && rc->val.kind == IR_ATTR_LIST) {
+        kl_buf b = {0};
+        for (int i = 0; i < rc->val.nitems; i++)
+            kl_buf_printf(&b, "%s%s", i ? "," : "", rc->val.items[i].s);
+        c->recompute = kl_buf_take(&b);
+    } else {
+        c->recompute = kl_xstrdup(rc && rc->val.kind == IR_ATTR_STR ? rc->val.s : "none");
+    }
+    c->memory_limit = ir_attr_int(train, "memory_limit", 0);
+}
+
+void kl_train_config_free(kl_train_config *c)
+{
+    free(c->data_format);
+    free(c->data_path);
+    free(c->recompute);
+    memset(c, 0, sizeof *c);
+}
+
+double kl_train_scaled_lr(const kl_train_config *c, int64_t ranks)
+{
+    int64_t base = c->base_batch ? c->base_batch : c->batch;
+    double ratio = (double)(c->batch * c->accumulate * ranks) / (double)base;
+    switch (c->lr_scaling) {
+    case KL_LRS_LINEAR: return c->opt.lr * ratio;
+    case KL_LRS_SQRT: return c->opt.lr * sqrt(ratio);
+    default: return c->opt.lr;
+    }
+}
+
+const char *kl_precision_name(kl_precision p)
+{
+    return p == KL_PREC_BF16 ? "bf16" : p == KL_PREC_FP16 ? "fp16" : "fp32";
+}

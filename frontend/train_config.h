@@ -1,0 +1,70 @@
+/* The train block: what each key means, its checks and defaults.
+ *
+ * A model file's train block (and the `train { }` section of an IR dump) is
+ * a list of key = value; this module checks it against the table in
+ * train_config.c, rewrites it into one canonical form (positional call
+ * arguments named, defaults left out), and reads it into a typed struct
+ * that the passes and the runtime use. Command-line flags of the training
+ * executable override single keys through kl_train_set(). */
+#ifndef KILN_TRAIN_CONFIG_H
+#define KILN_TRAIN_CONFIG_H
+
+#include "../ir/ir.h"
+
+typedef enum { KL_OPT_SGD, KL_OPT_ADAM, KL_OPT_ADAMW } kl_optimizer_kind;
+typedef enum { KL_SCHED_CONSTANT, KL_SCHED_STEP, KL_SCHED_COSINE, KL_SCHED_WARMUP_COSINE, KL_SCHED_LINEAR } kl_schedule_kind;
+typedef enum { KL_LRS_NONE, KL_LRS_LINEAR, KL_LRS_SQRT } kl_lr_scaling;
+typedef enum { KL_PREC_FP32, KL_PREC_BF16, KL_PREC_FP16 } kl_precision;
+typedef enum { KL_SHARD_NONE, KL_SHARD_ZERO1, KL_SHARD_ZERO2, KL_SHARD_ZERO3 } kl_shard;
+
+typedef struct kl_train_config {
+    char *data_format;     /* "idx" or "synthetic" */
+    char *data_path;       /* idx: the folder with the four files */
+    int64_t synthetic_samples;
+    int64_t batch;
+    int64_t accumulate;
+    int64_t epochs;
+    int64_t steps;         /* stop after this many optimizer steps; 0: no limit */
+    int64_t seed;
+    int64_t eval_every;    /* evaluate every N optimizer steps; 0: at each epoch's end */
+    int64_t log_every;     /* progress line every N optimizer steps */
+    int64_t threads;       /* 0: all cores */
+    struct {
+        kl_optimizer_kind kind;
+        double lr, momentum, beta1, beta2, eps, weight_decay;
+        bool nesterov;
+    } opt;
+    struct {
+        kl_schedule_kind kind;
+        int64_t warmup, every;
+        double gamma, min_lr;
+    } sched;
+    kl_lr_scaling lr_scaling;
+    int64_t base_batch;    /* the batch the lr was tuned for; 0: the batch */
+    double clip;           /* global gradient norm; 0: off */
+    kl_precision precision;
+    struct {
+        bool dynamic;
+        double init, growth, backoff;
+        int64_t interval;
+    } loss_scale;
+    kl_shard shard;
+    char *recompute;       /* "none", "auto" or a comma-separated list of defs */
+    int64_t memory_limit;  /* bytes; 0: none */
+} kl_train_config;
+
+/* Checks a train block and rewrites it into canonical form in place.
+ * Errors name src's file and the value's location; returns 0 or -1. */
+int kl_train_check(ir_attrs *train, const kl_source *src);
+/* Reads a checked train block (defaults for what is missing). */
+void kl_train_read(const ir_attrs *train, kl_train_config *cfg);
+void kl_train_config_free(kl_train_config *cfg);
+/* Sets one key from text, as a command-line flag would ("batch", "64");
+ * checks it like the train block does. Returns 0, or -1 with a message
+ * naming the flag. */
+int kl_train_set(ir_attrs *train, const char *key, const char *text);
+/* The lr after scaling to the effective batch (batch * accumulate * ranks). */
+double kl_train_scaled_lr(const kl_train_config *cfg, int64_t ranks);
+const char *kl_precision_name(kl_precision p);
+
+#endif

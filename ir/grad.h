@@ -1,0 +1,38 @@
+/* Gradient rules of the op table (ir/grad.c), used by the autodiff pass.
+ *
+ * A rule sees one forward node whose results have gradients and emits the
+ * backward nodes that give its operands' gradients. Backward ops follow one
+ * convention: operands are [gradients of results, forward operands, forward
+ * results], and each rule passes only those it reads, so autodiff keeps
+ * alive only what backward needs. */
+#ifndef KILN_GRAD_H
+#define KILN_GRAD_H
+
+#include "ir.h"
+
+struct ir_grad_ctx {
+    ir_graph *g;
+    /* Per value: the ids of the gradient contributions collected so far. */
+    KL_VEC(int) *contrib;
+    int ncontrib;
+};
+
+/* The summed gradient of value v (an add node per extra contribution), or
+ * -1 when nothing flows into v. */
+int ir_grad_get(ir_grad_ctx *c, int v);
+/* Adds a contribution g to the gradient of value v, unless v needs none. */
+void ir_grad_put(ir_grad_ctx *c, int v, int g);
+/* True when v needs a gradient (a param, or computed from one). */
+bool ir_grad_wanted(ir_grad_ctx *c, int v);
+
+#define IR_GRAD_RULES(X) \
+    X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(neg) X(relu) X(gelu) X(tanh) X(sigmoid) \
+    X(exp) X(log) X(sqrt) X(rsqrt) X(cast) X(matmul) X(conv2d) X(reshape) X(transpose)      \
+    X(permute) X(broadcast) X(concat) X(slice) X(embedding) X(sum) X(mean) X(max)           \
+    X(softmax) X(log_softmax) X(cross_entropy) X(maxpool) X(avgpool) X(batchnorm)           \
+    X(layernorm) X(dropout)
+#define X(name) void ir_grad_##name(ir_grad_ctx *c, ir_node *n);
+IR_GRAD_RULES(X)
+#undef X
+
+#endif

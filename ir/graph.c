@@ -1,0 +1,326 @@
+/* Building and editing the graph: declarations, nodes, use lists. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+ir_graph *ir_graph_new(const char *name)
+{
+    ir_graph *g = kl_xcalloc(1, sizeof *g);
+    g->name = kl_xstrdup(name);
+    g->loss = -1;
+    return g;
+}
+
+static void value_free(ir_value *v)
+{
+    free(v->name);
+    kl_vec_free(v->uses);
+    ir_attrs_free(&v->attrs);
+    free(v);
+}
+
+static void node_free(ir_node *n)
+{
+    kl_vec_free(n->in);
+    kl_vec_free(n->out);
+    ir_attrs_free(&n->attrs);
+    free(n->scope);
+    free(n);
+}
+
+void ir_graph_free(ir_graph *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->values.n; i++)
+        value_free(g->values.v[i]);
+    for (int i = 0; i < g->nodes.n; i++)
+        node_free(g->nodes.v[i]);
+    kl_vec_free(g->values);
+    kl_vec_free(g->nodes);
+    kl_vec_free(g->decls);
+    for (int i = 0; i < g->reports.n; i++)
+        free(g->reports.v[i].name);
+    kl_vec_free(g->reports);
+    for (int i = 0; i < g->passes.n; i++)
+        free(g->passes.v[i]);
+    kl_vec_free(g->passes);
+    ir_attrs_free(&g->train);
+    free(g->name);
+    free(g->source);
+    free(g);
+}
+
+ir_graph *ir_graph_clone(const ir_graph *g)
+{
+    ir_graph *c = ir_graph_new(g->name);
+    c->source = g->source ? kl_xstrdup(g->source) : NULL;
+    c->loss = g->loss;
+    for (int i = 0; i < g->values.n; i++) {
+        const ir_value *v = g->values.v[i];
+        ir_value *w = kl_xmalloc(sizeof *w);
+        *w = *v;
+        w->name = kl_xstrdup(v->name);
+        memset(&w->uses, 0, sizeof w->uses);
+        for (int u = 0; u < v->uses.n; u++)
+            kl_vec_push(w->uses, v->uses.v[u]);
+        ir_attrs_copy(&w->attrs, &v->attrs);
+        kl_vec_push(c->values, w);
+    }
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = g->nodes.v[i];
+        ir_node *m = kl_xmalloc(sizeof *m);
+        *m = *n;
+        memset(&m->in, 0, sizeof m->in);
+        memset(&m->out, 0, sizeof m->out);
+        for (int k = 0; k < n->in.n; k++)
+            kl_vec_push(m->in, n->in.v[k]);
+        for (int k = 0; k < n->out.n; k++)
+            kl_vec_push(m->out, n->out.v[k]);
+        ir_attrs_copy(&m->attrs, &n->attrs);
+        m->scope = n->scope ? kl_xstrdup(n->scope) : NULL;
+        kl_vec_push(c->nodes, m);
+    }
+    for (int i = 0; i < g->decls.n; i++)
+        kl_vec_push(c->decls, g->decls.v[i]);
+    for (int i = 0; i < g->reports.n; i++) {
+        ir_report r = {kl_xstrdup(g->reports.v[i].name), g->reports.v[i].value};
+        kl_vec_push(c->reports, r);
+    }
+    for (int i = 0; i < g->passes.n; i++)
+        kl_vec_push(c->passes, kl_xstrdup(g->passes.v[i]));
+    ir_attrs_copy(&c->train, &g->train);
+    return c;
+}
+
+int ir_find_value(const ir_graph *g, const char *name)
+{
+    for (int i = 0; i < g->values.n; i++)
+        if (!strcmp(g->values.v[i]->name, name))
+            return i;
+    return -1;
+}
+
+char *ir_unique_name(ir_graph *g, const char *base)
+{
+    if (ir_find_value(g, base) < 0)
+        return kl_xstrdup(base);
+    for (int k = 1;; k++) {
+        char *s = kl_xasprintf("%s.%d", base, k);
+        if (ir_find_value(g, s) < 0)
+            return s;
+        free(s);
+    }
+}
+
+static int new_value(ir_graph *g, ir_value_kind kind, char *name, const ir_type *t, kl_loc loc)
+{
+    ir_value *v = kl_xcalloc(1, sizeof *v);
+    v->id = g->values.n;
+    v->name = name;
+    v->kind = kind;
+    v->type = *t;
+    v->def = v->def_out = -1;
+    v->loc = loc;
+    kl_vec_push(g->values, v);
+    return v->id;
+}
+
+int ir_declare(ir_graph *g, ir_value_kind kind, const char *name, const ir_type *t, kl_loc loc)
+{
+    kl_check(kind != IR_VAL_TEMP);
+    int id = new_value(g, kind, ir_unique_name(g, name), t, loc);
+    kl_vec_push(g->decls, id);
+    return id;
+}
+
+ir_node *ir_add_node(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *attrs,
+                     const ir_type *out_types, const char *const *out_names, kl_loc loc)
+{
+    ir_node *n = kl_xcalloc(1, sizeof *n);
+    n->id = g->nodes.n;
+    n->op = op;
+    n->loc = loc;
+    n->group = -1;
+    if (attrs)
+        ir_attrs_copy(&n->attrs, attrs);
+    kl_vec_push(g->nodes, n);
+    for (int i = 0; i < nin; i++) {
+        kl_check(in[i] >= 0 && in[i] < g->values.n);
+        kl_vec_push(n->in, in[i]);
+        ir_use u = {n->id, i};
+        kl_vec_push(g->values.v[in[i]]->uses, u);
+    }
+    for (int i = 0; i < ir_ops[op].nout; i++) {
+        const char *base = out_names && out_names[i] ? out_names[i] : "t";
+        char *name;
+        if (out_names && out_names[i])
+            name = ir_unique_name(g, base);
+        else
+            name = kl_xasprintf("t%d", g->values.n);
+        if (ir_find_value(g, name) >= 0) {
+            free(name);
+            name = ir_unique_name(g, "t");
+        }
+        int v = new_value(g, IR_VAL_TEMP, name, &out_types[i], loc);
+        g->values.v[v]->def = n->id;
+        g->values.v[v]->def_out = i;
+        kl_vec_push(n->out, v);
+    }
+    return n;
+}
+
+int ir_emit(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *attrs, const char *name)
+{
+    ir_type types[8];
+    ir_attrs a = {0};
+    if (attrs)
+        ir_attrs_copy(&a, attrs);
+    kl_check(nin <= 8);
+    for (int i = 0; i < nin; i++)
+        types[i] = g->values.v[in[i]]->type;
+    ir_infer inf = {.op = op, .nin = nin, .in = types, .attrs = &a};
+    if (ir_infer_run(&inf))
+        kl_panic("a pass built an ill-typed %s: %s", ir_op_name(op), inf.err);
+    const char *names[4] = {name};
+    ir_node *n = ir_add_node(g, op, in, nin, &a, inf.out, names, (kl_loc){0, 0});
+    ir_attrs_free(&a);
+    return n->out.v[0];
+}
+
+int ir_emit1(ir_graph *g, ir_op op, int a, const char *name)
+{
+    return ir_emit(g, op, &a, 1, NULL, name);
+}
+
+int ir_emit2(ir_graph *g, ir_op op, int a, int b, const char *name)
+{
+    int in[2] = {a, b};
+    return ir_emit(g, op, in, 2, NULL, name);
+}
+
+int ir_emit_const(ir_graph *g, double value, ir_dtype dt)
+{
+    ir_attrs a = {0};
+    ir_attrs_set_float(&a, "value", value);
+    ir_attrs_set_str(&a, "dtype", ir_dtype_name(dt));
+    int v = ir_emit(g, IR_OP_CONST, NULL, 0, &a, NULL);
+    ir_attrs_free(&a);
+    return v;
+}
+
+static void drop_use(ir_graph *g, int v, int node, int operand)
+{
+    ir_value *val = g->values.v[v];
+    for (int i = 0; i < val->uses.n; i++) {
+        if (val->uses.v[i].node == node && val->uses.v[i].operand == operand) {
+            val->uses.v[i] = val->uses.v[--val->uses.n];
+            return;
+        }
+    }
+    kl_panic("use of %s by node %d operand %d is missing", val->name, node, operand);
+}
+
+void ir_set_operand(ir_graph *g, ir_node *n, int i, int v)
+{
+    drop_use(g, n->in.v[i], n->id, i);
+    n->in.v[i] = v;
+    ir_use u = {n->id, i};
+    kl_vec_push(g->values.v[v]->uses, u);
+}
+
+void ir_replace_uses(ir_graph *g, int from, int to)
+{
+    if (from == to)
+        return;
+    ir_value *f = g->values.v[from];
+    while (f->uses.n) {
+        ir_use u = f->uses.v[f->uses.n - 1];
+        ir_set_operand(g, g->nodes.v[u.node], u.operand, to);
+    }
+}
+
+void ir_kill_node(ir_graph *g, ir_node *n)
+{
+    if (n->dead)
+        return;
+    for (int i = 0; i < n->out.n; i++)
+        kl_check(g->values.v[n->out.v[i]]->uses.n == 0);
+    for (int i = 0; i < n->in.n; i++)
+        drop_use(g, n->in.v[i], n->id, i);
+    n->dead = true;
+}
+
+bool ir_is_persistent(const ir_value *v)
+{
+    return v->kind == IR_VAL_PARAM || v->kind == IR_VAL_STATE;
+}
+
+void ir_graph_mark_pass(ir_graph *g, const char *pass)
+{
+    kl_vec_push(g->passes, kl_xstrdup(pass));
+}
+
+/* Renumbers nodes and values after kills; values of dead nodes go, and so
+ * do declarations nobody uses only if they are temporaries (declared
+ * inputs, params and state always stay). */
+void ir_compact(ir_graph *g)
+{
+    int *vmap = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+    int *nmap = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
+    int nn = 0, nv = 0;
+    for (int i = 0; i < g->nodes.n; i++)
+        nmap[i] = g->nodes.v[i]->dead ? -1 : nn++;
+    for (int i = 0; i < g->values.n; i++) {
+        ir_value *v = g->values.v[i];
+        bool keep = v->def < 0 ? true : nmap[v->def] >= 0;
+        vmap[i] = keep ? nv++ : -1;
+    }
+    /* values */
+    int k = 0;
+    for (int i = 0; i < g->values.n; i++) {
+        ir_value *v = g->values.v[i];
+        if (vmap[i] < 0) {
+            value_free(v);
+            continue;
+        }
+        v->id = vmap[i];
+        if (v->def >= 0)
+            v->def = nmap[v->def];
+        int u2 = 0;
+        for (int u = 0; u < v->uses.n; u++) {
+            int nd = nmap[v->uses.v[u].node];
+            kl_check(nd >= 0);
+            v->uses.v[u2].node = nd;
+            v->uses.v[u2++].operand = v->uses.v[u].operand;
+        }
+        v->uses.n = u2;
+        g->values.v[k++] = v;
+    }
+    g->values.n = k;
+    /* nodes */
+    k = 0;
+    for (int i = 0; i < g->nodes.n; i++) {
+        ir_node *n = g->nodes.v[i];
+        if (nmap[i] < 0) {
+            node_free(n);
+            continue;
+        }
+        n->id = nmap[i];
+        for (int j = 0; j < n->in.n; j++)
+            n->in.v[j] = vmap[n->in.v[j]];
+        for (int j = 0; j < n->out.n; j++)
+            n->out.v[j] = vmap[n->out.v[j]];
+        g->nodes.v[k++] = n;
+    }
+    g->nodes.n = k;
+    for (int i = 0; i < g->decls.n; i++)
+        g->decls.v[i] = vmap[g->decls.v[i]];
+    if (g->loss >= 0)
+        g->loss = vmap[g->loss];
+    for (int i = 0; i < g->reports.n; i++)
+        g->reports.v[i].value = vmap[g->reports.v[i].value];
+    free(vmap);
+    free(nmap);
+}

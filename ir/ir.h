@@ -1,0 +1,329 @@
+/* The IR: a graph of values and nodes in SSA form.
+ *
+ * Every value has one definition: a node's result, or a graph-level
+ * declaration (input, param, state). Nodes are kept in a valid execution
+ * order (each operand is defined before the node that reads it); passes that
+ * add nodes insert them where they belong and the schedule pass may reorder.
+ * Values and nodes live behind stable pointers and are named by index.
+ *
+ * Persistent values (params and state) live across steps; an op that writes
+ * one in place (an optimizer update, batch norm's running statistics) says
+ * so through ir_op_mutates(), and must run after every other reader of it.
+ */
+#ifndef KILN_IR_H
+#define KILN_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "support.h"
+
+/* ---- dtypes ---- */
+
+#define IR_DTYPES(X)            \
+    X(NONE, "none", 0)          \
+    X(U8, "u8", 1)              \
+    X(I32, "i32", 4)            \
+    X(I64, "i64", 8)            \
+    X(F16, "f16", 2)            \
+    X(BF16, "bf16", 2)          \
+    X(F32, "f32", 4)            \
+    X(F64, "f64", 8)
+
+typedef enum ir_dtype {
+#define X(id, name, size) IR_##id,
+    IR_DTYPES(X)
+#undef X
+    IR_NDTYPES
+} ir_dtype;
+
+const char *ir_dtype_name(ir_dtype t);
+int ir_dtype_size(ir_dtype t);
+bool ir_dtype_is_float(ir_dtype t);
+/* -1 when the name is not a dtype. */
+int ir_dtype_from_name(const char *name);
+
+/* ---- types ---- */
+
+#define IR_MAX_RANK 8
+
+typedef struct ir_type {
+    ir_dtype dtype;
+    int rank;
+    int64_t dim[IR_MAX_RANK];
+} ir_type;
+
+int64_t ir_type_numel(const ir_type *t);
+int64_t ir_type_bytes(const ir_type *t);
+bool ir_type_eq(const ir_type *a, const ir_type *b);
+/* "f32[128,10]" */
+void ir_type_print(kl_buf *b, const ir_type *t);
+char *ir_type_str(const ir_type *t); /* caller frees */
+
+/* ---- attributes ---- */
+
+typedef enum ir_attr_kind {
+    IR_ATTR_INT,
+    IR_ATTR_FLOAT,
+    IR_ATTR_STR,  /* identifiers and strings */
+    IR_ATTR_LIST, /* [a, b, ...] */
+    IR_ATTR_CALL, /* name(key = value, ...): optimizer and schedule specs */
+} ir_attr_kind;
+
+typedef struct ir_attrs ir_attrs;
+typedef struct ir_attr_val ir_attr_val;
+
+struct ir_attr_val {
+    ir_attr_kind kind;
+    int64_t i;
+    double f;
+    char *s;            /* STR text, CALL name */
+    ir_attr_val *items; /* LIST */
+    int nitems;
+    ir_attrs *args;     /* CALL keyword arguments */
+    kl_loc loc;         /* where it was written, when known */
+};
+
+typedef struct ir_attr {
+    char *key;
+    ir_attr_val val;
+    kl_loc loc;
+} ir_attr;
+
+struct ir_attrs {
+    ir_attr *v;
+    int n, cap;
+};
+
+void ir_attrs_free(ir_attrs *a);
+void ir_attrs_copy(ir_attrs *dst, const ir_attrs *src);
+void ir_attr_val_free(ir_attr_val *v);
+void ir_attr_val_copy(ir_attr_val *dst, const ir_attr_val *src);
+ir_attr *ir_attrs_find(const ir_attrs *a, const char *key);
+/* Sets key (replacing a previous value); takes ownership of val. */
+void ir_attrs_set(ir_attrs *a, const char *key, ir_attr_val val);
+void ir_attrs_set_int(ir_attrs *a, const char *key, int64_t i);
+void ir_attrs_set_float(ir_attrs *a, const char *key, double f);
+void ir_attrs_set_str(ir_attrs *a, const char *key, const char *s);
+void ir_attrs_set_ints(ir_attrs *a, const char *key, const int64_t *v, int n);
+void ir_attrs_remove(ir_attrs *a, const char *key);
+int64_t ir_attr_int(const ir_attrs *a, const char *key, int64_t dflt);
+double ir_attr_float(const ir_attrs *a, const char *key, double dflt);
+const char *ir_attr_str(const ir_attrs *a, const char *key, const char *dflt);
+/* Reads an integer list into out (at most max); returns its length or -1. */
+int ir_attr_ints(const ir_attrs *a, const char *key, int64_t *out, int max);
+ir_attr_val ir_attr_val_int(int64_t i);
+ir_attr_val ir_attr_val_float(double f);
+ir_attr_val ir_attr_val_str(const char *s);
+ir_attr_val ir_attr_val_ints(const int64_t *v, int n);
+void ir_attr_val_print(kl_buf *b, const ir_attr_val *v);
+/* True for a name (an identifier), false for other strings. */
+bool ir_attr_val_is_word(const ir_attr_val *v);
+/* {a = 1, b = [1, 2]}; nothing when empty. */
+void ir_attrs_print(kl_buf *b, const ir_attrs *a);
+
+/* ---- the op table ---- */
+
+typedef enum ir_op {
+#define OP(id, ...) IR_OP_##id,
+#include "ops.def"
+#undef OP
+    IR_NOPS
+} ir_op;
+
+typedef enum ir_kernel_class {
+    IR_KC_SOURCE,
+    IR_KC_ELEMWISE,
+    IR_KC_REDUCE,
+    IR_KC_GEMM,
+    IR_KC_CONV,
+    IR_KC_POOL,
+    IR_KC_NORM,
+    IR_KC_MOVE,
+    IR_KC_RANDOM,
+    IR_KC_UPDATE,
+    IR_KC_COLLECTIVE,
+} ir_kernel_class;
+
+enum {
+    IR_F_INPLACE = 1, /* the result may reuse operand 0's buffer */
+    IR_F_USER = 2,    /* model files may call it by name */
+};
+
+typedef enum ir_precision_class {
+    IR_PREC_LOW,
+    IR_PREC_F32,
+    IR_PREC_FOLLOW,
+    IR_PREC_NONE,
+} ir_precision_class;
+
+typedef struct ir_graph ir_graph;
+typedef struct ir_node ir_node;
+typedef struct ir_infer ir_infer;
+
+typedef int (*ir_shape_fn)(ir_infer *inf);
+/* Emits the backward nodes of one forward node; see ir/grad.c. */
+typedef struct ir_grad_ctx ir_grad_ctx;
+typedef void (*ir_grad_fn)(ir_grad_ctx *ctx, ir_node *n);
+
+typedef struct ir_op_info {
+    const char *name;
+    int min_in, max_in, nout;
+    ir_kernel_class kclass;
+    unsigned flags;
+    ir_precision_class precision;
+    ir_shape_fn shape;
+    ir_grad_fn grad;
+    const char *attr_spec;
+} ir_op_info;
+
+extern const ir_op_info ir_ops[IR_NOPS];
+/* -1 when unknown. */
+int ir_op_from_name(const char *name);
+static inline const char *ir_op_name(ir_op op) { return ir_ops[op].name; }
+/* One entry of an op's attribute spec. */
+typedef struct ir_attr_spec {
+    char name[32];
+    char type[8];
+    char dflt[32]; /* "" required, "?" optional */
+} ir_attr_spec;
+/* Parses the op's attribute spec; returns the number of entries. */
+int ir_op_attr_spec(ir_op op, ir_attr_spec *out, int max);
+/* True when the op writes operand i in place (it must be persistent). */
+bool ir_op_mutates(ir_op op, int i);
+const char *ir_kernel_class_name(ir_kernel_class k);
+
+/* ---- shape inference ---- */
+
+/* What a shape rule sees: operand types and attributes in, result types
+ * out. On a user error it calls ir_infer_error() and returns -1; the caller
+ * reports the message at the node's location. */
+struct ir_infer {
+    ir_op op;
+    int nin;
+    const ir_type *in;
+    ir_attrs *attrs; /* defaults already filled in */
+    ir_type out[4];
+    char err[256];
+};
+int ir_infer_error(ir_infer *inf, const char *fmt, ...) KL_PRINTF(2, 3);
+/* Checks attributes against the op's spec and fills in defaults; on error
+ * writes a message into err and returns -1. */
+int ir_attrs_normalize(ir_op op, ir_attrs *attrs, char *err, size_t errlen);
+/* The same check against any spec string ("name:type=default ..."), for
+ * calls that are not ops (optimizers, schedules); what names the call in
+ * messages. Entries with an empty key are positional and take the spec's
+ * names in order. */
+int ir_spec_normalize(const char *spec, const char *what, ir_attrs *attrs, char *err, size_t errlen);
+int ir_spec_parse(const char *spec, ir_attr_spec *out, int max);
+/* Normalizes attributes and runs the shape rule. */
+int ir_infer_run(ir_infer *inf);
+/* NumPy broadcasting of two shapes; -1 when incompatible. */
+int ir_broadcast_shapes(const ir_type *a, const ir_type *b, ir_type *out);
+
+/* ---- values, nodes, graph ---- */
+
+typedef enum ir_value_kind {
+    IR_VAL_TEMP,  /* a node's result */
+    IR_VAL_INPUT, /* fed by the data loader each step */
+    IR_VAL_PARAM, /* trainable, persistent */
+    IR_VAL_STATE, /* persistent, not trainable: running stats, optimizer state */
+} ir_value_kind;
+
+typedef struct ir_use {
+    int node;
+    int operand;
+} ir_use;
+
+typedef struct ir_value {
+    int id;
+    char *name;
+    ir_value_kind kind;
+    ir_type type;
+    int def, def_out; /* producing node and result index; -1 for declarations */
+    KL_VEC(ir_use) uses;
+    ir_attrs attrs;   /* declarations: init = ..., role = ... */
+    kl_loc loc;
+} ir_value;
+
+typedef enum ir_phase {
+    IR_PHASE_FORWARD,
+    IR_PHASE_BACKWARD,
+    IR_PHASE_UPDATE, /* once per optimizer step (after accumulation) */
+} ir_phase;
+
+struct ir_node {
+    int id;
+    ir_op op;
+    KL_VEC(int) in;
+    KL_VEC(int) out;
+    ir_attrs attrs;
+    kl_loc loc;
+    char *scope; /* the def instance it came from ("conv_bn_relu.1"), or NULL */
+    ir_phase phase;
+    int group;   /* fusion group, -1 when none */
+    bool dead;
+};
+
+typedef struct ir_report {
+    char *name;
+    int value;
+} ir_report;
+
+struct ir_graph {
+    char *name;
+    char *source; /* file it was lowered from (for locations) */
+    KL_VEC(ir_value *) values;
+    KL_VEC(ir_node *) nodes;
+    KL_VEC(int) decls;  /* inputs, params and state, in declaration order */
+    int loss;           /* value id or -1 */
+    KL_VEC(ir_report) reports;
+    ir_attrs train;     /* the train block, key = value */
+    KL_VEC(char *) passes; /* passes run so far, in order */
+};
+
+ir_graph *ir_graph_new(const char *name);
+void ir_graph_free(ir_graph *g);
+ir_graph *ir_graph_clone(const ir_graph *g);
+
+static inline ir_value *ir_val(const ir_graph *g, int id) { return g->values.v[id]; }
+static inline ir_node *ir_nd(const ir_graph *g, int id) { return g->nodes.v[id]; }
+
+/* Declares an input, param or state value. */
+int ir_declare(ir_graph *g, ir_value_kind kind, const char *name, const ir_type *t, kl_loc loc);
+/* Appends a node whose results get the given types (and names, which may be
+ * NULL for automatic ones). Returns the node. */
+ir_node *ir_add_node(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *attrs,
+                     const ir_type *out_types, const char *const *out_names, kl_loc loc);
+/* Appends a node and infers its result types; the op's rule must accept
+ * the operands (an internal error otherwise). Returns result 0's id. */
+int ir_emit(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *attrs, const char *name);
+int ir_emit1(ir_graph *g, ir_op op, int a, const char *name);
+int ir_emit2(ir_graph *g, ir_op op, int a, int b, const char *name);
+int ir_emit_const(ir_graph *g, double value, ir_dtype dt);
+/* A fresh value name "base" or "base.N" that no value has yet. */
+char *ir_unique_name(ir_graph *g, const char *base);
+/* Replaces every use of value from by value to. */
+void ir_replace_uses(ir_graph *g, int from, int to);
+void ir_set_operand(ir_graph *g, ir_node *n, int i, int v);
+/* Marks a node dead and drops its uses; its results must be unused. */
+void ir_kill_node(ir_graph *g, ir_node *n);
+/* Drops dead nodes and values nobody defines or uses; renumbers. */
+void ir_compact(ir_graph *g);
+bool ir_is_persistent(const ir_value *v);
+int ir_find_value(const ir_graph *g, const char *name);
+void ir_graph_mark_pass(ir_graph *g, const char *pass);
+
+/* ---- verifier, printer, parser, dot ---- */
+
+/* Checks SSA, order, use lists and types (by rerunning every shape rule).
+ * Returns 0, or -1 after printing what is broken to the diagnostic stream. */
+int ir_verify(const ir_graph *g);
+/* The text form read back by ir_parse: print(parse(print(g))) == print(g). */
+char *ir_print(const ir_graph *g);
+void ir_print_node(kl_buf *b, const ir_graph *g, const ir_node *n);
+const char *ir_phase_name(ir_phase p);
+ir_graph *ir_parse(const kl_source *src);
+char *ir_print_dot(const ir_graph *g);
+
+#endif

@@ -1,0 +1,548 @@
+/* Shape and dtype rules of the op table. A rule may rewrite its attributes
+ * into a canonical form (negative axes made positive, defaults that depend
+ * on other attributes filled in), so that later stages read one form. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shape.h"
+
+int ir_infer_error(ir_infer *inf, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(inf->err, sizeof inf->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int ir_infer_run(ir_infer *inf)
+{
+    const ir_op_info *info = &ir_ops[inf->op];
+    inf->err[0] = 0;
+    if (inf->nin < info->min_in || (info->max_in >= 0 && inf->nin > info->max_in)) {
+        if (info->min_in == info->max_in)
+            return ir_infer_error(inf, "%s takes %d operand%s, got %d", info->name, info->min_in,
+                                  info->min_in == 1 ? "" : "s", inf->nin);
+        if (info->max_in < 0)
+            return ir_infer_error(inf, "%s takes at least %d operand%s, got %d", info->name,
+                                  info->min_in, info->min_in == 1 ? "" : "s", inf->nin);
+        return ir_infer_error(inf, "%s takes %d to %d operands, got %d", info->name, info->min_in,
+                              info->max_in, inf->nin);
+    }
+    if (ir_attrs_normalize(inf->op, inf->attrs, inf->err, sizeof inf->err))
+        return -1;
+    memset(inf->out, 0, sizeof inf->out);
+    if (info->shape(inf))
+        return -1;
+    /* A rule may have added attributes; put them back in the spec's order. */
+    return ir_attrs_normalize(inf->op, inf->attrs, inf->err, sizeof inf->err);
+}
+
+int ir_norm_axis(int64_t axis, int rank)
+{
+    if (axis < 0)
+        axis += rank;
+    return axis >= 0 && axis < rank ? (int)axis : -1;
+}
+
+int ir_broadcast_shapes(const ir_type *a, const ir_type *b, ir_type *out)
+{
+    int rank = a->rank > b->rank ? a->rank : b->rank;
+    ir_type r = {a->dtype, rank, {0}};
+    for (int i = 0; i < rank; i++) {
+        int ia = i - (rank - a->rank), ib = i - (rank - b->rank);
+        int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return -1;
+        r.dim[i] = da == 1 ? db : da;
+    }
+    *out = r;
+    return 0;
+}
+
+static const char *tstr(const ir_type *t, char *buf, size_t n)
+{
+    char *s = ir_type_str(t);
+    snprintf(buf, n, "%s", s);
+    free(s);
+    return buf;
+}
+
+static int need_float(ir_infer *inf, int i)
+{
+    if (ir_dtype_is_float(inf->in[i].dtype))
+        return 0;
+    return ir_infer_error(inf, "%s needs a floating-point operand, got %s (cast it with f32(...))",
+                          ir_op_name(inf->op), ir_dtype_name(inf->in[i].dtype));
+}
+
+static int need_rank(ir_infer *inf, int i, int lo, int hi, const char *what)
+{
+    int r = inf->in[i].rank;
+    if (r >= lo && r <= hi)
+        return 0;
+    char b[96];
+    if (lo == hi)
+        return ir_infer_error(inf, "%s needs %s of rank %d, got %s", ir_op_name(inf->op), what, lo,
+                              tstr(&inf->in[i], b, sizeof b));
+    return ir_infer_error(inf, "%s needs %s of rank %d to %d, got %s", ir_op_name(inf->op), what,
+                          lo, hi, tstr(&inf->in[i], b, sizeof b));
+}
+
+static int same_dtype(ir_infer *inf, int i, int j)
+{
+    if (inf->in[i].dtype == inf->in[j].dtype)
+        return 0;
+    return ir_infer_error(inf, "%s: dtype mismatch, %s and %s (cast one with f32(...) or similar)",
+                          ir_op_name(inf->op), ir_dtype_name(inf->in[i].dtype),
+                          ir_dtype_name(inf->in[j].dtype));
+}
+
+static int need_int(ir_infer *inf, int i, const char *what)
+{
+    ir_dtype d = inf->in[i].dtype;
+    if (d == IR_I32 || d == IR_I64 || d == IR_U8)
+        return 0;
+    return ir_infer_error(inf, "%s needs integer %s, got %s", ir_op_name(inf->op), what,
+                          ir_dtype_name(d));
+}
+
+int ir_shape_const(ir_infer *inf)
+{
+    ir_type *o = &inf->out[0];
+    o->dtype = ir_dtype_from_name(ir_attr_str(inf->attrs, "dtype", "f32"));
+    int n = ir_attr_ints(inf->attrs, "shape", o->dim, IR_MAX_RANK);
+    o->rank = n < 0 ? 0 : n;
+    for (int i = 0; i < o->rank; i++)
+        if (o->dim[i] <= 0)
+            return ir_infer_error(inf, "const: dimensions must be positive");
+    return 0;
+}
+
+int ir_shape_unary(ir_infer *inf)
+{
+    if (inf->op != IR_OP_NEG && need_float(inf, 0))
+        return -1;
+    inf->out[0] = inf->in[0];
+    return 0;
+}
+
+int ir_shape_binary(ir_infer *inf)
+{
+    if (same_dtype(inf, 0, 1))
+        return -1;
+    if (inf->op == IR_OP_POW && need_float(inf, 0))
+        return -1;
+    if (ir_broadcast_shapes(&inf->in[0], &inf->in[1], &inf->out[0])) {
+        char a[96], b[96];
+        return ir_infer_error(inf, "%s: shapes %s and %s do not broadcast", ir_op_name(inf->op),
+                              tstr(&inf->in[0], a, sizeof a), tstr(&inf->in[1], b, sizeof b));
+    }
+    return 0;
+}
+
+int ir_shape_cast(ir_infer *inf)
+{
+    inf->out[0] = inf->in[0];
+    inf->out[0].dtype = ir_dtype_from_name(ir_attr_str(inf->attrs, "to", "f32"));
+    return 0;
+}
+
+int ir_shape_matmul(ir_infer *inf)
+{
+    const ir_type *a = &inf->in[0], *b = &inf->in[1];
+    if (need_rank(inf, 0, 2, IR_MAX_RANK, "a left operand") ||
+        need_rank(inf, 1, 2, IR_MAX_RANK, "a right operand") || same_dtype(inf, 0, 1) ||
+        need_float(inf, 0))
+        return -1;
+    bool ta = ir_attr_int(inf->attrs, "transpose_a", 0), tb = ir_attr_int(inf->attrs, "transpose_b", 0);
+    int64_t m = a->dim[a->rank - (ta ? 1 : 2)], ka = a->dim[a->rank - (ta ? 2 : 1)];
+    int64_t kb = b->dim[b->rank - (tb ? 1 : 2)], n = b->dim[b->rank - (tb ? 2 : 1)];
+    char sa[96], sb[96];
+    if (ka != kb)
+        return ir_infer_error(inf, "matmul: inner dimensions differ, %s @ %s (%lld vs %lld)",
+                              tstr(a, sa, sizeof sa), tstr(b, sb, sizeof sb), (long long)ka,
+                              (long long)kb);
+    ir_type ba = *a, bb = *b;
+    ba.rank -= 2;
+    bb.rank -= 2;
+    ir_type batch;
+    if (ir_broadcast_shapes(&ba, &bb, &batch))
+        return ir_infer_error(inf, "matmul: batch dimensions of %s and %s do not broadcast",
+                              tstr(a, sa, sizeof sa), tstr(b, sb, sizeof sb));
+    ir_type *o = &inf->out[0];
+    *o = batch;
+    o->dim[o->rank++] = m;
+    o->dim[o->rank++] = n;
+    return 0;
+}
+
+int ir_shape_conv2d(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0], *w = &inf->in[1];
+    if (need_rank(inf, 0, 4, 4, "an input [N, C, H, W]") ||
+        need_rank(inf, 1, 4, 4, "a kernel [O, C/groups, KH, KW]") || same_dtype(inf, 0, 1) ||
+        need_float(inf, 0))
+        return -1;
+    int64_t s[2], p[2], d[2], g = ir_attr_int(inf->attrs, "groups", 1);
+    ir_attr_ints(inf->attrs, "stride", s, 2);
+    ir_attr_ints(inf->attrs, "pad", p, 2);
+    ir_attr_ints(inf->attrs, "dilation", d, 2);
+    if (g < 1 || s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0)
+        return ir_infer_error(inf, "conv2d: stride, dilation and groups must be positive and pad not negative");
+    if (x->dim[1] % g || w->dim[0] % g)
+        return ir_infer_error(inf, "conv2d: groups = %lld must divide the input channels (%lld) and the output channels (%lld)",
+                              (long long)g, (long long)x->dim[1], (long long)w->dim[0]);
+    if (w->dim[1] * g != x->dim[1])
+        return ir_infer_error(inf, "conv2d: the input has %lld channels but the kernel expects %lld",
+                              (long long)x->dim[1], (long long)(w->dim[1] * g));
+    if (inf->nin == 3) {
+        const ir_type *bias = &inf->in[2];
+        if (bias->rank != 1 || bias->dim[0] != w->dim[0] || same_dtype(inf, 0, 2))
+            return ir_infer_error(inf, "conv2d: the bias must be %s[%lld]", ir_dtype_name(x->dtype),
+                                  (long long)w->dim[0]);
+    }
+    ir_type *o = &inf->out[0];
+    *o = *x;
+    o->dim[1] = w->dim[0];
+    for (int i = 0; i < 2; i++) {
+        int64_t span = d[i] * (w->dim[2 + i] - 1) + 1, in = x->dim[2 + i] + 2 * p[i];
+        if (in < span)
+            return ir_infer_error(inf, "conv2d: the kernel (%lldx%lld) is larger than the padded input (%lldx%lld)",
+                                  (long long)w->dim[2], (long long)w->dim[3],
+                                  (long long)(x->dim[2] + 2 * p[0]), (long long)(x->dim[3] + 2 * p[1]));
+        o->dim[2 + i] = (in - span) / s[i] + 1;
+    }
+    return 0;
+}
+
+/* Target shape of reshape with at most one -1. */
+int ir_shape_reshape(ir_infer *inf)
+{
+    int64_t shape[IR_MAX_RANK];
+    int n = ir_attr_ints(inf->attrs, "shape", shape, IR_MAX_RANK);
+    if (n < 0)
+        return ir_infer_error(inf, "reshape: shape must be a list of at most %d integers", IR_MAX_RANK);
+    int64_t total = ir_type_numel(&inf->in[0]), known = 1;
+    int hole = -1;
+    for (int i = 0; i < n; i++) {
+        if (shape[i] == -1 && hole < 0)
+            hole = i;
+        else if (shape[i] <= 0)
+            return ir_infer_error(inf, "reshape: dimensions must be positive (one may be -1)");
+        else
+            known *= shape[i];
+    }
+    if (hole >= 0 && known > 0 && total % known == 0)
+        shape[hole] = total / known, known = total;
+    char b[96];
+    if (known != total)
+        return ir_infer_error(inf, "reshape: cannot reshape %s (%lld elements) to the requested shape",
+                              tstr(&inf->in[0], b, sizeof b), (long long)total);
+    ir_type *o = &inf->out[0];
+    o->dtype = inf->in[0].dtype;
+    o->rank = n;
+    memcpy(o->dim, shape, sizeof(int64_t) * (size_t)n);
+    ir_attrs_set_ints(inf->attrs, "shape", shape, n);
+    return 0;
+}
+
+int ir_shape_flatten(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    int axis = ir_norm_axis(ir_attr_int(inf->attrs, "axis", 1), x->rank + 1);
+    if (axis < 0)
+        return ir_infer_error(inf, "flatten: axis out of range for rank %d", x->rank);
+    int64_t a = 1, b = 1;
+    for (int i = 0; i < x->rank; i++)
+        *(i < axis ? &a : &b) *= x->dim[i];
+    ir_attrs_set_int(inf->attrs, "axis", axis);
+    inf->out[0] = (ir_type){x->dtype, 2, {a, b}};
+    return 0;
+}
+
+int ir_shape_transpose(ir_infer *inf)
+{
+    if (need_rank(inf, 0, 2, IR_MAX_RANK, "an operand"))
+        return -1;
+    ir_type *o = &inf->out[0];
+    *o = inf->in[0];
+    int64_t t = o->dim[o->rank - 1];
+    o->dim[o->rank - 1] = o->dim[o->rank - 2];
+    o->dim[o->rank - 2] = t;
+    return 0;
+}
+
+int ir_shape_permute(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    int64_t perm[IR_MAX_RANK];
+    int n = ir_attr_ints(inf->attrs, "perm", perm, IR_MAX_RANK);
+    bool seen[IR_MAX_RANK] = {0};
+    if (n != x->rank)
+        return ir_infer_error(inf, "permute: perm has %d entries for an operand of rank %d", n < 0 ? 0 : n, x->rank);
+    ir_type *o = &inf->out[0];
+    *o = *x;
+    for (int i = 0; i < n; i++) {
+        int a = ir_norm_axis(perm[i], x->rank);
+        if (a < 0 || seen[a])
+            return ir_infer_error(inf, "permute: perm must be a permutation of 0..%d", x->rank - 1);
+        seen[a] = true;
+        perm[i] = a;
+        o->dim[i] = x->dim[a];
+    }
+    ir_attrs_set_ints(inf->attrs, "perm", perm, n);
+    return 0;
+}
+
+int ir_shape_broadcast(ir_infer *inf)
+{
+    ir_type target = {inf->in[0].dtype, 0, {0}}, r;
+    target.rank = ir_attr_ints(inf->attrs, "shape", target.dim, IR_MAX_RANK);
+    char a[96], b[96];
+    if (target.rank < 0)
+        return ir_infer_error(inf, "broadcast: shape must be a list of integers");
+    if (ir_broadcast_shapes(&inf->in[0], &target, &r) || !ir_type_eq(&r, &target))
+        return ir_infer_error(inf, "broadcast: %s does not broadcast to %s", tstr(&inf->in[0], a, sizeof a),
+                              tstr(&target, b, sizeof b));
+    inf->out[0] = target;
+    return 0;
+}
+
+int ir_shape_concat(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    int axis = ir_norm_axis(ir_attr_int(inf->attrs, "axis", 0), x->rank);
+    if (axis < 0)
+        return ir_infer_error(inf, "concat: axis out of range for rank %d", x->rank);
+    ir_type o = *x;
+    for (int i = 1; i < inf->nin; i++) {
+        const ir_type *y = &inf->in[i];
+        bool ok = y->rank == x->rank && y->dtype == x->dtype;
+        for (int d = 0; ok && d < x->rank; d++)
+            ok = d == axis || y->dim[d] == x->dim[d];
+        char a[96], b[96];
+        if (!ok)
+            return ir_infer_error(inf, "concat: operand %d is %s, which does not match %s outside axis %d",
+                                  i + 1, tstr(y, a, sizeof a), tstr(x, b, sizeof b), axis);
+        o.dim[axis] += y->dim[axis];
+    }
+    ir_attrs_set_int(inf->attrs, "axis", axis);
+    inf->out[0] = o;
+    return 0;
+}
+
+int ir_shape_slice(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    int axis = ir_norm_axis(ir_attr_int(inf->attrs, "axis", 0), x->rank);
+    if (axis < 0)
+        return ir_infer_error(inf, "slice: axis out of range for rank %d", x->rank);
+    int64_t d = x->dim[axis], start = ir_attr_int(inf->attrs, "start", 0);
+    int64_t end = ir_attr_int(inf->attrs, "end", d), step = ir_attr_int(inf->attrs, "step", 1);
+    if (step < 1)
+        return ir_infer_error(inf, "slice: step must be positive");
+    if (start < 0)
+        start += d;
+    if (end < 0)
+        end += d;
+    start = start < 0 ? 0 : start > d ? d : start;
+    end = end < 0 ? 0 : end > d ? d : end;
+    if (end <= start)
+        return ir_infer_error(inf, "slice: the range [%lld, %lld) of axis %d (size %lld) is empty",
+                              (long long)ir_attr_int(inf->attrs, "start", 0),
+                              (long long)ir_attr_int(inf->attrs, "end", d), axis, (long long)d);
+    ir_attrs_set_int(inf->attrs, "axis", axis);
+    ir_attrs_set_int(inf->attrs, "start", start);
+    ir_attrs_set_int(inf->attrs, "end", end);
+    inf->out[0] = *x;
+    inf->out[0].dim[axis] = (end - start + step - 1) / step;
+    return 0;
+}
+
+int ir_shape_embedding(ir_infer *inf)
+{
+    const ir_type *ids = &inf->in[0], *table = &inf->in[1];
+    if (need_int(inf, 0, "indices") || need_rank(inf, 1, 2, 2, "a table [V, D]") || need_float(inf, 1))
+        return -1;
+    if (ids->rank + 1 > IR_MAX_RANK)
+        return ir_infer_error(inf, "embedding: indices of rank %d are too many", ids->rank);
+    ir_type *o = &inf->out[0];
+    *o = *ids;
+    o->dtype = table->dtype;
+    o->dim[o->rank++] = table->dim[1];
+    return 0;
+}
+
+int ir_shape_reduce(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    int64_t axes[IR_MAX_RANK];
+    int n = ir_attr_ints(inf->attrs, "axis", axes, IR_MAX_RANK);
+    bool keep = ir_attr_int(inf->attrs, "keepdim", 0), red[IR_MAX_RANK] = {0};
+    if (inf->op != IR_OP_MAX && need_float(inf, 0))
+        return -1;
+    if (n < 0) {
+        n = x->rank;
+        for (int i = 0; i < n; i++)
+            red[i] = true;
+    }
+    for (int i = 0; i < n && ir_attrs_find(inf->attrs, "axis"); i++) {
+        int a = ir_norm_axis(axes[i], x->rank);
+        if (a < 0)
+            return ir_infer_error(inf, "%s: axis %lld out of range for rank %d", ir_op_name(inf->op),
+                                  (long long)axes[i], x->rank);
+        if (red[a])
+            return ir_infer_error(inf, "%s: axis %d given twice", ir_op_name(inf->op), a);
+        red[a] = true;
+    }
+    ir_type *o = &inf->out[0];
+    o->dtype = x->dtype;
+    o->rank = 0;
+    n = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (red[i])
+            axes[n++] = i;
+        if (!red[i] || keep)
+            o->dim[o->rank++] = red[i] ? 1 : x->dim[i];
+    }
+    ir_attrs_set_ints(inf->attrs, "axis", axes, n);
+    return 0;
+}
+
+int ir_shape_softmax(ir_infer *inf)
+{
+    if (need_float(inf, 0) || need_rank(inf, 0, 1, IR_MAX_RANK, "an operand"))
+        return -1;
+    int axis = ir_norm_axis(ir_attr_int(inf->attrs, "axis", -1), inf->in[0].rank);
+    if (axis < 0)
+        return ir_infer_error(inf, "%s: axis out of range for rank %d", ir_op_name(inf->op), inf->in[0].rank);
+    ir_attrs_set_int(inf->attrs, "axis", axis);
+    inf->out[0] = inf->in[0];
+    return 0;
+}
+
+/* logits [N, C] and labels [N] (integers). */
+static int check_logits_labels(ir_infer *inf)
+{
+    const ir_type *l = &inf->in[0], *y = &inf->in[1];
+    if (need_rank(inf, 0, 2, 2, "logits [N, C]") || need_float(inf, 0) ||
+        need_rank(inf, 1, 1, 1, "labels [N]") || need_int(inf, 1, "labels"))
+        return -1;
+    if (l->dim[0] != y->dim[0])
+        return ir_infer_error(inf, "%s: %lld rows of logits but %lld labels", ir_op_name(inf->op),
+                              (long long)l->dim[0], (long long)y->dim[0]);
+    return 0;
+}
+
+int ir_shape_cross_entropy(ir_infer *inf)
+{
+    if (check_logits_labels(inf))
+        return -1;
+    inf->out[0] = (ir_type){inf->in[0].dtype, 0, {0}};
+    return 0;
+}
+
+int ir_shape_accuracy(ir_infer *inf)
+{
+    if (check_logits_labels(inf))
+        return -1;
+    inf->out[0] = (ir_type){IR_F32, 0, {0}};
+    return 0;
+}
+
+int ir_shape_pool(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    if (need_rank(inf, 0, 4, 4, "an input [N, C, H, W]") || need_float(inf, 0))
+        return -1;
+    int64_t k[2], s[2], p[2];
+    ir_attr_ints(inf->attrs, "size", k, 2);
+    if (ir_attr_ints(inf->attrs, "stride", s, 2) < 0) {
+        s[0] = k[0], s[1] = k[1];
+        ir_attrs_set_ints(inf->attrs, "stride", s, 2);
+    }
+    ir_attr_ints(inf->attrs, "pad", p, 2);
+    const char *name = ir_op_name(inf->op);
+    if (k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1 || p[0] < 0 || p[1] < 0)
+        return ir_infer_error(inf, "%s: size and stride must be positive and pad not negative", name);
+    if (p[0] * 2 > k[0] || p[1] * 2 > k[1])
+        return ir_infer_error(inf, "%s: pad must be at most half the window size", name);
+    ir_type *o = &inf->out[0];
+    *o = *x;
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->dim[2 + i] + 2 * p[i];
+        if (in < k[i])
+            return ir_infer_error(inf, "%s: the window (%lldx%lld) is larger than the input (%lldx%lld)",
+                                  name, (long long)k[0], (long long)k[1], (long long)x->dim[2],
+                                  (long long)x->dim[3]);
+        o->dim[2 + i] = (in - k[i]) / s[i] + 1;
+    }
+    return 0;
+}
+
+/* x [N, C] or [N, C, H, W]; every other operand [C]. */
+static int check_norm_operands(ir_infer *inf, int64_t c, const char *what)
+{
+    for (int i = 1; i < inf->nin; i++) {
+        const ir_type *t = &inf->in[i];
+        char b[96];
+        if (t->rank != 1 || t->dim[0] != c || !ir_dtype_is_float(t->dtype))
+            return ir_infer_error(inf, "%s: operand %d must be a float vector [%lld] (%s), got %s",
+                                  ir_op_name(inf->op), i + 1, (long long)c, what, tstr(t, b, sizeof b));
+    }
+    return 0;
+}
+
+int ir_shape_batchnorm(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    if (need_float(inf, 0))
+        return -1;
+    if (x->rank != 2 && x->rank != 4)
+        return need_rank(inf, 0, 4, 4, "an input [N, C] or [N, C, H, W]");
+    if (check_norm_operands(inf, x->dim[1], "one value per channel"))
+        return -1;
+    double eps = ir_attr_float(inf->attrs, "eps", 1e-5), m = ir_attr_float(inf->attrs, "momentum", 0.1);
+    if (!(eps > 0) || !(m >= 0 && m <= 1))
+        return ir_infer_error(inf, "%s: eps must be positive and momentum in [0, 1]", ir_op_name(inf->op));
+    inf->out[0] = *x;
+    inf->out[1] = (ir_type){IR_F32, 1, {x->dim[1]}};
+    inf->out[2] = inf->out[1];
+    return 0;
+}
+
+int ir_shape_batchnorm_infer(ir_infer *inf)
+{
+    return ir_shape_batchnorm(inf);
+}
+
+int ir_shape_layernorm(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    if (need_float(inf, 0) || need_rank(inf, 0, 1, IR_MAX_RANK, "an operand"))
+        return -1;
+    if (check_norm_operands(inf, x->dim[x->rank - 1], "one value per feature"))
+        return -1;
+    if (!(ir_attr_float(inf->attrs, "eps", 1e-5) > 0))
+        return ir_infer_error(inf, "layernorm: eps must be positive");
+    inf->out[0] = *x;
+    inf->out[1] = *x;
+    inf->out[1].dtype = IR_F32;
+    inf->out[1].rank--;
+    inf->out[2] = inf->out[1];
+    return 0;
+}
+
+int ir_shape_dropout(ir_infer *inf)
+{
+    if (need_float(inf, 0))
+        return -1;
+    double p = ir_attr_float(inf->attrs, "p", 0.5);
+    if (!(p >= 0 && p < 1))
+        return ir_infer_error(inf, "dropout: p must be in [0, 1), got %g", p);
+    inf->out[0] = inf->in[0];
+    inf->out[1] = inf->in[0];
+    inf->out[1].dtype = IR_U8;
+    return 0;
+}

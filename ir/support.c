@@ -1,0 +1,337 @@
+#include "support.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *kl_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        kl_panic("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *kl_xcalloc(size_t count, size_t n)
+{
+    void *p = calloc(count ? count : 1, n ? n : 1);
+    if (!p)
+        kl_panic("out of memory allocating %zu x %zu bytes", count, n);
+    return p;
+}
+
+void *kl_xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p)
+        kl_panic("out of memory reallocating %zu bytes", n);
+    return p;
+}
+
+char *kl_xstrdup(const char *s)
+{
+    return kl_xstrndup(s, strlen(s));
+}
+
+char *kl_xstrndup(const char *s, size_t n)
+{
+    char *d = kl_xmalloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+char *kl_xasprintf(const char *fmt, ...)
+{
+    kl_buf b = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    kl_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    return kl_buf_take(&b);
+}
+
+void kl_panic_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "kiln: internal error at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+/* ---- string builder ---- */
+
+static void buf_reserve(kl_buf *b, size_t extra)
+{
+    if (b->len + extra + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    b->s = kl_xrealloc(b->s, cap);
+    b->cap = cap;
+}
+
+void kl_buf_putn(kl_buf *b, const char *s, size_t n)
+{
+    buf_reserve(b, n);
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+
+void kl_buf_putc(kl_buf *b, char c)
+{
+    kl_buf_putn(b, &c, 1);
+}
+
+void kl_buf_puts(kl_buf *b, const char *s)
+{
+    kl_buf_putn(b, s, strlen(s));
+}
+
+void kl_buf_vprintf(kl_buf *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    kl_check(n >= 0);
+    buf_reserve(b, (size_t)n);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
+void kl_buf_printf(kl_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    kl_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+char *kl_buf_take(kl_buf *b)
+{
+    char *s = b->s ? b->s : kl_xstrdup("");
+    b->s = NULL;
+    b->len = b->cap = 0;
+    return s;
+}
+
+void kl_buf_free(kl_buf *b)
+{
+    free(b->s);
+    b->s = NULL;
+    b->len = b->cap = 0;
+}
+
+void kl_buf_put_double(kl_buf *b, double x)
+{
+    char tmp[64];
+    if (x != x) {
+        kl_buf_puts(b, "nan");
+        return;
+    }
+    if (x == 1.0 / 0.0 || x == -1.0 / 0.0) {
+        kl_buf_puts(b, x > 0 ? "inf" : "-inf");
+        return;
+    }
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, x);
+        if (strtod(tmp, NULL) == x)
+            break;
+    }
+    /* Keep a float recognisable as a float when it reads back. */
+    if (!strpbrk(tmp, ".eEn"))
+        strcat(tmp, ".0");
+    kl_buf_puts(b, tmp);
+}
+
+/* ---- arena ---- */
+
+struct kl_arena_chunk {
+    kl_arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+void *kl_arena_alloc(kl_arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    kl_arena_chunk *c = a->head;
+    if (!c || c->used + n > c->cap) {
+        size_t cap = n > 16384 ? n : 16384;
+        c = kl_xmalloc(sizeof *c + cap);
+        c->used = 0;
+        c->cap = cap;
+        c->next = a->head;
+        a->head = c;
+    }
+    void *p = c->data + c->used;
+    c->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *kl_arena_strndup(kl_arena *a, const char *s, size_t n)
+{
+    char *d = kl_arena_alloc(a, n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+char *kl_arena_strdup(kl_arena *a, const char *s)
+{
+    return kl_arena_strndup(a, s, strlen(s));
+}
+
+void kl_arena_free(kl_arena *a)
+{
+    kl_arena_chunk *c = a->head;
+    while (c) {
+        kl_arena_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+}
+
+/* ---- sources and diagnostics ---- */
+
+int kl_source_read(kl_source *src, const char *path)
+{
+    memset(src, 0, sizeof *src);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kl_error("%s: %s", path, strerror(errno));
+        return -1;
+    }
+    kl_buf b = {0};
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        kl_buf_putn(&b, chunk, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        kl_error("%s: read error", path);
+        kl_buf_free(&b);
+        return -1;
+    }
+    src->name = kl_xstrdup(path);
+    src->len = b.len;
+    src->text = kl_buf_take(&b);
+    return 0;
+}
+
+void kl_source_from_string(kl_source *src, const char *name, const char *text)
+{
+    src->name = kl_xstrdup(name);
+    src->text = kl_xstrdup(text);
+    src->len = strlen(src->text);
+}
+
+void kl_source_free(kl_source *src)
+{
+    free(src->name);
+    free(src->text);
+    memset(src, 0, sizeof *src);
+}
+
+static FILE *diag_stream;
+
+void kl_diag_set_stream(FILE *f)
+{
+    diag_stream = f;
+}
+
+FILE *kl_diag_stream(void)
+{
+    return diag_stream ? diag_stream : stderr;
+}
+
+/* Prints the source line of loc with a caret under the column. Tabs in the
+ * line are kept in the caret line so the caret lines up. */
+static void show_line(FILE *out, const kl_source *src, kl_loc loc)
+{
+    if (!src || !src->text || loc.line <= 0)
+        return;
+    const char *p = src->text, *end = src->text + src->len;
+    for (int l = 1; l < loc.line && p < end; p++)
+        if (*p == '\n')
+            l++;
+    if (p >= end && loc.line > 1)
+        return;
+    const char *e = p;
+    while (e < end && *e != '\n')
+        e++;
+    if (e > p && e[-1] == '\r')
+        e--;
+    fputs("  ", out);
+    for (const char *q = p; q < e; q++)
+        fputc((unsigned char)*q < 32 && *q != '\t' ? ' ' : *q, out);
+    fputs("\n  ", out);
+    for (int i = 1; i < loc.col && p + i - 1 < e; i++)
+        fputc(p[i - 1] == '\t' ? '\t' : ' ', out);
+    fputs("^\n", out);
+}
+
+static void vreport(const char *kind, const kl_source *src, kl_loc loc, const char *fmt, va_list ap)
+{
+    FILE *out = kl_diag_stream();
+    const char *name = src && src->name ? src->name : "kiln";
+    if (loc.line > 0)
+        fprintf(out, "%s:%d:%d: %s: ", name, loc.line, loc.col, kind);
+    else
+        fprintf(out, "%s: %s: ", name, kind);
+    vfprintf(out, fmt, ap);
+    fputc('\n', out);
+    show_line(out, src, loc);
+}
+
+void kl_verror_at(const kl_source *src, kl_loc loc, const char *fmt, va_list ap)
+{
+    vreport("error", src, loc, fmt, ap);
+}
+
+void kl_error_at(const kl_source *src, kl_loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("error", src, loc, fmt, ap);
+    va_end(ap);
+}
+
+void kl_note_at(const kl_source *src, kl_loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("note", src, loc, fmt, ap);
+    va_end(ap);
+}
+
+void kl_error(const char *fmt, ...)
+{
+    va_list ap;
+    FILE *out = kl_diag_stream();
+    fputs("kiln: error: ", out);
+    va_start(ap, fmt);
+    vfprintf(out, fmt, ap);
+    va_end(ap);
+    fputc('\n', out);
+}
+
+uint64_t kl_hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}

@@ -1,0 +1,186 @@
+/* The kiln command: one subcommand per job. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/lower.h"
+#include "passes/pipeline.h"
+
+static const char usage[] =
+    "usage: kiln COMMAND [ARGS]\n"
+    "\n"
+    "Kiln compiles a model file into a training executable.\n"
+    "\n"
+    "commands:\n"
+    "  ir FILE      print the IR after any pass (text or dot)\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
+    "  -V, --version  print the version\n";
+
+static const char ir_usage[] =
+    "usage: kiln ir FILE [--after PASS|all] [--format text|dot] [-o OUT]\n"
+    "               [--batch N] [--set KEY=VALUE] [--no-verify]\n"
+    "\n"
+    "Reads a model file (.kl) or an IR dump (.kir), runs the pass pipeline\n"
+    "up to PASS and prints the graph. The text form reads back: `kiln ir\n"
+    "dump.kir` reprints a dump unchanged.\n"
+    "\n"
+    "  --after PASS     stop after this pass (default: all); passes: %s\n"
+    "  --format FMT     text (default) or dot (Graphviz)\n"
+    "  -o OUT           write to OUT instead of standard output\n"
+    "  --batch N        bind the batch dimension to N (overrides the train block)\n"
+    "  --set KEY=VALUE  override any train setting\n"
+    "  --no-verify      skip the verifier between passes\n";
+
+/* Flags shared by commands that load a model: overrides of train keys. */
+typedef struct overrides {
+    const char *kv[64];
+    int n;
+    char *owned[32];
+    int nowned;
+} overrides;
+
+static int add_override(overrides *o, const char *key, const char *value)
+{
+    if (o->n + 2 >= (int)KL_ARRAY_LEN(o->kv)) {
+        kl_error("too many overrides");
+        return -1;
+    }
+    o->kv[o->n++] = key;
+    o->kv[o->n++] = value;
+    o->kv[o->n] = NULL;
+    return 0;
+}
+
+static int add_set(overrides *o, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg) {
+        kl_error("--set needs KEY=VALUE, got '%s'", arg);
+        return -1;
+    }
+    if (o->nowned == (int)KL_ARRAY_LEN(o->owned)) {
+        kl_error("too many --set flags");
+        return -1;
+    }
+    char *key = kl_xstrndup(arg, (size_t)(eq - arg));
+    o->owned[o->nowned++] = key;
+    return add_override(o, key, eq + 1);
+}
+
+static void free_overrides(overrides *o)
+{
+    for (int i = 0; i < o->nowned; i++)
+        free(o->owned[i]);
+}
+
+static int write_output(const char *path, const char *text)
+{
+    if (!path || !strcmp(path, "-")) {
+        fputs(text, stdout);
+        return fflush(stdout) ? -1 : 0;
+    }
+    /* Write beside the target and rename, so a failed write loses nothing. */
+    char *tmp = kl_xasprintf("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = -1;
+    if (f) {
+        bool ok = fputs(text, f) >= 0;
+        ok = fclose(f) == 0 && ok;
+        if (ok && rename(tmp, path) == 0)
+            rc = 0;
+        else
+            remove(tmp);
+    }
+    if (rc)
+        kl_error("cannot write %s", path);
+    free(tmp);
+    return rc;
+}
+
+static int cmd_ir(int argc, char **argv)
+{
+    const char *file = NULL, *after = "all", *format = "text", *out = NULL;
+    bool verify = true;
+    overrides ov = {0};
+    int rc = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf(ir_usage, kl_pipeline_pass_names());
+            free_overrides(&ov);
+            return 0;
+        } else if (!strcmp(a, "--after") && has_val) {
+            after = argv[++i];
+        } else if (!strcmp(a, "--format") && has_val) {
+            format = argv[++i];
+        } else if (!strcmp(a, "-o") && has_val) {
+            out = argv[++i];
+        } else if (!strcmp(a, "--batch") && has_val) {
+            if (add_override(&ov, "batch", argv[++i]))
+                goto done;
+        } else if (!strcmp(a, "--set") && has_val) {
+            if (add_set(&ov, argv[++i]))
+                goto done;
+        } else if (!strcmp(a, "--no-verify")) {
+            verify = false;
+        } else if (a[0] == '-' && a[1]) {
+            kl_error("kiln ir: unknown option or missing value: %s (see kiln ir --help)", a);
+            goto done;
+        } else if (!file) {
+            file = a;
+        } else {
+            kl_error("kiln ir: more than one input file");
+            goto done;
+        }
+    }
+    if (!file) {
+        kl_error("kiln ir: no input file (see kiln ir --help)");
+        goto done;
+    }
+    if (!kl_pipeline_has_pass(after)) {
+        kl_error("kiln ir: unknown pass '%s' (passes: %s, or all)", after, kl_pipeline_pass_names());
+        goto done;
+    }
+    if (strcmp(format, "text") && strcmp(format, "dot")) {
+        kl_error("kiln ir: unknown format '%s' (text or dot)", format);
+        goto done;
+    }
+    kl_lower_opts lo = {ov.n ? ov.kv : NULL};
+    ir_graph *g = kl_load(file, &lo);
+    if (!g)
+        goto done;
+    kl_pipeline_opts po = {.stop_after = after, .verify = verify};
+    if (kl_pipeline_run(g, &po) == 0) {
+        char *text = !strcmp(format, "dot") ? ir_print_dot(g) : ir_print(g);
+        rc = write_output(out, text) ? 1 : 0;
+        free(text);
+    }
+    ir_graph_free(g);
+done:
+    free_overrides(&ov);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
+        printf("kiln %s\n", KILN_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "ir"))
+        return cmd_ir(argc - 2, argv + 2);
+    kl_error("unknown command '%s' (see kiln --help)", cmd);
+    return 2;
+}
