@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kiln's build, tests and demo need, when any
+# is missing. Safe to run again; does nothing when all are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  flex bison
+  zlib1g-dev
+  libopenblas-dev
+  libopenmpi-dev openmpi-bin
+  libcmocka-dev
+  llvm-14-tools   # FileCheck for the golden tests
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Round trip of the IR text form after every pass:
+# print(parse(print(g))) == print(g).
+set -euo pipefail
+kiln=$1 model=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passes=$("$kiln" ir --help | sed -n 's/.*passes: \(.*\)$/\1/p' | tr -d ',')
+for pass in $passes all; do
+  "$kiln" ir "$model" --after "$pass" -o "$tmp/a.kir"
+  "$kiln" ir "$tmp/a.kir" --after lower -o "$tmp/b.kir"
+  if ! cmp -s "$tmp/a.kir" "$tmp/b.kir"; then
+    echo "round trip differs for $model after $pass:"
+    diff "$tmp/a.kir" "$tmp/b.kir" | head -20
+    exit 1
+  fi
+done
+echo "round trip holds for $model after: $passes all"
