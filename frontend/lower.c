@@ -76,7 +76,7 @@ static void fail_at(lower *L, kl_loc loc, const char *fmt, ...)
 static const char *lv_kind_words(const lv *v)
 {
     switch (v->kind) {
-    case LV_NONE: return "nothing";
+    case LV_NONE: return "the result of a def with no return";
     case LV_TENSOR: return "a tensor";
     case LV_NUM: return "a number";
     case LV_STR: return v->word ? "a name" : "a string";
@@ -139,6 +139,7 @@ static const ast_def *find_def(lower *L, const char *name)
 
 /* ---- values ---- */
 
+/* is_int only where f is an integer small enough to convert exactly. */
 static lv num_lv(double f, bool is_int, kl_loc loc)
 {
     lv v = {.kind = LV_NUM, .f = f, .is_int = is_int, .i = is_int ? (int64_t)f : 0, .loc = loc};
@@ -291,8 +292,13 @@ static lv arith(lower *L, frame *f, int op, lv a, lv b, kl_loc loc)
 static lv eval(lower *L, frame *f, const ast_expr *e)
 {
     switch (e->kind) {
-    case AST_NUM:
-        return num_lv(e->is_int ? (double)e->ival : e->num, e->is_int, e->loc);
+    case AST_NUM: {
+        /* An integer literal keeps its exact value, beyond a double's 2^53. */
+        lv v = num_lv(e->is_int ? (double)e->ival : e->num, false, e->loc);
+        v.is_int = e->is_int;
+        v.i = e->is_int ? e->ival : 0;
+        return v;
+    }
     case AST_STR:
         return (lv){.kind = LV_STR, .s = e->s, .loc = e->loc};
     case AST_IDENT: {
@@ -314,8 +320,12 @@ static lv eval(lower *L, frame *f, const ast_expr *e)
     }
     case AST_NEG: {
         lv a = eval(L, f, e->a);
-        if (a.kind == LV_NUM)
-            return num_lv(-a.f, a.is_int, e->loc);
+        if (a.kind == LV_NUM) {
+            a.f = -a.f;
+            a.i = -a.i; /* a literal is at most INT64_MAX, so this cannot overflow */
+            a.loc = e->loc;
+            return a;
+        }
         if (a.kind == LV_STR && a.word)
             unknown_name(L, &a);
         if (a.kind != LV_TENSOR)
@@ -633,16 +643,16 @@ static bool call_builtin(lower *L, frame *f, const ast_expr *e, lv *out)
         fail_at(L, x->loc, "%s needs a tensor, not %s", e->s, lv_kind_words(x));
     }
     const ir_type *t = type_of(L, x);
-    int64_t axis = 1;
+    double axis = 1;
     if (is_dim) {
-        double a = as_number(L, &ca.pos[1], "the axis");
-        axis = (int64_t)a;
-        if (a != floor(a))
+        axis = as_number(L, &ca.pos[1], "the axis");
+        if (axis != floor(axis))
             fail_at(L, ca.pos[1].loc, "the axis must be an integer");
     }
-    int ax = axis < 0 ? (int)(axis + t->rank) : (int)axis;
-    if (ax < 0 || ax >= t->rank)
-        fail_at(L, e->loc, "%s: axis %lld is out of range for rank %d", e->s, (long long)axis, t->rank);
+    /* Range-checked as a double: a huge axis must not reach an int. */
+    if (axis < -t->rank || axis >= t->rank)
+        fail_at(L, e->loc, "%s: axis %g is out of range for rank %d", e->s, axis, t->rank);
+    int ax = axis < 0 ? (int)axis + t->rank : (int)axis;
     *out = num_lv((double)t->dim[ax], true, e->loc);
     return true;
 }
@@ -769,7 +779,8 @@ static void exec_param(lower *L, frame *f, const ast_stmt *s)
     ir_type t;
     eval_type(L, f, s->type, IR_F32, &t, "a param");
     if (!ir_dtype_is_float(t.dtype))
-        fail_at(L, s->type->loc, "a param must have a float dtype");
+        fail_at(L, s->type->loc, "a param must have a float dtype (f16, bf16, f32 or f64), not %s",
+                ir_dtype_name(t.dtype));
     const ast_arg *init = NULL;
     int decay = -1;
     for (const ast_arg *o = s->opts; o; o = o->next) {

@@ -7,6 +7,7 @@
 %define api.pure full
 %define api.prefix {kl_yy}
 %define parse.error custom
+%define parse.lac full
 %locations
 %expect 0
 
@@ -269,22 +270,39 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, stru
         return 0;
     yysymbol_kind_t exp[YYNTOKENS];
     int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS);
-    /* Collapse the tokens that start an expression into one phrase. */
-    bool has_expr = false;
+    /* Collapse the tokens that start an expression into one phrase, and
+     * the binary operators that may continue one into another. */
+    bool has_expr = false, has_binop = false, has_close = false;
     int count = 0;
-    for (int i = 0; i < n; i++)
-        if (exp[i] == YYSYMBOL_NUMBER)
-            has_expr = true;
+    for (int i = 0; i < n; i++) {
+        has_expr |= exp[i] == YYSYMBOL_NUMBER;
+        has_binop |= !strcmp(yysymbol_name(exp[i]), "'@'");
+        has_close |= !strcmp(yysymbol_name(exp[i]), "'}'");
+    }
     const char *names[YYNTOKENS];
     if (has_expr)
         names[count++] = "an expression";
+    if (has_binop)
+        names[count++] = "an operator";
     for (int i = 0; i < n; i++) {
         yysymbol_kind_t k = exp[i];
         const char *name = yysymbol_name(k);
         if (has_expr && (k == YYSYMBOL_NUMBER || k == YYSYMBOL_STRING || k == YYSYMBOL_IDENT || !strcmp(name, "'-'") ||
                          !strcmp(name, "'('") || !strcmp(name, "'['")))
             continue;
+        if (has_binop && strchr("+-*/@", name[1]) && name[0] == '\'' && name[2] == '\'')
+            continue;
         names[count++] = name;
+    }
+    /* A block left open shows up as the end of the file or the next
+     * block's keyword where a statement was expected: the only way on is a
+     * '}', so say that, and where the block began. */
+    yysymbol_kind_t t = yypcontext_token(ctx);
+    bool unclosed = has_close && ps->brace_depth > 0 &&
+                    (t == YYSYMBOL_YYEOF || t == YYSYMBOL_DEF || t == YYSYMBOL_MODEL || t == YYSYMBOL_TRAIN);
+    if (unclosed) {
+        names[0] = "'}'";
+        count = 1;
     }
     kl_buf msg = {0};
     kl_buf_puts(&msg, "unexpected ");
@@ -297,6 +315,10 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, stru
     const KL_YYLTYPE *loc = yypcontext_location(ctx);
     kl_error_at(ps->src, L(*loc), "%s", msg.s);
     kl_buf_free(&msg);
+    if (unclosed) {
+        int d = ps->brace_depth < (int)KL_ARRAY_LEN(ps->open_brace) ? ps->brace_depth : (int)KL_ARRAY_LEN(ps->open_brace);
+        kl_note_at(ps->src, ps->open_brace[d - 1], "this '{' has no matching '}'");
+    }
     ps->reported = true;
     return 0;
 }

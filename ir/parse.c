@@ -363,11 +363,12 @@ static void parse_attrs_body(parser *p, ir_attrs *a, char close)
 static void parse_type(parser *p, ir_type *t)
 {
     kl_loc loc = p->t.loc;
-    char *name = take_ident(p, "a dtype");
-    int dt = ir_dtype_from_name(name);
-    free(name);
+    if (p->t.kind != T_IDENT)
+        expected(p, "a dtype");
+    int dt = ir_dtype_from_name(p->t.text);
     if (dt < 0)
-        fail_at(p, loc, "unknown dtype (expected u8, i32, i64, f16, bf16, f32 or f64)");
+        fail_at(p, loc, "unknown dtype '%s' (expected u8, i32, i64, f16, bf16, f32 or f64)", p->t.text);
+    next(p);
     t->dtype = dt;
     t->rank = 0;
     expect_punct(p, '[');
@@ -419,13 +420,10 @@ static void parse_decl(parser *p, ir_value_kind kind)
     next(p);
     if (p->t.kind != T_VALUE)
         expected(p, "a value name");
-    kl_loc loc = p->t.loc;
+    if (ir_find_value(p->g, p->t.text) >= 0)
+        fail_at(p, p->t.loc, "'%%%s' is defined twice", p->t.text);
     char *name = kl_xstrdup(p->t.text);
     next(p);
-    if (ir_find_value(p->g, name) >= 0) {
-        free(name);
-        fail_at(p, loc, "value defined twice");
-    }
     ir_type t;
     if (!is_punct(p, ':')) {
         free(name);
@@ -474,9 +472,9 @@ static void parse_node(parser *p)
         nt->names[nout] = kl_xstrdup(p->t.text);
         for (int i = 0; i < nout; i++)
             if (!strcmp(nt->names[i], nt->names[nout]))
-                fail_at(p, p->t.loc, "value defined twice");
+                fail_at(p, p->t.loc, "'%%%s' is defined twice", nt->names[nout]);
         if (ir_find_value(p->g, nt->names[nout]) >= 0)
-            fail_at(p, p->t.loc, "value defined twice");
+            fail_at(p, p->t.loc, "'%%%s' is defined twice", nt->names[nout]);
         next(p);
         expect_punct(p, ':');
         parse_type(p, &types[nout++]);
@@ -533,11 +531,12 @@ static void parse_node(parser *p)
         fail_at(p, oploc, "%s", inf.err);
     for (int i = 0; i < nout; i++) {
         if (!ir_type_eq(&inf.out[i], &types[i])) {
-            char *want = ir_type_str(&inf.out[i]);
+            char *want = ir_type_str(&inf.out[i]), *have = ir_type_str(&types[i]);
             char msg[200];
-            snprintf(msg, sizeof msg, "%s gives %s here", nt->opname, want);
+            snprintf(msg, sizeof msg, "'%%%s' is written %s, but %s gives %s", nt->names[i], have, nt->opname, want);
             free(want);
-            fail_at(p, name_locs[i], "type of '%%%s' does not match: %s", nt->names[i], msg);
+            free(have);
+            fail_at(p, name_locs[i], "%s", msg);
         }
     }
     ir_node *n = ir_add_node(p->g, op, nt->in.v, nt->in.n, &nt->attrs, types,

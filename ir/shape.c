@@ -15,6 +15,20 @@ int ir_infer_error(ir_infer *inf, const char *fmt, ...)
     return -1;
 }
 
+/* Whether t has more than 2^50 elements, the most any tensor may have (IR
+ * dumps are held to the same bound), so that sizes never overflow. */
+static bool too_many_elements(const ir_type *t)
+{
+    const int64_t limit = (int64_t)1 << 50;
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dim[i] > limit / n)
+            return true;
+        n *= t->dim[i] > 0 ? t->dim[i] : 1;
+    }
+    return false;
+}
+
 int ir_infer_run(ir_infer *inf)
 {
     const ir_op_info *info = &ir_ops[inf->op];
@@ -34,6 +48,9 @@ int ir_infer_run(ir_infer *inf)
     memset(inf->out, 0, sizeof inf->out);
     if (info->shape(inf))
         return -1;
+    for (int i = 0; i < info->nout && i < (int)KL_ARRAY_LEN(inf->out); i++)
+        if (too_many_elements(&inf->out[i]))
+            return ir_infer_error(inf, "%s: the result would have more than 2^50 elements", info->name);
     /* A rule may have added attributes; put them back in the spec's order. */
     return ir_attrs_normalize(inf->op, inf->attrs, inf->err, sizeof inf->err);
 }
@@ -190,12 +207,18 @@ int ir_shape_conv2d(ir_infer *inf)
     ir_attr_ints(inf->attrs, "dilation", d, 2);
     if (g < 1 || s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0)
         return ir_infer_error(inf, "conv2d: stride, dilation and groups must be positive and pad not negative");
+    if (p[0] > ((int64_t)1 << 40) || p[1] > ((int64_t)1 << 40))
+        return ir_infer_error(inf, "conv2d: pad must be at most 2^40");
     if (x->dim[1] % g || w->dim[0] % g)
         return ir_infer_error(inf, "conv2d: groups = %lld must divide the input channels (%lld) and the output channels (%lld)",
                               (long long)g, (long long)x->dim[1], (long long)w->dim[0]);
-    if (w->dim[1] * g != x->dim[1])
-        return ir_infer_error(inf, "conv2d: the input has %lld channels but the kernel expects %lld",
-                              (long long)x->dim[1], (long long)(w->dim[1] * g));
+    if (w->dim[1] != x->dim[1] / g) {
+        if (g == 1)
+            return ir_infer_error(inf, "conv2d: the input has %lld channels but the kernel expects %lld",
+                                  (long long)x->dim[1], (long long)w->dim[1]);
+        return ir_infer_error(inf, "conv2d: the input has %lld channels per group but the kernel expects %lld",
+                              (long long)(x->dim[1] / g), (long long)w->dim[1]);
+    }
     if (inf->nin == 3) {
         const ir_type *bias = &inf->in[2];
         if (bias->rank != 1 || bias->dim[0] != w->dim[0] || same_dtype(inf, 0, 2))
@@ -206,12 +229,14 @@ int ir_shape_conv2d(ir_infer *inf)
     *o = *x;
     o->dim[1] = w->dim[0];
     for (int i = 0; i < 2; i++) {
-        int64_t span = d[i] * (w->dim[2 + i] - 1) + 1, in = x->dim[2 + i] + 2 * p[i];
-        if (in < span)
+        /* The dilated kernel spans d * (k - 1) + 1; compared by division,
+         * as a huge dilation would overflow the product. */
+        int64_t k = w->dim[2 + i], in = x->dim[2 + i] + 2 * p[i];
+        if (k > 1 && d[i] > (in - 1) / (k - 1))
             return ir_infer_error(inf, "conv2d: the kernel (%lldx%lld) is larger than the padded input (%lldx%lld)",
                                   (long long)w->dim[2], (long long)w->dim[3],
                                   (long long)(x->dim[2] + 2 * p[0]), (long long)(x->dim[3] + 2 * p[1]));
-        o->dim[2 + i] = (in - span) / s[i] + 1;
+        o->dim[2 + i] = (in - (d[i] * (k - 1) + 1)) / s[i] + 1;
     }
     return 0;
 }
@@ -225,20 +250,33 @@ int ir_shape_reshape(ir_infer *inf)
         return ir_infer_error(inf, "reshape: shape must be a list of at most %d integers", IR_MAX_RANK);
     int64_t total = ir_type_numel(&inf->in[0]), known = 1;
     int hole = -1;
+    bool fits = true; /* the product of the known sizes is at most total */
     for (int i = 0; i < n; i++) {
         if (shape[i] == -1 && hole < 0)
             hole = i;
         else if (shape[i] <= 0)
             return ir_infer_error(inf, "reshape: dimensions must be positive (one may be -1)");
+        else if (known > total / shape[i])
+            fits = false; /* and the product could overflow */
         else
             known *= shape[i];
     }
-    if (hole >= 0 && known > 0 && total % known == 0)
-        shape[hole] = total / known, known = total;
+    kl_buf want = {0};
+    for (int i = 0; i < n; i++)
+        kl_buf_printf(&want, "%s%lld", i ? ", " : "", (long long)shape[i]);
     char b[96];
-    if (known != total)
-        return ir_infer_error(inf, "reshape: cannot reshape %s (%lld elements) to the requested shape",
-                              tstr(&inf->in[0], b, sizeof b), (long long)total);
+    int rc = 0;
+    if (fits && hole >= 0 && total % known == 0)
+        shape[hole] = total / known;
+    else if (hole >= 0)
+        rc = ir_infer_error(inf, "reshape: cannot reshape %s (%lld elements) to [%s]: the other sizes do not divide %lld",
+                            tstr(&inf->in[0], b, sizeof b), (long long)total, want.s, (long long)total);
+    else if (!fits || known != total)
+        rc = ir_infer_error(inf, "reshape: cannot reshape %s (%lld elements) to [%s]",
+                            tstr(&inf->in[0], b, sizeof b), (long long)total, want.s ? want.s : "");
+    kl_buf_free(&want);
+    if (rc)
+        return rc;
     ir_type *o = &inf->out[0];
     o->dtype = inf->in[0].dtype;
     o->rank = n;
@@ -356,7 +394,7 @@ int ir_shape_slice(ir_infer *inf)
     ir_attrs_set_int(inf->attrs, "start", start);
     ir_attrs_set_int(inf->attrs, "end", end);
     inf->out[0] = *x;
-    inf->out[0].dim[axis] = (end - start + step - 1) / step;
+    inf->out[0].dim[axis] = (end - start - 1) / step + 1; /* no overflow for a huge step */
     return 0;
 }
 
@@ -466,17 +504,18 @@ int ir_shape_pool(ir_infer *inf)
     const char *name = ir_op_name(inf->op);
     if (k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1 || p[0] < 0 || p[1] < 0)
         return ir_infer_error(inf, "%s: size and stride must be positive and pad not negative", name);
-    if (p[0] * 2 > k[0] || p[1] * 2 > k[1])
+    if (p[0] > k[0] / 2 || p[1] > k[1] / 2)
         return ir_infer_error(inf, "%s: pad must be at most half the window size", name);
     ir_type *o = &inf->out[0];
     *o = *x;
     for (int i = 0; i < 2; i++) {
-        int64_t in = x->dim[2 + i] + 2 * p[i];
-        if (in < k[i])
+        /* k - 2p: no overflow, as pad is at most half the window. */
+        int64_t slack = k[i] - 2 * p[i];
+        if (slack > x->dim[2 + i])
             return ir_infer_error(inf, "%s: the window (%lldx%lld) is larger than the input (%lldx%lld)",
                                   name, (long long)k[0], (long long)k[1], (long long)x->dim[2],
                                   (long long)x->dim[3]);
-        o->dim[2 + i] = (in - k[i]) / s[i] + 1;
+        o->dim[2 + i] = (x->dim[2 + i] - slack) / s[i] + 1;
     }
     return 0;
 }

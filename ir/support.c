@@ -1,6 +1,7 @@
 #include "support.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,8 +256,28 @@ FILE *kl_diag_stream(void)
     return diag_stream ? diag_stream : stderr;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (before e) that encodes a
+ * printable character beyond ASCII, or 0. */
+static int utf8_char_len(const unsigned char *p, const unsigned char *e)
+{
+    int n = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : 0;
+    if (!n || e - p < n)
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    uint32_t c = n == 2 ? (p[0] & 0x1fu) : n == 3 ? (p[0] & 0x0fu) : (p[0] & 0x07u);
+    for (int i = 1; i < n; i++)
+        c = c << 6 | (p[i] & 0x3fu);
+    bool ok = c >= 0xa0 && !(c >= 0xd800 && c <= 0xdfff) && c <= 0x10ffff &&
+              (n != 3 || c >= 0x800) && (n != 4 || c >= 0x10000);
+    return ok ? n : 0;
+}
+
 /* Prints the source line of loc with a caret under the column. Tabs in the
- * line are kept in the caret line so the caret lines up. */
+ * line are kept in the caret line so the caret lines up. Control bytes and
+ * bytes that are not UTF-8 text (a binary file) print as '?', and a UTF-8
+ * character takes one column in the caret line, though several bytes. */
 static void show_line(FILE *out, const kl_source *src, kl_loc loc)
 {
     if (!src || !src->text || loc.line <= 0)
@@ -272,13 +293,25 @@ static void show_line(FILE *out, const kl_source *src, kl_loc loc)
         e++;
     if (e > p && e[-1] == '\r')
         e--;
-    fputs("  ", out);
-    for (const char *q = p; q < e; q++)
-        fputc((unsigned char)*q < 32 && *q != '\t' ? ' ' : *q, out);
-    fputs("\n  ", out);
-    for (int i = 1; i < loc.col && p + i - 1 < e; i++)
-        fputc(p[i - 1] == '\t' ? '\t' : ' ', out);
-    fputs("^\n", out);
+    if (e == p)
+        return; /* an empty line: nothing to point at */
+    const unsigned char *line = (const unsigned char *)p, *lend = (const unsigned char *)e;
+    const unsigned char *at = line + (loc.col > 1 ? loc.col - 1 : 0);
+    kl_buf text = {0}, caret = {0};
+    for (const unsigned char *q = line; q < lend;) {
+        int n = *q >= 0x80 ? utf8_char_len(q, lend) : 1;
+        bool printable = *q == '\t' || (*q >= 32 && *q < 127) || n > 1;
+        if (printable)
+            kl_buf_putn(&text, (const char *)q, (size_t)n);
+        else
+            kl_buf_putc(&text, '?');
+        if (q < at)
+            kl_buf_putc(&caret, *q == '\t' ? '\t' : ' ');
+        q += n ? n : 1;
+    }
+    fprintf(out, "  %s\n  %s^\n", text.s, caret.s ? caret.s : "");
+    kl_buf_free(&text);
+    kl_buf_free(&caret);
 }
 
 static void vreport(const char *kind, const kl_source *src, kl_loc loc, const char *fmt, va_list ap)
