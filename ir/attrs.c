@@ -62,6 +62,19 @@ bool ir_type_eq(const ir_type *a, const ir_type *b)
     return true;
 }
 
+bool ir_type_in_range(const ir_type *t)
+{
+    if (t->dtype <= IR_NONE || t->dtype >= IR_NDTYPES || t->rank < 0 || t->rank > IR_MAX_RANK)
+        return false;
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dim[i] < 1 || t->dim[i] > IR_MAX_DIM || n > IR_MAX_NUMEL / t->dim[i])
+            return false;
+        n *= t->dim[i];
+    }
+    return true;
+}
+
 void ir_type_print(kl_buf *b, const ir_type *t)
 {
     kl_buf_printf(b, "%s[", ir_dtype_name(t->dtype));
@@ -255,7 +268,7 @@ bool ir_attr_val_is_word(const ir_attr_val *v)
     return v->kind == IR_ATTR_STR && is_plain_ident(v->s);
 }
 
-static void print_string(kl_buf *b, const char *s)
+void ir_print_quoted(kl_buf *b, const char *s)
 {
     kl_buf_putc(b, '"');
     for (; *s; s++) {
@@ -287,7 +300,7 @@ void ir_attr_val_print(kl_buf *b, const ir_attr_val *v)
         if (is_plain_ident(v->s) && strcmp(v->s, "nan") && strcmp(v->s, "inf"))
             kl_buf_puts(b, v->s);
         else
-            print_string(b, v->s);
+            ir_print_quoted(b, v->s);
         break;
     case IR_ATTR_LIST:
         kl_buf_putc(b, '[');

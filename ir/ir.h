@@ -46,6 +46,11 @@ int ir_dtype_from_name(const char *name);
 /* ---- types ---- */
 
 #define IR_MAX_RANK 8
+/* Every tensor's sizes stay within these, so element and byte counts never
+ * overflow: the IR parser and lowering check declared types, and
+ * ir_infer_run checks what every shape rule gives. */
+#define IR_MAX_DIM ((int64_t)1 << 40)
+#define IR_MAX_NUMEL ((int64_t)1 << 50)
 
 typedef struct ir_type {
     ir_dtype dtype;
@@ -56,6 +61,8 @@ typedef struct ir_type {
 int64_t ir_type_numel(const ir_type *t);
 int64_t ir_type_bytes(const ir_type *t);
 bool ir_type_eq(const ir_type *a, const ir_type *b);
+/* Sizes in [1, IR_MAX_DIM], at most IR_MAX_NUMEL elements, a known dtype. */
+bool ir_type_in_range(const ir_type *t);
 /* "f32[128,10]" */
 void ir_type_print(kl_buf *b, const ir_type *t);
 char *ir_type_str(const ir_type *t); /* caller frees */
@@ -117,6 +124,9 @@ ir_attr_val ir_attr_val_float(double f);
 ir_attr_val ir_attr_val_str(const char *s);
 ir_attr_val ir_attr_val_ints(const int64_t *v, int n);
 void ir_attr_val_print(kl_buf *b, const ir_attr_val *v);
+/* "text", with the escapes ir_parse reads (\" \\ \n \t \xNN), so any
+ * string prints on one line and reads back the same. */
+void ir_print_quoted(kl_buf *b, const char *s);
 /* True for a name (an identifier), false for other strings. */
 bool ir_attr_val_is_word(const ir_attr_val *v);
 /* {a = 1, b = [1, 2]}; nothing when empty. */

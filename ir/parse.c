@@ -40,6 +40,7 @@ typedef struct parser {
     jmp_buf fail;
     int depth;
     node_tmp nt;
+    char *taken; /* take_ident's result while it reads the next token */
 } parser;
 
 #define MAX_NESTING 32
@@ -242,13 +243,17 @@ static void expect_punct(parser *p, char c)
     next(p);
 }
 
+/* The name is held in p->taken while the next token is read, so an error
+ * in that token frees it too. */
 static char *take_ident(parser *p, const char *what)
 {
     if (p->t.kind != T_IDENT)
         expected(p, what);
-    char *s = p->t.text;
+    p->taken = p->t.text;
     p->t.text = NULL;
     next(p);
+    char *s = p->taken;
+    p->taken = NULL;
     return s;
 }
 
@@ -297,16 +302,14 @@ static void parse_value(parser *p, ir_attr_val *v)
             v->loc = loc;
             next(p);
         } else {
-            char *name = take_ident(p, "a value");
+            /* v owns the name before the next token is read. */
+            v->kind = IR_ATTR_STR;
+            v->s = take_ident(p, "a value");
             if (is_punct(p, '(')) {
-                next(p);
                 v->kind = IR_ATTR_CALL;
-                v->s = name;
                 v->args = kl_xcalloc(1, sizeof *v->args);
+                next(p);
                 parse_attrs_body(p, v->args, ')');
-            } else {
-                v->kind = IR_ATTR_STR;
-                v->s = name;
             }
             v->loc = loc;
         }
@@ -379,7 +382,7 @@ static void parse_type(parser *p, ir_type *t)
             fail_at(p, p->t.loc, "more than %d dimensions", IR_MAX_RANK);
         kl_loc dl = p->t.loc;
         int64_t d = take_int(p, "a dimension");
-        if (d <= 0 || d > ((int64_t)1 << 40))
+        if (d <= 0 || d > IR_MAX_DIM)
             fail_at(p, dl, "dimension out of range");
         t->dim[t->rank++] = d;
     }
@@ -387,7 +390,7 @@ static void parse_type(parser *p, ir_type *t)
     /* Guard against sizes whose byte count overflows. */
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++) {
-        if (n > ((int64_t)1 << 50) / t->dim[i])
+        if (n > IR_MAX_NUMEL / t->dim[i])
             fail_at(p, loc, "tensor too large");
         n *= t->dim[i];
     }
@@ -422,17 +425,16 @@ static void parse_decl(parser *p, ir_value_kind kind)
         expected(p, "a value name");
     if (ir_find_value(p->g, p->t.text) >= 0)
         fail_at(p, p->t.loc, "'%%%s' is defined twice", p->t.text);
-    char *name = kl_xstrdup(p->t.text);
+    /* The line's temporaries hold the name, so an error frees it. */
+    char **name = &p->nt.names[0];
+    *name = kl_xstrdup(p->t.text);
     next(p);
     ir_type t;
-    if (!is_punct(p, ':')) {
-        free(name);
-        expected(p, "':'");
-    }
-    next(p);
+    expect_punct(p, ':');
     parse_type(p, &t);
-    int id = ir_declare(p->g, kind, name, &t, (kl_loc){0, 0});
-    free(name);
+    int id = ir_declare(p->g, kind, *name, &t, (kl_loc){0, 0});
+    free(*name);
+    *name = NULL;
     ir_value *v = ir_val(p->g, id);
     if (is_punct(p, '{')) {
         next(p);
@@ -621,6 +623,7 @@ ir_graph *ir_parse(const kl_source *src)
     parser p = {.src = src, .line = 1, .col = 1};
     if (setjmp(p.fail)) {
         free(p.t.text);
+        free(p.taken);
         node_tmp_free(&p.nt);
         ir_graph_free(p.g);
         return NULL;

@@ -44,18 +44,6 @@ static void print_loc(kl_buf *b, kl_loc loc)
         kl_buf_printf(b, " @%d:%d", loc.line, loc.col);
 }
 
-static void print_quoted(kl_buf *b, const char *s)
-{
-    /* Always quoted: a path is not an identifier. */
-    kl_buf_putc(b, '"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            kl_buf_putc(b, '\\');
-        kl_buf_putc(b, *s);
-    }
-    kl_buf_putc(b, '"');
-}
-
 void ir_print_node(kl_buf *b, const ir_graph *g, const ir_node *n)
 {
     kl_buf_puts(b, "  ");
@@ -89,8 +77,9 @@ char *ir_print(const ir_graph *g)
     kl_buf b = {0};
     kl_buf_printf(&b, "graph %s {\n", g->name);
     if (g->source) {
+        /* Always quoted: a path is not an identifier. */
         kl_buf_puts(&b, "  source ");
-        print_quoted(&b, g->source);
+        ir_print_quoted(&b, g->source);
         kl_buf_putc(&b, '\n');
     }
     if (g->passes.n) {

@@ -6,6 +6,8 @@
 
 #include "shape.h"
 
+static const char *tstr(const ir_type *t, char *buf, size_t n);
+
 int ir_infer_error(ir_infer *inf, const char *fmt, ...)
 {
     va_list ap;
@@ -13,20 +15,6 @@ int ir_infer_error(ir_infer *inf, const char *fmt, ...)
     vsnprintf(inf->err, sizeof inf->err, fmt, ap);
     va_end(ap);
     return -1;
-}
-
-/* Whether t has more than 2^50 elements, the most any tensor may have (IR
- * dumps are held to the same bound), so that sizes never overflow. */
-static bool too_many_elements(const ir_type *t)
-{
-    const int64_t limit = (int64_t)1 << 50;
-    int64_t n = 1;
-    for (int i = 0; i < t->rank; i++) {
-        if (t->dim[i] > limit / n)
-            return true;
-        n *= t->dim[i] > 0 ? t->dim[i] : 1;
-    }
-    return false;
 }
 
 int ir_infer_run(ir_infer *inf)
@@ -48,9 +36,16 @@ int ir_infer_run(ir_infer *inf)
     memset(inf->out, 0, sizeof inf->out);
     if (info->shape(inf))
         return -1;
-    for (int i = 0; i < info->nout && i < (int)KL_ARRAY_LEN(inf->out); i++)
-        if (too_many_elements(&inf->out[i]))
-            return ir_infer_error(inf, "%s: the result would have more than 2^50 elements", info->name);
+    /* Attributes can ask for any size (broadcast, const): no result may
+     * leave the range IR dumps are held to, so sizes never overflow later
+     * and every graph prints as a dump that reads back. */
+    for (int i = 0; i < info->nout && i < (int)KL_ARRAY_LEN(inf->out); i++) {
+        if (!ir_type_in_range(&inf->out[i])) {
+            char t[96];
+            return ir_infer_error(inf, "%s: the result %s is out of range (sizes 1 to 2^40, at most 2^50 elements)",
+                                  info->name, tstr(&inf->out[i], t, sizeof t));
+        }
+    }
     /* A rule may have added attributes; put them back in the spec's order. */
     return ir_attrs_normalize(inf->op, inf->attrs, inf->err, sizeof inf->err);
 }

@@ -36,6 +36,8 @@ static void check_values(verifier *vf)
         for (int j = 0; j < i; j++)
             if (!strcmp(ir_val(g, j)->name, v->name))
                 bad(vf, "two values are named %%%s", v->name);
+        if (!ir_type_in_range(&v->type))
+            bad(vf, "%%%s has a type out of range (sizes 1 to 2^40, at most 2^50 elements)", v->name);
         if (v->kind == IR_VAL_TEMP) {
             if (v->def < 0 || v->def >= g->nodes.n) {
                 bad(vf, "temporary %%%s has no defining node", v->name);
