@@ -6,6 +6,7 @@
  * here, so a hand-edited dump gets errors with the dump's own locations. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,9 @@ static void next(parser *p)
             t->kind = T_INT;
             t->i = strtoll(text, &end, 10);
         }
-        bool bad = *end || errno == ERANGE;
+        /* A float may underflow to a subnormal (the printer writes those,
+         * and strtod flags them ERANGE); only overflow is malformed. */
+        bool bad = *end || (errno == ERANGE && (!is_float || isinf(t->f)));
         free(text);
         if (bad)
             fail_at(p, t->loc, "malformed number");

@@ -533,8 +533,10 @@ int ir_shape_batchnorm(ir_infer *inf)
     const ir_type *x = &inf->in[0];
     if (need_float(inf, 0))
         return -1;
+    char b[96];
     if (x->rank != 2 && x->rank != 4)
-        return need_rank(inf, 0, 4, 4, "an input [N, C] or [N, C, H, W]");
+        return ir_infer_error(inf, "%s needs an input [N, C] or [N, C, H, W], got %s", ir_op_name(inf->op),
+                              tstr(x, b, sizeof b));
     if (check_norm_operands(inf, x->dim[1], "one value per channel"))
         return -1;
     double eps = ir_attr_float(inf->attrs, "eps", 1e-5), m = ir_attr_float(inf->attrs, "momentum", 0.1);
