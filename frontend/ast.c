@@ -36,15 +36,19 @@ DEFINE_APPEND(ast_stmt_append, ast_stmt)
 DEFINE_APPEND(ast_param_append, ast_param)
 DEFINE_APPEND(ast_item_append, ast_item)
 
+/* Iterates down the first operand: a chain a + b + c + ... grows to the
+ * left without growing the parser's stack, so it may be as long as the
+ * file. The recursion that remains is bounded by the parser's stack. */
 void ast_expr_free(ast_expr *e)
 {
-    if (!e)
-        return;
-    free(e->s);
-    ast_expr_free(e->a);
-    ast_expr_free(e->b);
-    ast_args_free(e->args);
-    free(e);
+    while (e) {
+        ast_expr *first = e->a;
+        free(e->s);
+        ast_expr_free(e->b);
+        ast_args_free(e->args);
+        free(e);
+        e = first;
+    }
 }
 
 void ast_args_free(ast_arg *a)

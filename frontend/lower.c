@@ -56,12 +56,18 @@ typedef struct lower {
     jmp_buf fail;
     KL_VEC(const ast_def *) defs;
     int64_t batch;
+    int depth; /* eval's nesting, across inlined calls */
     /* What a call holds while it is built; freed on the error path too. */
     ir_attrs tmp_attrs;
     ir_attr_val tmp_val;
 } lower;
 
 #define MAX_CALL_DEPTH 64
+/* Evaluation recurses through nested expressions and inlined calls, up to
+ * 18 KiB of stack a level under AddressSanitizer (a call's argument lists
+ * and operand types live on the stack), so the nesting is bounded to stay
+ * well inside an 8 MiB stack; real models nest a few dozen levels. */
+#define MAX_EVAL_DEPTH 200
 
 static KL_NORETURN void fail_at(lower *L, kl_loc loc, const char *fmt, ...) KL_PRINTF(3, 4);
 static void fail_at(lower *L, kl_loc loc, const char *fmt, ...)
@@ -289,7 +295,20 @@ static lv arith(lower *L, frame *f, int op, lv a, lv b, kl_loc loc)
     return tensor_lv(emit(L, f, irop, in, 2, NULL, loc), loc);
 }
 
+static lv eval_expr(lower *L, frame *f, const ast_expr *e);
+
 static lv eval(lower *L, frame *f, const ast_expr *e)
+{
+    if (L->depth >= MAX_EVAL_DEPTH)
+        fail_at(L, e->loc, "expressions and calls nested more than %d deep (split this into several statements)",
+                MAX_EVAL_DEPTH);
+    L->depth++;
+    lv v = eval_expr(L, f, e);
+    L->depth--;
+    return v;
+}
+
+static lv eval_expr(lower *L, frame *f, const ast_expr *e)
 {
     switch (e->kind) {
     case AST_NUM: {

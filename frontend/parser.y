@@ -23,6 +23,10 @@ typedef void *yyscan_t;
 %code {
 #include <string.h>
 
+/* The parser's stack limit (bison's default), named so that the message
+ * for a file nested deeper than that can say so. */
+#define YYMAXDEPTH 10000
+
 int kl_yylex(KL_YYSTYPE *lval, KL_YYLTYPE *lloc, yyscan_t scanner);
 
 static kl_loc L(KL_YYLTYPE l)
@@ -33,7 +37,10 @@ static kl_loc L(KL_YYLTYPE l)
 static void kl_yyerror(KL_YYLTYPE *loc, yyscan_t scanner, struct parse_state *ps, const char *msg)
 {
     (void)scanner;
-    if (!ps->reported)
+    /* Bison's only other message: its stack (YYMAXDEPTH) is full. */
+    if (!ps->reported && !strcmp(msg, "memory exhausted"))
+        kl_error_at(ps->src, L(*loc), "nested more than %d deep", YYMAXDEPTH);
+    else if (!ps->reported)
         kl_error_at(ps->src, L(*loc), "%s", msg);
     ps->reported = true;
 }
