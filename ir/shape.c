@@ -124,6 +124,8 @@ int ir_shape_const(ir_infer *inf)
     ir_type *o = &inf->out[0];
     o->dtype = ir_dtype_from_name(ir_attr_str(inf->attrs, "dtype", "f32"));
     int n = ir_attr_ints(inf->attrs, "shape", o->dim, IR_MAX_RANK);
+    if (n < 0 && ir_attrs_find(inf->attrs, "shape"))
+        return ir_infer_error(inf, "const: shape must be a list of at most %d sizes", IR_MAX_RANK);
     o->rank = n < 0 ? 0 : n;
     for (int i = 0; i < o->rank; i++)
         if (o->dim[i] <= 0)
@@ -415,6 +417,9 @@ int ir_shape_reduce(ir_infer *inf)
     bool keep = ir_attr_int(inf->attrs, "keepdim", 0), red[IR_MAX_RANK] = {0};
     if (inf->op != IR_OP_MAX && need_float(inf, 0))
         return -1;
+    /* -1 also when the list is too long, and then axes is not filled in. */
+    if (n < 0 && ir_attrs_find(inf->attrs, "axis"))
+        return ir_infer_error(inf, "%s: axis must be a list of at most %d axes", ir_op_name(inf->op), IR_MAX_RANK);
     if (n < 0) {
         n = x->rank;
         for (int i = 0; i < n; i++)
