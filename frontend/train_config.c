@@ -315,8 +315,21 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
     } else if (!find_key(key)) {
         kl_error("--%s is not a train setting", key);
         rc = -1;
+    } else if (!strcmp(key, "data") && !strncmp(text, "synthetic:", 10)) {
+        /* --data synthetic:N */
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("synthetic")};
+        call.args = kl_xcalloc(1, sizeof *call.args);
+        ir_attrs_set(call.args, "samples", value_from_text(text + 10));
+        ir_attrs_set(&tmp, key, call);
+        rc = check_one(&tmp.v[0], &src);
     } else {
-        ir_attrs_set(&tmp, key, value_from_text(text));
+        ir_attr_val v = value_from_text(text);
+        if (!strcmp(key, "data") && v.kind != IR_ATTR_STR) {
+            /* A path that looks like a number is still a path. */
+            ir_attr_val_free(&v);
+            v = ir_attr_val_str(text);
+        }
+        ir_attrs_set(&tmp, key, v);
         rc = check_one(&tmp.v[0], &src);
     }
     if (!rc) {

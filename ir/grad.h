@@ -10,10 +10,14 @@
 
 #include "ir.h"
 
+typedef KL_VEC(int) ir_int_vec;
+
 struct ir_grad_ctx {
     ir_graph *g;
-    /* Per value: the ids of the gradient contributions collected so far. */
-    KL_VEC(int) *contrib;
+    /* Per forward value (ids below ncontrib): the gradient contributions
+     * collected so far, and whether the value needs a gradient at all. */
+    ir_int_vec *contrib;
+    bool *wanted;
     int ncontrib;
 };
 
@@ -26,7 +30,7 @@ void ir_grad_put(ir_grad_ctx *c, int v, int g);
 bool ir_grad_wanted(ir_grad_ctx *c, int v);
 
 #define IR_GRAD_RULES(X) \
-    X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(neg) X(relu) X(gelu) X(tanh) X(sigmoid) \
+    X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(relu) X(gelu) X(tanh) X(sigmoid) \
     X(exp) X(log) X(sqrt) X(rsqrt) X(cast) X(matmul) X(conv2d) X(reshape) X(transpose)      \
     X(permute) X(broadcast) X(concat) X(slice) X(embedding) X(sum) X(mean) X(max)           \
     X(softmax) X(log_softmax) X(cross_entropy) X(maxpool) X(avgpool) X(batchnorm)           \

@@ -43,6 +43,7 @@ void ir_graph_free(ir_graph *g)
     for (int i = 0; i < g->reports.n; i++)
         free(g->reports.v[i].name);
     kl_vec_free(g->reports);
+    kl_vec_free(g->grads);
     for (int i = 0; i < g->passes.n; i++)
         free(g->passes.v[i]);
     kl_vec_free(g->passes);
@@ -88,10 +89,20 @@ ir_graph *ir_graph_clone(const ir_graph *g)
         ir_report r = {kl_xstrdup(g->reports.v[i].name), g->reports.v[i].value};
         kl_vec_push(c->reports, r);
     }
+    for (int i = 0; i < g->grads.n; i++)
+        kl_vec_push(c->grads, g->grads.v[i]);
     for (int i = 0; i < g->passes.n; i++)
         kl_vec_push(c->passes, kl_xstrdup(g->passes.v[i]));
     ir_attrs_copy(&c->train, &g->train);
     return c;
+}
+
+int ir_grad_of(const ir_graph *g, int p)
+{
+    for (int i = 0; i < g->grads.n; i++)
+        if (g->grads.v[i].param == p)
+            return g->grads.v[i].grad;
+    return -1;
 }
 
 int ir_find_value(const ir_graph *g, const char *name)
@@ -186,7 +197,7 @@ int ir_emit(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *attrs
     const char *names[4] = {name};
     ir_node *n = ir_add_node(g, op, in, nin, &a, inf.out, names, (kl_loc){0, 0});
     ir_attrs_free(&a);
-    return n->out.v[0];
+    return n->out.n ? n->out.v[0] : -1;
 }
 
 int ir_emit1(ir_graph *g, ir_op op, int a, const char *name)
@@ -321,6 +332,110 @@ void ir_compact(ir_graph *g)
         g->loss = vmap[g->loss];
     for (int i = 0; i < g->reports.n; i++)
         g->reports.v[i].value = vmap[g->reports.v[i].value];
+    for (int i = 0; i < g->grads.n; i++) {
+        g->grads.v[i].param = vmap[g->grads.v[i].param];
+        g->grads.v[i].grad = vmap[g->grads.v[i].grad];
+        kl_check(g->grads.v[i].grad >= 0);
+    }
     free(vmap);
     free(nmap);
+}
+
+/* ---- reordering ---- */
+
+/* Puts the live nodes in a valid order: every operand defined before its
+ * reader, and a node that writes a persistent value in place after every
+ * other reader of that value. Among ready nodes the one earliest in the
+ * current order goes first, so a valid order is kept as it is and nodes
+ * appended out of place move to just where they are needed. */
+void ir_toposort(ir_graph *g)
+{
+    int n = g->nodes.n;
+    int *indeg = kl_xcalloc((size_t)n + 1, sizeof(int));
+    KL_VEC(int) *succ = kl_xcalloc((size_t)n + 1, sizeof *succ);
+    for (int j = 0; j < n; j++) {
+        ir_node *nd = g->nodes.v[j];
+        if (nd->dead)
+            continue;
+        for (int k = 0; k < nd->in.n; k++) {
+            ir_value *v = g->values.v[nd->in.v[k]];
+            if (v->def >= 0) {
+                kl_vec_push(succ[v->def], j);
+                indeg[j]++;
+            }
+            if (!ir_op_mutates(nd->op, k))
+                continue;
+            for (int u = 0; u < v->uses.n; u++) {
+                int r = v->uses.v[u].node;
+                if (r != j && !g->nodes.v[r]->dead) {
+                    kl_vec_push(succ[r], j);
+                    indeg[j]++;
+                }
+            }
+        }
+    }
+    /* Kahn's algorithm with a binary min-heap on the current index. */
+    int *heap = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), hn = 0;
+    int *order = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), on = 0;
+#define HPUSH(x)                                                             \
+    do {                                                                     \
+        int _i = hn++;                                                       \
+        heap[_i] = (x);                                                      \
+        while (_i > 0 && heap[(_i - 1) / 2] > heap[_i]) {                    \
+            int _t = heap[_i]; heap[_i] = heap[(_i - 1) / 2]; heap[(_i - 1) / 2] = _t; \
+            _i = (_i - 1) / 2;                                               \
+        }                                                                    \
+    } while (0)
+    for (int j = 0; j < n; j++)
+        if (!g->nodes.v[j]->dead && indeg[j] == 0)
+            HPUSH(j);
+    while (hn) {
+        int top = heap[0];
+        heap[0] = heap[--hn];
+        for (int i = 0;;) {
+            int l = 2 * i + 1, r = l + 1, m = i;
+            if (l < hn && heap[l] < heap[m]) m = l;
+            if (r < hn && heap[r] < heap[m]) m = r;
+            if (m == i) break;
+            int t = heap[i]; heap[i] = heap[m]; heap[m] = t;
+            i = m;
+        }
+        order[on++] = top;
+        for (int k = 0; k < succ[top].n; k++)
+            if (--indeg[succ[top].v[k]] == 0)
+                HPUSH(succ[top].v[k]);
+    }
+#undef HPUSH
+    int live = 0;
+    for (int j = 0; j < n; j++)
+        live += !g->nodes.v[j]->dead;
+    if (on != live)
+        kl_panic("the graph %s has a cycle (%d of %d nodes ordered)", g->name, on, live);
+    /* Dead nodes keep their relative place at the end. */
+    for (int j = 0; j < n; j++)
+        if (g->nodes.v[j]->dead)
+            order[on++] = j;
+    int *nmap = kl_xmalloc(sizeof(int) * (size_t)(n + 1));
+    ir_node **old = kl_xmalloc(sizeof(ir_node *) * (size_t)(n + 1));
+    memcpy(old, g->nodes.v, sizeof(ir_node *) * (size_t)n);
+    for (int k = 0; k < n; k++) {
+        nmap[order[k]] = k;
+        g->nodes.v[k] = old[order[k]];
+        g->nodes.v[k]->id = k;
+    }
+    for (int i = 0; i < g->values.n; i++) {
+        ir_value *v = g->values.v[i];
+        if (v->def >= 0)
+            v->def = nmap[v->def];
+        for (int u = 0; u < v->uses.n; u++)
+            v->uses.v[u].node = nmap[v->uses.v[u].node];
+    }
+    for (int j = 0; j < n; j++)
+        kl_vec_free(succ[j]);
+    free(succ);
+    free(indeg);
+    free(heap);
+    free(order);
+    free(nmap);
+    free(old);
 }

@@ -280,6 +280,12 @@ typedef struct ir_report {
     int value;
 } ir_report;
 
+/* A param and the value holding its gradient (set by autodiff). */
+typedef struct ir_grad_pair {
+    int param;
+    int grad;
+} ir_grad_pair;
+
 struct ir_graph {
     char *name;
     char *source; /* file it was lowered from (for locations) */
@@ -288,6 +294,7 @@ struct ir_graph {
     KL_VEC(int) decls;  /* inputs, params and state, in declaration order */
     int loss;           /* value id or -1 */
     KL_VEC(ir_report) reports;
+    KL_VEC(ir_grad_pair) grads;
     ir_attrs train;     /* the train block, key = value */
     KL_VEC(char *) passes; /* passes run so far, in order */
 };
@@ -318,10 +325,16 @@ void ir_replace_uses(ir_graph *g, int from, int to);
 void ir_set_operand(ir_graph *g, ir_node *n, int i, int v);
 /* Marks a node dead and drops its uses; its results must be unused. */
 void ir_kill_node(ir_graph *g, ir_node *n);
+/* Reorders the live nodes into a valid execution order (operands first,
+ * in-place writers after the other readers), keeping the current order
+ * where it is already valid. */
+void ir_toposort(ir_graph *g);
 /* Drops dead nodes and values nobody defines or uses; renumbers. */
 void ir_compact(ir_graph *g);
 bool ir_is_persistent(const ir_value *v);
 int ir_find_value(const ir_graph *g, const char *name);
+/* The gradient of param p, or -1. */
+int ir_grad_of(const ir_graph *g, int p);
 void ir_graph_mark_pass(ir_graph *g, const char *pass);
 
 /* ---- verifier, printer, parser, dot ---- */

@@ -27,6 +27,10 @@ bool ir_op_mutates(ir_op op, int i)
     switch (op) {
     case IR_OP_BATCHNORM:
         return i == 3 || i == 4; /* running mean and variance */
+    case IR_OP_SGD_UPDATE:
+        return i == 0 || i == 4; /* weight, momentum */
+    case IR_OP_ADAM_UPDATE:
+        return i == 0 || i == 4 || i == 5; /* weight, first and second moments */
     default:
         return false;
     }

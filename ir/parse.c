@@ -600,6 +600,28 @@ static void parse_graph_body(parser *p)
                 expected(p, "a value name");
             p->g->loss = lookup(p, p->t.loc, p->t.text);
             next(p);
+        } else if (is_word(p, "grad")) {
+            next(p);
+            if (p->t.kind != T_VALUE)
+                expected(p, "a param name");
+            kl_loc ploc = p->t.loc;
+            int param = lookup(p, ploc, p->t.text);
+            next(p);
+            expect_punct(p, '=');
+            if (p->t.kind != T_VALUE)
+                expected(p, "a value name");
+            kl_loc gloc = p->t.loc;
+            int grad = lookup(p, gloc, p->t.text);
+            next(p);
+            if (ir_val(p->g, param)->kind != IR_VAL_PARAM)
+                fail_at(p, ploc, "'%%%s' is not a param", ir_val(p->g, param)->name);
+            if (ir_grad_of(p->g, param) >= 0)
+                fail_at(p, ploc, "a second gradient for '%%%s'", ir_val(p->g, param)->name);
+            if (!ir_type_eq(&ir_val(p->g, param)->type, &ir_val(p->g, grad)->type) &&
+                ir_type_numel(&ir_val(p->g, param)->type) != ir_type_numel(&ir_val(p->g, grad)->type))
+                fail_at(p, gloc, "the gradient's shape differs from the param's");
+            ir_grad_pair gp = {param, grad};
+            kl_vec_push(p->g->grads, gp);
         } else if (is_word(p, "report")) {
             next(p);
             kl_loc loc = p->t.loc;

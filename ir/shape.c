@@ -587,3 +587,169 @@ int ir_shape_dropout(ir_infer *inf)
     inf->out[1].dtype = IR_U8;
     return 0;
 }
+
+/* ---- backward and update ops ---- */
+
+/* dy and a forward value of the same shape -> dx like dy. */
+int ir_shape_grad_elem(ir_infer *inf)
+{
+    const ir_type *dy = &inf->in[0], *z = &inf->in[1];
+    char a[96], b[96];
+    if (dy->rank != z->rank || memcmp(dy->dim, z->dim, sizeof(int64_t) * (size_t)dy->rank))
+        return ir_infer_error(inf, "%s: %s and %s differ in shape", ir_op_name(inf->op),
+                              tstr(dy, a, sizeof a), tstr(z, b, sizeof b));
+    if (need_float(inf, 0))
+        return -1;
+    if (inf->op == IR_OP_SOFTMAX_GRAD || inf->op == IR_OP_LOG_SOFTMAX_GRAD) {
+        int axis = ir_norm_axis(ir_attr_int(inf->attrs, "axis", -1), dy->rank);
+        if (axis < 0)
+            return ir_infer_error(inf, "%s: axis out of range", ir_op_name(inf->op));
+        ir_attrs_set_int(inf->attrs, "axis", axis);
+    }
+    inf->out[0] = *dy;
+    return 0;
+}
+
+/* Sums x down to a shape it broadcasts from. */
+int ir_shape_sum_to(ir_infer *inf)
+{
+    ir_type target = {inf->in[0].dtype, 0, {0}}, r;
+    target.rank = ir_attr_ints(inf->attrs, "shape", target.dim, IR_MAX_RANK);
+    char a[96], b[96];
+    if (target.rank < 0 || ir_broadcast_shapes(&target, &inf->in[0], &r) || !ir_type_eq(&r, &inf->in[0]))
+        return ir_infer_error(inf, "sum_to: %s does not broadcast to %s", tstr(&target, a, sizeof a),
+                              tstr(&inf->in[0], b, sizeof b));
+    inf->out[0] = target;
+    return 0;
+}
+
+/* dloss [], logits [N, C], labels [N] -> dlogits. */
+int ir_shape_cross_entropy_grad(ir_infer *inf)
+{
+    if (inf->in[0].rank != 0)
+        return ir_infer_error(inf, "cross_entropy_grad: the loss gradient must be a scalar");
+    ir_infer sub = *inf;
+    sub.in = inf->in + 1;
+    sub.nin = 2;
+    if (check_logits_labels(&sub)) {
+        memcpy(inf->err, sub.err, sizeof inf->err);
+        return -1;
+    }
+    inf->out[0] = inf->in[1];
+    return 0;
+}
+
+/* conv2d_grad_input(dy, w) -> dx of the given shape;
+ * conv2d_grad_weight(dy, x) -> dw of the given shape. The forward conv of
+ * the result with the other operand must give dy's shape. */
+int ir_shape_conv2d_grad(ir_infer *inf)
+{
+    ir_type res = {inf->in[0].dtype, 0, {0}};
+    res.rank = ir_attr_ints(inf->attrs, "shape", res.dim, IR_MAX_RANK);
+    if (res.rank != 4)
+        return ir_infer_error(inf, "%s: shape must have 4 dimensions", ir_op_name(inf->op));
+    bool input = inf->op == IR_OP_CONV2D_GRAD_INPUT;
+    ir_type fwd_in[2] = {input ? res : inf->in[1], input ? inf->in[1] : res};
+    ir_attrs a;
+    ir_attrs_copy(&a, inf->attrs);
+    ir_attrs_remove(&a, "shape");
+    ir_infer fwd = {.op = IR_OP_CONV2D, .nin = 2, .in = fwd_in, .attrs = &a};
+    int rc = ir_infer_run(&fwd);
+    ir_attrs_free(&a);
+    char x[96], y[96];
+    if (rc || !ir_type_eq(&fwd.out[0], &inf->in[0]))
+        return ir_infer_error(inf, "%s: %s is not the gradient of a conv2d giving %s", ir_op_name(inf->op),
+                              tstr(&res, x, sizeof x), tstr(&inf->in[0], y, sizeof y));
+    inf->out[0] = res;
+    return 0;
+}
+
+int ir_shape_maxpool_grad(ir_infer *inf)
+{
+    ir_attrs a;
+    ir_attrs_copy(&a, inf->attrs);
+    ir_infer fwd = {.op = IR_OP_MAXPOOL, .nin = 1, .in = &inf->in[1], .attrs = &a};
+    int rc = ir_infer_run(&fwd);
+    ir_attrs_free(&a);
+    if (rc || !ir_type_eq(&fwd.out[0], &inf->in[0]) || !ir_type_eq(&inf->in[0], &inf->in[2]))
+        return ir_infer_error(inf, "maxpool_grad: operands do not match a maxpool");
+    inf->out[0] = inf->in[1];
+    return 0;
+}
+
+int ir_shape_avgpool_grad(ir_infer *inf)
+{
+    ir_type res = {inf->in[0].dtype, 0, {0}};
+    res.rank = ir_attr_ints(inf->attrs, "shape", res.dim, IR_MAX_RANK);
+    ir_attrs a;
+    ir_attrs_copy(&a, inf->attrs);
+    ir_attrs_remove(&a, "shape");
+    ir_infer fwd = {.op = IR_OP_AVGPOOL, .nin = 1, .in = &res, .attrs = &a};
+    int rc = res.rank == 4 ? ir_infer_run(&fwd) : -1;
+    ir_attrs_free(&a);
+    if (rc || !ir_type_eq(&fwd.out[0], &inf->in[0]))
+        return ir_infer_error(inf, "avgpool_grad: shape does not match the pooled gradient");
+    inf->out[0] = res;
+    return 0;
+}
+
+/* (dy, x, gamma, mean, invstd) -> dx, dgamma, dbeta. */
+int ir_shape_norm_grad(ir_infer *inf)
+{
+    const ir_type *dy = &inf->in[0], *x = &inf->in[1];
+    bool bn = inf->op == IR_OP_BATCHNORM_GRAD;
+    if (!ir_type_eq(dy, x) || need_float(inf, 0))
+        return ir_infer_error(inf, "%s: dy and x differ", ir_op_name(inf->op));
+    if (bn && x->rank != 2 && x->rank != 4)
+        return ir_infer_error(inf, "batchnorm_grad: x must have rank 2 or 4");
+    int64_t c = bn ? x->dim[1] : x->dim[x->rank - 1];
+    int64_t stats = bn ? c : ir_type_numel(x) / c;
+    if (inf->in[2].rank != 1 || inf->in[2].dim[0] != c || ir_type_numel(&inf->in[3]) != stats ||
+        ir_type_numel(&inf->in[4]) != stats)
+        return ir_infer_error(inf, "%s: gamma or statistics do not match x", ir_op_name(inf->op));
+    inf->out[0] = *dy;
+    inf->out[1] = inf->in[2];
+    inf->out[2] = inf->in[2];
+    return 0;
+}
+
+int ir_shape_embedding_grad(ir_infer *inf)
+{
+    const ir_type *dy = &inf->in[0], *ids = &inf->in[1];
+    int64_t rows = ir_attr_int(inf->attrs, "rows", 0);
+    if (need_int(inf, 1, "indices") || dy->rank != ids->rank + 1 || rows < 1)
+        return ir_infer_error(inf, "embedding_grad: operands do not match an embedding");
+    inf->out[0] = (ir_type){dy->dtype, 2, {rows, dy->dim[dy->rank - 1]}};
+    return 0;
+}
+
+int ir_shape_slice_grad(ir_infer *inf)
+{
+    const ir_type *dy = &inf->in[0];
+    int axis = ir_norm_axis(ir_attr_int(inf->attrs, "axis", 0), dy->rank);
+    int64_t start = ir_attr_int(inf->attrs, "start", 0), step = ir_attr_int(inf->attrs, "step", 1);
+    int64_t size = ir_attr_int(inf->attrs, "size", 0);
+    if (axis < 0 || step < 1 || start < 0 || start + (dy->dim[axis] - 1) * step >= size)
+        return ir_infer_error(inf, "slice_grad: the slice does not fit in size %lld", (long long)size);
+    inf->out[0] = *dy;
+    inf->out[0].dim[axis] = size;
+    return 0;
+}
+
+/* (w, g, hyper f32[4], scale f32[], state...): every state like w. */
+int ir_shape_update(ir_infer *inf)
+{
+    const ir_type *w = &inf->in[0];
+    if (!ir_dtype_is_float(w->dtype))
+        return ir_infer_error(inf, "%s: the weight must be float", ir_op_name(inf->op));
+    if (inf->in[1].rank != w->rank || memcmp(inf->in[1].dim, w->dim, sizeof(int64_t) * (size_t)w->rank))
+        return ir_infer_error(inf, "%s: the gradient's shape differs from the weight's", ir_op_name(inf->op));
+    if (inf->in[2].rank != 1 || inf->in[2].dim[0] != 4 || inf->in[2].dtype != IR_F32 ||
+        inf->in[3].rank != 0 || inf->in[3].dtype != IR_F32)
+        return ir_infer_error(inf, "%s: hyper must be f32[4] and scale f32[]", ir_op_name(inf->op));
+    for (int i = 4; i < inf->nin; i++)
+        if (!ir_type_eq(&inf->in[i], w) && !(inf->in[i].dtype == IR_F32 && inf->in[i].rank == w->rank &&
+                                              !memcmp(inf->in[i].dim, w->dim, sizeof(int64_t) * (size_t)w->rank)))
+            return ir_infer_error(inf, "%s: optimizer state %d differs from the weight", ir_op_name(inf->op), i - 3);
+    return 0;
+}

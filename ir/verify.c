@@ -156,6 +156,18 @@ static void check_outputs(verifier *vf)
     for (int i = 0; i < g->reports.n; i++)
         if (g->reports.v[i].value < 0 || g->reports.v[i].value >= g->values.n)
             bad(vf, "report %s is out of range", g->reports.v[i].name);
+    for (int i = 0; i < g->grads.n; i++) {
+        ir_grad_pair gp = g->grads.v[i];
+        if (gp.param < 0 || gp.param >= g->values.n || gp.grad < 0 || gp.grad >= g->values.n) {
+            bad(vf, "gradient %d is out of range", i);
+            continue;
+        }
+        const ir_value *p = ir_val(g, gp.param), *d = ir_val(g, gp.grad);
+        if (p->kind != IR_VAL_PARAM)
+            bad(vf, "gradient of %%%s, which is not a param", p->name);
+        if (ir_type_numel(&p->type) != ir_type_numel(&d->type))
+            bad(vf, "gradient %%%s of %%%s has another shape", d->name, p->name);
+    }
 }
 
 int ir_verify(const ir_graph *g)

@@ -1,38 +1,63 @@
 /* The pass pipeline, top to bottom. Each pass is one file in passes/ whose
  * header comment says what it requires and provides. After each pass the
  * verifier runs when asked (tests, debug builds), so a broken pass is
- * caught where it breaks. */
+ * caught where it breaks.
+ *
+ * "lower" is the frontend's lowering of a model file to the IR; code
+ * generation from the final graph is cg_build_plan (codegen/plan.c). */
 #include <string.h>
 
 #include "pipeline.h"
+#include "passes.h"
 
-typedef int (*pass_fn)(ir_graph *g);
+typedef struct run_state {
+    const kl_pipeline_opts *o;
+    bool stopped;
+    int rc;
+} run_state;
 
-static const char *const pass_names[] = {"lower"};
-
-static int run_pass(ir_graph *g, const char *name, pass_fn fn, const kl_pipeline_opts *o, bool *stop)
+static bool already_ran(const ir_graph *g, const char *name)
 {
-    if (*stop)
-        return 0;
-    if (fn(g))
-        return -1;
-    ir_graph_mark_pass(g, name);
-    if (o->verify && ir_verify(g))
-        kl_panic("the graph fails the verifier after pass %s", name);
-    if (o->stop_after && !strcmp(o->stop_after, name))
-        *stop = true;
-    return 0;
+    for (int i = 0; i < g->passes.n; i++)
+        if (!strcmp(g->passes.v[i], name))
+            return true;
+    return false;
+}
+
+static void run(run_state *st, ir_graph *g, const char *name, int (*pass)(ir_graph *))
+{
+    if (st->stopped || st->rc)
+        return;
+    if (!already_ran(g, name)) {
+        if (pass(g)) {
+            st->rc = -1;
+            return;
+        }
+        ir_graph_mark_pass(g, name);
+        if (st->o->verify && ir_verify(g))
+            kl_panic("the graph fails the verifier after pass %s", name);
+    }
+    if (st->o->stop_after && !strcmp(st->o->stop_after, name))
+        st->stopped = true;
 }
 
 int kl_pipeline_run(ir_graph *g, const kl_pipeline_opts *o)
 {
-    bool stop = o->stop_after && !strcmp(o->stop_after, "lower");
-    /* No passes yet beyond lowering (frontend/lower.c). */
-    (void)run_pass;
-    (void)stop;
-    (void)g;
-    return 0;
+    run_state st = {o, o->stop_after && !strcmp(o->stop_after, "lower"), 0};
+    bool train = o->mode == KL_MODE_TRAIN && !already_ran(g, "eval_mode");
+    if (train) {
+        run(&st, g, "autodiff", pass_autodiff);
+        run(&st, g, "optimizer", pass_optimizer);
+    } else {
+        run(&st, g, "eval_mode", pass_eval_mode);
+    }
+    run(&st, g, "simplify", pass_simplify);
+    run(&st, g, "fusion", pass_fusion);
+    run(&st, g, "schedule", pass_schedule);
+    return st.rc;
 }
+
+static const char *const pass_names[] = {"lower", "autodiff", "optimizer", "eval_mode", "simplify", "fusion", "schedule"};
 
 bool kl_pipeline_has_pass(const char *name)
 {
@@ -46,5 +71,5 @@ bool kl_pipeline_has_pass(const char *name)
 
 const char *kl_pipeline_pass_names(void)
 {
-    return "lower";
+    return "lower, autodiff, optimizer, simplify, fusion, schedule";
 }

@@ -3,6 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "build.h"
+#include "codegen/plan.h"
 #include "frontend/lower.h"
 #include "passes/pipeline.h"
 
@@ -12,7 +17,9 @@ static const char usage[] =
     "Kiln compiles a model file into a training executable.\n"
     "\n"
     "commands:\n"
-    "  ir FILE      print the IR after any pass (text or dot)\n"
+    "  build FILE -o EXE   compile a model file into a training executable\n"
+    "  run FILE [ARGS]     build to a temporary file and run it with ARGS\n"
+    "  ir FILE             print the IR after any pass (text or dot)\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
@@ -20,18 +27,34 @@ static const char usage[] =
 
 static const char ir_usage[] =
     "usage: kiln ir FILE [--after PASS|all] [--format text|dot] [-o OUT]\n"
-    "               [--batch N] [--set KEY=VALUE] [--no-verify]\n"
+    "               [--batch N] [--set KEY=VALUE] [--eval] [--kernels] [--no-verify]\n"
     "\n"
     "Reads a model file (.kl) or an IR dump (.kir), runs the pass pipeline\n"
     "up to PASS and prints the graph. The text form reads back: `kiln ir\n"
     "dump.kir` reprints a dump unchanged.\n"
     "\n"
     "  --after PASS     stop after this pass (default: all); passes: %s\n"
+    "  --eval           the evaluation graph (forward only): lower, eval_mode,\n"
+    "                   simplify, fusion, schedule\n"
     "  --format FMT     text (default) or dot (Graphviz)\n"
     "  -o OUT           write to OUT instead of standard output\n"
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
+    "  --kernels        print the generated kernels (C) instead of the graph\n"
     "  --no-verify      skip the verifier between passes\n";
+
+static const char build_usage[] =
+    "usage: kiln build FILE -o EXE [-v]\n"
+    "\n"
+    "Compiles a model file into a training executable: the model's plans,\n"
+    "their kernels compiled by the host C compiler, and the Kiln runtime.\n"
+    "Run EXE --help for its flags.\n";
+
+static const char run_usage[] =
+    "usage: kiln run FILE [ARGS]\n"
+    "\n"
+    "Builds FILE to a temporary executable and runs it with ARGS (for\n"
+    "example --epochs 1). See kiln build.\n";
 
 /* Flags shared by commands that load a model: overrides of train keys. */
 typedef struct overrides {
@@ -102,7 +125,7 @@ static int write_output(const char *path, const char *text)
 static int cmd_ir(int argc, char **argv)
 {
     const char *file = NULL, *after = "all", *format = "text", *out = NULL;
-    bool verify = true;
+    bool verify = true, eval = false, kernels = false;
     overrides ov = {0};
     int rc = 1;
     for (int i = 0; i < argc; i++) {
@@ -126,6 +149,10 @@ static int cmd_ir(int argc, char **argv)
                 goto done;
         } else if (!strcmp(a, "--no-verify")) {
             verify = false;
+        } else if (!strcmp(a, "--eval")) {
+            eval = true;
+        } else if (!strcmp(a, "--kernels")) {
+            kernels = true;
         } else if (a[0] == '-' && a[1]) {
             kl_error("kiln ir: unknown option or missing value: %s (see kiln ir --help)", a);
             goto done;
@@ -152,15 +179,82 @@ static int cmd_ir(int argc, char **argv)
     ir_graph *g = kl_load(file, &lo);
     if (!g)
         goto done;
-    kl_pipeline_opts po = {.stop_after = after, .verify = verify};
+    kl_pipeline_opts po = {.stop_after = after, .verify = verify, .mode = eval ? KL_MODE_EVAL : KL_MODE_TRAIN};
     if (kl_pipeline_run(g, &po) == 0) {
-        char *text = !strcmp(format, "dot") ? ir_print_dot(g) : ir_print(g);
+        char *text;
+        if (kernels) {
+            kl_plan *p = cg_build_plan(g);
+            text = kl_plan_c_source(p);
+            kl_plan_free(p);
+        } else {
+            text = !strcmp(format, "dot") ? ir_print_dot(g) : ir_print(g);
+        }
         rc = write_output(out, text) ? 1 : 0;
         free(text);
     }
     ir_graph_free(g);
 done:
     free_overrides(&ov);
+    return rc;
+}
+
+static int cmd_build(int argc, char **argv)
+{
+    const char *file = NULL, *out = NULL;
+    bool verbose = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(build_usage, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(argv[i], "-v")) {
+            verbose = true;
+        } else if (argv[i][0] == '-') {
+            kl_error("kiln build: unknown option or missing value: %s (see kiln build --help)", argv[i]);
+            return 1;
+        } else if (!file) {
+            file = argv[i];
+        } else {
+            kl_error("kiln build: more than one input file");
+            return 1;
+        }
+    }
+    if (!file || !out) {
+        kl_error("kiln build: needs FILE and -o EXE (see kiln build --help)");
+        return 1;
+    }
+    return kl_build_executable(file, out, NULL, verbose) ? 1 : 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    if (argc < 1 || !strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
+        fputs(run_usage, argc < 1 ? stderr : stdout);
+        return argc < 1 ? 1 : 0;
+    }
+    char tmpl[] = "/tmp/kiln-run-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        kl_error("cannot make a temporary folder");
+        return 1;
+    }
+    char *exe = kl_xasprintf("%s/model", tmpl);
+    int rc = 1;
+    if (kl_build_executable(argv[0], exe, NULL, false) == 0) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            argv[0] = exe;
+            execv(exe, argv);
+            _exit(127);
+        }
+        int st = 0;
+        if (pid > 0 && waitpid(pid, &st, 0) == pid)
+            rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    remove(exe);
+    rmdir(tmpl);
+    free(exe);
     return rc;
 }
 
@@ -181,6 +275,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "ir"))
         return cmd_ir(argc - 2, argv + 2);
+    if (!strcmp(cmd, "build"))
+        return cmd_build(argc - 2, argv + 2);
+    if (!strcmp(cmd, "run"))
+        return cmd_run(argc - 2, argv + 2);
     kl_error("unknown command '%s' (see kiln --help)", cmd);
     return 2;
 }

@@ -1,0 +1,80 @@
+/* Internal to codegen: building kernels for groups of IR nodes.
+ *
+ * A group is the set of nodes the fusion pass put in one kernel. The
+ * builders here turn a group into kernel IR: elementwise chains become one
+ * loop nest whose body composes every op's expression (cg_value_at), and
+ * reductions, norms and windows use templates whose per-element reads and
+ * writes go through the same expression composition, so elementwise
+ * producers and consumers fuse into them. */
+#ifndef KILN_CG_H
+#define KILN_CG_H
+
+#include "kir.h"
+
+typedef struct cg_group {
+    const ir_graph *g;
+    int *nodes; /* in execution order */
+    int n;
+} cg_group;
+
+/* The loop context of an elementwise nest: the domain's (collapsed) dims,
+ * the loop variables, and per value the strides it is read with. */
+typedef struct cg_nest {
+    int rank;
+    int64_t dim[IR_MAX_RANK];
+    int var[IR_MAX_RANK];
+    /* The domain before collapsing, for mapping values onto it. */
+    ir_type domain;
+    int map[IR_MAX_RANK]; /* original dim -> collapsed dim */
+    int cls[IR_MAX_RANK]; /* collapsed dim -> class */
+} cg_nest;
+
+typedef struct cg_builder {
+    const cg_group *grp;
+    kir_kernel *k;
+    cg_nest *nest;
+    /* Values computed in this nest: value id -> local var, or -1. */
+    int *cached;
+    int ncached;
+} cg_builder;
+
+bool cg_in_group(const cg_group *grp, int node);
+/* True when v is computed inside the group by an elementwise node. */
+bool cg_computed_inside(const cg_group *grp, int v);
+/* Values the group reads from outside and values used after it. */
+bool cg_value_escapes(const cg_group *grp, int v);
+
+/* Sets up a nest over domain: collapses neighbouring dims that every value
+ * touched by the group reads in the same pattern and that have the same
+ * class (cls may be NULL: one class; reductions pass kept/reduced). */
+void cg_nest_init(cg_builder *b, cg_nest *nest, const ir_type *domain, const int *cls);
+/* The class of collapsed dim j (as given to cg_nest_init). */
+int cg_nest_class(const cg_nest *nest, int j);
+/* Opens the nest's loops (kind for all of them); close with kir_loop_end. */
+void cg_nest_open(cg_builder *b, kir_loop_kind kind);
+void cg_nest_close(cg_builder *b);
+/* The flat index of an element of v (which broadcasts to the domain) at
+ * the nest's current position. */
+kir_expr *cg_index(cg_builder *b, const ir_type *t);
+/* The expression of value v at the nest's current position: loads for
+ * values from outside the group, composed ops for values inside. */
+kir_expr *cg_value_at(cg_builder *b, int v);
+/* A scalar operand: a folded constant, or a load of element 0. */
+kir_expr *cg_scalar(cg_builder *b, int v);
+/* The kernel buffer of value v. */
+int cg_buf(cg_builder *b, int v);
+kir_type cg_compute_type(const ir_graph *g, const int *values, int n);
+/* Applies an elementwise op to operand expressions. */
+kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **args);
+/* A store of expression e into value v's buffer at the nest position. */
+void cg_store_at(cg_builder *b, int v, kir_expr *e);
+
+/* Kernel builders by kernel class; each fills b->k. */
+void cg_build_elementwise(cg_builder *b);
+void cg_build_update(cg_builder *b, const ir_node *n);
+void cg_build_move(cg_builder *b, const ir_node *n);
+void cg_build_reduce(cg_builder *b, const ir_node *n);
+void cg_build_norm(cg_builder *b, const ir_node *n);
+void cg_build_pool(cg_builder *b, const ir_node *n);
+
+#endif

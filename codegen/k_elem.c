@@ -1,0 +1,545 @@
+/* Elementwise nests, and the kernels built from them: fused elementwise
+ * chains, optimizer updates and data movement (transpose, permute, concat,
+ * slice, embedding). See cg.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg.h"
+
+bool cg_in_group(const cg_group *grp, int node)
+{
+    for (int i = 0; i < grp->n; i++)
+        if (grp->nodes[i] == node)
+            return true;
+    return false;
+}
+
+static bool is_elementwise(ir_op op)
+{
+    return ir_ops[op].kclass == IR_KC_ELEMWISE || op == IR_OP_BROADCAST || op == IR_OP_DROPOUT ||
+           op == IR_OP_CONST;
+}
+
+bool cg_computed_inside(const cg_group *grp, int v)
+{
+    const ir_value *val = ir_val(grp->g, v);
+    if (val->def < 0)
+        return false;
+    ir_op op = ir_nd(grp->g, val->def)->op;
+    /* Constants are folded into every kernel that reads them. */
+    return op == IR_OP_CONST || (cg_in_group(grp, val->def) && is_elementwise(op));
+}
+
+kir_expr *cg_scalar(cg_builder *b, int v)
+{
+    const ir_value *val = ir_val(b->grp->g, v);
+    if (val->def >= 0 && ir_nd(b->grp->g, val->def)->op == IR_OP_CONST)
+        return kir_const_f(b->k, ir_attr_float(&ir_nd(b->grp->g, val->def)->attrs, "value", 0));
+    return kir_load(b->k, cg_buf(b, v), kir_const_i(b->k, 0));
+}
+
+bool cg_value_escapes(const cg_group *grp, int v)
+{
+    const ir_graph *g = grp->g;
+    const ir_value *val = ir_val(g, v);
+    for (int u = 0; u < val->uses.n; u++)
+        if (!cg_in_group(grp, val->uses.v[u].node))
+            return true;
+    if (g->loss == v)
+        return true;
+    for (int i = 0; i < g->reports.n; i++)
+        if (g->reports.v[i].value == v)
+            return true;
+    for (int i = 0; i < g->grads.n; i++)
+        if (g->grads.v[i].grad == v)
+            return true;
+    return false;
+}
+
+kir_type cg_compute_type(const ir_graph *g, const int *values, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ir_val(g, values[i])->type.dtype == IR_F64)
+            return KT_F64;
+    return KT_F32;
+}
+
+int cg_buf(cg_builder *b, int v)
+{
+    const ir_value *val = ir_val(b->grp->g, v);
+    return kir_buf_add(b->k, v, val->type.dtype, ir_type_numel(&val->type));
+}
+
+/* Whether dim k (of the domain's rank) of t is broadcast: missing or 1
+ * where the domain is larger. */
+static bool bcast(const ir_type *t, const ir_type *domain, int k)
+{
+    int off = domain->rank - t->rank;
+    return k < off || (t->dim[k - off] == 1 && domain->dim[k] != 1);
+}
+
+/* Stride (in elements) of domain dim k in t's row-major layout. */
+static int64_t stride_of(const ir_type *t, const ir_type *domain, int k)
+{
+    if (bcast(t, domain, k))
+        return 0;
+    int off = domain->rank - t->rank;
+    int64_t s = 1;
+    for (int j = k - off + 1; j < t->rank; j++)
+        s *= t->dim[j];
+    return s;
+}
+
+/* Collects the values whose layout the nest must serve: what the group
+ * reads from outside and what it stores. */
+static int touched_values(const cg_group *grp, int *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *nd = ir_nd(grp->g, grp->nodes[i]);
+        for (int k = 0; k < nd->in.n && n < max; k++)
+            if (!cg_computed_inside(grp, nd->in.v[k]))
+                out[n++] = nd->in.v[k];
+        for (int k = 0; k < nd->out.n && n < max; k++)
+            out[n++] = nd->out.v[k];
+    }
+    return n;
+}
+
+int cg_nest_class(const cg_nest *nest, int j)
+{
+    return nest->cls[j];
+}
+
+void cg_nest_init(cg_builder *b, cg_nest *nest, const ir_type *domain, const int *cls)
+{
+    memset(nest, 0, sizeof *nest);
+    nest->domain = *domain;
+    int vals[128];
+    int nv = touched_values(b->grp, vals, 128);
+    /* Drop unit dims, then merge neighbours that every value reads the
+     * same way (both broadcast or both not). */
+    int r = 0;
+    int first = -1;
+    for (int k = 0; k < domain->rank; k++) {
+        if (domain->dim[k] == 1) {
+            nest->map[k] = r > 0 ? r - 1 : 0;
+            continue;
+        }
+        bool merge = first >= 0 && (!cls || cls[k] == cls[first]);
+        for (int i = 0; merge && i < nv; i++) {
+            const ir_type *t = &ir_val(b->grp->g, vals[i])->type;
+            if (t->rank > domain->rank || bcast(t, domain, k) != bcast(t, domain, first))
+                merge = false;
+        }
+        if (merge) {
+            nest->dim[r - 1] *= domain->dim[k];
+        } else {
+            nest->cls[r] = cls ? cls[k] : 0;
+            nest->dim[r++] = domain->dim[k];
+        }
+        nest->map[k] = r - 1;
+        first = k;
+    }
+    nest->rank = r;
+    b->nest = nest;
+}
+
+void cg_nest_open(cg_builder *b, kir_loop_kind kind)
+{
+    cg_nest *nest = b->nest;
+    for (int j = 0; j < nest->rank; j++)
+        nest->var[j] = kir_loop_begin(b->k, kind, nest->dim[j], "i");
+    for (int i = 0; i < b->ncached; i++)
+        b->cached[i] = -1;
+}
+
+void cg_nest_close(cg_builder *b)
+{
+    for (int j = 0; j < b->nest->rank; j++)
+        kir_loop_end(b->k);
+    for (int i = 0; i < b->ncached; i++)
+        b->cached[i] = -1;
+}
+
+kir_expr *cg_index(cg_builder *b, const ir_type *t)
+{
+    cg_nest *nest = b->nest;
+    const ir_type *d = &nest->domain;
+    kir_expr *idx = NULL;
+    /* For each collapsed dim, the stride of its innermost original dim. */
+    for (int j = 0; j < nest->rank; j++) {
+        int inner = -1;
+        for (int k = 0; k < d->rank; k++)
+            if (d->dim[k] != 1 && nest->map[k] == j)
+                inner = k;
+        kl_check(inner >= 0);
+        int64_t s = stride_of(t, d, inner);
+        if (s)
+            idx = kir_iadd(b->k, idx, kir_imul(b->k, kir_varref(b->k, nest->var[j]), s));
+    }
+    return idx ? idx : kir_const_i(b->k, 0);
+}
+
+static int count_uses_inside(const cg_group *grp, int v)
+{
+    const ir_value *val = ir_val(grp->g, v);
+    int n = 0;
+    for (int u = 0; u < val->uses.n; u++)
+        n += cg_in_group(grp, val->uses.v[u].node);
+    return n;
+}
+
+kir_expr *cg_value_at(cg_builder *b, int v)
+{
+    if (v < b->ncached && b->cached[v] >= 0)
+        return kir_varref(b->k, b->cached[v]);
+    const cg_group *grp = b->grp;
+    const ir_value *val = ir_val(grp->g, v);
+    if (!cg_computed_inside(grp, v))
+        return kir_load(b->k, cg_buf(b, v), cg_index(b, &val->type));
+    const ir_node *n = ir_nd(grp->g, val->def);
+    kir_expr *args[8];
+    kl_check(n->in.n <= 8);
+    for (int i = 0; i < n->in.n; i++)
+        args[i] = cg_value_at(b, n->in.v[i]);
+    kir_expr *e = cg_elem_apply(b, n, val->def_out, args);
+    if (count_uses_inside(grp, v) + cg_value_escapes(grp, v) > 1 && e->kind != KE_CONST) {
+        int var = kir_let(b->k, e, "t");
+        if (v < b->ncached)
+            b->cached[v] = var;
+        return kir_varref(b->k, var);
+    }
+    return e;
+}
+
+void cg_store_at(cg_builder *b, int v, kir_expr *e)
+{
+    kir_store(b->k, cg_buf(b, v), cg_index(b, &ir_val(b->grp->g, v)->type), e);
+}
+
+static double node_f(const ir_node *n, const char *key, double d)
+{
+    return ir_attr_float(&n->attrs, key, d);
+}
+
+kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **a)
+{
+    kir_kernel *k = b->k;
+    kir_expr *zero = kir_const_f(k, 0), *one = kir_const_f(k, 1);
+    switch (n->op) {
+    case IR_OP_CONST:
+        return kir_const_f(k, node_f(n, "value", 0));
+    case IR_OP_ADD: return kir_bin(k, KB_ADD, a[0], a[1]);
+    case IR_OP_SUB: return kir_bin(k, KB_SUB, a[0], a[1]);
+    case IR_OP_MUL: return kir_bin(k, KB_MUL, a[0], a[1]);
+    case IR_OP_DIV: return kir_bin(k, KB_DIV, a[0], a[1]);
+    case IR_OP_POW: return kir_bin(k, KB_POW, a[0], a[1]);
+    case IR_OP_MAXIMUM: return kir_bin(k, KB_MAX, a[0], a[1]);
+    case IR_OP_MINIMUM: return kir_bin(k, KB_MIN, a[0], a[1]);
+    case IR_OP_GE: return kir_select(k, kir_bin(k, KB_GE, a[0], a[1]), one, zero);
+    case IR_OP_EQ: return kir_select(k, kir_bin(k, KB_EQ, a[0], a[1]), one, zero);
+    case IR_OP_NEG: return kir_un(k, KU_NEG, a[0]);
+    case IR_OP_RELU: return kir_un(k, KU_RELU, a[0]);
+    case IR_OP_TANH: return kir_un(k, KU_TANH, a[0]);
+    case IR_OP_SIGMOID: return kir_un(k, KU_SIGMOID, a[0]);
+    case IR_OP_EXP: return kir_un(k, KU_EXP, a[0]);
+    case IR_OP_LOG: return kir_un(k, KU_LOG, a[0]);
+    case IR_OP_SQRT: return kir_un(k, KU_SQRT, a[0]);
+    case IR_OP_RSQRT: return kir_un(k, KU_RSQRT, a[0]);
+    case IR_OP_BROADCAST: return a[0];
+    case IR_OP_GELU: {
+        /* x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 */
+        kir_expr *phi = kir_bin(k, KB_MUL, kir_const_f(k, 0.5),
+                                kir_bin(k, KB_ADD, one, kir_un(k, KU_ERF, kir_bin(k, KB_MUL, a[0], kir_const_f(k, M_SQRT1_2)))));
+        return kir_bin(k, KB_MUL, a[0], phi);
+    }
+    case IR_OP_CAST: {
+        ir_dtype to = ir_dtype_from_name(ir_attr_str(&n->attrs, "to", "f32"));
+        if (ir_dtype_is_float(to))
+            return kir_cast(k, to == IR_F64 ? KT_F64 : k->compute, a[0]);
+        return kir_cast(k, KT_I64, a[0]);
+    }
+    case IR_OP_RELU_GRAD:
+        return kir_select(k, kir_bin(k, KB_GT, a[1], zero), a[0], zero);
+    case IR_OP_TANH_GRAD:
+        return kir_bin(k, KB_MUL, a[0], kir_bin(k, KB_SUB, one, kir_bin(k, KB_MUL, a[1], a[1])));
+    case IR_OP_SIGMOID_GRAD:
+        return kir_bin(k, KB_MUL, a[0], kir_bin(k, KB_MUL, a[1], kir_bin(k, KB_SUB, one, a[1])));
+    case IR_OP_GELU_GRAD: {
+        /* d/dx x Phi(x) = Phi(x) + x phi(x) */
+        kir_expr *x = a[1];
+        kir_expr *phi = kir_bin(k, KB_MUL, kir_const_f(k, 0.5),
+                                kir_bin(k, KB_ADD, one, kir_un(k, KU_ERF, kir_bin(k, KB_MUL, x, kir_const_f(k, M_SQRT1_2)))));
+        kir_expr *pdf = kir_bin(k, KB_MUL, kir_const_f(k, 0.39894228040143268),
+                                kir_un(k, KU_EXP, kir_bin(k, KB_MUL, kir_const_f(k, -0.5), kir_bin(k, KB_MUL, x, x))));
+        return kir_bin(k, KB_MUL, a[0], kir_bin(k, KB_ADD, phi, kir_bin(k, KB_MUL, x, pdf)));
+    }
+    case IR_OP_DROPOUT: {
+        double p = node_f(n, "p", 0.5);
+        int64_t salt = ir_attr_int(&n->attrs, "seed", 0) * 1000003 + n->id;
+        kir_expr *flat = cg_index(b, &b->nest->domain);
+        kir_expr *keep = kir_bin(k, KB_GE, kir_rand(k, salt, flat), kir_const_f(k, p));
+        if (result == 1)
+            return kir_select(k, keep, one, zero);
+        return kir_select(k, keep, kir_bin(k, KB_MUL, a[0], kir_const_f(k, 1.0 / (1.0 - p))), zero);
+    }
+    case IR_OP_DROPOUT_GRAD: {
+        double p = node_f(n, "p", 0.5);
+        return kir_bin(k, KB_MUL, kir_bin(k, KB_MUL, a[0], a[1]), kir_const_f(k, 1.0 / (1.0 - p)));
+    }
+    default:
+        kl_panic("%s is not elementwise", ir_op_name(n->op));
+    }
+}
+
+/* ---- fused elementwise chains ---- */
+
+void cg_build_elementwise(cg_builder *b)
+{
+    const cg_group *grp = b->grp;
+    const ir_graph *g = grp->g;
+    /* The domain: the largest result shape (every result broadcasts to it). */
+    ir_type domain = {0};
+    int64_t best = -1;
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *n = ir_nd(g, grp->nodes[i]);
+        for (int k = 0; k < n->out.n; k++) {
+            const ir_type *t = &ir_val(g, n->out.v[k])->type;
+            if (ir_type_numel(t) > best)
+                best = ir_type_numel(t), domain = *t;
+        }
+    }
+    cg_nest nest;
+    cg_nest_init(b, &nest, &domain, NULL);
+    b->k->work = ir_type_numel(&domain);
+    cg_nest_open(b, KL_PAR);
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *n = ir_nd(g, grp->nodes[i]);
+        for (int k = 0; k < n->out.n; k++) {
+            int v = n->out.v[k];
+            if (cg_value_escapes(grp, v))
+                cg_store_at(b, v, cg_value_at(b, v));
+        }
+    }
+    cg_nest_close(b);
+}
+
+/* ---- optimizer updates ---- */
+
+void cg_build_update(cg_builder *b, const ir_node *n)
+{
+    kir_kernel *k = b->k;
+    const ir_graph *g = b->grp->g;
+    int w = n->in.v[0], grad = n->in.v[1], hyper = n->in.v[2], scale = n->in.v[3];
+    int64_t numel = ir_type_numel(&ir_val(g, w)->type);
+    int bw = cg_buf(b, w), bg = cg_buf(b, grad), bh = cg_buf(b, hyper);
+    /* Per step: lr, bias corrections, gradient multiplier (hyper), and the
+     * clip scale (computed on the device). */
+    int lr = kir_let(k, kir_load(k, bh, kir_const_i(k, 0)), "lr");
+    int gm = kir_let(k, kir_bin(k, KB_MUL, kir_load(k, bh, kir_const_i(k, 3)), cg_scalar(b, scale)), "gm");
+    double wd = node_f(n, "weight_decay", 0);
+    b->k->work = numel;
+    int i = kir_loop_begin(k, KL_PAR, numel, "i");
+    kir_expr *idx = kir_varref(k, i);
+    int wv = kir_let(k, kir_load(k, bw, idx), "w");
+    kir_expr *gexpr = kir_bin(k, KB_MUL, kir_load(k, bg, idx), kir_varref(k, gm));
+    kir_expr *W = kir_varref(k, wv);
+    if (n->op == IR_OP_SGD_UPDATE) {
+        double mom = node_f(n, "momentum", 0);
+        if (wd)
+            gexpr = kir_bin(k, KB_ADD, gexpr, kir_bin(k, KB_MUL, kir_const_f(k, wd), W));
+        int gv = kir_let(k, gexpr, "g");
+        kir_expr *step = kir_varref(k, gv);
+        if (mom > 0 && n->in.n > 4) {
+            int bm = cg_buf(b, n->in.v[4]);
+            int mv = kir_let(k, kir_bin(k, KB_ADD, kir_bin(k, KB_MUL, kir_const_f(k, mom), kir_load(k, bm, idx)), step), "m");
+            kir_store(k, bm, idx, kir_varref(k, mv));
+            step = ir_attr_int(&n->attrs, "nesterov", 0)
+                       ? kir_bin(k, KB_ADD, kir_varref(k, gv), kir_bin(k, KB_MUL, kir_const_f(k, mom), kir_varref(k, mv)))
+                       : kir_varref(k, mv);
+        }
+        kir_store(k, bw, idx, kir_bin(k, KB_SUB, W, kir_bin(k, KB_MUL, kir_varref(k, lr), step)));
+    } else {
+        double b1 = node_f(n, "beta1", 0.9), b2 = node_f(n, "beta2", 0.999), eps = node_f(n, "eps", 1e-8);
+        bool decoupled = ir_attr_int(&n->attrs, "decoupled", 1);
+        if (wd && !decoupled)
+            gexpr = kir_bin(k, KB_ADD, gexpr, kir_bin(k, KB_MUL, kir_const_f(k, wd), W));
+        int gv = kir_let(k, gexpr, "g");
+        kir_expr *G = kir_varref(k, gv);
+        int bm = cg_buf(b, n->in.v[4]), bv = cg_buf(b, n->in.v[5]);
+        int mv = kir_let(k, kir_bin(k, KB_ADD, kir_bin(k, KB_MUL, kir_const_f(k, b1), kir_load(k, bm, idx)),
+                                    kir_bin(k, KB_MUL, kir_const_f(k, 1 - b1), G)), "m");
+        int vv = kir_let(k, kir_bin(k, KB_ADD, kir_bin(k, KB_MUL, kir_const_f(k, b2), kir_load(k, bv, idx)),
+                                    kir_bin(k, KB_MUL, kir_const_f(k, 1 - b2), kir_bin(k, KB_MUL, G, G))), "v");
+        kir_store(k, bm, idx, kir_varref(k, mv));
+        kir_store(k, bv, idx, kir_varref(k, vv));
+        kir_expr *mhat = kir_bin(k, KB_DIV, kir_varref(k, mv), kir_load(k, bh, kir_const_i(k, 1)));
+        kir_expr *vhat = kir_bin(k, KB_DIV, kir_varref(k, vv), kir_load(k, bh, kir_const_i(k, 2)));
+        kir_expr *upd = kir_bin(k, KB_DIV, mhat, kir_bin(k, KB_ADD, kir_un(k, KU_SQRT, vhat), kir_const_f(k, eps)));
+        if (wd && decoupled)
+            upd = kir_bin(k, KB_ADD, upd, kir_bin(k, KB_MUL, kir_const_f(k, wd), W));
+        kir_store(k, bw, idx, kir_bin(k, KB_SUB, W, kir_bin(k, KB_MUL, kir_varref(k, lr), upd)));
+    }
+    kir_loop_end(k);
+}
+
+/* ---- data movement ---- */
+
+/* Row-major strides of t. */
+static void strides(const ir_type *t, int64_t *s)
+{
+    int64_t acc = 1;
+    for (int i = t->rank - 1; i >= 0; i--) {
+        s[i] = acc;
+        acc *= t->dim[i];
+    }
+}
+
+/* Opens PAR loops over every dim of t (no collapsing); vars out. */
+static void open_full(kir_kernel *k, const ir_type *t, int *vars)
+{
+    for (int i = 0; i < t->rank; i++)
+        vars[i] = kir_loop_begin(k, KL_PAR, t->dim[i], "i");
+}
+
+static void close_n(kir_kernel *k, int n)
+{
+    for (int i = 0; i < n; i++)
+        kir_loop_end(k);
+}
+
+/* sum_j vars[j] * s[j] */
+static kir_expr *linear(kir_kernel *k, const int *vars, const int64_t *s, int rank)
+{
+    kir_expr *e = NULL;
+    for (int j = 0; j < rank; j++)
+        e = kir_iadd(k, e, kir_imul(k, kir_varref(k, vars[j]), s[j]));
+    return e ? e : kir_const_i(k, 0);
+}
+
+static kir_expr *load_as(kir_kernel *k, int buf, kir_expr *idx)
+{
+    return kir_load(k, buf, idx);
+}
+
+void cg_build_move(cg_builder *b, const ir_node *n)
+{
+    kir_kernel *k = b->k;
+    const ir_graph *g = b->grp->g;
+    int x = n->in.v[0], y = n->out.v[0];
+    const ir_type *xt = &ir_val(g, x)->type, *yt = &ir_val(g, y)->type;
+    int64_t xs[IR_MAX_RANK], ys[IR_MAX_RANK];
+    strides(xt, xs);
+    strides(yt, ys);
+    int vars[IR_MAX_RANK];
+    int bx = cg_buf(b, x), by = cg_buf(b, y);
+    k->work = ir_type_numel(yt);
+    switch (n->op) {
+    case IR_OP_TRANSPOSE:
+    case IR_OP_PERMUTE: {
+        int64_t perm[IR_MAX_RANK], s[IR_MAX_RANK];
+        if (n->op == IR_OP_PERMUTE) {
+            ir_attr_ints(&n->attrs, "perm", perm, IR_MAX_RANK);
+        } else {
+            for (int i = 0; i < xt->rank; i++)
+                perm[i] = i;
+            perm[xt->rank - 1] = xt->rank - 2;
+            perm[xt->rank - 2] = xt->rank - 1;
+        }
+        for (int i = 0; i < yt->rank; i++)
+            s[i] = xs[perm[i]];
+        open_full(k, yt, vars);
+        kir_store(k, by, linear(k, vars, ys, yt->rank), load_as(k, bx, linear(k, vars, s, yt->rank)));
+        close_n(k, yt->rank);
+        return;
+    }
+    case IR_OP_SLICE: {
+        int axis = (int)ir_attr_int(&n->attrs, "axis", 0);
+        int64_t start = ir_attr_int(&n->attrs, "start", 0), step = ir_attr_int(&n->attrs, "step", 1);
+        open_full(k, yt, vars);
+        kir_expr *src = kir_const_i(k, start * xs[axis]);
+        for (int j = 0; j < yt->rank; j++)
+            src = kir_iadd(k, src, kir_imul(k, kir_varref(k, vars[j]), j == axis ? xs[j] * step : xs[j]));
+        kir_store(k, by, linear(k, vars, ys, yt->rank), load_as(k, bx, src));
+        close_n(k, yt->rank);
+        return;
+    }
+    case IR_OP_SLICE_GRAD: {
+        /* dx = dy where the slice took elements, 0 elsewhere: one pass. */
+        int axis = (int)ir_attr_int(&n->attrs, "axis", 0);
+        int64_t start = ir_attr_int(&n->attrs, "start", 0), step = ir_attr_int(&n->attrs, "step", 1);
+        int64_t count = xt->dim[axis];
+        open_full(k, yt, vars);
+        kir_expr *pos = kir_bin(k, KB_SUB, kir_varref(k, vars[axis]), kir_const_i(k, start));
+        kir_expr *inside = kir_bin(k, KB_AND, kir_bin(k, KB_GE, pos, kir_const_i(k, 0)),
+                                   kir_bin(k, KB_AND, kir_bin(k, KB_LT, pos, kir_const_i(k, count * step)),
+                                           kir_bin(k, KB_EQ, kir_bin(k, KB_IMOD, pos, kir_const_i(k, step)), kir_const_i(k, 0))));
+        /* The source index with the axis clamped into range. */
+        kir_expr *q = kir_bin(k, KB_IDIV, pos, kir_const_i(k, step));
+        q = kir_bin(k, KB_MAX, kir_const_i(k, 0), kir_bin(k, KB_MIN, q, kir_const_i(k, count - 1)));
+        kir_expr *src = NULL;
+        for (int j = 0; j < yt->rank; j++)
+            src = kir_iadd(k, src, j == axis ? kir_imul(k, q, xs[j]) : kir_imul(k, kir_varref(k, vars[j]), xs[j]));
+        kir_store(k, by, linear(k, vars, ys, yt->rank),
+                  kir_select(k, inside, load_as(k, bx, src), kir_const_f(k, 0)));
+        close_n(k, yt->rank);
+        return;
+    }
+    case IR_OP_CONCAT: {
+        int axis = (int)ir_attr_int(&n->attrs, "axis", 0);
+        int64_t off = 0;
+        for (int i = 0; i < n->in.n; i++) {
+            const ir_type *it = &ir_val(g, n->in.v[i])->type;
+            int64_t is[IR_MAX_RANK];
+            strides(it, is);
+            int bi = cg_buf(b, n->in.v[i]);
+            open_full(k, it, vars);
+            kir_expr *dst = kir_const_i(k, off * ys[axis]);
+            dst = kir_iadd(k, dst, linear(k, vars, ys, it->rank));
+            kir_store(k, by, dst, load_as(k, bi, linear(k, vars, is, it->rank)));
+            close_n(k, it->rank);
+            off += it->dim[axis];
+        }
+        return;
+    }
+    case IR_OP_EMBEDDING: {
+        /* out[i, d] = table[ids[i], d], the row clamped into the table. */
+        int table = n->in.v[1];
+        const ir_type *tt = &ir_val(g, table)->type;
+        int bt = cg_buf(b, table);
+        int64_t rows = ir_type_numel(xt), dim = tt->dim[1];
+        int i = kir_loop_begin(k, KL_PAR, rows, "i");
+        kir_expr *row = kir_load(k, bx, kir_varref(k, i));
+        row = kir_bin(k, KB_MAX, kir_const_i(k, 0), kir_bin(k, KB_MIN, row, kir_const_i(k, tt->dim[0] - 1)));
+        int r = kir_let(k, row, "row");
+        int d = kir_loop_begin(k, KL_PAR, dim, "d");
+        kir_store(k, by, kir_iadd(k, kir_imul(k, kir_varref(k, i), dim), kir_varref(k, d)),
+                  load_as(k, bt, kir_iadd(k, kir_imul(k, kir_varref(k, r), dim), kir_varref(k, d))));
+        close_n(k, 2);
+        return;
+    }
+    case IR_OP_EMBEDDING_GRAD: {
+        /* Zero the table gradient, then add each row's gradient serially
+         * (deterministic; the GPU uses atomics). */
+        int ids = n->in.v[1];
+        int bids = cg_buf(b, ids);
+        int64_t rows = ir_type_numel(&ir_val(g, ids)->type), dim = yt->dim[1], vocab = yt->dim[0];
+        int z = kir_loop_begin(k, KL_PAR, vocab * dim, "i");
+        kir_store(k, by, kir_varref(k, z), kir_const_f(k, 0));
+        kir_loop_end(k);
+        int i = kir_loop_begin(k, KL_SEQ, rows, "i");
+        kir_expr *row = kir_load(k, bids, kir_varref(k, i));
+        row = kir_bin(k, KB_MAX, kir_const_i(k, 0), kir_bin(k, KB_MIN, row, kir_const_i(k, vocab - 1)));
+        int r = kir_let(k, row, "row");
+        int d = kir_loop_begin(k, KL_SEQ, dim, "d");
+        kir_addto(k, by, kir_iadd(k, kir_imul(k, kir_varref(k, r), dim), kir_varref(k, d)),
+                  load_as(k, bx, kir_iadd(k, kir_imul(k, kir_varref(k, i), dim), kir_varref(k, d))));
+        close_n(k, 2);
+        return;
+    }
+    default:
+        kl_panic("no movement kernel for %s", ir_op_name(n->op));
+    }
+}

@@ -1,0 +1,285 @@
+/* Reduction kernels: sum/mean/max over axes, sum_to, softmax and
+ * log-softmax with their gradients, cross-entropy with its gradient, and
+ * accuracy. Each reads its operands through cg_value_at, so elementwise
+ * producers fused into the group are computed in place of the loads. */
+#include <string.h>
+
+#include "cg.h"
+
+enum { KEPT = 0, REDUCED = 1 };
+
+/* Opens one loop per collapsed dim of class cls, of the given kind; the
+ * first RED loop gets the accumulators ops[0..nacc). Returns loops opened. */
+static int open_class(cg_builder *b, int cls, kir_loop_kind kind, const kir_acc_op *ops, int nacc, int *accs)
+{
+    cg_nest *nest = b->nest;
+    int opened = 0;
+    for (int j = 0; j < nest->rank; j++) {
+        if (nest->cls[j] != cls)
+            continue;
+        nest->var[j] = kir_loop_begin(b->k, kind, nest->dim[j], cls == KEPT ? "i" : "r");
+        if (opened == 0)
+            for (int a = 0; a < nacc; a++)
+                accs[a] = kir_loop_acc(b->k, ops[a], "acc");
+        opened++;
+    }
+    return opened;
+}
+
+static void close_loops(cg_builder *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        kir_loop_end(b->k);
+}
+
+static void reset_cache(cg_builder *b)
+{
+    for (int i = 0; i < b->ncached; i++)
+        b->cached[i] = -1;
+}
+
+/* The flat index into a result laid out over the KEPT dims only. */
+static kir_expr *kept_index(cg_builder *b)
+{
+    cg_nest *nest = b->nest;
+    kir_expr *idx = NULL;
+    int64_t stride = 1;
+    for (int j = nest->rank - 1; j >= 0; j--) {
+        if (nest->cls[j] != KEPT)
+            continue;
+        idx = kir_iadd(b->k, idx, kir_imul(b->k, kir_varref(b->k, nest->var[j]), stride));
+        stride *= nest->dim[j];
+    }
+    return idx ? idx : kir_const_i(b->k, 0);
+}
+
+static int64_t class_size(const cg_nest *nest, int cls)
+{
+    int64_t n = 1;
+    for (int j = 0; j < nest->rank; j++)
+        if (nest->cls[j] == cls)
+            n *= nest->dim[j];
+    return n;
+}
+
+/* sum, mean, max over axes and sum_to: kept dims PAR, reduced dims RED. */
+static void build_axes_reduce(cg_builder *b, const ir_node *n)
+{
+    const ir_graph *g = b->grp->g;
+    int x = n->in.v[0], y = n->out.v[0];
+    const ir_type *xt = &ir_val(g, x)->type;
+    int cls[IR_MAX_RANK] = {0};
+    if (n->op == IR_OP_SUM_TO) {
+        const ir_type *yt = &ir_val(g, y)->type;
+        int off = xt->rank - yt->rank;
+        for (int k = 0; k < xt->rank; k++)
+            cls[k] = k < off || (yt->dim[k - off] == 1 && xt->dim[k] != 1) ? REDUCED : KEPT;
+    } else {
+        int64_t axes[IR_MAX_RANK];
+        int na = ir_attr_ints(&n->attrs, "axis", axes, IR_MAX_RANK);
+        for (int i = 0; i < na; i++)
+            cls[axes[i]] = REDUCED;
+    }
+    cg_nest nest;
+    cg_nest_init(b, &nest, xt, cls);
+    b->k->work = ir_type_numel(xt);
+    kir_acc_op op = n->op == IR_OP_MAX ? KA_MAX : KA_SUM;
+    int acc;
+    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    int inner = open_class(b, REDUCED, KL_RED, &op, 1, &acc);
+    if (!inner) {
+        /* Nothing to reduce (all reduced dims are 1): a copy. */
+        acc = kir_let(b->k, kir_const_f(b->k, 0), "acc");
+    }
+    reset_cache(b);
+    if (inner)
+        kir_acc_add(b->k, acc, cg_value_at(b, x));
+    close_loops(b, inner);
+    kir_expr *r = inner ? kir_varref(b->k, acc) : cg_value_at(b, x);
+    if (n->op == IR_OP_MEAN)
+        r = kir_bin(b->k, KB_DIV, r, kir_const_f(b->k, (double)class_size(&nest, REDUCED)));
+    kir_store(b->k, cg_buf(b, y), kept_index(b), r);
+    close_loops(b, outer);
+}
+
+/* softmax, log_softmax and their gradients along one axis. */
+static void build_softmax(cg_builder *b, const ir_node *n)
+{
+    const ir_graph *g = b->grp->g;
+    kir_kernel *k = b->k;
+    int axis = (int)ir_attr_int(&n->attrs, "axis", -1);
+    int x = n->in.v[0];
+    const ir_type *xt = &ir_val(g, x)->type;
+    int cls[IR_MAX_RANK] = {0};
+    cls[axis] = REDUCED;
+    cg_nest nest;
+    cg_nest_init(b, &nest, xt, cls);
+    k->work = ir_type_numel(xt);
+    int y = n->out.v[0], by = cg_buf(b, y);
+    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    int inner;
+    if (n->op == IR_OP_SOFTMAX || n->op == IR_OP_LOG_SOFTMAX) {
+        kir_acc_op mx = KA_MAX, sum = KA_SUM;
+        int m, s;
+        inner = open_class(b, REDUCED, KL_RED, &mx, 1, &m);
+        reset_cache(b);
+        kir_acc_add(k, m, cg_value_at(b, x));
+        close_loops(b, inner);
+        inner = open_class(b, REDUCED, KL_RED, &sum, 1, &s);
+        reset_cache(b);
+        kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, x), kir_varref(k, m))));
+        close_loops(b, inner);
+        int ls = kir_let(k, kir_un(k, KU_LOG, kir_varref(k, s)), "logsum");
+        inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+        reset_cache(b);
+        kir_expr *shifted = kir_bin(k, KB_SUB, cg_value_at(b, x), kir_varref(k, m));
+        kir_expr *r = n->op == IR_OP_SOFTMAX ? kir_bin(k, KB_DIV, kir_un(k, KU_EXP, shifted), kir_varref(k, s))
+                                             : kir_bin(k, KB_SUB, shifted, kir_varref(k, ls));
+        kir_store(k, by, cg_index(b, xt), r);
+        close_loops(b, inner);
+    } else {
+        /* softmax_grad: dx = y (dy - sum dy y); log_softmax_grad:
+         * dx = dy - exp(y) sum dy. Operands (dy, y). */
+        int dy = n->in.v[0], yv = n->in.v[1];
+        bool lsm = n->op == IR_OP_LOG_SOFTMAX_GRAD;
+        kir_acc_op sum = KA_SUM;
+        int s;
+        inner = open_class(b, REDUCED, KL_RED, &sum, 1, &s);
+        reset_cache(b);
+        kir_acc_add(k, s, lsm ? cg_value_at(b, dy) : kir_bin(k, KB_MUL, cg_value_at(b, dy), cg_value_at(b, yv)));
+        close_loops(b, inner);
+        inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+        reset_cache(b);
+        kir_expr *r = lsm ? kir_bin(k, KB_SUB, cg_value_at(b, dy), kir_bin(k, KB_MUL, kir_un(k, KU_EXP, cg_value_at(b, yv)), kir_varref(k, s)))
+                          : kir_bin(k, KB_MUL, cg_value_at(b, yv), kir_bin(k, KB_SUB, cg_value_at(b, dy), kir_varref(k, s)));
+        kir_store(k, by, cg_index(b, xt), r);
+        close_loops(b, inner);
+    }
+    close_loops(b, outer);
+}
+
+/* The label of row var i, clamped into [0, C) so a bad label cannot read
+ * out of bounds (the data loader rejects such labels before this). */
+static int label_of(cg_builder *b, int labels, int row_var, int64_t classes)
+{
+    kir_kernel *k = b->k;
+    kir_expr *l = kir_load(k, cg_buf(b, labels), kir_varref(k, row_var));
+    l = kir_bin(k, KB_MAX, kir_const_i(k, 0), kir_bin(k, KB_MIN, l, kir_const_i(k, classes - 1)));
+    return kir_let(k, l, "label");
+}
+
+/* cross_entropy, cross_entropy_grad and accuracy over logits [N, C]. */
+static void build_logits(cg_builder *b, const ir_node *n)
+{
+    const ir_graph *g = b->grp->g;
+    kir_kernel *k = b->k;
+    bool grad = n->op == IR_OP_CROSS_ENTROPY_GRAD;
+    int logits = n->in.v[grad ? 1 : 0], labels = n->in.v[grad ? 2 : 1];
+    const ir_type *lt = &ir_val(g, logits)->type;
+    int64_t rows = lt->dim[0], classes = lt->dim[1];
+    int cls[2] = {KEPT, REDUCED};
+    cg_nest nest;
+    cg_nest_init(b, &nest, lt, cls);
+    /* Keep both dims even when one is 1, so the vars below exist. */
+    nest.rank = 2;
+    nest.dim[0] = rows;
+    nest.dim[1] = classes;
+    nest.cls[0] = KEPT;
+    nest.cls[1] = REDUCED;
+    nest.map[0] = 0;
+    nest.map[1] = 1;
+    k->work = ir_type_numel(lt);
+    int out = n->out.v[0], bo = cg_buf(b, out);
+    kir_acc_op sum = KA_SUM, mx = KA_MAX;
+    int total = -1, i;
+    if (grad) {
+        i = kir_loop_begin(k, KL_PAR, rows, "n");
+    } else {
+        i = kir_loop_begin(k, KL_RED, rows, "n");
+        total = kir_loop_acc(k, KA_SUM, "total");
+    }
+    nest.var[0] = i;
+    int label = label_of(b, labels, i, classes);
+    if (n->op == IR_OP_ACCURACY) {
+        /* Correct when the label's logit is the first maximum: no class
+         * before it reaches it and none after it exceeds it. */
+        nest.var[1] = label;
+        reset_cache(b);
+        int xl = kir_let(k, cg_value_at(b, logits), "xl");
+        int c = kir_loop_begin(k, KL_RED, classes, "c");
+        int beats = kir_loop_acc(k, KA_SUM, "beats");
+        nest.var[1] = c;
+        reset_cache(b);
+        kir_expr *xc = cg_value_at(b, logits);
+        kir_expr *before = kir_bin(k, KB_AND, kir_bin(k, KB_LT, kir_varref(k, c), kir_varref(k, label)),
+                                   kir_bin(k, KB_GE, xc, kir_varref(k, xl)));
+        kir_expr *after = kir_bin(k, KB_AND, kir_bin(k, KB_GT, kir_varref(k, c), kir_varref(k, label)),
+                                  kir_bin(k, KB_GT, xc, kir_varref(k, xl)));
+        kir_acc_add(k, beats, kir_select(k, kir_bin(k, KB_OR, before, after), kir_const_f(k, 1), kir_const_f(k, 0)));
+        kir_loop_end(k);
+        kir_acc_add(k, total, kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, beats), kir_const_f(k, 0)),
+                                     kir_const_f(k, 1), kir_const_f(k, 0)));
+        kir_loop_end(k);
+        kir_store(k, bo, kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, total), kir_const_f(k, (double)rows)));
+        return;
+    }
+    int c = kir_loop_begin(k, KL_RED, classes, "c");
+    int m = kir_loop_acc(k, mx, "m");
+    nest.var[1] = c;
+    reset_cache(b);
+    kir_acc_add(k, m, cg_value_at(b, logits));
+    kir_loop_end(k);
+    c = kir_loop_begin(k, KL_RED, classes, "c");
+    int s = kir_loop_acc(k, sum, "s");
+    nest.var[1] = c;
+    reset_cache(b);
+    kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))));
+    kir_loop_end(k);
+    if (!grad) {
+        /* loss_n = log sum exp - x[label] */
+        nest.var[1] = label;
+        reset_cache(b);
+        kir_expr *xl = cg_value_at(b, logits);
+        kir_acc_add(k, total, kir_bin(k, KB_SUB, kir_bin(k, KB_ADD, kir_un(k, KU_LOG, kir_varref(k, s)), kir_varref(k, m)), xl));
+        kir_loop_end(k);
+        kir_store(k, bo, kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, total), kir_const_f(k, (double)rows)));
+        return;
+    }
+    /* dlogits = (softmax - onehot) * dloss / N */
+    int dl = n->in.v[0];
+    int scale = kir_let(k, kir_bin(k, KB_DIV, cg_scalar(b, dl), kir_const_f(k, (double)rows)), "scale");
+    int inv = kir_let(k, kir_bin(k, KB_DIV, kir_const_f(k, 1), kir_varref(k, s)), "inv");
+    c = kir_loop_begin(k, KL_BPAR, classes, "c");
+    nest.var[1] = c;
+    reset_cache(b);
+    kir_expr *p = kir_bin(k, KB_MUL, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))), kir_varref(k, inv));
+    kir_expr *hot = kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, c), kir_varref(k, label)), kir_const_f(k, 1), kir_const_f(k, 0));
+    kir_store(k, bo, cg_index(b, lt), kir_bin(k, KB_MUL, kir_bin(k, KB_SUB, p, hot), kir_varref(k, scale)));
+    kir_loop_end(k);
+    kir_loop_end(k);
+}
+
+void cg_build_reduce(cg_builder *b, const ir_node *n)
+{
+    switch (n->op) {
+    case IR_OP_SUM:
+    case IR_OP_MEAN:
+    case IR_OP_MAX:
+    case IR_OP_SUM_TO:
+        build_axes_reduce(b, n);
+        return;
+    case IR_OP_SOFTMAX:
+    case IR_OP_LOG_SOFTMAX:
+    case IR_OP_SOFTMAX_GRAD:
+    case IR_OP_LOG_SOFTMAX_GRAD:
+        build_softmax(b, n);
+        return;
+    case IR_OP_CROSS_ENTROPY:
+    case IR_OP_CROSS_ENTROPY_GRAD:
+    case IR_OP_ACCURACY:
+        build_logits(b, n);
+        return;
+    default:
+        kl_panic("no reduction kernel for %s", ir_op_name(n->op));
+    }
+}

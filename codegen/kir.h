@@ -1,0 +1,175 @@
+/* The kernel IR: one function per fused group, as loop nests over buffers.
+ *
+ * It is independent of the target: codegen/emit_c.c prints it as C with
+ * OpenMP for the host compiler, codegen/emit_cuda.c as CUDA C for NVRTC.
+ * The loop kinds carry what each printer needs to map work to threads:
+ *
+ *   PAR   independent iterations. Leading PAR loops are the kernel's outer
+ *         parallelism: OpenMP threads on the CPU; on the GPU the grid (one
+ *         block per iteration when the body holds block-level loops, else
+ *         one thread per iteration, grid-stride).
+ *   RED   a reduction: the body updates the loop's accumulators; after the
+ *         loop they hold the combined value. Directly inside the leading PAR
+ *         loops (or at the top), a RED loop is block-level on the GPU: its
+ *         iterations are spread over the block's threads and combined with
+ *         warp shuffles; nested deeper it runs serially per thread.
+ *   BPAR  independent iterations at block level (on the GPU spread over the
+ *         block's threads, e.g. the normalise step after a reduction).
+ *   SEQ   a serial loop.
+ *
+ * Expressions compute in f32 (f64 when the data is f64) and i64 for
+ * indices; loads convert from the buffer's storage dtype and stores
+ * convert back (bf16 and f16 with round-to-nearest-even).
+ */
+#ifndef KILN_KIR_H
+#define KILN_KIR_H
+
+#include "../ir/ir.h"
+
+typedef enum kir_type { KT_I64, KT_F32, KT_F64, KT_BOOL } kir_type;
+
+typedef enum kir_expr_kind {
+    KE_CONST,  /* f (floats) or i (integers) */
+    KE_VAR,    /* a loop variable or local */
+    KE_LOAD,   /* buf[a] */
+    KE_UN,     /* op a */
+    KE_BIN,    /* a op b */
+    KE_SELECT, /* a ? b : c */
+    KE_CAST,   /* (type) a */
+    KE_ARG,    /* a runtime scalar argument: 0 step, 1 seed */
+} kir_expr_kind;
+
+typedef enum kir_unop {
+    KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_SIGMOID, KU_RELU, KU_ABS, KU_NOT,
+    KU_ERF,
+    KU_UNIFORM, /* a uniform float in [0, 1) from (seed, step, salt i, index a) */
+} kir_unop;
+
+typedef enum kir_binop {
+    KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MAX, KB_MIN, KB_POW,
+    KB_LT, KB_LE, KB_GT, KB_GE, KB_EQ, KB_NE, KB_AND, KB_OR,
+    KB_IDIV, KB_IMOD, /* integers */
+} kir_binop;
+
+typedef struct kir_expr kir_expr;
+struct kir_expr {
+    kir_expr_kind kind;
+    kir_type type;
+    int op;      /* kir_unop / kir_binop */
+    int var;     /* VAR; ARG index */
+    int buf;     /* LOAD */
+    double f;
+    int64_t i;
+    kir_expr *a, *b, *c;
+};
+
+typedef enum kir_stmt_kind {
+    KS_LOOP,
+    KS_LET,   /* declares local var = a */
+    KS_SET,   /* var = a (a local declared before) */
+    KS_ACC,   /* accumulator var combined with a (inside its RED loop) */
+    KS_STORE, /* buf[a] = b */
+    KS_ADDTO, /* buf[a] += b, atomically on the GPU */
+    KS_IF,    /* if (a) body */
+} kir_stmt_kind;
+
+typedef enum kir_loop_kind { KL_PAR, KL_RED, KL_BPAR, KL_SEQ } kir_loop_kind;
+typedef enum kir_acc_op { KA_SUM, KA_MAX, KA_MIN } kir_acc_op;
+
+typedef struct kir_acc {
+    int var;
+    kir_acc_op op;
+} kir_acc;
+
+typedef struct kir_stmt kir_stmt;
+struct kir_stmt {
+    kir_stmt_kind kind;
+    int var;          /* LOOP variable, LET/SET/ACC target */
+    int64_t extent;   /* LOOP: 0 .. extent-1 */
+    kir_loop_kind loop;
+    kir_acc_op accop; /* ACC: how the accumulator combines */
+    kir_acc accs[4];  /* LOOP RED: declared and initialised before the loop */
+    int naccs;
+    int buf;          /* STORE, ADDTO */
+    kir_expr *a, *b;
+    kir_stmt *body;   /* LOOP, IF: first statement */
+    kir_stmt *next;
+};
+
+typedef struct kir_buf {
+    char name[16];
+    ir_dtype dtype;
+    int64_t numel;
+    bool read, written;
+    int value;        /* the IR value it holds (for the plan) */
+} kir_buf;
+
+typedef struct kir_kernel {
+    kl_arena arena;
+    char *name;       /* set by kir_finish: "kk_" + hash of the C source */
+    char *what;       /* one line: the ops it computes, for comments and bench */
+    kir_buf bufs[32];
+    int nbufs;
+    kir_type *var_types;
+    char **var_names;
+    int *var_acc;      /* per var: its kir_acc_op if an accumulator, else -1 */
+    int nvars, capvars;
+    kir_stmt *body;
+    kir_type compute;  /* KT_F32 or KT_F64 */
+    int64_t work;      /* elements touched, for thread heuristics */
+    /* The builder's insertion point: the statement list being appended. */
+    kir_stmt **tail;
+    kir_stmt **tail_stack[16];
+    int depth;
+} kir_kernel;
+
+/* ---- building ---- */
+
+kir_kernel *kir_new(const char *what, kir_type compute);
+void kir_free(kir_kernel *k);
+/* Adds (or finds) a buffer for IR value v; returns its index. */
+int kir_buf_add(kir_kernel *k, int value, ir_dtype dt, int64_t numel);
+int kir_var(kir_kernel *k, kir_type t, const char *hint);
+
+kir_expr *kir_const_f(kir_kernel *k, double f);
+kir_expr *kir_const_i(kir_kernel *k, int64_t i);
+kir_expr *kir_varref(kir_kernel *k, int var);
+kir_expr *kir_load(kir_kernel *k, int buf, kir_expr *index);
+kir_expr *kir_un(kir_kernel *k, kir_unop op, kir_expr *a);
+kir_expr *kir_bin(kir_kernel *k, kir_binop op, kir_expr *a, kir_expr *b);
+kir_expr *kir_select(kir_kernel *k, kir_expr *c, kir_expr *a, kir_expr *b);
+kir_expr *kir_cast(kir_kernel *k, kir_type t, kir_expr *a);
+kir_expr *kir_arg(kir_kernel *k, int which);
+/* A uniform random float in [0, 1): a counter-based hash of the run's
+ * seed, the step, salt and index, identical on every backend. */
+kir_expr *kir_rand(kir_kernel *k, int64_t salt, kir_expr *index);
+/* Index arithmetic with constant folding: a + b, a * c. */
+kir_expr *kir_iadd(kir_kernel *k, kir_expr *a, kir_expr *b);
+kir_expr *kir_imul(kir_kernel *k, kir_expr *a, int64_t c);
+
+/* Statements are appended at the insertion point; loop_begin opens a body
+ * that loop_end closes. */
+int kir_loop_begin(kir_kernel *k, kir_loop_kind kind, int64_t extent, const char *hint);
+/* For RED loops: declares an accumulator of the innermost open loop. */
+int kir_loop_acc(kir_kernel *k, kir_acc_op op, const char *hint);
+void kir_loop_end(kir_kernel *k);
+void kir_if_begin(kir_kernel *k, kir_expr *cond);
+void kir_if_end(kir_kernel *k);
+int kir_let(kir_kernel *k, kir_expr *value, const char *hint);
+void kir_set(kir_kernel *k, int var, kir_expr *value);
+void kir_acc_add(kir_kernel *k, int var, kir_expr *value);
+void kir_store(kir_kernel *k, int buf, kir_expr *index, kir_expr *value);
+void kir_addto(kir_kernel *k, int buf, kir_expr *index, kir_expr *value);
+
+/* ---- printing ---- */
+
+/* The C source of one kernel (with no prelude). */
+char *kir_emit_c(const kir_kernel *k);
+/* What every generated C file starts with: includes, bf16/f16 helpers,
+ * the hash RNG, the kernel argument struct. */
+const char *kir_c_prelude(void);
+/* Names the kernel after a hash of its C source, so equal kernels share a
+ * name and a compiled kernel can be found by name. */
+void kir_finish(kir_kernel *k);
+
+#endif

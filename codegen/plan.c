@@ -1,0 +1,297 @@
+/* Building the plan from a fused, scheduled graph: one step per fusion
+ * group (a generated kernel, or a GEMM for a matmul), buffers for the
+ * values that live in memory, and arena offsets.
+ *
+ * Constants are folded into the kernels that read them; reshape and
+ * flatten are views of their operand's buffer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg.h"
+#include "plan.h"
+
+void kl_plan_free(kl_plan *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->kernels.n; i++) {
+        free(p->kernels.v[i].name);
+        free(p->kernels.v[i].what);
+        free(p->kernels.v[i].c_src);
+    }
+    kl_vec_free(p->kernels);
+    kl_vec_free(p->buffers);
+    kl_vec_free(p->steps);
+    free(p->value_buf);
+    free(p);
+}
+
+static bool is_view(ir_op op)
+{
+    return op == IR_OP_RESHAPE || op == IR_OP_FLATTEN;
+}
+
+int kl_plan_real_buffer(const kl_plan *p, int buf)
+{
+    while (p->buffers.v[buf].region == KL_REGION_VIEW)
+        buf = p->buffers.v[buf].view_of;
+    return buf;
+}
+
+/* The buffer of value v, made on first request. */
+static int buffer_of(kl_plan *p, int v)
+{
+    if (p->value_buf[v] >= 0)
+        return p->value_buf[v];
+    const ir_graph *g = p->g;
+    const ir_value *val = ir_val(g, v);
+    kl_buffer b = {.value = v, .dtype = val->type.dtype, .numel = ir_type_numel(&val->type)};
+    b.bytes = b.numel * ir_dtype_size(b.dtype);
+    b.view_of = -1;
+    if (ir_is_persistent(val)) {
+        b.region = KL_REGION_PERSISTENT;
+    } else if (val->def >= 0 && is_view(ir_nd(g, val->def)->op)) {
+        b.region = KL_REGION_VIEW;
+        b.view_of = buffer_of(p, ir_nd(g, val->def)->in.v[0]);
+    } else {
+        b.region = KL_REGION_ARENA;
+    }
+    kl_vec_push(p->buffers, b);
+    p->value_buf[v] = p->buffers.n - 1;
+    return p->buffers.n - 1;
+}
+
+static int add_kernel(kl_plan *p, kir_kernel *k)
+{
+    kir_finish(k);
+    for (int i = 0; i < p->kernels.n; i++)
+        if (!strcmp(p->kernels.v[i].name, k->name))
+            return i;
+    kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), kir_emit_c(k)};
+    kl_vec_push(p->kernels, s);
+    return p->kernels.n - 1;
+}
+
+static void describe_group(kl_buf *b, const cg_group *grp)
+{
+    for (int i = 0; i < grp->n; i++)
+        kl_buf_printf(b, "%s%s", i ? " + " : "", ir_op_name(ir_nd(grp->g, grp->nodes[i])->op));
+}
+
+/* The node that decides a group's kernel template: its one node that is
+ * not elementwise, or the first node. */
+static const ir_node *anchor_of(const cg_group *grp)
+{
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *n = ir_nd(grp->g, grp->nodes[i]);
+        ir_kernel_class kc = ir_ops[n->op].kclass;
+        if (kc != IR_KC_ELEMWISE && kc != IR_KC_SOURCE && n->op != IR_OP_BROADCAST && n->op != IR_OP_DROPOUT)
+            return n;
+    }
+    return ir_nd(grp->g, grp->nodes[0]);
+}
+
+static void add_kernel_step(kl_plan *p, const cg_group *grp)
+{
+    const ir_graph *g = p->g;
+    kl_buf what = {0};
+    describe_group(&what, grp);
+    int vals[64], nv = 0;
+    for (int i = 0; i < grp->n && nv < 60; i++) {
+        const ir_node *n = ir_nd(g, grp->nodes[i]);
+        for (int k = 0; k < n->in.n && nv < 60; k++)
+            vals[nv++] = n->in.v[k];
+        for (int k = 0; k < n->out.n && nv < 60; k++)
+            vals[nv++] = n->out.v[k];
+    }
+    kir_kernel *k = kir_new(what.s, cg_compute_type(g, vals, nv));
+    kl_buf_free(&what);
+    cg_builder b = {.grp = grp, .k = k, .ncached = g->values.n};
+    b.cached = kl_xmalloc(sizeof(int) * (size_t)g->values.n);
+    for (int i = 0; i < g->values.n; i++)
+        b.cached[i] = -1;
+    const ir_node *anchor = anchor_of(grp);
+    switch (ir_ops[anchor->op].kclass) {
+    case IR_KC_SOURCE:
+    case IR_KC_ELEMWISE:
+    case IR_KC_RANDOM:
+        cg_build_elementwise(&b);
+        break;
+    case IR_KC_MOVE:
+        if (anchor->op == IR_OP_BROADCAST)
+            cg_build_elementwise(&b);
+        else
+            cg_build_move(&b, anchor);
+        break;
+    case IR_KC_UPDATE:
+        cg_build_update(&b, anchor);
+        break;
+    case IR_KC_REDUCE:
+        cg_build_reduce(&b, anchor);
+        break;
+    case IR_KC_NORM:
+        cg_build_norm(&b, anchor);
+        break;
+    case IR_KC_POOL:
+        cg_build_pool(&b, anchor);
+        break;
+    default:
+        kl_panic("no kernel template for %s (%s)", ir_op_name(anchor->op), ir_kernel_class_name(ir_ops[anchor->op].kclass));
+    }
+    free(b.cached);
+    kl_step s = {.kind = KL_STEP_KERNEL, .phase = anchor->phase, .node = grp->nodes[0]};
+    for (int i = 0; i < k->nbufs; i++) {
+        s.args[s.nargs++] = buffer_of(p, k->bufs[i].value);
+        s.bytes += k->bufs[i].numel * ir_dtype_size(k->bufs[i].dtype) * ((k->bufs[i].read ? 1 : 0) + (k->bufs[i].written ? 1 : 0));
+    }
+    s.kernel = add_kernel(p, k);
+    kir_free(k);
+    kl_vec_push(p->steps, s);
+}
+
+static void add_gemm_step(kl_plan *p, const ir_node *n)
+{
+    const ir_graph *g = p->g;
+    const ir_type *a = &ir_val(g, n->in.v[0])->type, *bt = &ir_val(g, n->in.v[1])->type;
+    const ir_type *c = &ir_val(g, n->out.v[0])->type;
+    kl_gemm m = {.dtype = c->dtype, .alpha = 1, .beta = 0};
+    m.ta = (int)ir_attr_int(&n->attrs, "transpose_a", 0);
+    m.tb = (int)ir_attr_int(&n->attrs, "transpose_b", 0);
+    m.m = c->dim[c->rank - 2];
+    m.n = c->dim[c->rank - 1];
+    m.k = a->dim[a->rank - (m.ta ? 2 : 1)];
+    int64_t batch = ir_type_numel(c) / (m.m * m.n);
+    int64_t abatch = ir_type_numel(a) / (m.m * m.k), bbatch = ir_type_numel(bt) / (m.k * m.n);
+    if (bbatch == 1 && !m.ta && batch > 1 && abatch == batch) {
+        /* Rows of every batch item against one matrix: one tall GEMM. */
+        m.m *= batch;
+        batch = 1;
+    }
+    m.batch = batch;
+    if (batch > 1) {
+        if ((abatch != batch && abatch != 1) || (bbatch != batch && bbatch != 1))
+            kl_panic("matmul: batch broadcasting of %lld and %lld items into %lld is not supported",
+                     (long long)abatch, (long long)bbatch, (long long)batch);
+        m.stride_a = abatch == 1 ? 0 : m.m * m.k;
+        m.stride_b = bbatch == 1 ? 0 : m.k * m.n;
+        m.stride_c = m.m * m.n;
+    }
+    m.a = buffer_of(p, n->in.v[0]);
+    m.b = buffer_of(p, n->in.v[1]);
+    m.c = buffer_of(p, n->out.v[0]);
+    int64_t es = ir_dtype_size(m.dtype);
+    kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = m, .node = n->id};
+    s.bytes = (ir_type_numel(a) + ir_type_numel(bt) + ir_type_numel(c)) * es;
+    s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k * (double)m.batch;
+    kl_vec_push(p->steps, s);
+}
+
+/* A constant read as a buffer (by a GEMM or an output): a fill kernel. */
+static void materialize_consts(kl_plan *p)
+{
+    const ir_graph *g = p->g;
+    for (int v = 0; v < g->values.n; v++) {
+        const ir_value *val = ir_val(g, v);
+        if (p->value_buf[v] < 0 || val->def < 0 || ir_nd(g, val->def)->op != IR_OP_CONST)
+            continue;
+        int node = val->def;
+        cg_group grp = {g, &node, 1};
+        /* Prepend: constants are ready before any step reads them. */
+        int before = p->steps.n;
+        add_kernel_step(p, &grp);
+        kl_step s = p->steps.v[before];
+        memmove(&p->steps.v[1], &p->steps.v[0], sizeof(kl_step) * (size_t)before);
+        p->steps.v[0] = s;
+    }
+}
+
+static void assign_offsets(kl_plan *p)
+{
+    int64_t off = 0;
+    for (int i = 0; i < p->buffers.n; i++) {
+        kl_buffer *b = &p->buffers.v[i];
+        if (b->region != KL_REGION_ARENA)
+            continue;
+        b->offset = off;
+        off += (b->bytes + 255) & ~(int64_t)255;
+    }
+    p->arena_bytes = off;
+}
+
+kl_plan *cg_build_plan(const ir_graph *g)
+{
+    kl_plan *p = kl_xcalloc(1, sizeof *p);
+    p->g = g;
+    p->nvalues = g->values.n;
+    p->value_buf = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+    for (int i = 0; i < g->values.n; i++)
+        p->value_buf[i] = -1;
+    /* Every declared value and every output gets a buffer, used or not,
+     * so the runtime can feed inputs and read results. */
+    for (int i = 0; i < g->decls.n; i++)
+        buffer_of(p, g->decls.v[i]);
+    if (g->loss >= 0)
+        buffer_of(p, g->loss);
+    for (int i = 0; i < g->reports.n; i++)
+        buffer_of(p, g->reports.v[i].value);
+
+    int *members = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
+    bool *done = kl_xcalloc((size_t)g->nodes.n + 1, 1);
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->dead || done[i])
+            continue;
+        if (is_view(n->op)) {
+            buffer_of(p, n->out.v[0]);
+            continue;
+        }
+        if (n->op == IR_OP_CONST && n->group < 0)
+            continue;
+        if (n->op == IR_OP_MATMUL) {
+            add_gemm_step(p, n);
+            continue;
+        }
+        /* The group: this node and every later node with its group id. */
+        int cnt = 0;
+        for (int j = i; j < g->nodes.n; j++) {
+            const ir_node *m = ir_nd(g, j);
+            if (!m->dead && !done[j] && (j == i || (n->group >= 0 && m->group == n->group)))
+                members[cnt++] = j, done[j] = true;
+        }
+        cg_group grp = {g, members, cnt};
+        add_kernel_step(p, &grp);
+    }
+    free(members);
+    free(done);
+    materialize_consts(p);
+    assign_offsets(p);
+    return p;
+}
+
+char *kl_plan_c_source(const kl_plan *p)
+{
+    kl_buf b = {0};
+    kl_buf_puts(&b, kir_c_prelude());
+    for (int i = 0; i < p->kernels.n; i++) {
+        kl_buf_puts(&b, p->kernels.v[i].c_src);
+        kl_buf_putc(&b, '\n');
+    }
+    return kl_buf_take(&b);
+}
+
+char *kl_step_label(const kl_plan *p, const kl_step *s)
+{
+    const ir_node *n = ir_nd(p->g, s->node);
+    kl_buf b = {0};
+    if (s->kind == KL_STEP_GEMM)
+        kl_buf_puts(&b, "matmul");
+    else
+        kl_buf_puts(&b, p->kernels.v[s->kernel].what);
+    if (n->loc.line > 0)
+        kl_buf_printf(&b, " @%d:%d", n->loc.line, n->loc.col);
+    if (n->scope)
+        kl_buf_printf(&b, " in %s", n->scope);
+    if (n->phase != IR_PHASE_FORWARD)
+        kl_buf_printf(&b, " (%s)", ir_phase_name(n->phase));
+    return kl_buf_take(&b);
+}

@@ -1,0 +1,79 @@
+/* The plan: what the runtime executes for one graph. Buffers (one per IR
+ * value that needs memory), the generated kernels, and an ordered list of
+ * steps: kernel launches and library calls (GEMM).
+ *
+ * Built by cg_build_plan() from a graph that went through the pipeline
+ * (fusion groups set, nodes in schedule order). The plan refers to the
+ * graph for names and roles; it does not own it. */
+#ifndef KILN_PLAN_H
+#define KILN_PLAN_H
+
+#include "../ir/ir.h"
+
+typedef enum kl_region {
+    KL_REGION_ARENA,      /* activations, gradients, temporaries */
+    KL_REGION_PERSISTENT, /* params and state, shared by every plan */
+    KL_REGION_VIEW,       /* another buffer's memory (reshape, flatten) */
+} kl_region;
+
+typedef struct kl_buffer {
+    int value;        /* IR value */
+    ir_dtype dtype;
+    int64_t numel, bytes;
+    kl_region region;
+    int64_t offset;   /* ARENA: byte offset in the arena */
+    int view_of;      /* VIEW: the buffer whose memory this is */
+} kl_buffer;
+
+typedef enum kl_step_kind { KL_STEP_KERNEL, KL_STEP_GEMM } kl_step_kind;
+
+/* C[b] = alpha op(A[b]) op(B[b]) + beta C[b], row-major, for b < batch. */
+typedef struct kl_gemm {
+    ir_dtype dtype;
+    int ta, tb;
+    int64_t m, n, k;
+    int64_t batch;
+    int64_t stride_a, stride_b, stride_c; /* elements between batch items; 0: shared */
+    double alpha, beta;
+    int a, b, c;                          /* buffers */
+} kl_gemm;
+
+typedef struct kl_step {
+    kl_step_kind kind;
+    ir_phase phase;
+    int kernel;       /* KERNEL: index into plan.kernels */
+    int args[32];     /* KERNEL: buffers in the kernel's parameter order */
+    int nargs;
+    kl_gemm gemm;
+    int node;         /* the group's first IR node (labels, profiling) */
+    int64_t bytes;    /* bytes the step must move at least */
+    double flops;
+} kl_step;
+
+typedef struct kl_kernel_src {
+    char *name;       /* kk_<hash of the C source> */
+    char *what;       /* the ops it computes */
+    char *c_src;      /* without the prelude */
+} kl_kernel_src;
+
+typedef struct kl_plan {
+    const ir_graph *g;
+    KL_VEC(kl_buffer) buffers;
+    KL_VEC(kl_kernel_src) kernels;
+    KL_VEC(kl_step) steps;
+    int *value_buf;        /* per IR value: its buffer, or -1 */
+    int nvalues;
+    int64_t arena_bytes;
+} kl_plan;
+
+/* Builds the plan of a graph that went through the pipeline. */
+kl_plan *cg_build_plan(const ir_graph *g);
+void kl_plan_free(kl_plan *p);
+/* Every kernel's C source, with the prelude once: a compilable file. */
+char *kl_plan_c_source(const kl_plan *p);
+/* A label for a step: "matmul @8:12 in dense.1". */
+char *kl_step_label(const kl_plan *p, const kl_step *s);
+/* The buffer backing value v, following views to the real one. */
+int kl_plan_real_buffer(const kl_plan *p, int buf);
+
+#endif

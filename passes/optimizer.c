@@ -1,0 +1,98 @@
+/* optimizer: one update node per trained param.
+ *
+ * requires: autodiff (graph.grads)
+ * provides: update nodes (phase update) for SGD with momentum and Nesterov,
+ *           Adam and AdamW with weight decay; optimizer state as persistent
+ *           zero-initialised state; global-norm gradient clipping as a
+ *           scale computed on the device; the state %optimizer.hyper, f32[4]
+ *           written by the runtime before every step: [lr from the schedule,
+ *           1 - beta1^t, 1 - beta2^t, gradient multiplier].
+ *
+ * The learning-rate schedule runs on the host (it is one number per step);
+ * everything per element runs in the update kernels. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "../frontend/train_config.h"
+
+static int declare_state(ir_graph *g, const char *param, const char *what, const ir_type *t)
+{
+    char *name = kl_xasprintf("%s.%s", param, what);
+    ir_type st = *t;
+    st.dtype = IR_F32;
+    int id = ir_declare(g, IR_VAL_STATE, name, &st, (kl_loc){0, 0});
+    free(name);
+    ir_attrs_set_str(&ir_val(g, id)->attrs, "init", "zeros");
+    return id;
+}
+
+/* min(1, clip / (||g|| + 1e-6)) over all gradients, as one f32 scalar. */
+static int clip_scale(ir_graph *g, double clip)
+{
+    int total = -1;
+    for (int i = 0; i < g->grads.n; i++) {
+        int d = g->grads.v[i].grad;
+        if (ir_val(g, d)->type.dtype != IR_F32) {
+            ir_attrs a = {0};
+            ir_attrs_set_str(&a, "to", "f32");
+            d = ir_emit(g, IR_OP_CAST, &d, 1, &a, NULL);
+            ir_attrs_free(&a);
+        }
+        int sq = ir_emit1(g, IR_OP_SUM, ir_emit2(g, IR_OP_MUL, d, d, NULL), NULL);
+        total = total < 0 ? sq : ir_emit2(g, IR_OP_ADD, total, sq, NULL);
+    }
+    int norm = ir_emit1(g, IR_OP_SQRT, total, "grad_norm");
+    int denom = ir_emit2(g, IR_OP_ADD, norm, ir_emit_const(g, 1e-6, IR_F32), NULL);
+    int ratio = ir_emit2(g, IR_OP_DIV, ir_emit_const(g, clip, IR_F32), denom, NULL);
+    return ir_emit2(g, IR_OP_MINIMUM, ir_emit_const(g, 1.0, IR_F32), ratio, "clip_scale");
+}
+
+int pass_optimizer(ir_graph *g)
+{
+    kl_train_config cfg;
+    kl_train_read(&g->train, &cfg);
+    int first = g->nodes.n;
+    ir_type hyper_t = {IR_F32, 1, {4}};
+    int hyper = ir_declare(g, IR_VAL_STATE, "optimizer.hyper", &hyper_t, (kl_loc){0, 0});
+    ir_attrs_set_str(&ir_val(g, hyper)->attrs, "init", "zeros");
+    ir_attrs_set_str(&ir_val(g, hyper)->attrs, "role", "hyper");
+    int scale = cfg.clip > 0 && g->grads.n ? clip_scale(g, cfg.clip) : ir_emit_const(g, 1.0, IR_F32);
+
+    for (int i = 0; i < g->grads.n; i++) {
+        int p = g->grads.v[i].param, d = g->grads.v[i].grad;
+        ir_value *pv = ir_val(g, p);
+        char *pname = kl_xstrdup(pv->name);
+        ir_type pt = pv->type;
+        double wd = ir_attr_int(&pv->attrs, "decay", 1) ? cfg.opt.weight_decay : 0.0;
+        ir_attrs a = {0};
+        int args[6] = {p, d, hyper, scale};
+        int nargs = 4;
+        ir_op op;
+        if (cfg.opt.kind == KL_OPT_SGD) {
+            op = IR_OP_SGD_UPDATE;
+            ir_attrs_set_float(&a, "momentum", cfg.opt.momentum);
+            ir_attrs_set_int(&a, "nesterov", cfg.opt.nesterov);
+            ir_attrs_set_float(&a, "weight_decay", wd);
+            if (cfg.opt.momentum > 0)
+                args[nargs++] = declare_state(g, pname, "momentum", &pt);
+        } else {
+            op = IR_OP_ADAM_UPDATE;
+            ir_attrs_set_float(&a, "beta1", cfg.opt.beta1);
+            ir_attrs_set_float(&a, "beta2", cfg.opt.beta2);
+            ir_attrs_set_float(&a, "eps", cfg.opt.eps);
+            ir_attrs_set_float(&a, "weight_decay", wd);
+            ir_attrs_set_int(&a, "decoupled", cfg.opt.kind == KL_OPT_ADAMW);
+            args[nargs++] = declare_state(g, pname, "adam_m", &pt);
+            args[nargs++] = declare_state(g, pname, "adam_v", &pt);
+        }
+        ir_emit(g, op, args, nargs, &a, NULL);
+        ir_nd(g, g->nodes.n - 1)->loc = pv->loc;
+        ir_attrs_free(&a);
+        free(pname);
+    }
+    for (int k = first; k < g->nodes.n; k++)
+        ir_nd(g, k)->phase = IR_PHASE_UPDATE;
+    kl_train_config_free(&cfg);
+    return 0;
+}

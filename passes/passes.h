@@ -1,0 +1,21 @@
+/* One function per pass; see each file's header for what it requires and
+ * provides, and passes/pipeline.c for the order. A pass returns 0, or -1
+ * after reporting a user error. */
+#ifndef KILN_PASSES_H
+#define KILN_PASSES_H
+
+#include "../ir/ir.h"
+
+int pass_eval_mode(ir_graph *g);
+int pass_autodiff(ir_graph *g);
+int pass_optimizer(ir_graph *g);
+int pass_simplify(ir_graph *g);
+int pass_fusion(ir_graph *g);
+int pass_schedule(ir_graph *g);
+
+/* Reports a pass's user error against the model file the graph came from. */
+void pass_error(const ir_graph *g, kl_loc loc, const char *fmt, ...) KL_PRINTF(3, 4);
+/* The persistent value with attribute role = ROLE, or -1. */
+int pass_find_role(const ir_graph *g, const char *role);
+
+#endif

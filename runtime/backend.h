@@ -1,0 +1,70 @@
+/* The backend interface: what the executor needs from a device.
+ *
+ * One implementation per target (runtime/backend_cpu.c, and the CUDA
+ * backend behind the same table). Device memory is opaque to the executor;
+ * it moves data with copy_in/copy_out. Kernels are found by name (the hash
+ * of their source), so a backend can take precompiled ones or compile what
+ * is missing. */
+#ifndef KILN_BACKEND_H
+#define KILN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../codegen/plan.h"
+
+typedef struct kl_kargs {
+    int64_t step;
+    uint64_t seed;
+} kl_kargs;
+
+typedef void (*kl_cpu_kernel_fn)(void *const *bufs, const kl_kargs *args);
+
+/* Kernels compiled into a training executable by `kiln build`. */
+typedef struct kl_builtin_kernel {
+    const char *name;
+    kl_cpu_kernel_fn fn;
+} kl_builtin_kernel;
+
+typedef struct kl_backend kl_backend;
+
+typedef struct kl_backend_ops {
+    const char *name;
+    void *(*alloc)(kl_backend *be, size_t bytes);
+    void (*free)(kl_backend *be, void *p);
+    void (*copy_in)(kl_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy_out)(kl_backend *be, void *dst, const void *src, size_t bytes);
+    void (*fill_zero)(kl_backend *be, void *dst, size_t bytes);
+    /* Makes every kernel of the plan launchable; -1 after an error. */
+    int (*prepare)(kl_backend *be, const kl_plan *plan);
+    void (*launch)(kl_backend *be, const kl_plan *plan, int kernel, void *const *bufs, const kl_kargs *args);
+    void (*gemm)(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c);
+    void (*sync)(kl_backend *be);
+    void (*destroy)(kl_backend *be);
+} kl_backend_ops;
+
+struct kl_backend {
+    const kl_backend_ops *ops;
+    int threads;
+};
+
+typedef struct kl_cpu_options {
+    int threads;                        /* 0: all cores */
+    const kl_builtin_kernel *builtins;  /* may be NULL */
+    const char *cache_dir;              /* NULL: $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
+    bool quiet;                         /* no notice when compiling kernels */
+} kl_cpu_options;
+
+kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
+
+/* Compiles C source into a shared object in the cache (keyed by a hash of
+ * the source, the compiler and its flags) and opens it. Returns the dlopen
+ * handle or NULL after printing the compiler's output. */
+void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet);
+/* The cache folder for compiled kernels (created); caller frees. */
+char *kl_cache_dir(const char *sub);
+/* The C compiler and flags used for kernels (and by kiln build). */
+const char *kl_cc(void);
+const char *kl_cc_flags(void);
+
+#endif

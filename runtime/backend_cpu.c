@@ -1,0 +1,194 @@
+/* The CPU backend: host memory, generated C kernels (linked in or compiled
+ * at run time), OpenBLAS for GEMMs, OpenMP threads. */
+#include <cblas.h>
+#include <xmmintrin.h>
+#include <dlfcn.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "../codegen/kir.h"
+
+/* OpenBLAS's own thread count; declared here to avoid depending on which
+ * OpenBLAS header variant is installed. */
+void openblas_set_num_threads(int n);
+
+typedef struct cpu_kernel {
+    char *name;
+    kl_cpu_kernel_fn fn;
+} cpu_kernel;
+
+typedef struct cpu_backend {
+    kl_backend base;
+    const kl_builtin_kernel *builtins;
+    char *cache_dir;
+    bool quiet;
+    KL_VEC(cpu_kernel) kernels; /* every kernel resolved so far, by name */
+    KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
+} cpu_backend;
+
+static void *cpu_alloc(kl_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes ? (bytes + 255) & ~(size_t)255 : 256))
+        kl_panic("out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+static void cpu_free(kl_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static void cpu_copy(kl_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(kl_backend *be, void *dst, size_t bytes)
+{
+    (void)be;
+    memset(dst, 0, bytes);
+}
+
+static kl_cpu_kernel_fn find_kernel(cpu_backend *cb, const char *name)
+{
+    for (int i = 0; i < cb->kernels.n; i++)
+        if (!strcmp(cb->kernels.v[i].name, name))
+            return cb->kernels.v[i].fn;
+    return NULL;
+}
+
+static void remember(cpu_backend *cb, const char *name, kl_cpu_kernel_fn fn)
+{
+    cpu_kernel k = {kl_xstrdup(name), fn};
+    kl_vec_push(cb->kernels, k);
+}
+
+static int cpu_prepare(kl_backend *be, const kl_plan *plan)
+{
+    cpu_backend *cb = (cpu_backend *)be;
+    kl_buf missing = {0};
+    int nmissing = 0;
+    for (int i = 0; i < plan->kernels.n; i++) {
+        const kl_kernel_src *k = &plan->kernels.v[i];
+        if (find_kernel(cb, k->name))
+            continue;
+        kl_cpu_kernel_fn fn = NULL;
+        for (const kl_builtin_kernel *b = cb->builtins; b && b->name; b++)
+            if (!strcmp(b->name, k->name))
+                fn = b->fn;
+        if (fn) {
+            remember(cb, k->name, fn);
+            continue;
+        }
+        if (!nmissing)
+            kl_buf_puts(&missing, kir_c_prelude());
+        kl_buf_puts(&missing, k->c_src);
+        kl_buf_putc(&missing, '\n');
+        nmissing++;
+    }
+    if (!nmissing)
+        return 0;
+    void *h = kl_cpu_jit(missing.s, cb->cache_dir, cb->quiet);
+    kl_buf_free(&missing);
+    if (!h)
+        return -1;
+    kl_vec_push(cb->handles, h);
+    for (int i = 0; i < plan->kernels.n; i++) {
+        const kl_kernel_src *k = &plan->kernels.v[i];
+        if (find_kernel(cb, k->name))
+            continue;
+        kl_cpu_kernel_fn fn = (kl_cpu_kernel_fn)dlsym(h, k->name);
+        if (!fn) {
+            kl_error("compiled kernels lack %s", k->name);
+            return -1;
+        }
+        remember(cb, k->name, fn);
+    }
+    return 0;
+}
+
+static void cpu_launch(kl_backend *be, const kl_plan *plan, int kernel, void *const *bufs, const kl_kargs *args)
+{
+    cpu_backend *cb = (cpu_backend *)be;
+    kl_cpu_kernel_fn fn = find_kernel(cb, plan->kernels.v[kernel].name);
+    kl_check(fn != NULL);
+    fn(bufs, args);
+}
+
+static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
+{
+    (void)be;
+    CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    /* Row-major leading dimensions: the stored row length of each matrix. */
+    int lda = (int)(g->ta ? g->m : g->k), ldb = (int)(g->tb ? g->k : g->n), ldc = (int)g->n;
+    for (int64_t i = 0; i < g->batch; i++) {
+        if (g->dtype == IR_F64)
+            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha,
+                        (const double *)a + i * g->stride_a, lda, (const double *)b + i * g->stride_b, ldb,
+                        g->beta, (double *)c + i * g->stride_c, ldc);
+        else if (g->dtype == IR_F32)
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
+                        (const float *)a + i * g->stride_a, lda, (const float *)b + i * g->stride_b, ldb,
+                        (float)g->beta, (float *)c + i * g->stride_c, ldc);
+        else
+            kl_panic("CPU GEMM for %s is not implemented", ir_dtype_name(g->dtype));
+    }
+}
+
+static void cpu_sync(kl_backend *be)
+{
+    (void)be;
+}
+
+static void cpu_destroy(kl_backend *be)
+{
+    cpu_backend *cb = (cpu_backend *)be;
+    for (int i = 0; i < cb->kernels.n; i++)
+        free(cb->kernels.v[i].name);
+    kl_vec_free(cb->kernels);
+    for (int i = 0; i < cb->handles.n; i++)
+        dlclose(cb->handles.v[i]);
+    kl_vec_free(cb->handles);
+    free(cb->cache_dir);
+    free(cb);
+}
+
+static const kl_backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_in = cpu_copy,
+    .copy_out = cpu_copy,
+    .fill_zero = cpu_zero,
+    .prepare = cpu_prepare,
+    .launch = cpu_launch,
+    .gemm = cpu_gemm,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+};
+
+kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
+{
+    cpu_backend *cb = kl_xcalloc(1, sizeof *cb);
+    cb->base.ops = &cpu_ops;
+    int threads = o && o->threads > 0 ? o->threads : omp_get_num_procs();
+    cb->base.threads = threads;
+    omp_set_num_threads(threads);
+    /* Flush subnormal floats to zero in every thread that runs kernels:
+     * optimizer state drifts into subnormals, where x86 arithmetic is
+     * two orders of magnitude slower. */
+    _mm_setcsr(_mm_getcsr() | 0x8040);
+#pragma omp parallel
+    _mm_setcsr(_mm_getcsr() | 0x8040);
+    openblas_set_num_threads(threads);
+    cb->builtins = o ? o->builtins : NULL;
+    cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
+    cb->quiet = o && o->quiet;
+    return &cb->base;
+}

@@ -1,0 +1,397 @@
+/* IDX reading (the MNIST family, gzip through zlib), synthetic data, and
+ * the threaded batch loader. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <zlib.h>
+
+#include "data.h"
+#include "../ir/support.h"
+
+double kl_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- IDX ---- */
+
+static char *find_file(const char *dir, const char *base)
+{
+    struct stat st;
+    char *p = kl_xasprintf("%s/%s.gz", dir, base);
+    if (stat(p, &st) == 0)
+        return p;
+    free(p);
+    p = kl_xasprintf("%s/%s", dir, base);
+    if (stat(p, &st) == 0)
+        return p;
+    free(p);
+    return NULL;
+}
+
+/* Reads exactly n bytes; -1 on a short read. */
+static int read_exact(gzFile f, void *dst, size_t n)
+{
+    unsigned char *p = dst;
+    while (n > 0) {
+        unsigned chunk = n > (1u << 30) ? (1u << 30) : (unsigned)n;
+        int got = gzread(f, p, chunk);
+        if (got <= 0)
+            return -1;
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+static uint32_t be32(const unsigned char *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+/* Reads one IDX file of unsigned bytes: dims out, data malloc'd. */
+static int read_idx(const char *path, int want_rank, int64_t *dims, uint8_t **data)
+{
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        kl_error("%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    unsigned char head[4];
+    int rc = -1;
+    *data = NULL;
+    if (read_exact(f, head, 4)) {
+        kl_error("%s: truncated: no IDX header", path);
+        goto done;
+    }
+    if (head[0] != 0 || head[1] != 0 || head[2] != 0x08) {
+        kl_error("%s: not an IDX file of unsigned bytes (magic %02x %02x %02x %02x)", path, head[0], head[1], head[2], head[3]);
+        goto done;
+    }
+    if (head[3] != want_rank) {
+        kl_error("%s: has %d dimensions, expected %d", path, head[3], want_rank);
+        goto done;
+    }
+    int64_t total = 1;
+    for (int i = 0; i < want_rank; i++) {
+        unsigned char d[4];
+        if (read_exact(f, d, 4)) {
+            kl_error("%s: truncated header", path);
+            goto done;
+        }
+        dims[i] = be32(d);
+        if (dims[i] <= 0 || dims[i] > (1 << 28)) {
+            kl_error("%s: dimension %d is %lld, out of range", path, i, (long long)dims[i]);
+            goto done;
+        }
+        total *= dims[i];
+        if (total > ((int64_t)1 << 34)) {
+            kl_error("%s: too large", path);
+            goto done;
+        }
+    }
+    *data = kl_xmalloc((size_t)total);
+    if (read_exact(f, *data, (size_t)total)) {
+        int err;
+        const char *msg = gzerror(f, &err);
+        kl_error("%s: truncated or corrupt: expected %lld bytes of data (%s)", path, (long long)total,
+                 err == Z_ERRNO || err == Z_OK ? "the file ends early" : msg);
+        free(*data);
+        *data = NULL;
+        goto done;
+    }
+    rc = 0;
+done:
+    gzclose(f);
+    return rc;
+}
+
+int kl_idx_load(const char *dir, const char *split, kl_dataset *out)
+{
+    memset(out, 0, sizeof *out);
+    char *img_base = kl_xasprintf("%s-images-idx3-ubyte", split);
+    char *lab_base = kl_xasprintf("%s-labels-idx1-ubyte", split);
+    char *img = find_file(dir, img_base), *lab = find_file(dir, lab_base);
+    int rc = -1;
+    uint8_t *images = NULL, *labels = NULL;
+    if (!img || !lab) {
+        kl_error("%s: no %s(.gz) here (is the dataset installed? apt-get install dataset-fashion-mnist)", dir,
+                 img ? lab_base : img_base);
+        goto done;
+    }
+    int64_t idims[3], ldims[1];
+    if (read_idx(img, 3, idims, &images) || read_idx(lab, 1, ldims, &labels))
+        goto done;
+    if (idims[0] != ldims[0]) {
+        kl_error("%s: %lld images but %s has %lld labels", img, (long long)idims[0], lab, (long long)ldims[0]);
+        goto done;
+    }
+    out->name = kl_xasprintf("%s/%s", dir, split);
+    out->count = idims[0];
+    out->rank = 2;
+    out->shape[0] = idims[1];
+    out->shape[1] = idims[2];
+    out->sample_bytes = idims[1] * idims[2];
+    out->features = images;
+    images = NULL;
+    out->labels = kl_xmalloc(sizeof(int32_t) * (size_t)out->count);
+    for (int64_t i = 0; i < out->count; i++) {
+        out->labels[i] = labels[i];
+        if (labels[i] > out->max_label)
+            out->max_label = labels[i];
+    }
+    rc = 0;
+done:
+    free(images);
+    free(labels);
+    free(img);
+    free(lab);
+    free(img_base);
+    free(lab_base);
+    return rc;
+}
+
+void kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out)
+{
+    memset(out, 0, sizeof *out);
+    out->name = kl_xstrdup("synthetic");
+    out->count = count;
+    out->rank = 2;
+    out->shape[0] = out->shape[1] = 28;
+    out->sample_bytes = 28 * 28;
+    out->features = kl_xmalloc((size_t)(count * 784));
+    out->labels = kl_xmalloc(sizeof(int32_t) * (size_t)count);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < count; i++) {
+        uint8_t *img = out->features + i * 784;
+        for (int p = 0; p < 784; p++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            img[p] = (uint8_t)((s >> 33) % 64);
+        }
+        /* Label c puts a bright 7x7 patch in cell c of a 4x3 grid. */
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int c = (int)((s >> 33) % 10);
+        int r0 = (c / 4) * 9 + 1, c0 = (c % 4) * 7;
+        for (int y = r0; y < r0 + 7 && y < 28; y++)
+            for (int x = c0; x < c0 + 7; x++)
+                img[y * 28 + x] = 200;
+        out->labels[i] = c;
+        if (c > out->max_label)
+            out->max_label = c;
+    }
+}
+
+void kl_dataset_free(kl_dataset *d)
+{
+    free(d->name);
+    free(d->features);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---- the loader ---- */
+
+typedef struct slot {
+    kl_batch b;
+    enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN } state;
+} slot;
+
+struct kl_loader {
+    const kl_dataset *d;
+    int64_t batch, nbatches;
+    bool shuffle, drop_last;
+    uint64_t seed;
+    int64_t *order;
+    int depth;
+    slot *ring;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t epoch;        /* the epoch being produced; -1 before start */
+    int64_t produced;     /* batches handed to slots this epoch */
+    int64_t consumed;     /* batches taken this epoch */
+    int64_t generation;   /* bumps on every start, so the producer restarts */
+    bool quit;
+    double wait;
+};
+
+static uint64_t lmix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static void fill(kl_loader *l, slot *s, int64_t index)
+{
+    const kl_dataset *d = l->d;
+    int64_t first = index * l->batch, n = d->count - first < l->batch ? d->count - first : l->batch;
+    s->b.index = index;
+    s->b.size = n;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t src = l->order[first + i];
+        memcpy(s->b.features + i * d->sample_bytes, d->features + src * d->sample_bytes, (size_t)d->sample_bytes);
+        s->b.labels[i] = d->labels[src];
+    }
+}
+
+static void *producer(void *arg)
+{
+    kl_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        /* Wait for an epoch with batches left and a free slot. */
+        slot *free_slot = NULL;
+        while (!l->quit) {
+            if (l->epoch >= 0 && l->produced < l->nbatches) {
+                for (int i = 0; i < l->depth && !free_slot; i++)
+                    if (l->ring[i].state == SLOT_FREE)
+                        free_slot = &l->ring[i];
+                if (free_slot)
+                    break;
+            }
+            pthread_cond_wait(&l->cv, &l->mu);
+        }
+        if (l->quit)
+            break;
+        int64_t index = l->produced++, gen = l->generation;
+        free_slot->state = SLOT_FILLING;
+        pthread_mutex_unlock(&l->mu);
+        fill(l, free_slot, index);
+        pthread_mutex_lock(&l->mu);
+        free_slot->state = gen == l->generation ? SLOT_READY : SLOT_FREE;
+        pthread_cond_broadcast(&l->cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+kl_loader *kl_loader_new(const kl_dataset *d, int64_t batch, bool shuffle, bool drop_last, uint64_t seed, int depth)
+{
+    kl_loader *l = kl_xcalloc(1, sizeof *l);
+    l->d = d;
+    l->batch = batch;
+    l->shuffle = shuffle;
+    l->drop_last = drop_last;
+    l->seed = seed;
+    l->nbatches = drop_last ? d->count / batch : (d->count + batch - 1) / batch;
+    l->order = kl_xmalloc(sizeof(int64_t) * (size_t)(d->count + 1));
+    l->depth = depth < 2 ? 2 : depth;
+    l->ring = kl_xcalloc((size_t)l->depth, sizeof *l->ring);
+    for (int i = 0; i < l->depth; i++) {
+        l->ring[i].b.features = kl_xmalloc((size_t)(batch * d->sample_bytes));
+        l->ring[i].b.labels = kl_xmalloc(sizeof(int32_t) * (size_t)batch);
+    }
+    l->epoch = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    if (pthread_create(&l->thread, NULL, producer, l))
+        kl_panic("cannot start the loader thread");
+    return l;
+}
+
+void kl_loader_free(kl_loader *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->quit = true;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    for (int i = 0; i < l->depth; i++) {
+        free(l->ring[i].b.features);
+        free(l->ring[i].b.labels);
+    }
+    free(l->ring);
+    free(l->order);
+    free(l);
+}
+
+int64_t kl_loader_batches(const kl_loader *l)
+{
+    return l->nbatches;
+}
+
+void kl_loader_start(kl_loader *l, int64_t epoch)
+{
+    pthread_mutex_lock(&l->mu);
+    /* Wait until no slot is being filled, then drop what is left. */
+    for (;;) {
+        bool filling = false;
+        for (int i = 0; i < l->depth; i++)
+            filling |= l->ring[i].state == SLOT_FILLING;
+        if (!filling)
+            break;
+        pthread_cond_wait(&l->cv, &l->mu);
+    }
+    for (int i = 0; i < l->depth; i++)
+        l->ring[i].state = SLOT_FREE;
+    int64_t n = l->d->count;
+    for (int64_t i = 0; i < n; i++)
+        l->order[i] = i;
+    if (l->shuffle) {
+        /* Fisher-Yates with a stream of (seed, epoch). */
+        uint64_t s = lmix(l->seed ^ lmix((uint64_t)epoch + 1));
+        for (int64_t i = n - 1; i > 0; i--) {
+            s = lmix(s);
+            int64_t j = (int64_t)(s % (uint64_t)(i + 1));
+            int64_t t = l->order[i];
+            l->order[i] = l->order[j];
+            l->order[j] = t;
+        }
+    }
+    l->epoch = epoch;
+    l->produced = l->consumed = 0;
+    l->generation++;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+const kl_batch *kl_loader_next(kl_loader *l)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->consumed >= l->nbatches) {
+        pthread_mutex_unlock(&l->mu);
+        return NULL;
+    }
+    int64_t want = l->consumed;
+    double t0 = kl_now();
+    slot *found = NULL;
+    for (;;) {
+        for (int i = 0; i < l->depth && !found; i++)
+            if (l->ring[i].state == SLOT_READY && l->ring[i].b.index == want)
+                found = &l->ring[i];
+        if (found)
+            break;
+        pthread_cond_wait(&l->cv, &l->mu);
+    }
+    l->wait += kl_now() - t0;
+    found->state = SLOT_TAKEN;
+    l->consumed++;
+    pthread_mutex_unlock(&l->mu);
+    return &found->b;
+}
+
+void kl_loader_release(kl_loader *l, const kl_batch *b)
+{
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < l->depth; i++)
+        if (&l->ring[i].b == b)
+            l->ring[i].state = SLOT_FREE;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+double kl_loader_wait_seconds(const kl_loader *l)
+{
+    return l->wait;
+}

@@ -1,0 +1,315 @@
+/* Sessions and execs: binding plans to memory and running them. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+kl_session *kl_session_new(kl_backend *be, uint64_t seed)
+{
+    kl_session *s = kl_xcalloc(1, sizeof *s);
+    s->be = be;
+    s->seed = seed;
+    return s;
+}
+
+void kl_session_free(kl_session *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->persist.n; i++) {
+        s->be->ops->free(s->be, s->persist.v[i].ptr);
+        free(s->persist.v[i].name);
+    }
+    kl_vec_free(s->persist);
+    free(s);
+}
+
+kl_persist *kl_session_find(kl_session *s, const char *name)
+{
+    for (int i = 0; i < s->persist.n; i++)
+        if (!strcmp(s->persist.v[i].name, name))
+            return &s->persist.v[i];
+    return NULL;
+}
+
+/* The session's memory for persistent value v, made and initialised on
+ * first use. */
+static void *persistent_ptr(kl_session *s, const ir_value *v)
+{
+    kl_persist *p = kl_session_find(s, v->name);
+    if (p) {
+        if (!ir_type_eq(&p->type, &v->type))
+            kl_panic("persistent value %s changes type between plans", v->name);
+        return p->ptr;
+    }
+    size_t bytes = (size_t)ir_type_bytes(&v->type);
+    void *host = kl_xcalloc(1, bytes ? bytes : 1);
+    kl_init_values(v, s->seed, host);
+    kl_persist np = {kl_xstrdup(v->name), v->type, s->be->ops->alloc(s->be, bytes)};
+    s->be->ops->copy_in(s->be, np.ptr, host, bytes);
+    free(host);
+    kl_vec_push(s->persist, np);
+    return np.ptr;
+}
+
+kl_exec *kl_exec_new(kl_session *s, ir_graph *g)
+{
+    kl_exec *e = kl_xcalloc(1, sizeof *e);
+    e->s = s;
+    e->g = g;
+    e->plan = cg_build_plan(g);
+    if (s->be->ops->prepare(s->be, e->plan)) {
+        kl_exec_free(e);
+        return NULL;
+    }
+    kl_plan *p = e->plan;
+    e->arena = s->be->ops->alloc(s->be, (size_t)(p->arena_bytes ? p->arena_bytes : 256));
+    e->ptrs = kl_xcalloc((size_t)p->buffers.n + 1, sizeof(void *));
+    for (int i = 0; i < p->buffers.n; i++) {
+        kl_buffer *b = &p->buffers.v[i];
+        if (b->region == KL_REGION_ARENA)
+            e->ptrs[i] = (char *)e->arena + b->offset;
+        else if (b->region == KL_REGION_PERSISTENT)
+            e->ptrs[i] = persistent_ptr(s, ir_val(g, b->value));
+    }
+    for (int i = 0; i < p->buffers.n; i++)
+        if (p->buffers.v[i].region == KL_REGION_VIEW)
+            e->ptrs[i] = e->ptrs[kl_plan_real_buffer(p, i)];
+    e->args = kl_xcalloc((size_t)p->steps.n + 1, sizeof(void **));
+    for (int i = 0; i < p->steps.n; i++) {
+        kl_step *st = &p->steps.v[i];
+        if (st->kind != KL_STEP_KERNEL)
+            continue;
+        e->args[i] = kl_xcalloc((size_t)st->nargs + 1, sizeof(void *));
+        for (int k = 0; k < st->nargs; k++)
+            e->args[i][k] = e->ptrs[st->args[k]];
+    }
+    return e;
+}
+
+void kl_exec_free(kl_exec *e)
+{
+    if (!e)
+        return;
+    if (e->args)
+        for (int i = 0; i < e->plan->steps.n; i++)
+            free(e->args[i]);
+    free(e->args);
+    free(e->ptrs);
+    if (e->arena)
+        e->s->be->ops->free(e->s->be, e->arena);
+    kl_plan_free(e->plan);
+    ir_graph_free(e->g);
+    free(e);
+}
+
+void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
+{
+    kl_backend *be = e->s->be;
+    kl_plan *p = e->plan;
+    for (int i = 0; i < p->steps.n; i++) {
+        kl_step *st = &p->steps.v[i];
+        if (!(phase_mask & (1u << st->phase)))
+            continue;
+        if (st->kind == KL_STEP_KERNEL)
+            be->ops->launch(be, p, st->kernel, e->args[i], args);
+        else
+            be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
+    }
+}
+
+void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes)
+{
+    int b = e->plan->value_buf[v];
+    kl_check(b >= 0 && (size_t)e->plan->buffers.v[b].bytes == bytes);
+    e->s->be->ops->copy_in(e->s->be, e->ptrs[b], host, bytes);
+}
+
+void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes)
+{
+    int b = e->plan->value_buf[v];
+    kl_check(b >= 0 && (size_t)e->plan->buffers.v[b].bytes == bytes);
+    e->s->be->ops->copy_out(e->s->be, host, e->ptrs[b], bytes);
+}
+
+double kl_exec_scalar(kl_exec *e, int v)
+{
+    ir_dtype dt = ir_val(e->g, v)->type.dtype;
+    unsigned char buf[8];
+    kl_exec_read(e, v, buf, (size_t)ir_dtype_size(dt));
+    return kl_load_as(dt, buf, 0);
+}
+
+/* ---- host conversions ---- */
+
+float kl_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t kl_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float kl_f16_to_f32(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) {
+            u = s;
+        } else {
+            e = 113;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                e--;
+            }
+            u = s | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        u = s | 0x7f800000u | (m << 13);
+    } else {
+        u = s | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t kl_f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u)
+        return (uint16_t)(s | 0x7c00u);
+    if (a < 0x38800000u) {
+        if (a < 0x33000000u)
+            return (uint16_t)s;
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u)))
+            r++;
+        return (uint16_t)(s | r);
+    }
+    uint32_t r = a - 0x38000000u;
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(s | (r >> 13));
+}
+
+void kl_store_as(ir_dtype dt, void *dst, int64_t i, double x)
+{
+    switch (dt) {
+    case IR_F32: ((float *)dst)[i] = (float)x; break;
+    case IR_F64: ((double *)dst)[i] = x; break;
+    case IR_BF16: ((uint16_t *)dst)[i] = kl_f32_to_bf16((float)x); break;
+    case IR_F16: ((uint16_t *)dst)[i] = kl_f32_to_f16((float)x); break;
+    case IR_I32: ((int32_t *)dst)[i] = (int32_t)x; break;
+    case IR_I64: ((int64_t *)dst)[i] = (int64_t)x; break;
+    case IR_U8: ((uint8_t *)dst)[i] = (uint8_t)x; break;
+    default: kl_panic("cannot store %s", ir_dtype_name(dt));
+    }
+}
+
+double kl_load_as(ir_dtype dt, const void *src, int64_t i)
+{
+    switch (dt) {
+    case IR_F32: return ((const float *)src)[i];
+    case IR_F64: return ((const double *)src)[i];
+    case IR_BF16: return kl_bf16_to_f32(((const uint16_t *)src)[i]);
+    case IR_F16: return kl_f16_to_f32(((const uint16_t *)src)[i]);
+    case IR_I32: return ((const int32_t *)src)[i];
+    case IR_I64: return (double)((const int64_t *)src)[i];
+    case IR_U8: return ((const uint8_t *)src)[i];
+    default: kl_panic("cannot load %s", ir_dtype_name(dt));
+    }
+}
+
+/* ---- initialisers ---- */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* A uniform double in [0, 1) from a splitmix64 stream. */
+static double next_uniform(uint64_t *state)
+{
+    *state += 0x9e3779b97f4a7c15ull;
+    return (double)(mix64(*state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double next_normal(uint64_t *state)
+{
+    /* Box-Muller; one of the pair is enough here. */
+    double u1 = next_uniform(state), u2 = next_uniform(state);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* Fans of a weight: [in, out] for rank 2 (x @ w), [out, in, kh, kw] for
+ * convolution kernels. */
+static void fans(const ir_type *t, double *in, double *out)
+{
+    if (t->rank == 2) {
+        *in = (double)t->dim[0];
+        *out = (double)t->dim[1];
+    } else if (t->rank >= 3) {
+        double field = 1;
+        for (int i = 2; i < t->rank; i++)
+            field *= (double)t->dim[i];
+        *in = (double)t->dim[1] * field;
+        *out = (double)t->dim[0] * field;
+    } else {
+        *in = *out = t->rank ? (double)t->dim[0] : 1.0;
+    }
+}
+
+void kl_init_values(const ir_value *v, uint64_t seed, void *host)
+{
+    const ir_type *t = &v->type;
+    int64_t n = ir_type_numel(t);
+    ir_attr *init = ir_attrs_find(&v->attrs, "init");
+    const char *kind = init ? init->val.s : "zeros";
+    const ir_attrs *args = init && init->val.kind == IR_ATTR_CALL ? init->val.args : NULL;
+    uint64_t state = mix64(seed ^ kl_hash_bytes(KL_HASH_INIT, v->name, strlen(v->name)));
+    double fan_in, fan_out;
+    fans(t, &fan_in, &fan_out);
+    for (int64_t i = 0; i < n; i++) {
+        double x;
+        if (!strcmp(kind, "ones")) {
+            x = 1;
+        } else if (!strcmp(kind, "constant")) {
+            x = args ? ir_attr_float(args, "value", 0) : 0;
+        } else if (!strcmp(kind, "normal")) {
+            x = (args ? ir_attr_float(args, "mean", 0) : 0) + (args ? ir_attr_float(args, "std", 0.01) : 0.01) * next_normal(&state);
+        } else if (!strcmp(kind, "uniform")) {
+            double lo = args ? ir_attr_float(args, "low", -0.05) : -0.05, hi = args ? ir_attr_float(args, "high", 0.05) : 0.05;
+            x = lo + (hi - lo) * next_uniform(&state);
+        } else if (!strcmp(kind, "xavier")) {
+            double a = (args ? ir_attr_float(args, "gain", 1) : 1) * sqrt(6.0 / (fan_in + fan_out));
+            x = -a + 2 * a * next_uniform(&state);
+        } else if (!strcmp(kind, "kaiming")) {
+            double std = (args ? ir_attr_float(args, "gain", M_SQRT2) : M_SQRT2) / sqrt(fan_in);
+            x = std * next_normal(&state);
+        } else {
+            x = 0;
+        }
+        kl_store_as(t->dtype, host, i, x);
+    }
+}

@@ -1,0 +1,65 @@
+/* Executing plans: a session owns the device (backend) and the persistent
+ * values (params and state), shared by every plan it runs; an exec is one
+ * plan bound to memory (its arena and the session's persistent values). */
+#ifndef KILN_SESSION_H
+#define KILN_SESSION_H
+
+#include "backend.h"
+
+typedef struct kl_persist {
+    char *name;
+    ir_type type;
+    void *ptr; /* device memory */
+} kl_persist;
+
+typedef struct kl_session {
+    kl_backend *be;
+    uint64_t seed;
+    KL_VEC(kl_persist) persist;
+} kl_session;
+
+typedef struct kl_exec {
+    kl_session *s;
+    ir_graph *g;   /* owned */
+    kl_plan *plan; /* owned */
+    void *arena;
+    void **ptrs;   /* per plan buffer */
+    void ***args;  /* per step: kernel argument pointers */
+} kl_exec;
+
+kl_session *kl_session_new(kl_backend *be, uint64_t seed);
+void kl_session_free(kl_session *s);
+/* The persistent value named name, or NULL. */
+kl_persist *kl_session_find(kl_session *s, const char *name);
+
+/* Builds g's plan, prepares its kernels, allocates its arena and binds the
+ * persistent values, creating and initialising those the session does not
+ * have yet. Takes ownership of g. NULL after an error. */
+kl_exec *kl_exec_new(kl_session *s, ir_graph *g);
+void kl_exec_free(kl_exec *e);
+/* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*). */
+void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args);
+#define KL_ALL_PHASES 7u
+
+/* Copies host data into value v's buffer (bytes must match). */
+void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes);
+void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes);
+/* Reads a scalar value as a double. */
+double kl_exec_scalar(kl_exec *e, int v);
+
+/* Initialises a persistent value from its "init" attribute (zeros, ones,
+ * constant, normal, uniform, xavier, kaiming), with a stream of the
+ * session's seed and the value's name: adding a param does not change how
+ * the others start. Writes host memory of t's dtype. */
+void kl_init_values(const ir_value *v, uint64_t seed, void *host);
+
+/* Host conversions, rounding to nearest even. */
+uint16_t kl_f32_to_bf16(float f);
+float kl_bf16_to_f32(uint16_t h);
+uint16_t kl_f32_to_f16(float f);
+float kl_f16_to_f32(uint16_t h);
+/* Writes x as dtype dt at dst (float dtypes and integers). */
+void kl_store_as(ir_dtype dt, void *dst, int64_t i, double x);
+double kl_load_as(ir_dtype dt, const void *src, int64_t i);
+
+#endif

@@ -1,0 +1,251 @@
+/* kiln build and kiln run: model file -> training executable.
+ *
+ * The executable holds the model's source (it lowers it again at start, so
+ * flags such as --batch can change shapes) and the kernels of the plans
+ * the train block implies, compiled here by the host compiler. A plan that
+ * flags change is compiled at run time and cached. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "build.h"
+#include "frontend/lower.h"
+#include "frontend/train_config.h"
+#include "passes/pipeline.h"
+#include "runtime/backend.h"
+#include "runtime/data.h"
+#include "runtime/train.h"
+#include "codegen/kir.h"
+
+typedef KL_VEC(char *) name_list;
+
+/* Where libkiln.a is: next to this kiln binary (the build tree), else
+ * ../lib (an install), else where CMake built it. */
+static char *find_library(void)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    struct stat st;
+    if (n > 0) {
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = 0;
+            char *p = kl_xasprintf("%s/libkiln.a", self);
+            if (stat(p, &st) == 0)
+                return p;
+            free(p);
+            p = kl_xasprintf("%s/../lib/libkiln.a", self);
+            if (stat(p, &st) == 0)
+                return p;
+            free(p);
+        }
+    }
+#ifdef KILN_LIB_DIR
+    char *p = kl_xasprintf("%s/libkiln.a", KILN_LIB_DIR);
+    if (stat(p, &st) == 0)
+        return p;
+    free(p);
+#endif
+    return NULL;
+}
+
+/* The number of test samples, from the labels file's header, or -1. */
+static int64_t test_count(const kl_train_config *c)
+{
+    if (!strcmp(c->data_format, "synthetic"))
+        return c->synthetic_samples / 6 + 1;
+    kl_dataset d;
+    kl_diag_set_stream(fopen("/dev/null", "w"));
+    FILE *null = kl_diag_stream();
+    int rc = kl_idx_load(c->data_path, "t10k", &d);
+    kl_diag_set_stream(NULL);
+    if (null)
+        fclose(null);
+    if (rc)
+        return -1;
+    int64_t n = d.count;
+    kl_dataset_free(&d);
+    return n;
+}
+
+static void escape_c(kl_buf *b, const char *s, size_t len)
+{
+    kl_buf_putc(b, '"');
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            kl_buf_printf(b, "\\%c", c);
+        else if (c == '\n')
+            kl_buf_puts(b, "\\n\"\n\"");
+        else if (c < 32 || c >= 127)
+            kl_buf_printf(b, "\\%03o", c);
+        else
+            kl_buf_putc(b, (char)c);
+    }
+    kl_buf_putc(b, '"');
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        kl_error("%s: %s", path, strerror(errno));
+        return -1;
+    }
+    bool ok = fputs(text, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok)
+        kl_error("%s: write failed", path);
+    return ok ? 0 : -1;
+}
+
+/* Adds the kernels of one plan of the model (lowered with overrides). */
+static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl_buf *kernels, name_list *names)
+{
+    kl_lower_opts lo = {kv};
+    ir_graph *g = kl_load_source(src, &lo);
+    if (!g)
+        return -1;
+    kl_pipeline_opts po = {.mode = mode};
+    if (kl_pipeline_run(g, &po)) {
+        ir_graph_free(g);
+        return -1;
+    }
+    kl_plan *p = cg_build_plan(g);
+    for (int i = 0; i < p->kernels.n; i++) {
+        bool seen = false;
+        for (int j = 0; j < names->n && !seen; j++)
+            seen = !strcmp(names->v[j], p->kernels.v[i].name);
+        if (seen)
+            continue;
+        kl_vec_push(*names, kl_xstrdup(p->kernels.v[i].name));
+        kl_buf_puts(kernels, p->kernels.v[i].c_src);
+        kl_buf_putc(kernels, '\n');
+    }
+    kl_plan_free(p);
+    ir_graph_free(g);
+    return 0;
+}
+
+int kl_build_executable(const char *model_path, const char *out, const char *const *kv, bool verbose)
+{
+    kl_source src;
+    if (kl_source_read(&src, model_path))
+        return -1;
+    int rc = -1;
+    char *lib = NULL, *dir = NULL;
+    name_list names = {0};
+    kl_buf kernels = {0}, main_c = {0};
+    kl_lower_opts lo = {kv};
+    ir_graph *g = kl_load_source(&src, &lo);
+    if (!g)
+        goto done;
+    kl_train_config cfg;
+    kl_train_read(&g->train, &cfg);
+    ir_graph_free(g);
+    lib = find_library();
+    if (!lib) {
+        kl_error("cannot find libkiln.a next to the kiln binary; build Kiln with CMake first");
+        kl_train_config_free(&cfg);
+        goto done;
+    }
+
+    /* The kernels of the training plan and the evaluation plans. */
+    kl_buf_puts(&kernels, kir_c_prelude());
+    if (collect(&src, kv, KL_MODE_TRAIN, &kernels, &names)) {
+        kl_train_config_free(&cfg);
+        goto done;
+    }
+    int64_t count = test_count(&cfg);
+    if (count > 0) {
+        int64_t eb = kl_eval_batch(count, cfg.batch);
+        int64_t sizes[2] = {eb, count % eb};
+        for (int i = 0; i < 2 && sizes[i]; i++) {
+            const char *ekv[132];
+            int n = 0;
+            for (int k = 0; kv && kv[k]; k++)
+                ekv[n++] = kv[k];
+            char num[32];
+            snprintf(num, sizeof num, "%lld", (long long)sizes[i]);
+            ekv[n++] = "batch";
+            ekv[n++] = num;
+            ekv[n] = NULL;
+            if (collect(&src, ekv, KL_MODE_EVAL, &kernels, &names)) {
+                kl_train_config_free(&cfg);
+                goto done;
+            }
+        }
+    }
+    kl_train_config_free(&cfg);
+
+    /* main.c: the model's source and the table of its kernels. */
+    kl_buf_puts(&main_c, "/* Generated by kiln build. */\n#include <stddef.h>\n"
+                         "typedef struct kl_kargs kl_kargs;\n"
+                         "typedef void (*kl_cpu_kernel_fn)(void *const *, const kl_kargs *);\n"
+                         "typedef struct { const char *name; kl_cpu_kernel_fn fn; } kl_builtin_kernel;\n"
+                         "int kl_train_main(int, char **, const char *, const char *, const kl_builtin_kernel *);\n");
+    for (int i = 0; i < names.n; i++)
+        kl_buf_printf(&main_c, "void %s(void *const *, const kl_kargs *);\n", names.v[i]);
+    kl_buf_puts(&main_c, "static const kl_builtin_kernel kernels[] = {\n");
+    for (int i = 0; i < names.n; i++)
+        kl_buf_printf(&main_c, "    {\"%s\", %s},\n", names.v[i], names.v[i]);
+    kl_buf_puts(&main_c, "    {NULL, NULL},\n};\nstatic const char model_name[] = ");
+    escape_c(&main_c, model_path, strlen(model_path));
+    kl_buf_puts(&main_c, ";\nstatic const char model_src[] =\n");
+    escape_c(&main_c, src.text, src.len);
+    kl_buf_puts(&main_c, ";\nint main(int argc, char **argv)\n{\n"
+                         "    return kl_train_main(argc, argv, model_name, model_src, kernels);\n}\n");
+
+    char tmpl[] = "/tmp/kiln-build-XXXXXX";
+    if (!mkdtemp(tmpl)) {
+        kl_error("cannot make a temporary folder: %s", strerror(errno));
+        goto done;
+    }
+    dir = kl_xstrdup(tmpl);
+    char *kpath = kl_xasprintf("%s/kernels.c", dir), *mpath = kl_xasprintf("%s/main.c", dir);
+    char *log = kl_xasprintf("%s/cc.log", dir), *tmp_out = kl_xasprintf("%s.tmp%d", out, (int)getpid());
+    if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0) {
+        char *cmd = kl_xasprintf("'%s' %s -w -o '%s' '%s' '%s' '%s' -lopenblas -lz -lm -lpthread -ldl > '%s' 2>&1",
+                                 kl_cc(), kl_cc_flags(), tmp_out, mpath, kpath, lib, log);
+        if (verbose)
+            fprintf(stderr, "+ %s\n", cmd);
+        int st = system(cmd);
+        free(cmd);
+        if (st == 0 && rename(tmp_out, out) == 0) {
+            rc = 0;
+        } else {
+            kl_source lg;
+            kl_error("compiling %s failed; the generated sources are in %s", out, dir);
+            if (kl_source_read_quiet(&lg, log) == 0) {
+                fputs(lg.text, stderr);
+                kl_source_free(&lg);
+            }
+            remove(tmp_out);
+        }
+    }
+    if (rc == 0) {
+        remove(kpath);
+        remove(mpath);
+        remove(log);
+        rmdir(dir);
+    }
+    free(kpath);
+    free(mpath);
+    free(log);
+    free(tmp_out);
+done:
+    for (int i = 0; i < names.n; i++)
+        free(names.v[i]);
+    kl_vec_free(names);
+    kl_buf_free(&kernels);
+    kl_buf_free(&main_c);
+    free(lib);
+    free(dir);
+    kl_source_free(&src);
+    return rc;
+}

@@ -1,0 +1,12 @@
+/* kiln build (tools/build.c). */
+#ifndef KILN_BUILD_H
+#define KILN_BUILD_H
+
+#include <stdbool.h>
+
+/* Compiles the model file into a training executable at out. kv: train
+ * settings to apply while choosing which plans to precompile (NULL-ended
+ * key, value pairs; may be NULL). Returns 0 or -1 after an error. */
+int kl_build_executable(const char *model_path, const char *out, const char *const *kv, bool verbose);
+
+#endif
