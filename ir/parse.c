@@ -501,7 +501,12 @@ static void parse_node(parser *p)
             expected(p, "a value name");
         if (nt->in.n == 64)
             fail_at(p, p->t.loc, "too many operands");
-        kl_vec_push(nt->in, lookup(p, p->t.loc, p->t.text));
+        int v = lookup(p, p->t.loc, p->t.text);
+        /* What the verifier checks the parser checks too, with a location. */
+        if (ir_op_mutates(op, nt->in.n) && !ir_is_persistent(ir_val(p->g, v)))
+            fail_at(p, p->t.loc, "%s writes operand %d in place, so '%%%s' must be a param or state",
+                    nt->opname, nt->in.n + 1, p->t.text);
+        kl_vec_push(nt->in, v);
         next(p);
     }
     next(p);
@@ -599,6 +604,9 @@ static void parse_graph_body(parser *p)
             if (p->t.kind != T_VALUE)
                 expected(p, "a value name");
             p->g->loss = lookup(p, p->t.loc, p->t.text);
+            const ir_type *lt = &ir_val(p->g, p->g->loss)->type;
+            if (lt->rank != 0 || !ir_dtype_is_float(lt->dtype))
+                fail_at(p, p->t.loc, "the loss must be a float scalar, and '%%%s' is not", p->t.text);
             next(p);
         } else if (is_word(p, "grad")) {
             next(p);
