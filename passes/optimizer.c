@@ -20,7 +20,8 @@ static int declare_state(ir_graph *g, const char *param, const char *what, const
 {
     char *name = kl_xasprintf("%s.%s", param, what);
     ir_type st = *t;
-    st.dtype = IR_F32;
+    /* Optimizer state is fp32 even for low-precision params (f64 stays f64). */
+    st.dtype = t->dtype == IR_F64 ? IR_F64 : IR_F32;
     int id = ir_declare(g, IR_VAL_STATE, name, &st, (kl_loc){0, 0});
     free(name);
     ir_attrs_set_str(&ir_val(g, id)->attrs, "init", "zeros");

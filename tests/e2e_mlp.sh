@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# End to end: kiln build the MLP, train it briefly on Fashion-MNIST, check
+# that the loss falls and the test accuracy passes a floor; then train
+# twice more for a few steps and check the losses are identical
+# (deterministic for a seed and thread count).
+set -euo pipefail
+kiln=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$kiln" build examples/mlp.kl -o "$tmp/mlp"
+
+"$tmp/mlp" --steps 300 --log-every 50 --threads 2 --metrics "$tmp/a.json" | tee "$tmp/out.txt"
+first=$(grep '"type": "train"' "$tmp/a.json" | head -1 | sed 's/.*"loss": \([^,]*\),.*/\1/')
+last=$(grep '"type": "train"' "$tmp/a.json" | tail -1 | sed 's/.*"loss": \([^,]*\),.*/\1/')
+acc=$(grep '"type": "summary"' "$tmp/a.json" | sed 's/.*"final_accuracy": \([^,]*\),.*/\1/')
+echo "first window loss $first, last window loss $last, test accuracy $acc"
+awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.6 * f) }' || { echo "FAIL: the loss did not fall enough"; exit 1; }
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.80) }' || { echo "FAIL: accuracy $acc is below 0.80"; exit 1; }
+
+for run in b c; do
+  "$tmp/mlp" --steps 40 --log-every 10 --threads 2 --metrics "$tmp/$run.json" > /dev/null
+  grep -o '"loss": [^,]*' "$tmp/$run.json" > "$tmp/$run.losses"
+done
+if ! cmp -s "$tmp/b.losses" "$tmp/c.losses"; then
+  echo "FAIL: two runs with the same seed gave different losses"
+  diff "$tmp/b.losses" "$tmp/c.losses"
+  exit 1
+fi
+echo "deterministic: $(wc -l < "$tmp/b.losses") identical loss values in two runs"

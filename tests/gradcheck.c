@@ -1,0 +1,137 @@
+/* Finite-difference gradient check of a model file, in double precision.
+ *
+ *   gradcheck CASE.kl
+ *
+ * The case is a model in f64 whose loss is a scalar of its params (usually
+ * sum(y * r) with r random, so every element of y counts). The generated
+ * kernels compute the gradient of every param through the real pipeline
+ * and backend; the check compares each with a central difference
+ *
+ *   (L(p + h) - L(p - h)) / 2h,   h = 1e-6 (or "# h: X" in the case)
+ *
+ * and fails when |analytic - numeric| / max(1, |analytic|, |numeric|)
+ * exceeds the bound (1e-6, or "# tol: X" in the case). Integer inputs get
+ * random values in [0, N) from "# range NAME N". At most 48 elements of
+ * each param are checked, spread over the tensor. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/lower.h"
+#include "passes/pipeline.h"
+#include "runtime/session.h"
+
+static double directive(const kl_source *src, const char *key, double dflt)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "# %s:", key);
+    const char *p = strstr(src->text, pat);
+    return p ? strtod(p + strlen(pat), NULL) : dflt;
+}
+
+static int64_t range_of(const kl_source *src, const char *name)
+{
+    char pat[96];
+    snprintf(pat, sizeof pat, "# range %s ", name);
+    const char *p = strstr(src->text, pat);
+    return p ? strtoll(p + strlen(pat), NULL, 10) : 2;
+}
+
+static double run_loss(kl_exec *e)
+{
+    kl_kargs a = {0, 1};
+    kl_exec_run(e, 1u << IR_PHASE_FORWARD, &a);
+    return kl_exec_scalar(e, e->g->loss);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: gradcheck CASE.kl\n");
+        return 2;
+    }
+    kl_source src;
+    if (kl_source_read(&src, argv[1]))
+        return 1;
+    double h = directive(&src, "h", 1e-6), tol = directive(&src, "tol", 1e-6);
+    ir_graph *g = kl_load_source(&src, NULL);
+    if (!g)
+        return 1;
+    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
+    if (kl_pipeline_run(g, &po))
+        return 1;
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_session *s = kl_session_new(be, 42);
+    kl_exec *e = kl_exec_new(s, g);
+    if (!e)
+        return 1;
+    /* Integer inputs: random values in their declared range. */
+    uint64_t rng = 12345;
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (v->kind != IR_VAL_INPUT)
+            continue;
+        int64_t n = ir_type_numel(&v->type), range = range_of(&src, v->name);
+        void *host = kl_xcalloc((size_t)ir_type_bytes(&v->type), 1);
+        for (int64_t k = 0; k < n; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            double x = ir_dtype_is_float(v->type.dtype) ? (double)(rng >> 11) / 9007199254740992.0 * 2 - 1
+                                                          : (double)((rng >> 33) % (uint64_t)range);
+            kl_store_as(v->type.dtype, host, k, x);
+        }
+        kl_exec_write(e, v->id, host, (size_t)ir_type_bytes(&v->type));
+        free(host);
+    }
+    kl_kargs a = {0, 1};
+    kl_exec_run(e, (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD), &a);
+    double worst = 0;
+    int checked = 0, failed = 0;
+    for (int gi = 0; gi < g->grads.n; gi++) {
+        const ir_value *p = ir_val(g, g->grads.v[gi].param);
+        const ir_value *d = ir_val(g, g->grads.v[gi].grad);
+        int64_t n = ir_type_numel(&p->type);
+        size_t pbytes = (size_t)ir_type_bytes(&p->type), dbytes = (size_t)ir_type_bytes(&d->type);
+        void *grad = kl_xmalloc(dbytes), *val = kl_xmalloc(pbytes);
+        kl_exec_read(e, d->id, grad, dbytes);
+        kl_persist *ps = kl_session_find(s, p->name);
+        be->ops->copy_out(be, val, ps->ptr, pbytes);
+        int64_t step = n > 48 ? n / 48 : 1;
+        for (int64_t k = 0; k < n; k += step) {
+            double x = kl_load_as(p->type.dtype, val, k);
+            kl_store_as(p->type.dtype, val, k, x + h);
+            be->ops->copy_in(be, ps->ptr, val, pbytes);
+            double lp = run_loss(e);
+            kl_store_as(p->type.dtype, val, k, x - h);
+            be->ops->copy_in(be, ps->ptr, val, pbytes);
+            double lm = run_loss(e);
+            kl_store_as(p->type.dtype, val, k, x);
+            be->ops->copy_in(be, ps->ptr, val, pbytes);
+            double num = (lp - lm) / (2 * h), ana = kl_load_as(d->type.dtype, grad, k);
+            double scale = fmax(1.0, fmax(fabs(num), fabs(ana)));
+            double err = fabs(num - ana) / scale;
+            if (!(err <= tol)) {
+                if (failed < 10)
+                    printf("FAIL %s[%lld]: analytic %.12g, numeric %.12g, error %.3g > %.3g\n", p->name, (long long)k,
+                           ana, num, err, tol);
+                failed++;
+            }
+            if (err > worst || err != err)
+                worst = err;
+            checked++;
+        }
+        free(grad);
+        free(val);
+    }
+    printf("%s: %d gradient elements of %d params checked, worst relative error %.3g (bound %.3g)\n", argv[1], checked,
+           g->grads.n, worst, tol);
+    kl_exec_free(e);
+    kl_session_free(s);
+    be->ops->destroy(be);
+    kl_source_free(&src);
+    if (!checked) {
+        printf("FAIL: nothing was checked\n");
+        return 1;
+    }
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,286 @@
+/* Optimizer steps against hand-computed values, gradient clipping, the
+ * learning-rate schedules, and parameter initialisation statistics. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "frontend/lower.h"
+#include "frontend/train_config.h"
+#include "passes/pipeline.h"
+#include "runtime/session.h"
+#include "runtime/train.h"
+
+/* A model whose gradient is c + w for w (3 values starting at 0.5). */
+static const char *model_fmt =
+    "model m {\n"
+    "  input c : f64[3]\n"
+    "  param w : f64[3] init = constant(value = 0.5)\n"
+    "  loss = sum(w * c) + 0.5 * sum(w * w)\n"
+    "}\n"
+    "train { optimizer = %s %s }\n";
+
+typedef struct run {
+    kl_backend *be;
+    kl_session *s;
+    kl_exec *e;
+} run;
+
+static void start(run *r, const char *optimizer, const char *extra)
+{
+    char *text = kl_xasprintf(model_fmt, optimizer, extra);
+    kl_source src;
+    kl_source_from_string(&src, "test.kl", text);
+    free(text);
+    ir_graph *g = kl_load_source(&src, NULL);
+    kl_source_free(&src);
+    assert_non_null(g);
+    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
+    assert_int_equal(kl_pipeline_run(g, &po), 0);
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    r->be = kl_cpu_backend_new(&co);
+    r->s = kl_session_new(r->be, 1);
+    r->e = kl_exec_new(r->s, g);
+    assert_non_null(r->e);
+    double c[3] = {1, -2, 3};
+    kl_exec_write(r->e, ir_find_value(g, "c"), c, sizeof c);
+}
+
+static void step(run *r, double lr, double b1, double b2, int t)
+{
+    float h[4] = {(float)lr, (float)(1 - pow(b1, t)), (float)(1 - pow(b2, t)), 1.0f};
+    kl_persist *p = kl_session_find(r->s, "optimizer.hyper");
+    assert_non_null(p);
+    memcpy(p->ptr, h, sizeof h);
+    kl_kargs a = {t, 1};
+    kl_exec_run(r->e, KL_ALL_PHASES, &a);
+}
+
+static void weights(run *r, double *w)
+{
+    memcpy(w, kl_session_find(r->s, "w")->ptr, 3 * sizeof(double));
+}
+
+static void finish(run *r)
+{
+    kl_exec_free(r->e);
+    kl_session_free(r->s);
+    r->be->ops->destroy(r->be);
+}
+
+static void assert_close(const double *got, const double *want, double tol)
+{
+    for (int i = 0; i < 3; i++)
+        if (fabs(got[i] - want[i]) > tol * fmax(1, fabs(want[i])))
+            fail_msg("w[%d] = %.12g, expected %.12g", i, got[i], want[i]);
+}
+
+static const double C[3] = {1, -2, 3};
+
+/* lr as the kernels see it: stored as f32 in the hyper buffer. */
+static double f32(double x)
+{
+    return (double)(float)x;
+}
+
+static void test_sgd_momentum_nesterov(void **state)
+{
+    (void)state;
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        run r;
+        start(&r, nesterov ? "sgd(lr = 0.1, momentum = 0.9, nesterov = 1, weight_decay = 0.01)"
+                           : "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)", "");
+        double w[3] = {0.5, 0.5, 0.5}, m[3] = {0}, got[3];
+        for (int t = 1; t <= 3; t++) {
+            step(&r, 0.1, 0.9, 0.999, t);
+            for (int i = 0; i < 3; i++) {
+                double g = C[i] + w[i] + 0.01 * w[i];
+                m[i] = 0.9 * m[i] + g;
+                double d = nesterov ? g + 0.9 * m[i] : m[i];
+                w[i] -= f32(0.1) * d;
+            }
+        }
+        weights(&r, got);
+        assert_close(got, w, 1e-9);
+        finish(&r);
+    }
+}
+
+static void test_sgd_plain(void **state)
+{
+    (void)state;
+    run r;
+    start(&r, "sgd(lr = 0.05)", "");
+    double w[3] = {0.5, 0.5, 0.5}, got[3];
+    for (int t = 1; t <= 4; t++) {
+        step(&r, 0.05, 0.9, 0.999, t);
+        for (int i = 0; i < 3; i++)
+            w[i] -= f32(0.05) * (C[i] + w[i]);
+    }
+    weights(&r, got);
+    assert_close(got, w, 1e-9);
+    finish(&r);
+}
+
+static void adam_reference(double *w, int steps, double lr, double wd, bool decoupled)
+{
+    double m[3] = {0}, v[3] = {0}, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    for (int t = 1; t <= steps; t++) {
+        for (int i = 0; i < 3; i++) {
+            double g = C[i] + w[i];
+            if (!decoupled)
+                g += wd * w[i];
+            m[i] = b1 * m[i] + (1 - b1) * g;
+            v[i] = b2 * v[i] + (1 - b2) * g * g;
+            double mh = m[i] / (double)(float)(1 - pow(b1, t)), vh = v[i] / (double)(float)(1 - pow(b2, t));
+            double u = mh / (sqrt(vh) + eps);
+            if (decoupled)
+                u += wd * w[i];
+            w[i] -= f32(lr) * u;
+        }
+    }
+}
+
+static void test_adam_and_adamw(void **state)
+{
+    (void)state;
+    for (int decoupled = 0; decoupled < 2; decoupled++) {
+        run r;
+        start(&r, decoupled ? "adamw(lr = 0.01, weight_decay = 0.1)" : "adam(lr = 0.01, weight_decay = 0.1)", "");
+        for (int t = 1; t <= 5; t++)
+            step(&r, 0.01, 0.9, 0.999, t);
+        double w[3] = {0.5, 0.5, 0.5}, got[3];
+        adam_reference(w, 5, 0.01, 0.1, decoupled);
+        weights(&r, got);
+        assert_close(got, w, 1e-6);
+        finish(&r);
+    }
+}
+
+static void test_clipping(void **state)
+{
+    (void)state;
+    run r;
+    start(&r, "sgd(lr = 0.1)", "clip = 0.5");
+    step(&r, 0.1, 0.9, 0.999, 1);
+    double w[3] = {0.5, 0.5, 0.5}, g[3], norm = 0, got[3];
+    for (int i = 0; i < 3; i++) {
+        g[i] = C[i] + w[i];
+        norm += g[i] * g[i];
+    }
+    /* The clip scale is computed in f32 on the device. */
+    double scale = fmin(1.0, 0.5 / (sqrt(norm) + 1e-6));
+    for (int i = 0; i < 3; i++)
+        w[i] -= f32(0.1) * g[i] * scale;
+    weights(&r, got);
+    assert_close(got, w, 1e-6);
+    finish(&r);
+}
+
+static void schedule_config(kl_train_config *c, const char *sched)
+{
+    ir_attrs a = {0};
+    assert_int_equal(kl_train_set(&a, "schedule", sched), 0);
+    kl_train_read(&a, c);
+    ir_attrs_free(&a);
+}
+
+static void test_schedules(void **state)
+{
+    (void)state;
+    kl_train_config c;
+    schedule_config(&c, "constant");
+    assert_true(kl_schedule_lr(&c, 0.1, 50, 100) == 0.1);
+    kl_train_config_free(&c);
+
+    ir_attrs a = {0};
+    assert_int_equal(kl_train_set(&a, "schedule", "cosine"), 0);
+    kl_train_read(&a, &c);
+    assert_true(fabs(kl_schedule_lr(&c, 1.0, 1, 101) - 1.0) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 1.0, 51, 101) - 0.5) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 1.0, 101, 101) - 0.0) < 1e-12);
+    kl_train_config_free(&c);
+    ir_attrs_free(&a);
+
+    /* warmup_cosine(warmup = 10): linear to the peak, then a half cosine. */
+    c = (kl_train_config){0};
+    c.sched.kind = KL_SCHED_WARMUP_COSINE;
+    c.sched.warmup = 10;
+    assert_true(fabs(kl_schedule_lr(&c, 2.0, 5, 110) - 1.0) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 2.0, 10, 110) - 2.0) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 2.0, 11, 110) - 2.0) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 2.0, 110, 110) - 0.0) < 1e-12);
+
+    /* step(every = 10, gamma = 0.5) */
+    c.sched.kind = KL_SCHED_STEP;
+    c.sched.every = 10;
+    c.sched.gamma = 0.5;
+    assert_true(fabs(kl_schedule_lr(&c, 1.0, 10, 100) - 1.0) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 1.0, 11, 100) - 0.5) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 1.0, 25, 100) - 0.25) < 1e-12);
+
+    /* linear(warmup = 0, end_lr = 0.1) */
+    c.sched.kind = KL_SCHED_LINEAR;
+    c.sched.warmup = 0;
+    c.sched.min_lr = 0.1;
+    assert_true(fabs(kl_schedule_lr(&c, 1.1, 1, 11) - 1.1) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 1.1, 11, 11) - 0.1) < 1e-12);
+    assert_true(fabs(kl_schedule_lr(&c, 1.1, 6, 11) - 0.6) < 1e-12);
+}
+
+/* kaiming(gain) is normal with std gain / sqrt(fan_in); xavier is uniform
+ * in +-gain sqrt(6 / (fan_in + fan_out)). Checked on 256x512 samples. */
+static void test_initialisers(void **state)
+{
+    (void)state;
+    ir_value v = {.name = "w", .type = {IR_F64, 2, {256, 512}}};
+    ir_attr_val call = {.kind = IR_ATTR_CALL, .s = "kaiming"};
+    ir_attrs args = {0};
+    ir_attrs_set_float(&args, "gain", M_SQRT2);
+    call.args = &args;
+    ir_attrs_set(&v.attrs, "init", (ir_attr_val){0});
+    v.attrs.v[0].val = call;
+    double *x = kl_xmalloc(sizeof(double) * 256 * 512);
+    kl_init_values(&v, 7, x);
+    double sum = 0, sq = 0;
+    for (int i = 0; i < 256 * 512; i++)
+        sum += x[i], sq += x[i] * x[i];
+    double mean = sum / (256 * 512), std = sqrt(sq / (256 * 512) - mean * mean);
+    assert_true(fabs(mean) < 0.003);
+    assert_true(fabs(std - M_SQRT2 / 16) / (M_SQRT2 / 16) < 0.01);
+    /* Same seed and name, same values; another seed, other values. */
+    double *y = kl_xmalloc(sizeof(double) * 256 * 512);
+    kl_init_values(&v, 7, y);
+    assert_memory_equal(x, y, sizeof(double) * 256 * 512);
+    kl_init_values(&v, 8, y);
+    assert_true(memcmp(x, y, sizeof(double) * 256 * 512) != 0);
+    v.attrs.v[0].val.s = "xavier";
+    ir_attrs_set_float(&args, "gain", 1.0);
+    kl_init_values(&v, 7, x);
+    double bound = sqrt(6.0 / (256 + 512)), lo = 1, hi = -1;
+    for (int i = 0; i < 256 * 512; i++)
+        lo = fmin(lo, x[i]), hi = fmax(hi, x[i]);
+    assert_true(lo >= -bound && hi <= bound && lo < -0.99 * bound && hi > 0.99 * bound);
+    free(x);
+    free(y);
+    ir_attrs_free(&args);
+    free(v.attrs.v[0].key);
+    free(v.attrs.v);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgd_plain),
+        cmocka_unit_test(test_sgd_momentum_nesterov),
+        cmocka_unit_test(test_adam_and_adamw),
+        cmocka_unit_test(test_clipping),
+        cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_initialisers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
