@@ -15,12 +15,9 @@
 static void fuzz_quiet(void)
 {
     static FILE *null;
-    if (!null) {
-        null = fopen("/dev/null", "w");
-        if (!null)
-            kl_panic("cannot open /dev/null");
-        kl_diag_set_stream(null);
-    }
+    if (!null && !(null = fopen("/dev/null", "w")))
+        kl_panic("cannot open /dev/null");
+    kl_diag_set_stream(null);
 }
 
 /* A source over a copy of the fuzzer's bytes: NUL-terminated, and len
