@@ -53,6 +53,9 @@ int cg_nest_class(const cg_nest *nest, int j);
 /* Opens the nest's loops (kind for all of them); close with kir_loop_end. */
 void cg_nest_open(cg_builder *b, kir_loop_kind kind);
 void cg_nest_close(cg_builder *b);
+/* The index along original dim k of the domain at the nest's current
+ * position (a loop variable, or derived from a collapsed one). */
+kir_expr *cg_dim_index(cg_builder *b, int k);
 /* The flat index of an element of v (which broadcasts to the domain) at
  * the nest's current position. */
 kir_expr *cg_index(cg_builder *b, const ir_type *t);
@@ -69,6 +72,12 @@ kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **
 /* A store of expression e into value v's buffer at the nest position. */
 void cg_store_at(cg_builder *b, int v, kir_expr *e);
 
+/* The anchor's result v has value e at the nest's current position:
+ * stores v if it escapes, then every elementwise node of the group that
+ * reads v (directly or through others: the epilogue) whose result
+ * escapes. */
+void cg_emit_epilogue(cg_builder *b, int v, kir_expr *e);
+
 /* Kernel builders by kernel class; each fills b->k. */
 void cg_build_elementwise(cg_builder *b);
 void cg_build_update(cg_builder *b, const ir_node *n);
@@ -76,5 +85,17 @@ void cg_build_move(cg_builder *b, const ir_node *n);
 void cg_build_reduce(cg_builder *b, const ir_node *n);
 void cg_build_norm(cg_builder *b, const ir_node *n);
 void cg_build_pool(cg_builder *b, const ir_node *n);
+/* The geometry of a convolution: input [n, c, h, w], output [n, o, oh, ow],
+ * kernel [o, c / groups, kh, kw]. */
+typedef struct cg_conv {
+    ir_dtype dtype;
+    int64_t n, c, h, w, o, oh, ow, kh, kw, groups;
+    int64_t s[2], p[2], d[2];
+} cg_conv;
+/* Convolution's data movement: im2col gathers x [N, C, H, W] into the
+ * scratch col [N, C*KH*KW, OH*OW]; col2im sums such a col back into x's
+ * shape. col is a scratch buffer's (negative) id. */
+void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col);
+void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x);
 
 #endif

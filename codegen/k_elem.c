@@ -163,6 +163,31 @@ void cg_nest_close(cg_builder *b)
         b->cached[i] = -1;
 }
 
+kir_expr *cg_dim_index(cg_builder *b, int k)
+{
+    cg_nest *nest = b->nest;
+    const ir_type *d = &nest->domain;
+    if (d->dim[k] == 1)
+        return kir_const_i(b->k, 0);
+    int j = nest->map[k];
+    /* The original dims after k in the same collapsed group. */
+    int64_t inner = 1;
+    bool alone = true;
+    for (int m = 0; m < d->rank; m++) {
+        if (m == k || d->dim[m] == 1 || nest->map[m] != j)
+            continue;
+        alone = false;
+        if (m > k)
+            inner *= d->dim[m];
+    }
+    kir_expr *v = kir_varref(b->k, nest->var[j]);
+    if (alone)
+        return v;
+    if (inner > 1)
+        v = kir_bin(b->k, KB_IDIV, v, kir_const_i(b->k, inner));
+    return kir_bin(b->k, KB_IMOD, v, kir_const_i(b->k, d->dim[k]));
+}
+
 kir_expr *cg_index(cg_builder *b, const ir_type *t)
 {
     cg_nest *nest = b->nest;
@@ -170,6 +195,8 @@ kir_expr *cg_index(cg_builder *b, const ir_type *t)
     kir_expr *idx = NULL;
     /* For each collapsed dim, the stride of its innermost original dim. */
     for (int j = 0; j < nest->rank; j++) {
+        if (nest->dim[j] == 1)
+            continue; /* only unit dims: index 0 */
         int inner = -1;
         for (int k = 0; k < d->rank; k++)
             if (d->dim[k] != 1 && nest->map[k] == j)
@@ -292,6 +319,34 @@ kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **
     default:
         kl_panic("%s is not elementwise", ir_op_name(n->op));
     }
+}
+
+void cg_emit_epilogue(cg_builder *b, int v, kir_expr *e)
+{
+    const cg_group *grp = b->grp;
+    const ir_graph *g = grp->g;
+    int var = kir_let(b->k, e, "y");
+    if (v < b->ncached)
+        b->cached[v] = var;
+    if (cg_value_escapes(grp, v))
+        cg_store_at(b, v, kir_varref(b->k, var));
+    /* Values downstream of v in this group, in order. */
+    bool *down = kl_xcalloc((size_t)g->values.n + 1, 1);
+    down[v] = true;
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *n = ir_nd(g, grp->nodes[i]);
+        bool reads = false;
+        for (int k = 0; k < n->in.n; k++)
+            reads |= down[n->in.v[k]];
+        if (!reads || !cg_computed_inside(grp, n->out.v[0]))
+            continue;
+        for (int k = 0; k < n->out.n; k++) {
+            down[n->out.v[k]] = true;
+            if (cg_value_escapes(grp, n->out.v[k]))
+                cg_store_at(b, n->out.v[k], cg_value_at(b, n->out.v[k]));
+        }
+    }
+    free(down);
 }
 
 /* ---- fused elementwise chains ---- */

@@ -1,8 +1,259 @@
-/* Window kernels: max and average pooling, forward and backward. */
+/* Window kernels: max and average pooling forward and backward, and the
+ * im2col / col2im movements that turn convolution into GEMMs.
+ *
+ * Reads outside the input (padding) use a clamped index and a validity
+ * mask, so no lane ever loads out of bounds, vectorised or not. Backward
+ * kernels gather (each input element sums the windows that cover it), so
+ * they need no atomics and parallelise over the input. */
 #include "cg.h"
+
+#define K (b->k)
+#define BIN(op, x, y) kir_bin(K, op, x, y)
+#define VAR(v) kir_varref(K, v)
+#define I(x) kir_const_i(K, x)
+
+typedef struct window {
+    int64_t k[2], s[2], p[2], d[2];
+} window;
+
+static void window_of(const ir_node *n, window *w)
+{
+    int64_t one[2] = {1, 1};
+    if (ir_attr_ints(&n->attrs, "size", w->k, 2) < 0)
+        w->k[0] = w->k[1] = 0;
+    ir_attr_ints(&n->attrs, "stride", w->s, 2);
+    ir_attr_ints(&n->attrs, "pad", w->p, 2);
+    if (ir_attr_ints(&n->attrs, "dilation", w->d, 2) < 0)
+        w->d[0] = one[0], w->d[1] = one[1];
+}
+
+/* lo <= e < hi */
+static kir_expr *in_range(cg_builder *b, kir_expr *e, int64_t hi)
+{
+    return BIN(KB_AND, BIN(KB_GE, e, I(0)), BIN(KB_LT, e, I(hi)));
+}
+
+static kir_expr *clamp(cg_builder *b, kir_expr *e, int64_t hi)
+{
+    return BIN(KB_MAX, I(0), BIN(KB_MIN, e, I(hi - 1)));
+}
+
+/* Opens PAR loops over [N*C, H, W] of t; vars out (nc, h, w). */
+static void open_planes(cg_builder *b, const ir_type *t, int *nc, int *h, int *w)
+{
+    *nc = kir_loop_begin(K, KL_PAR, t->dim[0] * t->dim[1], "nc");
+    *h = kir_loop_begin(K, KL_PAR, t->dim[2], "h");
+    *w = kir_loop_begin(K, KL_PAR, t->dim[3], "w");
+}
+
+static void close_n(cg_builder *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        kir_loop_end(K);
+}
+
+static kir_expr *plane_index(cg_builder *b, const ir_type *t, kir_expr *nc, kir_expr *h, kir_expr *w)
+{
+    return kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, nc, t->dim[2]), h), t->dim[3]), w);
+}
+
+/* A nest over the result so the epilogue can store through cg_index. */
+static void result_nest(cg_builder *b, cg_nest *nest, const ir_type *t, int nc, int h, int w)
+{
+    int cls[4] = {0, 0, 1, 2};
+    cg_nest_init(b, nest, t, cls);
+    /* Re-point the collapsed groups at the loop variables opened here:
+     * the groups are (N*C), H, W minus unit dims. */
+    int vars[3] = {nc, h, w};
+    int64_t dims[3] = {t->dim[0] * t->dim[1], t->dim[2], t->dim[3]};
+    nest->rank = 0;
+    for (int i = 0; i < 3; i++) {
+        nest->var[nest->rank] = vars[i];
+        nest->dim[nest->rank] = dims[i];
+        nest->cls[nest->rank] = i;
+        nest->rank++;
+    }
+    nest->map[0] = nest->map[1] = 0;
+    nest->map[2] = 1;
+    nest->map[3] = 2;
+    /* Unit dims are skipped by cg_index through domain->dim == 1. */
+}
+
+static void pool_forward(cg_builder *b, const ir_node *n)
+{
+    const ir_graph *g = b->grp->g;
+    int x = n->in.v[0], y = n->out.v[0];
+    const ir_type *xt = &ir_val(g, x)->type, *yt = &ir_val(g, y)->type;
+    bool is_max = n->op == IR_OP_MAXPOOL;
+    window wd;
+    window_of(n, &wd);
+    K->work = ir_type_numel(xt);
+    int bx = cg_buf(b, x);
+    int nc, oh, ow;
+    open_planes(b, yt, &nc, &oh, &ow);
+    int kh = kir_loop_begin(K, KL_RED, wd.k[0], "kh");
+    int acc = kir_loop_acc(K, is_max ? KA_MAX : KA_SUM, "acc");
+    int kw = kir_loop_begin(K, KL_RED, wd.k[1], "kw");
+    kir_expr *ih = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(oh), wd.s[0]), I(-wd.p[0])), VAR(kh));
+    kir_expr *iw = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(ow), wd.s[1]), I(-wd.p[1])), VAR(kw));
+    int ihv = kir_let(K, ih, "ih"), iwv = kir_let(K, iw, "iw");
+    kir_expr *valid = BIN(KB_AND, in_range(b, VAR(ihv), xt->dim[2]), in_range(b, VAR(iwv), xt->dim[3]));
+    kir_expr *v = kir_load(K, bx, plane_index(b, xt, VAR(nc), clamp(b, VAR(ihv), xt->dim[2]), clamp(b, VAR(iwv), xt->dim[3])));
+    kir_acc_add(K, acc, kir_select(K, valid, v, kir_const_f(K, is_max ? -1.0 / 0.0 : 0.0)));
+    close_n(b, 2);
+    kir_expr *r = is_max ? VAR(acc) : BIN(KB_DIV, VAR(acc), kir_const_f(K, (double)(wd.k[0] * wd.k[1])));
+    cg_nest nest;
+    result_nest(b, &nest, yt, nc, oh, ow);
+    for (int i = 0; i < b->ncached; i++)
+        b->cached[i] = -1;
+    cg_emit_epilogue(b, y, r);
+    close_n(b, 3);
+}
+
+/* For input position (h, w): the window positions (kh, kw) and outputs
+ * (oh, ow) that cover it, with validity. */
+static kir_expr *covering(cg_builder *b, const window *wd, const ir_type *yt, int h, int w, int kh, int kw, int *ohv, int *owv)
+{
+    kir_expr *th = kir_iadd(K, kir_iadd(K, VAR(h), I(wd->p[0])), kir_un(K, KU_NEG, VAR(kh)));
+    kir_expr *tw = kir_iadd(K, kir_iadd(K, VAR(w), I(wd->p[1])), kir_un(K, KU_NEG, VAR(kw)));
+    int thv = kir_let(K, th, "th"), twv = kir_let(K, tw, "tw");
+    kir_expr *oh = BIN(KB_IDIV, VAR(thv), I(wd->s[0])), *ow = BIN(KB_IDIV, VAR(twv), I(wd->s[1]));
+    *ohv = kir_let(K, oh, "oh");
+    *owv = kir_let(K, ow, "ow");
+    kir_expr *ok = BIN(KB_AND, BIN(KB_GE, VAR(thv), I(0)), BIN(KB_GE, VAR(twv), I(0)));
+    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(thv), I(wd->s[0])), I(0)));
+    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(twv), I(wd->s[1])), I(0)));
+    ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(*ohv), I(yt->dim[2])));
+    ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(*owv), I(yt->dim[3])));
+    return ok;
+}
+
+static void pool_backward(cg_builder *b, const ir_node *n)
+{
+    const ir_graph *g = b->grp->g;
+    bool is_max = n->op == IR_OP_MAXPOOL_GRAD;
+    int dy = n->in.v[0], dx = n->out.v[0];
+    const ir_type *yt = &ir_val(g, dy)->type, *xt = &ir_val(g, dx)->type;
+    window wd;
+    window_of(n, &wd);
+    K->work = ir_type_numel(xt);
+    int bdy = cg_buf(b, dy), bx = is_max ? cg_buf(b, n->in.v[1]) : -1, by = is_max ? cg_buf(b, n->in.v[2]) : -1;
+    int nc, h, w;
+    open_planes(b, xt, &nc, &h, &w);
+    int xv = is_max ? kir_let(K, kir_load(K, bx, plane_index(b, xt, VAR(nc), VAR(h), VAR(w))), "xv") : -1;
+    int kh = kir_loop_begin(K, KL_RED, wd.k[0], "kh");
+    int acc = kir_loop_acc(K, KA_SUM, "acc");
+    int kw = kir_loop_begin(K, KL_RED, wd.k[1], "kw");
+    int ohv, owv;
+    kir_expr *ok = covering(b, &wd, yt, h, w, kh, kw, &ohv, &owv);
+    int okv = kir_let(K, ok, "ok");
+    kir_expr *oidx = plane_index(b, yt, VAR(nc), clamp(b, VAR(ohv), yt->dim[2]), clamp(b, VAR(owv), yt->dim[3]));
+    int oi = kir_let(K, oidx, "o");
+    kir_expr *contrib = kir_load(K, bdy, VAR(oi));
+    if (is_max) {
+        /* The gradient goes to the window's first maximum: this position
+         * equals the max and no earlier position of the window does. */
+        int ym = kir_let(K, kir_load(K, by, VAR(oi)), "ym");
+        int qh = kir_loop_begin(K, KL_RED, wd.k[0], "qh");
+        int earlier = kir_loop_acc(K, KA_SUM, "earlier");
+        int qw = kir_loop_begin(K, KL_RED, wd.k[1], "qw");
+        kir_expr *before = BIN(KB_LT, kir_iadd(K, kir_imul(K, VAR(qh), wd.k[1]), VAR(qw)),
+                               kir_iadd(K, kir_imul(K, VAR(kh), wd.k[1]), VAR(kw)));
+        kir_expr *ih = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(ohv), wd.s[0]), I(-wd.p[0])), VAR(qh));
+        kir_expr *iw = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(owv), wd.s[1]), I(-wd.p[1])), VAR(qw));
+        int ihv = kir_let(K, ih, "ih"), iwv = kir_let(K, iw, "iw");
+        kir_expr *inside = BIN(KB_AND, in_range(b, VAR(ihv), xt->dim[2]), in_range(b, VAR(iwv), xt->dim[3]));
+        kir_expr *q = kir_load(K, bx, plane_index(b, xt, VAR(nc), clamp(b, VAR(ihv), xt->dim[2]), clamp(b, VAR(iwv), xt->dim[3])));
+        kir_expr *hit = BIN(KB_AND, BIN(KB_AND, before, inside), BIN(KB_EQ, q, VAR(ym)));
+        kir_acc_add(K, earlier, kir_select(K, hit, kir_const_f(K, 1), kir_const_f(K, 0)));
+        close_n(b, 2);
+        kir_expr *first = BIN(KB_AND, BIN(KB_EQ, VAR(xv), VAR(ym)), BIN(KB_EQ, VAR(earlier), kir_const_f(K, 0)));
+        kir_acc_add(K, acc, kir_select(K, BIN(KB_AND, VAR(okv), first), contrib, kir_const_f(K, 0)));
+    } else {
+        kir_acc_add(K, acc, kir_select(K, VAR(okv), BIN(KB_DIV, contrib, kir_const_f(K, (double)(wd.k[0] * wd.k[1]))),
+                                       kir_const_f(K, 0)));
+    }
+    close_n(b, 2);
+    cg_nest nest;
+    result_nest(b, &nest, xt, nc, h, w);
+    for (int i = 0; i < b->ncached; i++)
+        b->cached[i] = -1;
+    cg_emit_epilogue(b, dx, VAR(acc));
+    close_n(b, 3);
+}
 
 void cg_build_pool(cg_builder *b, const ir_node *n)
 {
-    (void)b;
-    kl_panic("no kernel for %s yet", ir_op_name(n->op));
+    switch (n->op) {
+    case IR_OP_MAXPOOL:
+    case IR_OP_AVGPOOL:
+        pool_forward(b, n);
+        return;
+    case IR_OP_MAXPOOL_GRAD:
+    case IR_OP_AVGPOOL_GRAD:
+        pool_backward(b, n);
+        return;
+    default:
+        kl_panic("no pooling kernel for %s", ir_op_name(n->op));
+    }
+}
+
+/* ---- convolution's movements ---- */
+
+/* col[n, (c, kh, kw), (oh, ow)] = x[n, c, oh s - p + kh d, ow s - p + kw d]
+ * (0 in the padding). col is a scratch buffer (a negative id). */
+void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col)
+{
+    int64_t rows = cv->c * cv->kh * cv->kw, hw = cv->oh * cv->ow;
+    K->work = cv->n * rows * hw;
+    int bx = cg_buf(b, x), bc = kir_buf_add(K, col, cv->dtype, cv->n * rows * hw);
+    int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
+    int c = kir_loop_begin(K, KL_PAR, cv->c, "c");
+    int kh = kir_loop_begin(K, KL_PAR, cv->kh, "kh");
+    int kw = kir_loop_begin(K, KL_PAR, cv->kw, "kw");
+    int oh = kir_loop_begin(K, KL_PAR, cv->oh, "oh");
+    int ih = kir_let(K, kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(oh), cv->s[0]), I(-cv->p[0])), kir_imul(K, VAR(kh), cv->d[0])), "ih");
+    int ow = kir_loop_begin(K, KL_PAR, cv->ow, "ow");
+    int iw = kir_let(K, kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(ow), cv->s[1]), I(-cv->p[1])), kir_imul(K, VAR(kw), cv->d[1])), "iw");
+    kir_expr *valid = BIN(KB_AND, in_range(b, VAR(ih), cv->h), in_range(b, VAR(iw), cv->w));
+    kir_expr *plane = kir_iadd(K, kir_imul(K, VAR(n), cv->c), VAR(c));
+    kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), clamp(b, VAR(ih), cv->h)), cv->w),
+                             clamp(b, VAR(iw), cv->w));
+    kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), VAR(kh)), cv->kw), VAR(kw));
+    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), rows), row), hw),
+                             kir_iadd(K, kir_imul(K, VAR(oh), cv->ow), VAR(ow)));
+    kir_store(K, bc, dst, kir_select(K, valid, kir_load(K, bx, src), kir_const_f(K, 0)));
+    close_n(b, 6);
+}
+
+/* x[n, c, h, w] = sum over (kh, kw) of col[n, (c, kh, kw), (oh, ow)] for the
+ * outputs whose window puts (kh, kw) on (h, w). */
+void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x)
+{
+    int64_t rows = cv->c * cv->kh * cv->kw, hw = cv->oh * cv->ow;
+    K->work = cv->n * rows * hw;
+    int bc = kir_buf_add(K, col, cv->dtype, cv->n * rows * hw), bx = cg_buf(b, x);
+    int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
+    int c = kir_loop_begin(K, KL_PAR, cv->c, "c");
+    int h = kir_loop_begin(K, KL_PAR, cv->h, "h");
+    int w = kir_loop_begin(K, KL_PAR, cv->w, "w");
+    int kh = kir_loop_begin(K, KL_RED, cv->kh, "kh");
+    int acc = kir_loop_acc(K, KA_SUM, "acc");
+    int kw = kir_loop_begin(K, KL_RED, cv->kw, "kw");
+    int th = kir_let(K, kir_iadd(K, kir_iadd(K, VAR(h), I(cv->p[0])), kir_imul(K, VAR(kh), -cv->d[0])), "th");
+    int tw = kir_let(K, kir_iadd(K, kir_iadd(K, VAR(w), I(cv->p[1])), kir_imul(K, VAR(kw), -cv->d[1])), "tw");
+    int oh = kir_let(K, BIN(KB_IDIV, VAR(th), I(cv->s[0])), "oh"), ow = kir_let(K, BIN(KB_IDIV, VAR(tw), I(cv->s[1])), "ow");
+    kir_expr *ok = BIN(KB_AND, BIN(KB_GE, VAR(th), I(0)), BIN(KB_GE, VAR(tw), I(0)));
+    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(th), I(cv->s[0])), I(0)));
+    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(tw), I(cv->s[1])), I(0)));
+    ok = BIN(KB_AND, ok, BIN(KB_AND, BIN(KB_LT, VAR(oh), I(cv->oh)), BIN(KB_LT, VAR(ow), I(cv->ow))));
+    kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), VAR(kh)), cv->kw), VAR(kw));
+    kir_expr *pos = kir_iadd(K, kir_imul(K, clamp(b, VAR(oh), cv->oh), cv->ow), clamp(b, VAR(ow), cv->ow));
+    kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), rows), row), hw), pos);
+    kir_acc_add(K, acc, kir_select(K, ok, kir_load(K, bc, src), kir_const_f(K, 0)));
+    close_n(b, 2);
+    kir_expr *plane = kir_iadd(K, kir_imul(K, VAR(n), cv->c), VAR(c));
+    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), VAR(h)), cv->w), VAR(w));
+    kir_store(K, bx, dst, VAR(acc));
+    close_n(b, 4);
 }

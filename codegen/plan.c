@@ -38,9 +38,25 @@ int kl_plan_real_buffer(const kl_plan *p, int buf)
     return buf;
 }
 
+/* A scratch buffer (not an IR value); its kernel-side id is -2 - index. */
+static int scratch(kl_plan *p, ir_dtype dt, int64_t numel)
+{
+    kl_buffer b = {.value = -1, .dtype = dt, .numel = numel, .region = KL_REGION_ARENA, .view_of = -1};
+    b.bytes = numel * ir_dtype_size(dt);
+    kl_vec_push(p->buffers, b);
+    return p->buffers.n - 1;
+}
+
+static int scratch_id(int buf)
+{
+    return -2 - buf;
+}
+
 /* The buffer of value v, made on first request. */
 static int buffer_of(kl_plan *p, int v)
 {
+    if (v <= -2)
+        return -2 - v;
     if (p->value_buf[v] >= 0)
         return p->value_buf[v];
     const ir_graph *g = p->g;
@@ -91,7 +107,16 @@ static const ir_node *anchor_of(const cg_group *grp)
     return ir_nd(grp->g, grp->nodes[0]);
 }
 
+typedef void (*custom_builder)(cg_builder *b, void *arg);
+
+static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder custom, void *arg);
+
 static void add_kernel_step(kl_plan *p, const cg_group *grp)
+{
+    add_kernel_step_with(p, grp, NULL, NULL);
+}
+
+static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder custom, void *arg)
 {
     const ir_graph *g = p->g;
     kl_buf what = {0};
@@ -111,6 +136,10 @@ static void add_kernel_step(kl_plan *p, const cg_group *grp)
     for (int i = 0; i < g->values.n; i++)
         b.cached[i] = -1;
     const ir_node *anchor = anchor_of(grp);
+    if (custom) {
+        custom(&b, arg);
+        goto built;
+    }
     switch (ir_ops[anchor->op].kclass) {
     case IR_KC_SOURCE:
     case IR_KC_ELEMWISE:
@@ -138,9 +167,11 @@ static void add_kernel_step(kl_plan *p, const cg_group *grp)
     default:
         kl_panic("no kernel template for %s (%s)", ir_op_name(anchor->op), ir_kernel_class_name(ir_ops[anchor->op].kclass));
     }
+built:
     free(b.cached);
     kl_step s = {.kind = KL_STEP_KERNEL, .phase = anchor->phase, .node = grp->nodes[0]};
     for (int i = 0; i < k->nbufs; i++) {
+        kl_check(s.nargs < (int)KL_ARRAY_LEN(s.args));
         s.args[s.nargs++] = buffer_of(p, k->bufs[i].value);
         s.bytes += k->bufs[i].numel * ir_dtype_size(k->bufs[i].dtype) * ((k->bufs[i].read ? 1 : 0) + (k->bufs[i].written ? 1 : 0));
     }
@@ -184,6 +215,136 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
     s.bytes = (ir_type_numel(a) + ir_type_numel(bt) + ir_type_numel(c)) * es;
     s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k * (double)m.batch;
     kl_vec_push(p->steps, s);
+}
+
+/* ---- convolution: im2col + GEMM, GEMM + col2im ---- */
+
+static void conv_geometry(const ir_graph *g, const ir_node *n, cg_conv *cv)
+{
+    /* The input and output shapes of the forward convolution. */
+    ir_type x, y, w;
+    if (n->op == IR_OP_CONV2D) {
+        x = ir_val(g, n->in.v[0])->type;
+        w = ir_val(g, n->in.v[1])->type;
+        y = ir_val(g, n->out.v[0])->type;
+    } else {
+        ir_type shape = {ir_val(g, n->out.v[0])->type.dtype, 4, {0}};
+        ir_attr_ints(&n->attrs, "shape", shape.dim, 4);
+        y = ir_val(g, n->in.v[0])->type;
+        if (n->op == IR_OP_CONV2D_GRAD_INPUT)
+            x = shape, w = ir_val(g, n->in.v[1])->type;
+        else
+            w = shape, x = ir_val(g, n->in.v[1])->type;
+    }
+    cv->dtype = x.dtype;
+    cv->n = x.dim[0], cv->c = x.dim[1], cv->h = x.dim[2], cv->w = x.dim[3];
+    cv->o = y.dim[1], cv->oh = y.dim[2], cv->ow = y.dim[3];
+    cv->kh = w.dim[2], cv->kw = w.dim[3];
+    cv->groups = ir_attr_int(&n->attrs, "groups", 1);
+    ir_attr_ints(&n->attrs, "stride", cv->s, 2);
+    ir_attr_ints(&n->attrs, "pad", cv->p, 2);
+    ir_attr_ints(&n->attrs, "dilation", cv->d, 2);
+}
+
+typedef struct conv_move {
+    const cg_conv *cv;
+    int from, to; /* value or scratch ids */
+    bool to_col;
+} conv_move;
+
+static void build_conv_move(cg_builder *b, void *arg)
+{
+    conv_move *m = arg;
+    if (m->to_col)
+        cg_build_im2col(b, m->cv, m->from, m->to);
+    else
+        cg_build_col2im(b, m->cv, m->from, m->to);
+}
+
+static void add_conv_gemms(kl_plan *p, const ir_node *n, const cg_conv *cv, int a, int bb, int c)
+{
+    int64_t G = cv->groups, og = cv->o / G, cg = cv->c / G, kk = cv->kh * cv->kw, hw = cv->oh * cv->ow;
+    for (int64_t g = 0; g < G; g++) {
+        kl_gemm m = {.dtype = cv->dtype, .alpha = 1, .beta = 0, .batch = cv->n, .a = a, .b = bb, .c = c};
+        switch (n->op) {
+        case IR_OP_CONV2D: /* y_n[o, hw] = w[o, ckk] col_n[ckk, hw] */
+            m.m = og, m.n = hw, m.k = cg * kk;
+            m.off_a = g * og * cg * kk, m.stride_a = 0;
+            m.off_b = g * cg * kk * hw, m.stride_b = cv->c * kk * hw;
+            m.off_c = g * og * hw, m.stride_c = cv->o * hw;
+            break;
+        case IR_OP_CONV2D_GRAD_INPUT: /* colgrad_n[ckk, hw] = w^T dy_n[o, hw] */
+            m.ta = 1;
+            m.m = cg * kk, m.n = hw, m.k = og;
+            m.off_a = g * og * cg * kk, m.stride_a = 0;
+            m.off_b = g * og * hw, m.stride_b = cv->o * hw;
+            m.off_c = g * cg * kk * hw, m.stride_c = cv->c * kk * hw;
+            break;
+        default: /* dw[o, ckk] = sum_n dy_n[o, hw] col_n[ckk, hw]^T */
+            m.tb = 1;
+            m.m = og, m.n = cg * kk, m.k = hw;
+            m.off_a = g * og * hw, m.stride_a = cv->o * hw;
+            m.off_b = g * cg * kk * hw, m.stride_b = cv->c * kk * hw;
+            m.off_c = g * og * cg * kk, m.stride_c = 0;
+            m.accumulate = true;
+            break;
+        }
+        kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = m, .node = n->id};
+        s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k * (double)m.batch;
+        s.bytes = (m.m * m.k + m.k * m.n + m.m * m.n) * m.batch * ir_dtype_size(m.dtype);
+        kl_vec_push(p->steps, s);
+    }
+}
+
+/* y[n, o, hw] += bias[o] */
+typedef struct bias_add {
+    int y, bias;
+    const cg_conv *cv;
+} bias_add;
+
+static void build_bias_add(cg_builder *b, void *arg)
+{
+    bias_add *ba = arg;
+    kir_kernel *k = b->k;
+    const cg_conv *cv = ba->cv;
+    int by = cg_buf(b, ba->y), bb = cg_buf(b, ba->bias);
+    k->work = cv->n * cv->o * cv->oh * cv->ow;
+    int n = kir_loop_begin(k, KL_PAR, cv->n, "n");
+    int o = kir_loop_begin(k, KL_PAR, cv->o, "o");
+    int bv = kir_let(k, kir_load(k, bb, kir_varref(k, o)), "bias");
+    int i = kir_loop_begin(k, KL_PAR, cv->oh * cv->ow, "i");
+    kir_expr *idx = kir_iadd(k, kir_imul(k, kir_iadd(k, kir_imul(k, kir_varref(k, n), cv->o), kir_varref(k, o)), cv->oh * cv->ow),
+                             kir_varref(k, i));
+    kir_store(k, by, idx, kir_bin(k, KB_ADD, kir_load(k, by, idx), kir_varref(k, bv)));
+    for (int j = 0; j < 3; j++)
+        kir_loop_end(k);
+}
+
+static void add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n)
+{
+    const ir_graph *g = p->g;
+    cg_conv cv;
+    conv_geometry(g, n, &cv);
+    int64_t cols = cv.n * cv.c * cv.kh * cv.kw * cv.oh * cv.ow;
+    int col = scratch(p, cv.dtype, cols);
+    int out = buffer_of(p, n->out.v[0]);
+    if (n->op == IR_OP_CONV2D || n->op == IR_OP_CONV2D_GRAD_WEIGHT) {
+        int x = n->in.v[n->op == IR_OP_CONV2D ? 0 : 1];
+        conv_move mv = {&cv, x, scratch_id(col), true};
+        add_kernel_step_with(p, grp, build_conv_move, &mv);
+        if (n->op == IR_OP_CONV2D)
+            add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), col, out);
+        else
+            add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[0]), col, out);
+        if (n->op == IR_OP_CONV2D && n->in.n == 3) {
+            bias_add ba = {n->out.v[0], n->in.v[2], &cv};
+            add_kernel_step_with(p, grp, build_bias_add, &ba);
+        }
+    } else {
+        add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), buffer_of(p, n->in.v[0]), col);
+        conv_move mv = {&cv, scratch_id(col), n->out.v[0], false};
+        add_kernel_step_with(p, grp, build_conv_move, &mv);
+    }
 }
 
 /* A constant read as a buffer (by a GEMM or an output): a fill kernel. */
@@ -249,6 +410,12 @@ kl_plan *cg_build_plan(const ir_graph *g)
             continue;
         if (n->op == IR_OP_MATMUL) {
             add_gemm_step(p, n);
+            continue;
+        }
+        if (ir_ops[n->op].kclass == IR_KC_CONV) {
+            int one = i;
+            cg_group grp = {g, &one, 1};
+            add_conv_steps(p, &grp, n);
             continue;
         }
         /* The group: this node and every later node with its group id. */

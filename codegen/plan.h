@@ -17,7 +17,7 @@ typedef enum kl_region {
 } kl_region;
 
 typedef struct kl_buffer {
-    int value;        /* IR value */
+    int value;        /* IR value, or -1 for a scratch buffer of one group */
     ir_dtype dtype;
     int64_t numel, bytes;
     kl_region region;
@@ -34,6 +34,8 @@ typedef struct kl_gemm {
     int64_t m, n, k;
     int64_t batch;
     int64_t stride_a, stride_b, stride_c; /* elements between batch items; 0: shared */
+    int64_t off_a, off_b, off_c;          /* elements from each buffer's start */
+    bool accumulate;                      /* batch items sum into one C (beta 1 after the first) */
     double alpha, beta;
     int a, b, c;                          /* buffers */
 } kl_gemm;

@@ -533,10 +533,10 @@ static ir_dtype first_float_dtype(lower *L, const call_args *ca)
 /* Parameters a layer op creates when called with just its input:
  * batchnorm(x) and layernorm(x). */
 static int implicit_param(lower *L, const char *prefix, const char *name, ir_value_kind kind,
-                          int64_t c, const char *init, kl_loc loc)
+                          int64_t c, ir_dtype dt, const char *init, kl_loc loc)
 {
     char *full = kl_xasprintf("%s.%s", prefix, name);
-    ir_type t = {IR_F32, 1, {c}};
+    ir_type t = {dt, 1, {c}};
     int id = ir_declare(L->g, kind, full, &t, loc);
     free(full);
     ir_attrs_set_str(&ir_val(L->g, id)->attrs, "init", init);
@@ -600,11 +600,13 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
         char *base = kl_xasprintf("%s.%d", info->name, k);
         char *prefix = scoped(L, f, base);
         free(base);
-        in[nin++] = implicit_param(L, prefix, "gamma", IR_VAL_PARAM, c, "ones", e->loc);
-        in[nin++] = implicit_param(L, prefix, "beta", IR_VAL_PARAM, c, "zeros", e->loc);
+        /* Scale, shift and statistics are f32 (f64 for f64 inputs). */
+        ir_dtype pdt = x->dtype == IR_F64 ? IR_F64 : IR_F32;
+        in[nin++] = implicit_param(L, prefix, "gamma", IR_VAL_PARAM, c, pdt, "ones", e->loc);
+        in[nin++] = implicit_param(L, prefix, "beta", IR_VAL_PARAM, c, pdt, "zeros", e->loc);
         if (bn) {
-            in[nin++] = implicit_param(L, prefix, "running_mean", IR_VAL_STATE, c, "zeros", e->loc);
-            in[nin++] = implicit_param(L, prefix, "running_var", IR_VAL_STATE, c, "ones", e->loc);
+            in[nin++] = implicit_param(L, prefix, "running_mean", IR_VAL_STATE, c, pdt, "zeros", e->loc);
+            in[nin++] = implicit_param(L, prefix, "running_var", IR_VAL_STATE, c, pdt, "ones", e->loc);
         }
     }
     if (op == IR_OP_BATCHNORM && nin == 5)

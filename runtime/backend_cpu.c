@@ -128,14 +128,14 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     /* Row-major leading dimensions: the stored row length of each matrix. */
     int lda = (int)(g->ta ? g->m : g->k), ldb = (int)(g->tb ? g->k : g->n), ldc = (int)g->n;
     for (int64_t i = 0; i < g->batch; i++) {
+        double beta = g->accumulate && i > 0 ? 1.0 : g->beta;
+        int64_t oa = g->off_a + i * g->stride_a, ob = g->off_b + i * g->stride_b, oc = g->off_c + i * g->stride_c;
         if (g->dtype == IR_F64)
-            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha,
-                        (const double *)a + i * g->stride_a, lda, (const double *)b + i * g->stride_b, ldb,
-                        g->beta, (double *)c + i * g->stride_c, ldc);
+            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (const double *)a + oa, lda,
+                        (const double *)b + ob, ldb, beta, (double *)c + oc, ldc);
         else if (g->dtype == IR_F32)
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
-                        (const float *)a + i * g->stride_a, lda, (const float *)b + i * g->stride_b, ldb,
-                        (float)g->beta, (float *)c + i * g->stride_c, ldc);
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, (const float *)a + oa,
+                        lda, (const float *)b + ob, ldb, (float)beta, (float *)c + oc, ldc);
         else
             kl_panic("CPU GEMM for %s is not implemented", ir_dtype_name(g->dtype));
     }
