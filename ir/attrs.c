@@ -109,6 +109,9 @@ void ir_attr_val_copy(ir_attr_val *dst, const ir_attr_val *src)
 {
     *dst = *src;
     dst->s = src->s ? kl_xstrdup(src->s) : NULL;
+    /* An empty list may still own an allocation (ir_attr_val_ints(v, 0)):
+     * never share it. */
+    dst->items = NULL;
     if (src->nitems) {
         dst->items = kl_xcalloc((size_t)src->nitems, sizeof *dst->items);
         for (int i = 0; i < src->nitems; i++)

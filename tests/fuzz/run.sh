@@ -45,7 +45,7 @@ else
     run_target ir || status=1
 fi
 for kind in model ir; do
-    echo "fuzz_$kind: $(grep -E '^#[0-9]+ +DONE' "$out/$kind.log" | tail -1 || true)"
+    echo "fuzz_$kind: $(grep -E '^#[0-9]+[[:space:]]' "$out/$kind.log" | tail -1 || true)"
     grep -E 'stat::number_of_executed_units' "$out/$kind.log" || true
 done
 if [ "$status" -ne 0 ]; then
