@@ -93,9 +93,11 @@ typedef struct cg_conv {
     int64_t s[2], p[2], d[2];
 } cg_conv;
 /* Convolution's data movement: im2col gathers x [N, C, H, W] into the
- * scratch col [N, C*KH*KW, OH*OW]; col2im sums such a col back into x's
+ * scratch col [C*KH*KW, N, OH*OW]; col2im sums such a col back into x's
  * shape. col is a scratch buffer's (negative) id. */
 void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col);
 void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x);
+/* out[j, i, k] = in[i, j, k] for in [a, b, inner] (values or scratch ids). */
+void cg_build_swap_outer(cg_builder *b, int from, int to, ir_dtype dt, int64_t a, int64_t bb, int64_t inner);
 
 #endif

@@ -91,17 +91,39 @@ static void pool_forward(cg_builder *b, const ir_node *n)
     int bx = cg_buf(b, x);
     int nc, oh, ow;
     open_planes(b, yt, &nc, &oh, &ow);
-    int kh = kir_loop_begin(K, KL_RED, wd.k[0], "kh");
-    int acc = kir_loop_acc(K, is_max ? KA_MAX : KA_SUM, "acc");
-    int kw = kir_loop_begin(K, KL_RED, wd.k[1], "kw");
-    kir_expr *ih = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(oh), wd.s[0]), I(-wd.p[0])), VAR(kh));
-    kir_expr *iw = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(ow), wd.s[1]), I(-wd.p[1])), VAR(kw));
-    int ihv = kir_let(K, ih, "ih"), iwv = kir_let(K, iw, "iw");
-    kir_expr *valid = BIN(KB_AND, in_range(b, VAR(ihv), xt->dim[2]), in_range(b, VAR(iwv), xt->dim[3]));
-    kir_expr *v = kir_load(K, bx, plane_index(b, xt, VAR(nc), clamp(b, VAR(ihv), xt->dim[2]), clamp(b, VAR(iwv), xt->dim[3])));
-    kir_acc_add(K, acc, kir_select(K, valid, v, kir_const_f(K, is_max ? -1.0 / 0.0 : 0.0)));
-    close_n(b, 2);
-    kir_expr *r = is_max ? VAR(acc) : BIN(KB_DIV, VAR(acc), kir_const_f(K, (double)(wd.k[0] * wd.k[1])));
+    kir_expr *r;
+    kir_expr *none = kir_const_f(K, is_max ? -1.0 / 0.0 : 0.0);
+    if (wd.k[0] * wd.k[1] <= 16) {
+        /* Small windows unrolled: the loop over ow is the leaf and
+         * vectorises. */
+        kir_expr *acc = NULL;
+        for (int64_t kh = 0; kh < wd.k[0]; kh++) {
+            for (int64_t kw = 0; kw < wd.k[1]; kw++) {
+                kir_expr *ih = kir_iadd(K, kir_imul(K, VAR(oh), wd.s[0]), I(kh - wd.p[0]));
+                kir_expr *iw = kir_iadd(K, kir_imul(K, VAR(ow), wd.s[1]), I(kw - wd.p[1]));
+                kir_expr *v = kir_load(K, bx, plane_index(b, xt, VAR(nc), wd.p[0] ? clamp(b, ih, xt->dim[2]) : ih,
+                                                          wd.p[1] ? clamp(b, iw, xt->dim[3]) : iw));
+                if (wd.p[0] || wd.p[1])
+                    v = kir_select(K, BIN(KB_AND, in_range(b, ih, xt->dim[2]), in_range(b, iw, xt->dim[3])), v, none);
+                acc = !acc ? v : is_max ? BIN(KB_MAX, acc, v) : BIN(KB_ADD, acc, v);
+            }
+        }
+        r = acc;
+    } else {
+        int kh = kir_loop_begin(K, KL_RED, wd.k[0], "kh");
+        int acc = kir_loop_acc(K, is_max ? KA_MAX : KA_SUM, "acc");
+        int kw = kir_loop_begin(K, KL_RED, wd.k[1], "kw");
+        kir_expr *ih = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(oh), wd.s[0]), I(-wd.p[0])), VAR(kh));
+        kir_expr *iw = kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(ow), wd.s[1]), I(-wd.p[1])), VAR(kw));
+        int ihv = kir_let(K, ih, "ih"), iwv = kir_let(K, iw, "iw");
+        kir_expr *valid = BIN(KB_AND, in_range(b, VAR(ihv), xt->dim[2]), in_range(b, VAR(iwv), xt->dim[3]));
+        kir_expr *v = kir_load(K, bx, plane_index(b, xt, VAR(nc), clamp(b, VAR(ihv), xt->dim[2]), clamp(b, VAR(iwv), xt->dim[3])));
+        kir_acc_add(K, acc, kir_select(K, valid, v, none));
+        close_n(b, 2);
+        r = VAR(acc);
+    }
+    if (!is_max)
+        r = BIN(KB_DIV, r, kir_const_f(K, (double)(wd.k[0] * wd.k[1])));
     cg_nest nest;
     result_nest(b, &nest, yt, nc, oh, ow);
     for (int i = 0; i < b->ncached; i++)
@@ -126,6 +148,53 @@ static kir_expr *covering(cg_builder *b, const window *wd, const ir_type *yt, in
     ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(*ohv), I(yt->dim[2])));
     ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(*owv), I(yt->dim[3])));
     return ok;
+}
+
+/* Non-overlapping windows (stride = size, no padding): every input is in
+ * at most one window, so each output writes its own window's gradient:
+ * dy to the first maximum (max pooling) or dy / K to each (average). */
+static void pool_backward_tiled(cg_builder *b, const ir_node *n)
+{
+    const ir_graph *g = b->grp->g;
+    bool is_max = n->op == IR_OP_MAXPOOL_GRAD;
+    int dy = n->in.v[0], dx = n->out.v[0];
+    const ir_type *yt = &ir_val(g, dy)->type, *xt = &ir_val(g, dx)->type;
+    window wd;
+    window_of(n, &wd);
+    K->work = ir_type_numel(xt);
+    int bdy = cg_buf(b, dy), bdx = cg_buf(b, dx);
+    int bx = is_max ? cg_buf(b, n->in.v[1]) : -1, by = is_max ? cg_buf(b, n->in.v[2]) : -1;
+    if (xt->dim[2] % wd.k[0] || xt->dim[3] % wd.k[1]) {
+        /* Rows and columns no window covers get 0. */
+        int z = kir_loop_begin(K, KL_PAR, ir_type_numel(xt), "i");
+        kir_store(K, bdx, VAR(z), kir_const_f(K, 0));
+        kir_loop_end(K);
+    }
+    int nc, oh, ow;
+    open_planes(b, yt, &nc, &oh, &ow);
+    kir_expr *o = plane_index(b, yt, VAR(nc), VAR(oh), VAR(ow));
+    int d = kir_let(K, kir_load(K, bdy, o), "dy");
+    int ym = is_max ? kir_let(K, kir_load(K, by, o), "ym") : -1;
+    int seen = -1;
+    for (int64_t kh = 0; kh < wd.k[0]; kh++) {
+        for (int64_t kw = 0; kw < wd.k[1]; kw++) {
+            kir_expr *ih = kir_iadd(K, kir_imul(K, VAR(oh), wd.k[0]), I(kh));
+            kir_expr *iw = kir_iadd(K, kir_imul(K, VAR(ow), wd.k[1]), I(kw));
+            kir_expr *pos = plane_index(b, xt, VAR(nc), ih, iw);
+            kir_expr *val;
+            if (is_max) {
+                int eq = kir_let(K, BIN(KB_EQ, kir_load(K, bx, pos), VAR(ym)), "eq");
+                kir_expr *first = seen < 0 ? VAR(eq) : BIN(KB_AND, VAR(eq), kir_un(K, KU_NOT, VAR(seen)));
+                val = kir_select(K, first, VAR(d), kir_const_f(K, 0));
+                seen = seen < 0 ? eq : kir_let(K, BIN(KB_OR, VAR(seen), VAR(eq)), "seen");
+            } else {
+                val = BIN(KB_DIV, VAR(d), kir_const_f(K, (double)(wd.k[0] * wd.k[1])));
+            }
+            kir_store(K, bdx, plane_index(b, xt, VAR(nc), kir_iadd(K, kir_imul(K, VAR(oh), wd.k[0]), I(kh)),
+                                          kir_iadd(K, kir_imul(K, VAR(ow), wd.k[1]), I(kw))), val);
+        }
+    }
+    close_n(b, 3);
 }
 
 static void pool_backward(cg_builder *b, const ir_node *n)
@@ -190,9 +259,17 @@ void cg_build_pool(cg_builder *b, const ir_node *n)
         pool_forward(b, n);
         return;
     case IR_OP_MAXPOOL_GRAD:
-    case IR_OP_AVGPOOL_GRAD:
-        pool_backward(b, n);
+    case IR_OP_AVGPOOL_GRAD: {
+        window wd;
+        window_of(n, &wd);
+        bool tiled = wd.s[0] == wd.k[0] && wd.s[1] == wd.k[1] && !wd.p[0] && !wd.p[1] && wd.k[0] * wd.k[1] <= 16 &&
+                     b->grp->n == 1;
+        if (tiled)
+            pool_backward_tiled(b, n);
+        else
+            pool_backward(b, n);
         return;
+    }
     default:
         kl_panic("no pooling kernel for %s", ir_op_name(n->op));
     }
@@ -200,17 +277,19 @@ void cg_build_pool(cg_builder *b, const ir_node *n)
 
 /* ---- convolution's movements ---- */
 
-/* col[n, (c, kh, kw), (oh, ow)] = x[n, c, oh s - p + kh d, ow s - p + kw d]
- * (0 in the padding). col is a scratch buffer (a negative id). */
+/* col[(c, kh, kw), n, (oh, ow)] = x[n, c, oh s - p + kh d, ow s - p + kw d]
+ * (0 in the padding): one row per kernel tap, so the convolution of the
+ * whole batch is one GEMM, W[o, ckk] col[ckk, n hw]. col is a scratch
+ * buffer (a negative id). */
 void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col)
 {
     int64_t rows = cv->c * cv->kh * cv->kw, hw = cv->oh * cv->ow;
     K->work = cv->n * rows * hw;
     int bx = cg_buf(b, x), bc = kir_buf_add(K, col, cv->dtype, cv->n * rows * hw);
-    int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
     int c = kir_loop_begin(K, KL_PAR, cv->c, "c");
     int kh = kir_loop_begin(K, KL_PAR, cv->kh, "kh");
     int kw = kir_loop_begin(K, KL_PAR, cv->kw, "kw");
+    int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
     int oh = kir_loop_begin(K, KL_PAR, cv->oh, "oh");
     int ih = kir_let(K, kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(oh), cv->s[0]), I(-cv->p[0])), kir_imul(K, VAR(kh), cv->d[0])), "ih");
     int ow = kir_loop_begin(K, KL_PAR, cv->ow, "ow");
@@ -220,13 +299,13 @@ void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col)
     kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), clamp(b, VAR(ih), cv->h)), cv->w),
                              clamp(b, VAR(iw), cv->w));
     kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), VAR(kh)), cv->kw), VAR(kw));
-    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), rows), row), hw),
+    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, row, cv->n), VAR(n)), hw),
                              kir_iadd(K, kir_imul(K, VAR(oh), cv->ow), VAR(ow)));
     kir_store(K, bc, dst, kir_select(K, valid, kir_load(K, bx, src), kir_const_f(K, 0)));
     close_n(b, 6);
 }
 
-/* x[n, c, h, w] = sum over (kh, kw) of col[n, (c, kh, kw), (oh, ow)] for the
+/* x[n, c, h, w] = sum over (kh, kw) of col[(c, kh, kw), n, (oh, ow)] for the
  * outputs whose window puts (kh, kw) on (h, w). */
 void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x)
 {
@@ -237,23 +316,59 @@ void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x)
     int c = kir_loop_begin(K, KL_PAR, cv->c, "c");
     int h = kir_loop_begin(K, KL_PAR, cv->h, "h");
     int w = kir_loop_begin(K, KL_PAR, cv->w, "w");
-    int kh = kir_loop_begin(K, KL_RED, cv->kh, "kh");
-    int acc = kir_loop_acc(K, KA_SUM, "acc");
-    int kw = kir_loop_begin(K, KL_RED, cv->kw, "kw");
-    int th = kir_let(K, kir_iadd(K, kir_iadd(K, VAR(h), I(cv->p[0])), kir_imul(K, VAR(kh), -cv->d[0])), "th");
-    int tw = kir_let(K, kir_iadd(K, kir_iadd(K, VAR(w), I(cv->p[1])), kir_imul(K, VAR(kw), -cv->d[1])), "tw");
-    int oh = kir_let(K, BIN(KB_IDIV, VAR(th), I(cv->s[0])), "oh"), ow = kir_let(K, BIN(KB_IDIV, VAR(tw), I(cv->s[1])), "ow");
-    kir_expr *ok = BIN(KB_AND, BIN(KB_GE, VAR(th), I(0)), BIN(KB_GE, VAR(tw), I(0)));
-    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(th), I(cv->s[0])), I(0)));
-    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(tw), I(cv->s[1])), I(0)));
-    ok = BIN(KB_AND, ok, BIN(KB_AND, BIN(KB_LT, VAR(oh), I(cv->oh)), BIN(KB_LT, VAR(ow), I(cv->ow))));
-    kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), VAR(kh)), cv->kw), VAR(kw));
-    kir_expr *pos = kir_iadd(K, kir_imul(K, clamp(b, VAR(oh), cv->oh), cv->ow), clamp(b, VAR(ow), cv->ow));
-    kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), rows), row), hw), pos);
-    kir_acc_add(K, acc, kir_select(K, ok, kir_load(K, bc, src), kir_const_f(K, 0)));
-    close_n(b, 2);
+    kir_expr *acc = NULL;
+    int accv = -1;
+    bool unroll = cv->kh * cv->kw <= 16;
+    int kh = -1, kw = -1;
+    if (!unroll) {
+        kh = kir_loop_begin(K, KL_RED, cv->kh, "kh");
+        accv = kir_loop_acc(K, KA_SUM, "acc");
+        kw = kir_loop_begin(K, KL_RED, cv->kw, "kw");
+    }
+    for (int64_t i = 0; i < (unroll ? cv->kh : 1); i++) {
+        for (int64_t j = 0; j < (unroll ? cv->kw : 1); j++) {
+            kir_expr *khe = unroll ? I(i) : VAR(kh), *kwe = unroll ? I(j) : VAR(kw);
+            int th = kir_let(K, kir_iadd(K, kir_iadd(K, VAR(h), I(cv->p[0])), kir_imul(K, khe, -cv->d[0])), "th");
+            int tw = kir_let(K, kir_iadd(K, kir_iadd(K, VAR(w), I(cv->p[1])), kir_imul(K, kwe, -cv->d[1])), "tw");
+            kir_expr *oh = cv->s[0] == 1 ? VAR(th) : BIN(KB_IDIV, VAR(th), I(cv->s[0]));
+            kir_expr *ow = cv->s[1] == 1 ? VAR(tw) : BIN(KB_IDIV, VAR(tw), I(cv->s[1]));
+            int ohv = kir_let(K, oh, "oh"), owv = kir_let(K, ow, "ow");
+            kir_expr *ok = BIN(KB_AND, BIN(KB_GE, VAR(th), I(0)), BIN(KB_GE, VAR(tw), I(0)));
+            if (cv->s[0] > 1)
+                ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(th), I(cv->s[0])), I(0)));
+            if (cv->s[1] > 1)
+                ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(tw), I(cv->s[1])), I(0)));
+            ok = BIN(KB_AND, ok, BIN(KB_AND, BIN(KB_LT, VAR(ohv), I(cv->oh)), BIN(KB_LT, VAR(owv), I(cv->ow))));
+            kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), khe), cv->kw), kwe);
+            kir_expr *pos = kir_iadd(K, kir_imul(K, clamp(b, VAR(ohv), cv->oh), cv->ow), clamp(b, VAR(owv), cv->ow));
+            kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, row, cv->n), VAR(n)), hw), pos);
+            kir_expr *v = kir_select(K, ok, kir_load(K, bc, src), kir_const_f(K, 0));
+            if (unroll)
+                acc = acc ? BIN(KB_ADD, acc, v) : v;
+            else
+                kir_acc_add(K, accv, v);
+        }
+    }
+    if (!unroll) {
+        close_n(b, 2);
+        acc = VAR(accv);
+    }
     kir_expr *plane = kir_iadd(K, kir_imul(K, VAR(n), cv->c), VAR(c));
     kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), VAR(h)), cv->w), VAR(w));
-    kir_store(K, bx, dst, VAR(acc));
+    kir_store(K, bx, dst, acc);
     close_n(b, 4);
+}
+
+/* Swaps the two outer axes of [a, b, inner]: out[j, i, k] = in[i, j, k]. */
+void cg_build_swap_outer(cg_builder *b, int from, int to, ir_dtype dt, int64_t a, int64_t bb, int64_t inner)
+{
+    K->work = a * bb * inner;
+    int bi = kir_buf_add(K, from, dt, a * bb * inner), bo = kir_buf_add(K, to, dt, a * bb * inner);
+    int j = kir_loop_begin(K, KL_PAR, bb, "j");
+    int i = kir_loop_begin(K, KL_PAR, a, "i");
+    int k = kir_loop_begin(K, KL_PAR, inner, "k");
+    kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(i), bb), VAR(j)), inner), VAR(k));
+    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(j), a), VAR(i)), inner), VAR(k));
+    kir_store(K, bo, dst, kir_load(K, bi, src));
+    close_n(b, 3);
 }

@@ -261,37 +261,32 @@ static void build_conv_move(cg_builder *b, void *arg)
         cg_build_col2im(b, m->cv, m->from, m->to);
 }
 
+/* One GEMM per group over the whole batch, in the layouts
+ * col [C*KK, N*HW] and y' [O, N*HW] (channels outermost). */
 static void add_conv_gemms(kl_plan *p, const ir_node *n, const cg_conv *cv, int a, int bb, int c)
 {
-    int64_t G = cv->groups, og = cv->o / G, cg = cv->c / G, kk = cv->kh * cv->kw, hw = cv->oh * cv->ow;
+    int64_t G = cv->groups, og = cv->o / G, cg = cv->c / G, kk = cv->kh * cv->kw, nhw = cv->n * cv->oh * cv->ow;
     for (int64_t g = 0; g < G; g++) {
-        kl_gemm m = {.dtype = cv->dtype, .alpha = 1, .beta = 0, .batch = cv->n, .a = a, .b = bb, .c = c};
+        kl_gemm m = {.dtype = cv->dtype, .alpha = 1, .beta = 0, .batch = 1, .a = a, .b = bb, .c = c};
         switch (n->op) {
-        case IR_OP_CONV2D: /* y_n[o, hw] = w[o, ckk] col_n[ckk, hw] */
-            m.m = og, m.n = hw, m.k = cg * kk;
-            m.off_a = g * og * cg * kk, m.stride_a = 0;
-            m.off_b = g * cg * kk * hw, m.stride_b = cv->c * kk * hw;
-            m.off_c = g * og * hw, m.stride_c = cv->o * hw;
+        case IR_OP_CONV2D: /* y'[o, nhw] = w[o, ckk] col[ckk, nhw] */
+            m.m = og, m.n = nhw, m.k = cg * kk;
+            m.off_a = g * og * cg * kk, m.off_b = g * cg * kk * nhw, m.off_c = g * og * nhw;
             break;
-        case IR_OP_CONV2D_GRAD_INPUT: /* colgrad_n[ckk, hw] = w^T dy_n[o, hw] */
+        case IR_OP_CONV2D_GRAD_INPUT: /* colgrad[ckk, nhw] = w^T dy'[o, nhw] */
             m.ta = 1;
-            m.m = cg * kk, m.n = hw, m.k = og;
-            m.off_a = g * og * cg * kk, m.stride_a = 0;
-            m.off_b = g * og * hw, m.stride_b = cv->o * hw;
-            m.off_c = g * cg * kk * hw, m.stride_c = cv->c * kk * hw;
+            m.m = cg * kk, m.n = nhw, m.k = og;
+            m.off_a = g * og * cg * kk, m.off_b = g * og * nhw, m.off_c = g * cg * kk * nhw;
             break;
-        default: /* dw[o, ckk] = sum_n dy_n[o, hw] col_n[ckk, hw]^T */
+        default: /* dw[o, ckk] = dy'[o, nhw] col[ckk, nhw]^T */
             m.tb = 1;
-            m.m = og, m.n = cg * kk, m.k = hw;
-            m.off_a = g * og * hw, m.stride_a = cv->o * hw;
-            m.off_b = g * cg * kk * hw, m.stride_b = cv->c * kk * hw;
-            m.off_c = g * og * cg * kk, m.stride_c = 0;
-            m.accumulate = true;
+            m.m = og, m.n = cg * kk, m.k = nhw;
+            m.off_a = g * og * nhw, m.off_b = g * cg * kk * nhw, m.off_c = g * og * cg * kk;
             break;
         }
         kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = m, .node = n->id};
-        s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k * (double)m.batch;
-        s.bytes = (m.m * m.k + m.k * m.n + m.m * m.n) * m.batch * ir_dtype_size(m.dtype);
+        s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k;
+        s.bytes = (m.m * m.k + m.k * m.n + m.m * m.n) * ir_dtype_size(m.dtype);
         kl_vec_push(p->steps, s);
     }
 }
@@ -320,28 +315,53 @@ static void build_bias_add(cg_builder *b, void *arg)
         kir_loop_end(k);
 }
 
+typedef struct swap_outer {
+    int from, to;
+    ir_dtype dt;
+    int64_t a, b, inner;
+} swap_outer;
+
+static void build_swap(cg_builder *b, void *arg)
+{
+    swap_outer *sw = arg;
+    cg_build_swap_outer(b, sw->from, sw->to, sw->dt, sw->a, sw->b, sw->inner);
+}
+
+/* forward: im2col, GEMM into y' [O, N, HW], swap into y [N, O, HW];
+ * grad_input: swap dy into dy', GEMM into colgrad, col2im;
+ * grad_weight: im2col, swap dy into dy', GEMM into dw. */
 static void add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n)
 {
     const ir_graph *g = p->g;
     cg_conv cv;
     conv_geometry(g, n, &cv);
-    int64_t cols = cv.n * cv.c * cv.kh * cv.kw * cv.oh * cv.ow;
+    int64_t hw = cv.oh * cv.ow;
+    int64_t cols = cv.n * cv.c * cv.kh * cv.kw * hw;
     int col = scratch(p, cv.dtype, cols);
     int out = buffer_of(p, n->out.v[0]);
-    if (n->op == IR_OP_CONV2D || n->op == IR_OP_CONV2D_GRAD_WEIGHT) {
-        int x = n->in.v[n->op == IR_OP_CONV2D ? 0 : 1];
-        conv_move mv = {&cv, x, scratch_id(col), true};
+    if (n->op == IR_OP_CONV2D) {
+        conv_move mv = {&cv, n->in.v[0], scratch_id(col), true};
         add_kernel_step_with(p, grp, build_conv_move, &mv);
-        if (n->op == IR_OP_CONV2D)
-            add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), col, out);
-        else
-            add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[0]), col, out);
-        if (n->op == IR_OP_CONV2D && n->in.n == 3) {
+        int yt = scratch(p, cv.dtype, cv.n * cv.o * hw);
+        add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), col, yt);
+        swap_outer sw = {scratch_id(yt), n->out.v[0], cv.dtype, cv.o, cv.n, hw};
+        add_kernel_step_with(p, grp, build_swap, &sw);
+        if (n->in.n == 3) {
             bias_add ba = {n->out.v[0], n->in.v[2], &cv};
             add_kernel_step_with(p, grp, build_bias_add, &ba);
         }
+        (void)out;
+        return;
+    }
+    int dyt = scratch(p, cv.dtype, cv.n * cv.o * hw);
+    swap_outer sw = {n->in.v[0], scratch_id(dyt), cv.dtype, cv.n, cv.o, hw};
+    add_kernel_step_with(p, grp, build_swap, &sw);
+    if (n->op == IR_OP_CONV2D_GRAD_WEIGHT) {
+        conv_move mv = {&cv, n->in.v[1], scratch_id(col), true};
+        add_kernel_step_with(p, grp, build_conv_move, &mv);
+        add_conv_gemms(p, n, &cv, dyt, col, out);
     } else {
-        add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), buffer_of(p, n->in.v[0]), col);
+        add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), dyt, col);
         conv_move mv = {&cv, scratch_id(col), n->out.v[0], false};
         add_kernel_step_with(p, grp, build_conv_move, &mv);
     }

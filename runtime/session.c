@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "session.h"
+#include "data.h"
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed)
 {
@@ -97,6 +98,8 @@ void kl_exec_free(kl_exec *e)
             free(e->args[i]);
     free(e->args);
     free(e->ptrs);
+    free(e->step_seconds);
+    free(e->step_runs);
     if (e->arena)
         e->s->be->ops->free(e->s->be, e->arena);
     kl_plan_free(e->plan);
@@ -104,19 +107,95 @@ void kl_exec_free(kl_exec *e)
     free(e);
 }
 
-void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
+static void run_step(kl_exec *e, int i, const kl_kargs *args)
 {
     kl_backend *be = e->s->be;
     kl_plan *p = e->plan;
+    kl_step *st = &p->steps.v[i];
+    if (st->kind == KL_STEP_KERNEL)
+        be->ops->launch(be, p, st->kernel, e->args[i], args);
+    else
+        be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
+}
+
+void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
+{
+    kl_plan *p = e->plan;
     for (int i = 0; i < p->steps.n; i++) {
-        kl_step *st = &p->steps.v[i];
-        if (!(phase_mask & (1u << st->phase)))
+        if (!(phase_mask & (1u << p->steps.v[i].phase)))
             continue;
-        if (st->kind == KL_STEP_KERNEL)
-            be->ops->launch(be, p, st->kernel, e->args[i], args);
-        else
-            be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
+        if (!e->step_seconds) {
+            run_step(e, i, args);
+            continue;
+        }
+        double t0 = kl_now();
+        run_step(e, i, args);
+        e->s->be->ops->sync(e->s->be);
+        e->step_seconds[i] += kl_now() - t0;
+        e->step_runs[i]++;
     }
+}
+
+void kl_exec_profile(kl_exec *e)
+{
+    if (!e->step_seconds) {
+        e->step_seconds = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(double));
+        e->step_runs = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(int64_t));
+    }
+}
+
+typedef struct prof_row {
+    char *label;
+    double seconds, bytes, flops;
+    int64_t calls;
+} prof_row;
+
+static int by_time(const void *a, const void *b)
+{
+    double x = ((const prof_row *)a)->seconds, y = ((const prof_row *)b)->seconds;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+void kl_exec_print_profile(const kl_exec *e, FILE *out, int top)
+{
+    const kl_plan *p = e->plan;
+    if (!e->step_seconds)
+        return;
+    prof_row *rows = kl_xcalloc((size_t)p->steps.n + 1, sizeof *rows);
+    int n = 0;
+    double total = 0;
+    for (int i = 0; i < p->steps.n; i++) {
+        if (!e->step_runs[i])
+            continue;
+        char *label = kl_step_label(p, &p->steps.v[i]);
+        int r;
+        for (r = 0; r < n && strcmp(rows[r].label, label); r++)
+            ;
+        if (r == n)
+            rows[n++].label = label;
+        else
+            free(label);
+        rows[r].seconds += e->step_seconds[i];
+        rows[r].calls += e->step_runs[i];
+        rows[r].bytes += (double)p->steps.v[i].bytes * (double)e->step_runs[i];
+        rows[r].flops += p->steps.v[i].flops * (double)e->step_runs[i];
+        total += e->step_seconds[i];
+    }
+    qsort(rows, (size_t)n, sizeof *rows, by_time);
+    fprintf(out, "%-64s %7s %10s %6s %8s %8s\n", "step (ops @ line:col in def)", "calls", "ms/call", "share", "GB/s", "GFLOP/s");
+    for (int r = 0; r < n; r++) {
+        if (r < top) {
+            double per = rows[r].seconds / (double)rows[r].calls;
+            fprintf(out, "%-64.64s %7lld %10.4f %5.1f%% %8.2f", rows[r].label, (long long)rows[r].calls, 1e3 * per,
+                    100 * rows[r].seconds / (total > 0 ? total : 1), rows[r].bytes / rows[r].seconds / 1e9);
+            if (rows[r].flops > 0)
+                fprintf(out, " %8.2f", rows[r].flops / rows[r].seconds / 1e9);
+            fputc('\n', out);
+        }
+        free(rows[r].label);
+    }
+    fprintf(out, "total %.1f ms over %d distinct steps\n", 1e3 * total, n);
+    free(rows);
 }
 
 void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes)

@@ -25,6 +25,8 @@ typedef struct kl_exec {
     void *arena;
     void **ptrs;   /* per plan buffer */
     void ***args;  /* per step: kernel argument pointers */
+    double *step_seconds; /* per step, summed over runs, when profiling */
+    int64_t *step_runs;
 } kl_exec;
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed);
@@ -40,6 +42,12 @@ void kl_exec_free(kl_exec *e);
 /* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*). */
 void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args);
 #define KL_ALL_PHASES 7u
+
+/* Starts timing every step of every run (synchronising after each). */
+void kl_exec_profile(kl_exec *e);
+/* Prints the time per step, largest first, grouped by label: op, source
+ * location, calls, total and mean time, share, GB/s and GFLOP/s. */
+void kl_exec_print_profile(const kl_exec *e, FILE *out, int top);
 
 /* Copies host data into value v's buffer (bytes must match). */
 void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes);

@@ -35,6 +35,7 @@ static const char usage[] =
     "  --save FILE        write a checkpoint at the end (and each epoch)\n"
     "  --resume FILE      continue from a checkpoint\n"
     "  --set KEY=VALUE    any other train setting\n"
+    "  --profile          time every kernel and GEMM; print a table at the end\n"
     "  --quiet            no progress lines, only the summary\n"
     "  -h, --help         this help\n";
 
@@ -45,7 +46,7 @@ typedef struct options {
     int nowned;
     int threads;
     const char *device, *metrics, *save, *resume;
-    bool quiet;
+    bool quiet, profile;
 } options;
 
 static int add_kv(options *o, const char *k, const char *v)
@@ -125,6 +126,8 @@ static int parse_flags(int argc, char **argv, options *o, const char *model)
                 return -1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = true;
         } else {
             kl_error("unknown option or missing value: %s (see --help)", a);
             return -1;
@@ -579,7 +582,13 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
                t.train->g->name, (long long)params, kl_precision_name(t.cfg.precision), (long long)t.cfg.batch,
                (long long)t.cfg.accumulate, t.scaled_lr, be->threads, (long long)t.train_set.count,
                (long long)t.test_set.count);
+    if (t.opt.profile)
+        kl_exec_profile(t.train);
     rc = run_training(&t, &src) ? 1 : 0;
+    if (t.opt.profile) {
+        printf("\nprofile of the training step:\n");
+        kl_exec_print_profile(t.train, stdout, 30);
+    }
 done:
     ir_graph_free(g);
     kl_exec_free(t.train);

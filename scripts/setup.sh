@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config
   flex bison
   zlib1g-dev
-  libopenblas-dev
+  libopenblas-dev libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
   libcmocka-dev
   llvm-14-tools   # FileCheck for the golden tests
