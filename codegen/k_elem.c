@@ -33,10 +33,8 @@ bool cg_computed_inside(const cg_group *grp, int v)
 
 kir_expr *cg_scalar(cg_builder *b, int v)
 {
-    const ir_value *val = ir_val(b->grp->g, v);
-    if (val->def >= 0 && ir_nd(b->grp->g, val->def)->op == IR_OP_CONST)
-        return kir_const_f(b->k, ir_attr_float(&ir_nd(b->grp->g, val->def)->attrs, "value", 0));
-    return kir_load(b->k, cg_buf(b, v), kir_const_i(b->k, 0));
+    kl_check(ir_val(b->grp->g, v)->type.rank == 0);
+    return cg_value_at(b, v);
 }
 
 bool cg_value_escapes(const cg_group *grp, int v)
@@ -190,6 +188,8 @@ kir_expr *cg_dim_index(cg_builder *b, int k)
 
 kir_expr *cg_index(cg_builder *b, const ir_type *t)
 {
+    if (t->rank == 0 || ir_type_numel(t) == 1)
+        return kir_const_i(b->k, 0); /* a scalar reads element 0 anywhere */
     cg_nest *nest = b->nest;
     const ir_type *d = &nest->domain;
     kir_expr *idx = NULL;

@@ -168,13 +168,27 @@ static int label_of(cg_builder *b, int labels, int row_var, int64_t classes)
     return kir_let(k, l, "label");
 }
 
-/* cross_entropy, cross_entropy_grad and accuracy over logits [N, C]. */
-static void build_logits(cg_builder *b, const ir_node *n)
+/* cross_entropy, accuracy and cross_entropy_grad over logits [N, C]: any
+ * of them that share the logits and labels (the softmax_cross_entropy
+ * fusion) in one pass per row: max, sum of exponentials, then the loss
+ * term, the accuracy test and the gradient row. */
+static void build_logits(cg_builder *b)
 {
-    const ir_graph *g = b->grp->g;
+    const cg_group *grp = b->grp;
+    const ir_graph *g = grp->g;
     kir_kernel *k = b->k;
-    bool grad = n->op == IR_OP_CROSS_ENTROPY_GRAD;
-    int logits = n->in.v[grad ? 1 : 0], labels = n->in.v[grad ? 2 : 1];
+    const ir_node *ce = NULL, *acc = NULL, *grad = NULL;
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *n = ir_nd(g, grp->nodes[i]);
+        if (n->op == IR_OP_CROSS_ENTROPY)
+            ce = n;
+        else if (n->op == IR_OP_ACCURACY)
+            acc = n;
+        else if (n->op == IR_OP_CROSS_ENTROPY_GRAD)
+            grad = n;
+    }
+    const ir_node *any = ce ? ce : acc ? acc : grad;
+    int logits = any->in.v[any == grad ? 1 : 0], labels = any->in.v[any == grad ? 2 : 1];
     const ir_type *lt = &ir_val(g, logits)->type;
     int64_t rows = lt->dim[0], classes = lt->dim[1];
     int cls[2] = {KEPT, REDUCED};
@@ -189,24 +203,43 @@ static void build_logits(cg_builder *b, const ir_node *n)
     nest.map[0] = 0;
     nest.map[1] = 1;
     k->work = ir_type_numel(lt);
-    int out = n->out.v[0], bo = cg_buf(b, out);
-    kir_acc_op sum = KA_SUM, mx = KA_MAX;
-    int total = -1, i;
-    if (grad) {
-        i = kir_loop_begin(k, KL_PAR, rows, "n");
-    } else {
+    int loss_sum = -1, correct = -1, i;
+    if (ce || acc) {
         i = kir_loop_begin(k, KL_RED, rows, "n");
-        total = kir_loop_acc(k, KA_SUM, "total");
+        if (ce)
+            loss_sum = kir_loop_acc(k, KA_SUM, "loss");
+        if (acc)
+            correct = kir_loop_acc(k, KA_SUM, "correct");
+    } else {
+        i = kir_loop_begin(k, KL_PAR, rows, "n");
     }
     nest.var[0] = i;
     int label = label_of(b, labels, i, classes);
-    if (n->op == IR_OP_ACCURACY) {
+    nest.var[1] = label;
+    reset_cache(b);
+    int xl = kir_let(k, cg_value_at(b, logits), "xl");
+    int m = -1, s = -1, c;
+    if (ce || grad) {
+        c = kir_loop_begin(k, KL_RED, classes, "c");
+        m = kir_loop_acc(k, KA_MAX, "m");
+        nest.var[1] = c;
+        reset_cache(b);
+        kir_acc_add(k, m, cg_value_at(b, logits));
+        kir_loop_end(k);
+        c = kir_loop_begin(k, KL_RED, classes, "c");
+        s = kir_loop_acc(k, KA_SUM, "s");
+        nest.var[1] = c;
+        reset_cache(b);
+        kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))));
+        kir_loop_end(k);
+    }
+    if (ce) /* loss_n = log sum exp - x[label] */
+        kir_acc_add(k, loss_sum, kir_bin(k, KB_SUB, kir_bin(k, KB_ADD, kir_un(k, KU_LOG, kir_varref(k, s)), kir_varref(k, m)),
+                                         kir_varref(k, xl)));
+    if (acc) {
         /* Correct when the label's logit is the first maximum: no class
          * before it reaches it and none after it exceeds it. */
-        nest.var[1] = label;
-        reset_cache(b);
-        int xl = kir_let(k, cg_value_at(b, logits), "xl");
-        int c = kir_loop_begin(k, KL_RED, classes, "c");
+        c = kir_loop_begin(k, KL_RED, classes, "c");
         int beats = kir_loop_acc(k, KA_SUM, "beats");
         nest.var[1] = c;
         reset_cache(b);
@@ -217,46 +250,28 @@ static void build_logits(cg_builder *b, const ir_node *n)
                                   kir_bin(k, KB_GT, xc, kir_varref(k, xl)));
         kir_acc_add(k, beats, kir_select(k, kir_bin(k, KB_OR, before, after), kir_const_f(k, 1), kir_const_f(k, 0)));
         kir_loop_end(k);
-        kir_acc_add(k, total, kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, beats), kir_const_f(k, 0)),
-                                     kir_const_f(k, 1), kir_const_f(k, 0)));
-        kir_loop_end(k);
-        kir_store(k, bo, kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, total), kir_const_f(k, (double)rows)));
-        return;
+        kir_acc_add(k, correct, kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, beats), kir_const_f(k, 0)),
+                                           kir_const_f(k, 1), kir_const_f(k, 0)));
     }
-    int c = kir_loop_begin(k, KL_RED, classes, "c");
-    int m = kir_loop_acc(k, mx, "m");
-    nest.var[1] = c;
-    reset_cache(b);
-    kir_acc_add(k, m, cg_value_at(b, logits));
-    kir_loop_end(k);
-    c = kir_loop_begin(k, KL_RED, classes, "c");
-    int s = kir_loop_acc(k, sum, "s");
-    nest.var[1] = c;
-    reset_cache(b);
-    kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))));
-    kir_loop_end(k);
-    if (!grad) {
-        /* loss_n = log sum exp - x[label] */
-        nest.var[1] = label;
+    if (grad) {
+        /* dlogits = (softmax - onehot) * dloss / N */
+        int scale = kir_let(k, kir_bin(k, KB_DIV, cg_scalar(b, grad->in.v[0]), kir_const_f(k, (double)rows)), "scale");
+        int inv = kir_let(k, kir_bin(k, KB_DIV, kir_const_f(k, 1), kir_varref(k, s)), "inv");
+        c = kir_loop_begin(k, KL_BPAR, classes, "c");
+        nest.var[1] = c;
         reset_cache(b);
-        kir_expr *xl = cg_value_at(b, logits);
-        kir_acc_add(k, total, kir_bin(k, KB_SUB, kir_bin(k, KB_ADD, kir_un(k, KU_LOG, kir_varref(k, s)), kir_varref(k, m)), xl));
+        kir_expr *p = kir_bin(k, KB_MUL, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))),
+                              kir_varref(k, inv));
+        kir_expr *hot = kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, c), kir_varref(k, label)), kir_const_f(k, 1),
+                                   kir_const_f(k, 0));
+        kir_store(k, cg_buf(b, grad->out.v[0]), cg_index(b, lt), kir_bin(k, KB_MUL, kir_bin(k, KB_SUB, p, hot), kir_varref(k, scale)));
         kir_loop_end(k);
-        kir_store(k, bo, kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, total), kir_const_f(k, (double)rows)));
-        return;
     }
-    /* dlogits = (softmax - onehot) * dloss / N */
-    int dl = n->in.v[0];
-    int scale = kir_let(k, kir_bin(k, KB_DIV, cg_scalar(b, dl), kir_const_f(k, (double)rows)), "scale");
-    int inv = kir_let(k, kir_bin(k, KB_DIV, kir_const_f(k, 1), kir_varref(k, s)), "inv");
-    c = kir_loop_begin(k, KL_BPAR, classes, "c");
-    nest.var[1] = c;
-    reset_cache(b);
-    kir_expr *p = kir_bin(k, KB_MUL, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))), kir_varref(k, inv));
-    kir_expr *hot = kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, c), kir_varref(k, label)), kir_const_f(k, 1), kir_const_f(k, 0));
-    kir_store(k, bo, cg_index(b, lt), kir_bin(k, KB_MUL, kir_bin(k, KB_SUB, p, hot), kir_varref(k, scale)));
     kir_loop_end(k);
-    kir_loop_end(k);
+    if (ce)
+        kir_store(k, cg_buf(b, ce->out.v[0]), kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, loss_sum), kir_const_f(k, (double)rows)));
+    if (acc)
+        kir_store(k, cg_buf(b, acc->out.v[0]), kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, correct), kir_const_f(k, (double)rows)));
 }
 
 void cg_build_reduce(cg_builder *b, const ir_node *n)
@@ -277,7 +292,7 @@ void cg_build_reduce(cg_builder *b, const ir_node *n)
     case IR_OP_CROSS_ENTROPY:
     case IR_OP_CROSS_ENTROPY_GRAD:
     case IR_OP_ACCURACY:
-        build_logits(b, n);
+        build_logits(b);
         return;
     default:
         kl_panic("no reduction kernel for %s", ir_op_name(n->op));

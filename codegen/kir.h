@@ -108,7 +108,7 @@ typedef struct kir_kernel {
     kl_arena arena;
     char *name;       /* set by kir_finish: "kk_" + hash of the C source */
     char *what;       /* one line: the ops it computes, for comments and bench */
-    kir_buf bufs[32];
+    kir_buf bufs[64];
     int nbufs;
     kir_type *var_types;
     char **var_names;

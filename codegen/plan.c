@@ -153,7 +153,9 @@ static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder
             cg_build_move(&b, anchor);
         break;
     case IR_KC_UPDATE:
-        cg_build_update(&b, anchor);
+        /* Every update of the group, one after the other in one kernel. */
+        for (int i = 0; i < grp->n; i++)
+            cg_build_update(&b, ir_nd(g, grp->nodes[i]));
         break;
     case IR_KC_REDUCE:
         cg_build_reduce(&b, anchor);
@@ -169,7 +171,13 @@ static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder
     }
 built:
     free(b.cached);
-    kl_step s = {.kind = KL_STEP_KERNEL, .phase = anchor->phase, .node = grp->nodes[0]};
+    /* A group may hold forward and backward nodes (softmax + cross-entropy
+     * with its gradient): it runs with the latest. */
+    ir_phase phase = IR_PHASE_FORWARD;
+    for (int i = 0; i < grp->n; i++)
+        if (ir_nd(g, grp->nodes[i])->phase > phase)
+            phase = ir_nd(g, grp->nodes[i])->phase;
+    kl_step s = {.kind = KL_STEP_KERNEL, .phase = phase, .node = grp->nodes[0]};
     for (int i = 0; i < k->nbufs; i++) {
         kl_check(s.nargs < (int)KL_ARRAY_LEN(s.args));
         s.args[s.nargs++] = buffer_of(p, k->bufs[i].value);
@@ -428,22 +436,33 @@ kl_plan *cg_build_plan(const ir_graph *g)
         }
         if (n->op == IR_OP_CONST && n->group < 0)
             continue;
-        if (n->op == IR_OP_MATMUL) {
-            add_gemm_step(p, n);
-            continue;
-        }
-        if (ir_ops[n->op].kclass == IR_KC_CONV) {
-            int one = i;
-            cg_group grp = {g, &one, 1};
-            add_conv_steps(p, &grp, n);
-            continue;
-        }
-        /* The group: this node and every later node with its group id. */
+        /* The group: this node and every later node with its group id
+         * (the schedule keeps a group's nodes together). */
         int cnt = 0;
         for (int j = i; j < g->nodes.n; j++) {
             const ir_node *m = ir_nd(g, j);
             if (!m->dead && !done[j] && (j == i || (n->group >= 0 && m->group == n->group)))
                 members[cnt++] = j, done[j] = true;
+        }
+        /* GEMM-like anchors: the library call, then the rest of the group
+         * (bias, activation) as one elementwise kernel over its result. */
+        int lib = -1;
+        for (int k = 0; k < cnt; k++) {
+            ir_op op = ir_nd(g, members[k])->op;
+            if (op == IR_OP_MATMUL || ir_ops[op].kclass == IR_KC_CONV)
+                lib = k;
+        }
+        if (lib >= 0) {
+            const ir_node *a = ir_nd(g, members[lib]);
+            cg_group one = {g, &members[lib], 1};
+            if (a->op == IR_OP_MATMUL)
+                add_gemm_step(p, a);
+            else
+                add_conv_steps(p, &one, a);
+            memmove(&members[lib], &members[lib + 1], sizeof(int) * (size_t)(cnt - lib - 1));
+            cnt--;
+            if (cnt == 0)
+                continue;
         }
         cg_group grp = {g, members, cnt};
         add_kernel_step(p, &grp);

@@ -44,7 +44,7 @@ typedef struct kl_step {
     kl_step_kind kind;
     ir_phase phase;
     int kernel;       /* KERNEL: index into plan.kernels */
-    int args[32];     /* KERNEL: buffers in the kernel's parameter order */
+    int args[64];     /* KERNEL: buffers in the kernel's parameter order */
     int nargs;
     kl_gemm gemm;
     int node;         /* the group's first IR node (labels, profiling) */

@@ -26,6 +26,7 @@ static void node_free(ir_node *n)
     kl_vec_free(n->out);
     ir_attrs_free(&n->attrs);
     free(n->scope);
+    free(n->pattern);
     free(n);
 }
 
@@ -81,6 +82,7 @@ ir_graph *ir_graph_clone(const ir_graph *g)
             kl_vec_push(m->out, n->out.v[k]);
         ir_attrs_copy(&m->attrs, &n->attrs);
         m->scope = n->scope ? kl_xstrdup(n->scope) : NULL;
+        m->pattern = n->pattern ? kl_xstrdup(n->pattern) : NULL;
         kl_vec_push(c->nodes, m);
     }
     for (int i = 0; i < g->decls.n; i++)
@@ -343,78 +345,9 @@ void ir_compact(ir_graph *g)
 
 /* ---- reordering ---- */
 
-/* Puts the live nodes in a valid order: every operand defined before its
- * reader, and a node that writes a persistent value in place after every
- * other reader of that value. Among ready nodes the one earliest in the
- * current order goes first, so a valid order is kept as it is and nodes
- * appended out of place move to just where they are needed. */
-void ir_toposort(ir_graph *g)
+void ir_reorder(ir_graph *g, const int *order)
 {
     int n = g->nodes.n;
-    int *indeg = kl_xcalloc((size_t)n + 1, sizeof(int));
-    KL_VEC(int) *succ = kl_xcalloc((size_t)n + 1, sizeof *succ);
-    for (int j = 0; j < n; j++) {
-        ir_node *nd = g->nodes.v[j];
-        if (nd->dead)
-            continue;
-        for (int k = 0; k < nd->in.n; k++) {
-            ir_value *v = g->values.v[nd->in.v[k]];
-            if (v->def >= 0) {
-                kl_vec_push(succ[v->def], j);
-                indeg[j]++;
-            }
-            if (!ir_op_mutates(nd->op, k))
-                continue;
-            for (int u = 0; u < v->uses.n; u++) {
-                int r = v->uses.v[u].node;
-                if (r != j && !g->nodes.v[r]->dead) {
-                    kl_vec_push(succ[r], j);
-                    indeg[j]++;
-                }
-            }
-        }
-    }
-    /* Kahn's algorithm with a binary min-heap on the current index. */
-    int *heap = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), hn = 0;
-    int *order = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), on = 0;
-#define HPUSH(x)                                                             \
-    do {                                                                     \
-        int _i = hn++;                                                       \
-        heap[_i] = (x);                                                      \
-        while (_i > 0 && heap[(_i - 1) / 2] > heap[_i]) {                    \
-            int _t = heap[_i]; heap[_i] = heap[(_i - 1) / 2]; heap[(_i - 1) / 2] = _t; \
-            _i = (_i - 1) / 2;                                               \
-        }                                                                    \
-    } while (0)
-    for (int j = 0; j < n; j++)
-        if (!g->nodes.v[j]->dead && indeg[j] == 0)
-            HPUSH(j);
-    while (hn) {
-        int top = heap[0];
-        heap[0] = heap[--hn];
-        for (int i = 0;;) {
-            int l = 2 * i + 1, r = l + 1, m = i;
-            if (l < hn && heap[l] < heap[m]) m = l;
-            if (r < hn && heap[r] < heap[m]) m = r;
-            if (m == i) break;
-            int t = heap[i]; heap[i] = heap[m]; heap[m] = t;
-            i = m;
-        }
-        order[on++] = top;
-        for (int k = 0; k < succ[top].n; k++)
-            if (--indeg[succ[top].v[k]] == 0)
-                HPUSH(succ[top].v[k]);
-    }
-#undef HPUSH
-    int live = 0;
-    for (int j = 0; j < n; j++)
-        live += !g->nodes.v[j]->dead;
-    if (on != live)
-        kl_panic("the graph %s has a cycle (%d of %d nodes ordered)", g->name, on, live);
-    /* Dead nodes keep their relative place at the end. */
-    for (int j = 0; j < n; j++)
-        if (g->nodes.v[j]->dead)
-            order[on++] = j;
     int *nmap = kl_xmalloc(sizeof(int) * (size_t)(n + 1));
     ir_node **old = kl_xmalloc(sizeof(ir_node *) * (size_t)(n + 1));
     memcpy(old, g->nodes.v, sizeof(ir_node *) * (size_t)n);
@@ -430,12 +363,130 @@ void ir_toposort(ir_graph *g)
         for (int u = 0; u < v->uses.n; u++)
             v->uses.v[u].node = nmap[v->uses.v[u].node];
     }
-    for (int j = 0; j < n; j++)
-        kl_vec_free(succ[j]);
-    free(succ);
-    free(indeg);
-    free(heap);
-    free(order);
     free(nmap);
     free(old);
+}
+
+/* A binary min-heap of ints. */
+typedef struct heap {
+    int *v;
+    int n;
+} heap;
+
+static void heap_push(heap *h, int x)
+{
+    int i = h->n++;
+    h->v[i] = x;
+    while (i > 0 && h->v[(i - 1) / 2] > h->v[i]) {
+        int t = h->v[i];
+        h->v[i] = h->v[(i - 1) / 2];
+        h->v[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+static int heap_pop(heap *h)
+{
+    int top = h->v[0];
+    h->v[0] = h->v[--h->n];
+    for (int i = 0;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && h->v[l] < h->v[m])
+            m = l;
+        if (r < h->n && h->v[r] < h->v[m])
+            m = r;
+        if (m == i)
+            break;
+        int t = h->v[i];
+        h->v[i] = h->v[m];
+        h->v[m] = t;
+        i = m;
+    }
+    return top;
+}
+
+void ir_toposort_units(ir_graph *g, const int *unit)
+{
+    int n = g->nodes.n;
+    /* Units are named by their first node; others point at it. */
+    int *head = kl_xmalloc(sizeof(int) * (size_t)(n + 1));
+    for (int j = 0; j < n; j++) {
+        head[j] = j;
+        if (unit && unit[j] >= 0)
+            for (int k = 0; k < j; k++)
+                if (unit[k] == unit[j] && !g->nodes.v[k]->dead) {
+                    head[j] = head[k];
+                    break;
+                }
+    }
+    int *indeg = kl_xcalloc((size_t)n + 1, sizeof(int));
+    KL_VEC(int) *succ = kl_xcalloc((size_t)n + 1, sizeof *succ);
+    KL_VEC(int) *members = kl_xcalloc((size_t)n + 1, sizeof *members);
+    for (int j = 0; j < n; j++)
+        if (!g->nodes.v[j]->dead)
+            kl_vec_push(members[head[j]], j);
+#define EDGE(a, b)                                   \
+    do {                                             \
+        int _a = head[a], _b = head[b];              \
+        if (_a != _b) {                              \
+            kl_vec_push(succ[_a], _b);               \
+            indeg[_b]++;                             \
+        }                                            \
+    } while (0)
+    for (int j = 0; j < n; j++) {
+        ir_node *nd = g->nodes.v[j];
+        if (nd->dead)
+            continue;
+        for (int k = 0; k < nd->in.n; k++) {
+            ir_value *v = g->values.v[nd->in.v[k]];
+            if (v->def >= 0)
+                EDGE(v->def, j);
+            if (!ir_op_mutates(nd->op, k))
+                continue;
+            for (int u = 0; u < v->uses.n; u++) {
+                int r = v->uses.v[u].node;
+                if (r != j && !g->nodes.v[r]->dead)
+                    EDGE(r, j);
+            }
+        }
+    }
+#undef EDGE
+    heap h = {kl_xmalloc(sizeof(int) * (size_t)(n + 1)), 0};
+    int *order = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), on = 0;
+    for (int j = 0; j < n; j++)
+        if (!g->nodes.v[j]->dead && head[j] == j && indeg[j] == 0)
+            heap_push(&h, j);
+    while (h.n) {
+        int u = heap_pop(&h);
+        for (int k = 0; k < members[u].n; k++)
+            order[on++] = members[u].v[k];
+        for (int k = 0; k < succ[u].n; k++)
+            if (--indeg[succ[u].v[k]] == 0)
+                heap_push(&h, succ[u].v[k]);
+    }
+    int live = 0;
+    for (int j = 0; j < n; j++)
+        live += !g->nodes.v[j]->dead;
+    if (on != live)
+        kl_panic("the graph %s has a cycle between %s (%d of %d nodes ordered)", g->name,
+                 unit ? "kernel groups" : "nodes", on, live);
+    for (int j = 0; j < n; j++)
+        if (g->nodes.v[j]->dead)
+            order[on++] = j;
+    ir_reorder(g, order);
+    for (int j = 0; j < n; j++) {
+        kl_vec_free(succ[j]);
+        kl_vec_free(members[j]);
+    }
+    free(succ);
+    free(members);
+    free(indeg);
+    free(h.v);
+    free(order);
+    free(head);
+}
+
+void ir_toposort(ir_graph *g)
+{
+    ir_toposort_units(g, NULL);
 }

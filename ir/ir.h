@@ -272,6 +272,7 @@ struct ir_node {
     char *scope; /* the def instance it came from ("conv_bn_relu.1"), or NULL */
     ir_phase phase;
     int group;   /* fusion group, -1 when none */
+    char *pattern; /* the fusion pattern that made the group, or NULL */
     bool dead;
 };
 
@@ -329,6 +330,11 @@ void ir_kill_node(ir_graph *g, ir_node *n);
  * in-place writers after the other readers), keeping the current order
  * where it is already valid. */
 void ir_toposort(ir_graph *g);
+/* The same with nodes of one unit (unit[i] >= 0 equal) kept together and
+ * in their current order: fusion groups run as one kernel. */
+void ir_toposort_units(ir_graph *g, const int *unit);
+/* Puts node order[k] at position k and renumbers. */
+void ir_reorder(ir_graph *g, const int *order);
 /* Drops dead nodes and values nobody defines or uses; renumbers. */
 void ir_compact(ir_graph *g);
 bool ir_is_persistent(const ir_value *v);

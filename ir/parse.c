@@ -29,7 +29,7 @@ typedef struct node_tmp {
     char *names[4];
     ir_attrs attrs;
     KL_VEC(int) in;
-    char *opname, *scope;
+    char *opname, *scope, *pattern;
 } node_tmp;
 
 typedef struct parser {
@@ -455,6 +455,7 @@ static void node_tmp_free(node_tmp *nt)
     kl_vec_free(nt->in);
     free(nt->opname);
     free(nt->scope);
+    free(nt->pattern);
     memset(nt, 0, sizeof *nt);
 }
 
@@ -528,6 +529,7 @@ static void parse_node(parser *p)
         if (grp < 0 || grp > 1000000)
             fail_at(p, gl, "group number out of range");
         group = (int)grp;
+        nt->pattern = take_ident(p, "the fusion pattern of the group");
     }
     if (nout != ir_ops[op].nout)
         fail_at(p, line_loc, "%s has %d result%s, %d named", nt->opname, ir_ops[op].nout,
@@ -555,6 +557,8 @@ static void parse_node(parser *p)
     n->scope = nt->scope;
     nt->scope = NULL;
     n->group = group;
+    n->pattern = nt->pattern;
+    nt->pattern = NULL;
     node_tmp_free(nt);
 }
 

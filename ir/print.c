@@ -16,7 +16,7 @@
  *   }
  *
  * A node line is: [phase] [results =] op(operands) [{attrs}] [@line:col]
- * [in scope] [group N]. */
+ * [in scope] [group N PATTERN]. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,7 +69,7 @@ void ir_print_node(kl_buf *b, const ir_graph *g, const ir_node *n)
     if (n->scope)
         kl_buf_printf(b, " in %s", n->scope);
     if (n->group >= 0)
-        kl_buf_printf(b, " group %d", n->group);
+        kl_buf_printf(b, " group %d %s", n->group, n->pattern ? n->pattern : "single");
     kl_buf_putc(b, '\n');
 }
 

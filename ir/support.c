@@ -206,12 +206,19 @@ void kl_arena_free(kl_arena *a)
 
 int kl_source_read(kl_source *src, const char *path)
 {
+    if (kl_source_read_quiet(src, path) == 0)
+        return 0;
+    kl_error("%s: %s", path, errno ? strerror(errno) : "read error");
+    return -1;
+}
+
+int kl_source_read_quiet(kl_source *src, const char *path)
+{
     memset(src, 0, sizeof *src);
+    errno = 0;
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        kl_error("%s: %s", path, strerror(errno));
+    if (!f)
         return -1;
-    }
     kl_buf b = {0};
     char chunk[65536];
     size_t n;
@@ -220,8 +227,8 @@ int kl_source_read(kl_source *src, const char *path)
     int bad = ferror(f);
     fclose(f);
     if (bad) {
-        kl_error("%s: read error", path);
         kl_buf_free(&b);
+        errno = EIO;
         return -1;
     }
     src->name = kl_xstrdup(path);

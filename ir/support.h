@@ -81,6 +81,8 @@ typedef struct kl_loc {
 
 /* Reads a whole file; on failure prints "NAME: error: why" and returns -1. */
 int kl_source_read(kl_source *src, const char *path);
+/* The same without the message (errno says why). */
+int kl_source_read_quiet(kl_source *src, const char *path);
 void kl_source_from_string(kl_source *src, const char *name, const char *text);
 void kl_source_free(kl_source *src);
 

@@ -1,21 +1,383 @@
-/* fusion: groups ops into kernels.
+/* fusion: groups ops into kernels, by a table of patterns.
  *
  * requires: simplify
- * provides: node.group, one kernel per group id; -1 for nodes that need no
- *           kernel (constants, which are folded into their readers, and
- *           reshape/flatten, which are views).
+ * provides: node.group (one kernel per group id) and node.pattern (the
+ *           row of the table that made the group); -1 for nodes that need
+ *           no kernel: constants (folded into their readers) and
+ *           reshape/flatten (views).
  *
- * For now every other node is its own group.
+ * A pattern names an anchor (the op whose kernel template the group uses),
+ * the elementwise producers it may absorb (prologue: computed where the
+ * anchor reads them, so they must not be needed elsewhere), the
+ * elementwise consumers it may absorb (epilogue: computed before the
+ * anchor's single store, on the shape given by the row), and siblings
+ * (nodes of the same kind that share the kernel: the ops on one set of
+ * logits, the optimizer updates). Legality comes from the op table's kernel
+ * classes and the shapes; every group stays convex (no path leaves it and
+ * comes back), so a group can run as one kernel in the schedule.
+ *
+ * Nodes left over are fused into elementwise chains of one shape, and the
+ * rest are kernels of their own.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "passes.h"
+
+typedef enum { EPI_NONE, EPI_ANCHOR_INPUT, EPI_ANCHOR_OUTPUT } epilogue_shape;
+
+typedef struct pattern {
+    const char *name;
+    bool (*anchor)(const ir_node *n);
+    bool prologue;          /* absorb elementwise producers of the anchor's inputs */
+    epilogue_shape epilogue; /* absorb elementwise consumers of this shape */
+    bool (*sibling)(const ir_graph *g, const ir_node *anchor, const ir_node *n);
+    int max_siblings;
+} pattern;
+
+static bool is_op(const ir_node *n, ir_op a) { return n->op == a; }
+
+static bool anchor_gemm(const ir_node *n) { return is_op(n, IR_OP_MATMUL); }
+static bool anchor_bn(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM) || is_op(n, IR_OP_BATCHNORM_INFER) || is_op(n, IR_OP_LAYERNORM); }
+static bool anchor_bn_grad(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM_GRAD); }
+static bool anchor_logits(const ir_node *n)
+{
+    return is_op(n, IR_OP_CROSS_ENTROPY) || is_op(n, IR_OP_CROSS_ENTROPY_GRAD) || is_op(n, IR_OP_ACCURACY);
+}
+static bool anchor_softmax(const ir_node *n)
+{
+    return is_op(n, IR_OP_SOFTMAX) || is_op(n, IR_OP_LOG_SOFTMAX) || is_op(n, IR_OP_SOFTMAX_GRAD) || is_op(n, IR_OP_LOG_SOFTMAX_GRAD);
+}
+static bool anchor_reduce(const ir_node *n)
+{
+    return is_op(n, IR_OP_SUM) || is_op(n, IR_OP_MEAN) || is_op(n, IR_OP_MAX) || is_op(n, IR_OP_SUM_TO);
+}
+static bool anchor_pool(const ir_node *n) { return is_op(n, IR_OP_MAXPOOL) || is_op(n, IR_OP_AVGPOOL); }
+static bool anchor_update(const ir_node *n) { return ir_ops[n->op].kclass == IR_KC_UPDATE; }
+
+/* The logits ops of one training step share a kernel: the same logits and
+ * labels, read once for the loss, the accuracy and the gradient. */
+static int logits_of(const ir_node *n)
+{
+    return n->in.v[n->op == IR_OP_CROSS_ENTROPY_GRAD ? 1 : 0];
+}
+static int labels_of(const ir_node *n)
+{
+    return n->in.v[n->op == IR_OP_CROSS_ENTROPY_GRAD ? 2 : 1];
+}
+static bool sibling_logits(const ir_graph *g, const ir_node *a, const ir_node *n)
+{
+    (void)g;
+    return anchor_logits(n) && logits_of(n) == logits_of(a) && labels_of(n) == labels_of(a);
+}
+static bool sibling_update(const ir_graph *g, const ir_node *a, const ir_node *n)
+{
+    (void)g;
+    return anchor_update(n) && n->op == a->op;
+}
+
+static const pattern patterns[] = {
+    {"gemm_epilogue", anchor_gemm, false, EPI_ANCHOR_OUTPUT, NULL, 0},
+    {"batchnorm", anchor_bn, true, EPI_ANCHOR_INPUT, NULL, 0},
+    {"batchnorm_grad", anchor_bn_grad, true, EPI_ANCHOR_INPUT, NULL, 0},
+    {"softmax_cross_entropy", anchor_logits, true, EPI_NONE, sibling_logits, 3},
+    {"softmax", anchor_softmax, true, EPI_NONE, NULL, 0},
+    {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0},
+    {"pool", anchor_pool, false, EPI_ANCHOR_OUTPUT, NULL, 0},
+    {"optimizer", anchor_update, false, EPI_NONE, sibling_update, 8},
+};
+
+/* ---- the fusion state ---- */
+
+typedef struct fuser {
+    ir_graph *g;
+    int n;
+    int words;         /* per ancestor bitset */
+    uint64_t *anc;     /* anc[i]: nodes node i depends on (transitively) */
+    int *group;
+    const char **pat;
+    int ngroups;
+    bool *elem;        /* node is elementwise (may join a chain) */
+} fuser;
+
+static bool anc_has(const fuser *f, int i, int j)
+{
+    return (f->anc[(size_t)i * (size_t)f->words + (size_t)(j / 64)] >> (j % 64)) & 1;
+}
+
+static void anc_set(fuser *f, int i, int j)
+{
+    f->anc[(size_t)i * (size_t)f->words + (size_t)(j / 64)] |= 1ull << (j % 64);
+}
+
+static void compute_ancestors(fuser *f)
+{
+    ir_graph *g = f->g;
+    for (int i = 0; i < f->n; i++) {
+        ir_node *nd = ir_nd(g, i);
+        if (nd->dead)
+            continue;
+        for (int k = 0; k < nd->in.n; k++) {
+            int d = ir_val(g, nd->in.v[k])->def;
+            if (d < 0)
+                continue;
+            anc_set(f, i, d);
+            for (int w = 0; w < f->words; w++)
+                f->anc[(size_t)i * (size_t)f->words + (size_t)w] |= f->anc[(size_t)d * (size_t)f->words + (size_t)w];
+        }
+    }
+}
+
+static bool elementwise(const ir_node *n)
+{
+    ir_kernel_class k = ir_ops[n->op].kclass;
+    return (k == IR_KC_ELEMWISE || n->op == IR_OP_BROADCAST || n->op == IR_OP_DROPOUT) && n->op != IR_OP_CONST;
+}
+
+static bool needs_no_kernel(const ir_node *n)
+{
+    return n->op == IR_OP_CONST || n->op == IR_OP_RESHAPE || n->op == IR_OP_FLATTEN;
+}
+
+/* Adding node x to group gid keeps it convex: no node outside the group
+ * lies on a path between x and the group. Update-phase nodes (once per
+ * optimizer step) never share a kernel with the others (every
+ * micro-batch). */
+static bool convex_with(const fuser *f, int gid, int x)
+{
+    bool xu = ir_nd(f->g, x)->phase == IR_PHASE_UPDATE;
+    for (int m = 0; m < f->n; m++) {
+        if (f->group[m] != gid || m == x)
+            continue;
+        if ((ir_nd(f->g, m)->phase == IR_PHASE_UPDATE) != xu)
+            return false;
+        /* Paths m -> ... -> x or x -> ... -> m through an outsider o. */
+        for (int o = 0; o < f->n; o++) {
+            if (o == x || f->group[o] == gid || ir_nd(f->g, o)->dead)
+                continue;
+            if ((anc_has(f, x, o) && anc_has(f, o, m)) || (anc_has(f, m, o) && anc_has(f, o, x)))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Every use of node i's results is inside group gid (or no use at all),
+ * and none of them is a graph output. */
+static bool used_only_in(const fuser *f, int i, int gid)
+{
+    const ir_graph *g = f->g;
+    const ir_node *n = ir_nd(g, i);
+    for (int k = 0; k < n->out.n; k++) {
+        int v = n->out.v[k];
+        if (g->loss == v)
+            return false;
+        for (int r = 0; r < g->reports.n; r++)
+            if (g->reports.v[r].value == v)
+                return false;
+        for (int r = 0; r < g->grads.n; r++)
+            if (g->grads.v[r].grad == v)
+                return false;
+        const ir_value *val = ir_val(g, v);
+        for (int u = 0; u < val->uses.n; u++)
+            if (f->group[val->uses.v[u].node] != gid)
+                return false;
+    }
+    return true;
+}
+
+static void join(fuser *f, int gid, int i, const char *pat)
+{
+    f->group[i] = gid;
+    f->pat[i] = pat;
+}
+
+/* Absorbs elementwise producers of the group's operands, outward. */
+static void grow_prologue(fuser *f, int gid, const char *pat)
+{
+    ir_graph *g = f->g;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int m = 0; m < f->n; m++) {
+            if (f->group[m] != gid)
+                continue;
+            const ir_node *n = ir_nd(g, m);
+            for (int k = 0; k < n->in.n; k++) {
+                const ir_value *v = ir_val(g, n->in.v[k]);
+                int p = v->def;
+                if (p < 0 || f->group[p] >= 0 || !elementwise(ir_nd(g, p)) || ir_nd(g, p)->out.n != 1)
+                    continue;
+                /* Producers of the value's own shape only: the template
+                 * reads them at the anchor's positions. */
+                if (!ir_type_eq(&ir_val(g, ir_nd(g, p)->out.v[0])->type, &v->type))
+                    continue;
+                f->group[p] = gid; /* tentatively, for the use check */
+                if (used_only_in(f, p, gid) && convex_with(f, gid, p)) {
+                    f->pat[p] = pat;
+                    changed = true;
+                } else {
+                    f->group[p] = -1;
+                }
+            }
+        }
+    }
+}
+
+/* Absorbs elementwise consumers of shape `shape`, downstream. */
+static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *shape)
+{
+    ir_graph *g = f->g;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int m = 0; m < f->n; m++) {
+            if (f->group[m] != gid)
+                continue;
+            const ir_node *n = ir_nd(g, m);
+            for (int k = 0; k < n->out.n; k++) {
+                const ir_value *v = ir_val(g, n->out.v[k]);
+                for (int u = 0; u < v->uses.n; u++) {
+                    int c = v->uses.v[u].node;
+                    const ir_node *cn = ir_nd(g, c);
+                    if (f->group[c] >= 0 || !elementwise(cn) || cn->out.n != 1 ||
+                        !ir_type_eq(&ir_val(g, cn->out.v[0])->type, shape))
+                        continue;
+                    if (convex_with(f, gid, c)) {
+                        join(f, gid, c, pat);
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void apply_patterns(fuser *f)
+{
+    ir_graph *g = f->g;
+    for (size_t p = 0; p < KL_ARRAY_LEN(patterns); p++) {
+        const pattern *pt = &patterns[p];
+        for (int i = 0; i < f->n; i++) {
+            ir_node *n = ir_nd(g, i);
+            if (n->dead || f->group[i] >= 0 || !pt->anchor(n))
+                continue;
+            int gid = f->ngroups++;
+            join(f, gid, i, pt->name);
+            int siblings = 0;
+            for (int j = i + 1; pt->sibling && j < f->n && siblings < pt->max_siblings - 1; j++) {
+                ir_node *m = ir_nd(g, j);
+                if (m->dead || f->group[j] >= 0 || !pt->sibling(g, n, m))
+                    continue;
+                f->group[j] = gid;
+                if (convex_with(f, gid, j)) {
+                    f->pat[j] = pt->name;
+                    siblings++;
+                } else {
+                    f->group[j] = -1;
+                }
+            }
+            if (pt->prologue)
+                grow_prologue(f, gid, pt->name);
+            if (pt->epilogue != EPI_NONE) {
+                const ir_type *shape = pt->epilogue == EPI_ANCHOR_INPUT ? &ir_val(g, n->in.v[0])->type
+                                                                       : &ir_val(g, n->out.v[0])->type;
+                grow_epilogue(f, gid, pt->name, shape);
+            }
+        }
+    }
+}
+
+/* Fuses the remaining elementwise nodes into chains over one shape. */
+static void fuse_chains(fuser *f)
+{
+    ir_graph *g = f->g;
+    for (int i = 0; i < f->n; i++) {
+        ir_node *n = ir_nd(g, i);
+        if (n->dead || f->group[i] >= 0 || !elementwise(n))
+            continue;
+        const ir_type *shape = &ir_val(g, n->out.v[0])->type;
+        /* Join a producer's chain when it has this shape. */
+        int gid = -1;
+        for (int k = 0; k < n->in.n && gid < 0; k++) {
+            int p = ir_val(g, n->in.v[k])->def;
+            if (p < 0 || f->group[p] < 0 || !f->pat[p] || strcmp(f->pat[p], "elementwise"))
+                continue;
+            if (!ir_type_eq(&ir_val(g, ir_nd(g, p)->out.v[0])->type, shape))
+                continue;
+            f->group[i] = f->group[p];
+            if (convex_with(f, f->group[p], i))
+                gid = f->group[p];
+            else
+                f->group[i] = -1;
+        }
+        if (gid < 0)
+            gid = f->ngroups++;
+        join(f, gid, i, "elementwise");
+    }
+}
+
+static int pass_fusion_mode(ir_graph *g, bool fuse)
+{
+    fuser f = {.g = g, .n = g->nodes.n};
+    f.words = (f.n + 63) / 64;
+    f.anc = kl_xcalloc((size_t)f.n * (size_t)f.words + 1, sizeof(uint64_t));
+    f.group = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.pat = kl_xcalloc((size_t)f.n + 1, sizeof(char *));
+    for (int i = 0; i < f.n; i++)
+        f.group[i] = -1;
+    if (fuse) {
+        compute_ancestors(&f);
+        /* Nodes that need no kernel never join a group. */
+        for (int i = 0; i < f.n; i++)
+            if (needs_no_kernel(ir_nd(g, i)))
+                f.group[i] = -2;
+        apply_patterns(&f);
+        fuse_chains(&f);
+        for (int i = 0; i < f.n; i++)
+            if (f.group[i] == -2)
+                f.group[i] = -1;
+    }
+    for (int i = 0; i < f.n; i++) {
+        ir_node *n = ir_nd(g, i);
+        free(n->pattern);
+        n->pattern = NULL;
+        if (n->dead || needs_no_kernel(n)) {
+            n->group = -1;
+            continue;
+        }
+        if (f.group[i] < 0) {
+            f.group[i] = f.ngroups++;
+            f.pat[i] = "single";
+        }
+        n->group = f.group[i];
+        n->pattern = kl_xstrdup(f.pat[i]);
+    }
+    /* Number groups in order of first appearance, so dumps read well. */
+    int *renum = kl_xmalloc(sizeof(int) * (size_t)(f.ngroups + 1));
+    for (int i = 0; i < f.ngroups; i++)
+        renum[i] = -1;
+    int next = 0;
+    for (int i = 0; i < f.n; i++) {
+        ir_node *n = ir_nd(g, i);
+        if (n->group >= 0) {
+            if (renum[n->group] < 0)
+                renum[n->group] = next++;
+            n->group = renum[n->group];
+        }
+    }
+    free(renum);
+    free(f.anc);
+    free(f.group);
+    free(f.pat);
+    return 0;
+}
 
 int pass_fusion(ir_graph *g)
 {
-    int next = 0;
-    for (int i = 0; i < g->nodes.n; i++) {
-        ir_node *n = ir_nd(g, i);
-        bool kernel = n->op != IR_OP_CONST && n->op != IR_OP_RESHAPE && n->op != IR_OP_FLATTEN;
-        n->group = kernel ? next++ : -1;
-    }
-    return 0;
+    return pass_fusion_mode(g, true);
 }
+
+int pass_fusion_none(ir_graph *g)
+{
+    return pass_fusion_mode(g, false);
+}
+

@@ -11,6 +11,9 @@ int pass_autodiff(ir_graph *g);
 int pass_optimizer(ir_graph *g);
 int pass_simplify(ir_graph *g);
 int pass_fusion(ir_graph *g);
+/* The fusion pass with fusion off: one kernel per node (kiln bench's
+ * baseline, --no-fusion). */
+int pass_fusion_none(ir_graph *g);
 int pass_schedule(ir_graph *g);
 
 /* Reports a pass's user error against the model file the graph came from. */

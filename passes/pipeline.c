@@ -52,7 +52,7 @@ int kl_pipeline_run(ir_graph *g, const kl_pipeline_opts *o)
         run(&st, g, "eval_mode", pass_eval_mode);
     }
     run(&st, g, "simplify", pass_simplify);
-    run(&st, g, "fusion", pass_fusion);
+    run(&st, g, "fusion", o->no_fusion ? pass_fusion_none : pass_fusion);
     run(&st, g, "schedule", pass_schedule);
     return st.rc;
 }

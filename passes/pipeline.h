@@ -10,6 +10,7 @@ typedef struct kl_pipeline_opts {
     const char *stop_after; /* a pass name, "lower" or "all" (NULL: all) */
     bool verify;            /* run the verifier after every pass */
     kl_mode mode;           /* train: forward, backward, update; eval: forward */
+    bool no_fusion;         /* one kernel per node (the unfused baseline) */
 } kl_pipeline_opts;
 
 /* Runs the passes on g in place, skipping those it already went through

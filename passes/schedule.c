@@ -5,10 +5,16 @@
  *           writers of persistent values (optimizer updates) after every
  *           other reader of those values, the nodes of a group together.
  */
+#include <stdlib.h>
+
 #include "passes.h"
 
 int pass_schedule(ir_graph *g)
 {
-    ir_toposort(g);
+    int *unit = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
+    for (int i = 0; i < g->nodes.n; i++)
+        unit[i] = ir_nd(g, i)->group;
+    ir_toposort_units(g, unit);
+    free(unit);
     return 0;
 }

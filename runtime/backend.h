@@ -49,13 +49,16 @@ struct kl_backend {
 };
 
 typedef struct kl_cpu_options {
-    int threads;                        /* 0: all cores */
+    int threads;                        /* 0: the cores that compute in parallel (measured) */
     const kl_builtin_kernel *builtins;  /* may be NULL */
     const char *cache_dir;              /* NULL: $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
     bool quiet;                         /* no notice when compiling kernels */
 } kl_cpu_options;
 
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
+/* How many threads compute in parallel here, measured (about 10 ms): the
+ * default thread count. */
+int kl_cpu_effective_threads(void);
 
 /* Compiles C source into a shared object in the cache (keyed by a hash of
  * the source, the compiler and its flags) and opens it. Returns the dlopen

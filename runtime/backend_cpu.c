@@ -173,11 +173,41 @@ static const kl_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+/* Runs a fixed arithmetic load on t threads; returns seconds. */
+static double spin_load(int t)
+{
+    double t0 = omp_get_wtime();
+    double sink = 0;
+#pragma omp parallel num_threads(t) reduction(+ : sink)
+    {
+        volatile double x = 1.0;
+        for (int i = 0; i < 2000000; i++)
+            x = x * 1.0000001 + 1e-9;
+        sink += x;
+    }
+    (void)sink;
+    return omp_get_wtime() - t0;
+}
+
+int kl_cpu_effective_threads(void)
+{
+    /* Cores that compute at once: a machine (or VM) may list cores that
+     * share one physical core, where more threads only add overhead. Each
+     * thread runs the same load; with t real cores it takes as long as one. */
+    int n = omp_get_num_procs();
+    if (n <= 1)
+        return 1;
+    double one = spin_load(1), all = spin_load(n);
+    double speedup = n * one / all;
+    int t = (int)(speedup + 0.35);
+    return t < 1 ? 1 : t > n ? n : t;
+}
+
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
 {
     cpu_backend *cb = kl_xcalloc(1, sizeof *cb);
     cb->base.ops = &cpu_ops;
-    int threads = o && o->threads > 0 ? o->threads : omp_get_num_procs();
+    int threads = o && o->threads > 0 ? o->threads : kl_cpu_effective_threads();
     cb->base.threads = threads;
     omp_set_num_threads(threads);
     /* Flush subnormal floats to zero in every thread that runs kernels:
