@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "build.h"
 #include "codegen/plan.h"
 #include "frontend/lower.h"
@@ -20,6 +21,7 @@ static const char usage[] =
     "  build FILE -o EXE   compile a model file into a training executable\n"
     "  run FILE [ARGS]     build to a temporary file and run it with ARGS\n"
     "  ir FILE             print the IR after any pass (text or dot)\n"
+    "  bench FILE          time every kernel of the training step, fused and unfused\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
@@ -27,7 +29,8 @@ static const char usage[] =
 
 static const char ir_usage[] =
     "usage: kiln ir FILE [--after PASS|all] [--format text|dot] [-o OUT]\n"
-    "               [--batch N] [--set KEY=VALUE] [--eval] [--kernels] [--no-verify]\n"
+    "               [--batch N] [--set KEY=VALUE] [--eval] [--kernels] [--no-fusion]\n"
+    "               [--no-verify]\n"
     "\n"
     "Reads a model file (.kl) or an IR dump (.kir), runs the pass pipeline\n"
     "up to PASS and prints the graph. The text form reads back: `kiln ir\n"
@@ -41,6 +44,7 @@ static const char ir_usage[] =
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
     "  --kernels        print the generated kernels (C) instead of the graph\n"
+    "  --no-fusion      one kernel per op (the unfused plan)\n"
     "  --no-verify      skip the verifier between passes\n";
 
 static const char build_usage[] =
@@ -125,7 +129,7 @@ static int write_output(const char *path, const char *text)
 static int cmd_ir(int argc, char **argv)
 {
     const char *file = NULL, *after = "all", *format = "text", *out = NULL;
-    bool verify = true, eval = false, kernels = false;
+    bool verify = true, eval = false, kernels = false, no_fusion = false;
     overrides ov = {0};
     int rc = 1;
     for (int i = 0; i < argc; i++) {
@@ -153,6 +157,8 @@ static int cmd_ir(int argc, char **argv)
             eval = true;
         } else if (!strcmp(a, "--kernels")) {
             kernels = true;
+        } else if (!strcmp(a, "--no-fusion")) {
+            no_fusion = true;
         } else if (a[0] == '-' && a[1]) {
             kl_error("kiln ir: unknown option or missing value: %s (see kiln ir --help)", a);
             goto done;
@@ -179,7 +185,8 @@ static int cmd_ir(int argc, char **argv)
     ir_graph *g = kl_load(file, &lo);
     if (!g)
         goto done;
-    kl_pipeline_opts po = {.stop_after = after, .verify = verify, .mode = eval ? KL_MODE_EVAL : KL_MODE_TRAIN};
+    kl_pipeline_opts po = {.stop_after = after, .verify = verify, .mode = eval ? KL_MODE_EVAL : KL_MODE_TRAIN,
+                           .no_fusion = no_fusion};
     if (kl_pipeline_run(g, &po) == 0) {
         char *text;
         if (kernels) {
@@ -275,6 +282,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "ir"))
         return cmd_ir(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench"))
+        return kl_bench_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "build"))
         return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))

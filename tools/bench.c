@@ -1,0 +1,286 @@
+/* kiln bench: times every step of a model's training plan, fused and
+ * unfused, against the machine's measured copy bandwidth.
+ *
+ * Each kernel and GEMM is timed alone (median of repeats after a warm-up
+ * of whole steps), then the whole step. Bytes are what a step must move at
+ * least: each input read once and each output written once. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "frontend/lower.h"
+#include "passes/pipeline.h"
+#include "runtime/data.h"
+#include "runtime/session.h"
+
+typedef struct bench_opts {
+    const char *file;
+    bool no_fusion, json, eval;
+    int repeats, threads;
+    const char *const *kv;
+} bench_opts;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* memcpy bandwidth of a buffer far larger than the caches, counting the
+ * bytes read and written. */
+double kl_copy_bandwidth(void)
+{
+    size_t n = (size_t)64 << 20;
+    char *a = kl_xmalloc(n), *b = kl_xmalloc(n);
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double t[7];
+    for (int i = 0; i < 7; i++) {
+        double t0 = kl_now();
+        memcpy(b, a, n);
+        t[i] = kl_now() - t0;
+        a[i] = b[n - 1 - (size_t)i]; /* keep the copies observable */
+    }
+    free(a);
+    free(b);
+    return 2.0 * (double)n / median(t, 7) / 1e9;
+}
+
+/* Random inputs: floats in [-1, 1), integers in [0, classes). */
+static void random_inputs(kl_exec *e)
+{
+    const ir_graph *g = e->g;
+    int classes = 2;
+    for (int i = 0; i < g->nodes.n; i++)
+        if (ir_nd(g, i)->op == IR_OP_CROSS_ENTROPY)
+            classes = (int)ir_val(g, ir_nd(g, i)->in.v[0])->type.dim[1];
+    uint64_t s = 99;
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (v->kind != IR_VAL_INPUT)
+            continue;
+        int64_t n = ir_type_numel(&v->type);
+        void *h = kl_xcalloc((size_t)ir_type_bytes(&v->type), 1);
+        for (int64_t k = 0; k < n; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t r = s >> 33;
+            double x = v->type.dtype == IR_U8 ? (double)(r % 256)
+                       : ir_dtype_is_float(v->type.dtype) ? (double)r / 2147483648.0 * 2 - 1
+                                                          : (double)(r % (uint64_t)classes);
+            kl_store_as(v->type.dtype, h, k, x);
+        }
+        kl_exec_write(e, v->id, h, (size_t)ir_type_bytes(&v->type));
+        free(h);
+    }
+}
+
+typedef struct timed {
+    double *step_ms; /* per step: median */
+    double total_ms;
+    int kernels, gemms;
+} timed;
+
+static void run_one(kl_exec *e, int i, const kl_kargs *a)
+{
+    kl_backend *be = e->s->be;
+    kl_step *st = &e->plan->steps.v[i];
+    if (st->kind == KL_STEP_KERNEL)
+        be->ops->launch(be, e->plan, st->kernel, e->args[i], a);
+    else
+        be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
+    be->ops->sync(be);
+}
+
+static void time_plan(kl_exec *e, int repeats, timed *t)
+{
+    kl_kargs a = {1, 1};
+    kl_plan *p = e->plan;
+    for (int w = 0; w < 3; w++)
+        kl_exec_run(e, KL_ALL_PHASES, &a);
+    t->step_ms = kl_xcalloc((size_t)p->steps.n + 1, sizeof(double));
+    double *v = kl_xmalloc(sizeof(double) * (size_t)(repeats + 1));
+    for (int i = 0; i < p->steps.n; i++) {
+        run_one(e, i, &a);
+        for (int r = 0; r < repeats; r++) {
+            double t0 = kl_now();
+            run_one(e, i, &a);
+            v[r] = kl_now() - t0;
+        }
+        t->step_ms[i] = 1e3 * median(v, repeats);
+        if (p->steps.v[i].kind == KL_STEP_KERNEL)
+            t->kernels++;
+        else
+            t->gemms++;
+    }
+    for (int r = 0; r < repeats; r++) {
+        double t0 = kl_now();
+        kl_exec_run(e, KL_ALL_PHASES, &a);
+        e->s->be->ops->sync(e->s->be);
+        v[r] = kl_now() - t0;
+    }
+    t->total_ms = 1e3 * median(v, repeats);
+    free(v);
+}
+
+static kl_exec *build(kl_session *s, const bench_opts *o, bool fuse)
+{
+    kl_lower_opts lo = {o->kv};
+    ir_graph *g = kl_load(o->file, &lo);
+    if (!g)
+        return NULL;
+    kl_pipeline_opts po = {.mode = o->eval ? KL_MODE_EVAL : KL_MODE_TRAIN, .no_fusion = !fuse};
+    if (kl_pipeline_run(g, &po)) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    kl_exec *e = kl_exec_new(s, g);
+    if (e)
+        random_inputs(e);
+    return e;
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void report(const kl_exec *e, const timed *t, const timed *other, double bw, const bench_opts *o, bool fused)
+{
+    const kl_plan *p = e->plan;
+    FILE *out = stdout;
+    if (o->json) {
+        printf("{\"model\": ");
+        json_str(out, o->file);
+        printf(", \"backend\": \"cpu\", \"threads\": %d, \"copy_gb_s\": %.3f, \"fused\": %s, \"steps\": [", e->s->be->threads, bw,
+               fused ? "true" : "false");
+    } else {
+        printf("%-3s %-18s %-44s %9s %9s %8s %6s %8s\n", "#", "kernel", "ops", "ms", "MB", "GB/s", "%copy", "GFLOP/s");
+    }
+    for (int i = 0; i < p->steps.n; i++) {
+        const kl_step *st = &p->steps.v[i];
+        char *label = kl_step_label(p, st);
+        const char *name = st->kind == KL_STEP_KERNEL ? p->kernels.v[st->kernel].name : "gemm (BLAS)";
+        double ms = t->step_ms[i], mb = (double)st->bytes / 1e6, gbs = ms > 0 ? mb / ms : 0;
+        if (o->json) {
+            printf("%s{\"kernel\": ", i ? ", " : "");
+            json_str(out, name);
+            printf(", \"ops\": ");
+            json_str(out, label);
+            printf(", \"ms\": %.5f, \"bytes\": %lld, \"gb_s\": %.3f, \"copy_share\": %.4f, \"gflop_s\": %.3f}", ms,
+                   (long long)st->bytes, gbs, gbs / bw, st->flops > 0 && ms > 0 ? st->flops / ms / 1e6 : 0.0);
+        } else {
+            printf("%-3d %-18s %-44.44s %9.4f %9.3f %8.2f %5.0f%%", i, name, label, ms, mb, gbs, 100 * gbs / bw);
+            if (st->flops > 0)
+                printf(" %8.1f", st->flops / ms / 1e6);
+            printf("\n");
+        }
+        free(label);
+    }
+    double sum = 0;
+    for (int i = 0; i < p->steps.n; i++)
+        sum += t->step_ms[i];
+    if (o->json) {
+        printf("], \"step_ms\": %.4f, \"sum_of_steps_ms\": %.4f, \"kernels\": %d, \"gemms\": %d", t->total_ms, sum,
+               t->kernels, t->gemms);
+        if (other)
+            printf(", \"unfused_step_ms\": %.4f, \"unfused_kernels\": %d, \"unfused_gemms\": %d, \"speedup\": %.4f",
+                   other->total_ms, other->kernels, other->gemms, other->total_ms / t->total_ms);
+        printf("}\n");
+        return;
+    }
+    printf("\n%s plan: %.2f ms per step (sum of steps %.2f ms), %d kernels + %d GEMMs\n", fused ? "fused" : "unfused",
+           t->total_ms, sum, t->kernels, t->gemms);
+    if (other)
+        printf("unfused plan: %.2f ms per step, %d kernels + %d GEMMs\nfusion: %.2fx faster, %d fewer kernels\n",
+               other->total_ms, other->kernels, other->gemms, other->total_ms / t->total_ms, other->kernels - t->kernels);
+}
+
+int kl_bench_main(int argc, char **argv)
+{
+    bench_opts o = {.repeats = 20};
+    const char *kv[8] = {NULL};
+    int nkv = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: kiln bench FILE [--no-fusion] [--eval] [--json] [--repeats N] [--threads N] [--batch N]\n"
+                   "\n"
+                   "Times every kernel and GEMM of the model's training step on the CPU\n"
+                   "(median of N repeats after a warm-up), with the bytes each must move\n"
+                   "and that as GB/s and as a share of the machine's copy bandwidth\n"
+                   "(measured here); then the whole step, fused and unfused.\n"
+                   "\n"
+                   "  --no-fusion  list the unfused plan's kernels\n"
+                   "  --eval       the evaluation plan instead of the training step\n"
+                   "  --json       one JSON object instead of the table\n");
+            return 0;
+        } else if (!strcmp(a, "--no-fusion")) {
+            o.no_fusion = true;
+        } else if (!strcmp(a, "--json")) {
+            o.json = true;
+        } else if (!strcmp(a, "--eval")) {
+            o.eval = true;
+        } else if (!strcmp(a, "--repeats") && i + 1 < argc) {
+            o.repeats = atoi(argv[++i]);
+            if (o.repeats < 1 || o.repeats > 100000) {
+                kl_error("--repeats needs a count from 1");
+                return 1;
+            }
+        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            o.threads = atoi(argv[++i]);
+        } else if (!strcmp(a, "--batch") && i + 1 < argc && nkv < 6) {
+            kv[nkv++] = "batch";
+            kv[nkv++] = argv[++i];
+        } else if (a[0] == '-') {
+            kl_error("kiln bench: unknown option or missing value: %s (see kiln bench --help)", a);
+            return 1;
+        } else if (!o.file) {
+            o.file = a;
+        } else {
+            kl_error("kiln bench: more than one input file");
+            return 1;
+        }
+    }
+    if (!o.file) {
+        kl_error("kiln bench: no input file (see kiln bench --help)");
+        return 1;
+    }
+    o.kv = nkv ? kv : NULL;
+    kl_cpu_options co = {.threads = o.threads};
+    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_session *s = kl_session_new(be, 1);
+    int rc = 1;
+    kl_exec *fused = build(s, &o, !o.no_fusion), *unfused = o.no_fusion ? NULL : build(s, &o, false);
+    if (fused && (o.no_fusion || unfused)) {
+        double bw = kl_copy_bandwidth();
+        if (!o.json)
+            printf("kiln bench %s: cpu backend, %d threads; copy bandwidth %.2f GB/s (memcpy of 64 MiB, read + write)\n\n",
+                   o.file, be->threads, bw);
+        timed tf = {0}, tu = {0};
+        time_plan(fused, o.repeats, &tf);
+        if (unfused)
+            time_plan(unfused, o.repeats, &tu);
+        report(fused, &tf, unfused ? &tu : NULL, bw, &o, !o.no_fusion);
+        free(tf.step_ms);
+        free(tu.step_ms);
+        rc = 0;
+    }
+    kl_exec_free(fused);
+    kl_exec_free(unfused);
+    kl_session_free(s);
+    be->ops->destroy(be);
+    return rc;
+}
