@@ -103,7 +103,7 @@ static void statistics(cg_builder *b, int x, double eps, int *mean, int *var, in
     at_first(b);
     int x0 = kir_let(K, cg_value_at(b, x), "x0");
     kir_acc_op ops[2] = {KA_SUM, KA_SUM};
-    int accs[2];
+    int accs[2] = {-1, -1};
     int n = open_class(b, REDUCED, KL_RED, ops, 2, accs);
     reset_cache(b);
     int d = kir_let(K, BIN(KB_SUB, cg_value_at(b, x), VAR(x0)), "d");
@@ -167,7 +167,7 @@ static void batchnorm_backward(cg_builder *b, const ir_node *n)
     int cv = kir_let(K, kept_index(b), "ch");
     int mu = kir_let(K, load_at(b, mean, VAR(cv)), "mu"), is = kir_let(K, load_at(b, invstd, VAR(cv)), "is");
     kir_acc_op ops[2] = {KA_SUM, KA_SUM};
-    int accs[2];
+    int accs[2] = {-1, -1};
     int inner = open_class(b, REDUCED, KL_RED, ops, 2, accs);
     reset_cache(b);
     int d = kir_let(K, cg_value_at(b, dy), "dy");
@@ -226,7 +226,7 @@ static void layernorm_backward(cg_builder *b, const ir_node *n)
     int row = kir_let(K, kept_index(b), "row");
     int mu = kir_let(K, load_at(b, mean, VAR(row)), "mu"), is = kir_let(K, load_at(b, invstd, VAR(row)), "is");
     kir_acc_op ops[2] = {KA_SUM, KA_SUM};
-    int accs[2];
+    int accs[2] = {-1, -1};
     int inner = open_class(b, REDUCED, KL_RED, ops, 2, accs);
     reset_cache(b);
     kir_expr *gd = BIN(KB_MUL, cg_value_at(b, dy), load_at(b, gamma, cg_dim_index(b, xt->rank - 1)));

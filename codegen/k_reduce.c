@@ -120,7 +120,7 @@ static void build_softmax(cg_builder *b, const ir_node *n)
     int inner;
     if (n->op == IR_OP_SOFTMAX || n->op == IR_OP_LOG_SOFTMAX) {
         kir_acc_op mx = KA_MAX, sum = KA_SUM;
-        int m, s;
+        int m = -1, s = -1;
         inner = open_class(b, REDUCED, KL_RED, &mx, 1, &m);
         reset_cache(b);
         kir_acc_add(k, m, cg_value_at(b, x));
@@ -143,7 +143,7 @@ static void build_softmax(cg_builder *b, const ir_node *n)
         int dy = n->in.v[0], yv = n->in.v[1];
         bool lsm = n->op == IR_OP_LOG_SOFTMAX_GRAD;
         kir_acc_op sum = KA_SUM;
-        int s;
+        int s = -1;
         inner = open_class(b, REDUCED, KL_RED, &sum, 1, &s);
         reset_cache(b);
         kir_acc_add(k, s, lsm ? cg_value_at(b, dy) : kir_bin(k, KB_MUL, cg_value_at(b, dy), cg_value_at(b, yv)));
