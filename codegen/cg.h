@@ -88,7 +88,8 @@ void cg_build_pool(cg_builder *b, const ir_node *n);
 /* The geometry of a convolution: input [n, c, h, w], output [n, o, oh, ow],
  * kernel [o, c / groups, kh, kw]. */
 typedef struct cg_conv {
-    ir_dtype dtype;
+    ir_dtype dtype;     /* of the GEMM operands (x, col, dy) */
+    ir_dtype out_dtype; /* of the result */
     int64_t n, c, h, w, o, oh, ow, kh, kw, groups;
     int64_t s[2], p[2], d[2];
 } cg_conv;

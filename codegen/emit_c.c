@@ -164,6 +164,25 @@ static void print_un(printer *p, const kir_expr *e)
         print_expr(p, e->a);
         kl_buf_puts(b, "))))");
         return;
+    case KU_ROUND_BF16:
+    case KU_ROUND_F16: {
+        bool bf = e->op == KU_ROUND_BF16;
+        kl_buf_printf(b, "(%s)%s(%s((float)(", c_type(t), bf ? "kl_bf16_to_f32" : "kl_f16_to_f32",
+                      bf ? "kl_f32_to_bf16" : "kl_f32_to_f16");
+        print_expr(p, e->a);
+        kl_buf_puts(b, ")))");
+        return;
+    }
+    case KU_ROUND_F32:
+        kl_buf_printf(b, "(%s)(float)(", c_type(t));
+        print_expr(p, e->a);
+        kl_buf_puts(b, ")");
+        return;
+    case KU_ISFINITE:
+        kl_buf_printf(b, "(%s)(isfinite(", c_type(t));
+        print_expr(p, e->a);
+        kl_buf_puts(b, ") ? 1 : 0)");
+        return;
     case KU_RELU:
         kl_buf_printf(b, "%s(", fn("fmax", t));
         print_expr(p, e->a);
@@ -352,10 +371,18 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     kl_buf_puts(p->b, "}\n");
 }
 
+static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip);
+
 static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip)
 {
+    for (; s; s = s->next)
+        print_stmt(p, s, collapse, skip);
+}
+
+static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
+{
     const kir_kernel *k = p->k;
-    for (; s; s = s->next) {
+    {
         switch (s->kind) {
         case KS_LOOP:
             print_loop(p, s, collapse, skip);
@@ -422,26 +449,47 @@ static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip)
     }
 }
 
-/* How many leading PAR loops, perfectly nested, to run as one OpenMP
+/* How many PAR loops, perfectly nested from loop s, to run as one OpenMP
  * nest; 0 when the kernel is too small or scatters with +=. The leaf loop
  * stays out of the nest (it gets simd) unless it is the only loop. */
-static int parallel_depth(const kir_kernel *k)
+static int parallel_depth(const kir_kernel *k, const kir_stmt *s)
 {
     if (k->work < KIR_PARALLEL_MIN_WORK || has_addto(k->body))
         return 0;
     int depth = 0;
     int64_t iters = 1;
-    const kir_stmt *s = k->body;
-    while (s && !s->next && s->kind == KS_LOOP && s->loop == KL_PAR) {
+    while (s && s->kind == KS_LOOP && s->loop == KL_PAR) {
         if (is_leaf_loop(s))
             return depth ? depth : 1;
         depth++;
         iters *= s->extent;
-        if (iters >= 64)
+        if (iters >= 64 || !s->body || s->body->next)
             break;
         s = s->body;
     }
     return depth;
+}
+
+/* Top-level statements: each PAR loop may open an OpenMP nest. */
+static void print_top(printer *p, const kir_stmt *s)
+{
+    for (; s; s = s->next) {
+        if (s->kind == KS_LOOP && s->loop == KL_PAR) {
+            print_loop(p, s, parallel_depth(p->k, s), 0);
+        } else if (s->kind == KS_IF) {
+            ind(p);
+            kl_buf_puts(p->b, "if (");
+            print_expr(p, s->a);
+            kl_buf_puts(p->b, ") {\n");
+            p->indent++;
+            print_top(p, s->body);
+            p->indent--;
+            ind(p);
+            kl_buf_puts(p->b, "}\n");
+        } else {
+            print_stmt(p, s, 0, 0);
+        }
+    }
 }
 
 char *kir_emit_c(const kir_kernel *k)
@@ -460,7 +508,7 @@ char *kir_emit_c(const kir_kernel *k)
         if (!kb->read && !kb->written)
             kl_buf_printf(&b, "    (void)%s;\n", kb->name);
     }
-    print_stmts(&p, k->body, parallel_depth(k), 0);
+    print_top(&p, k->body);
     kl_buf_puts(&b, "}\n");
     return kl_buf_take(&b);
 }

@@ -283,11 +283,23 @@ kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **
         return kir_bin(k, KB_MUL, a[0], phi);
     }
     case IR_OP_CAST: {
+        /* The value rounds to the target dtype even when it stays in a
+         * register of the fused kernel. */
         ir_dtype to = ir_dtype_from_name(ir_attr_str(&n->attrs, "to", "f32"));
-        if (ir_dtype_is_float(to))
-            return kir_cast(k, to == IR_F64 ? KT_F64 : k->compute, a[0]);
-        return kir_cast(k, KT_I64, a[0]);
+        ir_dtype from = ir_val(b->grp->g, n->in.v[0])->type.dtype;
+        if (!ir_dtype_is_float(to))
+            return kir_cast(k, KT_I64, a[0]);
+        kir_expr *x = kir_cast(k, to == IR_F64 ? KT_F64 : k->compute, a[0]);
+        if (to == IR_BF16 && from != IR_BF16)
+            return kir_un(k, KU_ROUND_BF16, x);
+        if (to == IR_F16 && from != IR_F16)
+            return kir_un(k, KU_ROUND_F16, x);
+        if (to == IR_F32 && from == IR_F64 && k->compute == KT_F64)
+            return kir_un(k, KU_ROUND_F32, x);
+        return x;
     }
+    case IR_OP_ISFINITE:
+        return kir_un(k, KU_ISFINITE, a[0]);
     case IR_OP_RELU_GRAD:
         return kir_select(k, kir_bin(k, KB_GT, a[1], zero), a[0], zero);
     case IR_OP_TANH_GRAD:
@@ -383,19 +395,41 @@ void cg_build_elementwise(cg_builder *b)
 
 /* ---- optimizer updates ---- */
 
+/* The rounding of a store into a low-precision copy is the buffer's. */
+static void store_copy(cg_builder *b, const ir_node *n, int copy_operand, kir_expr *idx, kir_expr *w)
+{
+    if (copy_operand < n->in.n)
+        kir_store(b->k, cg_buf(b, n->in.v[copy_operand]), idx, w);
+}
+
 void cg_build_update(cg_builder *b, const ir_node *n)
 {
     kir_kernel *k = b->k;
     const ir_graph *g = b->grp->g;
+    if (n->op == IR_OP_GRAD_ACCUMULATE) {
+        /* acc = g on the first micro-batch of a step, acc + g after. */
+        int acc = n->in.v[0], grad = n->in.v[1];
+        int64_t steps = ir_attr_int(&n->attrs, "steps", 1), numel = ir_type_numel(&ir_val(g, acc)->type);
+        int ba = cg_buf(b, acc), bg = cg_buf(b, grad);
+        int first = kir_let(k, kir_bin(k, KB_EQ, kir_bin(k, KB_IMOD, kir_arg(k, 0), kir_const_i(k, steps)), kir_const_i(k, 0)), "first");
+        b->k->work = numel;
+        int i = kir_loop_begin(k, KL_PAR, numel, "i");
+        kir_expr *gv = kir_load(k, bg, kir_varref(k, i));
+        kir_store(k, ba, kir_varref(k, i), kir_select(k, kir_varref(k, first), gv,
+                                                      kir_bin(k, KB_ADD, kir_load(k, ba, kir_varref(k, i)), gv)));
+        kir_loop_end(k);
+        return;
+    }
     int w = n->in.v[0], grad = n->in.v[1], hyper = n->in.v[2], scale = n->in.v[3];
     int64_t numel = ir_type_numel(&ir_val(g, w)->type);
     int bw = cg_buf(b, w), bg = cg_buf(b, grad), bh = cg_buf(b, hyper);
     /* Per step: lr, bias corrections, gradient multiplier (hyper), and the
-     * clip scale (computed on the device). */
+     * device-computed scale (clipping; 0: skip the step). */
     int lr = kir_let(k, kir_load(k, bh, kir_const_i(k, 0)), "lr");
     int gm = kir_let(k, kir_bin(k, KB_MUL, kir_load(k, bh, kir_const_i(k, 3)), cg_scalar(b, scale)), "gm");
     double wd = node_f(n, "weight_decay", 0);
     b->k->work = numel;
+    kir_if_begin(k, kir_bin(k, KB_NE, kir_varref(k, gm), kir_const_f(k, 0)));
     int i = kir_loop_begin(k, KL_PAR, numel, "i");
     kir_expr *idx = kir_varref(k, i);
     int wv = kir_let(k, kir_load(k, bw, idx), "w");
@@ -407,15 +441,19 @@ void cg_build_update(cg_builder *b, const ir_node *n)
             gexpr = kir_bin(k, KB_ADD, gexpr, kir_bin(k, KB_MUL, kir_const_f(k, wd), W));
         int gv = kir_let(k, gexpr, "g");
         kir_expr *step = kir_varref(k, gv);
-        if (mom > 0 && n->in.n > 4) {
+        int copy = 4;
+        if (mom > 0) {
             int bm = cg_buf(b, n->in.v[4]);
             int mv = kir_let(k, kir_bin(k, KB_ADD, kir_bin(k, KB_MUL, kir_const_f(k, mom), kir_load(k, bm, idx)), step), "m");
             kir_store(k, bm, idx, kir_varref(k, mv));
             step = ir_attr_int(&n->attrs, "nesterov", 0)
                        ? kir_bin(k, KB_ADD, kir_varref(k, gv), kir_bin(k, KB_MUL, kir_const_f(k, mom), kir_varref(k, mv)))
                        : kir_varref(k, mv);
+            copy = 5;
         }
-        kir_store(k, bw, idx, kir_bin(k, KB_SUB, W, kir_bin(k, KB_MUL, kir_varref(k, lr), step)));
+        int nw = kir_let(k, kir_bin(k, KB_SUB, W, kir_bin(k, KB_MUL, kir_varref(k, lr), step)), "nw");
+        kir_store(k, bw, idx, kir_varref(k, nw));
+        store_copy(b, n, copy, idx, kir_varref(k, nw));
     } else {
         double b1 = node_f(n, "beta1", 0.9), b2 = node_f(n, "beta2", 0.999), eps = node_f(n, "eps", 1e-8);
         bool decoupled = ir_attr_int(&n->attrs, "decoupled", 1);
@@ -435,9 +473,12 @@ void cg_build_update(cg_builder *b, const ir_node *n)
         kir_expr *upd = kir_bin(k, KB_DIV, mhat, kir_bin(k, KB_ADD, kir_un(k, KU_SQRT, vhat), kir_const_f(k, eps)));
         if (wd && decoupled)
             upd = kir_bin(k, KB_ADD, upd, kir_bin(k, KB_MUL, kir_const_f(k, wd), W));
-        kir_store(k, bw, idx, kir_bin(k, KB_SUB, W, kir_bin(k, KB_MUL, kir_varref(k, lr), upd)));
+        int nw = kir_let(k, kir_bin(k, KB_SUB, W, kir_bin(k, KB_MUL, kir_varref(k, lr), upd)), "nw");
+        kir_store(k, bw, idx, kir_varref(k, nw));
+        store_copy(b, n, 6, idx, kir_varref(k, nw));
     }
     kir_loop_end(k);
+    kir_if_end(k);
 }
 
 /* ---- data movement ---- */

@@ -108,6 +108,8 @@ kir_expr *kir_un(kir_kernel *k, kir_unop op, kir_expr *a)
     kir_type t = op == KU_NOT ? KT_BOOL : op == KU_UNIFORM ? k->compute : a->type;
     if (op != KU_NOT && op != KU_UNIFORM && op != KU_NEG && op != KU_ABS && t == KT_I64)
         t = k->compute; /* math on integers happens in floating point */
+    if (op == KU_ISFINITE)
+        t = a->type == KT_F64 ? KT_F64 : k->compute;
     if (op == KU_NEG && a->kind == KE_CONST) {
         kir_expr *c = expr(k, KE_CONST, a->type);
         c->f = -a->f;

@@ -193,7 +193,7 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
     const ir_graph *g = p->g;
     const ir_type *a = &ir_val(g, n->in.v[0])->type, *bt = &ir_val(g, n->in.v[1])->type;
     const ir_type *c = &ir_val(g, n->out.v[0])->type;
-    kl_gemm m = {.dtype = c->dtype, .alpha = 1, .beta = 0};
+    kl_gemm m = {.dtype = a->dtype, .out_dtype = c->dtype, .alpha = 1, .beta = 0};
     m.ta = (int)ir_attr_int(&n->attrs, "transpose_a", 0);
     m.tb = (int)ir_attr_int(&n->attrs, "transpose_b", 0);
     m.m = c->dim[c->rank - 2];
@@ -218,9 +218,8 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
     m.a = buffer_of(p, n->in.v[0]);
     m.b = buffer_of(p, n->in.v[1]);
     m.c = buffer_of(p, n->out.v[0]);
-    int64_t es = ir_dtype_size(m.dtype);
     kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = m, .node = n->id};
-    s.bytes = (ir_type_numel(a) + ir_type_numel(bt) + ir_type_numel(c)) * es;
+    s.bytes = (ir_type_numel(a) + ir_type_numel(bt)) * ir_dtype_size(m.dtype) + ir_type_numel(c) * ir_dtype_size(m.out_dtype);
     s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k * (double)m.batch;
     kl_vec_push(p->steps, s);
 }
@@ -244,7 +243,8 @@ static void conv_geometry(const ir_graph *g, const ir_node *n, cg_conv *cv)
         else
             w = shape, x = ir_val(g, n->in.v[1])->type;
     }
-    cv->dtype = x.dtype;
+    cv->dtype = n->op == IR_OP_CONV2D ? x.dtype : y.dtype; /* the GEMM operands' dtype */
+    cv->out_dtype = ir_val(g, n->out.v[0])->type.dtype;
     cv->n = x.dim[0], cv->c = x.dim[1], cv->h = x.dim[2], cv->w = x.dim[3];
     cv->o = y.dim[1], cv->oh = y.dim[2], cv->ow = y.dim[3];
     cv->kh = w.dim[2], cv->kw = w.dim[3];
@@ -275,7 +275,7 @@ static void add_conv_gemms(kl_plan *p, const ir_node *n, const cg_conv *cv, int 
 {
     int64_t G = cv->groups, og = cv->o / G, cg = cv->c / G, kk = cv->kh * cv->kw, nhw = cv->n * cv->oh * cv->ow;
     for (int64_t g = 0; g < G; g++) {
-        kl_gemm m = {.dtype = cv->dtype, .alpha = 1, .beta = 0, .batch = 1, .a = a, .b = bb, .c = c};
+        kl_gemm m = {.dtype = cv->dtype, .out_dtype = cv->out_dtype, .alpha = 1, .beta = 0, .batch = 1, .a = a, .b = bb, .c = c};
         switch (n->op) {
         case IR_OP_CONV2D: /* y'[o, nhw] = w[o, ckk] col[ckk, nhw] */
             m.m = og, m.n = nhw, m.k = cg * kk;
@@ -294,7 +294,7 @@ static void add_conv_gemms(kl_plan *p, const ir_node *n, const cg_conv *cv, int 
         }
         kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = m, .node = n->id};
         s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k;
-        s.bytes = (m.m * m.k + m.k * m.n + m.m * m.n) * ir_dtype_size(m.dtype);
+        s.bytes = (m.m * m.k + m.k * m.n) * ir_dtype_size(m.dtype) + m.m * m.n * ir_dtype_size(m.out_dtype);
         kl_vec_push(p->steps, s);
     }
 }
@@ -345,14 +345,19 @@ static void add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n)
     conv_geometry(g, n, &cv);
     int64_t hw = cv.oh * cv.ow;
     int64_t cols = cv.n * cv.c * cv.kh * cv.kw * hw;
-    int col = scratch(p, cv.dtype, cols);
+    /* col holds x's taps (forward, weight gradient) or the GEMM's input
+     * gradient (its result's dtype). */
+    cg_conv colv = cv;
+    if (n->op == IR_OP_CONV2D_GRAD_INPUT)
+        colv.dtype = cv.out_dtype;
+    int col = scratch(p, colv.dtype, cols);
     int out = buffer_of(p, n->out.v[0]);
     if (n->op == IR_OP_CONV2D) {
-        conv_move mv = {&cv, n->in.v[0], scratch_id(col), true};
+        conv_move mv = {&colv, n->in.v[0], scratch_id(col), true};
         add_kernel_step_with(p, grp, build_conv_move, &mv);
-        int yt = scratch(p, cv.dtype, cv.n * cv.o * hw);
+        int yt = scratch(p, cv.out_dtype, cv.n * cv.o * hw);
         add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), col, yt);
-        swap_outer sw = {scratch_id(yt), n->out.v[0], cv.dtype, cv.o, cv.n, hw};
+        swap_outer sw = {scratch_id(yt), n->out.v[0], cv.out_dtype, cv.o, cv.n, hw};
         add_kernel_step_with(p, grp, build_swap, &sw);
         if (n->in.n == 3) {
             bias_add ba = {n->out.v[0], n->in.v[2], &cv};
@@ -365,12 +370,12 @@ static void add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n)
     swap_outer sw = {n->in.v[0], scratch_id(dyt), cv.dtype, cv.n, cv.o, hw};
     add_kernel_step_with(p, grp, build_swap, &sw);
     if (n->op == IR_OP_CONV2D_GRAD_WEIGHT) {
-        conv_move mv = {&cv, n->in.v[1], scratch_id(col), true};
+        conv_move mv = {&colv, n->in.v[1], scratch_id(col), true};
         add_kernel_step_with(p, grp, build_conv_move, &mv);
         add_conv_gemms(p, n, &cv, dyt, col, out);
     } else {
         add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), dyt, col);
-        conv_move mv = {&cv, scratch_id(col), n->out.v[0], false};
+        conv_move mv = {&colv, scratch_id(col), n->out.v[0], false};
         add_kernel_step_with(p, grp, build_conv_move, &mv);
     }
 }

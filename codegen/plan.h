@@ -29,7 +29,8 @@ typedef enum kl_step_kind { KL_STEP_KERNEL, KL_STEP_GEMM } kl_step_kind;
 
 /* C[b] = alpha op(A[b]) op(B[b]) + beta C[b], row-major, for b < batch. */
 typedef struct kl_gemm {
-    ir_dtype dtype;
+    ir_dtype dtype;     /* of A and B */
+    ir_dtype out_dtype; /* of C (fp32 for low-precision products that must stay wide) */
     int ta, tb;
     int64_t m, n, k;
     int64_t batch;

@@ -47,6 +47,7 @@ typedef struct frame {
     counter *counts;     /* instances of defs and layers called from here */
     struct frame *caller;
     int depth;
+    const char *precision; /* "f32", "bf16" or "f16" asked for this call; NULL: none */
 } frame;
 
 typedef struct lower {
@@ -185,6 +186,8 @@ static int emit(lower *L, frame *f, ir_op op, const int *in, int nin, ir_attrs *
     ir_attrs_free(&empty);
     if (f->path)
         n->scope = kl_xstrdup(f->path);
+    if (f->precision && !ir_attrs_find(&n->attrs, "_precision"))
+        ir_attrs_set_str(&n->attrs, "_precision", f->precision);
     return n->out.v[0];
 }
 
@@ -402,6 +405,38 @@ static void eval_args(lower *L, frame *f, const ast_expr *e, call_args *ca)
     }
 }
 
+/* Takes a "precision = fp32|bf16|fp16" keyword out of the arguments: it
+ * asks that the call's ops run in that precision (passes/precision.c).
+ * Returns the dtype name, or NULL when the call has none. */
+static const char *take_precision(lower *L, call_args *ca)
+{
+    for (int i = 0; i < ca->nkw; i++) {
+        if (strcmp(ca->kw[i]->name, "precision"))
+            continue;
+        const lv *v = &ca->kwval[i];
+        const char *dt = NULL;
+        if (v->kind == LV_STR && v->word)
+            dt = !strcmp(v->s, "fp32") ? "f32" : !strcmp(v->s, "bf16") ? "bf16" : !strcmp(v->s, "fp16") ? "f16" : NULL;
+        if (!dt)
+            fail_at(L, v->loc, "precision must be fp32, bf16 or fp16");
+        memmove(&ca->kw[i], &ca->kw[i + 1], sizeof(ca->kw[0]) * (size_t)(ca->nkw - i - 1));
+        memmove(&ca->kwval[i], &ca->kwval[i + 1], sizeof(ca->kwval[0]) * (size_t)(ca->nkw - i - 1));
+        ca->nkw--;
+        return dt;
+    }
+    return NULL;
+}
+
+/* True when the train block's keep_fp32 lists def name. */
+static bool kept_fp32(lower *L, const char *name)
+{
+    ir_attr *a = ir_attrs_find(&L->g->train, "keep_fp32");
+    for (int i = 0; a && a->val.kind == IR_ATTR_LIST && i < a->val.nitems; i++)
+        if (a->val.items[i].kind == IR_ATTR_STR && !strcmp(a->val.items[i].s, name))
+            return true;
+    return false;
+}
+
 static lv exec_body(lower *L, frame *f, const ast_stmt *body);
 static void check_param_type(lower *L, frame *callee, const ast_param *p, const lv *arg, const ast_def *d);
 
@@ -418,6 +453,10 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
         fail_at(L, e->loc, "calls nested more than %d deep", MAX_CALL_DEPTH);
     call_args ca;
     eval_args(L, f, e, &ca);
+    bool has_precision_param = false;
+    for (const ast_param *p = d->params; p; p = p->next)
+        has_precision_param |= !strcmp(p->name, "precision");
+    const char *precision = has_precision_param ? NULL : take_precision(L, &ca);
     int nparams = 0;
     for (const ast_param *p = d->params; p; p = p->next)
         nparams++;
@@ -435,6 +474,7 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
     callee->def = d;
     callee->caller = f;
     callee->depth = f->depth + 1;
+    callee->precision = precision ? precision : kept_fp32(L, d->name) ? "f32" : f->precision;
     for (int i = 0; i < ca.nkw; i++) {
         int idx = 0;
         const ast_param *p;
@@ -548,6 +588,7 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
     const ir_op_info *info = &ir_ops[op];
     call_args ca;
     eval_args(L, f, e, &ca);
+    const char *precision = take_precision(L, &ca);
     ir_dtype dt = first_float_dtype(L, &ca);
     int in[64], nin = 0;
     ir_attrs *attrs = &L->tmp_attrs;
@@ -621,6 +662,8 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
         fail_at(L, e->loc, "%s takes %d to %d tensor operands, got %d", info->name, info->min_in,
                 info->max_in, nin);
     }
+    if (precision)
+        ir_attrs_set_str(attrs, "_precision", precision);
     int v = emit(L, f, op, in, nin, attrs, e->loc);
     ir_attrs_free(attrs);
     return tensor_lv(v, e->loc);

@@ -33,7 +33,7 @@ static const call_form schedule_forms[] = {
     {NULL, NULL},
 };
 static const call_form loss_scale_forms[] = {
-    {"dynamic", "init:float=65536 growth:float=2 backoff:float=0.5 interval:int=2000"},
+    {"dynamic", "scale:float=65536 growth:float=2 backoff:float=0.5 interval:int=2000"},
     {"static", "scale:float"},
     {NULL, NULL},
 };
@@ -68,6 +68,7 @@ static const key_info keys[] = {
     {"loss_scale", K_CALL, NULL, loss_scale_forms, 0, "dynamic(...) or static(scale) (fp16)"},
     {"shard", K_WORD, "none zero1 zero2 zero3", NULL, 0, "ZeRO stage across ranks"},
     {"recompute", K_RECOMPUTE, NULL, NULL, 0, "none, auto or [def names]"},
+    {"keep_fp32", K_RECOMPUTE, NULL, NULL, 0, "[def names] whose ops stay fp32 under bf16/fp16"},
     {"memory_limit", K_BYTES, NULL, NULL, 0, "bytes, or a string such as \"2GiB\""},
 };
 
@@ -196,7 +197,7 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
         if (!strcmp(arg->key, "backoff") && (x <= 0 || x >= 1))
             return fail(src, al, "%s: backoff must be between 0 and 1", f->name);
         if ((!strcmp(arg->key, "lr") || !strcmp(arg->key, "every") || !strcmp(arg->key, "samples") ||
-             !strcmp(arg->key, "scale") || !strcmp(arg->key, "init") || !strcmp(arg->key, "interval")) && x <= 0)
+             !strcmp(arg->key, "scale") || !strcmp(arg->key, "interval")) && x <= 0)
             return fail(src, al, "%s: %s must be positive", f->name, arg->key);
         if (!strcmp(arg->key, "growth") && x <= 1)
             return fail(src, al, "%s: growth must be above 1", f->name);
@@ -251,16 +252,16 @@ static int check_one(ir_attr *a, const kl_source *src)
         return 0;
     }
     case K_RECOMPUTE:
-        if (v->kind == IR_ATTR_STR && (!strcmp(v->s, "none") || !strcmp(v->s, "auto")))
+        if (v->kind == IR_ATTR_STR && (!strcmp(v->s, "none") || (!strcmp(v->s, "auto") && !strcmp(k->key, "recompute"))))
             return 0;
         if (v->kind == IR_ATTR_LIST) {
             for (int i = 0; i < v->nitems; i++)
                 if (v->items[i].kind != IR_ATTR_STR || !ir_attr_val_is_word(&v->items[i]))
                     return fail(src, v->items[i].loc.line ? v->items[i].loc : loc,
-                                "recompute lists the names of defs");
+                                "%s lists the names of defs", k->key);
             return 0;
         }
-        return fail(src, loc, "recompute must be none, auto or a list of def names");
+        return fail(src, loc, "%s must be %s", k->key, k->help);
     }
     return 0;
 }
@@ -412,7 +413,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
 
     const ir_attr_val *ls = call_of(train, "loss_scale");
     c->loss_scale.dynamic = !ls || !strcmp(ls->s, "dynamic");
-    c->loss_scale.init = c->loss_scale.dynamic ? arg_f(ls, "init", 65536) : arg_f(ls, "scale", 1);
+    c->loss_scale.init = arg_f(ls, "scale", c->loss_scale.dynamic ? 65536 : 1);
     c->loss_scale.growth = arg_f(ls, "growth", 2);
     c->loss_scale.backoff = arg_f(ls, "backoff", 0.5);
     c->loss_scale.interval = arg_i(ls, "interval", 2000);

@@ -243,6 +243,13 @@ void ir_set_operand(ir_graph *g, ir_node *n, int i, int v)
     kl_vec_push(g->values.v[v]->uses, u);
 }
 
+void ir_append_operand(ir_graph *g, ir_node *n, int v)
+{
+    kl_vec_push(n->in, v);
+    ir_use u = {n->id, n->in.n - 1};
+    kl_vec_push(g->values.v[v]->uses, u);
+}
+
 void ir_replace_uses(ir_graph *g, int from, int to)
 {
     if (from == to)

@@ -324,6 +324,7 @@ char *ir_unique_name(ir_graph *g, const char *base);
 /* Replaces every use of value from by value to. */
 void ir_replace_uses(ir_graph *g, int from, int to);
 void ir_set_operand(ir_graph *g, ir_node *n, int i, int v);
+void ir_append_operand(ir_graph *g, ir_node *n, int v);
 /* Marks a node dead and drops its uses; its results must be unused. */
 void ir_kill_node(ir_graph *g, ir_node *n);
 /* Reorders the live nodes into a valid execution order (operands first,

@@ -28,9 +28,10 @@ bool ir_op_mutates(ir_op op, int i)
     case IR_OP_BATCHNORM:
         return i == 3 || i == 4; /* running mean and variance */
     case IR_OP_SGD_UPDATE:
-        return i == 0 || i == 4; /* weight, momentum */
     case IR_OP_ADAM_UPDATE:
-        return i == 0 || i == 4 || i == 5; /* weight, first and second moments */
+        return i == 0 || i >= 4; /* weight, optimizer state, low-precision copy */
+    case IR_OP_GRAD_ACCUMULATE:
+        return i == 0;
     default:
         return false;
     }
@@ -183,6 +184,10 @@ int ir_spec_normalize(const char *specstr, const char *what, ir_attrs *attrs, ch
         attrs->v[i].key = kl_xstrdup(spec[i].name);
     }
     for (int i = 0; i < attrs->n; i++) {
+        /* An annotation, not an argument: any op may carry it (the
+         * precision a model file asks for, see passes/precision.c). */
+        if (!strcmp(attrs->v[i].key, "_precision"))
+            continue;
         int k;
         for (k = 0; k < n && strcmp(spec[k].name, attrs->v[i].key); k++)
             ;

@@ -188,6 +188,10 @@ int ir_shape_matmul(ir_infer *inf)
     *o = batch;
     o->dim[o->rank++] = m;
     o->dim[o->rank++] = n;
+    /* Mixed precision: low-precision operands, an fp32 result. */
+    const char *out = ir_attr_str(inf->attrs, "out", NULL);
+    if (out)
+        o->dtype = ir_dtype_from_name(out);
     return 0;
 }
 
@@ -653,6 +657,7 @@ int ir_shape_conv2d_grad(ir_infer *inf)
     ir_attrs a;
     ir_attrs_copy(&a, inf->attrs);
     ir_attrs_remove(&a, "shape");
+    ir_attrs_remove(&a, "out");
     ir_infer fwd = {.op = IR_OP_CONV2D, .nin = 2, .in = fwd_in, .attrs = &a};
     int rc = ir_infer_run(&fwd);
     ir_attrs_free(&a);
@@ -661,6 +666,9 @@ int ir_shape_conv2d_grad(ir_infer *inf)
         return ir_infer_error(inf, "%s: %s is not the gradient of a conv2d giving %s", ir_op_name(inf->op),
                               tstr(&res, x, sizeof x), tstr(&inf->in[0], y, sizeof y));
     inf->out[0] = res;
+    const char *out = ir_attr_str(inf->attrs, "out", NULL);
+    if (out)
+        inf->out[0].dtype = ir_dtype_from_name(out);
     return 0;
 }
 
@@ -736,20 +744,35 @@ int ir_shape_slice_grad(ir_infer *inf)
     return 0;
 }
 
-/* (w, g, hyper f32[4], scale f32[], state...): every state like w. */
+/* (w, g, hyper f32[4], scale f32[], state..., [copy]): every state has
+ * w's shape; state is fp32 (f64 for f64 weights), the low-precision copy
+ * is bf16 or f16. */
 int ir_shape_update(ir_infer *inf)
 {
     const ir_type *w = &inf->in[0];
     if (!ir_dtype_is_float(w->dtype))
         return ir_infer_error(inf, "%s: the weight must be float", ir_op_name(inf->op));
-    if (inf->in[1].rank != w->rank || memcmp(inf->in[1].dim, w->dim, sizeof(int64_t) * (size_t)w->rank))
-        return ir_infer_error(inf, "%s: the gradient's shape differs from the weight's", ir_op_name(inf->op));
+    for (int i = 1; i < inf->nin; i++) {
+        if (i == 2 || i == 3)
+            continue;
+        const ir_type *t = &inf->in[i];
+        if (t->rank != w->rank || memcmp(t->dim, w->dim, sizeof(int64_t) * (size_t)w->rank) || !ir_dtype_is_float(t->dtype))
+            return ir_infer_error(inf, "%s: operand %d's shape differs from the weight's", ir_op_name(inf->op), i + 1);
+    }
     if (inf->in[2].rank != 1 || inf->in[2].dim[0] != 4 || inf->in[2].dtype != IR_F32 ||
         inf->in[3].rank != 0 || inf->in[3].dtype != IR_F32)
         return ir_infer_error(inf, "%s: hyper must be f32[4] and scale f32[]", ir_op_name(inf->op));
-    for (int i = 4; i < inf->nin; i++)
-        if (!ir_type_eq(&inf->in[i], w) && !(inf->in[i].dtype == IR_F32 && inf->in[i].rank == w->rank &&
-                                              !memcmp(inf->in[i].dim, w->dim, sizeof(int64_t) * (size_t)w->rank)))
-            return ir_infer_error(inf, "%s: optimizer state %d differs from the weight", ir_op_name(inf->op), i - 3);
+    return 0;
+}
+
+/* (acc, g): the accumulator is fp32 (f64 for f64) and has g's shape. */
+int ir_shape_grad_accumulate(ir_infer *inf)
+{
+    const ir_type *a = &inf->in[0], *g = &inf->in[1];
+    if (a->rank != g->rank || memcmp(a->dim, g->dim, sizeof(int64_t) * (size_t)a->rank) ||
+        (a->dtype != IR_F32 && a->dtype != IR_F64) || !ir_dtype_is_float(g->dtype))
+        return ir_infer_error(inf, "grad_accumulate: the accumulator must be an fp32 tensor of the gradient's shape");
+    if (ir_attr_int(inf->attrs, "steps", 0) < 1)
+        return ir_infer_error(inf, "grad_accumulate: steps must be positive");
     return 0;
 }

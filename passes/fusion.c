@@ -37,6 +37,12 @@ typedef struct pattern {
 
 static bool is_op(const ir_node *n, ir_op a) { return n->op == a; }
 
+/* Same dims (dtypes may differ: a cast fuses with its neighbours). */
+static bool same_shape(const ir_type *a, const ir_type *b)
+{
+    return a->rank == b->rank && !memcmp(a->dim, b->dim, sizeof(int64_t) * (size_t)a->rank);
+}
+
 static bool anchor_gemm(const ir_node *n) { return is_op(n, IR_OP_MATMUL); }
 static bool anchor_bn(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM) || is_op(n, IR_OP_BATCHNORM_INFER) || is_op(n, IR_OP_LAYERNORM); }
 static bool anchor_bn_grad(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM_GRAD); }
@@ -209,7 +215,7 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
                     continue;
                 /* Producers of the value's own shape only: the template
                  * reads them at the anchor's positions. */
-                if (!ir_type_eq(&ir_val(g, ir_nd(g, p)->out.v[0])->type, &v->type))
+                if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, &v->type))
                     continue;
                 f->group[p] = gid; /* tentatively, for the use check */
                 if (used_only_in(f, p, gid) && convex_with(f, gid, p)) {
@@ -239,7 +245,7 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
                     int c = v->uses.v[u].node;
                     const ir_node *cn = ir_nd(g, c);
                     if (f->group[c] >= 0 || !elementwise(cn) || cn->out.n != 1 ||
-                        !ir_type_eq(&ir_val(g, cn->out.v[0])->type, shape))
+                        !same_shape(&ir_val(g, cn->out.v[0])->type, shape))
                         continue;
                     if (convex_with(f, gid, c)) {
                         join(f, gid, c, pat);
@@ -301,7 +307,7 @@ static void fuse_chains(fuser *f)
             int p = ir_val(g, n->in.v[k])->def;
             if (p < 0 || f->group[p] < 0 || !f->pat[p] || strcmp(f->pat[p], "elementwise"))
                 continue;
-            if (!ir_type_eq(&ir_val(g, ir_nd(g, p)->out.v[0])->type, shape))
+            if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, shape))
                 continue;
             f->group[i] = f->group[p];
             if (convex_with(f, f->group[p], i))

@@ -6,7 +6,8 @@
  *           zero-initialised state; global-norm gradient clipping as a
  *           scale computed on the device; the state %optimizer.hyper, f32[4]
  *           written by the runtime before every step: [lr from the schedule,
- *           1 - beta1^t, 1 - beta2^t, gradient multiplier].
+ *           1 - beta1^t, 1 - beta2^t, gradient multiplier]; with fp16, the
+ *           inf/NaN check of the gradients that skips a step.
  *
  * The learning-rate schedule runs on the host (it is one number per step);
  * everything per element runs in the update kernels. */
@@ -25,12 +26,21 @@ static int declare_state(ir_graph *g, const char *param, const char *what, const
     int id = ir_declare(g, IR_VAL_STATE, name, &st, (kl_loc){0, 0});
     free(name);
     ir_attrs_set_str(&ir_val(g, id)->attrs, "init", "zeros");
+    ir_attrs_set_str(&ir_val(g, id)->attrs, "role", "optimizer_state");
     return id;
 }
 
-/* min(1, clip / (||g|| + 1e-6)) over all gradients, as one f32 scalar. */
-static int clip_scale(ir_graph *g, double clip)
+/* The scale every update multiplies its gradient by, as one f32 scalar
+ * computed on the device: with clipping, min(1, clip / (||g|| + 1e-6)) of
+ * the unscaled gradients (||g|| of the raw gradients times the multiplier
+ * hyper[3]); with fp16, 0 when any gradient is inf or NaN (the update
+ * kernels then skip the step, and the runtime reads _grads_finite to back
+ * off the loss scale); else the constant 1. */
+static int update_scale(ir_graph *g, const kl_train_config *c, int hyper)
 {
+    bool clip = c->clip > 0, check = c->precision == KL_PREC_FP16;
+    if (!g->grads.n || (!clip && !check))
+        return ir_emit_const(g, 1.0, IR_F32);
     int total = -1;
     for (int i = 0; i < g->grads.n; i++) {
         int d = g->grads.v[i].grad;
@@ -43,10 +53,29 @@ static int clip_scale(ir_graph *g, double clip)
         int sq = ir_emit1(g, IR_OP_SUM, ir_emit2(g, IR_OP_MUL, d, d, NULL), NULL);
         total = total < 0 ? sq : ir_emit2(g, IR_OP_ADD, total, sq, NULL);
     }
-    int norm = ir_emit1(g, IR_OP_SQRT, total, "grad_norm");
-    int denom = ir_emit2(g, IR_OP_ADD, norm, ir_emit_const(g, 1e-6, IR_F32), NULL);
-    int ratio = ir_emit2(g, IR_OP_DIV, ir_emit_const(g, clip, IR_F32), denom, NULL);
-    return ir_emit2(g, IR_OP_MINIMUM, ir_emit_const(g, 1.0, IR_F32), ratio, "clip_scale");
+    int scale = -1;
+    if (clip) {
+        ir_attrs a = {0};
+        ir_attrs_set_int(&a, "axis", 0);
+        ir_attrs_set_int(&a, "start", 3);
+        ir_attrs_set_int(&a, "end", 4);
+        int gm = ir_emit(g, IR_OP_SLICE, &hyper, 1, &a, NULL);
+        ir_attrs_free(&a);
+        ir_attrs_set_ints(&a, "shape", NULL, 0);
+        gm = ir_emit(g, IR_OP_RESHAPE, &gm, 1, &a, NULL);
+        ir_attrs_free(&a);
+        int norm = ir_emit2(g, IR_OP_MUL, ir_emit1(g, IR_OP_SQRT, total, NULL), gm, "grad_norm");
+        int denom = ir_emit2(g, IR_OP_ADD, norm, ir_emit_const(g, 1e-6, IR_F32), NULL);
+        int ratio = ir_emit2(g, IR_OP_DIV, ir_emit_const(g, c->clip, IR_F32), denom, NULL);
+        scale = ir_emit2(g, IR_OP_MINIMUM, ir_emit_const(g, 1.0, IR_F32), ratio, "clip_scale");
+    }
+    if (check) {
+        int finite = ir_emit1(g, IR_OP_ISFINITE, total, "grads_finite");
+        ir_report r = {kl_xstrdup("_grads_finite"), finite};
+        kl_vec_push(g->reports, r);
+        scale = scale < 0 ? finite : ir_emit2(g, IR_OP_MINIMUM, finite, scale, "update_scale");
+    }
+    return scale;
 }
 
 int pass_optimizer(ir_graph *g)
@@ -58,7 +87,7 @@ int pass_optimizer(ir_graph *g)
     int hyper = ir_declare(g, IR_VAL_STATE, "optimizer.hyper", &hyper_t, (kl_loc){0, 0});
     ir_attrs_set_str(&ir_val(g, hyper)->attrs, "init", "zeros");
     ir_attrs_set_str(&ir_val(g, hyper)->attrs, "role", "hyper");
-    int scale = cfg.clip > 0 && g->grads.n ? clip_scale(g, cfg.clip) : ir_emit_const(g, 1.0, IR_F32);
+    int scale = update_scale(g, &cfg, hyper);
 
     for (int i = 0; i < g->grads.n; i++) {
         int p = g->grads.v[i].param, d = g->grads.v[i].grad;

@@ -9,6 +9,8 @@
 int pass_eval_mode(ir_graph *g);
 int pass_autodiff(ir_graph *g);
 int pass_optimizer(ir_graph *g);
+int pass_precision(ir_graph *g);
+int pass_accumulate(ir_graph *g);
 int pass_simplify(ir_graph *g);
 int pass_fusion(ir_graph *g);
 /* The fusion pass with fusion off: one kernel per node (kiln bench's

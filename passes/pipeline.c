@@ -51,13 +51,17 @@ int kl_pipeline_run(ir_graph *g, const kl_pipeline_opts *o)
     } else {
         run(&st, g, "eval_mode", pass_eval_mode);
     }
+    run(&st, g, "precision", pass_precision);
+    if (train)
+        run(&st, g, "accumulate", pass_accumulate);
     run(&st, g, "simplify", pass_simplify);
     run(&st, g, "fusion", o->no_fusion ? pass_fusion_none : pass_fusion);
     run(&st, g, "schedule", pass_schedule);
     return st.rc;
 }
 
-static const char *const pass_names[] = {"lower", "autodiff", "optimizer", "eval_mode", "simplify", "fusion", "schedule"};
+static const char *const pass_names[] = {"lower", "autodiff", "optimizer", "eval_mode", "precision", "accumulate",
+                                         "simplify", "fusion", "schedule"};
 
 bool kl_pipeline_has_pass(const char *name)
 {
@@ -71,5 +75,5 @@ bool kl_pipeline_has_pass(const char *name)
 
 const char *kl_pipeline_pass_names(void)
 {
-    return "lower, autodiff, optimizer, simplify, fusion, schedule";
+    return "lower, autodiff, optimizer, precision, accumulate, simplify, fusion, schedule";
 }

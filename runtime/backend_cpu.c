@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "session.h"
 #include "../codegen/kir.h"
 
 /* OpenBLAS's own thread count; declared here to avoid depending on which
@@ -21,6 +22,8 @@ typedef struct cpu_kernel {
 
 typedef struct cpu_backend {
     kl_backend base;
+    float *wide[3];       /* fp32 staging for low-precision GEMM operands */
+    size_t wide_len[3];
     const kl_builtin_kernel *builtins;
     char *cache_dir;
     bool quiet;
@@ -121,9 +124,67 @@ static void cpu_launch(kl_backend *be, const kl_plan *plan, int kernel, void *co
     fn(bufs, args);
 }
 
+/* An fp32 view of n elements of a low-precision (or fp32) buffer. */
+static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int64_t n, bool copy)
+{
+    if (dt == IR_F32)
+        return (float *)src;
+    if (cb->wide_len[slot] < (size_t)n) {
+        free(cb->wide[slot]);
+        cb->wide[slot] = kl_xmalloc(sizeof(float) * (size_t)n);
+        cb->wide_len[slot] = (size_t)n;
+    }
+    float *w = cb->wide[slot];
+    if (copy) {
+        const uint16_t *h = src;
+        if (dt == IR_BF16)
+            for (int64_t i = 0; i < n; i++)
+                w[i] = kl_bf16_to_f32(h[i]);
+        else
+            for (int64_t i = 0; i < n; i++)
+                w[i] = kl_f16_to_f32(h[i]);
+    }
+    return w;
+}
+
+/* Elements a GEMM touches in one operand: from its offset to the end of
+ * the last batch item. */
+static int64_t extent(int64_t off, int64_t stride, int64_t batch, int64_t each)
+{
+    return off + stride * (batch - 1) + each;
+}
+
+static void cpu_gemm_wide(const kl_gemm *g, const void *a, const void *b, void *c);
+
 static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
 {
-    (void)be;
+    cpu_backend *cb = (cpu_backend *)be;
+    if (g->dtype == IR_F64 || (g->dtype == IR_F32 && g->out_dtype == IR_F32)) {
+        cpu_gemm_wide(g, a, b, c);
+        return;
+    }
+    /* Low precision: the products in fp32 (as on the GPU: low-precision
+     * operands, fp32 accumulation), the result rounded to its dtype. */
+    kl_gemm w = *g;
+    int64_t na = extent(g->off_a, g->stride_a, g->batch, g->m * g->k);
+    int64_t nb = extent(g->off_b, g->stride_b, g->batch, g->k * g->n);
+    int64_t nc = extent(g->off_c, g->stride_c, g->accumulate ? 1 : g->batch, g->m * g->n);
+    float *fa = widen(cb, 0, g->dtype, a, na, true), *fb = widen(cb, 1, g->dtype, b, nb, true);
+    bool wide_c = g->out_dtype != IR_F32;
+    bool gaps = g->batch > 1 && g->stride_c != g->m * g->n;
+    float *fc = wide_c ? widen(cb, 2, g->out_dtype, c, nc, g->beta != 0 || g->accumulate || gaps) : c;
+    w.dtype = w.out_dtype = IR_F32;
+    cpu_gemm_wide(&w, fa, fb, fc);
+    if (wide_c) {
+        uint16_t *h = c;
+        /* Only the elements the GEMM wrote: from the offset on. */
+        for (int64_t i = g->off_c; i < nc; i++)
+            h[i] = g->out_dtype == IR_BF16 ? kl_f32_to_bf16(fc[i]) : kl_f32_to_f16(fc[i]);
+    }
+}
+
+static void cpu_gemm_wide(const kl_gemm *g, const void *a, const void *b, void *c)
+{
     CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     /* Row-major leading dimensions: the stored row length of each matrix. */
     int lda = (int)(g->ta ? g->m : g->k), ldb = (int)(g->tb ? g->k : g->n), ldc = (int)g->n;
@@ -156,6 +217,8 @@ static void cpu_destroy(kl_backend *be)
         dlclose(cb->handles.v[i]);
     kl_vec_free(cb->handles);
     free(cb->cache_dir);
+    for (int i = 0; i < 3; i++)
+        free(cb->wide[i]);
     free(cb);
 }
 

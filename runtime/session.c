@@ -46,7 +46,23 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
     }
     size_t bytes = (size_t)ir_type_bytes(&v->type);
     void *host = kl_xcalloc(1, bytes ? bytes : 1);
-    kl_init_values(v, s->seed, host);
+    ir_attr *init = ir_attrs_find(&v->attrs, "init");
+    const char *from = init && init->val.kind == IR_ATTR_CALL && !strcmp(init->val.s, "copy") && init->val.args
+                           ? ir_attr_str(init->val.args, "from", NULL) : NULL;
+    if (from) {
+        /* A low-precision copy of a param: its master's values, rounded. */
+        kl_persist *m = kl_session_find(s, from);
+        if (!m || ir_type_numel(&m->type) != ir_type_numel(&v->type))
+            kl_panic("%s copies %s, which the session does not hold", v->name, from);
+        size_t mb = (size_t)ir_type_bytes(&m->type);
+        void *mh = kl_xmalloc(mb);
+        s->be->ops->copy_out(s->be, mh, m->ptr, mb);
+        for (int64_t i = 0; i < ir_type_numel(&v->type); i++)
+            kl_store_as(v->type.dtype, host, i, kl_load_as(m->type.dtype, mh, i));
+        free(mh);
+    } else {
+        kl_init_values(v, s->seed, host);
+    }
     kl_persist np = {kl_xstrdup(v->name), v->type, s->be->ops->alloc(s->be, bytes)};
     s->be->ops->copy_in(s->be, np.ptr, host, bytes);
     free(host);

@@ -244,6 +244,11 @@ double kl_schedule_lr(const kl_train_config *c, double base, int64_t t, int64_t 
 
 typedef struct trainer {
     kl_train_config cfg;
+    /* fp16 loss scaling: the scale, clean steps since the last change,
+     * skipped steps, and the check's value in the training graph. */
+    double loss_scale;
+    int64_t clean_steps, skipped;
+    int finite_value;
     options opt;
     const char *model;
     kl_session *s;
@@ -258,11 +263,37 @@ static void write_hyper(trainer *t, int64_t step, int64_t total, double *lr_out)
 {
     kl_persist *h = kl_session_find(t->s, "optimizer.hyper");
     double lr = kl_schedule_lr(&t->cfg, t->scaled_lr, step, total);
+    /* The gradient multiplier undoes the loss scale and averages the
+     * micro-batches. */
     float v[4] = {(float)lr, (float)(1 - pow(t->cfg.opt.beta1, (double)step)),
-                  (float)(1 - pow(t->cfg.opt.beta2, (double)step)), (float)(1.0 / (double)t->cfg.accumulate)};
+                  (float)(1 - pow(t->cfg.opt.beta2, (double)step)),
+                  (float)(1.0 / (t->loss_scale * (double)t->cfg.accumulate))};
     if (h)
         t->s->be->ops->copy_in(t->s->be, h->ptr, v, sizeof v);
+    kl_persist *ls = kl_session_find(t->s, "loss_scale");
+    float sv = (float)t->loss_scale;
+    if (ls)
+        t->s->be->ops->copy_in(t->s->be, ls->ptr, &sv, sizeof sv);
     *lr_out = lr;
+}
+
+/* After an optimizer step with fp16: back off on overflow (the step was
+ * skipped), grow after a run of clean steps. */
+static void adjust_loss_scale(trainer *t)
+{
+    if (t->finite_value < 0)
+        return;
+    bool finite = kl_exec_scalar(t->train, t->finite_value) != 0;
+    const kl_train_config *c = &t->cfg;
+    if (!finite) {
+        t->skipped++;
+        t->clean_steps = 0;
+        if (c->loss_scale.dynamic)
+            t->loss_scale *= c->loss_scale.backoff;
+    } else if (c->loss_scale.dynamic && ++t->clean_steps >= c->loss_scale.interval) {
+        t->loss_scale *= c->loss_scale.growth;
+        t->clean_steps = 0;
+    }
 }
 
 typedef struct eval_result {
@@ -404,7 +435,8 @@ static int run_training(trainer *t, const kl_source *src)
     int64_t best_epoch = 0, log_every = c->log_every;
     double win_loss = 0, win_metric = 0, win_t0 = kl_now();
     int64_t win_steps = 0;
-    int metric_count = t->train->g->reports.n;
+    /* The first report is the metric shown (internal ones start with _). */
+    int metric_count = t->train->g->reports.n && t->train->g->reports.v[0].name[0] != '_';
     const char *metric_name = metric_count ? t->train->g->reports.v[0].name : NULL;
     kl_kargs args = {0, (uint64_t)c->seed};
     int rc = 0;
@@ -440,6 +472,7 @@ static int run_training(trainer *t, const kl_source *src)
             }
             if (ended)
                 break;
+            adjust_loss_scale(t);
             step++;
             win_steps++;
             step_time += kl_now() - st0;
@@ -463,7 +496,10 @@ static int run_training(trainer *t, const kl_source *src)
                            (long long)step, (long long)total, loss_now);
                     if (metric_name)
                         printf("  %s %.4f", metric_name, m);
-                    printf("  lr %.2e  %.0f samples/s  %.2f ms/step\n", lr, sps, ms);
+                    printf("  lr %.2e", lr);
+                    if (t->finite_value >= 0)
+                        printf("  scale %.0f  skipped %lld", t->loss_scale, (long long)t->skipped);
+                    printf("  %.0f samples/s  %.2f ms/step\n", sps, ms);
                     fflush(stdout);
                 }
                 json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f}",
@@ -561,12 +597,17 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     kl_backend *be = kl_cpu_backend_new(&co);
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, 1);
+    t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
+    t.finite_value = -1;
 
     /* The training plan, then the evaluation plans (same params). */
     t.train = make_exec(&t, g, KL_MODE_TRAIN);
     g = NULL;
     if (!t.train || bind_inputs(t.train->g, &t.train_set, &t.tb, model_name))
         goto done;
+    for (int i = 0; i < t.train->g->reports.n; i++)
+        if (!strcmp(t.train->g->reports.v[i].name, "_grads_finite"))
+            t.finite_value = t.train->g->reports.v[i].value;
     int64_t eb = kl_eval_batch(t.test_set.count, t.cfg.batch);
     char num[32];
     snprintf(num, sizeof num, "%lld", (long long)eb);

@@ -397,7 +397,7 @@ static void test_attrs_normalize(void **state)
         {IR_OP_SLICE, "=1; end=2; start=0", "{axis = 1, start = 0, end = 2, step = 1}", NULL},
         {IR_OP_RELU, "", "", NULL},
         /* errors */
-        {IR_OP_CONV2D, "strides=1", NULL, "conv2d has no argument 'strides' (its arguments: stride, pad, dilation, groups)"},
+        {IR_OP_CONV2D, "strides=1", NULL, "conv2d has no argument 'strides' (its arguments: stride, pad, dilation, groups, out)"},
         {IR_OP_RELU, "axis=1", NULL, "relu has no argument 'axis' (it takes none)"},
         {IR_OP_MATMUL, "transpose_a=1.5", NULL, "argument 'transpose_a' of matmul must be an integer"},
         {IR_OP_MAXPOOL, "size=[1,2,3]", NULL, "argument 'size' of maxpool must be an integer or a pair of integers"},

@@ -1,0 +1,241 @@
+/* precision: assigns a dtype to every value for bf16 or fp16 training.
+ *
+ * requires: optimizer (or eval_mode); the train block's precision
+ * provides: with precision = fp32, nothing changes (the graph is the same
+ *           bit for bit). With bf16 or fp16:
+ *   - ops of precision class LOW (GEMM, convolution and their gradients)
+ *     take low-precision operands; their products accumulate in fp32, and
+ *     those that give a param's gradient return fp32 (attribute out);
+ *   - ops of class F32 (softmax, losses, reductions, exp/log, statistics)
+ *     take fp32 operands and give fp32;
+ *   - the rest follow their operands: low when every computed float
+ *     operand is low, fp32 otherwise; normalisations keep their data's
+ *     dtype and compute their statistics in fp32;
+ *   - params stay fp32 (master weights); an op that wants one in low
+ *     precision reads a low-precision copy (state NAME.lowp) that the
+ *     optimizer update writes after each step;
+ *   - casts are inserted only at the boundaries (one per value and dtype),
+ *     for the fusion pass to fold into their neighbours;
+ *   - an op annotated _precision = f32 (precision = fp32 on a call in the
+ *     model file, or keep_fp32 in the train block) runs in fp32.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "../frontend/train_config.h"
+
+typedef enum { MODE_SKIP, MODE_LOW, MODE_F32, MODE_FOLLOW, MODE_NORM } mode;
+
+typedef struct prec {
+    ir_graph *g;
+    ir_dtype low;
+    int nvals;            /* values before the pass */
+    int *cast[IR_NDTYPES]; /* per original value: its cast to a dtype, or -1 */
+    int *copy;            /* per param: its low-precision copy, or -1 */
+} prec;
+
+static bool is_grad(const ir_graph *g, int v)
+{
+    for (int i = 0; i < g->grads.n; i++)
+        if (g->grads.v[i].grad == v)
+            return true;
+    return false;
+}
+
+static mode mode_of(const prec *P, const ir_node *n)
+{
+    const char *want = ir_attr_str(&n->attrs, "_precision", NULL);
+    if (n->phase == IR_PHASE_UPDATE || n->op == IR_OP_CONST || n->op == IR_OP_CAST)
+        return MODE_SKIP;
+    if (ir_ops[n->op].kclass == IR_KC_NORM)
+        return MODE_NORM;
+    if (want && !strcmp(want, "f32"))
+        return MODE_F32;
+    if (want && ir_dtype_from_name(want) == (int)P->low)
+        return MODE_LOW;
+    switch (ir_ops[n->op].precision) {
+    case IR_PREC_LOW: return MODE_LOW;
+    case IR_PREC_F32: return MODE_F32;
+    case IR_PREC_FOLLOW: return MODE_FOLLOW;
+    default: return MODE_SKIP;
+    }
+}
+
+static bool is_low(const prec *P, ir_dtype d)
+{
+    return d == P->low;
+}
+
+/* The low-precision copy of param p, made on first use. */
+static int copy_of(prec *P, int p)
+{
+    if (P->copy[p] >= 0)
+        return P->copy[p];
+    ir_value *pv = ir_val(P->g, p);
+    char *name = kl_xasprintf("%s.lowp", pv->name);
+    ir_type t = pv->type;
+    t.dtype = P->low;
+    int c = ir_declare(P->g, IR_VAL_STATE, name, &t, pv->loc);
+    free(name);
+    ir_value *cv = ir_val(P->g, c);
+    ir_attr_val init = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("copy")};
+    init.args = kl_xcalloc(1, sizeof *init.args);
+    ir_attrs_set_str(init.args, "from", ir_val(P->g, p)->name);
+    ir_attrs_set(&cv->attrs, "init", init);
+    ir_attrs_set_str(&cv->attrs, "role", "lowp");
+    P->copy[p] = c;
+    return c;
+}
+
+/* Value v as dtype dt: itself, a constant of that dtype, the param's
+ * low-precision copy, or a cast (one per value and dtype). */
+static int as_dtype(prec *P, int v, ir_dtype dt)
+{
+    ir_graph *g = P->g;
+    const ir_value *val = ir_val(g, v);
+    if (val->type.dtype == dt || !ir_dtype_is_float(val->type.dtype) || val->type.dtype == IR_F64)
+        return v;
+    if (val->def >= 0 && ir_nd(g, val->def)->op == IR_OP_CONST) {
+        const ir_node *c = ir_nd(g, val->def);
+        ir_attrs a;
+        ir_attrs_copy(&a, &c->attrs);
+        ir_attrs_set_str(&a, "dtype", ir_dtype_name(dt));
+        int r = ir_emit(g, IR_OP_CONST, NULL, 0, &a, NULL);
+        ir_attrs_free(&a);
+        ir_nd(g, g->nodes.n - 1)->phase = c->phase;
+        return r;
+    }
+    if (val->kind == IR_VAL_PARAM && dt == P->low)
+        return copy_of(P, v);
+    if (v < P->nvals && P->cast[dt][v] >= 0)
+        return P->cast[dt][v];
+    ir_attrs a = {0};
+    ir_attrs_set_str(&a, "to", ir_dtype_name(dt));
+    int r = ir_emit(g, IR_OP_CAST, &v, 1, &a, NULL);
+    ir_attrs_free(&a);
+    ir_node *cn = ir_nd(g, g->nodes.n - 1);
+    /* The cast runs with its value's producer (or its first reader). */
+    cn->phase = val->def >= 0 ? ir_nd(g, val->def)->phase : IR_PHASE_FORWARD;
+    cn->loc = val->loc;
+    if (v < P->nvals)
+        P->cast[dt][v] = r;
+    return r;
+}
+
+static void set_operand_dtype(prec *P, ir_node *n, int k, ir_dtype dt)
+{
+    int v = n->in.v[k];
+    int r = as_dtype(P, v, dt);
+    if (r != v)
+        ir_set_operand(P->g, n, k, r);
+}
+
+/* Reruns the node's shape rule and retypes its results. */
+static void retype(ir_graph *g, ir_node *n)
+{
+    ir_type in[64];
+    for (int k = 0; k < n->in.n; k++)
+        in[k] = ir_val(g, n->in.v[k])->type;
+    ir_attrs a;
+    ir_attrs_copy(&a, &n->attrs);
+    ir_infer inf = {.op = n->op, .nin = n->in.n, .in = in, .attrs = &a};
+    if (ir_infer_run(&inf))
+        kl_panic("precision: %s no longer type-checks: %s", ir_op_name(n->op), inf.err);
+    for (int k = 0; k < n->out.n; k++)
+        ir_val(g, n->out.v[k])->type = inf.out[k];
+    ir_attrs_free(&n->attrs);
+    n->attrs = a;
+}
+
+static void assign(prec *P, ir_node *n)
+{
+    ir_graph *g = P->g;
+    mode m = mode_of(P, n);
+    if (m == MODE_SKIP || m == MODE_NORM)
+        return;
+    ir_dtype want = m == MODE_LOW ? P->low : IR_F32;
+    if (m == MODE_FOLLOW) {
+        /* Low when every computed (non-persistent) float operand is low. */
+        int computed = 0, low = 0;
+        for (int k = 0; k < n->in.n; k++) {
+            const ir_value *v = ir_val(g, n->in.v[k]);
+            bool konst = v->def >= 0 && ir_nd(g, v->def)->op == IR_OP_CONST;
+            if (!ir_dtype_is_float(v->type.dtype) || ir_is_persistent(v) || konst)
+                continue;
+            computed++;
+            low += is_low(P, v->type.dtype);
+        }
+        if (!computed)
+            return;
+        want = low == computed ? P->low : IR_F32;
+    }
+    for (int k = 0; k < n->in.n; k++) {
+        if (ir_op_mutates(n->op, k))
+            continue;
+        /* Integer operands (labels, indices) keep their dtype. */
+        if (!ir_dtype_is_float(ir_val(g, n->in.v[k])->type.dtype))
+            continue;
+        set_operand_dtype(P, n, k, want);
+    }
+    /* A low-precision GEMM that gives a param's gradient returns fp32. */
+    if (m == MODE_LOW && n->out.n == 1 && is_grad(g, n->out.v[0]) &&
+        (n->op == IR_OP_MATMUL || ir_ops[n->op].kclass == IR_KC_CONV))
+        ir_attrs_set_str(&n->attrs, "out", "f32");
+    retype(g, n);
+}
+
+int pass_precision(ir_graph *g)
+{
+    kl_train_config cfg;
+    kl_train_read(&g->train, &cfg);
+    kl_precision p = cfg.precision;
+    kl_train_config_free(&cfg);
+    if (p == KL_PREC_FP32)
+        return 0;
+    prec P = {.g = g, .low = p == KL_PREC_BF16 ? IR_BF16 : IR_F16, .nvals = g->values.n};
+    for (int d = 0; d < IR_NDTYPES; d++) {
+        P.cast[d] = kl_xmalloc(sizeof(int) * (size_t)(P.nvals + 1));
+        for (int v = 0; v < P.nvals; v++)
+            P.cast[d][v] = -1;
+    }
+    P.copy = kl_xmalloc(sizeof(int) * (size_t)(P.nvals + 1));
+    for (int v = 0; v < P.nvals; v++)
+        P.copy[v] = -1;
+    int nnodes = g->nodes.n;
+    for (int i = 0; i < nnodes; i++)
+        if (!ir_nd(g, i)->dead)
+            assign(&P, ir_nd(g, i));
+    /* Gradients and the loss in fp32. */
+    for (int i = 0; i < g->grads.n; i++) {
+        int d = g->grads.v[i].grad;
+        if (ir_val(g, d)->type.dtype != ir_val(g, g->grads.v[i].param)->type.dtype) {
+            int c = as_dtype(&P, d, ir_val(g, g->grads.v[i].param)->type.dtype);
+            ir_nd(g, ir_val(g, c)->def)->phase = IR_PHASE_BACKWARD;
+            /* The update and the norm read the fp32 gradient. */
+            const ir_value *dv = ir_val(g, d);
+            for (int u = dv->uses.n - 1; u >= 0; u--) {
+                ir_use use = dv->uses.v[u];
+                if (ir_nd(g, use.node)->phase == IR_PHASE_UPDATE)
+                    ir_set_operand(g, ir_nd(g, use.node), use.operand, c);
+            }
+            g->grads.v[i].grad = c;
+        }
+    }
+    if (g->loss >= 0 && ir_val(g, g->loss)->type.dtype != IR_F32 && ir_val(g, g->loss)->type.dtype != IR_F64)
+        g->loss = as_dtype(&P, g->loss, IR_F32);
+    /* The updates write the low-precision copies. */
+    for (int i = 0; i < nnodes; i++) {
+        ir_node *n = ir_nd(g, i);
+        if (n->dead || ir_ops[n->op].kclass != IR_KC_UPDATE || n->op == IR_OP_GRAD_ACCUMULATE)
+            continue;
+        int w = n->in.v[0];
+        if (w < P.nvals && P.copy[w] >= 0)
+            ir_append_operand(g, n, P.copy[w]);
+    }
+    for (int d = 0; d < IR_NDTYPES; d++)
+        free(P.cast[d]);
+    free(P.copy);
+    ir_toposort(g);
+    return 0;
+}
