@@ -415,23 +415,34 @@ static int heap_pop(heap *h)
 void ir_toposort_units(ir_graph *g, const int *unit)
 {
     int n = g->nodes.n;
-    /* Units are named by their first node; others point at it. */
-    int *head = kl_xmalloc(sizeof(int) * (size_t)(n + 1));
+    /* The program order: phases in turn (forward, backward, update), the
+     * current order within each. A pass may append a node anywhere; its
+     * phase places it. */
+    int *pos = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), next = 0;
+    for (int ph = IR_PHASE_FORWARD; ph <= IR_PHASE_UPDATE; ph++)
+        for (int j = 0; j < n; j++)
+            if (g->nodes.v[j]->phase == (ir_phase)ph)
+                pos[j] = next++;
+    /* A unit is named by its first node in program order. */
+    int units = 0;
+    for (int j = 0; j < n; j++)
+        if (unit && unit[j] >= units)
+            units = unit[j] + 1;
+    int *unit_head = kl_xmalloc(sizeof(int) * (size_t)(units + 1));
+    for (int u = 0; u < units; u++)
+        unit_head[u] = -1;
     for (int j = 0; j < n; j++) {
-        head[j] = j;
-        if (unit && unit[j] >= 0)
-            for (int k = 0; k < j; k++)
-                if (unit[k] == unit[j] && !g->nodes.v[k]->dead) {
-                    head[j] = head[k];
-                    break;
-                }
+        int u = unit ? unit[j] : -1;
+        if (u >= 0 && !g->nodes.v[j]->dead && (unit_head[u] < 0 || pos[j] < pos[unit_head[u]]))
+            unit_head[u] = j;
     }
+    int *head = kl_xmalloc(sizeof(int) * (size_t)(n + 1));
+    for (int j = 0; j < n; j++)
+        head[j] = unit && unit[j] >= 0 && !g->nodes.v[j]->dead ? unit_head[unit[j]] : j;
+    free(unit_head);
     int *indeg = kl_xcalloc((size_t)n + 1, sizeof(int));
     KL_VEC(int) *succ = kl_xcalloc((size_t)n + 1, sizeof *succ);
     KL_VEC(int) *members = kl_xcalloc((size_t)n + 1, sizeof *members);
-    for (int j = 0; j < n; j++)
-        if (!g->nodes.v[j]->dead)
-            kl_vec_push(members[head[j]], j);
 #define EDGE(a, b)                                   \
     do {                                             \
         int _a = head[a], _b = head[b];              \
@@ -448,28 +459,74 @@ void ir_toposort_units(ir_graph *g, const int *unit)
             ir_value *v = g->values.v[nd->in.v[k]];
             if (v->def >= 0)
                 EDGE(v->def, j);
-            if (!ir_op_mutates(nd->op, k))
+        }
+    }
+    /* Persistent values written in place keep their accesses in program
+     * order: a write after earlier reads and writes, a read after the
+     * write before it. */
+    int *acc = kl_xmalloc(sizeof(int) * (size_t)(n + 1));
+    for (int vi = 0; vi < g->values.n; vi++) {
+        ir_value *v = g->values.v[vi];
+        if (!ir_is_persistent(v) || v->uses.n < 2)
+            continue;
+        int na = 0;
+        bool written = false;
+        for (int u = 0; u < v->uses.n; u++) {
+            int r = v->uses.v[u].node;
+            if (g->nodes.v[r]->dead)
                 continue;
-            for (int u = 0; u < v->uses.n; u++) {
-                int r = v->uses.v[u].node;
-                if (r != j && !g->nodes.v[r]->dead)
-                    EDGE(r, j);
+            written |= ir_op_mutates(g->nodes.v[r]->op, v->uses.v[u].operand);
+            acc[na++] = u;
+        }
+        if (!written)
+            continue;
+        /* Accesses sorted by program position (insertion sort: few). */
+        for (int a = 1; a < na; a++)
+            for (int b = a; b > 0 && pos[v->uses.v[acc[b]].node] < pos[v->uses.v[acc[b - 1]].node]; b--) {
+                int t = acc[b];
+                acc[b] = acc[b - 1];
+                acc[b - 1] = t;
+            }
+        int last_write = -1, first_read = 0;
+        for (int a = 0; a < na; a++) {
+            ir_use use = v->uses.v[acc[a]];
+            bool w = ir_op_mutates(g->nodes.v[use.node]->op, use.operand);
+            if (w) {
+                for (int r = first_read; r < a; r++)
+                    EDGE(v->uses.v[acc[r]].node, use.node);
+                if (last_write >= 0)
+                    EDGE(last_write, use.node);
+                last_write = use.node;
+                first_read = a + 1;
+            } else if (last_write >= 0) {
+                EDGE(last_write, use.node);
             }
         }
     }
+    free(acc);
 #undef EDGE
+    /* Members of each unit in program order. */
+    int *by_pos = kl_xmalloc(sizeof(int) * (size_t)(n + 1));
+    for (int j = 0; j < n; j++)
+        by_pos[pos[j]] = j;
+    for (int q = 0; q < n; q++) {
+        int j = by_pos[q];
+        if (!g->nodes.v[j]->dead)
+            kl_vec_push(members[head[j]], j);
+    }
     heap h = {kl_xmalloc(sizeof(int) * (size_t)(n + 1)), 0};
     int *order = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), on = 0;
+    /* The heap orders units by the program position of their head. */
     for (int j = 0; j < n; j++)
         if (!g->nodes.v[j]->dead && head[j] == j && indeg[j] == 0)
-            heap_push(&h, j);
+            heap_push(&h, pos[j]);
     while (h.n) {
-        int u = heap_pop(&h);
+        int u = by_pos[heap_pop(&h)];
         for (int k = 0; k < members[u].n; k++)
             order[on++] = members[u].v[k];
         for (int k = 0; k < succ[u].n; k++)
             if (--indeg[succ[u].v[k]] == 0)
-                heap_push(&h, succ[u].v[k]);
+                heap_push(&h, pos[succ[u].v[k]]);
     }
     int live = 0;
     for (int j = 0; j < n; j++)
@@ -491,6 +548,8 @@ void ir_toposort_units(ir_graph *g, const int *unit)
     free(h.v);
     free(order);
     free(head);
+    free(pos);
+    free(by_pos);
 }
 
 void ir_toposort(ir_graph *g)

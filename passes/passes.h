@@ -20,6 +20,10 @@ int pass_schedule(ir_graph *g);
 
 /* Reports a pass's user error against the model file the graph came from. */
 void pass_error(const ir_graph *g, kl_loc loc, const char *fmt, ...) KL_PRINTF(3, 4);
+/* Bytes per kind of value and dtype: params, low-precision copies, state,
+ * forward temporaries (activations) and backward temporaries, each the sum
+ * of every value's size (before memory planning). One line; caller frees. */
+char *pass_memory_summary(const ir_graph *g);
 /* The persistent value with attribute role = ROLE, or -1. */
 int pass_find_role(const ir_graph *g, const char *role);
 

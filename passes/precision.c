@@ -152,8 +152,17 @@ static void assign(prec *P, ir_node *n)
 {
     ir_graph *g = P->g;
     mode m = mode_of(P, n);
-    if (m == MODE_SKIP || m == MODE_NORM)
+    if (m == MODE_SKIP)
         return;
+    if (m == MODE_NORM) {
+        /* The data keeps its dtype (statistics are fp32 inside the
+         * kernel); a backward op's dy follows its x. */
+        if ((n->op == IR_OP_BATCHNORM_GRAD || n->op == IR_OP_LAYERNORM_GRAD) &&
+            ir_val(g, n->in.v[0])->type.dtype != ir_val(g, n->in.v[1])->type.dtype)
+            set_operand_dtype(P, n, 0, ir_val(g, n->in.v[1])->type.dtype);
+        retype(g, n);
+        return;
+    }
     ir_dtype want = m == MODE_LOW ? P->low : IR_F32;
     if (m == MODE_FOLLOW) {
         /* Low when every computed (non-persistent) float operand is low. */

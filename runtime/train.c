@@ -12,6 +12,7 @@
 #include "../frontend/lower.h"
 #include "../frontend/train_config.h"
 #include "../passes/pipeline.h"
+#include "../passes/passes.h"
 
 static const char usage[] =
     "usage: %s [options]\n"
@@ -47,6 +48,7 @@ typedef struct options {
     int nowned;
     int threads;
     const char *device, *metrics, *save, *save_init, *resume;
+    int64_t force_overflow; /* a test hook: poison this step's loss scale */
     bool quiet, profile;
 } options;
 
@@ -115,6 +117,8 @@ static int parse_flags(int argc, char **argv, options *o, const char *model)
             o->metrics = argv[++i];
         } else if (!strcmp(a, "--save") && has) {
             o->save = argv[++i];
+        } else if (!strcmp(a, "--force-overflow") && has) {
+            o->force_overflow = strtoll(argv[++i], NULL, 10);
         } else if (!strcmp(a, "--save-init") && has) {
             o->save_init = argv[++i];
         } else if (!strcmp(a, "--resume") && has) {
@@ -271,7 +275,9 @@ static void write_hyper(trainer *t, int64_t step, int64_t total, double *lr_out)
     if (h)
         t->s->be->ops->copy_in(t->s->be, h->ptr, v, sizeof v);
     kl_persist *ls = kl_session_find(t->s, "loss_scale");
-    float sv = (float)t->loss_scale;
+    /* --force-overflow N: step N's gradients become inf, as an fp16
+     * overflow would make them (the tests check the step is skipped). */
+    float sv = step == t->opt.force_overflow ? (float)(1.0 / 0.0) : (float)t->loss_scale;
     if (ls)
         t->s->be->ops->copy_in(t->s->be, ls->ptr, &sv, sizeof sv);
     *lr_out = lr;
@@ -502,8 +508,9 @@ static int run_training(trainer *t, const kl_source *src)
                     printf("  %.0f samples/s  %.2f ms/step\n", sps, ms);
                     fflush(stdout);
                 }
-                json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f}",
-                          (long long)epoch + 1, (long long)step, loss_now, metric_name ? metric_name : "metric", m, lr, sps, ms);
+                json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f}",
+                          (long long)epoch + 1, (long long)step, loss_now, metric_name ? metric_name : "metric", m, lr,
+                          t->loss_scale, (long long)t->skipped, sps, ms);
                 win_loss = win_metric = 0;
                 win_steps = 0;
                 win_t0 = kl_now();
@@ -632,11 +639,22 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         if (v->kind == IR_VAL_PARAM)
             params += ir_type_numel(&v->type);
     }
-    if (!t.opt.quiet)
-        printf("%s: %lld params, %s, batch %lld x accumulate %lld, lr %.3g, %d threads, %lld train / %lld test samples\n",
-               t.train->g->name, (long long)params, kl_precision_name(t.cfg.precision), (long long)t.cfg.batch,
-               (long long)t.cfg.accumulate, t.scaled_lr, be->threads, (long long)t.train_set.count,
-               (long long)t.test_set.count);
+    if (!t.opt.quiet) {
+        printf("%s: %lld params, %s, %d threads, %lld train / %lld test samples\n", t.train->g->name, (long long)params,
+               kl_precision_name(t.cfg.precision), be->threads, (long long)t.train_set.count, (long long)t.test_set.count);
+        int64_t eff = t.cfg.batch * t.cfg.accumulate, base = t.cfg.base_batch ? t.cfg.base_batch : t.cfg.batch;
+        printf("effective batch %lld (batch %lld x accumulate %lld); lr %.4g", (long long)eff, (long long)t.cfg.batch,
+               (long long)t.cfg.accumulate, t.scaled_lr);
+        if (t.cfg.lr_scaling != KL_LRS_NONE)
+            printf(" (%s scaling of %.4g from base batch %lld)", t.cfg.lr_scaling == KL_LRS_LINEAR ? "linear" : "sqrt",
+                   t.cfg.opt.lr, (long long)base);
+        if (t.cfg.sched.warmup > 0)
+            printf(", warmup %lld steps", (long long)t.cfg.sched.warmup);
+        printf("\n");
+        char *mem = pass_memory_summary(t.train->g);
+        printf("memory: %s\n", mem);
+        free(mem);
+    }
     if (t.opt.save_init && kl_checkpoint_save(t.s, t.opt.save_init, 0))
         goto done;
     if (t.opt.profile)

@@ -11,6 +11,7 @@
 #include "codegen/plan.h"
 #include "frontend/lower.h"
 #include "passes/pipeline.h"
+#include "passes/passes.h"
 
 static const char usage[] =
     "usage: kiln COMMAND [ARGS]\n"
@@ -193,8 +194,24 @@ static int cmd_ir(int argc, char **argv)
             kl_plan *p = cg_build_plan(g);
             text = kl_plan_c_source(p);
             kl_plan_free(p);
+        } else if (!strcmp(format, "dot")) {
+            text = ir_print_dot(g);
         } else {
-            text = !strcmp(format, "dot") ? ir_print_dot(g) : ir_print(g);
+            /* After the precision pass, the bytes by kind and dtype as a
+             * comment (comments read back as nothing, so the dump still
+             * round-trips). */
+            char *body = ir_print(g);
+            bool precision = false;
+            for (int i = 0; i < g->passes.n; i++)
+                precision |= !strcmp(g->passes.v[i], "precision");
+            if (precision) {
+                char *mem = pass_memory_summary(g);
+                text = kl_xasprintf("# memory: %s\n%s", mem, body);
+                free(mem);
+                free(body);
+            } else {
+                text = body;
+            }
         }
         rc = write_output(out, text) ? 1 : 0;
         free(text);
