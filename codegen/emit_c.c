@@ -66,8 +66,18 @@ static const char prelude[] =
     "    uint64_t x = kl_mix(kl_mix(kl_mix(seed) ^ (uint64_t)step) ^ salt) ^ index;\n"
     "    return (float)(kl_mix(x) >> 40) * (1.0f / 16777216.0f);\n"
     "}\n"
-    "static inline float kl_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
-    "static inline double kl_gelu_d(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }\n"
+    "/* Selects rather than fmaxf/fminf, which do not vectorise: max and min\n"
+    " * keep a NaN of either operand; the accumulator forms skip NaN. */\n"
+    "static inline float kl_relu(float x) { return x > 0.0f ? x : 0.0f; }\n"
+    "static inline double kl_relu_d(double x) { return x > 0.0 ? x : 0.0; }\n"
+    "static inline float kl_max(float a, float b) { return (a > b || a != a) ? a : b; }\n"
+    "static inline float kl_min(float a, float b) { return (a < b || a != a) ? a : b; }\n"
+    "static inline double kl_max_d(double a, double b) { return (a > b || a != a) ? a : b; }\n"
+    "static inline double kl_min_d(double a, double b) { return (a < b || a != a) ? a : b; }\n"
+    "static inline float kl_max_acc(float acc, float x) { return x > acc ? x : acc; }\n"
+    "static inline float kl_min_acc(float acc, float x) { return x < acc ? x : acc; }\n"
+    "static inline double kl_max_acc_d(double acc, double x) { return x > acc ? x : acc; }\n"
+    "static inline double kl_min_acc_d(double acc, double x) { return x < acc ? x : acc; }\n"
     "\n";
 
 const char *kir_c_prelude(void)
@@ -183,11 +193,14 @@ static void print_un(printer *p, const kir_expr *e)
         print_expr(p, e->a);
         kl_buf_puts(b, ") ? 1 : 0)");
         return;
-    case KU_RELU:
-        kl_buf_printf(b, "%s(", fn("fmax", t));
+    case KU_RELU: {
+        /* A select, not fmaxf: it vectorises (fmaxf's NaN rule does not);
+         * NaN gives 0 either way. */
+        kl_buf_printf(b, "%s(", t == KT_F64 ? "kl_relu_d" : "kl_relu");
         print_expr(p, e->a);
-        kl_buf_printf(b, ", %s)", t == KT_F64 ? "0.0" : "0.0f");
+        kl_buf_puts(b, ")");
         return;
+    }
     case KU_UNIFORM:
         kl_buf_printf(b, "(%s)kl_rand(ka->seed, ka->step, %lldull, (uint64_t)(", c_type(t), (long long)e->i);
         print_expr(p, e->a);
@@ -221,8 +234,13 @@ static void print_bin(printer *p, const kir_expr *e)
             kl_buf_puts(p->b, "))");
             return;
         }
-        const char *name = e->op == KB_MAX ? "fmax" : e->op == KB_MIN ? "fmin" : "pow";
-        kl_buf_printf(p->b, "%s(", fn(name, t));
+        /* max and min as selects that keep a NaN of either operand (and
+         * vectorise, unlike fmaxf/fminf). */
+        const char *name = e->op == KB_MAX ? "kl_max" : e->op == KB_MIN ? "kl_min" : NULL;
+        if (name)
+            kl_buf_printf(p->b, "%s%s(", name, t == KT_F64 ? "_d" : "");
+        else
+            kl_buf_printf(p->b, "%s(", fn("pow", t));
         print_expr(p, e->a);
         kl_buf_puts(p->b, ", ");
         print_expr(p, e->b);
@@ -406,7 +424,9 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
                 kl_buf_printf(p->b, "%s += ", v);
                 print_expr(p, s->a);
             } else {
-                kl_buf_printf(p->b, "%s = %s(%s, ", v, fn(s->accop == KA_MAX ? "fmax" : "fmin", k->var_types[s->var]), v);
+                /* acc = x > acc ? x : acc: the form compilers vectorise. */
+                kl_buf_printf(p->b, "%s = kl_%s_acc%s(%s, ", v, s->accop == KA_MAX ? "max" : "min",
+                              k->var_types[s->var] == KT_F64 ? "_d" : "", v);
                 print_expr(p, s->a);
                 kl_buf_putc(p->b, ')');
             }

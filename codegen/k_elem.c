@@ -127,8 +127,15 @@ void cg_nest_init(cg_builder *b, cg_nest *nest, const ir_type *domain, const int
         }
         bool merge = first >= 0 && (!cls || cls[k] == cls[first]);
         for (int i = 0; merge && i < nv; i++) {
+            /* Only values read at the nest's positions count: those that
+             * broadcast to the domain (a norm's per-channel vectors are
+             * read by channel index instead). */
             const ir_type *t = &ir_val(b->grp->g, vals[i])->type;
-            if (t->rank > domain->rank || bcast(t, domain, k) != bcast(t, domain, first))
+            ir_type r;
+            if (t->rank > domain->rank || ir_broadcast_shapes(t, domain, &r) ||
+                r.rank != domain->rank || memcmp(r.dim, domain->dim, sizeof(int64_t) * (size_t)r.rank))
+                continue;
+            if (bcast(t, domain, k) != bcast(t, domain, first))
                 merge = false;
         }
         if (merge) {
@@ -429,7 +436,9 @@ void cg_build_update(cg_builder *b, const ir_node *n)
     int gm = kir_let(k, kir_bin(k, KB_MUL, kir_load(k, bh, kir_const_i(k, 3)), cg_scalar(b, scale)), "gm");
     double wd = node_f(n, "weight_decay", 0);
     b->k->work = numel;
-    kir_if_begin(k, kir_bin(k, KB_NE, kir_varref(k, gm), kir_const_f(k, 0)));
+    /* Skip the step when the scale is 0 or not finite (fp16 overflow). */
+    kir_if_begin(k, kir_bin(k, KB_AND, kir_bin(k, KB_NE, kir_varref(k, gm), kir_const_f(k, 0)),
+                            kir_bin(k, KB_EQ, kir_un(k, KU_ISFINITE, kir_varref(k, gm)), kir_const_f(k, 1))));
     int i = kir_loop_begin(k, KL_PAR, numel, "i");
     kir_expr *idx = kir_varref(k, i);
     int wv = kir_let(k, kir_load(k, bw, idx), "w");
