@@ -98,6 +98,12 @@ typedef struct cg_conv {
  * shape. col is a scratch buffer's (negative) id. */
 void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col);
 void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x);
+/* Direct convolution for few taps (C/groups * KH * KW <= 27, one group):
+ * pad copies x into a zero-bordered scratch; the forward kernel and the
+ * weight gradient read it without bounds checks. */
+void cg_build_pad(cg_builder *b, const cg_conv *cv, int x, int xpad);
+void cg_build_conv_direct(cg_builder *b, const cg_conv *cv, int xpad, int w, int y);
+void cg_build_conv_direct_wgrad(cg_builder *b, const cg_conv *cv, int xpad, int dy, int dw);
 /* out[j, i, k] = in[i, j, k] for in [a, b, inner] (values or scratch ids). */
 void cg_build_swap_outer(cg_builder *b, int from, int to, ir_dtype dt, int64_t a, int64_t bb, int64_t inner);
 

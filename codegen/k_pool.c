@@ -372,3 +372,86 @@ void cg_build_swap_outer(cg_builder *b, int from, int to, ir_dtype dt, int64_t a
     kir_store(K, bo, dst, kir_load(K, bi, src));
     close_n(b, 3);
 }
+
+/* ---- direct convolution, for few input taps (the first layer) ---- */
+
+/* xpad[n, c, h + p, w + p] = x[n, c, h, w], 0 in the border, so the direct
+ * kernels read without bounds checks. */
+void cg_build_pad(cg_builder *b, const cg_conv *cv, int x, int xpad)
+{
+    int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
+    K->work = cv->n * cv->c * hp * wp;
+    int bx = cg_buf(b, x), bp = kir_buf_add(K, xpad, ir_val(b->grp->g, x)->type.dtype, cv->n * cv->c * hp * wp);
+    int nc = kir_loop_begin(K, KL_PAR, cv->n * cv->c, "nc");
+    int h = kir_loop_begin(K, KL_PAR, hp, "h");
+    int w = kir_loop_begin(K, KL_PAR, wp, "w");
+    kir_expr *ih = kir_iadd(K, VAR(h), I(-cv->p[0])), *iw = kir_iadd(K, VAR(w), I(-cv->p[1]));
+    kir_expr *valid = BIN(KB_AND, in_range(b, ih, cv->h), in_range(b, iw, cv->w));
+    kir_expr *src = plane_index(b, &(ir_type){IR_F32, 4, {cv->n, cv->c, cv->h, cv->w}}, VAR(nc), clamp(b, ih, cv->h),
+                                clamp(b, iw, cv->w));
+    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(nc), hp), VAR(h)), wp), VAR(w));
+    kir_store(K, bp, dst, kir_select(K, valid, kir_load(K, bx, src), kir_const_f(K, 0)));
+    close_n(b, 3);
+}
+
+/* The flat index of xpad[n, c, oh s + kh d, ow s + kw d]. */
+static kir_expr *xpad_at(cg_builder *b, const cg_conv *cv, kir_expr *n, int64_t c, int64_t kh, int64_t kw, int oh, int ow)
+{
+    int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
+    kir_expr *plane = kir_iadd(K, kir_imul(K, n, cv->c), I(c));
+    kir_expr *row = kir_iadd(K, kir_imul(K, VAR(oh), cv->s[0]), I(kh * cv->d[0]));
+    kir_expr *col = kir_iadd(K, kir_imul(K, VAR(ow), cv->s[1]), I(kw * cv->d[1]));
+    return kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, hp), row), wp), col);
+}
+
+/* y[n, o, oh, ow] = sum over taps of xpad[...] w[o, tap]: every tap
+ * unrolled, the loop over ow the vectorised leaf. */
+void cg_build_conv_direct(cg_builder *b, const cg_conv *cv, int xpad, int w, int y)
+{
+    int64_t taps = cv->c * cv->kh * cv->kw;
+    K->work = cv->n * cv->o * cv->oh * cv->ow * taps;
+    int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
+    int bp = kir_buf_add(K, xpad, cv->dtype, cv->n * cv->c * hp * wp), bw = cg_buf(b, w), by = cg_buf(b, y);
+    int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
+    int o = kir_loop_begin(K, KL_PAR, cv->o, "o");
+    int wt[64];
+    for (int64_t t = 0; t < taps; t++)
+        wt[t] = kir_let(K, kir_load(K, bw, kir_iadd(K, kir_imul(K, VAR(o), taps), I(t))), "wt");
+    int oh = kir_loop_begin(K, KL_PAR, cv->oh, "oh");
+    int ow = kir_loop_begin(K, KL_PAR, cv->ow, "ow");
+    kir_expr *acc = NULL;
+    for (int64_t c = 0, t = 0; c < cv->c; c++)
+        for (int64_t kh = 0; kh < cv->kh; kh++)
+            for (int64_t kw = 0; kw < cv->kw; kw++, t++) {
+                kir_expr *term = BIN(KB_MUL, kir_load(K, bp, xpad_at(b, cv, VAR(n), c, kh, kw, oh, ow)), VAR(wt[t]));
+                acc = acc ? BIN(KB_ADD, acc, term) : term;
+            }
+    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), cv->o), VAR(o)), cv->oh), VAR(oh)),
+                                         cv->ow), VAR(ow));
+    kir_store(K, by, dst, acc);
+    close_n(b, 4);
+}
+
+/* dw[o, tap] = sum over n, oh, ow of dy[n, o, oh, ow] xpad[n, tap...]. */
+void cg_build_conv_direct_wgrad(cg_builder *b, const cg_conv *cv, int xpad, int dy, int dw)
+{
+    int64_t taps = cv->c * cv->kh * cv->kw;
+    K->work = cv->n * cv->o * cv->oh * cv->ow * taps;
+    int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
+    int bp = kir_buf_add(K, xpad, cv->dtype, cv->n * cv->c * hp * wp), bdy = cg_buf(b, dy), bdw = cg_buf(b, dw);
+    int o = kir_loop_begin(K, KL_PAR, cv->o, "o");
+    for (int64_t c = 0, t = 0; c < cv->c; c++)
+        for (int64_t kh = 0; kh < cv->kh; kh++)
+            for (int64_t kw = 0; kw < cv->kw; kw++, t++) {
+                int n = kir_loop_begin(K, KL_RED, cv->n, "n");
+                int acc = kir_loop_acc(K, KA_SUM, "acc");
+                int oh = kir_loop_begin(K, KL_RED, cv->oh, "oh");
+                int ow = kir_loop_begin(K, KL_RED, cv->ow, "ow");
+                kir_expr *dyi = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), cv->o), VAR(o)), cv->oh),
+                                                                 VAR(oh)), cv->ow), VAR(ow));
+                kir_acc_add(K, acc, BIN(KB_MUL, kir_load(K, bdy, dyi), kir_load(K, bp, xpad_at(b, cv, VAR(n), c, kh, kw, oh, ow))));
+                close_n(b, 3);
+                kir_store(K, bdw, kir_iadd(K, kir_imul(K, VAR(o), taps), I(t)), VAR(acc));
+            }
+    kir_loop_end(K);
+}
