@@ -18,6 +18,7 @@ void kl_plan_free(kl_plan *p)
         free(p->kernels.v[i].name);
         free(p->kernels.v[i].what);
         free(p->kernels.v[i].c_src);
+        kir_cuda_free(&p->kernels.v[i].cuda);
     }
     kl_vec_free(p->kernels);
     kl_vec_free(p->buffers);
@@ -83,7 +84,8 @@ static int add_kernel(kl_plan *p, kir_kernel *k)
     for (int i = 0; i < p->kernels.n; i++)
         if (!strcmp(p->kernels.v[i].name, k->name))
             return i;
-    kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), kir_emit_c(k)};
+    kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), kir_emit_c(k), {0}};
+    kir_emit_cuda(k, &s.cuda);
     kl_vec_push(p->kernels, s);
     return p->kernels.n - 1;
 }
@@ -335,6 +337,32 @@ static void build_swap(cg_builder *b, void *arg)
     cg_build_swap_outer(b, sw->from, sw->to, sw->dt, sw->a, sw->b, sw->inner);
 }
 
+typedef struct direct_conv {
+    const cg_conv *cv;
+    int a, b, out; /* values or scratch ids */
+    int which;     /* 0 pad, 1 forward, 2 weight gradient */
+} direct_conv;
+
+static void build_direct(cg_builder *b, void *arg)
+{
+    direct_conv *d = arg;
+    if (d->which == 0)
+        cg_build_pad(b, d->cv, d->a, d->out);
+    else if (d->which == 1)
+        cg_build_conv_direct(b, d->cv, d->a, d->b, d->out);
+    else
+        cg_build_conv_direct_wgrad(b, d->cv, d->a, d->b, d->out);
+}
+
+/* A convolution with few taps per output (the first layer of an image
+ * model: C = 1 or 3): direct kernels beat im2col + a skinny GEMM
+ * (measured: kiln bench examples/fashion_cnn.kl). */
+static bool direct_conv_fits(const ir_node *n, const cg_conv *cv)
+{
+    return n->op != IR_OP_CONV2D_GRAD_INPUT && cv->groups == 1 && cv->c * cv->kh * cv->kw <= 27 &&
+           !(n->op == IR_OP_CONV2D && n->in.n == 3);
+}
+
 /* forward: im2col, GEMM into y' [O, N, HW], swap into y [N, O, HW];
  * grad_input: swap dy into dy', GEMM into colgrad, col2im;
  * grad_weight: im2col, swap dy into dy', GEMM into dw. */
@@ -344,6 +372,16 @@ static void add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n)
     cg_conv cv;
     conv_geometry(g, n, &cv);
     int64_t hw = cv.oh * cv.ow;
+    if (direct_conv_fits(n, &cv)) {
+        int x = n->in.v[n->op == IR_OP_CONV2D ? 0 : 1];
+        int xpad = scratch(p, cv.dtype, cv.n * cv.c * (cv.h + 2 * cv.p[0]) * (cv.w + 2 * cv.p[1]));
+        direct_conv pad = {&cv, x, -1, scratch_id(xpad), 0};
+        add_kernel_step_with(p, grp, build_direct, &pad);
+        direct_conv dc = {&cv, scratch_id(xpad), n->in.v[n->op == IR_OP_CONV2D ? 1 : 0], n->out.v[0],
+                          n->op == IR_OP_CONV2D ? 1 : 2};
+        add_kernel_step_with(p, grp, build_direct, &dc);
+        return;
+    }
     int64_t cols = cv.n * cv.c * cv.kh * cv.kw * hw;
     /* col holds x's taps (forward, weight gradient) or the GEMM's input
      * gradient (its result's dtype). */

@@ -9,6 +9,7 @@
 #define KILN_PLAN_H
 
 #include "../ir/ir.h"
+#include "emit_cuda.h"
 
 typedef enum kl_region {
     KL_REGION_ARENA,      /* activations, gradients, temporaries */
@@ -57,6 +58,7 @@ typedef struct kl_kernel_src {
     char *name;       /* kk_<hash of the C source> */
     char *what;       /* the ops it computes */
     char *c_src;      /* without the prelude */
+    kir_cuda cuda;    /* the same kernel as CUDA C, with its launches */
 } kl_kernel_src;
 
 typedef struct kl_plan {

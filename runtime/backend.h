@@ -41,11 +41,23 @@ typedef struct kl_backend_ops {
     void (*gemm)(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c);
     void (*sync)(kl_backend *be);
     void (*destroy)(kl_backend *be);
+    /* Optional (NULL where a backend has no use for them). set_args: the
+     * scalar arguments of the launches that follow; a device backend keeps
+     * them in device memory, so a recorded graph reads the current ones. */
+    void (*set_args)(kl_backend *be, const kl_kargs *args);
+    /* Between capture_begin (0: capturing) and capture_end, launches and
+     * GEMMs are recorded, not run; capture_end returns a graph to replay
+     * with graph_launch, or NULL when recording failed (reported). */
+    int (*capture_begin)(kl_backend *be);
+    void *(*capture_end)(kl_backend *be);
+    void (*graph_launch)(kl_backend *be, void *graph);
+    void (*graph_free)(kl_backend *be, void *graph);
 } kl_backend_ops;
 
 struct kl_backend {
     const kl_backend_ops *ops;
     int threads;
+    char desc[160]; /* for progress lines: "cpu, 8 threads", "cuda: NVIDIA H200 (sm_90, 132 SMs)" */
 };
 
 typedef struct kl_cpu_options {

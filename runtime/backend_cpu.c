@@ -272,6 +272,7 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     cb->base.ops = &cpu_ops;
     int threads = o && o->threads > 0 ? o->threads : kl_cpu_effective_threads();
     cb->base.threads = threads;
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu, %d threads", threads);
     omp_set_num_threads(threads);
     /* Flush subnormal floats to zero in every thread that runs kernels:
      * optimizer state drifts into subnormals, where x86 arithmetic is

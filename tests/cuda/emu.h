@@ -1,0 +1,286 @@
+/* Host emulation of the CUDA features generated kernels use, so their CUDA
+ * C runs on the CPU (compiled by the host C++ compiler) and can be
+ * compared with the CPU backend without a GPU. Included once per shared
+ * object, before the kernels' program (with KL_EMULATION defined, the
+ * program skips the toolkit's headers).
+ *
+ * Each block's threads are coroutines (ucontext) on one OS thread; blocks
+ * run one after the other. A thread runs until it reaches __syncthreads or
+ * a warp shuffle, then the next one runs; a barrier opens when every
+ * thread of the block waits at it, a shuffle when all 32 lanes of the warp
+ * wait at one. A thread that finishes while others wait at a barrier, a
+ * warp whose lanes disagree about a shuffle, or a partial warp is
+ * reported as an error: on a GPU each is a hang or undefined behaviour.
+ * Threads run in increasing or decreasing order (the caller picks), so a
+ * missing barrier between one thread's write and another's read shows up
+ * as a wrong result in one of the orders.
+ *
+ * Not emulated (see README): concurrency between blocks and between the
+ * threads of a warp, the memory model, timing, resource limits, and the
+ * device compiler itself. */
+#ifndef KILN_TESTS_CUDA_EMU_H
+#define KILN_TESTS_CUDA_EMU_H
+
+#define KL_EMULATION 1
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <cmath>
+
+using std::isfinite;
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__ static
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 { unsigned x, y, z; };
+static uint3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
+
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
+
+/* ---- 16-bit floats: the CPU backend's conversions (round to nearest even) ---- */
+
+struct __nv_bfloat16 { unsigned short x; };
+struct __half { unsigned short x; };
+
+static inline float kl_emu_bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t kl_emu_f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static inline float __bfloat162float(__nv_bfloat16 h) { return kl_emu_bits_f((uint32_t)h.x << 16); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+    uint32_t u = kl_emu_f_bits(f);
+    __nv_bfloat16 h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        h.x = (unsigned short)((u >> 16) | 0x40);
+        return h;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    h.x = (unsigned short)(u >> 16);
+    return h;
+}
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { __nv_bfloat16 h; h.x = x; return h; }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+
+static inline float __half2float(__half hh)
+{
+    uint32_t h = hh.x;
+    uint32_t s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) {
+            u = s;
+        } else {
+            e = 113;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                e--;
+            }
+            u = s | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        u = s | 0x7f800000u | (m << 13);
+    } else {
+        u = s | ((e + 112) << 23) | (m << 13);
+    }
+    return kl_emu_bits_f(u);
+}
+static inline __half __float2half_rn(float f)
+{
+    uint32_t u = kl_emu_f_bits(f);
+    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    __half h;
+    if (a > 0x7f800000u) {
+        h.x = (unsigned short)(s | 0x7e00u);
+    } else if (a >= 0x477ff000u) {
+        h.x = (unsigned short)(s | 0x7c00u);
+    } else if (a < 0x38800000u) {
+        if (a < 0x33000000u) {
+            h.x = (unsigned short)s;
+        } else {
+            uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+            uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+            if (rem > half || (rem == half && (r & 1u)))
+                r++;
+            h.x = (unsigned short)(s | r);
+        }
+    } else {
+        uint32_t r = a - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1u);
+        h.x = (unsigned short)(s | (r >> 13));
+    }
+    return h;
+}
+static inline __half __ushort_as_half(unsigned short x) { __half h; h.x = x; return h; }
+static inline unsigned short __half_as_ushort(__half h) { return h.x; }
+
+/* ---- atomics: only barriers and shuffles switch threads, so a plain
+ * read-modify-write is atomic here ---- */
+
+static inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; return o; }
+static inline double atomicAdd(double *p, double v) { double o = *p; *p = o + v; return o; }
+static inline int atomicAdd(int *p, int v) { int o = *p; *p = o + v; return o; }
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
+{
+    unsigned long long o = *p;
+    *p = o + v;
+    return o;
+}
+static inline unsigned atomicCAS(unsigned *p, unsigned cmp, unsigned val)
+{
+    unsigned o = *p;
+    if (o == cmp)
+        *p = val;
+    return o;
+}
+
+/* ---- threads ---- */
+
+typedef struct kl_kargs kl_kargs;
+typedef void (*kl_emu_fn)(void *const *, const kl_kargs *);
+
+enum { KL_EMU_READY, KL_EMU_BARRIER, KL_EMU_WARP, KL_EMU_DONE };
+
+struct kl_emu_thread {
+    ucontext_t ctx;
+    int state;
+    char *stack;
+};
+
+#define KL_EMU_STACK (128 * 1024)
+#define KL_EMU_MAX_BLOCK 1024
+
+static struct {
+    kl_emu_thread t[KL_EMU_MAX_BLOCK];
+    int n, cur;
+    ucontext_t main;
+    kl_emu_fn fn;
+    void *const *kb;
+    const kl_kargs *ka;
+    unsigned long long xchg[KL_EMU_MAX_BLOCK];
+    char error[256];
+} kl_emu;
+
+static void kl_emu_yield(int state)
+{
+    kl_emu_thread *t = &kl_emu.t[kl_emu.cur];
+    t->state = state;
+    swapcontext(&t->ctx, &kl_emu.main);
+}
+
+static inline void __syncthreads(void)
+{
+    kl_emu_yield(KL_EMU_BARRIER);
+}
+
+template <typename T> static T __shfl_xor_sync(unsigned mask, T v, int lanemask)
+{
+    static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
+    if (mask != 0xffffffffu && !kl_emu.error[0])
+        snprintf(kl_emu.error, sizeof kl_emu.error, "__shfl_xor_sync with a partial mask %#x", mask);
+    unsigned tid = threadIdx.x;
+    memcpy(&kl_emu.xchg[tid], &v, sizeof v);
+    kl_emu_yield(KL_EMU_WARP); /* every lane has posted */
+    T r;
+    memcpy(&r, &kl_emu.xchg[(tid & ~31u) | ((tid & 31u) ^ (unsigned)lanemask)], sizeof r);
+    kl_emu_yield(KL_EMU_WARP); /* every lane has read */
+    return r;
+}
+
+static void kl_emu_entry(void)
+{
+    kl_emu.fn(kl_emu.kb, kl_emu.ka);
+    kl_emu.t[kl_emu.cur].state = KL_EMU_DONE;
+}
+
+/* Runs fn over a grid of `grid` blocks of `block` threads. Returns 0, or
+ * -1 with a message in err. */
+extern "C" int kl_emu_run(kl_emu_fn fn, unsigned grid, unsigned block, void *const *kb, const kl_kargs *ka, int reverse,
+                          char *err, size_t errlen)
+{
+    if (block < 1 || block > KL_EMU_MAX_BLOCK || grid < 1) {
+        snprintf(err, errlen, "bad launch: %u blocks of %u threads", grid, block);
+        return -1;
+    }
+    for (unsigned i = 0; i < block; i++)
+        if (!kl_emu.t[i].stack && !(kl_emu.t[i].stack = (char *)malloc(KL_EMU_STACK))) {
+            snprintf(err, errlen, "out of memory for thread stacks");
+            return -1;
+        }
+    kl_emu.fn = fn;
+    kl_emu.kb = kb;
+    kl_emu.ka = ka;
+    kl_emu.error[0] = 0;
+    gridDim.x = grid, gridDim.y = gridDim.z = 1;
+    blockDim.x = block, blockDim.y = blockDim.z = 1;
+    for (unsigned b = 0; b < grid; b++) {
+        blockIdx.x = b, blockIdx.y = blockIdx.z = 0;
+        for (unsigned i = 0; i < block; i++) {
+            kl_emu_thread *t = &kl_emu.t[i];
+            getcontext(&t->ctx);
+            t->ctx.uc_stack.ss_sp = t->stack;
+            t->ctx.uc_stack.ss_size = KL_EMU_STACK;
+            t->ctx.uc_link = &kl_emu.main;
+            makecontext(&t->ctx, kl_emu_entry, 0);
+            t->state = KL_EMU_READY;
+        }
+        for (;;) {
+            for (unsigned j = 0; j < block; j++) {
+                unsigned i = reverse ? block - 1 - j : j;
+                if (kl_emu.t[i].state != KL_EMU_READY)
+                    continue;
+                kl_emu.cur = (int)i;
+                threadIdx.x = i, threadIdx.y = threadIdx.z = 0;
+                swapcontext(&kl_emu.main, &kl_emu.t[i].ctx);
+            }
+            if (kl_emu.error[0]) {
+                snprintf(err, errlen, "block %u: %s", b, kl_emu.error);
+                return -1;
+            }
+            unsigned done = 0, barrier = 0;
+            bool released = false;
+            for (unsigned i = 0; i < block; i++) {
+                done += kl_emu.t[i].state == KL_EMU_DONE;
+                barrier += kl_emu.t[i].state == KL_EMU_BARRIER;
+            }
+            if (done == block)
+                break;
+            for (unsigned w = 0; w < block; w += 32) {
+                unsigned at = 0, lanes = block - w < 32 ? block - w : 32;
+                for (unsigned i = w; i < w + lanes; i++)
+                    at += kl_emu.t[i].state == KL_EMU_WARP;
+                if (at == 0)
+                    continue;
+                if (lanes < 32 || at < lanes) {
+                    snprintf(err, errlen, "block %u: a warp shuffle in warp %u with %u of 32 lanes present", b, w / 32,
+                             lanes < 32 ? lanes : at);
+                    return -1;
+                }
+                for (unsigned i = w; i < w + lanes; i++)
+                    kl_emu.t[i].state = KL_EMU_READY;
+                released = true;
+            }
+            if (released)
+                continue;
+            if (barrier == block) {
+                for (unsigned i = 0; i < block; i++)
+                    kl_emu.t[i].state = KL_EMU_READY;
+                continue;
+            }
+            snprintf(err, errlen, "block %u: __syncthreads reached by %u of %u threads (%u finished)", b, barrier, block, done);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#endif

@@ -1,0 +1,463 @@
+/* The emulation harness: the generated CUDA C of every kernel of a model,
+ * compiled for the host with tests/cuda/emu.h, run on the inputs the CPU
+ * backend's kernel sees in a real training step, and compared with it.
+ *
+ * For each configuration (train and eval, fused and unfused, fp32, bf16
+ * and fp16) the plan runs one step on the CPU backend at a small batch;
+ * before each kernel the harness saves its buffers, runs the CPU kernel,
+ * then restores them and runs the CUDA kernel's launches in two
+ * configurations (the launch sizes of a small made-up device with threads
+ * in increasing order; 3 blocks of 64 or 96 threads, in decreasing order),
+ * and compares every buffer with the CPU's result: the largest difference
+ * relative to the largest magnitude, within a bound per dtype.
+ *
+ *   emulate [--batch N] [--threads N] MODEL.kl...
+ *
+ * Exits 77 (a skip) when no C++ compiler is found. */
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "plans.h"
+#include "runtime/cuda_launch.h"
+#include "runtime/data.h"
+#include "runtime/session.h"
+
+#ifndef KILN_EMU_DIR
+#define KILN_EMU_DIR "tests/cuda"
+#endif
+#ifndef KILN_CXX
+#define KILN_CXX "c++"
+#endif
+
+typedef int (*emu_run_fn)(void (*)(void *const *, const kl_kargs *), unsigned, unsigned, void *const *, const kl_kargs *,
+                          int, char *, size_t);
+
+typedef struct emu_lib {
+    void *h;
+    emu_run_fn run;
+} emu_lib;
+
+static const char *cxx(void)
+{
+    const char *e = getenv("KILN_CXX");
+    return e && *e ? e : KILN_CXX;
+}
+
+/* ---- compiling the kernels for the host ---- */
+
+typedef struct compile_job {
+    char *cmd, *so, *log;
+    int rc;
+} compile_job;
+
+typedef struct compile_pool {
+    compile_job *jobs;
+    int n, next;
+    pthread_mutex_t lock;
+} compile_pool;
+
+static void *compile_worker(void *arg)
+{
+    compile_pool *cp = arg;
+    for (;;) {
+        pthread_mutex_lock(&cp->lock);
+        int i = cp->next++;
+        pthread_mutex_unlock(&cp->lock);
+        if (i >= cp->n)
+            return NULL;
+        cp->jobs[i].rc = system(cp->jobs[i].cmd) == 0 ? 0 : -1;
+    }
+}
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Compiles the programs (one shared object each, in parallel, cached by
+ * content) and opens them. */
+static int build_libs(char **programs, int n, int threads, emu_lib *libs)
+{
+    char *dir = kl_cache_dir("emu");
+    const char *flags = "-std=c++17 -O1 -fPIC -shared -w";
+    compile_job *jobs = kl_xcalloc((size_t)n + 1, sizeof *jobs);
+    int todo = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t h = kl_hash_bytes(KL_HASH_INIT, programs[i], strlen(programs[i]));
+        h = kl_hash_bytes(h, cxx(), strlen(cxx()));
+        h = kl_hash_bytes(h, flags, strlen(flags));
+        h = kl_hash_bytes(h, KILN_EMU_DIR, strlen(KILN_EMU_DIR));
+        jobs[i].so = kl_xasprintf("%s/%016llx.so", dir, (unsigned long long)h);
+        struct stat st;
+        if (stat(jobs[i].so, &st) == 0)
+            continue;
+        char *src = kl_xasprintf("%s/%016llx.%d.cpp", dir, (unsigned long long)h, (int)getpid());
+        char *tmp = kl_xasprintf("%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
+        jobs[i].log = kl_xasprintf("%s/%016llx.%d.log", dir, (unsigned long long)h, (int)getpid());
+        if (write_text(src, programs[i])) {
+            fprintf(stderr, "cannot write %s\n", src);
+            return -1;
+        }
+        jobs[i].cmd = kl_xasprintf("'%s' %s -I'%s' -o '%s' '%s' > '%s' 2>&1 && mv '%s' '%s' && rm -f '%s' '%s'", cxx(), flags,
+                                   KILN_EMU_DIR, tmp, src, jobs[i].log, tmp, jobs[i].so, src, jobs[i].log);
+        todo++;
+        free(src);
+        free(tmp);
+    }
+    if (todo) {
+        compile_pool cp = {jobs, n, 0, PTHREAD_MUTEX_INITIALIZER};
+        /* Skip the cached ones. */
+        compile_job *pending = kl_xcalloc((size_t)todo + 1, sizeof *pending);
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (jobs[i].cmd)
+                pending[k++] = jobs[i];
+        cp.jobs = pending;
+        cp.n = todo;
+        pthread_t tid[16];
+        int nt = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+        for (int t = 0; t < nt; t++)
+            pthread_create(&tid[t], NULL, compile_worker, &cp);
+        for (int t = 0; t < nt; t++)
+            pthread_join(tid[t], NULL);
+        for (int i = 0, j = 0; i < n; i++)
+            if (jobs[i].cmd)
+                jobs[i].rc = pending[j++].rc;
+        free(pending);
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].rc) {
+            fprintf(stderr, "FAIL: the emulation build failed: %s\n", jobs[i].cmd);
+            kl_source lg;
+            if (kl_source_read_quiet(&lg, jobs[i].log) == 0) {
+                fputs(lg.text, stderr);
+                kl_source_free(&lg);
+            }
+            rc = -1;
+            continue;
+        }
+        libs[i].h = dlopen(jobs[i].so, RTLD_NOW | RTLD_LOCAL);
+        libs[i].run = libs[i].h ? (emu_run_fn)dlsym(libs[i].h, "kl_emu_run") : NULL;
+        if (!libs[i].run) {
+            fprintf(stderr, "FAIL: cannot load %s: %s\n", jobs[i].so, dlerror());
+            rc = -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        free(jobs[i].cmd);
+        free(jobs[i].so);
+        free(jobs[i].log);
+    }
+    free(jobs);
+    free(dir);
+    return rc;
+}
+
+/* ---- inputs ---- */
+
+static void random_inputs(kl_exec *e, uint64_t seed)
+{
+    const ir_graph *g = e->g;
+    int classes = 2;
+    for (int i = 0; i < g->nodes.n; i++)
+        if (ir_nd(g, i)->op == IR_OP_CROSS_ENTROPY && !ir_nd(g, i)->dead)
+            classes = (int)ir_val(g, ir_nd(g, i)->in.v[0])->type.dim[1];
+    uint64_t s = seed;
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (v->kind != IR_VAL_INPUT)
+            continue;
+        int64_t n = ir_type_numel(&v->type);
+        void *h = kl_xcalloc((size_t)ir_type_bytes(&v->type) + 1, 1);
+        for (int64_t k = 0; k < n; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t r = s >> 33;
+            double x = v->type.dtype == IR_U8 ? (double)(r % 256)
+                       : ir_dtype_is_float(v->type.dtype) ? (double)r / 2147483648.0 * 2 - 1
+                                                          : (double)(r % (uint64_t)classes);
+            kl_store_as(v->type.dtype, h, k, x);
+        }
+        kl_exec_write(e, v->id, h, (size_t)ir_type_bytes(&v->type));
+        free(h);
+    }
+    kl_persist *hp = kl_session_find(e->s, "optimizer.hyper");
+    if (hp) {
+        float hyper[4] = {0.01f, 0.1f, 0.001f, 1.0f};
+        size_t bytes = (size_t)ir_type_bytes(&hp->type);
+        e->s->be->ops->copy_in(e->s->be, hp->ptr, hyper, bytes < sizeof hyper ? bytes : sizeof hyper);
+    }
+}
+
+/* ---- comparing ---- */
+
+static double bound_of(ir_dtype dt)
+{
+    switch (dt) {
+    case IR_F64: return 1e-9;
+    case IR_F32: return 1e-4;
+    case IR_BF16: return 1.6e-2;
+    case IR_F16: return 2e-3;
+    default: return 0;
+    }
+}
+
+typedef struct stats {
+    int kernels, launches, runs, failures;
+    double worst[IR_NDTYPES];
+    KL_VEC(char *) seen; /* kernel names compared */
+} stats;
+
+/* The largest difference relative to the largest magnitude of the
+ * reference; NaN where exactly one side is NaN. */
+static double rel_error(ir_dtype dt, const void *got, const void *want, int64_t n)
+{
+    double maxabs = 0, maxdiff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = kl_load_as(dt, got, i), b = kl_load_as(dt, want, i);
+        if (isnan(a) || isnan(b)) {
+            if (isnan(a) != isnan(b))
+                return NAN;
+            continue;
+        }
+        if (isinf(a) || isinf(b)) {
+            if (a != b)
+                return NAN;
+            continue;
+        }
+        maxabs = fmax(maxabs, fabs(b));
+        maxdiff = fmax(maxdiff, fabs(a - b));
+    }
+    return maxdiff == 0 ? 0 : maxdiff / fmax(maxabs, 1e-30);
+}
+
+static void *find_fn(emu_lib *libs, int nlibs, const char *fn, emu_run_fn *run)
+{
+    char sym[96];
+    snprintf(sym, sizeof sym, "kl_emu_%s", fn);
+    for (int i = 0; i < nlibs; i++) {
+        void *f = libs[i].h ? dlsym(libs[i].h, sym) : NULL;
+        if (f) {
+            *run = libs[i].run;
+            return f;
+        }
+    }
+    return NULL;
+}
+
+/* One training (or evaluation) step of e with every kernel checked. */
+static void check_plan(kl_exec *e, const char *where, emu_lib *libs, int nlibs, stats *st)
+{
+    kl_backend *be = e->s->be;
+    kl_plan *p = e->plan;
+    kl_kargs ka = {1, 3};
+    for (int i = 0; i < p->steps.n; i++) {
+        kl_step *sp = &p->steps.v[i];
+        if (sp->kind == KL_STEP_GEMM) {
+            be->ops->gemm(be, &sp->gemm, e->ptrs[sp->gemm.a], e->ptrs[sp->gemm.b], e->ptrs[sp->gemm.c]);
+            continue;
+        }
+        const kl_kernel_src *k = &p->kernels.v[sp->kernel];
+        int n = sp->nargs;
+        void **pre = kl_xcalloc((size_t)n, sizeof(void *)), **ref = kl_xcalloc((size_t)n, sizeof(void *));
+        size_t *bytes = kl_xcalloc((size_t)n, sizeof(size_t));
+        for (int a = 0; a < n; a++) {
+            bytes[a] = (size_t)p->buffers.v[sp->args[a]].bytes;
+            pre[a] = kl_xmalloc(bytes[a] + 1);
+            memcpy(pre[a], e->args[i][a], bytes[a]);
+        }
+        be->ops->launch(be, p, sp->kernel, e->args[i], &ka);
+        for (int a = 0; a < n; a++) {
+            ref[a] = kl_xmalloc(bytes[a] + 1);
+            memcpy(ref[a], e->args[i][a], bytes[a]);
+        }
+        bool new_kernel = true;
+        for (int s = 0; s < st->seen.n && new_kernel; s++)
+            new_kernel = strcmp(st->seen.v[s], k->name) != 0;
+        if (new_kernel)
+            kl_vec_push(st->seen, kl_xstrdup(k->name));
+        st->kernels++;
+        for (int cfg = 0; cfg < 2; cfg++) {
+            for (int a = 0; a < n; a++)
+                memcpy(e->args[i][a], pre[a], bytes[a]);
+            bool ok = true;
+            for (int l = 0; l < k->cuda.nlaunches && ok; l++) {
+                const kir_cuda_launch *L = &k->cuda.launches[l];
+                emu_run_fn run = NULL;
+                void *fn = find_fn(libs, nlibs, L->fn, &run);
+                if (!fn) {
+                    printf("FAIL: %s (%s, %s): no emulated function %s\n", k->name, k->what, where, L->fn);
+                    st->failures++;
+                    ok = false;
+                    break;
+                }
+                unsigned block, grid;
+                if (cfg == 0) {
+                    /* A small device: 4 SMs, 2 blocks each, at most 256 threads. */
+                    block = kl_cuda_block_size(L, 4, 128, 256);
+                    grid = kl_cuda_grid_size(L, block, 4, 2);
+                } else {
+                    block = L->map == KIR_CUDA_BLOCK ? 96 : 64;
+                    grid = 3;
+                }
+                char err[512];
+                if (run((void (*)(void *const *, const kl_kargs *))fn, grid, block, e->args[i], &ka, cfg == 1, err,
+                        sizeof err)) {
+                    printf("FAIL: %s (%s, %s), launch %s with %u x %u threads: %s\n", k->name, k->what, where, L->fn, grid,
+                           block, err);
+                    st->failures++;
+                    ok = false;
+                }
+                st->launches++;
+            }
+            st->runs++;
+            for (int a = 0; a < n && ok; a++) {
+                const kl_buffer *bf = &p->buffers.v[sp->args[a]];
+                double err = rel_error(bf->dtype, e->args[i][a], ref[a], bf->numel);
+                if (err > st->worst[bf->dtype])
+                    st->worst[bf->dtype] = err;
+                if (!(err <= bound_of(bf->dtype))) {
+                    printf("FAIL: %s (%s, %s), configuration %d: buffer b%d (%s, %lld elements) differs from the CPU by %.3g relative (bound %.1g)\n",
+                           k->name, k->what, where, cfg, a, ir_dtype_name(bf->dtype), (long long)bf->numel, err,
+                           bound_of(bf->dtype));
+                    st->failures++;
+                }
+            }
+        }
+        for (int a = 0; a < n; a++) {
+            memcpy(e->args[i][a], ref[a], bytes[a]);
+            free(pre[a]);
+            free(ref[a]);
+        }
+        free(pre);
+        free(ref);
+        free(bytes);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *batch = "4";
+    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    KL_VEC(const char *) models = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else
+            kl_vec_push(models, argv[i]);
+    }
+    char *probe = kl_xasprintf("'%s' --version > /dev/null 2>&1", cxx());
+    int have_cxx = system(probe) == 0;
+    free(probe);
+    if (!have_cxx) {
+        printf("SKIP: no C++ compiler (%s) for the emulation\n", cxx());
+        return 77;
+    }
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    kl_backend *be = kl_cpu_backend_new(&co);
+    int failures = 0;
+    for (int m = 0; m < models.n; m++) {
+        plan_config cfg[16];
+        int nc = plan_configs(cfg);
+        kl_session *sess[16] = {0};
+        kl_exec *ex[16] = {0};
+        /* Every distinct kernel of every configuration, in chunks that
+         * compile in parallel. */
+        KL_VEC(char *) names = {0};
+        int nchunks = threads * 2 < 2 ? 2 : threads * 2;
+        kl_buf chunk[64] = {{0}};
+        if (nchunks > 64)
+            nchunks = 64;
+        int count = 0;
+        for (int c = 0; c < nc; c++) {
+            char cs[64];
+            ir_graph *g = plan_config_graph(models.v[m], batch, &cfg[c]);
+            if (!g) {
+                printf("FAIL: %s (%s) does not build\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                failures++;
+                continue;
+            }
+            sess[c] = kl_session_new(be, 3);
+            ex[c] = kl_exec_new(sess[c], g);
+            if (!ex[c]) {
+                printf("FAIL: %s (%s): no exec\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                failures++;
+                continue;
+            }
+            const kl_plan *p = ex[c]->plan;
+            for (int k = 0; k < p->kernels.n; k++) {
+                bool seen = false;
+                for (int j = 0; j < names.n && !seen; j++)
+                    seen = !strcmp(names.v[j], p->kernels.v[k].name);
+                if (seen)
+                    continue;
+                kl_vec_push(names, kl_xstrdup(p->kernels.v[k].name));
+                kl_buf_puts(&chunk[count++ % nchunks], p->kernels.v[k].cuda.src);
+            }
+        }
+        int nl = count < nchunks ? count : nchunks;
+        char **programs = kl_xcalloc((size_t)nl + 1, sizeof(char *));
+        for (int i = 0; i < nl; i++) {
+            char *body = kir_cuda_program(chunk[i].s, KIR_CUDA_BF16 | KIR_CUDA_F16);
+            programs[i] = kl_xasprintf("#include \"emu.h\"\n%s", body);
+            free(body);
+        }
+        for (int i = 0; i < 64; i++)
+            kl_buf_free(&chunk[i]);
+        emu_lib *libs = kl_xcalloc((size_t)nl + 1, sizeof *libs);
+        double t0 = kl_now();
+        if (build_libs(programs, nl, threads, libs)) {
+            failures++;
+        } else {
+            double t1 = kl_now();
+            stats st = {0};
+            for (int c = 0; c < nc; c++) {
+                if (!ex[c])
+                    continue;
+                char cs[64], where[256];
+                snprintf(where, sizeof where, "%s, %s", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                random_inputs(ex[c], 17 + (uint64_t)c);
+                check_plan(ex[c], where, libs, nl, &st);
+            }
+            printf("%s: %d distinct kernels (%d kernel steps in %d configurations, batch %s) emulated twice each: %d runs, %d launches; "
+                   "worst relative error f32 %.2g, bf16 %.2g, f16 %.2g; %d failures (compile %.1f s, run %.1f s)\n",
+                   models.v[m], st.seen.n, st.kernels, nc, batch, st.runs, st.launches, st.worst[IR_F32], st.worst[IR_BF16],
+                   st.worst[IR_F16], st.failures, t1 - t0, kl_now() - t1);
+            failures += st.failures;
+            for (int i = 0; i < st.seen.n; i++)
+                free(st.seen.v[i]);
+            kl_vec_free(st.seen);
+        }
+        for (int i = 0; i < nl; i++) {
+            free(programs[i]);
+            if (libs[i].h)
+                dlclose(libs[i].h);
+        }
+        free(programs);
+        free(libs);
+        for (int i = 0; i < names.n; i++)
+            free(names.v[i]);
+        kl_vec_free(names);
+        for (int c = 0; c < nc; c++) {
+            kl_exec_free(ex[c]);
+            if (sess[c])
+                kl_session_free(sess[c]);
+        }
+    }
+    be->ops->destroy(be);
+    kl_vec_free(models);
+    printf("%s\n", failures ? "FAILED" : "every CUDA kernel matches the CPU backend in emulation");
+    return failures ? 1 : 0;
+}

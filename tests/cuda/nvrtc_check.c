@@ -1,0 +1,139 @@
+/* Every generated CUDA kernel of the given models, in every configuration
+ * (train and eval, fused and unfused, fp32/bf16/fp16), compiles with
+ * NVRTC for each architecture, and ptxas reports no stack frame (local
+ * memory) and no spills for any of its functions. No GPU is needed.
+ *
+ *   nvrtc_check [--arch sm_80,sm_90] [--batch N] [--print] MODEL.kl...
+ *
+ * Exits 77 (a skip for ctest) when NVRTC cannot be opened. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plans.h"
+#include "runtime/nvrtc.h"
+
+typedef struct kernel_entry {
+    char *name, *what, *where;
+    char *program;
+    char fns[16][48];
+    int nfns;
+} kernel_entry;
+
+int main(int argc, char **argv)
+{
+    const char *archs = "sm_80,sm_90", *batch = NULL;
+    bool print = false;
+    KL_VEC(const char *) models = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--arch") && i + 1 < argc)
+            archs = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch = argv[++i];
+        else if (!strcmp(argv[i], "--print"))
+            print = true;
+        else
+            kl_vec_push(models, argv[i]);
+    }
+    char why[600];
+    if (kl_nvrtc_load(why, sizeof why)) {
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+    int major, minor;
+    kl_nvrtc_version(&major, &minor);
+    KL_VEC(kernel_entry) ks = {0};
+    int plans = 0, failures = 0;
+    for (int m = 0; m < models.n; m++) {
+        plan_config cfg[16];
+        int nc = plan_configs(cfg);
+        for (int c = 0; c < nc; c++) {
+            char cs[64];
+            ir_graph *g = plan_config_graph(models.v[m], batch, &cfg[c]);
+            if (!g) {
+                printf("FAIL: %s (%s): the model does not build\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                failures++;
+                continue;
+            }
+            kl_plan *p = cg_build_plan(g);
+            plans++;
+            for (int k = 0; k < p->kernels.n; k++) {
+                const kl_kernel_src *src = &p->kernels.v[k];
+                bool seen = false;
+                for (int j = 0; j < ks.n && !seen; j++)
+                    seen = !strcmp(ks.v[j].name, src->name);
+                if (seen)
+                    continue;
+                kernel_entry e = {kl_xstrdup(src->name), kl_xstrdup(src->what), NULL, NULL, {{0}}, 0};
+                e.where = kl_xasprintf("%s, %s", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                e.program = kir_cuda_program(src->cuda.src, src->cuda.needs);
+                for (int l = 0; l < src->cuda.nlaunches && l < 16; l++)
+                    snprintf(e.fns[e.nfns++], sizeof e.fns[0], "%s", src->cuda.launches[l].fn);
+                kl_vec_push(ks, e);
+                if (print)
+                    printf("// ---- %s (%s) ----\n%s\n", e.name, e.where, src->cuda.src);
+            }
+            kl_plan_free(p);
+            ir_graph_free(g);
+        }
+    }
+    kl_nvrtc_job *jobs = kl_xcalloc((size_t)ks.n + 1, sizeof *jobs);
+    int functions = 0;
+    for (int i = 0; i < ks.n; i++)
+        functions += ks.v[i].nfns;
+    char *list = kl_xstrdup(archs);
+    for (char *save = NULL, *arch = strtok_r(list, ",", &save); arch; arch = strtok_r(NULL, ",", &save)) {
+        for (int i = 0; i < ks.n; i++) {
+            memset(&jobs[i], 0, sizeof jobs[i]);
+            jobs[i].name = ks.v[i].name;
+            jobs[i].src = ks.v[i].program;
+        }
+        kl_nvrtc_opts o = {.arch = arch, .quiet = true};
+        int failed = kl_nvrtc_compile(jobs, ks.n, &o);
+        int maxreg = 0, cached = 0, bad = 0;
+        const char *maxfn = "";
+        for (int i = 0; i < ks.n; i++) {
+            if (jobs[i].rc) {
+                printf("FAIL: %s (%s, from %s) does not compile for %s\n", ks.v[i].name, ks.v[i].what, ks.v[i].where, arch);
+                continue;
+            }
+            cached += jobs[i].cached;
+            for (int f = 0; f < ks.v[i].nfns; f++) {
+                kl_ptxas_info pi;
+                if (kl_ptxas_info_of(jobs[i].log, ks.v[i].fns[f], &pi)) {
+                    printf("FAIL: no ptxas report for %s (%s) on %s\n", ks.v[i].fns[f], ks.v[i].what, arch);
+                    bad++;
+                    continue;
+                }
+                if (pi.stack_bytes || pi.spill_stores || pi.spill_loads) {
+                    printf("FAIL: %s (%s, from %s) on %s: %d bytes stack frame (local memory), %d bytes spill stores, %d bytes spill loads\n",
+                           ks.v[i].fns[f], ks.v[i].what, ks.v[i].where, arch, pi.stack_bytes, pi.spill_stores, pi.spill_loads);
+                    bad++;
+                }
+                if (pi.registers > maxreg) {
+                    maxreg = pi.registers;
+                    maxfn = ks.v[i].fns[f];
+                }
+            }
+            free(jobs[i].image);
+            free(jobs[i].log);
+            jobs[i].image = NULL;
+            jobs[i].log = NULL;
+        }
+        printf("%s: %d kernels (%d functions) compiled by NVRTC %d.%d (%d from the cache), %d failed, %d with local memory or spills; at most %d registers (%s)\n",
+               arch, ks.n, functions, major, minor, cached, failed, bad, maxreg, maxfn);
+        failures += failed + bad;
+    }
+    printf("%d plans of %d model(s): %s\n", plans, models.n, failures ? "FAILED" : "all kernels compile without local memory or spills");
+    free(list);
+    free(jobs);
+    for (int i = 0; i < ks.n; i++) {
+        free(ks.v[i].name);
+        free(ks.v[i].what);
+        free(ks.v[i].where);
+        free(ks.v[i].program);
+    }
+    kl_vec_free(ks);
+    kl_vec_free(models);
+    return failures ? 1 : 0;
+}
