@@ -521,3 +521,39 @@ void ir_grad_dropout(ir_grad_ctx *c, ir_node *n)
     ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_DROPOUT_GRAD, args, 2, &a));
     ir_attrs_free(&a);
 }
+
+/* Batch norm with running statistics (evaluation): an affine map per
+ * channel, y = (x - rm) k gamma + beta with k = 1 / sqrt(rv + eps), so
+ * dx = dy k gamma, dgamma = sum dy (x - rm) k, dbeta = sum dy over every
+ * axis but the channel's. Built from elementwise ops and sums. */
+void ir_grad_batchnorm_infer(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy < 0)
+        return;
+    int x = in(n, 0), gamma = in(n, 1), beta = in(n, 2), rm = in(n, 3), rv = in(n, 4);
+    const ir_type *xt = T(c, x);
+    /* The per-channel vectors shaped to broadcast over x: [1, C, 1, ...]. */
+    int64_t shape[IR_MAX_RANK], axes[IR_MAX_RANK];
+    int na = 0;
+    for (int i = 0; i < xt->rank; i++) {
+        shape[i] = i == 1 ? xt->dim[1] : 1;
+        if (i != 1)
+            axes[na++] = i;
+    }
+    int eps = konst(c, ir_attr_float(&n->attrs, "eps", 1e-5), rv);
+    int k = reshape(c, ir_emit1(c->g, IR_OP_RSQRT, ir_emit2(c->g, IR_OP_ADD, rv, eps, NULL), NULL), shape, xt->rank);
+    int kg = mul(c, k, reshape(c, gamma, shape, xt->rank));
+    if (ir_grad_wanted(c, x))
+        ir_grad_put(c, x, mul(c, dy, kg));
+    ir_attrs a = {0};
+    ir_attrs_set_ints(&a, "axis", axes, na);
+    if (ir_grad_wanted(c, gamma)) {
+        int xhat = mul(c, ir_emit2(c->g, IR_OP_SUB, x, reshape(c, rm, shape, xt->rank), NULL), k);
+        int p = mul(c, dy, xhat);
+        ir_grad_put(c, gamma, emit_attrs(c, IR_OP_SUM, &p, 1, &a));
+    }
+    if (ir_grad_wanted(c, beta))
+        ir_grad_put(c, beta, emit_attrs(c, IR_OP_SUM, &dy, 1, &a));
+    ir_attrs_free(&a);
+}

@@ -33,7 +33,7 @@ bool ir_grad_wanted(ir_grad_ctx *c, int v);
     X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(relu) X(gelu) X(tanh) X(sigmoid) \
     X(exp) X(log) X(sqrt) X(rsqrt) X(cast) X(matmul) X(conv2d) X(reshape) X(transpose)      \
     X(permute) X(broadcast) X(concat) X(slice) X(embedding) X(sum) X(mean) X(max)           \
-    X(softmax) X(log_softmax) X(cross_entropy) X(maxpool) X(avgpool) X(batchnorm)           \
+    X(softmax) X(log_softmax) X(cross_entropy) X(maxpool) X(avgpool) X(batchnorm) X(batchnorm_infer)           \
     X(layernorm) X(dropout)
 #define X(name) void ir_grad_##name(ir_grad_ctx *c, ir_node *n);
 IR_GRAD_RULES(X)

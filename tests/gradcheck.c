@@ -12,13 +12,15 @@
  * and fails when |analytic - numeric| / max(1, |analytic|, |numeric|)
  * exceeds the bound (1e-6, or "# tol: X" in the case). Integer inputs get
  * random values in [0, N) from "# range NAME N". At most 48 elements of
- * each param are checked, spread over the tensor. */
+ * each param are checked, spread over the tensor. "# eval" differentiates
+ * the evaluation graph (batch norm with running statistics, no dropout). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/lower.h"
 #include "passes/pipeline.h"
+#include "passes/passes.h"
 #include "runtime/session.h"
 
 static double directive(const kl_source *src, const char *key, double dflt)
@@ -59,6 +61,8 @@ int main(int argc, char **argv)
     ir_graph *g = kl_load_source(&src, NULL);
     if (!g)
         return 1;
+    if (strstr(src.text, "\n# eval"))
+        pass_eval_mode(g);
     kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
     if (kl_pipeline_run(g, &po))
         return 1;
