@@ -305,10 +305,53 @@ void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col)
     close_n(b, 6);
 }
 
+/* col2im for stride 1: per input row, zero it, then add each tap's row
+ * of col over the columns it covers. The covered ranges are constants,
+ * so every inner loop reads and writes contiguously with no clamps (the
+ * general version gathers through clamped indices). */
+static void col2im_stride1(cg_builder *b, const cg_conv *cv, int col, int x)
+{
+    int64_t rows = cv->c * cv->kh * cv->kw, hw = cv->oh * cv->ow;
+    K->work = cv->n * rows * hw;
+    int bc = kir_buf_add(K, col, cv->dtype, cv->n * rows * hw), bx = cg_buf(b, x);
+    int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
+    int c = kir_loop_begin(K, KL_PAR, cv->c, "c");
+    int h = kir_loop_begin(K, KL_PAR, cv->h, "h");
+    kir_expr *plane = kir_iadd(K, kir_imul(K, VAR(n), cv->c), VAR(c));
+    int xrow = kir_let(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), VAR(h)), cv->w), "xrow");
+    int z = kir_loop_begin(K, KL_PAR, cv->w, "w");
+    kir_store(K, bx, kir_iadd(K, VAR(xrow), VAR(z)), kir_const_f(K, 0));
+    kir_loop_end(K);
+    for (int64_t kh = 0; kh < cv->kh; kh++) {
+        /* The output row whose tap kh lands on row h. */
+        int oh = kir_let(K, kir_iadd(K, VAR(h), I(cv->p[0] - kh * cv->d[0])), "oh");
+        kir_if_begin(K, in_range(b, VAR(oh), cv->oh));
+        for (int64_t kw = 0; kw < cv->kw; kw++) {
+            int64_t shift = cv->p[1] - kw * cv->d[1]; /* ow = w + shift */
+            int64_t lo = shift < 0 ? -shift : 0, hi = cv->ow - shift < cv->w ? cv->ow - shift : cv->w;
+            if (hi <= lo)
+                continue;
+            kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), I(kh)), cv->kw), I(kw));
+            int src = kir_let(K, kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, row, cv->n), VAR(n)), hw),
+                                          kir_imul(K, VAR(oh), cv->ow)), "src");
+            int i = kir_loop_begin(K, KL_PAR, hi - lo, "i");
+            kir_expr *w = kir_iadd(K, VAR(i), I(lo));
+            kir_addto(K, bx, kir_iadd(K, VAR(xrow), w), kir_load(K, bc, kir_iadd(K, VAR(src), kir_iadd(K, w, I(shift)))));
+            kir_loop_end(K);
+        }
+        kir_if_end(K);
+    }
+    close_n(b, 3);
+}
+
 /* x[n, c, h, w] = sum over (kh, kw) of col[(c, kh, kw), n, (oh, ow)] for the
  * outputs whose window puts (kh, kw) on (h, w). */
 void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x)
 {
+    if (cv->s[0] == 1 && cv->s[1] == 1 && cv->kh * cv->kw <= 49) {
+        col2im_stride1(b, cv, col, x);
+        return;
+    }
     int64_t rows = cv->c * cv->kh * cv->kw, hw = cv->oh * cv->ow;
     K->work = cv->n * rows * hw;
     int bc = kir_buf_add(K, col, cv->dtype, cv->n * rows * hw), bx = cg_buf(b, x);
@@ -432,7 +475,9 @@ void cg_build_conv_direct(cg_builder *b, const cg_conv *cv, int xpad, int w, int
     close_n(b, 4);
 }
 
-/* dw[o, tap] = sum over n, oh, ow of dy[n, o, oh, ow] xpad[n, tap...]. */
+/* dw[o, tap] = sum over n, oh, ow of dy[n, o, oh, ow] xpad[n, tap...]:
+ * one pass over dy per output channel, every tap a separate accumulator
+ * of the same reduction. */
 void cg_build_conv_direct_wgrad(cg_builder *b, const cg_conv *cv, int xpad, int dy, int dw)
 {
     int64_t taps = cv->c * cv->kh * cv->kw;
@@ -440,18 +485,24 @@ void cg_build_conv_direct_wgrad(cg_builder *b, const cg_conv *cv, int xpad, int 
     int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
     int bp = kir_buf_add(K, xpad, cv->dtype, cv->n * cv->c * hp * wp), bdy = cg_buf(b, dy), bdw = cg_buf(b, dw);
     int o = kir_loop_begin(K, KL_PAR, cv->o, "o");
-    for (int64_t c = 0, t = 0; c < cv->c; c++)
-        for (int64_t kh = 0; kh < cv->kh; kh++)
-            for (int64_t kw = 0; kw < cv->kw; kw++, t++) {
-                int n = kir_loop_begin(K, KL_RED, cv->n, "n");
-                int acc = kir_loop_acc(K, KA_SUM, "acc");
-                int oh = kir_loop_begin(K, KL_RED, cv->oh, "oh");
-                int ow = kir_loop_begin(K, KL_RED, cv->ow, "ow");
-                kir_expr *dyi = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), cv->o), VAR(o)), cv->oh),
-                                                                 VAR(oh)), cv->ow), VAR(ow));
-                kir_acc_add(K, acc, BIN(KB_MUL, kir_load(K, bdy, dyi), kir_load(K, bp, xpad_at(b, cv, VAR(n), c, kh, kw, oh, ow))));
-                close_n(b, 3);
-                kir_store(K, bdw, kir_iadd(K, kir_imul(K, VAR(o), taps), I(t)), VAR(acc));
-            }
+    for (int64_t t0 = 0; t0 < taps; t0 += 16) {
+        int64_t nt = taps - t0 < 16 ? taps - t0 : 16;
+        int n = kir_loop_begin(K, KL_RED, cv->n, "n");
+        int acc[16];
+        for (int64_t t = 0; t < nt; t++)
+            acc[t] = kir_loop_acc(K, KA_SUM, "acc");
+        int oh = kir_loop_begin(K, KL_RED, cv->oh, "oh");
+        int ow = kir_loop_begin(K, KL_RED, cv->ow, "ow");
+        kir_expr *dyi = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(n), cv->o), VAR(o)), cv->oh),
+                                                         VAR(oh)), cv->ow), VAR(ow));
+        int d = kir_let(K, kir_load(K, bdy, dyi), "dy");
+        for (int64_t t = 0; t < nt; t++) {
+            int64_t tap = t0 + t, c = tap / (cv->kh * cv->kw), kh = tap / cv->kw % cv->kh, kw = tap % cv->kw;
+            kir_acc_add(K, acc[t], BIN(KB_MUL, VAR(d), kir_load(K, bp, xpad_at(b, cv, VAR(n), c, kh, kw, oh, ow))));
+        }
+        close_n(b, 3);
+        for (int64_t t = 0; t < nt; t++)
+            kir_store(K, bdw, kir_iadd(K, kir_imul(K, VAR(o), taps), I(t0 + t)), VAR(acc[t]));
+    }
     kir_loop_end(K);
 }

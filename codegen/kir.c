@@ -242,7 +242,7 @@ int kir_loop_begin(kir_kernel *k, kir_loop_kind kind, int64_t extent, const char
 int kir_loop_acc(kir_kernel *k, kir_acc_op op, const char *hint)
 {
     kir_stmt *s = innermost_loop(k);
-    kl_check(s->kind == KS_LOOP && s->loop == KL_RED && s->naccs < 4);
+    kl_check(s->kind == KS_LOOP && s->loop == KL_RED && s->naccs < (int)KL_ARRAY_LEN(s->accs));
     int v = kir_var(k, k->compute, hint ? hint : "acc");
     s->accs[s->naccs].var = v;
     s->accs[s->naccs].op = op;

@@ -90,7 +90,7 @@ struct kir_stmt {
     int64_t extent;   /* LOOP: 0 .. extent-1 */
     kir_loop_kind loop;
     kir_acc_op accop; /* ACC: how the accumulator combines */
-    kir_acc accs[4];  /* LOOP RED: declared and initialised before the loop */
+    kir_acc accs[16]; /* LOOP RED: declared and initialised before the loop */
     int naccs;
     int buf;          /* STORE, ADDTO */
     kir_expr *a, *b;
