@@ -429,6 +429,14 @@ static int run_training(trainer *t, const kl_source *src)
             return -1;
         }
         step = (int64_t)s;
+        /* The loss scale lives in the checkpoint with the other state. */
+        kl_persist *ls = kl_session_find(t->s, "loss_scale");
+        if (ls && t->cfg.precision == KL_PREC_FP16) {
+            float v;
+            t->s->be->ops->copy_out(t->s->be, &v, ls->ptr, sizeof v);
+            if (isfinite(v) && v > 0)
+                t->loss_scale = v;
+        }
         if (!t->opt.quiet)
             printf("resumed from %s at step %lld\n", t->opt.resume, (long long)step);
     }
