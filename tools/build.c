@@ -210,8 +210,11 @@ int kl_build_executable(const char *model_path, const char *out, const char *con
     char *kpath = kl_xasprintf("%s/kernels.c", dir), *mpath = kl_xasprintf("%s/main.c", dir);
     char *log = kl_xasprintf("%s/cc.log", dir), *tmp_out = kl_xasprintf("%s.tmp%d", out, (int)getpid());
     if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0) {
-        char *cmd = kl_xasprintf("'%s' %s -w -o '%s' '%s' '%s' '%s' -L'%s' -Wl,-rpath,'%s' -lopenblas -lz -lm -lpthread -ldl > '%s' 2>&1",
-                                 kl_cc(), kl_cc_flags(), tmp_out, mpath, kpath, lib, KILN_OPENBLAS_DIR, KILN_OPENBLAS_DIR, log);
+        /* KILN_LINK_FLAGS: what libkiln.a was built with needs at link
+         * time too (the sanitizers). */
+        char *cmd = kl_xasprintf("'%s' %s %s -w -o '%s' '%s' '%s' '%s' -L'%s' -Wl,-rpath,'%s' -lopenblas -lz -lm -lpthread -ldl > '%s' 2>&1",
+                                 kl_cc(), kl_cc_flags(), KILN_LINK_FLAGS, tmp_out, mpath, kpath, lib, KILN_OPENBLAS_DIR,
+                                 KILN_OPENBLAS_DIR, log);
         if (verbose)
             fprintf(stderr, "+ %s\n", cmd);
         int st = system(cmd);
