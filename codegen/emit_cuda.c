@@ -1413,15 +1413,21 @@ static void print_flat(cu *c, phase *const *ph, int n, const char *fn, bool *pri
     print_trampoline(c, fn);
 }
 
-static bool uses_block_reduce(const kir_stmt *s, const kir_stmt *end)
+/* The most accumulators of a block-level RED loop in a block-context
+ * range (0: no block-level reduction): 32 shared values each. */
+static int block_reduce_accs(const kir_stmt *s, const kir_stmt *end)
 {
+    int most = 0;
     for (; s && s != end; s = s->next) {
+        int n = 0;
         if (s->kind == KS_LOOP && s->loop == KL_RED)
-            return true;
-        if ((s->kind == KS_IF || (s->kind == KS_LOOP && s->loop == KL_SEQ)) && uses_block_reduce(s->body, NULL))
-            return true;
+            n = s->naccs;
+        else if (s->kind == KS_IF || (s->kind == KS_LOOP && s->loop == KL_SEQ))
+            n = block_reduce_accs(s->body, NULL);
+        if (n > most)
+            most = n;
     }
-    return false;
+    return most;
 }
 
 static void print_block_fn(cu *c, const phase *p, const char *fn, bool *printed)
@@ -1444,8 +1450,9 @@ static void print_block_fn(cu *c, const phase *p, const char *fn, bool *printed)
                         "elements (reductions: warp shuffles, then shared memory) and thread 0 writes single values. */\n",
                   (long long)p->inner);
     line(c, "(void)ka;");
-    if (uses_block_reduce(body, end))
-        line(c, "__shared__ %s kl_red[32 * 4];", ctype(k->compute));
+    int naccs = block_reduce_accs(body, end);
+    if (naccs)
+        line(c, "__shared__ %s kl_red[32 * %d];", ctype(k->compute), naccs);
     print_outer_lets(c, p->top, p, printed);
     open_guards(c, p);
     line(c, "for (unsigned int kl_o = blockIdx.x; kl_o < %lldu; kl_o += gridDim.x) {", (long long)p->units);
@@ -1486,6 +1493,7 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
 {
     memset(out, 0, sizeof *out);
     kl_check(k->name != NULL);
+    out->nbufs = k->nbufs;
     kl_check(k->nbufs <= 64);
     for (int i = 0; i < k->nbufs; i++) {
         if (k->bufs[i].dtype == IR_BF16)

@@ -40,6 +40,7 @@ typedef struct kir_cuda {
     kir_cuda_launch *launches; /* in launch order */
     int nlaunches;
     unsigned needs;            /* KIR_CUDA_BF16 | KIR_CUDA_F16 */
+    int nbufs;                 /* buffer parameters, then a const kl_kargs * */
 } kir_cuda;
 
 /* Prints kernel k (named: kir_finish ran) as CUDA C. Launch names are

@@ -116,6 +116,9 @@ void kl_exec_free(kl_exec *e)
     free(e->ptrs);
     free(e->step_seconds);
     free(e->step_runs);
+    for (int i = 0; i < e->ngraphs; i++)
+        if (e->graphs[i].graph)
+            e->s->be->ops->graph_free(e->s->be, e->graphs[i].graph);
     if (e->arena)
         e->s->be->ops->free(e->s->be, e->arena);
     kl_plan_free(e->plan);
@@ -134,16 +137,63 @@ static void run_step(kl_exec *e, int i, const kl_kargs *args)
         be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
 }
 
-void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
+static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
 {
     kl_plan *p = e->plan;
+    for (int i = 0; i < p->steps.n; i++)
+        if (phase_mask & (1u << p->steps.v[i].phase))
+            run_step(e, i, args);
+}
+
+/* The graph record of runs with this mask, or NULL when runs are not
+ * recorded. */
+static kl_exec_graph *graph_of(kl_exec *e, unsigned mask)
+{
+    if (e->s->no_graphs || !e->s->be->ops->capture_begin)
+        return NULL;
+    for (int i = 0; i < e->ngraphs; i++)
+        if (e->graphs[i].mask == mask)
+            return &e->graphs[i];
+    if (e->ngraphs == (int)KL_ARRAY_LEN(e->graphs))
+        return NULL;
+    kl_exec_graph *g = &e->graphs[e->ngraphs++];
+    memset(g, 0, sizeof *g);
+    g->mask = mask;
+    return g;
+}
+
+void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
+{
+    kl_backend *be = e->s->be;
+    kl_plan *p = e->plan;
+    /* Kernels read step and seed from the device, so a graph replays with
+     * the current ones. */
+    if (be->ops->set_args)
+        be->ops->set_args(be, args);
+    kl_exec_graph *gr = e->step_seconds ? NULL : graph_of(e, phase_mask);
+    if (gr && gr->graph) {
+        be->ops->graph_launch(be, gr->graph);
+        return;
+    }
+    if (gr && !gr->failed && ++gr->runs > KL_GRAPH_WARMUP) {
+        /* Recorded, not run: the replay runs it. */
+        if (be->ops->capture_begin(be) == 0) {
+            run_steps(e, phase_mask, args);
+            gr->graph = be->ops->capture_end(be);
+        }
+        if (gr->graph) {
+            be->ops->graph_launch(be, gr->graph);
+            return;
+        }
+        gr->failed = true;
+    }
+    if (!e->step_seconds) {
+        run_steps(e, phase_mask, args);
+        return;
+    }
     for (int i = 0; i < p->steps.n; i++) {
         if (!(phase_mask & (1u << p->steps.v[i].phase)))
             continue;
-        if (!e->step_seconds) {
-            run_step(e, i, args);
-            continue;
-        }
         double t0 = kl_now();
         run_step(e, i, args);
         e->s->be->ops->sync(e->s->be);

@@ -16,7 +16,19 @@ typedef struct kl_session {
     kl_backend *be;
     uint64_t seed;
     KL_VEC(kl_persist) persist;
+    bool no_graphs; /* never replay runs as recorded graphs (--no-cuda-graph) */
 } kl_session;
+
+/* A run recorded as a graph (on backends that record them): after
+ * KL_GRAPH_WARMUP plain runs with one phase mask, the next is recorded and
+ * every later one replays it. */
+#define KL_GRAPH_WARMUP 2
+typedef struct kl_exec_graph {
+    unsigned mask;
+    int runs;
+    void *graph;
+    bool failed;
+} kl_exec_graph;
 
 typedef struct kl_exec {
     kl_session *s;
@@ -27,6 +39,8 @@ typedef struct kl_exec {
     void ***args;  /* per step: kernel argument pointers */
     double *step_seconds; /* per step, summed over runs, when profiling */
     int64_t *step_runs;
+    kl_exec_graph graphs[8]; /* per phase mask run */
+    int ngraphs;
 } kl_exec;
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed);
@@ -39,7 +53,9 @@ kl_persist *kl_session_find(kl_session *s, const char *name);
  * have yet. Takes ownership of g. NULL after an error. */
 kl_exec *kl_exec_new(kl_session *s, ir_graph *g);
 void kl_exec_free(kl_exec *e);
-/* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*). */
+/* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*): as a
+ * replayed graph once warm, where the backend records graphs and neither
+ * the session nor profiling rules it out. */
 void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args);
 #define KL_ALL_PHASES 7u
 

@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "session.h"
+#include "backend_cuda.h"
 #include "../frontend/lower.h"
 #include "../frontend/train_config.h"
 #include "../passes/pipeline.h"
@@ -31,7 +32,9 @@ static const char usage[] =
     "  --eval-every N     evaluate every N steps (default: each epoch)\n"
     "  --log-every N      progress line every N steps\n"
     "  --precision P      fp32, bf16 or fp16\n"
-    "  --device D         auto, cpu or cuda (default auto)\n"
+    "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
+    "  --no-cuda-graph    launch each step's kernels instead of replaying a CUDA graph\n"
+    "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
     "  --metrics FILE     write metrics as JSON lines\n"
     "  --save FILE        write a checkpoint at the end (and each epoch)\n"
     "  --save-init FILE   write a checkpoint of the initial values, then train\n"
@@ -49,7 +52,7 @@ typedef struct options {
     int threads;
     const char *device, *metrics, *save, *save_init, *resume;
     int64_t force_overflow; /* a test hook: poison this step's loss scale */
-    bool quiet, profile;
+    bool quiet, profile, no_cuda_graph, tf32;
 } options;
 
 static int add_kv(options *o, const char *k, const char *v)
@@ -131,6 +134,10 @@ static int parse_flags(int argc, char **argv, options *o, const char *model)
             }
             if (add_kv(o, own(o, kl_xstrndup(kv, (size_t)(eq - kv))), eq + 1))
                 return -1;
+        } else if (!strcmp(a, "--no-cuda-graph")) {
+            o->no_cuda_graph = true;
+        } else if (!strcmp(a, "--tf32")) {
+            o->tf32 = true;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
         } else if (!strcmp(a, "--profile")) {
@@ -580,6 +587,26 @@ out:
     return rc;
 }
 
+/* The GPU when one is usable (or asked for), else the CPU with a notice;
+ * NULL when --device cuda finds no GPU (reported). */
+static kl_backend *open_backend(const options *o, const kl_cpu_options *co)
+{
+    bool cpu = o->device && !strcmp(o->device, "cpu"), cuda = o->device && !strcmp(o->device, "cuda");
+    if (!cpu) {
+        char why[600];
+        kl_cuda_options cuo = {.tf32 = o->tf32, .quiet = o->quiet};
+        kl_backend *be = kl_cuda_backend_new(&cuo, why, sizeof why);
+        if (be)
+            return be;
+        if (cuda) {
+            kl_error("--device cuda: %s", why);
+            return NULL;
+        }
+        fprintf(stderr, "kiln: no usable GPU (%s); training on the CPU\n", why);
+    }
+    return kl_cpu_backend_new(co);
+}
+
 int kl_train_main(int argc, char **argv, const char *model_name, const char *model_src,
                   const kl_builtin_kernel *builtins)
 {
@@ -594,10 +621,6 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         kl_error("--device must be auto, cpu or cuda");
         goto done;
     }
-    if (t.opt.device && !strcmp(t.opt.device, "cuda")) {
-        kl_error("--device cuda: this build has no CUDA backend yet; use --device cpu");
-        goto done;
-    }
     g = load_with(&src, &t.opt, NULL, NULL);
     if (!g)
         goto done;
@@ -609,8 +632,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     }
     kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads, .builtins = builtins};
-    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_backend *be = open_backend(&t.opt, &co);
+    if (!be)
+        goto done;
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
+    t.s->no_graphs = t.opt.no_cuda_graph;
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, 1);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;
@@ -648,8 +674,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
             params += ir_type_numel(&v->type);
     }
     if (!t.opt.quiet) {
-        printf("%s: %lld params, %s, %d threads, %lld train / %lld test samples\n", t.train->g->name, (long long)params,
-               kl_precision_name(t.cfg.precision), be->threads, (long long)t.train_set.count, (long long)t.test_set.count);
+        printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t.train->g->name, (long long)params,
+               kl_precision_name(t.cfg.precision), be->desc, (long long)t.train_set.count, (long long)t.test_set.count);
         int64_t eff = t.cfg.batch * t.cfg.accumulate, base = t.cfg.base_batch ? t.cfg.base_batch : t.cfg.batch;
         printf("effective batch %lld (batch %lld x accumulate %lld); lr %.4g", (long long)eff, (long long)t.cfg.batch,
                (long long)t.cfg.accumulate, t.scaled_lr);

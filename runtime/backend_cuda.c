@@ -1,0 +1,790 @@
+/* The CUDA backend: device memory, generated kernels compiled by NVRTC,
+ * cuBLASLt for GEMMs, a compute stream and a copy stream, CUDA graphs.
+ *
+ * The driver (libcuda.so.1) and cuBLASLt are opened with dlopen, so the
+ * executable starts on machines without them; kl_cuda_backend_new then
+ * says why there is no GPU and the caller trains on the CPU. Every driver
+ * and cuBLASLt call goes through CU() or LT(), which name the call, file
+ * and line when it fails; a failure after start-up is fatal (exit 1).
+ *
+ * Streams: kernels and GEMMs run on the compute stream. copy_in copies the
+ * caller's data into a pinned host buffer and moves it on the copy stream
+ * into a device staging buffer, so the transfer overlaps the work already
+ * queued on the compute stream; the compute stream then waits for it (an
+ * event) and copies it into place. Kernel arguments (step, seed) live in
+ * device memory, so a captured graph reads the current ones. */
+#include <cublasLt.h>
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_cuda.h"
+#include "cuda_launch.h"
+#include "nvrtc.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x) /* the name after macro expansion: cuMemAlloc -> "cuMemAlloc_v2" */
+
+#define CU_FUNCS(X)                                                                                        \
+    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)            \
+    X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)       \
+    X(cuCtxSetCurrent) X(cuGetErrorName) X(cuGetErrorString) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)   \
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)          \
+    X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamDestroy)      \
+    X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
+    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)                     \
+    X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuOccupancyMaxPotentialBlockSize)    \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
+    X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+
+#define LT_FUNCS(X)                                                                                        \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetVersion) X(cublasLtGetStatusString)                 \
+    X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)            \
+    X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)      \
+    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                  \
+    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+/* Entry points of the driver and of cuBLASLt, found once per process;
+ * read-only afterwards. */
+typedef struct cuda_api {
+#define X(f) __typeof__(&f) f;
+    CU_FUNCS(X)
+    LT_FUNCS(X)
+#undef X
+} cuda_api;
+
+static cuda_api api;
+
+static const char *cu_error(CUresult r)
+{
+    const char *name = NULL, *msg = NULL;
+    if (api.cuGetErrorName)
+        api.cuGetErrorName(r, &name);
+    if (api.cuGetErrorString)
+        api.cuGetErrorString(r, &msg);
+    static __thread char buf[256];
+    snprintf(buf, sizeof buf, "%s (%s)", name ? name : "?", msg ? msg : "unknown error");
+    return buf;
+}
+
+KL_NORETURN static void fatal(const char *file, int line, const char *call, const char *why)
+{
+    kl_error("%s:%d: %s failed: %s", file, line, call, why);
+    exit(1);
+}
+
+static void cu_check(CUresult r, const char *call, const char *file, int line)
+{
+    if (r != CUDA_SUCCESS)
+        fatal(file, line, call, cu_error(r));
+}
+
+static void lt_check(cublasStatus_t s, const char *call, const char *file, int line)
+{
+    if (s != CUBLAS_STATUS_SUCCESS)
+        fatal(file, line, call, api.cublasLtGetStatusString ? api.cublasLtGetStatusString(s) : "cuBLASLt error");
+}
+
+/* Every driver and cuBLASLt call is checked. */
+#define CU(call) cu_check((call), #call, __FILE__, __LINE__)
+#define LT(call) lt_check((call), #call, __FILE__, __LINE__)
+
+/* ---- the backend's state ---- */
+
+typedef struct cu_launch {
+    CUfunction f;
+    unsigned grid, block;
+} cu_launch;
+
+typedef struct cu_kernel {
+    char *name;
+    CUmodule mod;
+    cu_launch *l;
+    int nl, nbufs;
+} cu_kernel;
+
+/* A GEMM's shape: everything its cuBLASLt descriptors and algorithm
+ * depend on. Compared with memcmp (zeroed before filling). */
+typedef struct gemm_key {
+    int dtype, out_dtype, ta, tb;
+    int64_t m, n, k, batch, stride_a, stride_b, stride_c;
+    int align_a, align_b, align_c;
+    int beta_zero;
+} gemm_key;
+
+typedef struct gemm_plan {
+    gemm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+/* A pinned host buffer and a device staging buffer for one copy in
+ * flight; `done` is recorded on the compute stream after the last use. */
+typedef struct copy_slot {
+    void *host;
+    size_t host_cap;
+    CUdeviceptr dev;
+    size_t dev_cap;
+    CUevent copied, done;
+    bool used;
+} copy_slot;
+
+#define NSLOTS 8
+/* Copies up to this size go straight from pinned memory on the compute
+ * stream (no staging): a transfer this small is not worth overlapping. */
+#define SMALL_COPY (64 << 10)
+/* Larger copies than this (checkpoints) are synchronous. */
+#define LARGE_COPY (64 << 20)
+
+typedef struct cuda_backend {
+    kl_backend base;
+    kl_cuda_options o;
+    CUdevice dev;
+    CUcontext ctx;
+    int sms;
+    char arch[16];
+    CUstream compute, copy;
+    CUdeviceptr kargs;
+    kl_kargs kargs_now;
+    bool kargs_set, capturing;
+    cublasLtHandle_t lt;
+    CUdeviceptr workspace;
+    size_t workspace_bytes;
+    KL_VEC(gemm_plan) gemms;
+    KL_VEC(cu_kernel) kernels;
+    int *index; /* open addressing over kernels by name hash; -1 empty */
+    int index_cap;
+    copy_slot slots[NSLOTS];
+    int next_slot;
+    void *bounce; /* pinned, for copy_out */
+    size_t bounce_cap;
+    CUevent t0, t1;
+} cuda_backend;
+
+static cuda_backend *cb_of(kl_backend *be)
+{
+    return (cuda_backend *)be;
+}
+
+static CUdeviceptr dptr(const void *p)
+{
+    return (CUdeviceptr)(uintptr_t)p;
+}
+
+/* ---- memory and copies ---- */
+
+static void *cuda_alloc(kl_backend *be, size_t bytes)
+{
+    (void)be;
+    CUdeviceptr p;
+    CUresult r = api.cuMemAlloc(&p, bytes ? bytes : 256);
+    if (r != CUDA_SUCCESS) {
+        size_t free_b = 0, total = 0;
+        api.cuMemGetInfo(&free_b, &total);
+        kl_error("out of GPU memory allocating %.1f MiB (%.1f of %.1f MiB free): %s\n"
+                 "---> try a smaller --batch, or --accumulate N with a batch N times smaller",
+                 (double)bytes / 1048576.0, (double)free_b / 1048576.0, (double)total / 1048576.0, cu_error(r));
+        exit(1);
+    }
+    return (void *)(uintptr_t)p;
+}
+
+static void cuda_free(kl_backend *be, void *p)
+{
+    CU(api.cuStreamSynchronize(cb_of(be)->compute));
+    CU(api.cuMemFree(dptr(p)));
+}
+
+static void grow_host(void **p, size_t *cap, size_t want)
+{
+    if (*cap >= want)
+        return;
+    if (*p)
+        CU(api.cuMemFreeHost(*p));
+    size_t n = want < 4096 ? 4096 : want;
+    CU(api.cuMemHostAlloc(p, n, 0));
+    *cap = n;
+}
+
+static void cuda_copy_in(kl_backend *be, void *dst, const void *src, size_t bytes)
+{
+    cuda_backend *cb = cb_of(be);
+    kl_check(!cb->capturing);
+    if (!bytes)
+        return;
+    if (bytes > LARGE_COPY) {
+        CU(api.cuStreamSynchronize(cb->compute));
+        CU(api.cuMemcpyHtoD(dptr(dst), src, bytes));
+        return;
+    }
+    copy_slot *s = &cb->slots[cb->next_slot++ % NSLOTS];
+    if (s->used)
+        CU(api.cuEventSynchronize(s->done)); /* its previous copy has landed */
+    grow_host(&s->host, &s->host_cap, bytes);
+    memcpy(s->host, src, bytes);
+    if (bytes <= SMALL_COPY) {
+        CU(api.cuMemcpyHtoDAsync(dptr(dst), s->host, bytes, cb->compute));
+    } else {
+        if (s->dev_cap < bytes) {
+            if (s->dev)
+                CU(api.cuMemFree(s->dev));
+            CU(api.cuMemAlloc(&s->dev, bytes));
+            s->dev_cap = bytes;
+        }
+        /* The transfer overlaps the queued work; the compute stream takes
+         * it over when it gets there. */
+        CU(api.cuMemcpyHtoDAsync(s->dev, s->host, bytes, cb->copy));
+        CU(api.cuEventRecord(s->copied, cb->copy));
+        CU(api.cuStreamWaitEvent(cb->compute, s->copied, 0));
+        CU(api.cuMemcpyDtoDAsync(dptr(dst), s->dev, bytes, cb->compute));
+    }
+    CU(api.cuEventRecord(s->done, cb->compute));
+    s->used = true;
+}
+
+static void cuda_copy_out(kl_backend *be, void *dst, const void *src, size_t bytes)
+{
+    cuda_backend *cb = cb_of(be);
+    kl_check(!cb->capturing);
+    size_t chunk = bytes < (8u << 20) ? bytes : (8u << 20);
+    grow_host(&cb->bounce, &cb->bounce_cap, chunk);
+    for (size_t off = 0; off < bytes; off += chunk) {
+        size_t n = bytes - off < chunk ? bytes - off : chunk;
+        CU(api.cuMemcpyDtoHAsync(cb->bounce, dptr((const char *)src + off), n, cb->compute));
+        CU(api.cuStreamSynchronize(cb->compute));
+        memcpy((char *)dst + off, cb->bounce, n);
+    }
+}
+
+static void cuda_fill_zero(kl_backend *be, void *dst, size_t bytes)
+{
+    CU(api.cuMemsetD8Async(dptr(dst), 0, bytes, cb_of(be)->compute));
+}
+
+static void cuda_sync(kl_backend *be)
+{
+    CU(api.cuStreamSynchronize(cb_of(be)->compute));
+}
+
+/* ---- kernels ---- */
+
+static uint64_t name_hash(const char *s)
+{
+    return kl_hash_bytes(KL_HASH_INIT, s, strlen(s));
+}
+
+static cu_kernel *find_kernel(cuda_backend *cb, const char *name)
+{
+    if (!cb->index_cap)
+        return NULL;
+    for (uint64_t i = name_hash(name);; i++) {
+        int k = cb->index[i & (uint64_t)(cb->index_cap - 1)];
+        if (k < 0)
+            return NULL;
+        if (!strcmp(cb->kernels.v[k].name, name))
+            return &cb->kernels.v[k];
+    }
+}
+
+static void index_kernels(cuda_backend *cb)
+{
+    int cap = 64;
+    while (cap < 2 * cb->kernels.n + 2)
+        cap *= 2;
+    free(cb->index);
+    cb->index = kl_xmalloc(sizeof(int) * (size_t)cap);
+    for (int i = 0; i < cap; i++)
+        cb->index[i] = -1;
+    cb->index_cap = cap;
+    for (int k = 0; k < cb->kernels.n; k++) {
+        uint64_t i = name_hash(cb->kernels.v[k].name);
+        while (cb->index[i & (uint64_t)(cap - 1)] >= 0)
+            i++;
+        cb->index[i & (uint64_t)(cap - 1)] = k;
+    }
+}
+
+/* Loads a compiled kernel and sizes its launches for this device. */
+static int load_kernel(cuda_backend *cb, const kl_kernel_src *k, const void *image)
+{
+    cu_kernel ck = {kl_xstrdup(k->name), NULL, NULL, k->cuda.nlaunches, k->cuda.nbufs};
+    CUresult r = api.cuModuleLoadData(&ck.mod, image);
+    if (r != CUDA_SUCCESS) {
+        kl_error("cannot load kernel %s (%s) for %s: %s", k->name, k->what, cb->arch, cu_error(r));
+        free(ck.name);
+        return -1;
+    }
+    ck.l = kl_xcalloc((size_t)ck.nl + 1, sizeof *ck.l);
+    for (int i = 0; i < ck.nl; i++) {
+        const kir_cuda_launch *L = &k->cuda.launches[i];
+        cu_launch *cl = &ck.l[i];
+        CU(api.cuModuleGetFunction(&cl->f, ck.mod, L->fn));
+        int min_grid = 0, suggested = 0, max_threads = 0, per_sm = 0;
+        CU(api.cuOccupancyMaxPotentialBlockSize(&min_grid, &suggested, cl->f, NULL, 0, 0));
+        CU(api.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, cl->f));
+        cl->block = kl_cuda_block_size(L, cb->sms, suggested, max_threads);
+        CU(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cl->f, (int)cl->block, 0));
+        cl->grid = kl_cuda_grid_size(L, cl->block, cb->sms, per_sm);
+    }
+    kl_vec_push(cb->kernels, ck);
+    return 0;
+}
+
+static int cuda_prepare(kl_backend *be, const kl_plan *plan)
+{
+    cuda_backend *cb = cb_of(be);
+    int rc = 0;
+    KL_VEC(int) missing = {0};
+    for (int i = 0; i < plan->kernels.n && !rc; i++) {
+        const kl_kernel_src *k = &plan->kernels.v[i];
+        if (find_kernel(cb, k->name))
+            continue;
+        bool dup = false;
+        for (int j = 0; j < missing.n && !dup; j++)
+            dup = !strcmp(plan->kernels.v[missing.v[j]].name, k->name);
+        if (dup)
+            continue;
+        const kl_cuda_builtin *b = cb->o.builtins;
+        while (b && b->name && !(strcmp(b->name, k->name) == 0 && strcmp(b->arch, cb->arch) == 0))
+            b++;
+        if (b && b->name)
+            rc = load_kernel(cb, k, b->image);
+        else
+            kl_vec_push(missing, i);
+    }
+    if (!rc && missing.n) {
+        kl_nvrtc_job *jobs = kl_xcalloc((size_t)missing.n, sizeof *jobs);
+        for (int j = 0; j < missing.n; j++) {
+            const kl_kernel_src *k = &plan->kernels.v[missing.v[j]];
+            jobs[j].name = k->name;
+            jobs[j].owned = kir_cuda_program(k->cuda.src, k->cuda.needs);
+            jobs[j].src = jobs[j].owned;
+        }
+        kl_nvrtc_opts no = {.arch = cb->arch, .cache_dir = cb->o.cache_dir, .quiet = cb->o.quiet};
+        if (kl_nvrtc_compile(jobs, missing.n, &no))
+            rc = -1;
+        for (int j = 0; j < missing.n && !rc; j++)
+            rc = load_kernel(cb, &plan->kernels.v[missing.v[j]], jobs[j].image);
+        kl_nvrtc_jobs_free(jobs, missing.n);
+    }
+    kl_vec_free(missing);
+    index_kernels(cb);
+    return rc;
+}
+
+/* The kernels' step and seed, in device memory (set with memsets, which
+ * take their values when queued: no host buffer must outlive them). */
+static void upload_args(cuda_backend *cb, const kl_kargs *a)
+{
+    if (cb->kargs_set && cb->kargs_now.step == a->step && cb->kargs_now.seed == a->seed)
+        return;
+    uint32_t w[4];
+    memcpy(w, a, sizeof w);
+    for (int i = 0; i < 4; i++)
+        CU(api.cuMemsetD32Async(cb->kargs + 4 * (CUdeviceptr)i, w[i], 1, cb->compute));
+    cb->kargs_now = *a;
+    cb->kargs_set = true;
+}
+
+static void cuda_set_args(kl_backend *be, const kl_kargs *args)
+{
+    cuda_backend *cb = cb_of(be);
+    kl_check(!cb->capturing);
+    upload_args(cb, args);
+}
+
+static void cuda_launch(kl_backend *be, const kl_plan *plan, int kernel, void *const *bufs, const kl_kargs *args)
+{
+    cuda_backend *cb = cb_of(be);
+    cu_kernel *k = find_kernel(cb, plan->kernels.v[kernel].name);
+    kl_check(k != NULL);
+    /* While capturing, the arguments were set before (set_args). */
+    if (!cb->capturing)
+        upload_args(cb, args);
+    void *params[66];
+    kl_check(k->nbufs < 65);
+    for (int i = 0; i < k->nbufs; i++)
+        params[i] = (void *)&bufs[i];
+    params[k->nbufs] = &cb->kargs;
+    for (int i = 0; i < k->nl; i++)
+        CU(api.cuLaunchKernel(k->l[i].f, k->l[i].grid, 1, 1, k->l[i].block, 1, 1, 0, cb->compute, params, NULL));
+}
+
+/* ---- GEMMs through cuBLASLt ----
+ *
+ * The plan's GEMMs are row-major; cuBLASLt's are column-major. A row-major
+ * C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the call
+ * swaps the operands: A' = B, B' = A, m' = n, n' = m, and each stored
+ * matrix is read as its transpose without moving it. */
+
+static cudaDataType dtype_of(ir_dtype dt)
+{
+    switch (dt) {
+    case IR_F32: return CUDA_R_32F;
+    case IR_F64: return CUDA_R_64F;
+    case IR_BF16: return CUDA_R_16BF;
+    case IR_F16: return CUDA_R_16F;
+    default: kl_panic("no cuBLASLt type for %s", ir_dtype_name(dt));
+    }
+}
+
+static int alignment(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && a % (uintptr_t)al)
+        al /= 2;
+    return al;
+}
+
+static cublasLtMatrixLayout_t layout(cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride)
+{
+    cublasLtMatrixLayout_t l;
+    LT(api.cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld));
+    if (batch > 1) {
+        int32_t bc = (int32_t)batch;
+        LT(api.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+        LT(api.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+    return l;
+}
+
+/* The descriptors and algorithm of a shape, made on first use. */
+static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key)
+{
+    for (int i = 0; i < cb->gemms.n; i++)
+        if (!memcmp(&cb->gemms.v[i].key, key, sizeof *key))
+            return &cb->gemms.v[i];
+    gemm_plan gp;
+    memset(&gp, 0, sizeof gp);
+    gp.key = *key;
+    cudaDataType ab = dtype_of((ir_dtype)key->dtype), ct = dtype_of((ir_dtype)key->out_dtype);
+    bool f64 = key->dtype == IR_F64;
+    cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F
+                                  : key->dtype == IR_F32 && cb->o.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                       : CUBLAS_COMPUTE_32F;
+    LT(api.cublasLtMatmulDescCreate(&gp.desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
+    cublasOperation_t opa = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    int64_t m = key->m, n = key->n, k = key->k;
+    /* A' = B: stored [k, n] (or [n, k] when tb), read column-major. */
+    gp.la = key->tb ? layout(ab, k, n, k, key->batch, key->stride_b) : layout(ab, n, k, n, key->batch, key->stride_b);
+    /* B' = A: stored [m, k] (or [k, m] when ta). */
+    gp.lb = key->ta ? layout(ab, m, k, m, key->batch, key->stride_a) : layout(ab, k, m, k, key->batch, key->stride_a);
+    gp.lc = layout(ct, n, m, n, key->batch, key->stride_c);
+    cublasLtMatmulPreference_t pref;
+    LT(api.cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = cb->workspace_bytes;
+    uint32_t al_a = (uint32_t)key->align_b, al_b = (uint32_t)key->align_a, al_c = (uint32_t)key->align_c;
+    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    LT(api.cublasLtMatmulAlgoGetHeuristic(cb->lt, gp.desc, gp.la, gp.lb, gp.lc, gp.lc, pref, 1, &res, &found));
+    LT(api.cublasLtMatmulPreferenceDestroy(pref));
+    if (found < 1)
+        kl_panic("cuBLASLt has no algorithm for a %s x %s -> %s GEMM of %lld x %lld x %lld (batch %lld)",
+                 ir_dtype_name((ir_dtype)key->dtype), ir_dtype_name((ir_dtype)key->dtype),
+                 ir_dtype_name((ir_dtype)key->out_dtype), (long long)m, (long long)n, (long long)k, (long long)key->batch);
+    gp.algo = res.algo;
+    kl_vec_push(cb->gemms, gp);
+    return &cb->gemms.v[cb->gemms.n - 1];
+}
+
+static void run_gemm(cuda_backend *cb, const kl_gemm *g, int64_t batch, int64_t item, double beta, void *a, void *b, void *c)
+{
+    size_t ea = (size_t)ir_dtype_size(g->dtype), ec = (size_t)ir_dtype_size(g->out_dtype);
+    const char *pa = (const char *)a + (size_t)(g->off_a + item * g->stride_a) * ea;
+    const char *pb = (const char *)b + (size_t)(g->off_b + item * g->stride_b) * ea;
+    char *pc = (char *)c + (size_t)(g->off_c + (g->accumulate ? 0 : item * g->stride_c)) * ec;
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.dtype = g->dtype;
+    key.out_dtype = g->out_dtype;
+    key.ta = g->ta;
+    key.tb = g->tb;
+    key.m = g->m, key.n = g->n, key.k = g->k;
+    key.batch = batch;
+    if (batch > 1)
+        key.stride_a = g->stride_a, key.stride_b = g->stride_b, key.stride_c = g->stride_c;
+    key.align_a = alignment(pa), key.align_b = alignment(pb), key.align_c = alignment(pc);
+    key.beta_zero = beta == 0;
+    gemm_plan *gp = gemm_plan_of(cb, &key);
+    double alpha_d = g->alpha, beta_d = beta;
+    float alpha_f = (float)g->alpha, beta_f = (float)beta;
+    bool f64 = g->dtype == IR_F64;
+    LT(api.cublasLtMatmul(cb->lt, gp->desc, f64 ? (const void *)&alpha_d : (const void *)&alpha_f, pb, gp->la, pa, gp->lb,
+                          f64 ? (const void *)&beta_d : (const void *)&beta_f, pc, gp->lc, pc, gp->lc, &gp->algo,
+                          (void *)(uintptr_t)cb->workspace, cb->workspace_bytes, cb->compute));
+}
+
+static void cuda_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
+{
+    cuda_backend *cb = cb_of(be);
+    /* One strided-batched call when every operand advances; else one call
+     * per item (shared operands, and accumulate: items sum into one C,
+     * beta 1 after the first). */
+    if (g->batch == 1 || (!g->accumulate && g->stride_a && g->stride_b && g->stride_c)) {
+        run_gemm(cb, g, g->batch, 0, g->beta, a, b, c);
+        return;
+    }
+    for (int64_t i = 0; i < g->batch; i++)
+        run_gemm(cb, g, 1, i, g->accumulate && i > 0 ? 1.0 : g->beta, a, b, c);
+}
+
+/* ---- graphs ---- */
+
+static int cuda_capture_begin(kl_backend *be)
+{
+    cuda_backend *cb = cb_of(be);
+    CUresult r = api.cuStreamBeginCapture(cb->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != CUDA_SUCCESS) {
+        kl_error("cannot capture a CUDA graph: %s; running without graphs", cu_error(r));
+        return -1;
+    }
+    cb->capturing = true;
+    return 0;
+}
+
+static void *cuda_capture_end(kl_backend *be)
+{
+    cuda_backend *cb = cb_of(be);
+    CUgraph g = NULL;
+    CUgraphExec ex = NULL;
+    CUresult r = api.cuStreamEndCapture(cb->compute, &g);
+    cb->capturing = false;
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphInstantiate(&ex, g, 0);
+    if (g)
+        CU(api.cuGraphDestroy(g));
+    if (r != CUDA_SUCCESS) {
+        kl_error("recording the step as a CUDA graph failed: %s; running without graphs", cu_error(r));
+        return NULL;
+    }
+    return ex;
+}
+
+static void cuda_graph_launch(kl_backend *be, void *graph)
+{
+    CU(api.cuGraphLaunch((CUgraphExec)graph, cb_of(be)->compute));
+}
+
+static void cuda_graph_free(kl_backend *be, void *graph)
+{
+    CU(api.cuStreamSynchronize(cb_of(be)->compute));
+    CU(api.cuGraphExecDestroy((CUgraphExec)graph));
+}
+
+/* ---- lifetime ---- */
+
+static void cuda_destroy(kl_backend *be)
+{
+    cuda_backend *cb = cb_of(be);
+    CU(api.cuStreamSynchronize(cb->compute));
+    CU(api.cuStreamSynchronize(cb->copy));
+    for (int i = 0; i < cb->kernels.n; i++) {
+        CU(api.cuModuleUnload(cb->kernels.v[i].mod));
+        free(cb->kernels.v[i].name);
+        free(cb->kernels.v[i].l);
+    }
+    kl_vec_free(cb->kernels);
+    free(cb->index);
+    for (int i = 0; i < cb->gemms.n; i++) {
+        gemm_plan *gp = &cb->gemms.v[i];
+        LT(api.cublasLtMatrixLayoutDestroy(gp->la));
+        LT(api.cublasLtMatrixLayoutDestroy(gp->lb));
+        LT(api.cublasLtMatrixLayoutDestroy(gp->lc));
+        LT(api.cublasLtMatmulDescDestroy(gp->desc));
+    }
+    kl_vec_free(cb->gemms);
+    LT(api.cublasLtDestroy(cb->lt));
+    for (int i = 0; i < NSLOTS; i++) {
+        copy_slot *s = &cb->slots[i];
+        if (s->host)
+            CU(api.cuMemFreeHost(s->host));
+        if (s->dev)
+            CU(api.cuMemFree(s->dev));
+        CU(api.cuEventDestroy(s->copied));
+        CU(api.cuEventDestroy(s->done));
+    }
+    if (cb->bounce)
+        CU(api.cuMemFreeHost(cb->bounce));
+    CU(api.cuMemFree(cb->workspace));
+    CU(api.cuMemFree(cb->kargs));
+    CU(api.cuEventDestroy(cb->t0));
+    CU(api.cuEventDestroy(cb->t1));
+    CU(api.cuStreamDestroy(cb->compute));
+    CU(api.cuStreamDestroy(cb->copy));
+    CU(api.cuDevicePrimaryCtxRelease(cb->dev));
+    free(cb);
+}
+
+static const kl_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy_in = cuda_copy_in,
+    .copy_out = cuda_copy_out,
+    .fill_zero = cuda_fill_zero,
+    .prepare = cuda_prepare,
+    .launch = cuda_launch,
+    .gemm = cuda_gemm,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+    .set_args = cuda_set_args,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+};
+
+bool kl_backend_is_cuda(const kl_backend *be)
+{
+    return be && be->ops == &cuda_ops;
+}
+
+/* Finds every entry point; 0, or -1 with why. */
+static int open_api(char *why, size_t n)
+{
+    static const char *const driver[] = {"libcuda.so.1", "libcuda.so", NULL};
+    static const char *const lt[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so", NULL};
+    char err[512];
+    if (api.cuInit && api.cublasLtMatmul)
+        return 0;
+    void *hd = kl_cuda_dlopen(driver, err, sizeof err);
+    if (!hd) {
+        snprintf(why, n, "no CUDA driver (%s)", err);
+        return -1;
+    }
+#define X(f)                                                                      \
+    if (!(api.f = (__typeof__(&f))dlsym(hd, STR(f)))) {                           \
+        snprintf(why, n, "the CUDA driver lacks %s (too old?)", STR(f));          \
+        return -1;                                                                \
+    }
+    CU_FUNCS(X)
+#undef X
+    void *hl = kl_cuda_dlopen(lt, err, sizeof err);
+    if (!hl) {
+        snprintf(why, n, "no cuBLASLt (%s)", err);
+        return -1;
+    }
+#define X(f)                                                                      \
+    if (!(api.f = (__typeof__(&f))dlsym(hl, STR(f)))) {                           \
+        snprintf(why, n, "cuBLASLt lacks %s", STR(f));                            \
+        return -1;                                                                \
+    }
+    LT_FUNCS(X)
+#undef X
+    return 0;
+}
+
+kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
+{
+    kl_cuda_options opts = {0};
+    if (o)
+        opts = *o;
+    if (open_api(why, n))
+        return NULL;
+    CUresult r = api.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(why, n, "the CUDA driver does not start: %s", cu_error(r));
+        return NULL;
+    }
+    int count = 0;
+    if ((r = api.cuDeviceGetCount(&count)) != CUDA_SUCCESS || count == 0) {
+        snprintf(why, n, "no GPU found%s%s", r ? ": " : "", r ? cu_error(r) : "");
+        return NULL;
+    }
+    if (opts.device < 0 || opts.device >= count) {
+        snprintf(why, n, "no GPU %d (%d present)", opts.device, count);
+        return NULL;
+    }
+    char nvwhy[600];
+    if (kl_nvrtc_load(nvwhy, sizeof nvwhy)) {
+        snprintf(why, n, "%s", nvwhy);
+        return NULL;
+    }
+    CUdevice dev;
+    int major = 0, minor = 0, sms = 0;
+    char name[128] = "?";
+    size_t mem = 0;
+    if ((r = api.cuDeviceGet(&dev, opts.device)) || (r = api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) ||
+        (r = api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) ||
+        (r = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) ||
+        (r = api.cuDeviceGetName(name, sizeof name, dev)) || (r = api.cuDeviceTotalMem(&mem, dev))) {
+        snprintf(why, n, "cannot query GPU %d: %s", opts.device, cu_error(r));
+        return NULL;
+    }
+    if (major < 7) {
+        snprintf(why, n, "%s has compute capability %d.%d; Kiln needs 7.0 or newer", name, major, minor);
+        return NULL;
+    }
+    cuda_backend *cb = kl_xcalloc(1, sizeof *cb);
+    cb->base.ops = &cuda_ops;
+    cb->o = opts;
+    cb->dev = dev;
+    cb->sms = sms;
+    cb->base.threads = sms;
+    snprintf(cb->arch, sizeof cb->arch, "sm_%d%d", major, minor);
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
+             (double)mem / 1073741824.0);
+    if ((r = api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = api.cuCtxSetCurrent(cb->ctx))) {
+        snprintf(why, n, "cannot open a context on %s: %s", name, cu_error(r));
+        free(cb);
+        return NULL;
+    }
+    CU(api.cuStreamCreate(&cb->compute, CU_STREAM_NON_BLOCKING));
+    CU(api.cuStreamCreate(&cb->copy, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < NSLOTS; i++) {
+        CU(api.cuEventCreate(&cb->slots[i].copied, CU_EVENT_DISABLE_TIMING));
+        CU(api.cuEventCreate(&cb->slots[i].done, CU_EVENT_DISABLE_TIMING));
+    }
+    CU(api.cuEventCreate(&cb->t0, CU_EVENT_DEFAULT));
+    CU(api.cuEventCreate(&cb->t1, CU_EVENT_DEFAULT));
+    CU(api.cuMemAlloc(&cb->kargs, sizeof(kl_kargs)));
+    cb->workspace_bytes = (size_t)32 << 20;
+    CU(api.cuMemAlloc(&cb->workspace, cb->workspace_bytes));
+    LT(api.cublasLtCreate(&cb->lt));
+    return &cb->base;
+}
+
+/* ---- measuring ---- */
+
+void kl_cuda_timer_start(kl_backend *be)
+{
+    cuda_backend *cb = cb_of(be);
+    CU(api.cuEventRecord(cb->t0, cb->compute));
+}
+
+double kl_cuda_timer_stop(kl_backend *be)
+{
+    cuda_backend *cb = cb_of(be);
+    float ms = 0;
+    CU(api.cuEventRecord(cb->t1, cb->compute));
+    CU(api.cuEventSynchronize(cb->t1));
+    CU(api.cuEventElapsedTime(&ms, cb->t0, cb->t1));
+    return ms / 1e3;
+}
+
+double kl_cuda_copy_bandwidth(kl_backend *be)
+{
+    cuda_backend *cb = cb_of(be);
+    size_t bytes = (size_t)256 << 20;
+    void *a = cuda_alloc(be, bytes), *b = cuda_alloc(be, bytes);
+    CU(api.cuMemsetD8Async(dptr(a), 1, bytes, cb->compute));
+    CU(api.cuMemcpyDtoDAsync(dptr(b), dptr(a), bytes, cb->compute)); /* warm-up */
+    const int reps = 10;
+    kl_cuda_timer_start(be);
+    for (int i = 0; i < reps; i++)
+        CU(api.cuMemcpyDtoDAsync(dptr(b), dptr(a), bytes, cb->compute));
+    double s = kl_cuda_timer_stop(be);
+    cuda_free(be, a);
+    cuda_free(be, b);
+    return 2.0 * (double)bytes * reps / s / 1e9;
+}
