@@ -523,8 +523,8 @@ char *kir_emit_c(const kir_kernel *k)
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
         const char *t = c_storage(kb->dtype);
-        kl_buf_printf(&b, "    %s%s *restrict %s = (%s%s *)kb[%d];\n", kb->written ? "" : "const ", t,
-                      kb->name, kb->written ? "" : "const ", t, i);
+        kl_buf_printf(&b, "    %s%s *%s%s = (%s%s *)kb[%d];\n", kb->written ? "" : "const ", t,
+                      kb->aliased ? "" : "restrict ", kb->name, kb->written ? "" : "const ", t, i);
         if (!kb->read && !kb->written)
             kl_buf_printf(&b, "    (void)%s;\n", kb->name);
     }

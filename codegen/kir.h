@@ -103,6 +103,8 @@ typedef struct kir_buf {
     ir_dtype dtype;
     int64_t numel;
     bool read, written;
+    bool aliased;     /* shares memory with another buffer of the kernel (an
+                         in-place result): printed without restrict */
     int value;        /* the IR value it holds (for the plan) */
 } kir_buf;
 

@@ -3,11 +3,13 @@
  * values that live in memory, and arena offsets.
  *
  * Constants are folded into the kernels that read them; reshape and
- * flatten are views of their operand's buffer. */
+ * flatten are views of their operand's buffer. Memory planning (liveness,
+ * in-place results, offsets) is codegen/memplan.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cg.h"
+#include "memplan.h"
 #include "plan.h"
 
 void kl_plan_free(kl_plan *p)
@@ -88,6 +90,25 @@ static int add_kernel(kl_plan *p, kir_kernel *k)
     kir_emit_cuda(k, &s.cuda);
     kl_vec_push(p->kernels, s);
     return p->kernels.n - 1;
+}
+
+/* Results written over operands that die here (memplan_inplace_pairs):
+ * the result's buffer becomes a view of the operand's, and the kernel
+ * prints the two without restrict. This runs before add_kernel names the
+ * kernel after a hash of its source. */
+static void make_inplace(kl_plan *p, const cg_group *grp, kir_kernel *k)
+{
+    int pairs[32][2];
+    int n = memplan_inplace_pairs(p, grp, k, pairs, 32);
+    for (int i = 0; i < n; i++) {
+        kir_buf *in = &k->bufs[pairs[i][0]], *out = &k->bufs[pairs[i][1]];
+        int base = buffer_of(p, in->value), result = buffer_of(p, out->value);
+        kl_buffer *ob = &p->buffers.v[result];
+        ob->region = KL_REGION_VIEW;
+        ob->view_of = base;
+        ob->inplace = true;
+        in->aliased = out->aliased = true;
+    }
 }
 
 static void describe_group(kl_buf *b, const cg_group *grp)
@@ -182,9 +203,12 @@ built:
     kl_step s = {.kind = KL_STEP_KERNEL, .phase = phase, .node = grp->nodes[0]};
     for (int i = 0; i < k->nbufs; i++) {
         kl_check(s.nargs < (int)KL_ARRAY_LEN(s.args));
+        s.rw[s.nargs] = (uint8_t)memplan_kernel_arg_use(k, i);
         s.args[s.nargs++] = buffer_of(p, k->bufs[i].value);
         s.bytes += k->bufs[i].numel * ir_dtype_size(k->bufs[i].dtype) * ((k->bufs[i].read ? 1 : 0) + (k->bufs[i].written ? 1 : 0));
     }
+    if (!custom && p->planned)
+        make_inplace(p, grp, k);
     s.kernel = add_kernel(p, k);
     kir_free(k);
     kl_vec_push(p->steps, s);
@@ -437,35 +461,46 @@ static void materialize_consts(kl_plan *p)
     }
 }
 
-static void assign_offsets(kl_plan *p)
+bool cg_memplan_enabled(void)
 {
-    int64_t off = 0;
-    for (int i = 0; i < p->buffers.n; i++) {
-        kl_buffer *b = &p->buffers.v[i];
-        if (b->region != KL_REGION_ARENA)
-            continue;
-        b->offset = off;
-        off += (b->bytes + 255) & ~(int64_t)255;
-    }
-    p->arena_bytes = off;
+    const char *e = getenv("KILN_MEMPLAN");
+    return !e || strcmp(e, "0");
+}
+
+static void pin(kl_plan *p, int v)
+{
+    int b = buffer_of(p, v);
+    p->buffers.v[b].pinned = true;
 }
 
 kl_plan *cg_build_plan(const ir_graph *g)
 {
+    return cg_build_plan_opts(g, NULL);
+}
+
+kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
+{
     kl_plan *p = kl_xcalloc(1, sizeof *p);
     p->g = g;
+    p->planned = !(o && o->unplanned) && cg_memplan_enabled();
     p->nvalues = g->values.n;
     p->value_buf = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
     for (int i = 0; i < g->values.n; i++)
         p->value_buf[i] = -1;
     /* Every declared value and every output gets a buffer, used or not,
-     * so the runtime can feed inputs and read results. */
-    for (int i = 0; i < g->decls.n; i++)
+     * so the runtime can feed inputs and read results; those it writes or
+     * reads between runs are pinned (live over the whole step). */
+    for (int i = 0; i < g->decls.n; i++) {
         buffer_of(p, g->decls.v[i]);
+        if (ir_val(g, g->decls.v[i])->kind == IR_VAL_INPUT)
+            pin(p, g->decls.v[i]);
+    }
     if (g->loss >= 0)
-        buffer_of(p, g->loss);
+        pin(p, g->loss);
     for (int i = 0; i < g->reports.n; i++)
-        buffer_of(p, g->reports.v[i].value);
+        pin(p, g->reports.v[i].value);
+    for (int i = 0; o && i < o->nkeep; i++)
+        pin(p, o->keep[i]);
 
     int *members = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
     bool *done = kl_xcalloc((size_t)g->nodes.n + 1, 1);
@@ -513,7 +548,11 @@ kl_plan *cg_build_plan(const ir_graph *g)
     free(members);
     free(done);
     materialize_consts(p);
-    assign_offsets(p);
+    memplan_liveness(p);
+    if (p->planned)
+        memplan_assign_offsets(p);
+    else
+        memplan_assign_unplanned(p);
     return p;
 }
 

@@ -24,6 +24,11 @@ typedef struct kl_buffer {
     kl_region region;
     int64_t offset;   /* ARENA: byte offset in the arena */
     int view_of;      /* VIEW: the buffer whose memory this is */
+    bool inplace;     /* VIEW: a result written over its operand (memory planning) */
+    bool pinned;      /* read or written by the runtime between runs: inputs,
+                         the loss, reports, kept values; never shares memory */
+    int first, last;  /* ARENA: the steps it is live over, -1 when no step
+                         touches it (codegen/memplan.c) */
 } kl_buffer;
 
 typedef enum kl_step_kind { KL_STEP_KERNEL, KL_STEP_GEMM } kl_step_kind;
@@ -42,11 +47,16 @@ typedef struct kl_gemm {
     int a, b, c;                          /* buffers */
 } kl_gemm;
 
+/* How a kernel uses an argument; WRITE_FIRST: every element is written
+ * before the kernel reads any (a zero fill, then sums into it). */
+enum { KL_ARG_READ = 1, KL_ARG_WRITE = 2, KL_ARG_WRITE_FIRST = 4 };
+
 typedef struct kl_step {
     kl_step_kind kind;
     ir_phase phase;
     int kernel;       /* KERNEL: index into plan.kernels */
     int args[64];     /* KERNEL: buffers in the kernel's parameter order */
+    uint8_t rw[64];   /* KERNEL: per argument, KL_ARG_* */
     int nargs;
     kl_gemm gemm;
     int node;         /* the group's first IR node (labels, profiling) */
@@ -69,10 +79,25 @@ typedef struct kl_plan {
     int *value_buf;        /* per IR value: its buffer, or -1 */
     int nvalues;
     int64_t arena_bytes;
+    bool planned;          /* offsets from memory planning, in-place results */
+    int64_t arena_lower_bound; /* the most bytes live at one step */
+    int64_t arena_unplanned;   /* every buffer in its own memory */
 } kl_plan;
 
-/* Builds the plan of a graph that went through the pipeline. */
+typedef struct kl_plan_opts {
+    bool unplanned;  /* every buffer its own memory, no in-place results */
+    const int *keep; /* values the caller reads after a run besides the
+                        loss and reports (they stay live to the end) */
+    int nkeep;
+} kl_plan_opts;
+
+/* Builds the plan of a graph that went through the pipeline, with memory
+ * planning unless the environment sets KILN_MEMPLAN=0. */
 kl_plan *cg_build_plan(const ir_graph *g);
+/* The same with options (NULL: the defaults above). */
+kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o);
+/* True unless the environment turns memory planning off (KILN_MEMPLAN=0). */
+bool cg_memplan_enabled(void);
 void kl_plan_free(kl_plan *p);
 /* Every kernel's C source, with the prelude once: a compilable file. */
 char *kl_plan_c_source(const kl_plan *p);

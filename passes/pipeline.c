@@ -57,11 +57,12 @@ int kl_pipeline_run(ir_graph *g, const kl_pipeline_opts *o)
     run(&st, g, "simplify", pass_simplify);
     run(&st, g, "fusion", o->no_fusion ? pass_fusion_none : pass_fusion);
     run(&st, g, "schedule", pass_schedule);
+    run(&st, g, "memplan", pass_memplan);
     return st.rc;
 }
 
 static const char *const pass_names[] = {"lower", "autodiff", "optimizer", "eval_mode", "precision", "accumulate",
-                                         "simplify", "fusion", "schedule"};
+                                         "simplify", "fusion", "schedule", "memplan"};
 
 bool kl_pipeline_has_pass(const char *name)
 {
@@ -75,5 +76,5 @@ bool kl_pipeline_has_pass(const char *name)
 
 const char *kl_pipeline_pass_names(void)
 {
-    return "lower, autodiff, optimizer, precision, accumulate, simplify, fusion, schedule";
+    return "lower, autodiff, optimizer, precision, accumulate, simplify, fusion, schedule, memplan";
 }

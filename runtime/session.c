@@ -72,10 +72,15 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
 
 kl_exec *kl_exec_new(kl_session *s, ir_graph *g)
 {
+    return kl_exec_new_opts(s, g, NULL);
+}
+
+kl_exec *kl_exec_new_opts(kl_session *s, ir_graph *g, const kl_plan_opts *o)
+{
     kl_exec *e = kl_xcalloc(1, sizeof *e);
     e->s = s;
     e->g = g;
-    e->plan = cg_build_plan(g);
+    e->plan = cg_build_plan_opts(g, o);
     if (s->be->ops->prepare(s->be, e->plan)) {
         kl_exec_free(e);
         return NULL;
@@ -264,10 +269,22 @@ void kl_exec_print_profile(const kl_exec *e, FILE *out, int top)
     free(rows);
 }
 
+/* Between runs the runtime may touch only what the plan keeps there:
+ * pinned values (inputs, the loss, reports, kept values) and persistent
+ * ones; the memory of the others is reused within a run. */
+static void check_pinned(const kl_exec *e, int v, int b)
+{
+    const kl_buffer *x = &e->plan->buffers.v[b];
+    if (e->plan->planned && !x->pinned && e->plan->buffers.v[kl_plan_real_buffer(e->plan, b)].region == KL_REGION_ARENA)
+        kl_panic("%s is accessed between runs, but the memory plan reuses its memory (name it in kl_plan_opts.keep)",
+                 ir_val(e->g, v)->name);
+}
+
 void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes)
 {
     int b = e->plan->value_buf[v];
     kl_check(b >= 0 && (size_t)e->plan->buffers.v[b].bytes == bytes);
+    check_pinned(e, v, b);
     e->s->be->ops->copy_in(e->s->be, e->ptrs[b], host, bytes);
 }
 
@@ -275,6 +292,7 @@ void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes)
 {
     int b = e->plan->value_buf[v];
     kl_check(b >= 0 && (size_t)e->plan->buffers.v[b].bytes == bytes);
+    check_pinned(e, v, b);
     e->s->be->ops->copy_out(e->s->be, host, e->ptrs[b], bytes);
 }
 

@@ -52,6 +52,9 @@ kl_persist *kl_session_find(kl_session *s, const char *name);
  * persistent values, creating and initialising those the session does not
  * have yet. Takes ownership of g. NULL after an error. */
 kl_exec *kl_exec_new(kl_session *s, ir_graph *g);
+/* The same with plan options: values to keep readable after a run (the
+ * loss, reports and inputs always are), memory planning off. */
+kl_exec *kl_exec_new_opts(kl_session *s, ir_graph *g, const kl_plan_opts *o);
 void kl_exec_free(kl_exec *e);
 /* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*): as a
  * replayed graph once warm, where the backend records graphs and neither
@@ -65,7 +68,9 @@ void kl_exec_profile(kl_exec *e);
  * location, calls, total and mean time, share, GB/s and GFLOP/s. */
 void kl_exec_print_profile(const kl_exec *e, FILE *out, int top);
 
-/* Copies host data into value v's buffer (bytes must match). */
+/* Copies host data into value v's buffer (bytes must match). Only inputs,
+ * the loss, reports, kept values (kl_exec_new_opts) and persistent values
+ * may be accessed between runs: the plan reuses the memory of the rest. */
 void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes);
 void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes);
 /* Reads a scalar value as a double. */

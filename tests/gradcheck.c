@@ -69,7 +69,13 @@ int main(int argc, char **argv)
     kl_cpu_options co = {.threads = 1, .quiet = true};
     kl_backend *be = kl_cpu_backend_new(&co);
     kl_session *s = kl_session_new(be, 42);
-    kl_exec *e = kl_exec_new(s, g);
+    /* The gradients are read after the run: the plan keeps them. */
+    int *keep = kl_xcalloc((size_t)g->grads.n + 1, sizeof *keep);
+    for (int i = 0; i < g->grads.n; i++)
+        keep[i] = g->grads.v[i].grad;
+    kl_plan_opts popts = {.keep = keep, .nkeep = g->grads.n};
+    kl_exec *e = kl_exec_new_opts(s, g, &popts);
+    free(keep);
     if (!e)
         return 1;
     /* Integer inputs: random values in their declared range. */

@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "build.h"
+#include "codegen/memplan.h"
 #include "codegen/plan.h"
 #include "frontend/lower.h"
 #include "passes/pipeline.h"
@@ -40,7 +41,8 @@ static const char ir_usage[] =
     "  --after PASS     stop after this pass (default: all); passes: %s\n"
     "  --eval           the evaluation graph (forward only): lower, eval_mode,\n"
     "                   simplify, fusion, schedule\n"
-    "  --format FMT     text (default) or dot (Graphviz)\n"
+    "  --format FMT     text (default), dot (Graphviz), or timeline: the arena's\n"
+    "                   buffers by offset over the steps (which share memory)\n"
     "  -o OUT           write to OUT instead of standard output\n"
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
@@ -178,8 +180,8 @@ static int cmd_ir(int argc, char **argv)
         kl_error("kiln ir: unknown pass '%s' (passes: %s, or all)", after, kl_pipeline_pass_names());
         goto done;
     }
-    if (strcmp(format, "text") && strcmp(format, "dot")) {
-        kl_error("kiln ir: unknown format '%s' (text or dot)", format);
+    if (strcmp(format, "text") && strcmp(format, "dot") && strcmp(format, "timeline")) {
+        kl_error("kiln ir: unknown format '%s' (text, dot or timeline)", format);
         goto done;
     }
     kl_lower_opts lo = {ov.n ? ov.kv : NULL};
@@ -190,9 +192,23 @@ static int cmd_ir(int argc, char **argv)
                            .no_fusion = no_fusion};
     if (kl_pipeline_run(g, &po) == 0) {
         char *text;
+        bool scheduled = false, planned = false;
+        for (int i = 0; i < g->passes.n; i++) {
+            scheduled |= !strcmp(g->passes.v[i], "schedule");
+            planned |= !strcmp(g->passes.v[i], "memplan");
+        }
+        if (!strcmp(format, "timeline") && !scheduled) {
+            kl_error("kiln ir: --format timeline needs the schedule (--after schedule or later)");
+            ir_graph_free(g);
+            goto done;
+        }
         if (kernels) {
             kl_plan *p = cg_build_plan(g);
             text = kl_plan_c_source(p);
+            kl_plan_free(p);
+        } else if (!strcmp(format, "timeline")) {
+            kl_plan *p = cg_build_plan(g);
+            text = memplan_timeline(p);
             kl_plan_free(p);
         } else if (!strcmp(format, "dot")) {
             text = ir_print_dot(g);
@@ -204,14 +220,23 @@ static int cmd_ir(int argc, char **argv)
             bool precision = false;
             for (int i = 0; i < g->passes.n; i++)
                 precision |= !strcmp(g->passes.v[i], "precision");
+            kl_buf head = {0};
             if (precision) {
                 char *mem = pass_memory_summary(g);
-                text = kl_xasprintf("# memory: %s\n%s", mem, body);
+                kl_buf_printf(&head, "# memory: %s\n", mem);
                 free(mem);
-                free(body);
-            } else {
-                text = body;
             }
+            if (planned) {
+                /* The memory plan's report, also a comment. */
+                kl_plan *p = cg_build_plan(g);
+                char *rep = memplan_report(p, 10, "# ");
+                kl_buf_puts(&head, rep);
+                free(rep);
+                kl_plan_free(p);
+            }
+            kl_buf_puts(&head, body);
+            free(body);
+            text = kl_buf_take(&head);
         }
         rc = write_output(out, text) ? 1 : 0;
         free(text);

@@ -1,0 +1,524 @@
+/* memplan: in-place results, liveness over the plan's steps and arena
+ * offsets by the heap simulator. See memplan.h; the report and the plan
+ * checker are in memplan_report.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cg.h"
+#include "memplan.h"
+
+static int64_t aligned(int64_t bytes)
+{
+    return (bytes + KL_ARENA_ALIGN - 1) / KL_ARENA_ALIGN * KL_ARENA_ALIGN;
+}
+
+/* ---- in-place results: the kernel-level check ---- */
+
+static bool expr_eq(const kir_expr *a, const kir_expr *b)
+{
+    if (a == b)
+        return true;
+    if (!a || !b)
+        return false;
+    if (a->kind != b->kind || a->type != b->type || a->op != b->op || a->var != b->var || a->buf != b->buf ||
+        a->i != b->i || memcmp(&a->f, &b->f, sizeof a->f))
+        return false;
+    return expr_eq(a->a, b->a) && expr_eq(a->b, b->b) && expr_eq(a->c, b->c);
+}
+
+typedef struct access_scan {
+    int in, out;
+    const kir_expr *index;    /* the index every access uses */
+    const kir_stmt *body_of;  /* the loop whose body holds every access */
+    int last_load, first_store; /* positions in that body */
+    int64_t iterations;       /* of the loops around (and including) it */
+    bool bad;
+    const kir_stmt *stack[32]; /* the LOOP and IF statements around */
+    int depth;
+} access_scan;
+
+static void note_access(access_scan *s, const kir_expr *index, int pos, bool store)
+{
+    const kir_stmt *parent = s->depth ? s->stack[s->depth - 1] : NULL;
+    if (!parent || parent->kind != KS_LOOP) {
+        s->bad = true;
+        return;
+    }
+    if (!s->body_of) {
+        s->body_of = parent;
+        s->index = index;
+        s->iterations = 1;
+        for (int d = 0; d < s->depth; d++) {
+            if (s->stack[d]->kind != KS_LOOP) {
+                s->bad = true;
+                return;
+            }
+            s->iterations *= s->stack[d]->extent;
+        }
+    } else if (s->body_of != parent || !expr_eq(s->index, index)) {
+        s->bad = true;
+        return;
+    }
+    if (!store)
+        s->last_load = pos;
+    else if (s->first_store < 0)
+        s->first_store = pos;
+}
+
+static void scan_expr(access_scan *s, const kir_expr *e, int pos)
+{
+    if (!e || s->bad)
+        return;
+    if (e->kind == KE_LOAD && e->buf == s->out) {
+        s->bad = true;
+        return;
+    }
+    if (e->kind == KE_LOAD && e->buf == s->in)
+        note_access(s, e->a, pos, false);
+    scan_expr(s, e->a, pos);
+    scan_expr(s, e->b, pos);
+    scan_expr(s, e->c, pos);
+}
+
+static void scan_stmts(access_scan *s, const kir_stmt *st)
+{
+    for (int pos = 0; st && !s->bad; st = st->next, pos++) {
+        switch (st->kind) {
+        case KS_LOOP:
+        case KS_IF:
+            if (st->kind == KS_IF)
+                scan_expr(s, st->a, pos);
+            if (s->depth == (int)KL_ARRAY_LEN(s->stack)) {
+                s->bad = true;
+                return;
+            }
+            s->stack[s->depth++] = st;
+            scan_stmts(s, st->body);
+            s->depth--;
+            break;
+        case KS_STORE:
+        case KS_ADDTO:
+            scan_expr(s, st->a, pos);
+            scan_expr(s, st->b, pos);
+            if (st->buf == s->in || (st->buf == s->out && st->kind == KS_ADDTO))
+                s->bad = true;
+            else if (st->buf == s->out)
+                note_access(s, st->a, pos, true);
+            break;
+        default:
+            scan_expr(s, st->a, pos);
+            break;
+        }
+    }
+}
+
+bool memplan_kernel_inplace_ok(const kir_kernel *k, int in, int out)
+{
+    const kir_buf *bi = &k->bufs[in], *bo = &k->bufs[out];
+    if (in == out || !bi->read || bi->written || !bo->written || bo->read || bi->numel != bo->numel ||
+        bi->dtype != bo->dtype)
+        return false;
+    access_scan s = {.in = in, .out = out, .last_load = -1, .first_store = -1};
+    scan_stmts(&s, k->body);
+    /* One nest visiting as many points as out has elements, each storing
+     * once at an index: a correct kernel writes every element, so the
+     * index is a bijection and each element of in is read by the one
+     * iteration that then overwrites it. */
+    return !s.bad && s.body_of && s.first_store >= 0 && s.last_load <= s.first_store && s.iterations == bo->numel;
+}
+
+/* ---- how a kernel uses a buffer ---- */
+
+static bool expr_loads(const kir_expr *e, int buf)
+{
+    if (!e)
+        return false;
+    if (e->kind == KE_LOAD && e->buf == buf)
+        return true;
+    return expr_loads(e->a, buf) || expr_loads(e->b, buf) || expr_loads(e->c, buf);
+}
+
+static bool stmt_touches_itself(const kir_stmt *st, int buf)
+{
+    return expr_loads(st->a, buf) || expr_loads(st->b, buf) ||
+           ((st->kind == KS_STORE || st->kind == KS_ADDTO) && st->buf == buf);
+}
+
+/* Statements touching buf in st's subtree (st alone, not its successors). */
+static int touches(const kir_stmt *st, int buf)
+{
+    int n = stmt_touches_itself(st, buf);
+    for (const kir_stmt *c = (st->kind == KS_LOOP || st->kind == KS_IF) ? st->body : NULL; c; c = c->next)
+        n += touches(c, buf);
+    return n;
+}
+
+static bool loads_anywhere(const kir_stmt *st, int buf)
+{
+    for (; st; st = st->next)
+        if (expr_loads(st->a, buf) || expr_loads(st->b, buf) || ((st->kind == KS_LOOP || st->kind == KS_IF) && loads_anywhere(st->body, buf)))
+            return true;
+    return false;
+}
+
+unsigned memplan_kernel_arg_use(const kir_kernel *k, int buf)
+{
+    const kir_buf *b = &k->bufs[buf];
+    unsigned use = (b->read ? KL_ARG_READ : 0) | (b->written ? KL_ARG_WRITE : 0);
+    if (!b->read || !b->written)
+        return use;
+    /* A kernel that only adds into buf (no loads) after storing to it
+     * first (zeroing what it then sums into, outside any condition). */
+    if (!loads_anywhere(k->body, buf)) {
+        const kir_stmt *st = k->body;
+        for (;;) {
+            while (st && !touches(st, buf))
+                st = st->next;
+            if (!st || st->kind != KS_LOOP)
+                break;
+            st = st->body;
+        }
+        if (st && st->kind == KS_STORE && st->buf == buf)
+            return use | KL_ARG_WRITE_FIRST;
+    }
+    /* Or the first top-level statement touching buf is a nest of loops (no
+     * condition) holding one store to it, as many iterations as it has
+     * elements, and nothing else touching it. */
+    const kir_stmt *top = k->body;
+    while (top && !touches(top, buf))
+        top = top->next;
+    if (!top || touches(top, buf) != 1)
+        return use;
+    int64_t iters = 1;
+    const kir_stmt *st = top;
+    while (st->kind == KS_LOOP) {
+        iters *= st->extent;
+        const kir_stmt *c = st->body;
+        while (c && !touches(c, buf))
+            c = c->next;
+        if (!c)
+            return use;
+        st = c;
+    }
+    if (st->kind == KS_STORE && st->buf == buf && iters == b->numel && !expr_loads(st->a, buf) && !expr_loads(st->b, buf))
+        use |= KL_ARG_WRITE_FIRST;
+    return use;
+}
+
+/* ---- in-place results: which pairs ---- */
+
+static bool pinned_value(const kl_plan *p, int v)
+{
+    int b = v >= 0 && v < p->nvalues ? p->value_buf[v] : -1;
+    return b >= 0 && p->buffers.v[b].pinned;
+}
+
+/* True when nothing outside the group's fusion group reads v (a view of v
+ * is a reader: its node belongs to no group). The group's kernel is its
+ * last step, so v is dead after it. */
+static bool dies_in_group(const cg_group *grp, int v)
+{
+    const ir_graph *g = grp->g;
+    int gid = ir_nd(g, grp->nodes[0])->group;
+    const ir_value *val = ir_val(g, v);
+    for (int u = 0; u < val->uses.n; u++) {
+        int node = val->uses.v[u].node;
+        if (!cg_in_group(grp, node) && (gid < 0 || ir_nd(g, node)->group != gid))
+            return false;
+    }
+    return true;
+}
+
+int memplan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *k, int pairs[][2], int max)
+{
+    const ir_graph *g = grp->g;
+    bool taken[64] = {0};
+    kl_check(k->nbufs <= 64);
+    int n = 0;
+    for (int o = 0; o < k->nbufs && n < max; o++) {
+        int ov = k->bufs[o].value;
+        if (ov < 0 || !k->bufs[o].written || k->bufs[o].read || pinned_value(p, ov))
+            continue;
+        /* Back along operand 0 of in-place ops computed in this kernel. */
+        int v = ov, hops = 0;
+        while (v >= 0) {
+            const ir_value *val = ir_val(g, v);
+            if (val->def < 0 || !cg_in_group(grp, val->def))
+                break;
+            const ir_node *d = ir_nd(g, val->def);
+            v = (ir_ops[d->op].flags & IR_F_INPLACE) && d->out.n == 1 && d->in.n > 0 ? d->in.v[0] : -1;
+            hops++;
+        }
+        if (v < 0 || hops == 0)
+            continue;
+        const ir_value *src = ir_val(g, v);
+        int sb = p->value_buf[v];
+        if (src->kind != IR_VAL_TEMP || src->def < 0 || sb < 0 || pinned_value(p, v))
+            continue;
+        const kl_buffer *buf = &p->buffers.v[sb];
+        if (buf->region != KL_REGION_ARENA && !(buf->region == KL_REGION_VIEW && buf->inplace))
+            continue;
+        if (!dies_in_group(grp, v))
+            continue;
+        int i;
+        for (i = 0; i < k->nbufs && k->bufs[i].value != v; i++)
+            ;
+        if (i == k->nbufs || taken[i] || !memplan_kernel_inplace_ok(k, i, o))
+            continue;
+        taken[i] = true;
+        pairs[n][0] = i;
+        pairs[n][1] = o;
+        n++;
+    }
+    return n;
+}
+
+/* ---- liveness ---- */
+
+static void touch(kl_plan *p, int b, int step)
+{
+    kl_buffer *x = &p->buffers.v[kl_plan_real_buffer(p, b)];
+    if (x->region != KL_REGION_ARENA)
+        return;
+    if (x->first < 0 || step < x->first)
+        x->first = step;
+    if (step > x->last)
+        x->last = step;
+}
+
+void memplan_liveness(kl_plan *p)
+{
+    for (int b = 0; b < p->buffers.n; b++)
+        p->buffers.v[b].first = p->buffers.v[b].last = -1;
+    for (int i = 0; i < p->steps.n; i++) {
+        const kl_step *s = &p->steps.v[i];
+        if (s->kind == KL_STEP_KERNEL) {
+            for (int k = 0; k < s->nargs; k++)
+                touch(p, s->args[k], i);
+        } else {
+            touch(p, s->gemm.a, i);
+            touch(p, s->gemm.b, i);
+            touch(p, s->gemm.c, i);
+        }
+    }
+    int end = p->steps.n > 0 ? p->steps.n - 1 : 0;
+    for (int b = 0; b < p->buffers.n; b++) {
+        if (!p->buffers.v[b].pinned)
+            continue;
+        kl_buffer *x = &p->buffers.v[kl_plan_real_buffer(p, b)];
+        if (x->region == KL_REGION_ARENA) {
+            x->first = 0;
+            x->last = end;
+        }
+    }
+    for (int b = 0; b < p->buffers.n; b++) {
+        kl_buffer *x = &p->buffers.v[b];
+        if (x->region == KL_REGION_VIEW) {
+            const kl_buffer *r = &p->buffers.v[kl_plan_real_buffer(p, b)];
+            x->first = r->region == KL_REGION_ARENA ? r->first : -1;
+            x->last = r->region == KL_REGION_ARENA ? r->last : -1;
+        }
+    }
+}
+
+/* ---- offsets ---- */
+
+typedef struct item {
+    int buf;
+    int64_t size;
+    int first, last;
+} item;
+
+typedef struct range {
+    int64_t start, end;
+} range;
+
+static int by_start(const void *a, const void *b)
+{
+    int64_t x = ((const range *)a)->start, y = ((const range *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+/* Places items in the given order, each into the smallest free gap among
+ * the items already placed whose live ranges meet its own (the lowest such
+ * gap on ties), or above them all. Returns the arena size. */
+static int64_t place(const item *items, const int *order, int n, int64_t *offs, range *scratch, int *placed)
+{
+    int64_t top = 0;
+    for (int oi = 0; oi < n; oi++) {
+        const item *it = &items[order[oi]];
+        int nr = 0;
+        for (int j = 0; j < oi; j++) {
+            const item *o = &items[placed[j]];
+            if (o->first <= it->last && it->first <= o->last)
+                scratch[nr++] = (range){offs[placed[j]], offs[placed[j]] + o->size};
+        }
+        qsort(scratch, (size_t)nr, sizeof *scratch, by_start);
+        int64_t cursor = 0, best = -1, best_gap = INT64_MAX;
+        for (int j = 0; j < nr; j++) {
+            int64_t gap = scratch[j].start - cursor;
+            if (gap >= it->size && gap < best_gap) {
+                best_gap = gap;
+                best = cursor;
+            }
+            if (scratch[j].end > cursor)
+                cursor = scratch[j].end;
+        }
+        if (best < 0)
+            best = cursor;
+        offs[order[oi]] = best;
+        placed[oi] = order[oi];
+        if (best + it->size > top)
+            top = best + it->size;
+    }
+    return top;
+}
+
+typedef struct sort_key {
+    int64_t k1, k2, k3;
+    int idx;
+} sort_key;
+
+static int by_keys(const void *a, const void *b)
+{
+    const sort_key *x = a, *y = b;
+    if (x->k1 != y->k1)
+        return x->k1 > y->k1 ? -1 : 1;
+    if (x->k2 != y->k2)
+        return x->k2 > y->k2 ? -1 : 1;
+    if (x->k3 != y->k3)
+        return x->k3 > y->k3 ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+enum { ORDER_SIZE, ORDER_LENGTH, ORDER_START, ORDER_AREA, ORDER_END, ORDER_FIXED };
+#define MEMPLAN_PERTURBED 24 /* orderings by size with random noise, after the fixed ones */
+
+/* Ordering number o of the items (descending keys). */
+static void ordering(const item *items, int n, int o, sort_key *keys, int *order)
+{
+    for (int i = 0; i < n; i++) {
+        const item *it = &items[i];
+        int64_t len = it->last - it->first + 1;
+        sort_key k = {0, 0, 0, i};
+        switch (o) {
+        case ORDER_SIZE: k = (sort_key){it->size, -it->first, len, i}; break;
+        case ORDER_LENGTH: k = (sort_key){len, it->size, -it->first, i}; break;
+        case ORDER_START: k = (sort_key){-it->first, it->size, len, i}; break;
+        case ORDER_AREA: k = (sort_key){it->size / KL_ARENA_ALIGN * len, it->size, -it->first, i}; break;
+        case ORDER_END: k = (sort_key){it->last, it->size, len, i}; break;
+        default: {
+            /* Size within a random factor in [1/2, 1]: neighbours in size
+             * trade places, large buffers stay first. */
+            uint64_t r = mix((uint64_t)o * 0x10001ull + (uint64_t)i);
+            k = (sort_key){(int64_t)((double)it->size * (0.5 + 0.5 * (double)(r >> 11) / 9007199254740992.0)), it->size, -it->first, i};
+        }
+        }
+        keys[i] = k;
+    }
+    qsort(keys, (size_t)n, sizeof *keys, by_keys);
+    for (int i = 0; i < n; i++)
+        order[i] = keys[i].idx;
+}
+
+/* The most aligned bytes live at one step, over the real arena buffers. */
+static int64_t lower_bound(const kl_plan *p)
+{
+    int ns = p->steps.n > 0 ? p->steps.n : 1;
+    int64_t *delta = kl_xcalloc((size_t)ns + 1, sizeof *delta);
+    for (int b = 0; b < p->buffers.n; b++) {
+        const kl_buffer *x = &p->buffers.v[b];
+        if (x->region != KL_REGION_ARENA || x->first < 0)
+            continue;
+        delta[x->first] += aligned(x->bytes);
+        delta[x->last + 1] -= aligned(x->bytes);
+    }
+    int64_t live = 0, most = 0;
+    for (int i = 0; i < ns; i++) {
+        live += delta[i];
+        if (live > most)
+            most = live;
+    }
+    free(delta);
+    return most;
+}
+
+static int64_t unplanned_bytes(const kl_plan *p)
+{
+    int64_t sum = 0;
+    for (int b = 0; b < p->buffers.n; b++) {
+        const kl_buffer *x = &p->buffers.v[b];
+        if (x->region == KL_REGION_ARENA || (x->region == KL_REGION_VIEW && x->inplace))
+            sum += aligned(x->bytes);
+    }
+    return sum;
+}
+
+void memplan_assign_offsets(kl_plan *p)
+{
+    int n = 0;
+    item *items = kl_xmalloc(sizeof *items * (size_t)(p->buffers.n + 1));
+    for (int b = 0; b < p->buffers.n; b++) {
+        kl_buffer *x = &p->buffers.v[b];
+        if (x->region != KL_REGION_ARENA)
+            continue;
+        x->offset = 0; /* buffers no step touches: never dereferenced */
+        if (x->first >= 0)
+            items[n++] = (item){b, aligned(x->bytes), x->first, x->last};
+    }
+    int64_t *offs = kl_xmalloc(sizeof *offs * (size_t)(n + 1)), *best_offs = kl_xmalloc(sizeof *offs * (size_t)(n + 1));
+    range *scratch = kl_xmalloc(sizeof *scratch * (size_t)(n + 1));
+    int *order = kl_xmalloc(sizeof *order * (size_t)(n + 1)), *placed = kl_xmalloc(sizeof *placed * (size_t)(n + 1));
+    sort_key *keys = kl_xmalloc(sizeof *keys * (size_t)(n + 1));
+    int64_t lb = lower_bound(p), best = -1;
+    for (int o = 0; o < ORDER_FIXED + MEMPLAN_PERTURBED && best != lb; o++) {
+        ordering(items, n, o, keys, order);
+        int64_t size = place(items, order, n, offs, scratch, placed);
+        if (best < 0 || size < best) {
+            best = size;
+            memcpy(best_offs, offs, sizeof *offs * (size_t)n);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        p->buffers.v[items[i].buf].offset = best_offs[i];
+    p->arena_bytes = best > 0 ? best : 0;
+    p->arena_lower_bound = lb;
+    p->arena_unplanned = unplanned_bytes(p);
+    free(items);
+    free(offs);
+    free(best_offs);
+    free(scratch);
+    free(order);
+    free(placed);
+    free(keys);
+}
+
+void memplan_assign_unplanned(kl_plan *p)
+{
+    int64_t off = 0;
+    for (int b = 0; b < p->buffers.n; b++) {
+        kl_buffer *x = &p->buffers.v[b];
+        if (x->region != KL_REGION_ARENA)
+            continue;
+        x->offset = off;
+        off += aligned(x->bytes);
+    }
+    p->arena_bytes = off;
+    p->arena_lower_bound = lower_bound(p);
+    p->arena_unplanned = unplanned_bytes(p);
+}
+
+int memplan_data_of(const kl_plan *p, int b)
+{
+    while (p->buffers.v[b].region == KL_REGION_VIEW && !p->buffers.v[b].inplace)
+        b = p->buffers.v[b].view_of;
+    return b;
+}
