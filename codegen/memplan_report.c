@@ -204,11 +204,16 @@ static bool in_arena(const kl_plan *p, int b)
     return p->buffers.v[kl_plan_real_buffer(p, b)].region == KL_REGION_ARENA;
 }
 
+/* The cells of b's memory, within the arena (the checks before the
+ * simulation report anything outside it). */
 static void cells(const kl_plan *p, int b, int64_t *lo, int64_t *hi)
 {
     const kl_buffer *r = &p->buffers.v[kl_plan_real_buffer(p, b)];
+    int64_t n = p->arena_bytes / KL_ARENA_ALIGN;
     *lo = r->offset / KL_ARENA_ALIGN;
     *hi = (r->offset + aligned(p->buffers.v[b].bytes)) / KL_ARENA_ALIGN;
+    *lo = *lo < 0 ? 0 : *lo > n ? n : *lo;
+    *hi = *hi < *lo ? *lo : *hi > n ? n : *hi;
 }
 
 static void step_name(const kl_plan *p, int i, char *out, size_t n)
@@ -325,6 +330,17 @@ int memplan_check(const kl_plan *p, int micro_batches, kl_buf *why)
             problem(&c, "%s: bytes [%lld, %lld) outside the arena of %lld", name = memplan_buffer_name(p, b),
                     (long long)x->offset, (long long)(x->offset + x->bytes), (long long)p->arena_bytes);
         free(name);
+    }
+    /* A view or in-place result fits in the memory it uses. */
+    for (int b = 0; b < nb; b++) {
+        const kl_buffer *x = &p->buffers.v[b];
+        const kl_buffer *r = &p->buffers.v[kl_plan_real_buffer(p, b)];
+        if (x->region == KL_REGION_VIEW && r->region == KL_REGION_ARENA && x->bytes > r->bytes) {
+            char *name = memplan_buffer_name(p, b);
+            problem(&c, "%s (%lld bytes) is larger than the memory it shares (%lld bytes)", name, (long long)x->bytes,
+                    (long long)r->bytes);
+            free(name);
+        }
     }
     /* Buffers live at the same time never overlap in memory. */
     for (int a = 0; a < nb; a++) {

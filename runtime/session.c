@@ -75,7 +75,19 @@ kl_exec *kl_exec_new(kl_session *s, ir_graph *g)
     return kl_exec_new_opts(s, g, NULL);
 }
 
+static kl_exec *exec_new(kl_session *s, ir_graph *g, const kl_plan_opts *o, kl_exec *host);
+
 kl_exec *kl_exec_new_opts(kl_session *s, ir_graph *g, const kl_plan_opts *o)
+{
+    return exec_new(s, g, o, NULL);
+}
+
+kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_exec *host)
+{
+    return exec_new(s, g, NULL, host);
+}
+
+static kl_exec *exec_new(kl_session *s, ir_graph *g, const kl_plan_opts *o, kl_exec *host)
 {
     kl_exec *e = kl_xcalloc(1, sizeof *e);
     e->s = s;
@@ -86,7 +98,12 @@ kl_exec *kl_exec_new_opts(kl_session *s, ir_graph *g, const kl_plan_opts *o)
         return NULL;
     }
     kl_plan *p = e->plan;
-    e->arena = s->be->ops->alloc(s->be, (size_t)(p->arena_bytes ? p->arena_bytes : 256));
+    if (host && host->arena && p->arena_bytes <= host->plan->arena_bytes) {
+        e->arena = host->arena;
+        e->arena_shared = true;
+    } else {
+        e->arena = s->be->ops->alloc(s->be, (size_t)(p->arena_bytes ? p->arena_bytes : 256));
+    }
     e->ptrs = kl_xcalloc((size_t)p->buffers.n + 1, sizeof(void *));
     for (int i = 0; i < p->buffers.n; i++) {
         kl_buffer *b = &p->buffers.v[i];
@@ -124,7 +141,7 @@ void kl_exec_free(kl_exec *e)
     for (int i = 0; i < e->ngraphs; i++)
         if (e->graphs[i].graph)
             e->s->be->ops->graph_free(e->s->be, e->graphs[i].graph);
-    if (e->arena)
+    if (e->arena && !e->arena_shared)
         e->s->be->ops->free(e->s->be, e->arena);
     kl_plan_free(e->plan);
     ir_graph_free(e->g);

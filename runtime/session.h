@@ -35,6 +35,7 @@ typedef struct kl_exec {
     ir_graph *g;   /* owned */
     kl_plan *plan; /* owned */
     void *arena;
+    bool arena_shared; /* another exec's arena (kl_exec_new_sharing) */
     void **ptrs;   /* per plan buffer */
     void ***args;  /* per step: kernel argument pointers */
     double *step_seconds; /* per step, summed over runs, when profiling */
@@ -55,6 +56,12 @@ kl_exec *kl_exec_new(kl_session *s, ir_graph *g);
 /* The same with plan options: values to keep readable after a run (the
  * loss, reports and inputs always are), memory planning off. */
 kl_exec *kl_exec_new_opts(kl_session *s, ir_graph *g, const kl_plan_opts *o);
+/* The same, running in host's arena when its plan fits there, else in an
+ * arena of its own: one arena for the training and evaluation plans, which
+ * never run interleaved (a run of one overwrites every value of the other,
+ * pinned ones included: feed inputs before each run, read results right
+ * after it). host must outlive the exec. */
+kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_exec *host);
 void kl_exec_free(kl_exec *e);
 /* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*): as a
  * replayed graph once warm, where the backend records graphs and neither

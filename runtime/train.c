@@ -6,10 +6,12 @@
 #include <string.h>
 
 #include "train.h"
+#include "budget.h"
 #include "checkpoint.h"
 #include "data.h"
 #include "session.h"
 #include "backend_cuda.h"
+#include "../codegen/memplan.h"
 #include "../frontend/lower.h"
 #include "../frontend/train_config.h"
 #include "../passes/pipeline.h"
@@ -32,6 +34,8 @@ static const char usage[] =
     "  --eval-every N     evaluate every N steps (default: each epoch)\n"
     "  --log-every N      progress line every N steps\n"
     "  --precision P      fp32, bf16 or fp16\n"
+    "  --memory-limit B   refuse to start when the planned memory (params, state and\n"
+    "                     the arena) exceeds B bytes (or \"2GiB\", \"500MB\")\n"
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
     "  --no-cuda-graph    launch each step's kernels instead of replaying a CUDA graph\n"
     "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
@@ -79,7 +83,7 @@ static int parse_flags(int argc, char **argv, options *o, const char *model)
     static const struct { const char *flag, *key; } mapped[] = {
         {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
         {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
-        {"--precision", "precision"},
+        {"--precision", "precision"}, {"--memory-limit", "memory_limit"},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -360,14 +364,18 @@ static ir_graph *load_with(const kl_source *src, const options *o, const char *k
     return kl_load_source(src, &lo);
 }
 
-static kl_exec *make_exec(trainer *t, ir_graph *g, kl_mode mode)
+/* The pipeline and the exec of g; a training plan is checked against the
+ * memory limit before it allocates anything; an evaluation plan runs in
+ * the training plan's arena (host) when it fits there. */
+static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
 {
     kl_pipeline_opts po = {.mode = mode};
-    if (kl_pipeline_run(g, &po)) {
+    kl_replan rp = {src, t->opt.kv};
+    if (kl_pipeline_run(g, &po) || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, g, t->cfg.memory_limit))) {
         ir_graph_free(g);
         return NULL;
     }
-    return kl_exec_new(t->s, g);
+    return host ? kl_exec_new_sharing(t->s, g, host) : kl_exec_new(t->s, g);
 }
 
 static int load_data(trainer *t)
@@ -642,22 +650,26 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.finite_value = -1;
 
     /* The training plan, then the evaluation plans (same params). */
-    t.train = make_exec(&t, g, KL_MODE_TRAIN);
+    t.train = make_exec(&t, &src, g, KL_MODE_TRAIN, NULL);
     g = NULL;
     if (!t.train || bind_inputs(t.train->g, &t.train_set, &t.tb, model_name))
         goto done;
     for (int i = 0; i < t.train->g->reports.n; i++)
         if (!strcmp(t.train->g->reports.v[i].name, "_grads_finite"))
             t.finite_value = t.train->g->reports.v[i].value;
-    int64_t eb = kl_eval_batch(t.test_set.count, t.cfg.batch);
+    /* Evaluation shares the training plan's arena: its batch is the
+     * largest that fits there. */
+    kl_replan rp = {&src, t.opt.kv};
+    int64_t eb = kl_eval_batch_within(&rp, t.test_set.count, t.cfg.batch, kl_eval_batch(t.test_set.count, t.cfg.batch),
+                                      t.train->plan->arena_bytes);
     char num[32];
     snprintf(num, sizeof num, "%lld", (long long)eb);
-    t.eval = make_exec(&t, load_with(&src, &t.opt, "batch", num), KL_MODE_EVAL);
+    t.eval = make_exec(&t, &src, load_with(&src, &t.opt, "batch", num), KL_MODE_EVAL, t.train);
     if (!t.eval || bind_inputs(t.eval->g, &t.test_set, &t.eb, model_name))
         goto done;
     if (t.test_set.count % eb) {
         snprintf(num, sizeof num, "%lld", (long long)(t.test_set.count % eb));
-        t.eval_tail = make_exec(&t, load_with(&src, &t.opt, "batch", num), KL_MODE_EVAL);
+        t.eval_tail = make_exec(&t, &src, load_with(&src, &t.opt, "batch", num), KL_MODE_EVAL, t.train);
         if (!t.eval_tail || bind_inputs(t.eval_tail->g, &t.test_set, &t.etb, model_name))
             goto done;
     }
@@ -688,6 +700,20 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         char *mem = pass_memory_summary(t.train->g);
         printf("memory: %s\n", mem);
         free(mem);
+        /* The memory plan: one arena for training and evaluation. */
+        char *plan = memplan_summary(t.train->plan);
+        int64_t arena = t.train->plan->arena_bytes;
+        if (!t.eval->arena_shared)
+            arena += t.eval->plan->arena_bytes;
+        if (t.eval_tail && !t.eval_tail->arena_shared)
+            arena += t.eval_tail->plan->arena_bytes;
+        printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
+               t.eval->arena_shared ? "in the same arena" : "in an arena of its own",
+               (double)(arena + kl_persistent_bytes(t.train->g)) / 1e6);
+        if (t.cfg.memory_limit > 0)
+            printf(" (limit %.2f MB)", (double)t.cfg.memory_limit / 1e6);
+        printf("\n");
+        free(plan);
     }
     if (t.opt.save_init && kl_checkpoint_save(t.s, t.opt.save_init, 0))
         goto done;

@@ -17,6 +17,7 @@
 #include "frontend/train_config.h"
 #include "passes/pipeline.h"
 #include "runtime/backend.h"
+#include "runtime/budget.h"
 #include "runtime/data.h"
 #include "runtime/train.h"
 #include "codegen/kir.h"
@@ -163,7 +164,10 @@ int kl_build_executable(const char *model_path, const char *out, const char *con
     }
     int64_t count = test_count(&cfg);
     if (count > 0) {
-        int64_t eb = kl_eval_batch(count, cfg.batch);
+        /* As the executable picks it: fitting in the training arena. */
+        kl_replan rp = {&src, kv};
+        int64_t eb = kl_eval_batch_within(&rp, count, cfg.batch, kl_eval_batch(count, cfg.batch),
+                                          kl_replan_arena(&rp, NULL, KL_MODE_TRAIN, NULL));
         int64_t sizes[2] = {eb, count % eb};
         for (int i = 0; i < 2 && sizes[i]; i++) {
             const char *ekv[132];

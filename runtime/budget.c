@@ -1,0 +1,117 @@
+/* Memory budgets of training runs. See budget.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "budget.h"
+#include "../codegen/memplan.h"
+#include "../frontend/lower.h"
+
+int64_t kl_persistent_bytes(const ir_graph *g)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (ir_is_persistent(v))
+            sum += ir_type_bytes(&v->type);
+    }
+    return sum;
+}
+
+int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mode, int64_t *persistent)
+{
+    const char *kv[160];
+    int n = 0;
+    for (int i = 0; r->kv && r->kv[i] && n + 2 < (int)KL_ARRAY_LEN(kv); i += 2) {
+        kv[n++] = r->kv[i];
+        kv[n++] = r->kv[i + 1];
+    }
+    for (int i = 0; extra && extra[i] && n + 2 < (int)KL_ARRAY_LEN(kv); i += 2) {
+        kv[n++] = extra[i];
+        kv[n++] = extra[i + 1];
+    }
+    kv[n] = NULL;
+    kl_lower_opts lo = {kv};
+    ir_graph *g = kl_load_source(r->src, &lo);
+    if (!g)
+        return -1;
+    kl_pipeline_opts po = {.mode = mode};
+    int64_t arena = -1;
+    if (kl_pipeline_run(g, &po) == 0) {
+        kl_plan *p = cg_build_plan(g);
+        arena = p->arena_bytes;
+        if (persistent)
+            *persistent = kl_persistent_bytes(g);
+        kl_plan_free(p);
+    }
+    ir_graph_free(g);
+    return arena;
+}
+
+static double mb(int64_t bytes)
+{
+    return (double)bytes / 1e6;
+}
+
+int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const ir_graph *train, int64_t limit)
+{
+    if (limit <= 0)
+        return 0;
+    kl_plan *p = cg_build_plan(train);
+    int64_t persistent = kl_persistent_bytes(train), arena = p->arena_bytes, lb = p->arena_lower_bound;
+    kl_plan_free(p);
+    if (persistent + arena <= limit)
+        return 0;
+    /* What would fit: the same effective batch in smaller micro-batches,
+     * then recomputation of cheap activations. */
+    kl_buf hint = {0};
+    int64_t smallest = -1, smallest_batch = 0;
+    for (int64_t b = cfg->batch / 2; b >= 1; b /= 2) {
+        if (cfg->batch % b)
+            continue;
+        char bs[32], as[32];
+        snprintf(bs, sizeof bs, "%lld", (long long)b);
+        snprintf(as, sizeof as, "%lld", (long long)(cfg->accumulate * (cfg->batch / b)));
+        const char *extra[] = {"batch", bs, "accumulate", as, NULL};
+        int64_t pb = 0, ab = kl_replan_arena(r, extra, KL_MODE_TRAIN, &pb);
+        if (ab >= 0 && (smallest < 0 || pb + ab < smallest)) {
+            smallest = pb + ab;
+            smallest_batch = b;
+        }
+        if (ab >= 0 && pb + ab <= limit) {
+            kl_buf_printf(&hint, "try --batch %s --accumulate %s (%.2f MB, the same effective batch)", bs, as, mb(pb + ab));
+            break;
+        }
+    }
+    if (!cfg->recompute || strcmp(cfg->recompute, "auto")) {
+        const char *extra[] = {"recompute", "auto", NULL};
+        int64_t pr = 0, ar = kl_replan_arena(r, extra, KL_MODE_TRAIN, &pr);
+        if (ar >= 0 && pr + ar <= limit)
+            kl_buf_printf(&hint, "%s--set recompute=auto (%.2f MB: activations recomputed in backward)",
+                          hint.len ? " or " : "try ", mb(pr + ar));
+    }
+    if (!hint.len && smallest >= 0)
+        kl_buf_printf(&hint, "nothing smaller fits (batch %lld with accumulation needs %.2f MB); raise --memory-limit",
+                      (long long)smallest_batch, mb(smallest));
+    else if (!hint.len)
+        kl_buf_puts(&hint, "nothing smaller fits; raise --memory-limit");
+    kl_error("%s: the training step needs %.2f MB (params and state %.2f MB + arena %.2f MB, whose lower bound is "
+             "%.2f MB), over the memory limit of %.2f MB\n---> %s", train->name, mb(persistent + arena), mb(persistent),
+             mb(arena), mb(lb), mb(limit), hint.s);
+    kl_buf_free(&hint);
+    return -1;
+}
+
+int64_t kl_eval_batch_within(const kl_replan *r, int64_t count, int64_t batch, int64_t first, int64_t arena)
+{
+    for (int64_t d = first; d >= 1 && d >= batch / 2; d--) {
+        if (count % d)
+            continue;
+        char ds[32];
+        snprintf(ds, sizeof ds, "%lld", (long long)d);
+        const char *extra[] = {"batch", ds, NULL};
+        int64_t a = kl_replan_arena(r, extra, KL_MODE_EVAL, NULL);
+        if (a >= 0 && a <= arena)
+            return d;
+    }
+    return batch < count ? batch : count;
+}

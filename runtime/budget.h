@@ -1,0 +1,39 @@
+/* The memory a training run needs, known before it starts
+ * (runtime/budget.c): the persistent values (params, optimizer and other
+ * state) and one arena, planned by codegen/memplan.c, that the training and
+ * evaluation plans share. A budget (--memory-limit, the train key
+ * memory_limit) refuses a run that does not fit, naming what would. */
+#ifndef KILN_BUDGET_H
+#define KILN_BUDGET_H
+
+#include "../codegen/plan.h"
+#include "../frontend/train_config.h"
+#include "../passes/pipeline.h"
+
+/* Bytes of g's persistent values (params and state). */
+int64_t kl_persistent_bytes(const ir_graph *g);
+
+/* The model again, with the run's train overrides, to plan it with other
+ * settings (another batch, recomputation). */
+typedef struct kl_replan {
+    const kl_source *src;
+    const char *const *kv; /* NULL-terminated key/value pairs, or NULL */
+} kl_replan;
+
+/* Lowers the model with the overrides and then extra (pairs, NULL-
+ * terminated), runs the pipeline in mode and plans it: the arena bytes,
+ * with the persistent bytes when asked; -1 after an error (reported). */
+int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mode, int64_t *persistent);
+
+/* With a limit (bytes, > 0): 0 when the training graph's persistent
+ * values and plan fit; else an error naming the peak and suggesting what
+ * would fit (a smaller micro-batch with more accumulation, recomputation),
+ * and -1. */
+int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const ir_graph *train, int64_t limit);
+
+/* The evaluation batch: the largest divisor of count from first down to
+ * batch / 2 whose plan's arena fits in arena bytes (the training plan's,
+ * which evaluation shares); else batch (a remainder plan takes the rest). */
+int64_t kl_eval_batch_within(const kl_replan *r, int64_t count, int64_t batch, int64_t first, int64_t arena);
+
+#endif
