@@ -684,11 +684,21 @@ static int open_api(char *why, size_t n)
     return 0;
 }
 
+/* Set once, by an executable's main before anything else runs. */
+static const kl_cuda_builtin *registered_builtins;
+
+void kl_cuda_set_builtins(const kl_cuda_builtin *table)
+{
+    registered_builtins = table;
+}
+
 kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
 {
     kl_cuda_options opts = {0};
     if (o)
         opts = *o;
+    if (!opts.builtins)
+        opts.builtins = registered_builtins;
     if (open_api(why, n))
         return NULL;
     CUresult r = api.cuInit(0);

@@ -21,6 +21,10 @@ typedef struct kl_cuda_options {
     const kl_cuda_builtin *builtins;  /* may be NULL; ends with a NULL name */
 } kl_cuda_options;
 
+/* Kernels compiled into the executable (its generated main registers
+ * them before anything else runs); used when the options give none. */
+void kl_cuda_set_builtins(const kl_cuda_builtin *table);
+
 /* A backend on the GPU, or NULL with a one-line reason in why (no driver,
  * no device, no NVRTC or cuBLASLt, or a build without CUDA). */
 kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n);

@@ -13,10 +13,11 @@
 #include "passes/pipeline.h"
 #include "runtime/data.h"
 #include "runtime/session.h"
+#include "runtime/backend_cuda.h"
 
 typedef struct bench_opts {
     const char *file;
-    bool no_fusion, json, eval;
+    bool no_fusion, json, eval, gpu, no_graph;
     int repeats, threads;
     const char *const *kv;
 } bench_opts;
@@ -87,7 +88,7 @@ typedef struct timed {
     int kernels, gemms;
 } timed;
 
-static void run_one(kl_exec *e, int i, const kl_kargs *a)
+static void enqueue_one(kl_exec *e, int i, const kl_kargs *a)
 {
     kl_backend *be = e->s->be;
     kl_step *st = &e->plan->steps.v[i];
@@ -95,7 +96,37 @@ static void run_one(kl_exec *e, int i, const kl_kargs *a)
         be->ops->launch(be, e->plan, st->kernel, e->args[i], a);
     else
         be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
-    be->ops->sync(be);
+}
+
+static void run_one(kl_exec *e, int i, const kl_kargs *a)
+{
+    enqueue_one(e, i, a);
+    e->s->be->ops->sync(e->s->be);
+}
+
+/* On the GPU: the mean over repeats back to back, timed by events on the
+ * stream (a host clock around one launch would time the launch). */
+static void time_plan_gpu(kl_exec *e, int repeats, timed *t)
+{
+    kl_backend *be = e->s->be;
+    kl_kargs a = {1, 1};
+    kl_plan *p = e->plan;
+    t->step_ms = kl_xcalloc((size_t)p->steps.n + 1, sizeof(double));
+    for (int i = 0; i < p->steps.n; i++) {
+        run_one(e, i, &a);
+        kl_cuda_timer_start(be);
+        for (int r = 0; r < repeats; r++)
+            enqueue_one(e, i, &a);
+        t->step_ms[i] = 1e3 * kl_cuda_timer_stop(be) / repeats;
+        if (p->steps.v[i].kind == KL_STEP_KERNEL)
+            t->kernels++;
+        else
+            t->gemms++;
+    }
+    kl_cuda_timer_start(be);
+    for (int r = 0; r < repeats; r++)
+        kl_exec_run(e, KL_ALL_PHASES, &a);
+    t->total_ms = 1e3 * kl_cuda_timer_stop(be) / repeats;
 }
 
 /* Realistic per-step values: an lr, Adam's bias corrections after a few
@@ -119,6 +150,10 @@ static void time_plan(kl_exec *e, int repeats, timed *t)
     step_values(e);
     for (int w = 0; w < 3; w++)
         kl_exec_run(e, KL_ALL_PHASES, &a);
+    if (kl_backend_is_cuda(e->s->be)) {
+        time_plan_gpu(e, repeats, t);
+        return;
+    }
     t->step_ms = kl_xcalloc((size_t)p->steps.n + 1, sizeof(double));
     double *v = kl_xmalloc(sizeof(double) * (size_t)(repeats + 1));
     for (int i = 0; i < p->steps.n; i++) {
@@ -179,7 +214,9 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
     if (o->json) {
         printf("{\"model\": ");
         json_str(out, o->file);
-        printf(", \"backend\": \"cpu\", \"threads\": %d, \"copy_gb_s\": %.3f, \"fused\": %s, \"steps\": [", e->s->be->threads, bw,
+        printf(", \"backend\": \"%s\", \"device\": ", e->s->be->ops->name);
+        json_str(out, e->s->be->desc);
+        printf(", \"threads\": %d, \"copy_gb_s\": %.3f, \"fused\": %s, \"steps\": [", e->s->be->threads, bw,
                fused ? "true" : "false");
     } else {
         printf("%-3s %-18s %-44s %9s %9s %8s %6s %8s\n", "#", "kernel", "ops", "ms", "MB", "GB/s", "%copy", "GFLOP/s");
@@ -187,7 +224,8 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
     for (int i = 0; i < p->steps.n; i++) {
         const kl_step *st = &p->steps.v[i];
         char *label = kl_step_label(p, st);
-        const char *name = st->kind == KL_STEP_KERNEL ? p->kernels.v[st->kernel].name : "gemm (BLAS)";
+        const char *name = st->kind == KL_STEP_KERNEL ? p->kernels.v[st->kernel].name
+                           : kl_backend_is_cuda(e->s->be) ? "gemm (cuBLASLt)" : "gemm (BLAS)";
         double ms = t->step_ms[i], mb = (double)st->bytes / 1e6, gbs = ms > 0 ? mb / ms : 0;
         if (o->json) {
             printf("%s{\"kernel\": ", i ? ", " : "");
@@ -232,6 +270,7 @@ int kl_bench_main(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: kiln bench FILE [--no-fusion] [--eval] [--json] [--repeats N] [--threads N] [--batch N]\n"
+                   "                  [--device cpu|cuda] [--no-cuda-graph]\n"
                    "\n"
                    "Times every kernel and GEMM of the model's training step on the CPU\n"
                    "(median of N repeats after a warm-up), with the bytes each must move\n"
@@ -240,10 +279,23 @@ int kl_bench_main(int argc, char **argv)
                    "\n"
                    "  --no-fusion  list the unfused plan's kernels\n"
                    "  --eval       the evaluation plan instead of the training step\n"
-                   "  --json       one JSON object instead of the table\n");
+                   "  --json       one JSON object instead of the table\n"
+                   "  --device D   cpu (default) or cuda: on the GPU, times come from events\n"
+                   "               on the stream (mean of N back to back) and the bandwidth\n"
+                   "               is a device-to-device copy's\n"
+                   "  --no-cuda-graph  time whole steps without replaying a CUDA graph\n");
             return 0;
         } else if (!strcmp(a, "--no-fusion")) {
             o.no_fusion = true;
+        } else if (!strcmp(a, "--device") && i + 1 < argc) {
+            const char *d = argv[++i];
+            if (strcmp(d, "cpu") && strcmp(d, "cuda")) {
+                kl_error("kiln bench: --device must be cpu or cuda");
+                return 1;
+            }
+            o.gpu = !strcmp(d, "cuda");
+        } else if (!strcmp(a, "--no-cuda-graph")) {
+            o.no_graph = true;
         } else if (!strcmp(a, "--json")) {
             o.json = true;
         } else if (!strcmp(a, "--eval")) {
@@ -275,13 +327,27 @@ int kl_bench_main(int argc, char **argv)
     }
     o.kv = nkv ? kv : NULL;
     kl_cpu_options co = {.threads = o.threads};
-    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_backend *be;
+    if (o.gpu) {
+        char why[600];
+        kl_cuda_options cuo = {0};
+        if (!(be = kl_cuda_backend_new(&cuo, why, sizeof why))) {
+            kl_error("kiln bench --device cuda: %s", why);
+            return 1;
+        }
+    } else {
+        be = kl_cpu_backend_new(&co);
+    }
     kl_session *s = kl_session_new(be, 1);
+    s->no_graphs = o.no_graph;
     int rc = 1;
     kl_exec *fused = build(s, &o, !o.no_fusion), *unfused = o.no_fusion ? NULL : build(s, &o, false);
     if (fused && (o.no_fusion || unfused)) {
-        double bw = kl_copy_bandwidth();
-        if (!o.json)
+        double bw = o.gpu ? kl_cuda_copy_bandwidth(be) : kl_copy_bandwidth();
+        if (!o.json && o.gpu)
+            printf("kiln bench %s: %s; copy bandwidth %.1f GB/s (device-to-device copy of 256 MiB, read + write)%s\n\n",
+                   o.file, be->desc, bw, o.no_graph ? "; no CUDA graphs" : "");
+        else if (!o.json)
             printf("kiln bench %s: cpu backend, %d threads; copy bandwidth %.2f GB/s (memcpy of 64 MiB, read + write)\n\n",
                    o.file, be->threads, bw);
         timed tf = {0}, tu = {0};

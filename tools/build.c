@@ -21,6 +21,9 @@
 #include "runtime/data.h"
 #include "runtime/train.h"
 #include "codegen/kir.h"
+#ifdef KILN_HAVE_CUDA
+#include "runtime/nvrtc.h"
+#endif
 
 typedef KL_VEC(char *) name_list;
 
@@ -105,8 +108,10 @@ static int write_text(const char *path, const char *text)
     return ok ? 0 : -1;
 }
 
-/* Adds the kernels of one plan of the model (lowered with overrides). */
-static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl_buf *kernels, name_list *names)
+/* Adds the kernels of one plan of the model (lowered with overrides);
+ * their CUDA programs to cuda (parallel to names) when it is not NULL. */
+static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl_buf *kernels, name_list *names,
+                   name_list *cuda)
 {
     kl_lower_opts lo = {kv};
     ir_graph *g = kl_load_source(src, &lo);
@@ -125,6 +130,8 @@ static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl
         if (seen)
             continue;
         kl_vec_push(*names, kl_xstrdup(p->kernels.v[i].name));
+        if (cuda)
+            kl_vec_push(*cuda, kir_cuda_program(p->kernels.v[i].cuda.src, p->kernels.v[i].cuda.needs));
         kl_buf_puts(kernels, p->kernels.v[i].c_src);
         kl_buf_putc(kernels, '\n');
     }
@@ -133,11 +140,77 @@ static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl
     return 0;
 }
 
+/* The CUDA kernels for each architecture: CUBINs written into dir and an
+ * assembler file that includes them (.incbin), plus their table in C
+ * (appended to main_c). */
+static int embed_cuda(const char *archs, const name_list *names, const name_list *programs, const char *dir, kl_buf *main_c,
+                      char **asm_path)
+{
+#ifdef KILN_HAVE_CUDA
+    kl_buf s = {0}, table = {0};
+    int rc = 0, nimg = 0;
+    char *list = kl_xstrdup(archs);
+    kl_buf_puts(&s, "    .section .rodata\n");
+    for (char *save = NULL, *arch = strtok_r(list, ",", &save); arch && !rc; arch = strtok_r(NULL, ",", &save)) {
+        kl_nvrtc_job *jobs = kl_xcalloc((size_t)names->n + 1, sizeof *jobs);
+        for (int i = 0; i < names->n; i++) {
+            jobs[i].name = names->v[i];
+            jobs[i].src = programs->v[i];
+        }
+        kl_nvrtc_opts o = {.arch = arch};
+        if (kl_nvrtc_compile(jobs, names->n, &o))
+            rc = -1;
+        for (int i = 0; i < names->n && !rc; i++, nimg++) {
+            char *path = kl_xasprintf("%s/k%d.cubin", dir, nimg);
+            FILE *f = fopen(path, "wb");
+            bool ok = f && fwrite(jobs[i].image, 1, jobs[i].size, f) == jobs[i].size;
+            if (f)
+                ok = fclose(f) == 0 && ok;
+            if (!ok) {
+                kl_error("%s: cannot write", path);
+                rc = -1;
+            }
+            kl_buf_printf(&s, "    .globl kl_cubin_%d\n    .balign 16\nkl_cubin_%d:\n    .incbin \"%s\"\n", nimg, nimg, path);
+            kl_buf_printf(main_c, "extern const unsigned char kl_cubin_%d[];\n", nimg);
+            kl_buf_printf(&table, "    {\"%s\", \"sm_%s\", kl_cubin_%d, %zu},\n", names->v[i],
+                          strrchr(arch, '_') ? strrchr(arch, '_') + 1 : arch, nimg, jobs[i].size);
+            free(path);
+        }
+        kl_nvrtc_jobs_free(jobs, names->n);
+    }
+    free(list);
+    kl_buf_puts(&s, "    .section .note.GNU-stack,\"\",@progbits\n");
+    kl_buf_puts(main_c, "typedef struct { const char *name, *arch; const unsigned char *image; size_t size; } kl_cuda_builtin;\n"
+                        "void kl_cuda_set_builtins(const kl_cuda_builtin *table);\n"
+                        "static const kl_cuda_builtin cuda_kernels[] = {\n");
+    kl_buf_puts(main_c, table.s ? table.s : "");
+    kl_buf_puts(main_c, "    {NULL, NULL, NULL, 0},\n};\n");
+    *asm_path = kl_xasprintf("%s/cuda_kernels.s", dir);
+    if (!rc && write_text(*asm_path, s.s))
+        rc = -1;
+    kl_buf_free(&s);
+    kl_buf_free(&table);
+    return rc;
+#else
+    (void)archs, (void)names, (void)programs, (void)dir, (void)main_c, (void)asm_path;
+    kl_error("--cuda-arch: this build of Kiln has no CUDA support (CMake found no CUDA toolkit)");
+    return -1;
+#endif
+}
+
 int kl_build_executable(const char *model_path, const char *out, const char *const *kv, bool verbose)
+{
+    return kl_build_executable_cuda(model_path, out, kv, verbose, NULL);
+}
+
+int kl_build_executable_cuda(const char *model_path, const char *out, const char *const *kv, bool verbose,
+                             const char *cuda_archs)
 {
     kl_source src;
     if (kl_source_read(&src, model_path))
         return -1;
+    name_list cuda = {0};
+    char *asm_path = NULL;
     int rc = -1;
     char *lib = NULL, *dir = NULL;
     name_list names = {0};
@@ -158,7 +231,7 @@ int kl_build_executable(const char *model_path, const char *out, const char *con
 
     /* The kernels of the training plan and the evaluation plans. */
     kl_buf_puts(&kernels, kir_c_prelude());
-    if (collect(&src, kv, KL_MODE_TRAIN, &kernels, &names)) {
+    if (collect(&src, kv, KL_MODE_TRAIN, &kernels, &names, cuda_archs ? &cuda : NULL)) {
         kl_train_config_free(&cfg);
         goto done;
     }
@@ -179,7 +252,7 @@ int kl_build_executable(const char *model_path, const char *out, const char *con
             ekv[n++] = "batch";
             ekv[n++] = num;
             ekv[n] = NULL;
-            if (collect(&src, ekv, KL_MODE_EVAL, &kernels, &names)) {
+            if (collect(&src, ekv, KL_MODE_EVAL, &kernels, &names, cuda_archs ? &cuda : NULL)) {
                 kl_train_config_free(&cfg);
                 goto done;
             }
@@ -198,27 +271,32 @@ int kl_build_executable(const char *model_path, const char *out, const char *con
     kl_buf_puts(&main_c, "static const kl_builtin_kernel kernels[] = {\n");
     for (int i = 0; i < names.n; i++)
         kl_buf_printf(&main_c, "    {\"%s\", %s},\n", names.v[i], names.v[i]);
-    kl_buf_puts(&main_c, "    {NULL, NULL},\n};\nstatic const char model_name[] = ");
-    escape_c(&main_c, model_path, strlen(model_path));
-    kl_buf_puts(&main_c, ";\nstatic const char model_src[] =\n");
-    escape_c(&main_c, src.text, src.len);
-    kl_buf_puts(&main_c, ";\nint main(int argc, char **argv)\n{\n"
-                         "    return kl_train_main(argc, argv, model_name, model_src, kernels);\n}\n");
-
+    kl_buf_puts(&main_c, "    {NULL, NULL},\n};\n");
     char tmpl[] = "/tmp/kiln-build-XXXXXX";
     if (!mkdtemp(tmpl)) {
         kl_error("cannot make a temporary folder: %s", strerror(errno));
         goto done;
     }
     dir = kl_xstrdup(tmpl);
+    if (cuda_archs && embed_cuda(cuda_archs, &names, &cuda, dir, &main_c, &asm_path))
+        goto done;
+    kl_buf_puts(&main_c, "static const char model_name[] = ");
+    escape_c(&main_c, model_path, strlen(model_path));
+    kl_buf_puts(&main_c, ";\nstatic const char model_src[] =\n");
+    escape_c(&main_c, src.text, src.len);
+    kl_buf_puts(&main_c, ";\nint main(int argc, char **argv)\n{\n");
+    if (cuda_archs)
+        kl_buf_puts(&main_c, "    kl_cuda_set_builtins(cuda_kernels);\n");
+    kl_buf_puts(&main_c, "    return kl_train_main(argc, argv, model_name, model_src, kernels);\n}\n");
+
     char *kpath = kl_xasprintf("%s/kernels.c", dir), *mpath = kl_xasprintf("%s/main.c", dir);
     char *log = kl_xasprintf("%s/cc.log", dir), *tmp_out = kl_xasprintf("%s.tmp%d", out, (int)getpid());
     if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0) {
         /* KILN_LINK_FLAGS: what libkiln.a was built with needs at link
          * time too (the sanitizers). */
-        char *cmd = kl_xasprintf("'%s' %s %s -w -o '%s' '%s' '%s' '%s' -L'%s' -Wl,-rpath,'%s' -lopenblas -lz -lm -lpthread -ldl > '%s' 2>&1",
-                                 kl_cc(), kl_cc_flags(), KILN_LINK_FLAGS, tmp_out, mpath, kpath, lib, KILN_OPENBLAS_DIR,
-                                 KILN_OPENBLAS_DIR, log);
+        char *cmd = kl_xasprintf("'%s' %s %s -w -o '%s' '%s' '%s' %s%s%s '%s' -L'%s' -Wl,-rpath,'%s' -lopenblas -lz -lm -lpthread -ldl > '%s' 2>&1",
+                                 kl_cc(), kl_cc_flags(), KILN_LINK_FLAGS, tmp_out, mpath, kpath, asm_path ? "'" : "",
+                                 asm_path ? asm_path : "", asm_path ? "'" : "", lib, KILN_OPENBLAS_DIR, KILN_OPENBLAS_DIR, log);
         if (verbose)
             fprintf(stderr, "+ %s\n", cmd);
         int st = system(cmd);
@@ -239,6 +317,13 @@ int kl_build_executable(const char *model_path, const char *out, const char *con
         remove(kpath);
         remove(mpath);
         remove(log);
+        for (int i = 0; asm_path && i < names.n * 16; i++) {
+            char *cubin = kl_xasprintf("%s/k%d.cubin", dir, i);
+            remove(cubin);
+            free(cubin);
+        }
+        if (asm_path)
+            remove(asm_path);
         rmdir(dir);
     }
     free(kpath);
@@ -249,6 +334,10 @@ done:
     for (int i = 0; i < names.n; i++)
         free(names.v[i]);
     kl_vec_free(names);
+    for (int i = 0; i < cuda.n; i++)
+        free(cuda.v[i]);
+    kl_vec_free(cuda);
+    free(asm_path);
     kl_buf_free(&kernels);
     kl_buf_free(&main_c);
     free(lib);

@@ -8,5 +8,9 @@
  * settings to apply while choosing which plans to precompile (NULL-ended
  * key, value pairs; may be NULL). Returns 0 or -1 after an error. */
 int kl_build_executable(const char *model_path, const char *out, const char *const *kv, bool verbose);
+/* The same, with the CUDA kernels compiled for each architecture of
+ * cuda_archs ("sm_80,sm_90"; NULL: none) into the executable. */
+int kl_build_executable_cuda(const char *model_path, const char *out, const char *const *kv, bool verbose,
+                             const char *cuda_archs);
 
 #endif

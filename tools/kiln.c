@@ -47,14 +47,18 @@ static const char ir_usage[] =
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
     "  --kernels        print the generated kernels (C) instead of the graph\n"
+    "  --cuda           with --kernels: the CUDA C (NVRTC) kernels instead\n"
     "  --no-fusion      one kernel per op (the unfused plan)\n"
     "  --no-verify      skip the verifier between passes\n";
 
 static const char build_usage[] =
-    "usage: kiln build FILE -o EXE [-v]\n"
+    "usage: kiln build FILE -o EXE [-v] [--cuda-arch sm_XY[,sm_XY...]]\n"
     "\n"
     "Compiles a model file into a training executable: the model's plans,\n"
     "their kernels compiled by the host C compiler, and the Kiln runtime.\n"
+    "With --cuda-arch, their CUDA kernels too, compiled by NVRTC for each\n"
+    "architecture (CUBIN) into the executable, so a GPU of that kind starts\n"
+    "without compiling; other GPUs compile at start as usual.\n"
     "Run EXE --help for its flags.\n";
 
 static const char run_usage[] =
@@ -132,7 +136,7 @@ static int write_output(const char *path, const char *text)
 static int cmd_ir(int argc, char **argv)
 {
     const char *file = NULL, *after = "all", *format = "text", *out = NULL;
-    bool verify = true, eval = false, kernels = false, no_fusion = false;
+    bool verify = true, eval = false, kernels = false, no_fusion = false, cuda = false;
     overrides ov = {0};
     int rc = 1;
     for (int i = 0; i < argc; i++) {
@@ -160,6 +164,8 @@ static int cmd_ir(int argc, char **argv)
             eval = true;
         } else if (!strcmp(a, "--kernels")) {
             kernels = true;
+        } else if (!strcmp(a, "--cuda")) {
+            cuda = true;
         } else if (!strcmp(a, "--no-fusion")) {
             no_fusion = true;
         } else if (a[0] == '-' && a[1]) {
@@ -204,7 +210,7 @@ static int cmd_ir(int argc, char **argv)
         }
         if (kernels) {
             kl_plan *p = cg_build_plan(g);
-            text = kl_plan_c_source(p);
+            text = cuda ? kl_plan_cuda_source(p) : kl_plan_c_source(p);
             kl_plan_free(p);
         } else if (!strcmp(format, "timeline")) {
             kl_plan *p = cg_build_plan(g);
@@ -249,7 +255,7 @@ done:
 
 static int cmd_build(int argc, char **argv)
 {
-    const char *file = NULL, *out = NULL;
+    const char *file = NULL, *out = NULL, *archs = NULL;
     bool verbose = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -257,6 +263,8 @@ static int cmd_build(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
+        } else if (!strcmp(argv[i], "--cuda-arch") && i + 1 < argc) {
+            archs = argv[++i];
         } else if (!strcmp(argv[i], "-v")) {
             verbose = true;
         } else if (argv[i][0] == '-') {
@@ -273,7 +281,7 @@ static int cmd_build(int argc, char **argv)
         kl_error("kiln build: needs FILE and -o EXE (see kiln build --help)");
         return 1;
     }
-    return kl_build_executable(file, out, NULL, verbose) ? 1 : 0;
+    return kl_build_executable_cuda(file, out, NULL, verbose, archs) ? 1 : 0;
 }
 
 static int cmd_run(int argc, char **argv)

@@ -1,19 +1,24 @@
-/* The emulation harness: the generated CUDA C of every kernel of a model,
- * compiled for the host with tests/cuda/emu.h, run on the inputs the CPU
- * backend's kernel sees in a real training step, and compared with it.
+/* Every generated CUDA kernel of a model against the CPU backend, on the
+ * inputs the CPU backend's kernel sees in a real training step.
  *
  * For each configuration (train and eval, fused and unfused, fp32, bf16
- * and fp16) the plan runs one step on the CPU backend at a small batch;
- * before each kernel the harness saves its buffers, runs the CPU kernel,
- * then restores them and runs the CUDA kernel's launches in two
- * configurations (the launch sizes of a small made-up device with threads
- * in increasing order; 3 blocks of 64 or 96 threads, in decreasing order),
- * and compares every buffer with the CPU's result: the largest difference
- * relative to the largest magnitude, within a bound per dtype.
+ * and fp16) the plan runs one step on the CPU backend at a small batch.
+ * Before each kernel the harness saves its buffers, runs the CPU kernel,
+ * then restores them, runs the CUDA version and compares every buffer with
+ * the CPU's result: the largest difference relative to the largest
+ * magnitude, within a bound per dtype. The CUDA version runs
  *
- *   emulate [--batch N] [--threads N] MODEL.kl...
+ *   --emulate      (the default) compiled for the host with emu.h, in two
+ *                  launch configurations: a small made-up device's launch
+ *                  sizes with threads in increasing order, and 3 blocks of
+ *                  64 (flat) or 96 (block) threads in decreasing order;
+ *   --device cuda  on the GPU through the CUDA backend (NVRTC, the real
+ *                  launch sizes), GEMMs through cuBLASLt as well.
  *
- * Exits 77 (a skip) when no C++ compiler is found. */
+ *   kernel_check [--emulate | --device cuda] [--batch N] [--seed N] [--threads N] MODEL.kl...
+ *
+ * Exits 77 (a skip) when no C++ compiler (--emulate) or no GPU
+ * (--device cuda) is there. */
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -24,6 +29,7 @@
 #include <unistd.h>
 
 #include "plans.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/cuda_launch.h"
 #include "runtime/data.h"
 #include "runtime/session.h"
@@ -213,7 +219,7 @@ static double bound_of(ir_dtype dt)
 }
 
 typedef struct stats {
-    int kernels, launches, runs, failures;
+    int kernels, gemms, launches, runs, failures;
     double worst[IR_NDTYPES];
     KL_VEC(char *) seen; /* kernel names compared */
 } stats;
@@ -255,87 +261,213 @@ static void *find_fn(emu_lib *libs, int nlibs, const char *fn, emu_run_fn *run)
     return NULL;
 }
 
-/* One training (or evaluation) step of e with every kernel checked. */
-static void check_plan(kl_exec *e, const char *where, emu_lib *libs, int nlibs, stats *st)
+/* How the CUDA version of a step runs, on the step's host buffers. */
+typedef struct runner {
+    int configs;        /* launch configurations per kernel */
+    bool gemms;         /* GEMM steps are checked too */
+    emu_lib *libs;      /* --emulate */
+    int nlibs;
+    kl_backend *gpu;    /* --device cuda */
+} runner;
+
+/* The emulated launches of kernel k on the host buffers, in launch
+ * configuration cfg. */
+static int run_emulated(runner *r, const kl_kernel_src *k, void *const *bufs, const kl_kargs *ka, int cfg, char *err,
+                        size_t errlen, stats *st)
+{
+    for (int l = 0; l < k->cuda.nlaunches; l++) {
+        const kir_cuda_launch *L = &k->cuda.launches[l];
+        emu_run_fn run = NULL;
+        void *fn = find_fn(r->libs, r->nlibs, L->fn, &run);
+        if (!fn) {
+            snprintf(err, errlen, "no emulated function %s", L->fn);
+            return -1;
+        }
+        unsigned block, grid;
+        if (cfg == 0) {
+            /* A small device: 4 SMs, 2 blocks each, at most 256 threads. */
+            block = kl_cuda_block_size(L, 4, 128, 256);
+            grid = kl_cuda_grid_size(L, block, 4, 2);
+        } else {
+            block = L->map == KIR_CUDA_BLOCK ? 96 : 64;
+            grid = 3;
+        }
+        char e2[400];
+        if (run((void (*)(void *const *, const kl_kargs *))fn, grid, block, bufs, ka, cfg == 1, e2, sizeof e2)) {
+            snprintf(err, errlen, "launch %s with %u x %u threads: %s", L->fn, grid, block, e2);
+            return -1;
+        }
+        st->launches++;
+    }
+    return 0;
+}
+
+/* Device copies of host ranges; ranges that overlap (a result written in
+ * place over its operand) share one allocation, as on the host. */
+typedef struct dev_range {
+    char *lo, *hi;
+    void *dev;
+} dev_range;
+
+static int by_lo(const void *a, const void *b)
+{
+    const dev_range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static int to_device(kl_backend *gpu, void *const *host, const size_t *bytes, int n, void **dev, dev_range *rs)
+{
+    int nr = 0;
+    for (int a = 0; a < n; a++)
+        rs[nr++] = (dev_range){(char *)host[a], (char *)host[a] + (bytes[a] ? bytes[a] : 1), NULL};
+    qsort(rs, (size_t)nr, sizeof *rs, by_lo);
+    int m = 0;
+    for (int i = 0; i < nr; i++) {
+        if (m && rs[i].lo < rs[m - 1].hi) {
+            if (rs[i].hi > rs[m - 1].hi)
+                rs[m - 1].hi = rs[i].hi;
+        } else {
+            rs[m++] = rs[i];
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        size_t len = (size_t)(rs[i].hi - rs[i].lo);
+        rs[i].dev = gpu->ops->alloc(gpu, len);
+        gpu->ops->copy_in(gpu, rs[i].dev, rs[i].lo, len);
+    }
+    for (int a = 0; a < n; a++)
+        for (int i = 0; i < m; i++)
+            if ((char *)host[a] >= rs[i].lo && (char *)host[a] < rs[i].hi)
+                dev[a] = (char *)rs[i].dev + ((char *)host[a] - rs[i].lo);
+    return m;
+}
+
+static void from_device(kl_backend *gpu, dev_range *rs, int m)
+{
+    gpu->ops->sync(gpu);
+    for (int i = 0; i < m; i++) {
+        gpu->ops->copy_out(gpu, rs[i].lo, rs[i].dev, (size_t)(rs[i].hi - rs[i].lo));
+        gpu->ops->free(gpu, rs[i].dev);
+    }
+}
+
+/* Runs step i's CUDA version on its host buffers (in place). */
+static int run_cuda_version(runner *r, kl_exec *e, int i, int cfg, const kl_kargs *ka, char *err, size_t errlen, stats *st)
+{
+    kl_plan *p = e->plan;
+    kl_step *sp = &p->steps.v[i];
+    if (!r->gpu) {
+        const kl_kernel_src *k = &p->kernels.v[sp->kernel];
+        return run_emulated(r, k, e->args[i], ka, cfg, err, errlen, st);
+    }
+    kl_backend *gpu = r->gpu;
+    void *host[64], *dev[64];
+    size_t bytes[64];
+    dev_range rs[64];
+    int n;
+    if (sp->kind == KL_STEP_GEMM) {
+        int ids[3] = {sp->gemm.a, sp->gemm.b, sp->gemm.c};
+        for (int a = 0; a < 3; a++) {
+            host[a] = e->ptrs[ids[a]];
+            bytes[a] = (size_t)p->buffers.v[ids[a]].bytes;
+        }
+        n = 3;
+        int m = to_device(gpu, host, bytes, n, dev, rs);
+        gpu->ops->gemm(gpu, &sp->gemm, dev[0], dev[1], dev[2]);
+        from_device(gpu, rs, m);
+        st->launches++;
+        return 0;
+    }
+    n = sp->nargs;
+    for (int a = 0; a < n; a++) {
+        host[a] = e->args[i][a];
+        bytes[a] = (size_t)p->buffers.v[sp->args[a]].bytes;
+    }
+    int m = to_device(gpu, host, bytes, n, dev, rs);
+    gpu->ops->launch(gpu, p, sp->kernel, dev, ka);
+    from_device(gpu, rs, m);
+    st->launches += p->kernels.v[sp->kernel].cuda.nlaunches;
+    (void)cfg;
+    (void)err;
+    (void)errlen;
+    return 0;
+}
+
+/* One training (or evaluation) step of e with every kernel (and, on the
+ * GPU, every GEMM) checked. */
+static void check_plan(kl_exec *e, const char *where, runner *r, stats *st)
 {
     kl_backend *be = e->s->be;
     kl_plan *p = e->plan;
     kl_kargs ka = {1, 3};
+    if (r->gpu && r->gpu->ops->prepare(r->gpu, p)) {
+        printf("FAIL: %s: the CUDA backend cannot prepare the plan\n", where);
+        st->failures++;
+        return;
+    }
     for (int i = 0; i < p->steps.n; i++) {
         kl_step *sp = &p->steps.v[i];
-        if (sp->kind == KL_STEP_GEMM) {
+        bool gemm = sp->kind == KL_STEP_GEMM;
+        if (gemm && !r->gemms) {
             be->ops->gemm(be, &sp->gemm, e->ptrs[sp->gemm.a], e->ptrs[sp->gemm.b], e->ptrs[sp->gemm.c]);
             continue;
         }
-        const kl_kernel_src *k = &p->kernels.v[sp->kernel];
-        int n = sp->nargs;
+        /* The step's buffers: its kernel arguments, or A, B and C. */
+        int n = gemm ? 3 : sp->nargs;
+        int ids[64];
+        void *ptr[64];
+        for (int a = 0; a < n; a++) {
+            ids[a] = gemm ? (a == 0 ? sp->gemm.a : a == 1 ? sp->gemm.b : sp->gemm.c) : sp->args[a];
+            ptr[a] = gemm ? e->ptrs[ids[a]] : e->args[i][a];
+        }
+        const char *name = gemm ? "gemm (cuBLASLt)" : p->kernels.v[sp->kernel].name;
+        const char *what = gemm ? "matmul" : p->kernels.v[sp->kernel].what;
         void **pre = kl_xcalloc((size_t)n, sizeof(void *)), **ref = kl_xcalloc((size_t)n, sizeof(void *));
         size_t *bytes = kl_xcalloc((size_t)n, sizeof(size_t));
         for (int a = 0; a < n; a++) {
-            bytes[a] = (size_t)p->buffers.v[sp->args[a]].bytes;
+            bytes[a] = (size_t)p->buffers.v[ids[a]].bytes;
             pre[a] = kl_xmalloc(bytes[a] + 1);
-            memcpy(pre[a], e->args[i][a], bytes[a]);
+            memcpy(pre[a], ptr[a], bytes[a]);
         }
-        be->ops->launch(be, p, sp->kernel, e->args[i], &ka);
+        if (gemm)
+            be->ops->gemm(be, &sp->gemm, ptr[0], ptr[1], ptr[2]);
+        else
+            be->ops->launch(be, p, sp->kernel, e->args[i], &ka);
         for (int a = 0; a < n; a++) {
             ref[a] = kl_xmalloc(bytes[a] + 1);
-            memcpy(ref[a], e->args[i][a], bytes[a]);
+            memcpy(ref[a], ptr[a], bytes[a]);
         }
         bool new_kernel = true;
         for (int s = 0; s < st->seen.n && new_kernel; s++)
-            new_kernel = strcmp(st->seen.v[s], k->name) != 0;
-        if (new_kernel)
-            kl_vec_push(st->seen, kl_xstrdup(k->name));
-        st->kernels++;
-        for (int cfg = 0; cfg < 2; cfg++) {
+            new_kernel = strcmp(st->seen.v[s], name) != 0;
+        if (new_kernel && !gemm)
+            kl_vec_push(st->seen, kl_xstrdup(name));
+        st->kernels += !gemm;
+        st->gemms += gemm;
+        for (int cfg = 0; cfg < r->configs; cfg++) {
             for (int a = 0; a < n; a++)
-                memcpy(e->args[i][a], pre[a], bytes[a]);
-            bool ok = true;
-            for (int l = 0; l < k->cuda.nlaunches && ok; l++) {
-                const kir_cuda_launch *L = &k->cuda.launches[l];
-                emu_run_fn run = NULL;
-                void *fn = find_fn(libs, nlibs, L->fn, &run);
-                if (!fn) {
-                    printf("FAIL: %s (%s, %s): no emulated function %s\n", k->name, k->what, where, L->fn);
-                    st->failures++;
-                    ok = false;
-                    break;
-                }
-                unsigned block, grid;
-                if (cfg == 0) {
-                    /* A small device: 4 SMs, 2 blocks each, at most 256 threads. */
-                    block = kl_cuda_block_size(L, 4, 128, 256);
-                    grid = kl_cuda_grid_size(L, block, 4, 2);
-                } else {
-                    block = L->map == KIR_CUDA_BLOCK ? 96 : 64;
-                    grid = 3;
-                }
-                char err[512];
-                if (run((void (*)(void *const *, const kl_kargs *))fn, grid, block, e->args[i], &ka, cfg == 1, err,
-                        sizeof err)) {
-                    printf("FAIL: %s (%s, %s), launch %s with %u x %u threads: %s\n", k->name, k->what, where, L->fn, grid,
-                           block, err);
-                    st->failures++;
-                    ok = false;
-                }
-                st->launches++;
-            }
+                memcpy(ptr[a], pre[a], bytes[a]);
+            char err[600];
             st->runs++;
-            for (int a = 0; a < n && ok; a++) {
-                const kl_buffer *bf = &p->buffers.v[sp->args[a]];
-                double err = rel_error(bf->dtype, e->args[i][a], ref[a], bf->numel);
-                if (err > st->worst[bf->dtype])
-                    st->worst[bf->dtype] = err;
-                if (!(err <= bound_of(bf->dtype))) {
-                    printf("FAIL: %s (%s, %s), configuration %d: buffer b%d (%s, %lld elements) differs from the CPU by %.3g relative (bound %.1g)\n",
-                           k->name, k->what, where, cfg, a, ir_dtype_name(bf->dtype), (long long)bf->numel, err,
-                           bound_of(bf->dtype));
+            if (run_cuda_version(r, e, i, cfg, &ka, err, sizeof err, st)) {
+                printf("FAIL: %s (%s, %s): %s\n", name, what, where, err);
+                st->failures++;
+                continue;
+            }
+            for (int a = 0; a < n; a++) {
+                const kl_buffer *bf = &p->buffers.v[ids[a]];
+                double rel = rel_error(bf->dtype, ptr[a], ref[a], bf->numel);
+                if (rel > st->worst[bf->dtype])
+                    st->worst[bf->dtype] = rel;
+                if (!(rel <= bound_of(bf->dtype))) {
+                    printf("FAIL: %s (%s, %s), configuration %d: buffer %d (%s, %lld elements) differs from the CPU by %.3g relative (bound %.1g)\n",
+                           name, what, where, cfg, a, ir_dtype_name(bf->dtype), (long long)bf->numel, rel, bound_of(bf->dtype));
                     st->failures++;
                 }
             }
         }
         for (int a = 0; a < n; a++) {
-            memcpy(e->args[i][a], ref[a], bytes[a]);
+            memcpy(ptr[a], ref[a], bytes[a]);
             free(pre[a]);
             free(ref[a]);
         }
@@ -349,21 +481,41 @@ int main(int argc, char **argv)
 {
     const char *batch = "4";
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t seed = 17;
+    bool gpu = false;
     KL_VEC(const char *) models = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "cuda"))
+            gpu = true, i++;
+        else if (!strcmp(argv[i], "--emulate"))
+            gpu = false;
         else
             kl_vec_push(models, argv[i]);
     }
-    char *probe = kl_xasprintf("'%s' --version > /dev/null 2>&1", cxx());
-    int have_cxx = system(probe) == 0;
-    free(probe);
-    if (!have_cxx) {
-        printf("SKIP: no C++ compiler (%s) for the emulation\n", cxx());
-        return 77;
+    runner r = {.configs = gpu ? 1 : 2, .gemms = gpu};
+    if (gpu) {
+        char why[600];
+        kl_cuda_options o = {.quiet = true};
+        r.gpu = kl_cuda_backend_new(&o, why, sizeof why);
+        if (!r.gpu) {
+            printf("SKIP: %s\n", why);
+            return 77;
+        }
+        printf("%s\n", r.gpu->desc);
+    } else {
+        char *probe = kl_xasprintf("'%s' --version > /dev/null 2>&1", cxx());
+        int have_cxx = system(probe) == 0;
+        free(probe);
+        if (!have_cxx) {
+            printf("SKIP: no C++ compiler (%s) for the emulation\n", cxx());
+            return 77;
+        }
     }
     kl_cpu_options co = {.threads = 1, .quiet = true};
     kl_backend *be = kl_cpu_backend_new(&co);
@@ -374,7 +526,7 @@ int main(int argc, char **argv)
         kl_session *sess[16] = {0};
         kl_exec *ex[16] = {0};
         /* Every distinct kernel of every configuration, in chunks that
-         * compile in parallel. */
+         * compile in parallel (for the emulation). */
         KL_VEC(char *) names = {0};
         int nchunks = threads * 2 < 2 ? 2 : threads * 2;
         kl_buf chunk[64] = {{0}};
@@ -407,7 +559,7 @@ int main(int argc, char **argv)
                 kl_buf_puts(&chunk[count++ % nchunks], p->kernels.v[k].cuda.src);
             }
         }
-        int nl = count < nchunks ? count : nchunks;
+        int nl = gpu ? 0 : count < nchunks ? count : nchunks;
         char **programs = kl_xcalloc((size_t)nl + 1, sizeof(char *));
         for (int i = 0; i < nl; i++) {
             char *body = kir_cuda_program(chunk[i].s, KIR_CUDA_BF16 | KIR_CUDA_F16);
@@ -417,8 +569,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < 64; i++)
             kl_buf_free(&chunk[i]);
         emu_lib *libs = kl_xcalloc((size_t)nl + 1, sizeof *libs);
+        r.libs = libs;
+        r.nlibs = nl;
         double t0 = kl_now();
-        if (build_libs(programs, nl, threads, libs)) {
+        if (nl && build_libs(programs, nl, threads, libs)) {
             failures++;
         } else {
             double t1 = kl_now();
@@ -428,13 +582,14 @@ int main(int argc, char **argv)
                     continue;
                 char cs[64], where[256];
                 snprintf(where, sizeof where, "%s, %s", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
-                random_inputs(ex[c], 17 + (uint64_t)c);
-                check_plan(ex[c], where, libs, nl, &st);
+                random_inputs(ex[c], seed + (uint64_t)c);
+                check_plan(ex[c], where, &r, &st);
             }
-            printf("%s: %d distinct kernels (%d kernel steps in %d configurations, batch %s) emulated twice each: %d runs, %d launches; "
-                   "worst relative error f32 %.2g, bf16 %.2g, f16 %.2g; %d failures (compile %.1f s, run %.1f s)\n",
-                   models.v[m], st.seen.n, st.kernels, nc, batch, st.runs, st.launches, st.worst[IR_F32], st.worst[IR_BF16],
-                   st.worst[IR_F16], st.failures, t1 - t0, kl_now() - t1);
+            printf("%s: %d distinct kernels (%d kernel steps%s in %d configurations, batch %s), %s: %d runs, %d launches; "
+                   "worst relative error f32 %.2g, bf16 %.2g, f16 %.2g; %d failures (%s%.1f s, run %.1f s)\n",
+                   models.v[m], st.seen.n, st.kernels, gpu ? " and their GEMMs" : "", nc, batch,
+                   gpu ? "on the GPU" : "emulated twice each", st.runs, st.launches, st.worst[IR_F32], st.worst[IR_BF16],
+                   st.worst[IR_F16], st.failures, gpu ? "setup " : "compile ", t1 - t0, kl_now() - t1);
             failures += st.failures;
             for (int i = 0; i < st.seen.n; i++)
                 free(st.seen.v[i]);
@@ -457,7 +612,10 @@ int main(int argc, char **argv)
         }
     }
     be->ops->destroy(be);
+    if (r.gpu)
+        r.gpu->ops->destroy(r.gpu);
     kl_vec_free(models);
-    printf("%s\n", failures ? "FAILED" : "every CUDA kernel matches the CPU backend in emulation");
+    printf("%s\n", failures ? "FAILED" : gpu ? "every CUDA kernel and GEMM matches the CPU backend on the GPU"
+                                              : "every CUDA kernel matches the CPU backend in emulation");
     return failures ? 1 : 0;
 }
