@@ -141,6 +141,12 @@ static void batchnorm_forward(cg_builder *b, const ir_node *n)
                                                   BIN(KB_MUL, F(mom * m / (m > 1 ? m - 1 : 1)), VAR(var))));
         a = kir_let(K, BIN(KB_MUL, load_at(b, gamma, VAR(cv)), VAR(invstd)), "a");
         sh = kir_let(K, BIN(KB_SUB, load_at(b, beta, VAR(cv)), BIN(KB_MUL, VAR(mean), VAR(a))), "sh");
+    } else if (n->op == IR_OP_BATCHNORM_APPLY) {
+        /* The statistics batch norm stored (operands 3 and 4), through the
+         * same expressions: the same result bit for bit (f32 statistics). */
+        int mean = kir_let(K, load_at(b, rm, VAR(cv)), "mean"), invstd = kir_let(K, load_at(b, rv, VAR(cv)), "invstd");
+        a = kir_let(K, BIN(KB_MUL, load_at(b, gamma, VAR(cv)), VAR(invstd)), "a");
+        sh = kir_let(K, BIN(KB_SUB, load_at(b, beta, VAR(cv)), BIN(KB_MUL, VAR(mean), VAR(a))), "sh");
     } else {
         int invstd = kir_let(K, kir_un(K, KU_RSQRT, BIN(KB_ADD, load_at(b, rv, VAR(cv)), F(eps))), "invstd");
         a = kir_let(K, BIN(KB_MUL, load_at(b, gamma, VAR(cv)), VAR(invstd)), "a");
@@ -267,6 +273,7 @@ void cg_build_norm(cg_builder *b, const ir_node *n)
     switch (n->op) {
     case IR_OP_BATCHNORM:
     case IR_OP_BATCHNORM_INFER:
+    case IR_OP_BATCHNORM_APPLY:
         batchnorm_forward(b, n);
         return;
     case IR_OP_BATCHNORM_GRAD:

@@ -281,6 +281,18 @@ int kl_train_check(ir_attrs *train, const kl_source *src)
 /* Reads flag text as an int, a float or a name. */
 static ir_attr_val value_from_text(const char *text)
 {
+    size_t len = strlen(text);
+    if (len >= 2 && text[0] == '[' && text[len - 1] == ']') {
+        /* "[a, b]": a list of names (recompute, keep_fp32). */
+        ir_attr_val list = {.kind = IR_ATTR_LIST};
+        char *body = kl_xstrndup(text + 1, len - 2);
+        for (char *save = NULL, *w = strtok_r(body, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
+            list.items = kl_xrealloc(list.items, sizeof *list.items * (size_t)(list.nitems + 1));
+            list.items[list.nitems++] = ir_attr_val_str(w);
+        }
+        free(body);
+        return list;
+    }
     char *end;
     long long i = strtoll(text, &end, 10);
     if (*text && !*end)

@@ -562,6 +562,21 @@ int ir_shape_batchnorm_infer(ir_infer *inf)
     return ir_shape_batchnorm(inf);
 }
 
+int ir_shape_batchnorm_apply(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    if (need_float(inf, 0))
+        return -1;
+    char b[96];
+    if (x->rank != 2 && x->rank != 4)
+        return ir_infer_error(inf, "%s needs an input [N, C] or [N, C, H, W], got %s", ir_op_name(inf->op),
+                              tstr(x, b, sizeof b));
+    if (check_norm_operands(inf, x->dim[1], "one value per channel"))
+        return -1;
+    inf->out[0] = *x;
+    return 0;
+}
+
 int ir_shape_layernorm(ir_infer *inf)
 {
     const ir_type *x = &inf->in[0];

@@ -44,7 +44,11 @@ static bool same_shape(const ir_type *a, const ir_type *b)
 }
 
 static bool anchor_gemm(const ir_node *n) { return is_op(n, IR_OP_MATMUL); }
-static bool anchor_bn(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM) || is_op(n, IR_OP_BATCHNORM_INFER) || is_op(n, IR_OP_LAYERNORM); }
+static bool anchor_bn(const ir_node *n)
+{
+    return is_op(n, IR_OP_BATCHNORM) || is_op(n, IR_OP_BATCHNORM_INFER) || is_op(n, IR_OP_BATCHNORM_APPLY) ||
+           is_op(n, IR_OP_LAYERNORM);
+}
 static bool anchor_bn_grad(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM_GRAD); }
 static bool anchor_logits(const ir_node *n)
 {

@@ -17,6 +17,7 @@ int pass_fusion(ir_graph *g);
  * baseline, --no-fusion). */
 int pass_fusion_none(ir_graph *g);
 int pass_schedule(ir_graph *g);
+int pass_recompute(ir_graph *g);
 int pass_memplan(ir_graph *g);
 
 /* Reports a pass's user error against the model file the graph came from. */

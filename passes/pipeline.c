@@ -55,6 +55,8 @@ int kl_pipeline_run(ir_graph *g, const kl_pipeline_opts *o)
     if (train)
         run(&st, g, "accumulate", pass_accumulate);
     run(&st, g, "simplify", pass_simplify);
+    if (train)
+        run(&st, g, "recompute", pass_recompute);
     run(&st, g, "fusion", o->no_fusion ? pass_fusion_none : pass_fusion);
     run(&st, g, "schedule", pass_schedule);
     run(&st, g, "memplan", pass_memplan);
@@ -62,7 +64,7 @@ int kl_pipeline_run(ir_graph *g, const kl_pipeline_opts *o)
 }
 
 static const char *const pass_names[] = {"lower", "autodiff", "optimizer", "eval_mode", "precision", "accumulate",
-                                         "simplify", "fusion", "schedule", "memplan"};
+                                         "simplify", "recompute", "fusion", "schedule", "memplan"};
 
 bool kl_pipeline_has_pass(const char *name)
 {
@@ -76,5 +78,5 @@ bool kl_pipeline_has_pass(const char *name)
 
 const char *kl_pipeline_pass_names(void)
 {
-    return "lower, autodiff, optimizer, precision, accumulate, simplify, fusion, schedule, memplan";
+    return "lower, autodiff, optimizer, precision, accumulate, simplify, recompute, fusion, schedule, memplan";
 }

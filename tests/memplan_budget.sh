@@ -44,4 +44,19 @@ for bad in 1 lots; do
   [ "$rc" -eq 1 ] || { echo "FAIL: --memory-limit $bad: exit status $rc"; cat "$tmp/bad.txt"; exit 1; }
   grep -q 'error:' "$tmp/bad.txt" || { echo "FAIL: --memory-limit $bad: no error message"; exit 1; }
 done
-echo "memory limit refused at $limit bytes (peak $peak MB); $suggest fits"
+# Between the peak with recomputation and without: recompute = auto is
+# suggested, and with the limit it recomputes until the plan fits.
+limit=$(awk -v p="$peak" 'BEGIN { printf "%d", p * 1e6 * 0.9 }')
+set +e
+"$tmp/cnn" "${data[@]}" --memory-limit "$limit" > "$tmp/no2.txt" 2>&1
+rc=$?
+set -e
+cat "$tmp/no2.txt"
+[ "$rc" -eq 1 ] || { echo "FAIL: expected exit status 1 at 90% of the peak, got $rc"; exit 1; }
+grep -q -- '--set recompute=auto' "$tmp/no2.txt" || { echo "FAIL: recompute = auto not suggested"; exit 1; }
+"$tmp/cnn" "${data[@]}" --memory-limit "$limit" --set recompute=auto > "$tmp/auto.txt" 2>&1 \
+  || { echo "FAIL: recompute = auto does not fit under $limit"; cat "$tmp/auto.txt"; exit 1; }
+grep '^memory plan:' "$tmp/auto.txt"
+auto_peak=$(sed -n 's/^memory plan: .*peak \([0-9.]*\) MB.*/\1/p' "$tmp/auto.txt")
+awk -v a="$auto_peak" -v l="$limit" 'BEGIN { exit !(a * 1e6 <= l) }' || { echo "FAIL: peak $auto_peak MB over the limit"; exit 1; }
+echo "memory limit refused at 75% of the peak ($peak MB), $suggest fits; at 90% recompute = auto fits ($auto_peak MB)"

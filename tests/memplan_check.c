@@ -5,8 +5,8 @@
  *
  *   memplan_check MODEL [--grads] [--max-ratio R] [--set KEY=VALUE]...
  *
- * checks the training plan with accumulate 1 and 4, fp32 and bf16, and the
- * evaluation plan in both precisions (a .kl model whose params are f64
+ * checks the training plan with accumulate 1 and 4, fp32 and bf16, with
+ * recompute = auto, and the evaluation plan in both precisions (a .kl model whose params are f64
  * stays f64: --grads checks the gradient models with their gradients kept
  * for reading, as tests/gradcheck.c does). With --max-ratio, the arena of
  * every plan must be at most R times its lower bound. Prints one line per
@@ -23,6 +23,7 @@ typedef struct config {
     kl_mode mode;
     const char *precision; /* NULL: as the model says */
     const char *accumulate;
+    const char *recompute; /* NULL: as the model says */
 } config;
 
 static int check_one(const char *path, const config *c, const char *const *sets, int nsets, bool grads, double max_ratio)
@@ -40,6 +41,10 @@ static int check_one(const char *path, const config *c, const char *const *sets,
     if (c->accumulate) {
         kv[n++] = "accumulate";
         kv[n++] = c->accumulate;
+    }
+    if (c->recompute) {
+        kv[n++] = "recompute";
+        kv[n++] = c->recompute;
     }
     kv[n] = NULL;
     kl_lower_opts lo = {kv};
@@ -109,18 +114,20 @@ int main(int argc, char **argv)
         return 2;
     }
     static const config all[] = {
-        {"train fp32", KL_MODE_TRAIN, "fp32", "1"},
-        {"train fp32 acc 4", KL_MODE_TRAIN, "fp32", "4"},
-        {"train bf16", KL_MODE_TRAIN, "bf16", "1"},
-        {"train bf16 acc 4", KL_MODE_TRAIN, "bf16", "4"},
-        {"eval fp32", KL_MODE_EVAL, "fp32", NULL},
-        {"eval bf16", KL_MODE_EVAL, "bf16", NULL},
+        {"train fp32", KL_MODE_TRAIN, "fp32", "1", NULL},
+        {"train fp32 acc 4", KL_MODE_TRAIN, "fp32", "4", NULL},
+        {"train bf16", KL_MODE_TRAIN, "bf16", "1", NULL},
+        {"train bf16 acc 4", KL_MODE_TRAIN, "bf16", "4", NULL},
+        {"train recompute", KL_MODE_TRAIN, "fp32", "1", "auto"},
+        {"eval fp32", KL_MODE_EVAL, "fp32", NULL, NULL},
+        {"eval bf16", KL_MODE_EVAL, "bf16", NULL, NULL},
     };
     /* The gradient models are f64 throughout: precision does not apply. */
     static const config grad_models[] = {
-        {"train", KL_MODE_TRAIN, NULL, "1"},
-        {"train acc 4", KL_MODE_TRAIN, NULL, "4"},
-        {"eval", KL_MODE_EVAL, NULL, NULL},
+        {"train", KL_MODE_TRAIN, NULL, "1", NULL},
+        {"train acc 4", KL_MODE_TRAIN, NULL, "4", NULL},
+        {"train recompute", KL_MODE_TRAIN, NULL, "1", "auto"},
+        {"eval", KL_MODE_EVAL, NULL, NULL, NULL},
     };
     const config *cs = grads ? grad_models : all;
     int ncs = grads ? (int)KL_ARRAY_LEN(grad_models) : (int)KL_ARRAY_LEN(all);
