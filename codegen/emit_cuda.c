@@ -217,6 +217,17 @@ static void stmts_rw(const kir_stmt *s, const kir_stmt *end, bufset *rd, bufset 
     }
 }
 
+/* Buffers that share memory (an in-place result and its operand) count as
+ * one: a set touching any of them touches all. */
+static bufset alias_closure(const kir_kernel *k, bufset s)
+{
+    bufset aliased = 0;
+    for (int i = 0; i < k->nbufs; i++)
+        if (k->bufs[i].aliased)
+            aliased |= (bufset)1 << i;
+    return s & aliased ? s | aliased : s;
+}
+
 static bool expr_uses_var(const kir_expr *e, int var)
 {
     if (!e)
@@ -476,7 +487,7 @@ static void vec_expr(vec_scan *vs, const kir_expr *e)
     if (!e)
         return;
     if (e->kind == KE_LOAD) {
-        if (vs->stored & ((bufset)1 << e->buf))
+        if (alias_closure(vs->k, vs->stored) & ((bufset)1 << e->buf))
             vs->fail = true; /* read after write in one iteration */
         if (expr_uses_var(e->a, vs->inner))
             vec_access(vs, e->buf, e->a, false);
@@ -555,8 +566,8 @@ static bool contains_grid(const kir_stmt *s)
     return false;
 }
 
-static void push_phase(phase_vec *ph, const kir_stmt *first, const kir_stmt *end, bool grid, const kir_stmt *const *guards,
-                       int ng, const kir_stmt *top)
+static void push_phase(const kir_kernel *k, phase_vec *ph, const kir_stmt *first, const kir_stmt *end, bool grid,
+                       const kir_stmt *const *guards, int ng, const kir_stmt *top)
 {
     if (!grid && !has_side_effects(first, end))
         return; /* only LETs: nothing to run */
@@ -571,28 +582,31 @@ static void push_phase(phase_vec *ph, const kir_stmt *first, const kir_stmt *end
     stmts_rw(first, end, &p.rd, &p.wr);
     for (int g = 0; g < ng; g++)
         expr_loads(guards[g]->a, &p.rd);
+    p.rd = alias_closure(k, p.rd);
+    p.wr = alias_closure(k, p.wr);
     kl_vec_push(*ph, p);
 }
 
 /* Phases of one statement list: each grid loop alone, the runs of other
  * statements between them, and the phases inside IFs that hold grid loops
  * (their conditions become guards: uniform tests every thread makes). */
-static void split_list(phase_vec *ph, const kir_stmt *s, const kir_stmt **guards, int ng, const kir_stmt *top)
+static void split_list(const kir_kernel *k, phase_vec *ph, const kir_stmt *s, const kir_stmt **guards, int ng,
+                       const kir_stmt *top)
 {
     while (s) {
         const kir_stmt *t = top ? top : s;
         if (is_grid_loop(s)) {
-            push_phase(ph, s, s->next, true, guards, ng, t);
+            push_phase(k, ph, s, s->next, true, guards, ng, t);
             s = s->next;
         } else if (s->kind == KS_IF && ng < MAX_GUARDS && contains_grid(s->body)) {
             guards[ng] = s;
-            split_list(ph, s->body, guards, ng + 1, t);
+            split_list(k, ph, s->body, guards, ng + 1, t);
             s = s->next;
         } else {
             const kir_stmt *first = s;
             while (s && !is_grid_loop(s) && !(s->kind == KS_IF && ng < MAX_GUARDS && contains_grid(s->body)))
                 s = s->next;
-            push_phase(ph, first, s, false, guards, ng, top);
+            push_phase(k, ph, first, s, false, guards, ng, top);
         }
     }
 }
@@ -602,7 +616,7 @@ static int split_phases(const kir_kernel *k, phase **out)
 {
     phase_vec ph = {0};
     const kir_stmt *guards[MAX_GUARDS];
-    split_list(&ph, k->body, guards, 0, NULL);
+    split_list(k, &ph, k->body, guards, 0, NULL);
     for (int i = 0; i < ph.n; i++) {
         phase *p = &ph.v[i];
         p->vec = 1;
@@ -1156,7 +1170,8 @@ static void print_signature(cu *c, const char *fn)
     kl_buf_printf(c->b, "extern \"C\" __global__ void %s(", fn);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
-        kl_buf_printf(c->b, "%s%s *__restrict__ %s, ", kb->written ? "" : "const ", storage(kb->dtype), kb->name);
+        kl_buf_printf(c->b, "%s%s *%s%s, ", kb->written ? "" : "const ", storage(kb->dtype), kb->aliased ? "" : "__restrict__ ",
+                      kb->name);
     }
     kl_buf_puts(c->b, "const kl_kargs *__restrict__ ka)\n{\n");
 }
