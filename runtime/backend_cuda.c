@@ -30,7 +30,7 @@
     X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)            \
     X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)       \
     X(cuCtxSetCurrent) X(cuGetErrorName) X(cuGetErrorString) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)   \
-    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)          \
+    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)          \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamDestroy)      \
     X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)                     \
@@ -135,7 +135,8 @@ typedef struct copy_slot {
 /* Copies up to this size go straight from pinned memory on the compute
  * stream (no staging): a transfer this small is not worth overlapping. */
 #define SMALL_COPY (64 << 10)
-/* Larger copies than this (checkpoints) are synchronous. */
+/* Larger copies than this (checkpoints) go in pinned chunks of a quarter
+ * of it, without staging. */
 #define LARGE_COPY (64 << 20)
 
 typedef struct cuda_backend {
@@ -208,21 +209,36 @@ static void grow_host(void **p, size_t *cap, size_t want)
     *cap = n;
 }
 
+/* The next copy slot, once its previous copy has landed. */
+static copy_slot *next_slot(cuda_backend *cb, size_t host_bytes)
+{
+    copy_slot *s = &cb->slots[cb->next_slot++ % NSLOTS];
+    if (s->used)
+        CU(api.cuEventSynchronize(s->done));
+    grow_host(&s->host, &s->host_cap, host_bytes);
+    return s;
+}
+
 static void cuda_copy_in(kl_backend *be, void *dst, const void *src, size_t bytes)
 {
     cuda_backend *cb = cb_of(be);
     kl_check(!cb->capturing);
-    if (!bytes)
-        return;
     if (bytes > LARGE_COPY) {
-        CU(api.cuStreamSynchronize(cb->compute));
-        CU(api.cuMemcpyHtoD(dptr(dst), src, bytes));
+        /* Checkpoints and big parameters: pinned chunks, in order on the
+         * compute stream. */
+        for (size_t off = 0; off < bytes; off += LARGE_COPY / 4) {
+            size_t n = bytes - off < LARGE_COPY / 4 ? bytes - off : LARGE_COPY / 4;
+            copy_slot *s = next_slot(cb, n);
+            memcpy(s->host, (const char *)src + off, n);
+            CU(api.cuMemcpyHtoDAsync(dptr((char *)dst + off), s->host, n, cb->compute));
+            CU(api.cuEventRecord(s->done, cb->compute));
+            s->used = true;
+        }
         return;
     }
-    copy_slot *s = &cb->slots[cb->next_slot++ % NSLOTS];
-    if (s->used)
-        CU(api.cuEventSynchronize(s->done)); /* its previous copy has landed */
-    grow_host(&s->host, &s->host_cap, bytes);
+    if (!bytes)
+        return;
+    copy_slot *s = next_slot(cb, bytes);
     memcpy(s->host, src, bytes);
     if (bytes <= SMALL_COPY) {
         CU(api.cuMemcpyHtoDAsync(dptr(dst), s->host, bytes, cb->compute));

@@ -46,10 +46,7 @@ static const char usage[] =
     "  --set KEY=VALUE    any other train setting\n"
     "  --profile          time every kernel and GEMM; print a table at the end\n"
     "  --quiet            no progress lines, only the summary\n"
-    "  -h, --help         this help\n"
-    "\n"
-    "KILN_MEMPLAN=0 in the environment turns memory planning off (every buffer\n"
-    "its own memory), for comparisons.\n";
+    "  -h, --help         this help\n";
 
 typedef struct options {
     const char *kv[128];
