@@ -1,49 +1,24 @@
 /* The CUDA printer of the kernel IR: CUDA C for NVRTC (see emit_cuda.h).
  *
- * The mapping of loop kinds to threads (kir.h):
- *
- * - The kernel body splits into phases at its top-level grid loops (a PAR
- *   loop, or a SEQ loop whose body only scatters with ADDTO, whose
- *   iterations commute under atomics); the statements between them form
- *   single-block phases. Each phase is a launch; consecutive elementwise
- *   phases that touch disjoint buffers share one launch.
- * - A grid phase opens a chain of perfectly nested grid loops (LETs between
- *   them are recomputed inside, which is why they may not read what the
- *   loops write). When the chain's body holds a block-level loop (RED, BPAR
- *   or PAR) with at least BLOCK_MIN_INNER iterations, the phase runs one
- *   block per chain iteration (block mode); else one thread per chain
- *   iteration, grid-stride (flat mode), with every inner loop serial.
- * - In block mode the body runs on every thread of the block ("block
- *   context"): LETs are computed by all threads (their values are
- *   uniform), stores by thread 0, a RED loop's iterations are spread over
- *   the threads and combined with warp shuffles and shared memory (the
- *   result reaches every thread, bit-identical), BPAR and PAR loops are
- *   spread over the threads, SEQ loops and IFs stay uniform. Perfectly
- *   nested RED (or BPAR) loops are flattened into one index so adjacent
- *   threads read adjacent elements.
- * - Plain elementwise phases (a chain whose body only computes and stores)
- *   handle 16 bytes of the widest buffer per thread: buffers indexed by the
- *   innermost variable with unit stride, at a multiple of the vector width,
- *   are read and written with 16-byte accesses when the pointers allow.
- * - ADDTO is atomic; bf16/f16 atomics use a compare-and-swap loop that
- *   adds in fp32 and rounds once, as the C printer does.
+ * codegen/cuda_map.c decides how each kernel maps to threads (launches,
+ * grid-stride or one block per iteration, block-level loops, vector
+ * accesses; the rules are in cuda_map.h); this file prints the result:
+ * the prelude, expressions, per-thread statements, block-level statements
+ * (thread-0 stores, barriers, reductions with warp shuffles and shared
+ * memory) and the __global__ functions with their emulation trampolines.
  *
  * Arithmetic is the C printer's: fp32 (fp64) with IEEE division and square
  * root (NVRTC's defaults), loads widened from the storage dtype, stores
- * rounded to nearest even; the RNG is the same splitmix64 stream. */
+ * rounded to nearest even; the RNG is the same splitmix64 stream. ADDTO is
+ * atomic; bf16/f16 atomics use a compare-and-swap loop that adds in fp32
+ * and rounds once, as the C printer does. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kir.h"
 #include "emit_cuda.h"
+#include "cuda_map.h"
 #include "plan.h"
-
-#define MAX_CHAIN 32
-/* A block-level loop shorter than this runs serially per thread: a block
- * of threads for a handful of iterations would leave most of them idle. */
-#define BLOCK_MIN_INNER 64
-/* Past this many outer iterations, one thread each fills the device. */
-#define BLOCK_MAX_OUTER 65536
 
 /* ---- the prelude ---- */
 
@@ -187,463 +162,6 @@ static const char *ctype(kir_type t)
     kl_panic("unknown kernel type %d", (int)t);
 }
 
-/* ---- analysis ---- */
-
-typedef uint64_t bufset; /* a kernel has at most 64 buffers */
-
-static void expr_loads(const kir_expr *e, bufset *rd)
-{
-    if (!e)
-        return;
-    if (e->kind == KE_LOAD)
-        *rd |= (bufset)1 << e->buf;
-    expr_loads(e->a, rd);
-    expr_loads(e->b, rd);
-    expr_loads(e->c, rd);
-}
-
-/* Buffers read and written by statements [s, end) and everything inside. */
-static void stmts_rw(const kir_stmt *s, const kir_stmt *end, bufset *rd, bufset *wr)
-{
-    for (; s && s != end; s = s->next) {
-        expr_loads(s->a, rd);
-        expr_loads(s->b, rd);
-        if (s->kind == KS_STORE || s->kind == KS_ADDTO)
-            *wr |= (bufset)1 << s->buf;
-        if (s->kind == KS_ADDTO)
-            *rd |= (bufset)1 << s->buf;
-        if (s->body)
-            stmts_rw(s->body, NULL, rd, wr);
-    }
-}
-
-/* Buffers that share memory (an in-place result and its operand) count as
- * one: a set touching any of them touches all. */
-static bufset alias_closure(const kir_kernel *k, bufset s)
-{
-    bufset aliased = 0;
-    for (int i = 0; i < k->nbufs; i++)
-        if (k->bufs[i].aliased)
-            aliased |= (bufset)1 << i;
-    return s & aliased ? s | aliased : s;
-}
-
-static bool expr_uses_var(const kir_expr *e, int var)
-{
-    if (!e)
-        return false;
-    if (e->kind == KE_VAR && e->var == var)
-        return true;
-    return expr_uses_var(e->a, var) || expr_uses_var(e->b, var) || expr_uses_var(e->c, var);
-}
-
-static void expr_vars(const kir_expr *e, bool *used)
-{
-    if (!e)
-        return;
-    if (e->kind == KE_VAR)
-        used[e->var] = true;
-    expr_vars(e->a, used);
-    expr_vars(e->b, used);
-    expr_vars(e->c, used);
-}
-
-static void stmts_vars(const kir_stmt *s, const kir_stmt *end, bool *used)
-{
-    for (; s && s != end; s = s->next) {
-        expr_vars(s->a, used);
-        expr_vars(s->b, used);
-        if (s->kind == KS_ACC || s->kind == KS_SET)
-            used[s->var] = true;
-        if (s->body)
-            stmts_vars(s->body, NULL, used);
-    }
-}
-
-/* A SEQ loop whose iterations commute: it only computes and scatters with
- * ADDTO (atomic on the GPU), so it may run as a grid loop. */
-static bool seq_commutes(const kir_stmt *s)
-{
-    for (; s; s = s->next) {
-        if (s->kind == KS_STORE || s->kind == KS_SET || s->kind == KS_ACC)
-            return false;
-        if (s->body && !seq_commutes(s->body))
-            return false;
-    }
-    return true;
-}
-
-static bool is_grid_loop(const kir_stmt *s)
-{
-    return s->kind == KS_LOOP && (s->loop == KL_PAR || (s->loop == KL_SEQ && seq_commutes(s->body)));
-}
-
-typedef enum chain_kind { CHAIN_GRID, CHAIN_RED, CHAIN_SPREAD } chain_kind;
-
-static bool chain_accepts(chain_kind kind, const kir_stmt *s, bool first)
-{
-    if (s->kind != KS_LOOP)
-        return false;
-    switch (kind) {
-    case CHAIN_GRID: return is_grid_loop(s);
-    case CHAIN_RED: return s->loop == KL_RED && (first || s->naccs == 0);
-    case CHAIN_SPREAD: return s->loop == KL_BPAR || s->loop == KL_PAR;
-    }
-    return false;
-}
-
-/* Perfectly nested loops from s (LETs allowed between them when they do
- * not read what the inner loop writes). Returns the number of loops. */
-static int build_chain(chain_kind kind, const kir_stmt *s, const kir_stmt **chain)
-{
-    int n = 0;
-    chain[n++] = s;
-    for (;;) {
-        const kir_stmt *t = s->body;
-        bufset lets_rd = 0;
-        while (t && t->kind == KS_LET) {
-            expr_loads(t->a, &lets_rd);
-            t = t->next;
-        }
-        if (!t || t->next || n == MAX_CHAIN || !chain_accepts(kind, t, false))
-            return n;
-        bufset rd = 0, wr = 0;
-        stmts_rw(t, t->next, &rd, &wr);
-        if (lets_rd & wr)
-            return n;
-        chain[n++] = t;
-        s = t;
-    }
-}
-
-static int64_t chain_extent(const kir_stmt *const *chain, int n)
-{
-    int64_t e = 1;
-    for (int i = 0; i < n; i++)
-        e *= chain[i]->extent;
-    return e;
-}
-
-/* The largest block-level loop in a block-context range (0: none). */
-static int64_t block_inner(const kir_stmt *s, const kir_stmt *end)
-{
-    int64_t best = 0;
-    const kir_stmt *chain[MAX_CHAIN];
-    for (; s && s != end; s = s->next) {
-        int64_t e = 0;
-        if (s->kind == KS_LOOP && s->loop == KL_RED)
-            e = chain_extent(chain, build_chain(CHAIN_RED, s, chain));
-        else if (s->kind == KS_LOOP && (s->loop == KL_BPAR || s->loop == KL_PAR))
-            e = chain_extent(chain, build_chain(CHAIN_SPREAD, s, chain));
-        else if (s->kind == KS_LOOP || s->kind == KS_IF)
-            e = block_inner(s->body, NULL);
-        if (e > best)
-            best = e;
-    }
-    return best;
-}
-
-static bool has_side_effects(const kir_stmt *s, const kir_stmt *end)
-{
-    bufset rd = 0, wr = 0;
-    stmts_rw(s, end, &rd, &wr);
-    return wr != 0;
-}
-
-/* ---- phases ---- */
-
-#define MAX_GUARDS 8
-
-typedef struct phase {
-    const kir_stmt *first, *end; /* a range of one statement list */
-    const kir_stmt *guards[MAX_GUARDS]; /* the IFs it is inside, outermost first */
-    int nguards;
-    const kir_stmt *top;         /* its top-level statement (itself, or the outermost guard) */
-    bool grid;                   /* a grid loop (first), else one block runs the range */
-    bool block;                  /* block mode */
-    const kir_stmt *chain[MAX_CHAIN];
-    int nchain;
-    int64_t units, inner;
-    bufset rd, wr;
-    /* vectorisation (flat grid phases) */
-    int vec;                     /* elements per unit; 1: none */
-    bufset vecbuf;               /* buffers accessed through vector registers */
-    int launch;                  /* the launch it belongs to */
-} phase;
-
-/* ---- vectorisation of plain elementwise chains ---- */
-
-typedef struct affine {
-    bool ok;
-    int64_t ci;    /* coefficient of the innermost variable */
-    bool rest_div; /* the rest is a multiple of the vector width */
-} affine;
-
-/* Whether e reads only variables uniform over a unit, and no memory. */
-static bool uniform_expr(const kir_expr *e, const bool *uniform)
-{
-    if (!e)
-        return true;
-    if (e->kind == KE_VAR)
-        return uniform[e->var];
-    if (e->kind == KE_LOAD)
-        return false;
-    return uniform_expr(e->a, uniform) && uniform_expr(e->b, uniform) && uniform_expr(e->c, uniform);
-}
-
-/* Whether the integer e is a multiple of v whatever its variables hold. */
-static bool divisible(const kir_expr *e, int64_t v)
-{
-    if (e->kind == KE_CONST)
-        return e->type == KT_I64 && e->i % v == 0;
-    if (e->kind == KE_BIN && e->op == KB_MUL)
-        return divisible(e->a, v) || divisible(e->b, v);
-    if (e->kind == KE_BIN && (e->op == KB_ADD || e->op == KB_SUB))
-        return divisible(e->a, v) && divisible(e->b, v);
-    return false;
-}
-
-/* e as ci * inner + rest, where rest is uniform over a unit. */
-static affine affine_of(const kir_expr *e, int inner, int64_t v, const bool *uniform)
-{
-    affine r = {true, 0, false};
-    if (!expr_uses_var(e, inner)) {
-        r.ok = e->type == KT_I64 && uniform_expr(e, uniform);
-        r.rest_div = r.ok && divisible(e, v);
-        return r;
-    }
-    switch (e->kind) {
-    case KE_VAR:
-        r.ci = 1;
-        r.rest_div = true;
-        return r;
-    case KE_BIN:
-        if (e->op == KB_ADD || e->op == KB_SUB) {
-            affine a = affine_of(e->a, inner, v, uniform), b = affine_of(e->b, inner, v, uniform);
-            r.ok = a.ok && b.ok;
-            r.ci = e->op == KB_ADD ? a.ci + b.ci : a.ci - b.ci;
-            r.rest_div = a.rest_div && b.rest_div;
-            return r;
-        }
-        if (e->op == KB_MUL) {
-            const kir_expr *c = e->b->kind == KE_CONST ? e->b : e->a->kind == KE_CONST ? e->a : NULL;
-            const kir_expr *x = c == e->b ? e->a : e->b;
-            if (!c || c->type != KT_I64)
-                break;
-            affine a = affine_of(x, inner, v, uniform);
-            r.ok = a.ok;
-            r.ci = a.ci * c->i;
-            r.rest_div = a.rest_div || c->i % v == 0;
-            return r;
-        }
-        break;
-    case KE_CONST: case KE_LOAD: case KE_UN: case KE_SELECT: case KE_CAST: case KE_ARG:
-        break;
-    }
-    r.ok = false;
-    return r;
-}
-
-typedef struct vec_scan {
-    const kir_kernel *k;
-    int inner;
-    int64_t v;
-    const bool *uniform;
-    bool fail;
-    bufset stored, candidates, scalar;
-    /* The first index expression seen per buffer (all must print alike). */
-    char *index[64];
-} vec_scan;
-
-static char *expr_string(const kir_kernel *k, const kir_expr *e);
-
-static void vec_access(vec_scan *vs, int buf, const kir_expr *idx, bool store)
-{
-    bufset bit = (bufset)1 << buf;
-    affine a = affine_of(idx, vs->inner, vs->v, vs->uniform);
-    bool ok = a.ok && a.ci == 1 && a.rest_div;
-    if (!ok) {
-        if (store)
-            vs->fail = true; /* every store goes through a vector */
-        vs->scalar |= bit;
-        return;
-    }
-    char *s = expr_string(vs->k, idx);
-    if (!vs->index[buf]) {
-        vs->index[buf] = s;
-    } else {
-        if (strcmp(vs->index[buf], s)) {
-            if (store)
-                vs->fail = true;
-            vs->scalar |= bit;
-        }
-        free(s);
-    }
-    vs->candidates |= bit;
-}
-
-static void vec_expr(vec_scan *vs, const kir_expr *e)
-{
-    if (!e)
-        return;
-    if (e->kind == KE_LOAD) {
-        if (alias_closure(vs->k, vs->stored) & ((bufset)1 << e->buf))
-            vs->fail = true; /* read after write in one iteration */
-        if (expr_uses_var(e->a, vs->inner))
-            vec_access(vs, e->buf, e->a, false);
-        else
-            vs->scalar |= (bufset)1 << e->buf; /* also read at a uniform index: plain loads */
-    }
-    vec_expr(vs, e->a);
-    vec_expr(vs, e->b);
-    vec_expr(vs, e->c);
-}
-
-/* Sets ph->vec and ph->vecbuf for a flat phase whose body is plain
- * elementwise work. */
-static void plan_vector(const kir_kernel *k, phase *ph)
-{
-    ph->vec = 1;
-    ph->vecbuf = 0;
-    const kir_stmt *last = ph->chain[ph->nchain - 1];
-    if (last->loop != KL_PAR)
-        return;
-    for (const kir_stmt *s = last->body; s; s = s->next)
-        if (s->kind != KS_LET && s->kind != KS_STORE)
-            return;
-    /* The widest buffer the body touches decides the width. */
-    bufset rd = 0, wr = 0;
-    stmts_rw(last->body, NULL, &rd, &wr);
-    int64_t widest = 1;
-    for (int i = 0; i < k->nbufs; i++)
-        if (((rd | wr) >> i) & 1)
-            if (ir_dtype_size(k->bufs[i].dtype) > widest)
-                widest = ir_dtype_size(k->bufs[i].dtype);
-    int64_t v = 16 / widest;
-    if (v < 2)
-        return;
-    if (ph->nchain > 1 && last->extent % v)
-        return;
-    if (last->extent < 2 * v)
-        return;
-    /* Uniform over a unit: every variable but the innermost loop's and the
-     * LETs of its body (the outer chain, the LETs between chain loops and
-     * those before the phase). */
-    bool *uniform = kl_xcalloc((size_t)k->nvars + 1, 1);
-    for (int i = 0; i < k->nvars; i++)
-        uniform[i] = true;
-    uniform[last->var] = false;
-    for (const kir_stmt *s = last->body; s; s = s->next)
-        if (s->kind == KS_LET)
-            uniform[s->var] = false;
-    vec_scan vs = {.k = k, .inner = last->var, .v = v, .uniform = uniform};
-    for (const kir_stmt *s = last->body; s && !vs.fail; s = s->next) {
-        vec_expr(&vs, s->a);
-        vec_expr(&vs, s->b);
-        if (s->kind == KS_STORE) {
-            vec_access(&vs, s->buf, s->a, true);
-            vs.stored |= (bufset)1 << s->buf;
-        }
-    }
-    bufset vb = vs.candidates & ~vs.scalar;
-    for (int i = 0; i < 64; i++)
-        free(vs.index[i]);
-    free(uniform);
-    if (vs.fail || !vb || (vs.stored & ~vb))
-        return;
-    ph->vec = (int)v;
-    ph->vecbuf = vb;
-}
-
-typedef KL_VEC(phase) phase_vec;
-
-/* Whether a statement list holds a grid loop, directly or inside IFs. */
-static bool contains_grid(const kir_stmt *s)
-{
-    for (; s; s = s->next)
-        if (is_grid_loop(s) || (s->kind == KS_IF && contains_grid(s->body)))
-            return true;
-    return false;
-}
-
-static void push_phase(const kir_kernel *k, phase_vec *ph, const kir_stmt *first, const kir_stmt *end, bool grid,
-                       const kir_stmt *const *guards, int ng, const kir_stmt *top)
-{
-    if (!grid && !has_side_effects(first, end))
-        return; /* only LETs: nothing to run */
-    phase p;
-    memset(&p, 0, sizeof p);
-    p.first = first;
-    p.end = end;
-    p.grid = grid;
-    p.nguards = ng;
-    memcpy(p.guards, guards, sizeof(guards[0]) * (size_t)ng);
-    p.top = top ? top : first;
-    stmts_rw(first, end, &p.rd, &p.wr);
-    for (int g = 0; g < ng; g++)
-        expr_loads(guards[g]->a, &p.rd);
-    p.rd = alias_closure(k, p.rd);
-    p.wr = alias_closure(k, p.wr);
-    kl_vec_push(*ph, p);
-}
-
-/* Phases of one statement list: each grid loop alone, the runs of other
- * statements between them, and the phases inside IFs that hold grid loops
- * (their conditions become guards: uniform tests every thread makes). */
-static void split_list(const kir_kernel *k, phase_vec *ph, const kir_stmt *s, const kir_stmt **guards, int ng,
-                       const kir_stmt *top)
-{
-    while (s) {
-        const kir_stmt *t = top ? top : s;
-        if (is_grid_loop(s)) {
-            push_phase(k, ph, s, s->next, true, guards, ng, t);
-            s = s->next;
-        } else if (s->kind == KS_IF && ng < MAX_GUARDS && contains_grid(s->body)) {
-            guards[ng] = s;
-            split_list(k, ph, s->body, guards, ng + 1, t);
-            s = s->next;
-        } else {
-            const kir_stmt *first = s;
-            while (s && !is_grid_loop(s) && !(s->kind == KS_IF && ng < MAX_GUARDS && contains_grid(s->body)))
-                s = s->next;
-            push_phase(k, ph, first, s, false, guards, ng, top);
-        }
-    }
-}
-
-/* Splits the body into phases and decides each one's mapping. */
-static int split_phases(const kir_kernel *k, phase **out)
-{
-    phase_vec ph = {0};
-    const kir_stmt *guards[MAX_GUARDS];
-    split_list(k, &ph, k->body, guards, 0, NULL);
-    for (int i = 0; i < ph.n; i++) {
-        phase *p = &ph.v[i];
-        p->vec = 1;
-        if (!p->grid) {
-            p->block = true;
-            p->units = 1;
-            p->inner = block_inner(p->first, p->end);
-            continue;
-        }
-        p->nchain = build_chain(CHAIN_GRID, p->first, p->chain);
-        p->units = chain_extent(p->chain, p->nchain);
-        const kir_stmt *body = p->chain[p->nchain - 1]->body;
-        p->inner = block_inner(body, NULL);
-        p->block = p->inner >= BLOCK_MIN_INNER && p->units < BLOCK_MAX_OUTER;
-        if (!p->block) {
-            p->inner = 0;
-            plan_vector(k, p);
-            if (p->vec > 1) {
-                int64_t in = p->chain[p->nchain - 1]->extent;
-                p->units = p->units / in * ((in + p->vec - 1) / p->vec);
-            }
-        }
-    }
-    *out = ph.v;
-    return ph.n;
-}
-
 /* ---- printing ---- */
 
 typedef struct cu {
@@ -651,7 +169,7 @@ typedef struct cu {
     kl_buf *b;
     int indent;
     const char **rename; /* per variable: the name to print instead */
-    bufset lanes;        /* in a vector unit: buffers read/written through lane registers */
+    cu_bufset lanes;        /* in a vector unit: buffers read/written through lane registers */
 } cu;
 
 static void ind(cu *c)
@@ -884,14 +402,6 @@ static void print_expr(cu *c, const kir_expr *e)
     }
 }
 
-static char *expr_string(const kir_kernel *k, const kir_expr *e)
-{
-    kl_buf b = {0};
-    cu c = {.k = k, .b = &b};
-    print_expr(&c, e);
-    return kl_buf_take(&b);
-}
-
 static void print_stored(cu *c, ir_dtype dt, const kir_expr *value)
 {
     switch (dt) {
@@ -1069,12 +579,12 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
  * for RED, the accumulators combined over the block afterwards. */
 static void print_block_loop(cu *c, const kir_stmt *s)
 {
-    const kir_stmt *chain[MAX_CHAIN];
+    const kir_stmt *chain[CU_MAX_CHAIN];
     bool red = s->loop == KL_RED;
     if (red && s->naccs == 0)
         kl_panic("kernel %s: a block-level RED loop without accumulators", c->k->name);
-    int n = build_chain(red ? CHAIN_RED : CHAIN_SPREAD, s, chain);
-    int64_t e = chain_extent(chain, n);
+    int n = cu_build_chain(red ? CU_CHAIN_RED : CU_CHAIN_SPREAD, s, chain);
+    int64_t e = cu_chain_extent(chain, n);
     if (red)
         declare_accs(c, s);
     const char *q = var_name(c, chain[n - 1]->var);
@@ -1193,13 +703,13 @@ static void print_trampoline(cu *c, const char *fn)
  * are those of each enclosing list up to p (through its guards). A
  * recomputed LET must not read a buffer written between its place and
  * the boundary. */
-static void print_outer_lets(cu *c, const kir_stmt *boundary, const phase *p, bool *printed)
+static void print_outer_lets(cu *c, const kir_stmt *boundary, const cu_phase *p, bool *printed)
 {
     const kir_kernel *k = c->k;
     bool *need = kl_xcalloc((size_t)k->nvars + 1, 1);
-    stmts_vars(p->first, p->end, need);
+    cu_stmts_vars(p->first, p->end, need);
     for (int g = 0; g < p->nguards; g++)
-        expr_vars(p->guards[g]->a, need);
+        cu_expr_vars(p->guards[g]->a, need);
     KL_VEC(const kir_stmt *) before = {0};
     int at = -1;
     const kir_stmt *list = k->body;
@@ -1221,16 +731,16 @@ static void print_outer_lets(cu *c, const kir_stmt *boundary, const phase *p, bo
     /* Backwards, so a LET's own reads are marked before it is visited. */
     for (int i = before.n - 1; i >= 0; i--)
         if (before.v[i]->kind == KS_LET && need[before.v[i]->var])
-            expr_vars(before.v[i]->a, need);
+            cu_expr_vars(before.v[i]->a, need);
     for (int i = 0; i < before.n; i++) {
         const kir_stmt *s = before.v[i];
         if (s->kind != KS_LET || !need[s->var] || printed[s->var])
             continue;
-        bufset rd = 0, rd2 = 0, wr = 0;
-        expr_loads(s->a, &rd);
+        cu_bufset rd = 0, rd2 = 0, wr = 0;
+        cu_expr_loads(s->a, &rd);
         int lo = i < at ? i + 1 : at, hi = i < at ? at : i;
         for (int j = lo; j < hi; j++)
-            stmts_rw(before.v[j], before.v[j]->next, &rd2, &wr);
+            cu_stmts_rw(before.v[j], before.v[j]->next, &rd2, &wr);
         if (rd & wr)
             kl_panic("kernel %s: %s reads a buffer written between it and the launch that recomputes it", k->name,
                      k->var_names[s->var]);
@@ -1242,7 +752,7 @@ static void print_outer_lets(cu *c, const kir_stmt *boundary, const phase *p, bo
 }
 
 /* Opens the phase's guards (closed by close_guards). */
-static void open_guards(cu *c, const phase *p)
+static void open_guards(cu *c, const cu_phase *p)
 {
     for (int g = 0; g < p->nguards; g++) {
         ind(c);
@@ -1253,7 +763,7 @@ static void open_guards(cu *c, const phase *p)
     }
 }
 
-static void close_guards(cu *c, const phase *p)
+static void close_guards(cu *c, const cu_phase *p)
 {
     for (int g = 0; g < p->nguards; g++) {
         c->indent--;
@@ -1261,13 +771,13 @@ static void close_guards(cu *c, const phase *p)
     }
 }
 
-static void print_comment_flat(cu *c, phase *const *ph, int n)
+static void print_comment_flat(cu *c, cu_phase *const *ph, int n)
 {
     const kir_kernel *k = c->k;
     ind(c);
     kl_buf_printf(c->b, "/* %s. One thread per ", k->what);
     for (int i = 0; i < n; i++) {
-        const phase *p = ph[i];
+        const cu_phase *p = ph[i];
         if (i)
             kl_buf_puts(c->b, n > 2 && i + 1 < n ? ", per " : " and per ");
         if (p->vec > 1)
@@ -1281,7 +791,7 @@ static void print_comment_flat(cu *c, phase *const *ph, int n)
     kl_buf_puts(c->b, ", grid-stride; inner loops run serially in the thread. */\n");
 }
 
-static void print_flat(cu *c, phase *const *ph, int n, const char *fn, bool *printed)
+static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *printed)
 {
     const kir_kernel *k = c->k;
     print_signature(c, fn);
@@ -1312,7 +822,7 @@ static void print_flat(cu *c, phase *const *ph, int n, const char *fn, bool *pri
     c->indent++;
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
-        const phase *p = ph[i];
+        const cu_phase *p = ph[i];
         if (n > 1)
             line(c, "%sif (kl_u < %lldu) {", i ? "} else " : "", (long long)(off + p->units));
         if (n > 1)
@@ -1328,7 +838,7 @@ static void print_flat(cu *c, phase *const *ph, int n, const char *fn, bool *pri
             print_thread(c, last->body, NULL);
         } else {
             /* The innermost loop in groups of vec elements. */
-            const kir_stmt *gch[MAX_CHAIN];
+            const kir_stmt *gch[CU_MAX_CHAIN];
             memcpy(gch, p->chain, sizeof(gch[0]) * (size_t)p->nchain);
             kir_stmt group = *last;
             group.extent = (last->extent + p->vec - 1) / p->vec;
@@ -1347,8 +857,8 @@ static void print_flat(cu *c, phase *const *ph, int n, const char *fn, bool *pri
             /* Vector loads of the buffers indexed by the innermost variable. */
             rename[last->var] = "kl_base";
             c->rename = rename;
-            bufset loaded = 0, stored = 0;
-            stmts_rw(last->body, NULL, &loaded, &stored);
+            cu_bufset loaded = 0, stored = 0;
+            cu_stmts_rw(last->body, NULL, &loaded, &stored);
             const kir_expr *addr[64] = {0};
             for (const kir_stmt *s = last->body; s; s = s->next) {
                 if (s->kind == KS_STORE && ((p->vecbuf >> s->buf) & 1))
@@ -1446,7 +956,7 @@ static int block_reduce_accs(const kir_stmt *s, const kir_stmt *end)
     return most;
 }
 
-static void print_block_fn(cu *c, const phase *p, const char *fn, bool *printed)
+static void print_block_fn(cu *c, const cu_phase *p, const char *fn, bool *printed)
 {
     const kir_kernel *k = c->k;
     print_signature(c, fn);
@@ -1518,8 +1028,8 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
             out->needs |= KIR_CUDA_F16;
     }
     out->needs |= stmts_needs(k->body);
-    phase *ph;
-    int n = split_phases(k, &ph);
+    cu_phase *ph;
+    int n = cu_split_phases(k, &ph);
     /* Launches: consecutive flat phases that touch disjoint buffers share
      * one (neither writes what the other reads or writes). */
     int nl = 0;
@@ -1545,7 +1055,7 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
             snprintf(L->fn, sizeof L->fn, "%s", k->name);
         else
             snprintf(L->fn, sizeof L->fn, "%s_%d", k->name, l);
-        phase *group[64];
+        cu_phase *group[64];
         int gn = 0;
         while (i < n && ph[i].launch == l && gn < 64)
             group[gn++] = &ph[i++];
