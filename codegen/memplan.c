@@ -479,7 +479,12 @@ void memplan_assign_offsets(kl_plan *p)
     int *order = kl_xmalloc(sizeof *order * (size_t)(n + 1)), *placed = kl_xmalloc(sizeof *placed * (size_t)(n + 1));
     sort_key *keys = kl_xmalloc(sizeof *keys * (size_t)(n + 1));
     int64_t lb = lower_bound(p), best = -1;
-    for (int o = 0; o < ORDER_FIXED + MEMPLAN_PERTURBED && best != lb; o++) {
+    /* Each ordering costs about n^2 steps: fewer perturbed ones for plans
+     * with many buffers. */
+    int perturbed = MEMPLAN_PERTURBED;
+    while (perturbed > 0 && (int64_t)n * n * (ORDER_FIXED + perturbed) > (int64_t)50000000)
+        perturbed /= 2;
+    for (int o = 0; o < ORDER_FIXED + perturbed && best != lb; o++) {
         ordering(items, n, o, keys, order);
         int64_t size = place(items, order, n, offs, scratch, placed);
         if (best < 0 || size < best) {

@@ -46,7 +46,10 @@ static const char usage[] =
     "  --set KEY=VALUE    any other train setting\n"
     "  --profile          time every kernel and GEMM; print a table at the end\n"
     "  --quiet            no progress lines, only the summary\n"
-    "  -h, --help         this help\n";
+    "  -h, --help         this help\n"
+    "\n"
+    "KILN_MEMPLAN=0 in the environment turns memory planning off (every buffer\n"
+    "its own memory), for comparisons.\n";
 
 typedef struct options {
     const char *kv[128];
@@ -685,6 +688,19 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         if (v->kind == IR_VAL_PARAM)
             params += ir_type_numel(&v->type);
     }
+    /* The memory plan: one arena for training and evaluation (which has
+     * one of its own only when it does not fit there). */
+    int64_t peak = kl_persistent_bytes(t.train->g) + t.train->plan->arena_bytes;
+    if (!t.eval->arena_shared)
+        peak += t.eval->plan->arena_bytes;
+    if (t.eval_tail && !t.eval_tail->arena_shared)
+        peak += t.eval_tail->plan->arena_bytes;
+    if (t.cfg.memory_limit > 0 && peak > t.cfg.memory_limit) {
+        kl_error("%s: training and evaluation need %.2f MB, over the memory limit of %.2f MB (the evaluation plan does "
+                 "not fit in the training arena)\n---> try a smaller --batch", model_name, (double)peak / 1e6,
+                 (double)t.cfg.memory_limit / 1e6);
+        goto done;
+    }
     if (!t.opt.quiet) {
         printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t.train->g->name, (long long)params,
                kl_precision_name(t.cfg.precision), be->desc, (long long)t.train_set.count, (long long)t.test_set.count);
@@ -700,16 +716,9 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         char *mem = pass_memory_summary(t.train->g);
         printf("memory: %s\n", mem);
         free(mem);
-        /* The memory plan: one arena for training and evaluation. */
         char *plan = memplan_summary(t.train->plan);
-        int64_t arena = t.train->plan->arena_bytes;
-        if (!t.eval->arena_shared)
-            arena += t.eval->plan->arena_bytes;
-        if (t.eval_tail && !t.eval_tail->arena_shared)
-            arena += t.eval_tail->plan->arena_bytes;
         printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
-               t.eval->arena_shared ? "in the same arena" : "in an arena of its own",
-               (double)(arena + kl_persistent_bytes(t.train->g)) / 1e6);
+               t.eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
         if (t.cfg.memory_limit > 0)
             printf(" (limit %.2f MB)", (double)t.cfg.memory_limit / 1e6);
         printf("\n");
