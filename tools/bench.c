@@ -179,6 +179,27 @@ static void time_plan(kl_exec *e, int repeats, timed *t)
     free(v);
 }
 
+/* Whole steps of the two plans alternately (A B A B ...), so a busy
+ * machine's drift hits both alike; the medians replace the step times. */
+static void compare_steps(kl_exec *a, kl_exec *b, int repeats, timed *ta, timed *tb)
+{
+    kl_kargs args = {1, 1};
+    double *va = kl_xmalloc(sizeof(double) * (size_t)(repeats + 1)), *vb = kl_xmalloc(sizeof(double) * (size_t)(repeats + 1));
+    for (int r = 0; r < repeats; r++) {
+        for (int k = 0; k < 2; k++) {
+            kl_exec *e = k ? b : a;
+            double t0 = kl_now();
+            kl_exec_run(e, KL_ALL_PHASES, &args);
+            e->s->be->ops->sync(e->s->be);
+            (k ? vb : va)[r] = kl_now() - t0;
+        }
+    }
+    ta->total_ms = 1e3 * median(va, repeats);
+    tb->total_ms = 1e3 * median(vb, repeats);
+    free(va);
+    free(vb);
+}
+
 static kl_exec *build(kl_session *s, const bench_opts *o, bool fuse)
 {
     kl_lower_opts lo = {o->kv};
@@ -354,6 +375,8 @@ int kl_bench_main(int argc, char **argv)
         time_plan(fused, o.repeats, &tf);
         if (unfused)
             time_plan(unfused, o.repeats, &tu);
+        if (unfused && !o.gpu)
+            compare_steps(fused, unfused, o.repeats, &tf, &tu);
         report(fused, &tf, unfused ? &tu : NULL, bw, &o, !o.no_fusion);
         free(tf.step_ms);
         free(tu.step_ms);
