@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "session.h"
+#include "trace.h"
 #include "data.h"
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed)
@@ -137,6 +138,9 @@ void kl_exec_free(kl_exec *e)
     free(e->args);
     free(e->ptrs);
     free(e->step_seconds);
+    for (int i = 0; e->labels && i < e->plan->steps.n; i++)
+        free(e->labels[i]);
+    free(e->labels);
     free(e->step_runs);
     for (int i = 0; i < e->ngraphs; i++)
         if (e->graphs[i].graph)
@@ -219,8 +223,23 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
         double t0 = kl_now();
         run_step(e, i, args);
         e->s->be->ops->sync(e->s->be);
-        e->step_seconds[i] += kl_now() - t0;
+        double t1 = kl_now();
+        e->step_seconds[i] += t1 - t0;
         e->step_runs[i]++;
+        if (e->trace)
+            kl_trace_event(e->trace, e->labels[i], p->steps.v[i].kind == KL_STEP_GEMM ? "gemm" : "kernel",
+                           KL_TRACE_KERNELS, t0, t1);
+    }
+}
+
+void kl_exec_trace(kl_exec *e, kl_trace *t)
+{
+    kl_exec_profile(e);
+    e->trace = t;
+    if (!e->labels) {
+        e->labels = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(char *));
+        for (int i = 0; i < e->plan->steps.n; i++)
+            e->labels[i] = kl_step_label(e->plan, &e->plan->steps.v[i]);
     }
 }
 

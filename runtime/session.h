@@ -40,6 +40,8 @@ typedef struct kl_exec {
     void ***args;  /* per step: kernel argument pointers */
     double *step_seconds; /* per step, summed over runs, when profiling */
     int64_t *step_runs;
+    struct kl_trace *trace; /* timeline of every step, when tracing */
+    char **labels;          /* per step, for the timeline */
     kl_exec_graph graphs[8]; /* per phase mask run */
     int ngraphs;
 } kl_exec;
@@ -71,6 +73,8 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args);
 
 /* Starts timing every step of every run (synchronising after each). */
 void kl_exec_profile(kl_exec *e);
+/* Profiles and writes every step as an event of the timeline t. */
+void kl_exec_trace(kl_exec *e, struct kl_trace *t);
 /* Prints the time per step, largest first, grouped by label: op, source
  * location, calls, total and mean time, share, GB/s and GFLOP/s. */
 void kl_exec_print_profile(const kl_exec *e, FILE *out, int top);

@@ -8,6 +8,7 @@
 #include "train.h"
 #include "budget.h"
 #include "checkpoint.h"
+#include "trace.h"
 #include "data.h"
 #include "session.h"
 #include "backend_cuda.h"
@@ -45,6 +46,8 @@ static const char usage[] =
     "  --resume FILE      continue from a checkpoint\n"
     "  --set KEY=VALUE    any other train setting\n"
     "  --profile          time every kernel and GEMM; print a table at the end\n"
+    "  --trace FILE       write a timeline of every step, kernel, GEMM, data wait\n"
+    "                     and evaluation (Chrome trace format; open in Perfetto)\n"
     "  --quiet            no progress lines, only the summary\n"
     "  -h, --help         this help\n"
     "\n"
@@ -60,6 +63,7 @@ typedef struct options {
     const char *device, *metrics, *save, *save_init, *resume;
     int64_t force_overflow; /* a test hook: poison this step's loss scale */
     bool quiet, profile, no_cuda_graph, tf32;
+    const char *trace_path;
 } options;
 
 static int add_kv(options *o, const char *k, const char *v)
@@ -149,6 +153,8 @@ static int parse_flags(int argc, char **argv, options *o, const char *model)
             o->quiet = true;
         } else if (!strcmp(a, "--profile")) {
             o->profile = true;
+        } else if (!strcmp(a, "--trace") && has) {
+            o->trace_path = argv[++i];
         } else {
             kl_error("unknown option or missing value: %s (see --help)", a);
             return -1;
@@ -262,6 +268,7 @@ double kl_schedule_lr(const kl_train_config *c, double base, int64_t t, int64_t 
 
 typedef struct trainer {
     kl_train_config cfg;
+    kl_trace *trace;
     /* fp16 loss scaling: the scale, clean steps since the last change,
      * skipped steps, and the check's value in the training graph. */
     double loss_scale;
@@ -321,7 +328,16 @@ typedef struct eval_result {
     int64_t samples;
 } eval_result;
 
+static void evaluate_plans(trainer *t, eval_result *r);
+
 static void evaluate(trainer *t, eval_result *r)
+{
+    double t0 = kl_now();
+    evaluate_plans(t, r);
+    kl_trace_event(t->trace, "evaluation", "eval", KL_TRACE_STEPS, t0, kl_now());
+}
+
+static void evaluate_plans(trainer *t, eval_result *r)
 {
     memset(r, 0, sizeof *r);
     const kl_dataset *d = &t->test_set;
@@ -483,10 +499,14 @@ static int run_training(trainer *t, const kl_source *src)
         while (step < total) {
             const kl_batch *b = NULL;
             double lr = 0, st0 = kl_now();
+            char name[48];
             write_hyper(t, step + 1, total, &lr);
             bool ended = false;
             for (int64_t m = 0; m < c->accumulate; m++) {
+                double w0 = kl_now();
                 b = kl_loader_next(loader);
+                if (t->trace)
+                    kl_trace_event(t->trace, "next batch", "data", KL_TRACE_DATA, w0, kl_now());
                 if (!b) {
                     ended = true;
                     break;
@@ -508,6 +528,10 @@ static int run_training(trainer *t, const kl_source *src)
             step++;
             win_steps++;
             step_time += kl_now() - st0;
+            if (t->trace) {
+                snprintf(name, sizeof name, "step %lld", (long long)step);
+                kl_trace_event(t->trace, name, "step", KL_TRACE_STEPS, st0, kl_now());
+            }
             if (warm_steps < 10) {
                 warm_steps++;
                 warm_time = step_time;
@@ -728,6 +752,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     if (t.opt.profile)
         kl_exec_profile(t.train);
+    if (t.opt.trace_path) {
+        if (!(t.trace = kl_trace_open(t.opt.trace_path)))
+            goto done;
+        kl_exec_trace(t.train, t.trace);
+    }
     rc = run_training(&t, &src) ? 1 : 0;
     if (t.opt.profile) {
         printf("\nprofile of the training step:\n");
@@ -743,6 +772,7 @@ done:
         kl_session_free(t.s);
         b->ops->destroy(b);
     }
+    kl_trace_close(t.trace);
     kl_dataset_free(&t.train_set);
     kl_dataset_free(&t.test_set);
     kl_train_config_free(&t.cfg);

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libcmocka-dev
   llvm-14-tools   # FileCheck for the golden tests
+  python3         # test scripts edit bytes in data files
   dataset-fashion-mnist
 )
 

@@ -27,3 +27,15 @@ if ! cmp -s "$tmp/b.losses" "$tmp/c.losses"; then
   exit 1
 fi
 echo "deterministic: $(wc -l < "$tmp/b.losses") identical loss values in two runs"
+
+# The timeline: one event per kernel and GEMM of every step, per step, per
+# batch fetched; a JSON array.
+"$tmp/mlp" --steps 5 --quiet --trace "$tmp/trace.json" > /dev/null
+kernels=$(grep -c '"cat": "kernel"' "$tmp/trace.json" || true)
+gemms=$(grep -c '"cat": "gemm"' "$tmp/trace.json" || true)
+steps=$(grep -c '"cat": "step"' "$tmp/trace.json" || true)
+waits=$(grep -c '"cat": "data"' "$tmp/trace.json" || true)
+echo "trace: $kernels kernel, $gemms GEMM, $steps step and $waits data events"
+[ "$steps" -eq 5 ] && [ "$waits" -eq 5 ] && [ $((kernels % 5)) -eq 0 ] && [ $((gemms % 5)) -eq 0 ] && [ "$gemms" -gt 0 ] &&
+  [ "$(head -c 1 "$tmp/trace.json")" = "[" ] && [ "$(tail -c 2 "$tmp/trace.json" | head -c 1)" = "]" ] ||
+  { echo "FAIL: the trace is not as expected"; exit 1; }

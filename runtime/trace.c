@@ -1,0 +1,68 @@
+/* Chrome trace writer. See trace.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace.h"
+#include "data.h"
+#include "../ir/support.h"
+
+struct kl_trace {
+    FILE *f;
+    double t0;
+    bool first;
+};
+
+kl_trace *kl_trace_open(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        kl_error("%s: cannot write the trace", path);
+        return NULL;
+    }
+    kl_trace *t = kl_xcalloc(1, sizeof *t);
+    t->f = f;
+    t->t0 = kl_now();
+    t->first = true;
+    fputs("[\n", f);
+    static const char *tracks[] = {NULL, "optimizer steps", "kernels and GEMMs", "data loading"};
+    for (int i = 1; i < 4; i++)
+        fprintf(f, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+                i > 1 ? ",\n" : "", i, tracks[i]);
+    t->first = false;
+    return t;
+}
+
+static void put_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        if ((unsigned char)*s >= 32)
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void kl_trace_event(kl_trace *t, const char *name, const char *cat, int track, double start, double end)
+{
+    if (!t)
+        return;
+    fputs(t->first ? "" : ",\n", t->f);
+    t->first = false;
+    fputs("{\"name\": ", t->f);
+    put_string(t->f, name);
+    fputs(", \"cat\": ", t->f);
+    put_string(t->f, cat);
+    fprintf(t->f, ", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", track,
+            1e6 * (start - t->t0), 1e6 * (end - start));
+}
+
+void kl_trace_close(kl_trace *t)
+{
+    if (!t)
+        return;
+    fputs("\n]\n", t->f);
+    fclose(t->f);
+    free(t);
+}

@@ -1,0 +1,20 @@
+/* A timeline in the Chrome trace format (chrome://tracing, Perfetto):
+ * one complete event ("ph": "X") per kernel, GEMM, data wait and
+ * evaluation, written as the run goes (runtime/trace.c). */
+#ifndef KILN_TRACE_H
+#define KILN_TRACE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct kl_trace kl_trace;
+
+enum { KL_TRACE_STEPS = 1, KL_TRACE_KERNELS = 2, KL_TRACE_DATA = 3 }; /* tracks (tid) */
+
+/* NULL after reporting why the file cannot be written. */
+kl_trace *kl_trace_open(const char *path);
+/* An event from start to end (kl_now() seconds) on a track. */
+void kl_trace_event(kl_trace *t, const char *name, const char *cat, int track, double start, double end);
+void kl_trace_close(kl_trace *t);
+
+#endif
