@@ -112,6 +112,26 @@ static void scan_stmts(access_scan *s, const kir_stmt *st)
     }
 }
 
+static bool expr_uses_var(const kir_expr *e, int var)
+{
+    if (!e)
+        return false;
+    if (e->kind == KE_VAR && e->var == var)
+        return true;
+    return expr_uses_var(e->a, var) || expr_uses_var(e->b, var) || expr_uses_var(e->c, var);
+}
+
+/* True when a statement assigns (KS_SET) a variable the index reads: the
+ * same expression would then name other elements at other places. */
+static bool index_reassigned(const kir_stmt *st, const kir_expr *index)
+{
+    for (; st; st = st->next)
+        if ((st->kind == KS_SET && expr_uses_var(index, st->var)) ||
+            ((st->kind == KS_LOOP || st->kind == KS_IF) && index_reassigned(st->body, index)))
+            return true;
+    return false;
+}
+
 bool memplan_kernel_inplace_ok(const kir_kernel *k, int in, int out)
 {
     const kir_buf *bi = &k->bufs[in], *bo = &k->bufs[out];
@@ -124,7 +144,8 @@ bool memplan_kernel_inplace_ok(const kir_kernel *k, int in, int out)
      * once at an index: a correct kernel writes every element, so the
      * index is a bijection and each element of in is read by the one
      * iteration that then overwrites it. */
-    return !s.bad && s.body_of && s.first_store >= 0 && s.last_load <= s.first_store && s.iterations == bo->numel;
+    return !s.bad && s.body_of && s.first_store >= 0 && s.last_load <= s.first_store && s.iterations == bo->numel &&
+           !index_reassigned(k->body, s.index);
 }
 
 /* ---- how a kernel uses a buffer ---- */

@@ -92,8 +92,9 @@ char *memplan_report(const kl_plan *p, int top, const char *prefix)
                 views++;
         }
     }
-    kl_buf_printf(&b, "%s  %d buffers in the arena, %d results in place, %d views; %d steps; offsets aligned to %d bytes\n",
-                  prefix, arena, inplace, views, p->steps.n, KL_ARENA_ALIGN);
+    kl_buf_printf(&b, "%s  %d buffer%s in the arena, %d result%s in place, %d view%s; %d steps; offsets aligned to %d bytes\n",
+                  prefix, arena, arena == 1 ? "" : "s", inplace, inplace == 1 ? "" : "s", views, views == 1 ? "" : "s",
+                  p->steps.n, KL_ARENA_ALIGN);
     qsort(r, (size_t)arena, sizeof *r, by_bytes);
     if (top > arena)
         top = arena;
