@@ -11,7 +11,7 @@ void kl_cuda_set_builtins(const kl_cuda_builtin *table)
 kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
 {
     (void)o;
-    snprintf(why, n, "this build of Kiln has no CUDA support (CMake found no CUDA toolkit)");
+    snprintf(why, n, "this build of Kiln has no CUDA support (built without the CUDA toolkit)");
     return NULL;
 }
 

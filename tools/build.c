@@ -193,7 +193,7 @@ static int embed_cuda(const char *archs, const name_list *names, const name_list
     return rc;
 #else
     (void)archs, (void)names, (void)programs, (void)dir, (void)main_c, (void)asm_path;
-    kl_error("--cuda-arch: this build of Kiln has no CUDA support (CMake found no CUDA toolkit)");
+    kl_error("--cuda-arch: this build of Kiln has no CUDA support (built without the CUDA toolkit)");
     return -1;
 #endif
 }

@@ -202,6 +202,15 @@ static void kl_emu_entry(void)
     kl_emu.t[kl_emu.cur].state = KL_EMU_DONE;
 }
 
+/* Frees the threads' stacks (before the object is closed). */
+extern "C" void kl_emu_release(void)
+{
+    for (int i = 0; i < KL_EMU_MAX_BLOCK; i++) {
+        free(kl_emu.t[i].stack);
+        kl_emu.t[i].stack = NULL;
+    }
+}
+
 /* Runs fn over a grid of `grid` blocks of `block` threads. Returns 0, or
  * -1 with a message in err. */
 extern "C" int kl_emu_run(kl_emu_fn fn, unsigned grid, unsigned block, void *const *kb, const kl_kargs *ka, int reverse,

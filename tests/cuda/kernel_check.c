@@ -96,6 +96,16 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
 {
     char *dir = kl_cache_dir("emu");
     const char *flags = "-std=c++17 -O1 -fPIC -shared -w";
+    /* The emulation header is part of every program: its text is part of
+     * the cache key. */
+    kl_source hdr;
+    char *hdr_path = kl_xasprintf("%s/emu.h", KILN_EMU_DIR);
+    uint64_t hh = KL_HASH_INIT;
+    if (kl_source_read(&hdr, hdr_path) == 0) {
+        hh = kl_hash_bytes(hh, hdr.text, hdr.len);
+        kl_source_free(&hdr);
+    }
+    free(hdr_path);
     compile_job *jobs = kl_xcalloc((size_t)n + 1, sizeof *jobs);
     int todo = 0;
     for (int i = 0; i < n; i++) {
@@ -103,6 +113,7 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
         h = kl_hash_bytes(h, cxx(), strlen(cxx()));
         h = kl_hash_bytes(h, flags, strlen(flags));
         h = kl_hash_bytes(h, KILN_EMU_DIR, strlen(KILN_EMU_DIR));
+        h = kl_hash_bytes(h, &hh, sizeof hh);
         jobs[i].so = kl_xasprintf("%s/%016llx.so", dir, (unsigned long long)h);
         struct stat st;
         if (stat(jobs[i].so, &st) == 0)
@@ -505,6 +516,7 @@ int main(int argc, char **argv)
         r.gpu = kl_cuda_backend_new(&o, why, sizeof why);
         if (!r.gpu) {
             printf("SKIP: %s\n", why);
+            kl_vec_free(models);
             return 77;
         }
         printf("%s\n", r.gpu->desc);
@@ -514,6 +526,7 @@ int main(int argc, char **argv)
         free(probe);
         if (!have_cxx) {
             printf("SKIP: no C++ compiler (%s) for the emulation\n", cxx());
+            kl_vec_free(models);
             return 77;
         }
     }
@@ -597,8 +610,12 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < nl; i++) {
             free(programs[i]);
-            if (libs[i].h)
+            if (libs[i].h) {
+                void (*release)(void) = (void (*)(void))dlsym(libs[i].h, "kl_emu_release");
+                if (release)
+                    release();
                 dlclose(libs[i].h);
+            }
         }
         free(programs);
         free(libs);
