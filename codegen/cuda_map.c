@@ -88,9 +88,27 @@ static bool seq_commutes(const kir_stmt *s)
     return true;
 }
 
+cu_block_role cu_block_role_of(kir_loop_kind kind)
+{
+    switch (kind) {
+    case KL_RED: return CU_BLOCK_REDUCE;
+    case KL_BPAR: case KL_PAR: return CU_BLOCK_SPREAD;
+    case KL_SEQ: return CU_BLOCK_UNIFORM;
+    }
+    kl_panic("unknown loop kind %d", (int)kind);
+}
+
+/* A loop whose iterations may run on the grid's threads. */
 static bool is_grid_loop(const kir_stmt *s)
 {
-    return s->kind == KS_LOOP && (s->loop == KL_PAR || (s->loop == KL_SEQ && seq_commutes(s->body)));
+    if (s->kind != KS_LOOP)
+        return false;
+    switch (s->loop) {
+    case KL_PAR: return true;
+    case KL_SEQ: return seq_commutes(s->body);
+    case KL_RED: case KL_BPAR: return false;
+    }
+    return false;
 }
 
 static bool chain_accepts(cu_chain_kind kind, const kir_stmt *s, bool first)
@@ -99,8 +117,8 @@ static bool chain_accepts(cu_chain_kind kind, const kir_stmt *s, bool first)
         return false;
     switch (kind) {
     case CU_CHAIN_GRID: return is_grid_loop(s);
-    case CU_CHAIN_RED: return s->loop == KL_RED && (first || s->naccs == 0);
-    case CU_CHAIN_SPREAD: return s->loop == KL_BPAR || s->loop == KL_PAR;
+    case CU_CHAIN_RED: return cu_block_role_of(s->loop) == CU_BLOCK_REDUCE && (first || s->naccs == 0);
+    case CU_CHAIN_SPREAD: return cu_block_role_of(s->loop) == CU_BLOCK_SPREAD;
     }
     return false;
 }
@@ -144,12 +162,15 @@ static int64_t block_inner(const kir_stmt *s, const kir_stmt *end)
     const kir_stmt *chain[CU_MAX_CHAIN];
     for (; s && s != end; s = s->next) {
         int64_t e = 0;
-        if (s->kind == KS_LOOP && s->loop == KL_RED)
-            e = cu_chain_extent(chain, cu_build_chain(CU_CHAIN_RED, s, chain));
-        else if (s->kind == KS_LOOP && (s->loop == KL_BPAR || s->loop == KL_PAR))
-            e = cu_chain_extent(chain, cu_build_chain(CU_CHAIN_SPREAD, s, chain));
-        else if (s->kind == KS_LOOP || s->kind == KS_IF)
+        if (s->kind == KS_LOOP) {
+            switch (cu_block_role_of(s->loop)) {
+            case CU_BLOCK_REDUCE: e = cu_chain_extent(chain, cu_build_chain(CU_CHAIN_RED, s, chain)); break;
+            case CU_BLOCK_SPREAD: e = cu_chain_extent(chain, cu_build_chain(CU_CHAIN_SPREAD, s, chain)); break;
+            case CU_BLOCK_UNIFORM: e = block_inner(s->body, NULL); break;
+            }
+        } else if (s->kind == KS_IF) {
             e = block_inner(s->body, NULL);
+        }
         if (e > best)
             best = e;
     }

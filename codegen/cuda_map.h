@@ -66,6 +66,12 @@ typedef struct cu_phase {
     int launch;                  /* the launch it belongs to */
 } cu_phase;
 
+/* How a loop runs in block context (every thread of a block runs the
+ * statements around it): its iterations spread over the threads and
+ * combined (RED), spread (BPAR, PAR), or run by every thread (SEQ). */
+typedef enum cu_block_role { CU_BLOCK_REDUCE, CU_BLOCK_SPREAD, CU_BLOCK_UNIFORM } cu_block_role;
+cu_block_role cu_block_role_of(kir_loop_kind kind);
+
 /* Splits k's body into phases and decides each one's mapping and
  * vectorisation; the caller frees *out. Returns the number of phases. */
 int cu_split_phases(const kir_kernel *k, cu_phase **out);

@@ -580,7 +580,7 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
 static void print_block_loop(cu *c, const kir_stmt *s)
 {
     const kir_stmt *chain[CU_MAX_CHAIN];
-    bool red = s->loop == KL_RED;
+    bool red = cu_block_role_of(s->loop) == CU_BLOCK_REDUCE;
     if (red && s->naccs == 0)
         kl_panic("kernel %s: a block-level RED loop without accumulators", c->k->name);
     int n = cu_build_chain(red ? CU_CHAIN_RED : CU_CHAIN_SPREAD, s, chain);
@@ -652,16 +652,23 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
             line(c, "}");
             break;
         case KS_LOOP:
-            if (s->loop == KL_SEQ) {
+            switch (cu_block_role_of(s->loop)) {
+            case CU_BLOCK_UNIFORM: {
                 const char *v = var_name(c, s->var);
                 line(c, "for (long long %s = 0; %s < %lldLL; %s++) {", v, v, (long long)s->extent, v);
                 c->indent++;
                 print_block(c, s->body, NULL, true);
                 c->indent--;
                 line(c, "}");
-            } else {
+                break;
+            }
+            case CU_BLOCK_SPREAD:
                 print_block_loop(c, s);
-                barrier = s->loop != KL_RED;
+                barrier = true;
+                break;
+            case CU_BLOCK_REDUCE:
+                print_block_loop(c, s); /* the reduction's barriers order what follows */
+                break;
             }
             break;
         }
@@ -946,9 +953,9 @@ static int block_reduce_accs(const kir_stmt *s, const kir_stmt *end)
     int most = 0;
     for (; s && s != end; s = s->next) {
         int n = 0;
-        if (s->kind == KS_LOOP && s->loop == KL_RED)
+        if (s->kind == KS_LOOP && cu_block_role_of(s->loop) == CU_BLOCK_REDUCE)
             n = s->naccs;
-        else if (s->kind == KS_IF || (s->kind == KS_LOOP && s->loop == KL_SEQ))
+        else if (s->kind == KS_IF || (s->kind == KS_LOOP && cu_block_role_of(s->loop) == CU_BLOCK_UNIFORM))
             n = block_reduce_accs(s->body, NULL);
         if (n > most)
             most = n;

@@ -378,7 +378,11 @@ static int cuda_prepare(kl_backend *be, const kl_plan *plan)
             jobs[j].owned = kir_cuda_program(k->cuda.src, k->cuda.needs);
             jobs[j].src = jobs[j].owned;
         }
-        kl_nvrtc_opts no = {.arch = cb->arch, .cache_dir = cb->o.cache_dir, .quiet = cb->o.quiet};
+        /* KILN_CUDA_PTX=1: PTX for the driver to compile (a GPU newer than
+         * NVRTC's CUBIN targets, or to look at the PTX in the cache). */
+        const char *ptx = getenv("KILN_CUDA_PTX");
+        kl_nvrtc_opts no = {.arch = cb->arch, .ptx = ptx && !strcmp(ptx, "1"), .cache_dir = cb->o.cache_dir,
+                            .quiet = cb->o.quiet};
         if (kl_nvrtc_compile(jobs, missing.n, &no))
             rc = -1;
         for (int j = 0; j < missing.n && !rc; j++)
@@ -758,7 +762,7 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     cb->sms = sms;
     cb->base.threads = sms;
     snprintf(cb->arch, sizeof cb->arch, "sm_%d%d", major, minor);
-    snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %.80s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
              (double)mem / 1073741824.0);
     if ((r = api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = api.cuCtxSetCurrent(cb->ctx))) {
         snprintf(why, n, "cannot open a context on %s: %s", name, cu_error(r));

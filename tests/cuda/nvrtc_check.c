@@ -3,7 +3,9 @@
  * NVRTC for each architecture, and ptxas reports no stack frame (local
  * memory) and no spills for any of its functions. No GPU is needed.
  *
- *   nvrtc_check [--arch sm_80,sm_90] [--batch N] [--print] MODEL.kl...
+ *   nvrtc_check [--arch sm_80,sm_90] [--batch N] [--print] [--ptx] MODEL.kl...
+ *
+ * --ptx compiles to PTX instead (no ptxas: only that it compiles).
  *
  * Exits 77 (a skip for ctest) when NVRTC cannot be opened. */
 #include <stdio.h>
@@ -23,7 +25,7 @@ typedef struct kernel_entry {
 int main(int argc, char **argv)
 {
     const char *archs = "sm_80,sm_90", *batch = NULL;
-    bool print = false;
+    bool print = false, ptx = false;
     KL_VEC(const char *) models = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--arch") && i + 1 < argc)
@@ -32,6 +34,8 @@ int main(int argc, char **argv)
             batch = argv[++i];
         else if (!strcmp(argv[i], "--print"))
             print = true;
+        else if (!strcmp(argv[i], "--ptx"))
+            ptx = true;
         else
             kl_vec_push(models, argv[i]);
     }
@@ -88,7 +92,7 @@ int main(int argc, char **argv)
             jobs[i].name = ks.v[i].name;
             jobs[i].src = ks.v[i].program;
         }
-        kl_nvrtc_opts o = {.arch = arch, .quiet = true};
+        kl_nvrtc_opts o = {.arch = arch, .ptx = ptx, .quiet = true};
         int failed = kl_nvrtc_compile(jobs, ks.n, &o);
         int maxreg = 0, cached = 0, bad = 0;
         const char *maxfn = "";
@@ -98,7 +102,7 @@ int main(int argc, char **argv)
                 continue;
             }
             cached += jobs[i].cached;
-            for (int f = 0; f < ks.v[i].nfns; f++) {
+            for (int f = 0; f < ks.v[i].nfns && !ptx; f++) {
                 kl_ptxas_info pi;
                 if (kl_ptxas_info_of(jobs[i].log, ks.v[i].fns[f], &pi)) {
                     printf("FAIL: no ptxas report for %s (%s) on %s\n", ks.v[i].fns[f], ks.v[i].what, arch);
@@ -120,8 +124,12 @@ int main(int argc, char **argv)
             jobs[i].image = NULL;
             jobs[i].log = NULL;
         }
-        printf("%s: %d kernels (%d functions) compiled by NVRTC %d.%d (%d from the cache), %d failed, %d with local memory or spills; at most %d registers (%s)\n",
-               arch, ks.n, functions, major, minor, cached, failed, bad, maxreg, maxfn);
+        if (ptx)
+            printf("%s: %d kernels (%d functions) compiled to PTX by NVRTC %d.%d (%d from the cache), %d failed\n", arch, ks.n,
+                   functions, major, minor, cached, failed);
+        else
+            printf("%s: %d kernels (%d functions) compiled by NVRTC %d.%d (%d from the cache), %d failed, %d with local memory or spills; at most %d registers (%s)\n",
+                   arch, ks.n, functions, major, minor, cached, failed, bad, maxreg, maxfn);
         failures += failed + bad;
     }
     printf("%d plans of %d model(s): %s\n", plans, models.n, failures ? "FAILED" : "all kernels compile without local memory or spills");
