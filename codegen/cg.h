@@ -72,6 +72,22 @@ kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **
 /* A store of expression e into value v's buffer at the nest position. */
 void cg_store_at(cg_builder *b, int v, kir_expr *e);
 
+/* Dim classes of nests over reductions: kept dims (the result's) and
+ * reduced ones. */
+enum { CG_KEPT = 0, CG_REDUCED = 1 };
+/* Opens one loop per collapsed dim of class cls, of the given kind; the
+ * first loop gets the accumulators ops[0..nacc) (RED loops). Returns the
+ * number of loops opened, for cg_close_loops. */
+int cg_open_class(cg_builder *b, int cls, kir_loop_kind kind, const kir_acc_op *ops, int nacc, int *accs);
+void cg_close_loops(cg_builder *b, int n);
+/* Forgets the values computed at the previous position (a new loop). */
+void cg_reset_cache(cg_builder *b);
+/* The flat index over the KEPT dims (the layout of a reduction's result
+ * or of per-channel statistics). */
+kir_expr *cg_kept_index(cg_builder *b);
+/* The product of the collapsed dims of class cls. */
+int64_t cg_class_size(const cg_nest *nest, int cls);
+
 /* The anchor's result v has value e at the nest's current position:
  * stores v if it escapes, then every elementwise node of the group that
  * reads v (directly or through others: the epilogue) whose result

@@ -156,16 +156,64 @@ void cg_nest_open(cg_builder *b, kir_loop_kind kind)
     cg_nest *nest = b->nest;
     for (int j = 0; j < nest->rank; j++)
         nest->var[j] = kir_loop_begin(b->k, kind, nest->dim[j], "i");
-    for (int i = 0; i < b->ncached; i++)
-        b->cached[i] = -1;
+    cg_reset_cache(b);
 }
 
 void cg_nest_close(cg_builder *b)
 {
-    for (int j = 0; j < b->nest->rank; j++)
+    cg_close_loops(b, b->nest->rank);
+    cg_reset_cache(b);
+}
+
+int cg_open_class(cg_builder *b, int cls, kir_loop_kind kind, const kir_acc_op *ops, int nacc, int *accs)
+{
+    cg_nest *nest = b->nest;
+    int opened = 0;
+    for (int j = 0; j < nest->rank; j++) {
+        if (nest->cls[j] != cls)
+            continue;
+        nest->var[j] = kir_loop_begin(b->k, kind, nest->dim[j], cls == CG_KEPT ? "i" : "r");
+        if (opened == 0)
+            for (int a = 0; a < nacc; a++)
+                accs[a] = kir_loop_acc(b->k, ops[a], "acc");
+        opened++;
+    }
+    return opened;
+}
+
+void cg_close_loops(cg_builder *b, int n)
+{
+    for (int i = 0; i < n; i++)
         kir_loop_end(b->k);
+}
+
+void cg_reset_cache(cg_builder *b)
+{
     for (int i = 0; i < b->ncached; i++)
         b->cached[i] = -1;
+}
+
+kir_expr *cg_kept_index(cg_builder *b)
+{
+    cg_nest *nest = b->nest;
+    kir_expr *idx = NULL;
+    int64_t stride = 1;
+    for (int j = nest->rank - 1; j >= 0; j--) {
+        if (nest->cls[j] != CG_KEPT)
+            continue;
+        idx = kir_iadd(b->k, idx, kir_imul(b->k, kir_varref(b->k, nest->var[j]), stride));
+        stride *= nest->dim[j];
+    }
+    return idx ? idx : kir_const_i(b->k, 0);
+}
+
+int64_t cg_class_size(const cg_nest *nest, int cls)
+{
+    int64_t n = 1;
+    for (int j = 0; j < nest->rank; j++)
+        if (nest->cls[j] == cls)
+            n *= nest->dim[j];
+    return n;
 }
 
 kir_expr *cg_dim_index(cg_builder *b, int k)

@@ -10,35 +10,7 @@
  * (relu_grad) is computed in place of a load: the fused batch norm. */
 #include "cg.h"
 
-enum { KEPT = 0, REDUCED = 1 };
-
-static int open_class(cg_builder *b, int cls, kir_loop_kind kind, const kir_acc_op *ops, int nacc, int *accs)
-{
-    cg_nest *nest = b->nest;
-    int opened = 0;
-    for (int j = 0; j < nest->rank; j++) {
-        if (nest->cls[j] != cls)
-            continue;
-        nest->var[j] = kir_loop_begin(b->k, kind, nest->dim[j], cls == KEPT ? "c" : "r");
-        if (opened == 0)
-            for (int a = 0; a < nacc; a++)
-                accs[a] = kir_loop_acc(b->k, ops[a], "acc");
-        opened++;
-    }
-    return opened;
-}
-
-static void close_loops(cg_builder *b, int n)
-{
-    for (int i = 0; i < n; i++)
-        kir_loop_end(b->k);
-}
-
-static void reset_cache(cg_builder *b)
-{
-    for (int i = 0; i < b->ncached; i++)
-        b->cached[i] = -1;
-}
+enum { KEPT = CG_KEPT, REDUCED = CG_REDUCED };
 
 /* Points every REDUCED group of the nest at index 0. */
 static void at_first(cg_builder *b)
@@ -47,22 +19,7 @@ static void at_first(cg_builder *b)
     for (int j = 0; j < b->nest->rank; j++)
         if (b->nest->cls[j] == REDUCED)
             b->nest->var[j] = zero;
-    reset_cache(b);
-}
-
-/* The flat index over the KEPT groups (the statistics' layout). */
-static kir_expr *kept_index(cg_builder *b)
-{
-    cg_nest *nest = b->nest;
-    kir_expr *idx = NULL;
-    int64_t stride = 1;
-    for (int j = nest->rank - 1; j >= 0; j--) {
-        if (nest->cls[j] != KEPT)
-            continue;
-        idx = kir_iadd(b->k, idx, kir_imul(b->k, kir_varref(b->k, nest->var[j]), stride));
-        stride *= nest->dim[j];
-    }
-    return idx ? idx : kir_const_i(b->k, 0);
+    cg_reset_cache(b);
 }
 
 static kir_expr *load_at(cg_builder *b, int v, kir_expr *idx)
@@ -86,30 +43,21 @@ static void norm_nest(cg_builder *b, cg_nest *nest, const ir_type *xt, bool batc
     K->work = ir_type_numel(xt);
 }
 
-static int64_t reduced_count(const cg_nest *nest)
-{
-    int64_t m = 1;
-    for (int j = 0; j < nest->rank; j++)
-        if (nest->cls[j] == REDUCED)
-            m *= nest->dim[j];
-    return m;
-}
-
 /* mean and invstd over the REDUCED dims at the current KEPT position. */
 static void statistics(cg_builder *b, int x, double eps, int *mean, int *var, int *invstd)
 {
     cg_nest *nest = b->nest;
-    double m = (double)reduced_count(nest);
+    double m = (double)cg_class_size(nest, REDUCED);
     at_first(b);
     int x0 = kir_let(K, cg_value_at(b, x), "x0");
     kir_acc_op ops[2] = {KA_SUM, KA_SUM};
     int accs[2] = {-1, -1};
-    int n = open_class(b, REDUCED, KL_RED, ops, 2, accs);
-    reset_cache(b);
+    int n = cg_open_class(b, REDUCED, KL_RED, ops, 2, accs);
+    cg_reset_cache(b);
     int d = kir_let(K, BIN(KB_SUB, cg_value_at(b, x), VAR(x0)), "d");
     kir_acc_add(K, accs[0], VAR(d));
     kir_acc_add(K, accs[1], BIN(KB_MUL, VAR(d), VAR(d)));
-    close_loops(b, n);
+    cg_close_loops(b, n);
     (void)nest;
     int md = kir_let(K, BIN(KB_DIV, VAR(accs[0]), F(m)), "md");
     *var = kir_let(K, BIN(KB_MAX, F(0), BIN(KB_SUB, BIN(KB_DIV, VAR(accs[1]), F(m)), BIN(KB_MUL, VAR(md), VAR(md)))), "var");
@@ -125,14 +73,14 @@ static void batchnorm_forward(cg_builder *b, const ir_node *n)
     double eps = ir_attr_float(&n->attrs, "eps", 1e-5), mom = ir_attr_float(&n->attrs, "momentum", 0.1);
     cg_nest nest;
     norm_nest(b, &nest, xt, true);
-    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
-    kir_expr *c = kept_index(b);
+    int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    kir_expr *c = cg_kept_index(b);
     int cv = kir_let(K, c, "ch");
     int a, sh;
     if (n->op == IR_OP_BATCHNORM) {
         int mean, var, invstd;
         statistics(b, x, eps, &mean, &var, &invstd);
-        double m = (double)reduced_count(&nest);
+        double m = (double)cg_class_size(&nest, REDUCED);
         kir_store(K, cg_buf(b, n->out.v[1]), VAR(cv), VAR(mean));
         kir_store(K, cg_buf(b, n->out.v[2]), VAR(cv), VAR(invstd));
         /* Running statistics, with the unbiased variance. */
@@ -152,11 +100,11 @@ static void batchnorm_forward(cg_builder *b, const ir_node *n)
         a = kir_let(K, BIN(KB_MUL, load_at(b, gamma, VAR(cv)), VAR(invstd)), "a");
         sh = kir_let(K, BIN(KB_SUB, load_at(b, beta, VAR(cv)), BIN(KB_MUL, load_at(b, rm, VAR(cv)), VAR(a))), "sh");
     }
-    int inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
-    reset_cache(b);
+    int inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+    cg_reset_cache(b);
     cg_emit_epilogue(b, n->out.v[0], BIN(KB_ADD, BIN(KB_MUL, cg_value_at(b, x), VAR(a)), VAR(sh)));
-    close_loops(b, inner);
-    close_loops(b, outer);
+    cg_close_loops(b, inner);
+    cg_close_loops(b, outer);
 }
 
 /* dx = gamma invstd / M (M dy - sum dy - xhat sum(dy xhat)),
@@ -168,30 +116,30 @@ static void batchnorm_backward(cg_builder *b, const ir_node *n)
     const ir_type *xt = &ir_val(g, x)->type;
     cg_nest nest;
     norm_nest(b, &nest, xt, true);
-    double m = (double)reduced_count(&nest);
-    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
-    int cv = kir_let(K, kept_index(b), "ch");
+    double m = (double)cg_class_size(&nest, REDUCED);
+    int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    int cv = kir_let(K, cg_kept_index(b), "ch");
     int mu = kir_let(K, load_at(b, mean, VAR(cv)), "mu"), is = kir_let(K, load_at(b, invstd, VAR(cv)), "is");
     kir_acc_op ops[2] = {KA_SUM, KA_SUM};
     int accs[2] = {-1, -1};
-    int inner = open_class(b, REDUCED, KL_RED, ops, 2, accs);
-    reset_cache(b);
+    int inner = cg_open_class(b, REDUCED, KL_RED, ops, 2, accs);
+    cg_reset_cache(b);
     int d = kir_let(K, cg_value_at(b, dy), "dy");
     kir_acc_add(K, accs[0], VAR(d));
     kir_acc_add(K, accs[1], BIN(KB_MUL, VAR(d), BIN(KB_SUB, cg_value_at(b, x), VAR(mu))));
-    close_loops(b, inner);
+    cg_close_loops(b, inner);
     int sdyx = kir_let(K, BIN(KB_MUL, VAR(accs[1]), VAR(is)), "sdyx"); /* sum(dy xhat) */
     kir_store(K, cg_buf(b, n->out.v[1]), VAR(cv), VAR(sdyx));
     kir_store(K, cg_buf(b, n->out.v[2]), VAR(cv), VAR(accs[0]));
     int k1 = kir_let(K, BIN(KB_DIV, BIN(KB_MUL, load_at(b, gamma, VAR(cv)), VAR(is)), F(m)), "k1");
-    inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
-    reset_cache(b);
+    inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+    cg_reset_cache(b);
     kir_expr *xhat = BIN(KB_MUL, BIN(KB_SUB, cg_value_at(b, x), VAR(mu)), VAR(is));
     kir_expr *dx = BIN(KB_MUL, VAR(k1), BIN(KB_SUB, BIN(KB_SUB, BIN(KB_MUL, F(m), cg_value_at(b, dy)), VAR(accs[0])),
                                          BIN(KB_MUL, xhat, VAR(sdyx))));
     cg_emit_epilogue(b, n->out.v[0], dx);
-    close_loops(b, inner);
-    close_loops(b, outer);
+    cg_close_loops(b, inner);
+    cg_close_loops(b, outer);
 }
 
 static void layernorm_forward(cg_builder *b, const ir_node *n)
@@ -202,20 +150,20 @@ static void layernorm_forward(cg_builder *b, const ir_node *n)
     double eps = ir_attr_float(&n->attrs, "eps", 1e-5);
     cg_nest nest;
     norm_nest(b, &nest, xt, false);
-    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
-    int row = kir_let(K, kept_index(b), "row");
+    int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    int row = kir_let(K, cg_kept_index(b), "row");
     int mean, var, invstd;
     statistics(b, x, eps, &mean, &var, &invstd);
     kir_store(K, cg_buf(b, n->out.v[1]), VAR(row), VAR(mean));
     kir_store(K, cg_buf(b, n->out.v[2]), VAR(row), VAR(invstd));
-    int inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
-    reset_cache(b);
+    int inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+    cg_reset_cache(b);
     kir_expr *d = cg_dim_index(b, xt->rank - 1);
     kir_expr *y = BIN(KB_ADD, BIN(KB_MUL, BIN(KB_MUL, BIN(KB_SUB, cg_value_at(b, x), VAR(mean)), VAR(invstd)), load_at(b, gamma, d)),
                       load_at(b, beta, d));
     cg_emit_epilogue(b, n->out.v[0], y);
-    close_loops(b, inner);
-    close_loops(b, outer);
+    cg_close_loops(b, inner);
+    cg_close_loops(b, outer);
 }
 
 /* dx = invstd / D (D g - sum g - xhat sum(g xhat)), g = dy gamma; then
@@ -228,27 +176,27 @@ static void layernorm_backward(cg_builder *b, const ir_node *n)
     int64_t dim = xt->dim[xt->rank - 1], rows = ir_type_numel(xt) / dim;
     cg_nest nest;
     norm_nest(b, &nest, xt, false);
-    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
-    int row = kir_let(K, kept_index(b), "row");
+    int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    int row = kir_let(K, cg_kept_index(b), "row");
     int mu = kir_let(K, load_at(b, mean, VAR(row)), "mu"), is = kir_let(K, load_at(b, invstd, VAR(row)), "is");
     kir_acc_op ops[2] = {KA_SUM, KA_SUM};
     int accs[2] = {-1, -1};
-    int inner = open_class(b, REDUCED, KL_RED, ops, 2, accs);
-    reset_cache(b);
+    int inner = cg_open_class(b, REDUCED, KL_RED, ops, 2, accs);
+    cg_reset_cache(b);
     kir_expr *gd = BIN(KB_MUL, cg_value_at(b, dy), load_at(b, gamma, cg_dim_index(b, xt->rank - 1)));
     int gv = kir_let(K, gd, "g");
     kir_acc_add(K, accs[0], VAR(gv));
     kir_acc_add(K, accs[1], BIN(KB_MUL, VAR(gv), BIN(KB_MUL, BIN(KB_SUB, cg_value_at(b, x), VAR(mu)), VAR(is))));
-    close_loops(b, inner);
-    inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
-    reset_cache(b);
+    cg_close_loops(b, inner);
+    inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+    cg_reset_cache(b);
     kir_expr *xhat = BIN(KB_MUL, BIN(KB_SUB, cg_value_at(b, x), VAR(mu)), VAR(is));
     kir_expr *gval = BIN(KB_MUL, cg_value_at(b, dy), load_at(b, gamma, cg_dim_index(b, xt->rank - 1)));
     kir_expr *dx = BIN(KB_MUL, BIN(KB_DIV, VAR(is), F((double)dim)),
                        BIN(KB_SUB, BIN(KB_SUB, BIN(KB_MUL, F((double)dim), gval), VAR(accs[0])), BIN(KB_MUL, xhat, VAR(accs[1]))));
     cg_emit_epilogue(b, n->out.v[0], dx);
-    close_loops(b, inner);
-    close_loops(b, outer);
+    cg_close_loops(b, inner);
+    cg_close_loops(b, outer);
 
     /* dgamma, dbeta: per feature, summed over rows (a second nest). */
     int dgb = cg_buf(b, n->out.v[1]), dbb = cg_buf(b, n->out.v[2]);

@@ -6,61 +6,7 @@
 
 #include "cg.h"
 
-enum { KEPT = 0, REDUCED = 1 };
-
-/* Opens one loop per collapsed dim of class cls, of the given kind; the
- * first RED loop gets the accumulators ops[0..nacc). Returns loops opened. */
-static int open_class(cg_builder *b, int cls, kir_loop_kind kind, const kir_acc_op *ops, int nacc, int *accs)
-{
-    cg_nest *nest = b->nest;
-    int opened = 0;
-    for (int j = 0; j < nest->rank; j++) {
-        if (nest->cls[j] != cls)
-            continue;
-        nest->var[j] = kir_loop_begin(b->k, kind, nest->dim[j], cls == KEPT ? "i" : "r");
-        if (opened == 0)
-            for (int a = 0; a < nacc; a++)
-                accs[a] = kir_loop_acc(b->k, ops[a], "acc");
-        opened++;
-    }
-    return opened;
-}
-
-static void close_loops(cg_builder *b, int n)
-{
-    for (int i = 0; i < n; i++)
-        kir_loop_end(b->k);
-}
-
-static void reset_cache(cg_builder *b)
-{
-    for (int i = 0; i < b->ncached; i++)
-        b->cached[i] = -1;
-}
-
-/* The flat index into a result laid out over the KEPT dims only. */
-static kir_expr *kept_index(cg_builder *b)
-{
-    cg_nest *nest = b->nest;
-    kir_expr *idx = NULL;
-    int64_t stride = 1;
-    for (int j = nest->rank - 1; j >= 0; j--) {
-        if (nest->cls[j] != KEPT)
-            continue;
-        idx = kir_iadd(b->k, idx, kir_imul(b->k, kir_varref(b->k, nest->var[j]), stride));
-        stride *= nest->dim[j];
-    }
-    return idx ? idx : kir_const_i(b->k, 0);
-}
-
-static int64_t class_size(const cg_nest *nest, int cls)
-{
-    int64_t n = 1;
-    for (int j = 0; j < nest->rank; j++)
-        if (nest->cls[j] == cls)
-            n *= nest->dim[j];
-    return n;
-}
+enum { KEPT = CG_KEPT, REDUCED = CG_REDUCED };
 
 /* sum, mean, max over axes and sum_to: kept dims PAR, reduced dims RED. */
 static void build_axes_reduce(cg_builder *b, const ir_node *n)
@@ -85,21 +31,21 @@ static void build_axes_reduce(cg_builder *b, const ir_node *n)
     b->k->work = ir_type_numel(xt);
     kir_acc_op op = n->op == IR_OP_MAX ? KA_MAX : KA_SUM;
     int acc;
-    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
-    int inner = open_class(b, REDUCED, KL_RED, &op, 1, &acc);
+    int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    int inner = cg_open_class(b, REDUCED, KL_RED, &op, 1, &acc);
     if (!inner) {
         /* Nothing to reduce (all reduced dims are 1): a copy. */
         acc = kir_let(b->k, kir_const_f(b->k, 0), "acc");
     }
-    reset_cache(b);
+    cg_reset_cache(b);
     if (inner)
         kir_acc_add(b->k, acc, cg_value_at(b, x));
-    close_loops(b, inner);
+    cg_close_loops(b, inner);
     kir_expr *r = inner ? kir_varref(b->k, acc) : cg_value_at(b, x);
     if (n->op == IR_OP_MEAN)
-        r = kir_bin(b->k, KB_DIV, r, kir_const_f(b->k, (double)class_size(&nest, REDUCED)));
-    kir_store(b->k, cg_buf(b, y), kept_index(b), r);
-    close_loops(b, outer);
+        r = kir_bin(b->k, KB_DIV, r, kir_const_f(b->k, (double)cg_class_size(&nest, REDUCED)));
+    kir_store(b->k, cg_buf(b, y), cg_kept_index(b), r);
+    cg_close_loops(b, outer);
 }
 
 /* softmax, log_softmax and their gradients along one axis. */
@@ -116,27 +62,27 @@ static void build_softmax(cg_builder *b, const ir_node *n)
     cg_nest_init(b, &nest, xt, cls);
     k->work = ir_type_numel(xt);
     int y = n->out.v[0], by = cg_buf(b, y);
-    int outer = open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
+    int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
     int inner;
     if (n->op == IR_OP_SOFTMAX || n->op == IR_OP_LOG_SOFTMAX) {
         kir_acc_op mx = KA_MAX, sum = KA_SUM;
         int m = -1, s = -1;
-        inner = open_class(b, REDUCED, KL_RED, &mx, 1, &m);
-        reset_cache(b);
+        inner = cg_open_class(b, REDUCED, KL_RED, &mx, 1, &m);
+        cg_reset_cache(b);
         kir_acc_add(k, m, cg_value_at(b, x));
-        close_loops(b, inner);
-        inner = open_class(b, REDUCED, KL_RED, &sum, 1, &s);
-        reset_cache(b);
+        cg_close_loops(b, inner);
+        inner = cg_open_class(b, REDUCED, KL_RED, &sum, 1, &s);
+        cg_reset_cache(b);
         kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, x), kir_varref(k, m))));
-        close_loops(b, inner);
+        cg_close_loops(b, inner);
         int ls = kir_let(k, kir_un(k, KU_LOG, kir_varref(k, s)), "logsum");
-        inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
-        reset_cache(b);
+        inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+        cg_reset_cache(b);
         kir_expr *shifted = kir_bin(k, KB_SUB, cg_value_at(b, x), kir_varref(k, m));
         kir_expr *r = n->op == IR_OP_SOFTMAX ? kir_bin(k, KB_DIV, kir_un(k, KU_EXP, shifted), kir_varref(k, s))
                                              : kir_bin(k, KB_SUB, shifted, kir_varref(k, ls));
         kir_store(k, by, cg_index(b, xt), r);
-        close_loops(b, inner);
+        cg_close_loops(b, inner);
     } else {
         /* softmax_grad: dx = y (dy - sum dy y); log_softmax_grad:
          * dx = dy - exp(y) sum dy. Operands (dy, y). */
@@ -144,18 +90,18 @@ static void build_softmax(cg_builder *b, const ir_node *n)
         bool lsm = n->op == IR_OP_LOG_SOFTMAX_GRAD;
         kir_acc_op sum = KA_SUM;
         int s = -1;
-        inner = open_class(b, REDUCED, KL_RED, &sum, 1, &s);
-        reset_cache(b);
+        inner = cg_open_class(b, REDUCED, KL_RED, &sum, 1, &s);
+        cg_reset_cache(b);
         kir_acc_add(k, s, lsm ? cg_value_at(b, dy) : kir_bin(k, KB_MUL, cg_value_at(b, dy), cg_value_at(b, yv)));
-        close_loops(b, inner);
-        inner = open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
-        reset_cache(b);
+        cg_close_loops(b, inner);
+        inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
+        cg_reset_cache(b);
         kir_expr *r = lsm ? kir_bin(k, KB_SUB, cg_value_at(b, dy), kir_bin(k, KB_MUL, kir_un(k, KU_EXP, cg_value_at(b, yv)), kir_varref(k, s)))
                           : kir_bin(k, KB_MUL, cg_value_at(b, yv), kir_bin(k, KB_SUB, cg_value_at(b, dy), kir_varref(k, s)));
         kir_store(k, by, cg_index(b, xt), r);
-        close_loops(b, inner);
+        cg_close_loops(b, inner);
     }
-    close_loops(b, outer);
+    cg_close_loops(b, outer);
 }
 
 /* The label of row var i, clamped into [0, C) so a bad label cannot read
@@ -216,20 +162,20 @@ static void build_logits(cg_builder *b)
     nest.var[0] = i;
     int label = label_of(b, labels, i, classes);
     nest.var[1] = label;
-    reset_cache(b);
+    cg_reset_cache(b);
     int xl = kir_let(k, cg_value_at(b, logits), "xl");
     int m = -1, s = -1, c;
     if (ce || grad) {
         c = kir_loop_begin(k, KL_RED, classes, "c");
         m = kir_loop_acc(k, KA_MAX, "m");
         nest.var[1] = c;
-        reset_cache(b);
+        cg_reset_cache(b);
         kir_acc_add(k, m, cg_value_at(b, logits));
         kir_loop_end(k);
         c = kir_loop_begin(k, KL_RED, classes, "c");
         s = kir_loop_acc(k, KA_SUM, "s");
         nest.var[1] = c;
-        reset_cache(b);
+        cg_reset_cache(b);
         kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))));
         kir_loop_end(k);
     }
@@ -242,7 +188,7 @@ static void build_logits(cg_builder *b)
         c = kir_loop_begin(k, KL_RED, classes, "c");
         int beats = kir_loop_acc(k, KA_SUM, "beats");
         nest.var[1] = c;
-        reset_cache(b);
+        cg_reset_cache(b);
         kir_expr *xc = cg_value_at(b, logits);
         kir_expr *before = kir_bin(k, KB_AND, kir_bin(k, KB_LT, kir_varref(k, c), kir_varref(k, label)),
                                    kir_bin(k, KB_GE, xc, kir_varref(k, xl)));
@@ -259,7 +205,7 @@ static void build_logits(cg_builder *b)
         int inv = kir_let(k, kir_bin(k, KB_DIV, kir_const_f(k, 1), kir_varref(k, s)), "inv");
         c = kir_loop_begin(k, KL_BPAR, classes, "c");
         nest.var[1] = c;
-        reset_cache(b);
+        cg_reset_cache(b);
         kir_expr *p = kir_bin(k, KB_MUL, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))),
                               kir_varref(k, inv));
         kir_expr *hot = kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, c), kir_varref(k, label)), kir_const_f(k, 1),
