@@ -762,7 +762,7 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     cb->sms = sms;
     cb->base.threads = sms;
     snprintf(cb->arch, sizeof cb->arch, "sm_%d%d", major, minor);
-    snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %.80s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
              (double)mem / 1073741824.0);
     if ((r = api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = api.cuCtxSetCurrent(cb->ctx))) {
         snprintf(why, n, "cannot open a context on %s: %s", name, cu_error(r));
