@@ -44,15 +44,7 @@ bool cg_value_escapes(const cg_group *grp, int v)
     for (int u = 0; u < val->uses.n; u++)
         if (!cg_in_group(grp, val->uses.v[u].node))
             return true;
-    if (g->loss == v)
-        return true;
-    for (int i = 0; i < g->reports.n; i++)
-        if (g->reports.v[i].value == v)
-            return true;
-    for (int i = 0; i < g->grads.n; i++)
-        if (g->grads.v[i].grad == v)
-            return true;
-    return false;
+    return ir_is_output(g, v);
 }
 
 kir_type cg_compute_type(const ir_graph *g, const int *values, int n)

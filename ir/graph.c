@@ -261,6 +261,19 @@ void ir_replace_uses(ir_graph *g, int from, int to)
     }
 }
 
+bool ir_is_output(const ir_graph *g, int v)
+{
+    if (g->loss == v)
+        return true;
+    for (int i = 0; i < g->reports.n; i++)
+        if (g->reports.v[i].value == v)
+            return true;
+    for (int i = 0; i < g->grads.n; i++)
+        if (g->grads.v[i].grad == v)
+            return true;
+    return false;
+}
+
 void ir_kill_node(ir_graph *g, ir_node *n)
 {
     if (n->dead)

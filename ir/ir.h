@@ -323,6 +323,8 @@ int ir_emit_const(ir_graph *g, double value, ir_dtype dt);
 char *ir_unique_name(ir_graph *g, const char *base);
 /* Replaces every use of value from by value to. */
 void ir_replace_uses(ir_graph *g, int from, int to);
+/* Whether v leaves the graph: the loss, a reported value or a gradient. */
+bool ir_is_output(const ir_graph *g, int v);
 void ir_set_operand(ir_graph *g, ir_node *n, int i, int v);
 void ir_append_operand(ir_graph *g, ir_node *n, int v);
 /* Marks a node dead and drops its uses; its results must be unused. */

@@ -180,14 +180,8 @@ static bool used_only_in(const fuser *f, int i, int gid)
     const ir_node *n = ir_nd(g, i);
     for (int k = 0; k < n->out.n; k++) {
         int v = n->out.v[k];
-        if (g->loss == v)
+        if (ir_is_output(g, v))
             return false;
-        for (int r = 0; r < g->reports.n; r++)
-            if (g->reports.v[r].value == v)
-                return false;
-        for (int r = 0; r < g->grads.n; r++)
-            if (g->grads.v[r].grad == v)
-                return false;
         const ir_value *val = ir_val(g, v);
         for (int u = 0; u < val->uses.n; u++)
             if (f->group[val->uses.v[u].node] != gid)

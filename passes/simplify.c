@@ -11,19 +11,6 @@
 
 #include "passes.h"
 
-static bool needed_output(const ir_graph *g, int v)
-{
-    if (g->loss == v)
-        return true;
-    for (int i = 0; i < g->reports.n; i++)
-        if (g->reports.v[i].value == v)
-            return true;
-    for (int i = 0; i < g->grads.n; i++)
-        if (g->grads.v[i].grad == v)
-            return true;
-    return false;
-}
-
 static bool has_effect(const ir_node *n)
 {
     for (int k = 0; k < n->in.n; k++)
@@ -96,13 +83,13 @@ int pass_simplify(ir_graph *g)
         if (n->dead || n->out.n != 1 || has_effect(n) || n->op == IR_OP_DROPOUT)
             continue;
         int same = identity_of(g, n);
-        if (same >= 0 && !needed_output(g, n->out.v[0])) {
+        if (same >= 0 && !ir_is_output(g, n->out.v[0])) {
             ir_replace_uses(g, n->out.v[0], same);
             continue;
         }
         for (int j = 0; j < i; j++) {
             ir_node *m = ir_nd(g, j);
-            if (!m->dead && same_computation(m, n) && !needed_output(g, n->out.v[0])) {
+            if (!m->dead && same_computation(m, n) && !ir_is_output(g, n->out.v[0])) {
                 ir_replace_uses(g, n->out.v[0], m->out.v[0]);
                 break;
             }
@@ -115,7 +102,7 @@ int pass_simplify(ir_graph *g)
             continue;
         bool used = false;
         for (int k = 0; k < n->out.n && !used; k++)
-            used = ir_val(g, n->out.v[k])->uses.n > 0 || needed_output(g, n->out.v[k]);
+            used = ir_val(g, n->out.v[k])->uses.n > 0 || ir_is_output(g, n->out.v[k]);
         if (!used)
             ir_kill_node(g, n);
     }
