@@ -537,7 +537,8 @@ static int check_norm_operands(ir_infer *inf, int64_t c, const char *what)
     return 0;
 }
 
-int ir_shape_batchnorm(ir_infer *inf)
+/* The input and per-channel operands shared by the batch-norm family. */
+static int check_batchnorm_input(ir_infer *inf)
 {
     const ir_type *x = &inf->in[0];
     if (need_float(inf, 0))
@@ -546,7 +547,13 @@ int ir_shape_batchnorm(ir_infer *inf)
     if (x->rank != 2 && x->rank != 4)
         return ir_infer_error(inf, "%s needs an input [N, C] or [N, C, H, W], got %s", ir_op_name(inf->op),
                               tstr(x, b, sizeof b));
-    if (check_norm_operands(inf, x->dim[1], "one value per channel"))
+    return check_norm_operands(inf, x->dim[1], "one value per channel");
+}
+
+int ir_shape_batchnorm(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    if (check_batchnorm_input(inf))
         return -1;
     double eps = ir_attr_float(inf->attrs, "eps", 1e-5), m = ir_attr_float(inf->attrs, "momentum", 0.1);
     if (!(eps > 0) || !(m >= 0 && m <= 1))
@@ -564,16 +571,9 @@ int ir_shape_batchnorm_infer(ir_infer *inf)
 
 int ir_shape_batchnorm_apply(ir_infer *inf)
 {
-    const ir_type *x = &inf->in[0];
-    if (need_float(inf, 0))
+    if (check_batchnorm_input(inf))
         return -1;
-    char b[96];
-    if (x->rank != 2 && x->rank != 4)
-        return ir_infer_error(inf, "%s needs an input [N, C] or [N, C, H, W], got %s", ir_op_name(inf->op),
-                              tstr(x, b, sizeof b));
-    if (check_norm_operands(inf, x->dim[1], "one value per channel"))
-        return -1;
-    inf->out[0] = *x;
+    inf->out[0] = inf->in[0];
     return 0;
 }
 
