@@ -114,6 +114,7 @@ typedef struct printer {
     kl_buf *b;
     int indent;
     const kir_stmt *red; /* the innermost open RED loop that owns accumulators */
+    bool region;         /* inside one parallel region: nests are `omp for` */
 } printer;
 
 static void ind(printer *p)
@@ -157,7 +158,14 @@ static void print_un(printer *p, const kir_expr *e)
     kl_buf *b = p->b;
     switch ((kir_unop)e->op) {
     case KU_NEG: kl_buf_puts(b, "(-"); print_expr(p, e->a); kl_buf_puts(b, ")"); return;
-    case KU_NOT: kl_buf_puts(b, "(!"); print_expr(p, e->a); kl_buf_puts(b, ")"); return;
+    case KU_NOT:
+        /* 1 - c for a condition (0 or 1): with !c, gcc turns c & !d into
+         * branches and leaves the loop scalar (max-pooling's backward,
+         * measured 3x slower). */
+        kl_buf_puts(b, e->a->type == KT_BOOL ? "(1 - " : "(!");
+        print_expr(p, e->a);
+        kl_buf_puts(b, ")");
+        return;
     case KU_ABS: kl_buf_puts(b, t == KT_I64 ? "llabs(" : fn("fabs", t)); break;
     case KU_EXP: kl_buf_printf(b, "%s(", fn("exp", t)); break;
     case KU_LOG: kl_buf_printf(b, "%s(", fn("log", t)); break;
@@ -213,6 +221,22 @@ static void print_un(printer *p, const kir_expr *e)
     kl_buf_putc(b, ')');
 }
 
+/* Whether evaluating e reads a buffer. */
+static bool loads(const kir_expr *e)
+{
+    switch (e->kind) {
+    case KE_LOAD: return true;
+    case KE_UN:
+    case KE_CAST: return loads(e->a);
+    case KE_BIN: return loads(e->a) || loads(e->b);
+    case KE_SELECT: return loads(e->a) || loads(e->b) || loads(e->c);
+    case KE_CONST:
+    case KE_VAR:
+    case KE_ARG: return false;
+    }
+    return true;
+}
+
 static void print_bin(printer *p, const kir_expr *e)
 {
     static const char *ops[] = {
@@ -247,9 +271,15 @@ static void print_bin(printer *p, const kir_expr *e)
         kl_buf_putc(p->b, ')');
         return;
     }
+    const char *op = ops[e->op];
+    /* Conditions are 0 or 1: & and | give the same value as && and ||
+     * without the branch that short-circuiting needs, unless the right
+     * operand loads, where && guards the load. */
+    if ((e->op == KB_AND || e->op == KB_OR) && e->a->type == KT_BOOL && e->b->type == KT_BOOL && !loads(e->b))
+        op = e->op == KB_AND ? "&" : "|";
     kl_buf_putc(p->b, '(');
     print_expr(p, e->a);
-    kl_buf_printf(p->b, " %s ", ops[e->op]);
+    kl_buf_printf(p->b, " %s ", op);
     print_expr(p, e->b);
     kl_buf_putc(p->b, ')');
 }
@@ -356,12 +386,13 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     bool leaf = is_leaf_loop(s);
     if (collapse > 0) {
         ind(p);
+        const char *omp = p->region ? "#pragma omp for" : "#pragma omp parallel for";
         if (collapse == 1 && leaf)
-            kl_buf_puts(p->b, "#pragma omp parallel for simd schedule(static)\n");
+            kl_buf_printf(p->b, "%s simd schedule(static)\n", omp);
         else if (collapse == 1)
-            kl_buf_puts(p->b, "#pragma omp parallel for schedule(static)\n");
+            kl_buf_printf(p->b, "%s schedule(static)\n", omp);
         else
-            kl_buf_printf(p->b, "#pragma omp parallel for collapse(%d) schedule(static)\n", collapse);
+            kl_buf_printf(p->b, "%s collapse(%d) schedule(static)\n", omp, collapse);
     } else if (skip == 0 && leaf) {
         /* A leaf RED loop without accumulators of its own feeds those of
          * the RED loop around it. */
@@ -512,23 +543,69 @@ static void print_top(printer *p, const kir_stmt *s)
     }
 }
 
+/* Whether statement s, or one it holds, writes a buffer. */
+static bool writes(const kir_stmt *s)
+{
+    if (s->kind == KS_STORE || s->kind == KS_ADDTO)
+        return true;
+    if (s->kind == KS_LOOP || s->kind == KS_IF)
+        for (const kir_stmt *t = s->body; t; t = t->next)
+            if (writes(t))
+                return true;
+    return false;
+}
+
+/* Whether the top-level statements from s can run inside one parallel
+ * region: its OpenMP nests are shared out among the threads and every
+ * other statement only computes locals, which each thread computes alike.
+ * *nests counts the nests. */
+static bool fits_region(const kir_kernel *k, const kir_stmt *s, int *nests)
+{
+    for (; s; s = s->next) {
+        if (s->kind == KS_LOOP && s->loop == KL_PAR && parallel_depth(k, s) > 0)
+            (*nests)++;
+        else if (s->kind == KS_IF ? !fits_region(k, s->body, nests) : writes(s))
+            return false;
+    }
+    return true;
+}
+
+/* A kernel is two functions. The body takes its buffers as restrict
+ * parameters: gcc honours restrict on parameters, not on locals loaded
+ * from kb[], and without it leaves loops that store with a stride (max
+ * pooling's backward, measured 3.4x slower) scalar. OpenMP outlines a
+ * parallel region into a function that sees only plain pointers, so the
+ * region opens in the entry function around the call, and the body's
+ * nests are `omp for`, shared out within it. */
 char *kir_emit_c(const kir_kernel *k)
 {
     kl_buf b = {0};
-    printer p = {k, &b, 1, NULL};
+    int nests = 0;
+    bool region = fits_region(k, k->body, &nests) && nests > 0;
+    printer p = {k, &b, 1, NULL, region};
+    const char *name = k->name ? k->name : "KERNEL";
     kl_buf_printf(&b, "/* %s */\n", k->what);
-    kl_buf_printf(&b, "void %s(void *const *restrict kb, const kl_kargs *restrict ka)\n{\n",
-                  k->name ? k->name : "KERNEL");
-    kl_buf_puts(&b, "    (void)ka;\n");
+    kl_buf_printf(&b, "static inline void %s_body(", name);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
-        const char *t = c_storage(kb->dtype);
-        kl_buf_printf(&b, "    %s%s *%s%s = (%s%s *)kb[%d];\n", kb->written ? "" : "const ", t,
-                      kb->aliased ? "" : "restrict ", kb->name, kb->written ? "" : "const ", t, i);
-        if (!kb->read && !kb->written)
-            kl_buf_printf(&b, "    (void)%s;\n", kb->name);
+        kl_buf_printf(&b, "%s%s *%s%s, ", kb->written ? "" : "const ", c_storage(kb->dtype),
+                      kb->aliased ? "" : "restrict ", kb->name);
     }
+    kl_buf_puts(&b, "const kl_kargs *restrict ka)\n{\n");
+    kl_buf_puts(&b, "    (void)ka;\n");
+    for (int i = 0; i < k->nbufs; i++)
+        if (!k->bufs[i].read && !k->bufs[i].written)
+            kl_buf_printf(&b, "    (void)%s;\n", k->bufs[i].name);
     print_top(&p, k->body);
-    kl_buf_puts(&b, "}\n");
+    kl_buf_puts(&b, "}\n\n");
+    kl_buf_printf(&b, "void %s(void *const *restrict kb, const kl_kargs *restrict ka)\n{\n", name);
+    if (region)
+        kl_buf_puts(&b, "    #pragma omp parallel\n");
+    kl_buf_printf(&b, "    %s_body(", name);
+    for (int i = 0; i < k->nbufs; i++) {
+        const kir_buf *kb = &k->bufs[i];
+        kl_buf_printf(&b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", c_storage(kb->dtype), i);
+    }
+    kl_buf_puts(&b, "ka);\n}\n");
     return kl_buf_take(&b);
 }
