@@ -13,7 +13,8 @@
  * reported as an error: on a GPU each is a hang or undefined behaviour.
  * Threads run in increasing or decreasing order (the caller picks), so a
  * missing barrier between one thread's write and another's read shows up
- * as a wrong result in one of the orders.
+ * as a wrong result in one of the orders. (The harness also runs kernels
+ * on guarded copies of their buffers, so a write outside one is seen.)
  *
  * Not emulated (see README): concurrency between blocks and between the
  * threads of a warp, the memory model, timing, resource limits, and the

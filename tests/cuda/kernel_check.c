@@ -15,7 +15,8 @@
  *   --device cuda  on the GPU through the CUDA backend (NVRTC, the real
  *                  launch sizes), GEMMs through cuBLASLt as well.
  *
- *   kernel_check [--emulate | --device cuda] [--batch N] [--seed N] [--threads N] MODEL.kl...
+ *   kernel_check [--emulate | --device cuda] [--batch N] [--seed N] [--threads N]
+ *                [--precisions fp32,bf16,fp16] MODEL.kl...
  *
  * Exits 77 (a skip) when no C++ compiler (--emulate) or no GPU
  * (--device cuda) is there. */
@@ -281,9 +282,57 @@ typedef struct runner {
     kl_backend *gpu;    /* --device cuda */
 } runner;
 
+/* Copies of a step's host buffers (on the device, or guarded on the host
+ * for the emulation): buffers that overlap (a result written in place
+ * over its operand) share one copy, as on the host. */
+typedef struct dev_range {
+    char *lo, *hi;
+    void *dev;
+} dev_range;
+
+static int by_lo(const void *a, const void *b)
+{
+    const dev_range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Sorts and merges the buffers' ranges; returns how many. */
+static int merge_ranges(void *const *host, const size_t *bytes, int n, dev_range *rs)
+{
+    int nr = 0;
+    for (int a = 0; a < n; a++)
+        rs[nr++] = (dev_range){(char *)host[a], (char *)host[a] + (bytes[a] ? bytes[a] : 1), NULL};
+    qsort(rs, (size_t)nr, sizeof *rs, by_lo);
+    int m = 0;
+    for (int i = 0; i < nr; i++) {
+        if (m && rs[i].lo < rs[m - 1].hi) {
+            if (rs[i].hi > rs[m - 1].hi)
+                rs[m - 1].hi = rs[i].hi;
+        } else {
+            rs[m++] = rs[i];
+        }
+    }
+    return m;
+}
+
+/* Where host pointer h lives in the copies. */
+static void *shadow_of(const dev_range *rs, int m, const void *h)
+{
+    for (int i = 0; i < m; i++)
+        if ((const char *)h >= rs[i].lo && (const char *)h < rs[i].hi)
+            return (char *)rs[i].dev + ((const char *)h - rs[i].lo);
+    kl_panic("a buffer outside every range");
+}
+
+/* Guard zones around each emulated buffer copy: a write outside a buffer
+ * (which the host's sanitizers cannot see in the uninstrumented emulated
+ * code) changes them. */
+#define GUARD 1024
+#define GUARD_BYTE 0xa5
+
 /* The emulated launches of kernel k on the host buffers, in launch
  * configuration cfg. */
-static int run_emulated(runner *r, const kl_kernel_src *k, void *const *bufs, const kl_kargs *ka, int cfg, char *err,
+static int run_launches(runner *r, const kl_kernel_src *k, void *const *bufs, const kl_kargs *ka, int cfg, char *err,
                         size_t errlen, stats *st)
 {
     for (int l = 0; l < k->cuda.nlaunches; l++) {
@@ -313,43 +362,58 @@ static int run_emulated(runner *r, const kl_kernel_src *k, void *const *bufs, co
     return 0;
 }
 
-/* Device copies of host ranges; ranges that overlap (a result written in
- * place over its operand) share one allocation, as on the host. */
-typedef struct dev_range {
-    char *lo, *hi;
-    void *dev;
-} dev_range;
-
-static int by_lo(const void *a, const void *b)
+/* The emulated launches on guarded copies of the buffers: results copied
+ * back, and an error when a guard zone changed. */
+static int run_emulated(runner *r, const kl_kernel_src *k, void *const *bufs, const size_t *bytes, int n, const kl_kargs *ka,
+                        int cfg, char *err, size_t errlen, stats *st)
 {
-    const dev_range *x = a, *y = b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
+    dev_range rs[64];
+    void *shadow[64];
+    int m = merge_ranges(bufs, bytes, n, rs);
+    for (int i = 0; i < m; i++) {
+        size_t len = (size_t)(rs[i].hi - rs[i].lo);
+        char *g = NULL;
+        if (posix_memalign((void **)&g, 256, len + 2 * GUARD))
+            kl_panic("out of memory");
+        memset(g, GUARD_BYTE, GUARD);
+        memcpy(g + GUARD, rs[i].lo, len);
+        memset(g + GUARD + len, GUARD_BYTE, GUARD);
+        rs[i].dev = g + GUARD;
+    }
+    for (int a = 0; a < n; a++)
+        shadow[a] = shadow_of(rs, m, bufs[a]);
+    int rc = run_launches(r, k, shadow, ka, cfg, err, errlen, st);
+    for (int i = 0; i < m; i++) {
+        size_t len = (size_t)(rs[i].hi - rs[i].lo);
+        char *g = (char *)rs[i].dev - GUARD;
+        for (size_t j = 0; j < GUARD && !rc; j++) {
+            if ((unsigned char)g[j] != GUARD_BYTE || (unsigned char)g[GUARD + len + j] != GUARD_BYTE) {
+                int arg = -1;
+                for (int a = 0; a < n && arg < 0; a++)
+                    if ((char *)bufs[a] >= rs[i].lo && (char *)bufs[a] < rs[i].hi)
+                        arg = a;
+                snprintf(err, errlen, "a write outside buffer %d (%zu bytes), %zu bytes %s it", arg, len,
+                         (unsigned char)g[j] != GUARD_BYTE ? GUARD - j : j + 1,
+                         (unsigned char)g[j] != GUARD_BYTE ? "before" : "after");
+                rc = -1;
+            }
+        }
+        memcpy(rs[i].lo, rs[i].dev, len);
+        free(g);
+    }
+    return rc;
 }
 
 static int to_device(kl_backend *gpu, void *const *host, const size_t *bytes, int n, void **dev, dev_range *rs)
 {
-    int nr = 0;
-    for (int a = 0; a < n; a++)
-        rs[nr++] = (dev_range){(char *)host[a], (char *)host[a] + (bytes[a] ? bytes[a] : 1), NULL};
-    qsort(rs, (size_t)nr, sizeof *rs, by_lo);
-    int m = 0;
-    for (int i = 0; i < nr; i++) {
-        if (m && rs[i].lo < rs[m - 1].hi) {
-            if (rs[i].hi > rs[m - 1].hi)
-                rs[m - 1].hi = rs[i].hi;
-        } else {
-            rs[m++] = rs[i];
-        }
-    }
+    int m = merge_ranges(host, bytes, n, rs);
     for (int i = 0; i < m; i++) {
         size_t len = (size_t)(rs[i].hi - rs[i].lo);
         rs[i].dev = gpu->ops->alloc(gpu, len);
         gpu->ops->copy_in(gpu, rs[i].dev, rs[i].lo, len);
     }
     for (int a = 0; a < n; a++)
-        for (int i = 0; i < m; i++)
-            if ((char *)host[a] >= rs[i].lo && (char *)host[a] < rs[i].hi)
-                dev[a] = (char *)rs[i].dev + ((char *)host[a] - rs[i].lo);
+        dev[a] = shadow_of(rs, m, host[a]);
     return m;
 }
 
@@ -369,7 +433,10 @@ static int run_cuda_version(runner *r, kl_exec *e, int i, int cfg, const kl_karg
     kl_step *sp = &p->steps.v[i];
     if (!r->gpu) {
         const kl_kernel_src *k = &p->kernels.v[sp->kernel];
-        return run_emulated(r, k, e->args[i], ka, cfg, err, errlen, st);
+        size_t bytes[64];
+        for (int a = 0; a < sp->nargs; a++)
+            bytes[a] = (size_t)p->buffers.v[sp->args[a]].bytes;
+        return run_emulated(r, k, e->args[i], bytes, sp->nargs, ka, cfg, err, errlen, st);
     }
     kl_backend *gpu = r->gpu;
     void *host[64], *dev[64];
@@ -490,7 +557,7 @@ static void check_plan(kl_exec *e, const char *where, runner *r, stats *st)
 
 int main(int argc, char **argv)
 {
-    const char *batch = "4";
+    const char *batch = "4", *precisions = NULL;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     uint64_t seed = 17;
     bool gpu = false;
@@ -498,6 +565,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = argv[++i];
+        else if (!strcmp(argv[i], "--precisions") && i + 1 < argc)
+            precisions = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
@@ -535,7 +604,7 @@ int main(int argc, char **argv)
     int failures = 0;
     for (int m = 0; m < models.n; m++) {
         plan_config cfg[16];
-        int nc = plan_configs(cfg);
+        int nc = plan_configs(cfg, precisions);
         kl_session *sess[16] = {0};
         kl_exec *ex[16] = {0};
         /* Every distinct kernel of every configuration, in chunks that
@@ -599,9 +668,9 @@ int main(int argc, char **argv)
                 check_plan(ex[c], where, &r, &st);
             }
             printf("%s: %d distinct kernels (%d kernel steps%s in %d configurations, batch %s), %s: %d runs, %d launches; "
-                   "worst relative error f32 %.2g, bf16 %.2g, f16 %.2g; %d failures (%s%.1f s, run %.1f s)\n",
+                   "worst relative error f64 %.2g, f32 %.2g, bf16 %.2g, f16 %.2g; %d failures (%s%.1f s, run %.1f s)\n",
                    models.v[m], st.seen.n, st.kernels, gpu ? " and their GEMMs" : "", nc, batch,
-                   gpu ? "on the GPU" : "emulated twice each", st.runs, st.launches, st.worst[IR_F32], st.worst[IR_BF16],
+                   gpu ? "on the GPU" : "emulated twice each", st.runs, st.launches, st.worst[IR_F64], st.worst[IR_F32], st.worst[IR_BF16],
                    st.worst[IR_F16], st.failures, gpu ? "setup " : "compile ", t1 - t0, kl_now() - t1);
             failures += st.failures;
             for (int i = 0; i < st.seen.n; i++)

@@ -3,7 +3,7 @@
  * NVRTC for each architecture, and ptxas reports no stack frame (local
  * memory) and no spills for any of its functions. No GPU is needed.
  *
- *   nvrtc_check [--arch sm_80,sm_90] [--batch N] [--print] [--ptx] MODEL.kl...
+ *   nvrtc_check [--arch sm_80,sm_90] [--batch N] [--precisions fp32,bf16,fp16] [--print] [--ptx] MODEL.kl...
  *
  * --ptx compiles to PTX instead (no ptxas: only that it compiles).
  *
@@ -24,7 +24,7 @@ typedef struct kernel_entry {
 
 int main(int argc, char **argv)
 {
-    const char *archs = "sm_80,sm_90", *batch = NULL;
+    const char *archs = "sm_80,sm_90", *batch = NULL, *precisions = NULL;
     bool print = false, ptx = false;
     KL_VEC(const char *) models = {0};
     for (int i = 1; i < argc; i++) {
@@ -32,6 +32,8 @@ int main(int argc, char **argv)
             archs = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = argv[++i];
+        else if (!strcmp(argv[i], "--precisions") && i + 1 < argc)
+            precisions = argv[++i];
         else if (!strcmp(argv[i], "--print"))
             print = true;
         else if (!strcmp(argv[i], "--ptx"))
@@ -50,7 +52,7 @@ int main(int argc, char **argv)
     int plans = 0, failures = 0;
     for (int m = 0; m < models.n; m++) {
         plan_config cfg[16];
-        int nc = plan_configs(cfg);
+        int nc = plan_configs(cfg, precisions);
         for (int c = 0; c < nc; c++) {
             char cs[64];
             ir_graph *g = plan_config_graph(models.v[m], batch, &cfg[c]);

@@ -45,11 +45,14 @@ static inline ir_graph *plan_config_graph(const char *model, const char *batch, 
     return g;
 }
 
-/* Every configuration, in a fixed order; returns how many (at most 12). */
-static inline int plan_configs(plan_config *out)
+/* Every configuration, in a fixed order; returns how many (at most 12).
+ * precisions: a comma-separated subset of fp32,bf16,fp16, or NULL: all. */
+static inline int plan_configs(plan_config *out, const char *precisions)
 {
     int n = 0;
-    for (size_t p = 0; p < sizeof plan_precisions / sizeof plan_precisions[0]; p++)
+    for (size_t p = 0; p < sizeof plan_precisions / sizeof plan_precisions[0]; p++) {
+        if (precisions && !strstr(precisions, plan_precisions[p]))
+            continue;
         for (int m = 0; m < 2; m++)
             for (int f = 1; f >= 0; f--) {
                 out[n].precision = plan_precisions[p];
@@ -57,6 +60,7 @@ static inline int plan_configs(plan_config *out)
                 out[n].fused = f;
                 n++;
             }
+    }
     return n;
 }
 
