@@ -280,7 +280,13 @@ void cg_build_pool(cg_builder *b, const ir_node *n)
 /* col[(c, kh, kw), n, (oh, ow)] = x[n, c, oh s - p + kh d, ow s - p + kw d]
  * (0 in the padding): one row per kernel tap, so the convolution of the
  * whole batch is one GEMM, W[o, ckk] col[ckk, n hw]. col is a scratch
- * buffer (a negative id). */
+ * buffer (a negative id).
+ *
+ * Per output row and tap, the columns that read x are one constant range
+ * [lo, hi) of ow, so the copy is a plain strided loop and the padding on
+ * either side and the rows outside x are stored as zeros by loops of
+ * their own: no clamped indices or selects, which keep gcc from
+ * vectorising (measured 2-2.5x slower). */
 void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col)
 {
     int64_t rows = cv->c * cv->kh * cv->kw, hw = cv->oh * cv->ow;
@@ -288,21 +294,48 @@ void cg_build_im2col(cg_builder *b, const cg_conv *cv, int x, int col)
     int bx = cg_buf(b, x), bc = kir_buf_add(K, col, cv->dtype, cv->n * rows * hw);
     int c = kir_loop_begin(K, KL_PAR, cv->c, "c");
     int kh = kir_loop_begin(K, KL_PAR, cv->kh, "kh");
-    int kw = kir_loop_begin(K, KL_PAR, cv->kw, "kw");
     int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
     int oh = kir_loop_begin(K, KL_PAR, cv->oh, "oh");
     int ih = kir_let(K, kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(oh), cv->s[0]), I(-cv->p[0])), kir_imul(K, VAR(kh), cv->d[0])), "ih");
-    int ow = kir_loop_begin(K, KL_PAR, cv->ow, "ow");
-    int iw = kir_let(K, kir_iadd(K, kir_iadd(K, kir_imul(K, VAR(ow), cv->s[1]), I(-cv->p[1])), kir_imul(K, VAR(kw), cv->d[1])), "iw");
-    kir_expr *valid = BIN(KB_AND, in_range(b, VAR(ih), cv->h), in_range(b, VAR(iw), cv->w));
-    kir_expr *plane = kir_iadd(K, kir_imul(K, VAR(n), cv->c), VAR(c));
-    kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), clamp(b, VAR(ih), cv->h)), cv->w),
-                             clamp(b, VAR(iw), cv->w));
-    kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), VAR(kh)), cv->kw), VAR(kw));
-    kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, row, cv->n), VAR(n)), hw),
-                             kir_iadd(K, kir_imul(K, VAR(oh), cv->ow), VAR(ow)));
-    kir_store(K, bc, dst, kir_select(K, valid, kir_load(K, bx, src), kir_const_f(K, 0)));
-    close_n(b, 6);
+    for (int inside = 1; inside >= 0; inside--) {
+        kir_expr *row_ok = in_range(b, VAR(ih), cv->h);
+        kir_if_begin(K, inside ? row_ok : kir_un(K, KU_NOT, row_ok));
+        int xrow = -1;
+        if (inside) {
+            kir_expr *plane = kir_iadd(K, kir_imul(K, VAR(n), cv->c), VAR(c));
+            xrow = kir_let(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), VAR(ih)), cv->w), "xrow");
+        }
+        for (int64_t kw = 0; kw < cv->kw; kw++) {
+            /* iw = ow s + shift; x has it for ow in [lo, hi). */
+            int64_t shift = kw * cv->d[1] - cv->p[1], st = cv->s[1];
+            int64_t lo = shift >= 0 ? 0 : (-shift + st - 1) / st;
+            int64_t hi = cv->w - 1 - shift < 0 ? 0 : (cv->w - 1 - shift) / st + 1;
+            if (hi > cv->ow)
+                hi = cv->ow;
+            if (!inside || hi < lo)
+                lo = hi = cv->ow;
+            kir_expr *row = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(c), cv->kh), VAR(kh)), cv->kw), I(kw));
+            int dst = kir_let(K, kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, row, cv->n), VAR(n)), hw),
+                                          kir_imul(K, VAR(oh), cv->ow)), "dst");
+            int64_t zeros[2][2] = {{0, lo}, {hi, cv->ow}};
+            for (int z = 0; z < 2; z++) {
+                if (zeros[z][1] <= zeros[z][0])
+                    continue;
+                int i = kir_loop_begin(K, KL_PAR, zeros[z][1] - zeros[z][0], "i");
+                kir_store(K, bc, kir_iadd(K, VAR(dst), kir_iadd(K, VAR(i), I(zeros[z][0]))), kir_const_f(K, 0));
+                kir_loop_end(K);
+            }
+            if (hi > lo) {
+                int i = kir_loop_begin(K, KL_PAR, hi - lo, "i");
+                kir_expr *ow = kir_iadd(K, VAR(i), I(lo));
+                kir_expr *src = kir_iadd(K, VAR(xrow), kir_iadd(K, kir_imul(K, ow, st), I(shift)));
+                kir_store(K, bc, kir_iadd(K, VAR(dst), ow), kir_load(K, bx, src));
+                kir_loop_end(K);
+            }
+        }
+        kir_if_end(K);
+    }
+    close_n(b, 4);
 }
 
 /* col2im for stride 1: per input row, zero it, then add each tap's row
