@@ -187,9 +187,10 @@ static void assign(prec *P, ir_node *n)
             continue;
         set_operand_dtype(P, n, k, want);
     }
-    /* A low-precision GEMM that gives a param's gradient returns fp32. */
+    /* A low-precision GEMM that gives a param's gradient returns fp32
+     * (not one whose operands stayed f64: f64 is explicit). */
     if (m == MODE_LOW && n->out.n == 1 && is_grad(g, n->out.v[0]) &&
-        (n->op == IR_OP_MATMUL || ir_ops[n->op].kclass == IR_KC_CONV))
+        (n->op == IR_OP_MATMUL || ir_ops[n->op].kclass == IR_KC_CONV) && is_low(P, ir_val(g, n->in.v[0])->type.dtype))
         ir_attrs_set_str(&n->attrs, "out", "f32");
     retype(g, n);
 }

@@ -159,6 +159,8 @@ static void cpu_gemm_wide(const kl_gemm *g, const void *a, const void *b, void *
 static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
 {
     cpu_backend *cb = (cpu_backend *)be;
+    /* An f64 GEMM writes f64: any other result would be overrun. */
+    kl_check(g->dtype != IR_F64 || g->out_dtype == IR_F64);
     if (g->dtype == IR_F64 || (g->dtype == IR_F32 && g->out_dtype == IR_F32)) {
         cpu_gemm_wide(g, a, b, c);
         return;

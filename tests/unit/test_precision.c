@@ -326,12 +326,65 @@ static void test_accumulation_matches_a_big_batch(void **state)
     finish(&small);
 }
 
+/* f64 is explicit: a bf16 plan leaves f64 convolutions and matmuls, and
+ * their gradients, in f64 (it once gave their gradient GEMMs an f32
+ * result, which the f64 GEMM overran). One step of such a model in bf16
+ * gives exactly the fp32 plan's parameters. */
+static const char *f64_cnn =
+    "model m {\n"
+    "  input label : i32[batch]\n"
+    "  param x : f64[4, 2, 6, 6] init = normal(std = 1)\n"
+    "  param k : f64[5, 2, 3, 3] init = normal(std = 0.5)\n"
+    "  param w : f64[180, 3] init = normal(std = 0.1)\n"
+    "  loss = cross_entropy(flatten(relu(conv2d(x, k, pad = 1))) @ w, label)\n"
+    "}\n";
+
+static void f64_step(const char *precision, double *out, size_t n)
+{
+    const char *kv[] = {"batch", "4", "precision", precision, "optimizer", "sgd", "lr", "0.1", NULL};
+    run r;
+    start(&r, f64_cnn, kv);
+    const ir_graph *g = r.e->g;
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *nd = ir_nd(g, i);
+        if (nd->dead || (nd->op != IR_OP_MATMUL && ir_ops[nd->op].kclass != IR_KC_CONV))
+            continue;
+        if (ir_val(g, nd->in.v[0])->type.dtype == IR_F64)
+            assert_int_equal(ir_val(g, nd->out.v[0])->type.dtype, IR_F64);
+    }
+    int32_t label[4] = {0, 1, 2, 1};
+    kl_exec_write(r.e, ir_find_value(g, "label"), label, sizeof label);
+    kl_kargs a = {0, 1};
+    kl_exec_run(r.e, KL_ALL_PHASES, &a);
+    const char *names[] = {"x", "k", "w"};
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        kl_persist *p = kl_session_find(r.s, names[i]);
+        size_t m = (size_t)ir_type_numel(&p->type);
+        assert_true(off + m <= n);
+        r.be->ops->copy_out(r.be, out + off, p->ptr, m * sizeof(double));
+        off += m;
+    }
+    finish(&r);
+}
+
+static void test_f64_stays_f64_under_bf16(void **state)
+{
+    (void)state;
+    enum { N = 4 * 2 * 36 + 5 * 18 + 180 * 3 };
+    static double fp32[N], bf16[N];
+    f64_step("fp32", fp32, N);
+    f64_step("bf16", bf16, N);
+    assert_memory_equal(fp32, bf16, sizeof fp32);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_fp16_overflow_skips_the_update),
         cmocka_unit_test(test_accumulation_matches_a_big_batch),
+        cmocka_unit_test(test_f64_stays_f64_under_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
