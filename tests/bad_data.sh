@@ -40,10 +40,12 @@ mk; gzip -dc "$src/t10k-labels-idx1-ubyte.gz" | python3 -c "import sys; d=bytear
 expect "label out of range" "label 42 is out of range" --data "$tmp/d"
 expect "no such folder" "/nonexistent/data" --data /nonexistent/data
 
-# Checkpoints: a resumed run continues exactly.
-"$tmp/mlp" --steps 40 --log-every 1 --quiet --save "$tmp/full.ckpt" --metrics "$tmp/full.json" > /dev/null || exit 1
-"$tmp/mlp" --steps 20 --log-every 1 --quiet --save "$tmp/half.ckpt" > /dev/null || exit 1
-"$tmp/mlp" --steps 40 --log-every 1 --quiet --resume "$tmp/half.ckpt" --save "$tmp/resumed.ckpt" --metrics "$tmp/resumed.json" > /dev/null || exit 1
+# Checkpoints: a resumed run continues exactly. The thread count is fixed:
+# by default each run measures how many threads compute in parallel, which
+# a busy machine can change between runs (and the sums' order with it).
+"$tmp/mlp" --steps 40 --threads 1 --log-every 1 --quiet --save "$tmp/full.ckpt" --metrics "$tmp/full.json" > /dev/null || exit 1
+"$tmp/mlp" --steps 20 --threads 1 --log-every 1 --quiet --save "$tmp/half.ckpt" > /dev/null || exit 1
+"$tmp/mlp" --steps 40 --threads 1 --log-every 1 --quiet --resume "$tmp/half.ckpt" --save "$tmp/resumed.ckpt" --metrics "$tmp/resumed.json" > /dev/null || exit 1
 grep '"type": "train"' "$tmp/full.json" | sed -n '21,40p' | grep -o '"loss": [^,]*' > "$tmp/a"
 grep '"type": "train"' "$tmp/resumed.json" | grep -o '"loss": [^,]*' > "$tmp/b"
 if cmp -s "$tmp/a" "$tmp/b" && cmp -s "$tmp/full.ckpt" "$tmp/resumed.ckpt"; then
