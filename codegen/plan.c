@@ -214,6 +214,88 @@ built:
     kl_vec_push(p->steps, s);
 }
 
+static void push_gemm(kl_plan *p, const ir_node *n, const kl_gemm *m)
+{
+    kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = *m, .node = n->id};
+    int64_t na = m->stride_a ? m->batch : 1, nb = m->stride_b ? m->batch : 1;
+    s.bytes = (na * m->m * m->k + nb * m->k * m->n) * ir_dtype_size(m->dtype) +
+              m->batch * m->m * m->n * ir_dtype_size(m->out_dtype);
+    s.flops = 2.0 * (double)m->m * (double)m->n * (double)m->k * (double)m->batch;
+    kl_vec_push(p->steps, s);
+}
+
+/* t's batch dimensions (all but the last two), right-aligned to nb
+ * dimensions with 1 where t has fewer. */
+static void batch_dims(const ir_type *t, int nb, int64_t *d)
+{
+    int lead = nb - (t->rank - 2);
+    for (int i = 0; i < nb; i++)
+        d[i] = i < lead ? 1 : t->dim[i - lead];
+}
+
+/* Whether operand dims d cover dims c from i on entirely, or not at all. */
+static int64_t inner_items(const int64_t *d, const int64_t *c, int i, int nb, bool *ok)
+{
+    bool all = true, none = true;
+    int64_t items = 1;
+    for (int j = i; j < nb; j++) {
+        all &= d[j] == c[j];
+        none &= d[j] == 1;
+        items *= d[j];
+    }
+    *ok = all || none;
+    return items;
+}
+
+/* A matmul whose operands' batch dimensions broadcast against each other
+ * ([2, 1] against [1, 3]): the innermost batch dimensions that each
+ * operand has entirely or not at all run as one strided batched GEMM, and
+ * one such GEMM runs per index of the dimensions outside them. */
+static void add_broadcast_gemms(kl_plan *p, const ir_node *n, const kl_gemm *base)
+{
+    const ir_graph *g = p->g;
+    const ir_type *a = &ir_val(g, n->in.v[0])->type, *bt = &ir_val(g, n->in.v[1])->type;
+    const ir_type *c = &ir_val(g, n->out.v[0])->type;
+    int nb = c->rank - 2;
+    int64_t da[IR_MAX_RANK], db[IR_MAX_RANK], dc[IR_MAX_RANK];
+    batch_dims(a, nb, da);
+    batch_dims(bt, nb, db);
+    batch_dims(c, nb, dc);
+    int split = nb;
+    int64_t ia = 1, ib = 1, ic = 1;
+    for (int i = nb - 1; i >= 0; i--) {
+        bool oka, okb;
+        int64_t xa = inner_items(da, dc, i, nb, &oka), xb = inner_items(db, dc, i, nb, &okb);
+        if (!oka || !okb)
+            break;
+        split = i, ia = xa, ib = xb, ic *= dc[i];
+    }
+    int64_t outer = 1;
+    for (int i = 0; i < split; i++)
+        outer *= dc[i];
+    int64_t ma = base->m * base->k, mb = base->k * base->n, mc = base->m * base->n;
+    for (int64_t o = 0; o < outer; o++) {
+        kl_gemm m = *base;
+        m.batch = ic;
+        m.stride_a = ia == 1 ? 0 : ma;
+        m.stride_b = ib == 1 ? 0 : mb;
+        m.stride_c = mc;
+        /* The item offsets of o's index in each operand (row-major over the
+         * outer dimensions, 0 along a broadcast one). */
+        int64_t rest = o, sa = ia, sb = ib;
+        for (int i = split - 1; i >= 0; i--) {
+            int64_t idx = rest % dc[i];
+            rest /= dc[i];
+            m.off_a += (da[i] == 1 ? 0 : idx) * sa * ma;
+            m.off_b += (db[i] == 1 ? 0 : idx) * sb * mb;
+            sa *= da[i];
+            sb *= db[i];
+        }
+        m.off_c = o * ic * mc;
+        push_gemm(p, n, &m);
+    }
+}
+
 static void add_gemm_step(kl_plan *p, const ir_node *n)
 {
     const ir_graph *g = p->g;
@@ -227,6 +309,9 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
     m.k = a->dim[a->rank - (m.ta ? 2 : 1)];
     int64_t batch = ir_type_numel(c) / (m.m * m.n);
     int64_t abatch = ir_type_numel(a) / (m.m * m.k), bbatch = ir_type_numel(bt) / (m.k * m.n);
+    m.a = buffer_of(p, n->in.v[0]);
+    m.b = buffer_of(p, n->in.v[1]);
+    m.c = buffer_of(p, n->out.v[0]);
     if (bbatch == 1 && !m.ta && batch > 1 && abatch == batch) {
         /* Rows of every batch item against one matrix: one tall GEMM. */
         m.m *= batch;
@@ -234,20 +319,15 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
     }
     m.batch = batch;
     if (batch > 1) {
-        if ((abatch != batch && abatch != 1) || (bbatch != batch && bbatch != 1))
-            kl_panic("matmul: batch broadcasting of %lld and %lld items into %lld is not supported",
-                     (long long)abatch, (long long)bbatch, (long long)batch);
+        if ((abatch != batch && abatch != 1) || (bbatch != batch && bbatch != 1)) {
+            add_broadcast_gemms(p, n, &m);
+            return;
+        }
         m.stride_a = abatch == 1 ? 0 : m.m * m.k;
         m.stride_b = bbatch == 1 ? 0 : m.k * m.n;
         m.stride_c = m.m * m.n;
     }
-    m.a = buffer_of(p, n->in.v[0]);
-    m.b = buffer_of(p, n->in.v[1]);
-    m.c = buffer_of(p, n->out.v[0]);
-    kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = m, .node = n->id};
-    s.bytes = (ir_type_numel(a) + ir_type_numel(bt)) * ir_dtype_size(m.dtype) + ir_type_numel(c) * ir_dtype_size(m.out_dtype);
-    s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k * (double)m.batch;
-    kl_vec_push(p->steps, s);
+    push_gemm(p, n, &m);
 }
 
 /* ---- convolution: im2col + GEMM, GEMM + col2im ---- */
