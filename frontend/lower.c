@@ -915,10 +915,7 @@ static lv exec_body(lower *L, frame *f, const ast_stmt *body)
                 fail_at(L, s->value->loc, "this call returns nothing");
             /* A value made by this statement takes the binding's name. */
             if (v.kind == LV_TENSOR && v.v >= first_new) {
-                ir_value *val = ir_val(L->g, v.v);
-                char *name = ir_unique_name(L->g, scoped(L, f, s->name));
-                free(val->name);
-                val->name = name;
+                ir_rename_value(L->g, v.v, ir_unique_name(L->g, scoped(L, f, s->name)));
             }
             bind(L, f, s->name, v);
             break;

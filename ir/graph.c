@@ -4,6 +4,8 @@
 
 #include "ir.h"
 
+static void index_rebuild(ir_graph *g);
+
 ir_graph *ir_graph_new(const char *name)
 {
     ir_graph *g = kl_xcalloc(1, sizeof *g);
@@ -49,6 +51,7 @@ void ir_graph_free(ir_graph *g)
         free(g->passes.v[i]);
     kl_vec_free(g->passes);
     ir_attrs_free(&g->train);
+    free(g->name_slots);
     free(g->name);
     free(g->source);
     free(g);
@@ -96,6 +99,7 @@ ir_graph *ir_graph_clone(const ir_graph *g)
     for (int i = 0; i < g->passes.n; i++)
         kl_vec_push(c->passes, kl_xstrdup(g->passes.v[i]));
     ir_attrs_copy(&c->train, &g->train);
+    index_rebuild(c);
     return c;
 }
 
@@ -107,12 +111,81 @@ int ir_grad_of(const ir_graph *g, int p)
     return -1;
 }
 
+/* ---- the name index: lowering and the passes look names up for every
+ * value they make, so a linear search made them quadratic ---- */
+
+static unsigned name_hash(const char *s)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void index_put(ir_graph *g, int v)
+{
+    unsigned mask = (unsigned)g->name_cap - 1;
+    unsigned i = name_hash(g->values.v[v]->name) & mask;
+    while (g->name_slots[i] >= 0)
+        i = (i + 1) & mask;
+    g->name_slots[i] = v;
+    g->name_used++;
+}
+
+/* Rebuilds the index from the values, at least twice as large as needed. */
+static void index_rebuild(ir_graph *g)
+{
+    int cap = 64;
+    while (cap < 2 * (g->values.n + 1))
+        cap *= 2;
+    free(g->name_slots);
+    g->name_slots = kl_xmalloc(sizeof(int) * (size_t)cap);
+    for (int i = 0; i < cap; i++)
+        g->name_slots[i] = -1;
+    g->name_cap = cap;
+    g->name_used = 0;
+    for (int v = 0; v < g->values.n; v++)
+        index_put(g, v);
+}
+
+static void index_add(ir_graph *g, int v)
+{
+    if (2 * (g->name_used + 1) > g->name_cap)
+        index_rebuild(g);
+    else
+        index_put(g, v);
+}
+
+/* The slot holding name, or -1. */
+static int index_slot(const ir_graph *g, const char *name)
+{
+    if (!g->name_cap)
+        return -1;
+    unsigned mask = (unsigned)g->name_cap - 1;
+    for (unsigned i = name_hash(name) & mask;; i = (i + 1) & mask) {
+        int v = g->name_slots[i];
+        if (v == -1)
+            return -1;
+        if (v >= 0 && !strcmp(g->values.v[v]->name, name))
+            return (int)i;
+    }
+}
+
 int ir_find_value(const ir_graph *g, const char *name)
 {
-    for (int i = 0; i < g->values.n; i++)
-        if (!strcmp(g->values.v[i]->name, name))
-            return i;
-    return -1;
+    int s = index_slot(g, name);
+    return s < 0 ? -1 : g->name_slots[s];
+}
+
+void ir_rename_value(ir_graph *g, int v, char *name)
+{
+    ir_value *val = g->values.v[v];
+    int s = index_slot(g, val->name);
+    kl_check(s >= 0 && g->name_slots[s] == v);
+    g->name_slots[s] = -2; /* stays counted in name_used until a rebuild */
+    free(val->name);
+    val->name = name;
+    index_add(g, v);
 }
 
 char *ir_unique_name(ir_graph *g, const char *base)
@@ -137,6 +210,7 @@ static int new_value(ir_graph *g, ir_value_kind kind, char *name, const ir_type 
     v->def = v->def_out = -1;
     v->loc = loc;
     kl_vec_push(g->values, v);
+    index_add(g, v->id);
     return v->id;
 }
 
@@ -332,6 +406,7 @@ void ir_compact(ir_graph *g)
         g->values.v[k++] = v;
     }
     g->values.n = k;
+    index_rebuild(g);
     /* nodes */
     k = 0;
     for (int i = 0; i < g->nodes.n; i++) {

@@ -298,6 +298,9 @@ struct ir_graph {
     KL_VEC(ir_grad_pair) grads;
     ir_attrs train;     /* the train block, key = value */
     KL_VEC(char *) passes; /* passes run so far, in order */
+    /* Value ids by name: open addressing, -1 empty, -2 removed. */
+    int *name_slots;
+    int name_cap, name_used;
 };
 
 ir_graph *ir_graph_new(const char *name);
@@ -321,6 +324,8 @@ int ir_emit2(ir_graph *g, ir_op op, int a, int b, const char *name);
 int ir_emit_const(ir_graph *g, double value, ir_dtype dt);
 /* A fresh value name "base" or "base.N" that no value has yet. */
 char *ir_unique_name(ir_graph *g, const char *base);
+/* Gives value v the name (taken over; it must be unused, see ir_unique_name). */
+void ir_rename_value(ir_graph *g, int v, char *name);
 /* Replaces every use of value from by value to. */
 void ir_replace_uses(ir_graph *g, int from, int to);
 /* Whether v leaves the graph: the loss, a reported value or a gradient. */

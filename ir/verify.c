@@ -33,9 +33,10 @@ static void check_values(verifier *vf)
         const ir_value *v = ir_val(g, i);
         if (v->id != i)
             bad(vf, "value %s has id %d at index %d", v->name, v->id, i);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(ir_val(g, j)->name, v->name))
-                bad(vf, "two values are named %%%s", v->name);
+        /* The name index finds each value by its name: names are unique
+         * and the index is current. */
+        if (ir_find_value(g, v->name) != i)
+            bad(vf, "two values are named %%%s, or the name index misses it", v->name);
         if (!ir_type_in_range(&v->type))
             bad(vf, "%%%s has a type out of range (sizes 1 to 2^40, at most 2^50 elements)", v->name);
         if (v->kind == IR_VAL_TEMP) {

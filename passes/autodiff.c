@@ -88,10 +88,8 @@ int pass_autodiff(ir_graph *g)
         if (dv->kind == IR_VAL_TEMP && dv->def >= first_backward && ir_grad_of(g, p) < 0 &&
             dv->name[0] == 't') {
             char *base = kl_xasprintf("%s.grad", ir_val(g, p)->name);
-            char *name = ir_unique_name(g, base);
+            ir_rename_value(g, d, ir_unique_name(g, base));
             free(base);
-            free(dv->name);
-            dv->name = name;
         }
         ir_grad_pair gp = {p, d};
         kl_vec_push(g->grads, gp);
