@@ -104,22 +104,26 @@ typedef struct fuser {
     int n;
     int words;         /* per ancestor bitset */
     uint64_t *anc;     /* anc[i]: nodes node i depends on (transitively) */
+    uint64_t *desc;    /* desc[i]: nodes that depend on node i */
+    uint64_t *around;  /* scratch: a group's ancestors, then its descendants */
     int *group;
     const char **pat;
     int ngroups;
     bool *elem;        /* node is elementwise (may join a chain) */
 } fuser;
 
-static bool anc_has(const fuser *f, int i, int j)
-{
-    return (f->anc[(size_t)i * (size_t)f->words + (size_t)(j / 64)] >> (j % 64)) & 1;
-}
-
 static void anc_set(fuser *f, int i, int j)
 {
     f->anc[(size_t)i * (size_t)f->words + (size_t)(j / 64)] |= 1ull << (j % 64);
 }
 
+static uint64_t *row(uint64_t *sets, const fuser *f, int i)
+{
+    return sets + (size_t)i * (size_t)f->words;
+}
+
+/* Ancestors forward and descendants backward over the node order, which
+ * puts producers first. */
 static void compute_ancestors(fuser *f)
 {
     ir_graph *g = f->g;
@@ -133,7 +137,20 @@ static void compute_ancestors(fuser *f)
                 continue;
             anc_set(f, i, d);
             for (int w = 0; w < f->words; w++)
-                f->anc[(size_t)i * (size_t)f->words + (size_t)w] |= f->anc[(size_t)d * (size_t)f->words + (size_t)w];
+                row(f->anc, f, i)[w] |= row(f->anc, f, d)[w];
+        }
+    }
+    for (int i = f->n - 1; i >= 0; i--) {
+        ir_node *nd = ir_nd(g, i);
+        if (nd->dead)
+            continue;
+        for (int k = 0; k < nd->in.n; k++) {
+            int d = ir_val(g, nd->in.v[k])->def;
+            if (d < 0)
+                continue;
+            row(f->desc, f, d)[i / 64] |= 1ull << (i % 64);
+            for (int w = 0; w < f->words; w++)
+                row(f->desc, f, d)[w] |= row(f->desc, f, i)[w];
         }
     }
 }
@@ -156,16 +173,26 @@ static bool needs_no_kernel(const ir_node *n)
 static bool convex_with(const fuser *f, int gid, int x)
 {
     bool xu = ir_nd(f->g, x)->phase == IR_PHASE_UPDATE;
+    int W = f->words;
+    uint64_t *ga = f->around, *gd = f->around + W;
+    memset(f->around, 0, sizeof(uint64_t) * 2 * (size_t)W);
     for (int m = 0; m < f->n; m++) {
         if (f->group[m] != gid || m == x)
             continue;
         if ((ir_nd(f->g, m)->phase == IR_PHASE_UPDATE) != xu)
             return false;
-        /* Paths m -> ... -> x or x -> ... -> m through an outsider o. */
-        for (int o = 0; o < f->n; o++) {
-            if (o == x || f->group[o] == gid || ir_nd(f->g, o)->dead)
-                continue;
-            if ((anc_has(f, x, o) && anc_has(f, o, m)) || (anc_has(f, m, o) && anc_has(f, o, x)))
+        for (int w = 0; w < W; w++) {
+            ga[w] |= row(f->anc, f, m)[w];
+            gd[w] |= row(f->desc, f, m)[w];
+        }
+    }
+    /* A path m -> ... -> x or x -> ... -> m through an outsider o: o is
+     * below x and above a member, or above x and below a member. */
+    const uint64_t *xa = row(f->anc, f, x), *xd = row(f->desc, f, x);
+    for (int w = 0; w < W; w++) {
+        for (uint64_t cand = (xd[w] & ga[w]) | (xa[w] & gd[w]); cand; cand &= cand - 1) {
+            int o = w * 64 + __builtin_ctzll(cand);
+            if (o != x && f->group[o] != gid && !ir_nd(f->g, o)->dead)
                 return false;
         }
     }
@@ -324,6 +351,8 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     fuser f = {.g = g, .n = g->nodes.n};
     f.words = (f.n + 63) / 64;
     f.anc = kl_xcalloc((size_t)f.n * (size_t)f.words + 1, sizeof(uint64_t));
+    f.desc = kl_xcalloc((size_t)f.n * (size_t)f.words + 1, sizeof(uint64_t));
+    f.around = kl_xcalloc(2 * (size_t)f.words + 1, sizeof(uint64_t));
     f.group = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
     f.pat = kl_xcalloc((size_t)f.n + 1, sizeof(char *));
     for (int i = 0; i < f.n; i++)
@@ -370,6 +399,8 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     }
     free(renum);
     free(f.anc);
+    free(f.desc);
+    free(f.around);
     free(f.group);
     free(f.pat);
     return 0;
