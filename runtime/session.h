@@ -86,6 +86,11 @@ void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes);
 void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes);
 /* Reads a scalar value as a double. */
 double kl_exec_scalar(kl_exec *e, int v);
+/* Fills every input with values from a stream seeded by seed: u8 in
+ * [0, 256), floats in [-1, 1), other integers in [0, classes), classes
+ * from the cross-entropy's logits (2 without one). For benches and
+ * checks that need a step's data but no dataset. */
+void kl_exec_random_inputs(kl_exec *e, uint64_t seed);
 
 /* Initialises a persistent value from its "init" attribute (zeros, ones,
  * constant, normal, uniform, xavier, kaiming), with a stream of the

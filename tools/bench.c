@@ -54,34 +54,6 @@ double kl_copy_bandwidth(void)
     return 2.0 * (double)n / median(t, 7) / 1e9;
 }
 
-/* Random inputs: floats in [-1, 1), integers in [0, classes). */
-static void random_inputs(kl_exec *e)
-{
-    const ir_graph *g = e->g;
-    int classes = 2;
-    for (int i = 0; i < g->nodes.n; i++)
-        if (ir_nd(g, i)->op == IR_OP_CROSS_ENTROPY)
-            classes = (int)ir_val(g, ir_nd(g, i)->in.v[0])->type.dim[1];
-    uint64_t s = 99;
-    for (int i = 0; i < g->decls.n; i++) {
-        const ir_value *v = ir_val(g, g->decls.v[i]);
-        if (v->kind != IR_VAL_INPUT)
-            continue;
-        int64_t n = ir_type_numel(&v->type);
-        void *h = kl_xcalloc((size_t)ir_type_bytes(&v->type), 1);
-        for (int64_t k = 0; k < n; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            uint64_t r = s >> 33;
-            double x = v->type.dtype == IR_U8 ? (double)(r % 256)
-                       : ir_dtype_is_float(v->type.dtype) ? (double)r / 2147483648.0 * 2 - 1
-                                                          : (double)(r % (uint64_t)classes);
-            kl_store_as(v->type.dtype, h, k, x);
-        }
-        kl_exec_write(e, v->id, h, (size_t)ir_type_bytes(&v->type));
-        free(h);
-    }
-}
-
 typedef struct timed {
     double *step_ms; /* per step: median */
     double total_ms;
@@ -213,7 +185,7 @@ static kl_exec *build(kl_session *s, const bench_opts *o, bool fuse)
     }
     kl_exec *e = kl_exec_new(s, g);
     if (e)
-        random_inputs(e);
+        kl_exec_random_inputs(e, 99);
     return e;
 }
 

@@ -184,31 +184,10 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
 
 /* ---- inputs ---- */
 
+/* The step's inputs, and hyperparameters that make every update move. */
 static void random_inputs(kl_exec *e, uint64_t seed)
 {
-    const ir_graph *g = e->g;
-    int classes = 2;
-    for (int i = 0; i < g->nodes.n; i++)
-        if (ir_nd(g, i)->op == IR_OP_CROSS_ENTROPY && !ir_nd(g, i)->dead)
-            classes = (int)ir_val(g, ir_nd(g, i)->in.v[0])->type.dim[1];
-    uint64_t s = seed;
-    for (int i = 0; i < g->decls.n; i++) {
-        const ir_value *v = ir_val(g, g->decls.v[i]);
-        if (v->kind != IR_VAL_INPUT)
-            continue;
-        int64_t n = ir_type_numel(&v->type);
-        void *h = kl_xcalloc((size_t)ir_type_bytes(&v->type) + 1, 1);
-        for (int64_t k = 0; k < n; k++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            uint64_t r = s >> 33;
-            double x = v->type.dtype == IR_U8 ? (double)(r % 256)
-                       : ir_dtype_is_float(v->type.dtype) ? (double)r / 2147483648.0 * 2 - 1
-                                                          : (double)(r % (uint64_t)classes);
-            kl_store_as(v->type.dtype, h, k, x);
-        }
-        kl_exec_write(e, v->id, h, (size_t)ir_type_bytes(&v->type));
-        free(h);
-    }
+    kl_exec_random_inputs(e, seed);
     kl_persist *hp = kl_session_find(e->s, "optimizer.hyper");
     if (hp) {
         float hyper[4] = {0.01f, 0.1f, 0.001f, 1.0f};
