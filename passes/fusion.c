@@ -112,47 +112,38 @@ typedef struct fuser {
     bool *elem;        /* node is elementwise (may join a chain) */
 } fuser;
 
-static void anc_set(fuser *f, int i, int j)
-{
-    f->anc[(size_t)i * (size_t)f->words + (size_t)(j / 64)] |= 1ull << (j % 64);
-}
-
 static uint64_t *row(uint64_t *sets, const fuser *f, int i)
 {
     return sets + (size_t)i * (size_t)f->words;
+}
+
+/* sets[to] takes node from and everything in sets[from]. */
+static void absorb(const fuser *f, uint64_t *sets, int to, int from)
+{
+    uint64_t *t = row(sets, f, to), *s = row(sets, f, from);
+    t[from / 64] |= 1ull << (from % 64);
+    for (int w = 0; w < f->words; w++)
+        t[w] |= s[w];
+}
+
+/* The node that makes operand k of node i, or -1 (an input or param). */
+static int producer(const fuser *f, int i, int k)
+{
+    return ir_val(f->g, ir_nd(f->g, i)->in.v[k])->def;
 }
 
 /* Ancestors forward and descendants backward over the node order, which
  * puts producers first. */
 static void compute_ancestors(fuser *f)
 {
-    ir_graph *g = f->g;
-    for (int i = 0; i < f->n; i++) {
-        ir_node *nd = ir_nd(g, i);
-        if (nd->dead)
-            continue;
-        for (int k = 0; k < nd->in.n; k++) {
-            int d = ir_val(g, nd->in.v[k])->def;
-            if (d < 0)
-                continue;
-            anc_set(f, i, d);
-            for (int w = 0; w < f->words; w++)
-                row(f->anc, f, i)[w] |= row(f->anc, f, d)[w];
-        }
-    }
-    for (int i = f->n - 1; i >= 0; i--) {
-        ir_node *nd = ir_nd(g, i);
-        if (nd->dead)
-            continue;
-        for (int k = 0; k < nd->in.n; k++) {
-            int d = ir_val(g, nd->in.v[k])->def;
-            if (d < 0)
-                continue;
-            row(f->desc, f, d)[i / 64] |= 1ull << (i % 64);
-            for (int w = 0; w < f->words; w++)
-                row(f->desc, f, d)[w] |= row(f->desc, f, i)[w];
-        }
-    }
+    for (int i = 0; i < f->n; i++)
+        for (int k = 0; !ir_nd(f->g, i)->dead && k < ir_nd(f->g, i)->in.n; k++)
+            if (producer(f, i, k) >= 0)
+                absorb(f, f->anc, i, producer(f, i, k));
+    for (int i = f->n - 1; i >= 0; i--)
+        for (int k = 0; !ir_nd(f->g, i)->dead && k < ir_nd(f->g, i)->in.n; k++)
+            if (producer(f, i, k) >= 0)
+                absorb(f, f->desc, producer(f, i, k), i);
 }
 
 static bool elementwise(const ir_node *n)
