@@ -150,20 +150,40 @@ static kir_expr *covering(cg_builder *b, const window *wd, const ir_type *yt, in
     return ok;
 }
 
+/* What both pooling backward kernels start from: dy [N, C, OH, OW] and
+ * dx [N, C, H, W], the window, and the buffers of dy and (max pooling)
+ * the forward's x and y. */
+typedef struct pool_grad {
+    bool is_max;
+    const ir_type *yt, *xt;
+    window wd;
+    int bdy, bx, by;
+} pool_grad;
+
+static void pool_grad_begin(cg_builder *b, const ir_node *n, pool_grad *pg)
+{
+    const ir_graph *g = b->grp->g;
+    pg->is_max = n->op == IR_OP_MAXPOOL_GRAD;
+    pg->yt = &ir_val(g, n->in.v[0])->type;
+    pg->xt = &ir_val(g, n->out.v[0])->type;
+    window_of(n, &pg->wd);
+    K->work = ir_type_numel(pg->xt);
+    pg->bdy = cg_buf(b, n->in.v[0]);
+    pg->bx = pg->is_max ? cg_buf(b, n->in.v[1]) : -1;
+    pg->by = pg->is_max ? cg_buf(b, n->in.v[2]) : -1;
+}
+
 /* Non-overlapping windows (stride = size, no padding): every input is in
  * at most one window, so each output writes its own window's gradient:
  * dy to the first maximum (max pooling) or dy / K to each (average). */
 static void pool_backward_tiled(cg_builder *b, const ir_node *n)
 {
-    const ir_graph *g = b->grp->g;
-    bool is_max = n->op == IR_OP_MAXPOOL_GRAD;
-    int dy = n->in.v[0], dx = n->out.v[0];
-    const ir_type *yt = &ir_val(g, dy)->type, *xt = &ir_val(g, dx)->type;
-    window wd;
-    window_of(n, &wd);
-    K->work = ir_type_numel(xt);
-    int bdy = cg_buf(b, dy), bdx = cg_buf(b, dx);
-    int bx = is_max ? cg_buf(b, n->in.v[1]) : -1, by = is_max ? cg_buf(b, n->in.v[2]) : -1;
+    pool_grad pg;
+    pool_grad_begin(b, n, &pg);
+    bool is_max = pg.is_max;
+    const ir_type *yt = pg.yt, *xt = pg.xt;
+    window wd = pg.wd;
+    int bdy = pg.bdy, bx = pg.bx, by = pg.by, bdx = cg_buf(b, n->out.v[0]);
     if (xt->dim[2] % wd.k[0] || xt->dim[3] % wd.k[1]) {
         /* Rows and columns no window covers get 0. */
         int z = kir_loop_begin(K, KL_PAR, ir_type_numel(xt), "i");
@@ -199,14 +219,12 @@ static void pool_backward_tiled(cg_builder *b, const ir_node *n)
 
 static void pool_backward(cg_builder *b, const ir_node *n)
 {
-    const ir_graph *g = b->grp->g;
-    bool is_max = n->op == IR_OP_MAXPOOL_GRAD;
-    int dy = n->in.v[0], dx = n->out.v[0];
-    const ir_type *yt = &ir_val(g, dy)->type, *xt = &ir_val(g, dx)->type;
-    window wd;
-    window_of(n, &wd);
-    K->work = ir_type_numel(xt);
-    int bdy = cg_buf(b, dy), bx = is_max ? cg_buf(b, n->in.v[1]) : -1, by = is_max ? cg_buf(b, n->in.v[2]) : -1;
+    pool_grad pg;
+    pool_grad_begin(b, n, &pg);
+    bool is_max = pg.is_max;
+    const ir_type *yt = pg.yt, *xt = pg.xt;
+    window wd = pg.wd;
+    int bdy = pg.bdy, bx = pg.bx, by = pg.by;
     int nc, h, w;
     open_planes(b, xt, &nc, &h, &w);
     int xv = is_max ? kir_let(K, kir_load(K, bx, plane_index(b, xt, VAR(nc), VAR(h), VAR(w))), "xv") : -1;
@@ -247,7 +265,7 @@ static void pool_backward(cg_builder *b, const ir_node *n)
     result_nest(b, &nest, xt, nc, h, w);
     for (int i = 0; i < b->ncached; i++)
         b->cached[i] = -1;
-    cg_emit_epilogue(b, dx, VAR(acc));
+    cg_emit_epilogue(b, n->out.v[0], VAR(acc));
     close_n(b, 3);
 }
 
