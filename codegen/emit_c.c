@@ -1,8 +1,9 @@
 /* The C printer of the kernel IR: plain C11 with OpenMP, for the host
  * compiler. Leading PAR loops become OpenMP worksharing loops when the
  * kernel has enough work (`omp for` in one parallel region around the
- * kernel's body where its top level allows, else `omp parallel for`); leaf loops get `omp simd` (with reduction clauses for RED
- * loops) so the compiler vectorises them without -ffast-math. Reductions
+ * kernel's body where its top level allows, else `omp parallel for`);
+ * leaf loops get `omp simd` (with reduction clauses for RED loops) so the
+ * compiler vectorises them without -ffast-math. Reductions
  * never run across threads, so results do not depend on thread timing. */
 #include <string.h>
 
