@@ -378,6 +378,42 @@ static void test_f64_stays_f64_under_bf16(void **state)
     assert_memory_equal(fp32, bf16, sizeof fp32);
 }
 
+/* The gradient of max over an axis is split evenly among tied maxima (as
+ * JAX and torch.amax do): for the row [3, 7, 7, 1] and w = 1, the loss
+ * mean(max(image * w)) has gradient [0, 3.5, 3.5, 0], summing to 7; the
+ * full gradient to every tie gave [0, 7, 7, 0]. One SGD step at lr 1, in
+ * fp32 and in bf16 (where rounding makes ties common). */
+static const char *max_ties =
+    "model m {\n"
+    "  input image : u8[batch, 1, 4]\n"
+    "  param w : [4] init = ones\n"
+    "  loss = mean(max(f32(image) * w, axis = 2))\n"
+    "}\n";
+
+static void test_max_splits_the_gradient_among_ties(void **state)
+{
+    (void)state;
+    const char *precisions[] = {"fp32", "bf16"};
+    for (int p = 0; p < 2; p++) {
+        const char *kv[] = {"batch", "1", "precision", precisions[p], "optimizer", "sgd", "lr", "1", NULL};
+        run r;
+        start(&r, max_ties, kv);
+        float hyper[4] = {1, 1, 1, 1};
+        set_f32(&r, "optimizer.hyper", hyper, 4);
+        uint8_t image[4] = {3, 7, 7, 1};
+        kl_exec_write(r.e, ir_find_value(r.e->g, "image"), image, sizeof image);
+        kl_kargs a = {0, 1};
+        kl_exec_run(r.e, KL_ALL_PHASES, &a);
+        float w[4];
+        r.be->ops->copy_out(r.be, w, kl_session_find(r.s, "w")->ptr, sizeof w);
+        const float want[4] = {1, -2.5f, -2.5f, 1};
+        for (int i = 0; i < 4; i++)
+            if (w[i] != want[i])
+                fail_msg("%s: w[%d] = %g after one step, expected %g", precisions[p], i, (double)w[i], (double)want[i]);
+        finish(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_fp16_overflow_skips_the_update),
         cmocka_unit_test(test_accumulation_matches_a_big_batch),
         cmocka_unit_test(test_f64_stays_f64_under_bf16),
+        cmocka_unit_test(test_max_splits_the_gradient_among_ties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
