@@ -378,6 +378,68 @@ static void test_f64_stays_f64_under_bf16(void **state)
     assert_memory_equal(fp32, bf16, sizeof fp32);
 }
 
+/* A call marked fp32 (precision = fp32, or its def in keep_fp32) runs in
+ * fp32 forward and backward: a model whose every call is marked trains
+ * under bf16 exactly as in fp32, and has no bf16 value and no
+ * low-precision copy of a param. (The backward GEMMs once ran in bf16 on
+ * a cast-down gradient and the params' bf16 copies.) */
+static const char *kept_mlp_fmt =
+    "def dense(x: f32[n, k], units) {\n"
+    "  param w : [k, units] init = normal(std = 0.5)\n"
+    "  param b : [units] init = normal(std = 0.1)\n"
+    "  return x @ w + b\n"
+    "}\n"
+    "model m {\n"
+    "  input x : f32[batch, 6]\n"
+    "  input y : i32[batch]\n"
+    "  loss = cross_entropy(dense(relu(dense(x, 8%s)), 3%s), y)\n"
+    "}\n";
+
+static void kept_step(const char *text, const char *precision, const char *keep, float *out)
+{
+    const char *kv[] = {"batch", "16", "precision", precision, "optimizer", "sgd", "lr", "0.5",
+                        keep ? "keep_fp32" : NULL, keep, NULL};
+    run r;
+    start(&r, text, kv);
+    const ir_graph *g = r.e->g;
+    for (int i = 0; i < g->values.n; i++) {
+        const ir_value *v = ir_val(g, i);
+        if (v->type.dtype == IR_BF16)
+            fail_msg("%s: value %s is bf16", precision, v->name ? v->name : "(unnamed)");
+    }
+    float hyper[4] = {0.5f, 1, 1, 1};
+    set_f32(&r, "optimizer.hyper", hyper, 4);
+    feed(&r, 0, 16);
+    kl_kargs a = {0, 1};
+    kl_exec_run(r.e, KL_ALL_PHASES, &a);
+    const char *names[] = {"dense.1.w", "dense.1.b", "dense.2.w", "dense.2.b"};
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        kl_persist *p = kl_session_find(r.s, names[i]);
+        assert_non_null(p);
+        size_t n = (size_t)ir_type_numel(&p->type);
+        r.be->ops->copy_out(r.be, out + off, p->ptr, n * sizeof(float));
+        off += n;
+    }
+    finish(&r);
+}
+
+static void test_kept_calls_train_in_fp32(void **state)
+{
+    (void)state;
+    enum { N = 6 * 8 + 8 + 8 * 3 + 3 };
+    float ref[N], got[N];
+    char *marked = kl_xasprintf(kept_mlp_fmt, ", precision = fp32", ", precision = fp32");
+    char *plain = kl_xasprintf(kept_mlp_fmt, "", "");
+    kept_step(plain, "fp32", NULL, ref);
+    kept_step(marked, "bf16", NULL, got);
+    assert_memory_equal(ref, got, sizeof ref);
+    kept_step(plain, "bf16", "[dense]", got);
+    assert_memory_equal(ref, got, sizeof ref);
+    free(marked);
+    free(plain);
+}
+
 /* The gradient of max over an axis is split evenly among tied maxima (as
  * JAX and torch.amax do): for the row [3, 7, 7, 1] and w = 1, the loss
  * mean(max(image * w)) has gradient [0, 3.5, 3.5, 0], summing to 7; the
@@ -422,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_accumulation_matches_a_big_batch),
         cmocka_unit_test(test_f64_stays_f64_under_bf16),
         cmocka_unit_test(test_max_splits_the_gradient_among_ties),
+        cmocka_unit_test(test_kept_calls_train_in_fp32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
