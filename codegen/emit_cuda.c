@@ -54,7 +54,14 @@ static const char prelude_common[] =
     "/* N elements read or written with one access of N * sizeof(T) bytes. */\n"
     "template <typename T, int N> struct alignas(sizeof(T) * N) kl_vec { T v[N]; };\n"
     "\n"
-    "/* Reductions: op 0 sum, 1 max, 2 min. */\n"
+    "/* maximum and minimum keep a NaN of either operand, as the C printer's\n"
+    " * kl_max/kl_min and PyTorch do (fmaxf/fminf would drop it). */\n"
+    "__device__ __forceinline__ float kl_max(float a, float b) { return (a > b || a != a) ? a : b; }\n"
+    "__device__ __forceinline__ float kl_min(float a, float b) { return (a < b || a != a) ? a : b; }\n"
+    "__device__ __forceinline__ double kl_max(double a, double b) { return (a > b || a != a) ? a : b; }\n"
+    "__device__ __forceinline__ double kl_min(double a, double b) { return (a < b || a != a) ? a : b; }\n"
+    "/* Reductions: op 0 sum, 1 max, 2 min; max and min skip NaN (fmaxf,\n"
+    " * fminf), as the C printer's accumulators (kl_max_acc) do. */\n"
     "__device__ __forceinline__ float kl_combine(int op, float a, float b) { return op == 0 ? a + b : op == 1 ? fmaxf(a, b) : fminf(a, b); }\n"
     "__device__ __forceinline__ double kl_combine(int op, double a, double b) { return op == 0 ? a + b : op == 1 ? fmax(a, b) : fmin(a, b); }\n"
     "/* Butterfly over the warp: every lane ends with the same value. */\n"
@@ -326,8 +333,17 @@ static void print_bin(cu *c, const kir_expr *e)
             kl_buf_puts(c->b, "))");
             return;
         }
-        fname(c, e->op == KB_MAX ? "fmax" : e->op == KB_MIN ? "fmin" : "pow", t == KT_I64 ? KT_F32 : t);
+        if (e->op == KB_POW)
+            fname(c, "pow", t == KT_I64 ? KT_F32 : t);
+        else
+            kl_buf_printf(c->b, "%s((%s)(", e->op == KB_MAX ? "kl_max" : "kl_min", t == KT_F64 ? "double" : "float");
         print_expr(c, e->a);
+        if (e->op != KB_POW) {
+            kl_buf_printf(c->b, "), (%s)(", t == KT_F64 ? "double" : "float");
+            print_expr(c, e->b);
+            kl_buf_puts(c->b, "))");
+            return;
+        }
         kl_buf_puts(c->b, ", ");
         print_expr(c, e->b);
         kl_buf_putc(c->b, ')');
