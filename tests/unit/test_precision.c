@@ -476,6 +476,76 @@ static void test_max_splits_the_gradient_among_ties(void **state)
     }
 }
 
+/* NaN propagates as in PyTorch (and the CUDA printer, ctest
+ * cuda.emulate.nan_inf): maximum/minimum keep a NaN of either operand,
+ * relu keeps NaN, max over an axis is NaN where the row holds one. Known
+ * values through the CPU backend, unfused so each value has a buffer. */
+static const char *nan_model =
+    "model m {\n"
+    "  input x : f32[batch, 4]\n"
+    "  input y : f32[batch, 4]\n"
+    "  param w : [4] init = ones\n"
+    "  mx = maximum(x * w, y)\n"
+    "  mn = minimum(y, x * w)\n"
+    "  r = relu(x * w)\n"
+    "  m = max(x * w, axis = 1)\n"
+    "  loss = mean(mx) + mean(mn) + mean(r) + mean(m)\n"
+    "}\n"
+    "train { batch = 2 }\n";
+
+static void expect_same(const char *what, const float *got, const float *want, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(got[i] == want[i] || (isnan(got[i]) && isnan(want[i]))))
+            fail_msg("%s[%d] = %g, expected %g", what, i, (double)got[i], (double)want[i]);
+}
+
+static void test_nan_propagates(void **state)
+{
+    (void)state;
+    kl_source src;
+    kl_source_from_string(&src, "nan.kl", nan_model);
+    ir_graph *g = kl_load_source(&src, NULL);
+    kl_source_free(&src);
+    assert_non_null(g);
+    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true};
+    assert_int_equal(kl_pipeline_run(g, &po), 0);
+    const char *names[] = {"mx", "mn", "r", "m"};
+    int keep[4];
+    for (int i = 0; i < 4; i++) {
+        keep[i] = ir_find_value(g, names[i]);
+        assert_true(keep[i] >= 0);
+    }
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_session *s = kl_session_new(be, 1);
+    kl_plan_opts popts = {.keep = keep, .nkeep = 4};
+    kl_exec *e = kl_exec_new_opts(s, g, &popts);
+    assert_non_null(e);
+    const float x[8] = {1, NAN, -INFINITY, 2, 3, 4, 5, 6};
+    const float y[8] = {NAN, 0, 0, INFINITY, 0, 0, 0, 0};
+    kl_exec_write(e, ir_find_value(g, "x"), x, sizeof x);
+    kl_exec_write(e, ir_find_value(g, "y"), y, sizeof y);
+    kl_kargs a = {0, 1};
+    kl_exec_run(e, 1u << IR_PHASE_FORWARD, &a);
+    float got[8];
+    const float want_mx[8] = {NAN, NAN, 0, INFINITY, 3, 4, 5, 6};
+    const float want_mn[8] = {NAN, NAN, -INFINITY, 2, 0, 0, 0, 0};
+    const float want_r[8] = {1, NAN, 0, 2, 3, 4, 5, 6};
+    const float want_m[2] = {NAN, 6};
+    kl_exec_read(e, keep[0], got, sizeof got);
+    expect_same("maximum", got, want_mx, 8);
+    kl_exec_read(e, keep[1], got, sizeof got);
+    expect_same("minimum", got, want_mn, 8);
+    kl_exec_read(e, keep[2], got, sizeof got);
+    expect_same("relu", got, want_r, 8);
+    kl_exec_read(e, keep[3], got, 2 * sizeof(float));
+    expect_same("max", got, want_m, 2);
+    kl_exec_free(e);
+    kl_session_free(s);
+    be->ops->destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -485,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_f64_stays_f64_under_bf16),
         cmocka_unit_test(test_max_splits_the_gradient_among_ties),
         cmocka_unit_test(test_kept_calls_train_in_fp32),
+        cmocka_unit_test(test_nan_propagates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
