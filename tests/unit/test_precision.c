@@ -87,7 +87,7 @@ static convert_fn prelude_converter(void)
                       "        bb[i] = kl_bf16_to_f32(b[i]); hh[i] = kl_f16_to_f32(h[i]);\n"
                       "    }\n"
                       "}\n");
-    void *lib = kl_cpu_jit(src.s, NULL, true);
+    void *lib = kl_cpu_jit(src.s, NULL, true, NULL);
     kl_buf_free(&src);
     assert_non_null(lib);
     return (convert_fn)dlsym(lib, "conv");
