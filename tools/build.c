@@ -20,6 +20,7 @@
 #include "runtime/budget.h"
 #include "runtime/data.h"
 #include "runtime/train.h"
+#include "runtime/outfile.h"
 #include "codegen/kir.h"
 #ifdef KILN_HAVE_CUDA
 #include "runtime/nvrtc.h"
@@ -207,7 +208,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
                              const char *cuda_archs)
 {
     kl_source src;
-    if (kl_source_read(&src, model_path))
+    if (kl_outfile_check(out, "the executable") || kl_source_read(&src, model_path))
         return -1;
     name_list cuda = {0};
     char *asm_path = NULL;
@@ -290,8 +291,12 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     kl_buf_puts(&main_c, "    return kl_train_main(argc, argv, model_name, model_src, kernels);\n}\n");
 
     char *kpath = kl_xasprintf("%s/kernels.c", dir), *mpath = kl_xasprintf("%s/main.c", dir);
-    char *log = kl_xasprintf("%s/cc.log", dir), *tmp_out = kl_xasprintf("%s.tmp%d", out, (int)getpid());
-    if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0) {
+    char *log = kl_xasprintf("%s/cc.log", dir);
+    /* The compiler links into a unique temporary beside out, which then
+     * replaces out whole (outfile.h). */
+    kl_outfile o = {0};
+    if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0 && kl_outfile_begin_external(&o, out) == 0) {
+        const char *tmp_out = o.tmp;
         /* KILN_LINK_FLAGS: what libkiln.a was built with needs at link
          * time too (the sanitizers). */
         char *cmd = kl_xasprintf("'%s' %s %s -w -o '%s' '%s' '%s' %s%s%s '%s' -L'%s' -Wl,-rpath,'%s' -lopenblas -lz -lm -lpthread -ldl > '%s' 2>&1",
@@ -301,8 +306,8 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
             fprintf(stderr, "+ %s\n", cmd);
         int st = system(cmd);
         free(cmd);
-        if (st == 0 && rename(tmp_out, out) == 0) {
-            rc = 0;
+        if (st == 0) {
+            rc = kl_outfile_commit(&o, 0777);
         } else {
             kl_source lg;
             kl_error("compiling %s failed; the generated sources are in %s", out, dir);
@@ -310,7 +315,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
                 fputs(lg.text, stderr);
                 kl_source_free(&lg);
             }
-            remove(tmp_out);
+            kl_outfile_abort(&o);
         }
     }
     if (rc == 0) {
@@ -329,7 +334,6 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     free(kpath);
     free(mpath);
     free(log);
-    free(tmp_out);
 done:
     for (int i = 0; i < names.n; i++)
         free(names.v[i]);
