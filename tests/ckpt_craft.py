@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites a Kiln checkpoint (runtime/checkpoint.c, version 2) with crafted
+"""Rewrites a Kiln checkpoint (runtime/checkpoint.c, version 2 or 1) with crafted
 content and a valid checksum, so that the loader's own checks are what
 refuses it.
 
@@ -26,7 +26,7 @@ def parse(data):
     """The entries as [name, head (up to the byte count), data] and the run state."""
     assert data[:8] == b"KILNCKPT", "not a kiln checkpoint"
     version, count = struct.unpack_from("<II", data, 8)
-    assert version == 2, version
+    assert version in (1, 2), version
     off, entries = 16, []
     for _ in range(count):
         start = off
@@ -40,15 +40,17 @@ def parse(data):
         off += 8
         entries.append([name, head, data[off : off + nbytes]])
         off += nbytes
-    state = list(struct.unpack_from("<Qqqqd", data, off))
+    # Version 1 ends with the step alone.
+    state = list(struct.unpack_from("<Qqqqd", data, off)) if version == 2 else [struct.unpack_from("<Q", data, off)[0]]
     return entries, state
 
 
 def write(path, entries, state):
-    body = b"KILNCKPT" + struct.pack("<II", 2, len(entries))
+    version = 2 if len(state) == 5 else 1
+    body = b"KILNCKPT" + struct.pack("<II", version, len(entries))
     for _, head, blob in entries:
         body += head + struct.pack("<Q", len(blob)) + blob
-    body += struct.pack("<Qqqqd", *state)
+    body += struct.pack("<Qqqqd", *state) if version == 2 else struct.pack("<Q", state[0])
     open(path, "wb").write(body + struct.pack("<Q", fnv1a(body)))
 
 
@@ -57,11 +59,12 @@ def main():
     args = sys.argv[4:]
     entries, state = parse(open(src, "rb").read())
     if op == "show":
-        print("step %d clean %d skipped %d in_row %d scale %.17g" % tuple(state))
+        print(" ".join(str(x) for x in state))
         return
     if op == "step":
         state[0] = int(args[0]) & MASK
     elif op == "skipped":
+        assert len(state) == 5, "a version 1 checkpoint has no skipped count"
         state[2] = int(args[0])
     elif op == "dup":
         keep = [e for e in entries if e[0] == args[0]]
