@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "outfile.h"
 
 const char *kl_cc(void)
 {
@@ -85,19 +86,25 @@ void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet)
         handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         char *c = kl_xasprintf("%s/%016llx.%d.c", dir, (unsigned long long)h, (int)getpid());
-        char *tmp = kl_xasprintf("%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
         char *log = kl_xasprintf("%s/%016llx.%d.log", dir, (unsigned long long)h, (int)getpid());
         if (!quiet)
             fprintf(stderr, "kiln: compiling kernels (%s %s)\n", kl_cc(), kl_cc_flags());
         int rc = -1;
-        if (write_file(c, source) == 0) {
+        /* The compiler writes a unique temporary that then replaces the
+         * cache entry whole (outfile.h). */
+        kl_outfile o = {0};
+        if (write_file(c, source) == 0 && kl_outfile_begin_external(&o, so) == 0) {
+            const char *tmp = o.tmp;
             char *cmd = kl_xasprintf("'%s' %s -fPIC -shared -w -o '%s' '%s' -lm > '%s' 2>&1", kl_cc(),
                                      kl_cc_flags(), tmp, c, log);
             int st2 = system(cmd);
-            rc = st2 == 0 ? 0 : -1;
             free(cmd);
+            if (st2 == 0)
+                rc = kl_outfile_commit(&o, 0777);
+            else
+                kl_outfile_abort(&o);
         }
-        if (rc == 0 && rename(tmp, so) == 0) {
+        if (rc == 0) {
             handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
             remove(c);
             remove(log);
@@ -110,10 +117,8 @@ void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet)
                 fputs(lg.text, stderr);
                 kl_source_free(&lg);
             }
-            remove(tmp);
         }
         free(c);
-        free(tmp);
         free(log);
     }
     free(so);
