@@ -488,6 +488,8 @@ static int run_training(trainer *t, const kl_source *src)
             printf("resumed from %s at step %lld\n", t->opt.resume, (long long)step);
     }
     (void)src;
+    /* Rates count the steps this process ran, not those resumed from. */
+    const int64_t first_step = step;
     double t_start = kl_now(), best = -1;
     /* Time in training steps alone (no evaluation), and in the first ten
      * (warm-up: caches, page faults), for a clean throughput figure. */
@@ -623,13 +625,14 @@ static int run_training(trainer *t, const kl_source *src)
     }
     {
         double secs = kl_now() - t_start;
+        int64_t ran = step - first_step;
         printf("done: %lld steps in %.1f s (%.2f ms/step, %.0f samples/s, data wait %.2f s)", (long long)step, secs,
-               step ? 1000.0 * secs / (double)step : 0.0, secs > 0 ? (double)(step * B * c->accumulate) / secs : 0.0,
+               ran ? 1000.0 * secs / (double)ran : 0.0, secs > 0 ? (double)(ran * B * c->accumulate) / secs : 0.0,
                kl_loader_wait_seconds(loader));
         if (metric_name)
             printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, er.metric[0], best, (long long)best_epoch);
         printf("\n");
-        int64_t timed = step - warm_steps;
+        int64_t timed = ran - warm_steps;
         double timed_sps = timed > 0 ? (double)(timed * B * c->accumulate) / (step_time - warm_time) : 0;
         json_line(t, "{\"type\": \"summary\", \"steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"timed_steps\": %lld, \"timed_samples_per_s\": %.1f, \"final_%s\": %.6g, \"best_%s\": %.6g}",
                   (long long)step, secs, step_time, (long long)timed, timed_sps, metric_name ? metric_name : "metric",
