@@ -43,6 +43,11 @@ expect "--metrics through a link" "lnk: is a symbolic link" --metrics lnk
 expect "--trace through a link" "lnk: is a symbolic link" --trace lnk
 expect "--save over a link" "lnk: is a symbolic link" --save lnk
 [ "$(cat victim)" = precious ] && ok "the link's target is untouched" || bad "the link's target was written"
+for cmd in "build" "ir"; do
+  out=$("$kiln" $cmd "$here/../examples/mlp.kl" -o lnk 2>&1); rc=$?
+  [ $rc -eq 1 ] && grep -qF "lnk: is a symbolic link" <<< "$out" && ok "kiln $cmd -o refuses a link" ||
+    { bad "kiln $cmd -o lnk: exit $rc"; echo "$out" | tail -2; }
+done
 # A link planted at the old fixed temporary name is never followed.
 ln -s victim ck.tmp
 ./mlp --steps 2 --quiet --threads 1 --save ck > /dev/null 2>&1 || bad "--save ck failed"
