@@ -9,7 +9,7 @@
  *   u64 FNV-1a checksum of everything before it
  *
  * Version 1 ends with the step alone (no loss-scaler state); it still
- * loads. Little-endian. Written through outfile.h, so a crash or a full
+ * loads, with the scale its last step used and the counters at 0. Little-endian. Written through outfile.h, so a crash or a full
  * disk mid-write leaves the previous checkpoint whole. */
 #include <math.h>
 #include <stdlib.h>
@@ -222,6 +222,14 @@ int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_ru
                 kl_error("%s: '%s' of the model is missing from the checkpoint", path, s->persist.v[i].name);
                 goto done;
             }
+    }
+    /* Version 1 kept the loss scale only as the value the last step used. */
+    kl_persist *ls = version == 1 ? kl_session_find(s, "loss_scale") : NULL;
+    if (ls && ls->type.dtype == IR_F32 && ir_type_numel(&ls->type) == 1) {
+        float v;
+        s->be->ops->copy_out(s->be, &v, ls->ptr, sizeof v);
+        if (isfinite(v) && v > 0)
+            rs->loss_scale = v;
     }
     rc = 0;
 done:

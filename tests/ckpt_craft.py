@@ -7,6 +7,7 @@ refuses it.
   ckpt_craft.py IN OUT dup NAME OTHER    NAME's entry twice, OTHER's gone
   ckpt_craft.py IN OUT bytes NAME DELTA  NAME's byte count (and data) +DELTA
   ckpt_craft.py IN OUT skipped N         the skipped-steps counter
+  ckpt_craft.py IN OUT v1                version 1 (the step alone, no scaler state)
   ckpt_craft.py IN OUT show              print the run state (no OUT written)
 """
 import struct
@@ -66,6 +67,8 @@ def main():
     elif op == "skipped":
         assert len(state) == 5, "a version 1 checkpoint has no skipped count"
         state[2] = int(args[0])
+    elif op == "v1":
+        state = state[:1]
     elif op == "dup":
         keep = [e for e in entries if e[0] == args[0]]
         assert keep and any(e[0] == args[1] for e in entries), args

@@ -119,6 +119,12 @@ else
   bad "the fp16 resumed run differs"; diff a b | head -6
 fi
 
+# A version 1 checkpoint (no scaler state) still loads, with its last scale.
+$craft f_half.ckpt f_v1.ckpt v1
+./fp16 $f16 --steps 21 --resume f_v1.ckpt --metrics f_v1.json > /dev/null 2>&1
+[ "$(scales f_v1.json | cut -d' ' -f5-6)" = '"loss_scale": 131072' ] && ok "a version 1 checkpoint resumes with its loss scale" ||
+  { bad "the version 1 checkpoint: $(scales f_v1.json)"; }
+
 # ---- divergence ----
 # With --lr 1e6 the first step's update makes the loss non-finite.
 out=$(./mlp --precision fp16 --lr 1e6 --steps 200 --threads 1 --quiet 2>&1); rc=$?
