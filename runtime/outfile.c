@@ -44,7 +44,8 @@ static int make_temp(const char *path, char **tmp)
 {
     char *dir = dir_of(path);
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    *tmp = kl_xasprintf("%s/.%s.XXXXXX", dir, base);
+    /* At most 200 bytes of the name, so the temporary fits NAME_MAX. */
+    *tmp = kl_xasprintf("%s/.%.200s.XXXXXX", dir, base);
     free(dir);
     int fd = mkostemp(*tmp, O_CLOEXEC);
     if (fd < 0) {
