@@ -66,6 +66,7 @@ static const key_info keys[] = {
     {"clip", K_FLOAT, NULL, NULL, 0, "clip the global gradient norm (0: off)"},
     {"precision", K_WORD, "fp32 bf16 fp16", NULL, 0, "storage and GEMM precision"},
     {"loss_scale", K_CALL, NULL, loss_scale_forms, 0, "dynamic(...) or static(scale) (fp16)"},
+    {"max_skipped_steps", K_INT, NULL, NULL, 0, "stop when more steps than this in a row are skipped (fp16; 0: never)"},
     {"shard", K_WORD, "none zero1 zero2 zero3", NULL, 0, "ZeRO stage across ranks"},
     {"recompute", K_RECOMPUTE, NULL, NULL, 0, "none, auto or [def names]"},
     {"keep_fp32", K_RECOMPUTE, NULL, NULL, 0, "[def names] whose ops stay fp32 under bf16/fp16"},
@@ -429,6 +430,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->loss_scale.growth = arg_f(ls, "growth", 2);
     c->loss_scale.backoff = arg_f(ls, "backoff", 0.5);
     c->loss_scale.interval = arg_i(ls, "interval", 2000);
+    c->max_skipped_steps = ir_attr_int(train, "max_skipped_steps", 32);
 
     const char *sh = ir_attr_str(train, "shard", "none");
     c->shard = !strcmp(sh, "zero1") ? KL_SHARD_ZERO1 : !strcmp(sh, "zero2") ? KL_SHARD_ZERO2

@@ -48,6 +48,7 @@ typedef struct kl_train_config {
         double init, growth, backoff;
         int64_t interval;
     } loss_scale;
+    int64_t max_skipped_steps; /* fp16: a run skipping more steps than this in a row stops; 0: never */
     kl_shard shard;
     char *recompute;       /* "none", "auto" or a comma-separated list of defs */
     int64_t memory_limit;  /* bytes; 0: none */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "outfile.h"
 #include "spawn.h"
 
 const char *kl_cc_flags(void)
@@ -94,25 +95,31 @@ static int compile_object(const char *source, const char *mark, const char *dir,
                           const char *reason)
 {
     char *c = kl_xasprintf("%s/%016llx.%d.c", dir, (unsigned long long)h, (int)getpid());
-    char *tmp = kl_xasprintf("%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
     char *log = kl_xasprintf("%s/%016llx.%d.log", dir, (unsigned long long)h, (int)getpid());
     char *text = kl_xasprintf("%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n", source, mark);
     int rc = -1;
     char why[512] = "";
+    /* The compiler writes a unique temporary that then replaces the cache
+     * entry whole (outfile.h). */
+    kl_outfile o = {0};
     if (write_file(c, text)) {
         snprintf(why, sizeof why, "cannot write %s: %s", c, strerror(errno));
+    } else if (kl_outfile_begin_external(&o, so)) {
+        snprintf(why, sizeof why, "cannot create a temporary beside %s", so);
     } else {
         kl_argv cmd = {0};
         kl_argv_add_cc(&cmd);
         kl_argv_add_words(&cmd, "-fPIC -shared -w -o");
-        kl_argv_add(&cmd, tmp);
+        kl_argv_add(&cmd, o.tmp);
         kl_argv_add(&cmd, c);
         kl_argv_add(&cmd, "-lm");
         rc = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
         kl_argv_free(&cmd);
-        if (rc == 0 && rename(tmp, so)) {
-            snprintf(why, sizeof why, "cannot rename %s to %s: %s", tmp, so, strerror(errno));
+        if (rc == 0 && kl_outfile_commit(&o, 0777)) {
+            snprintf(why, sizeof why, "cannot replace %s", so);
             rc = -1;
+        } else if (rc) {
+            kl_outfile_abort(&o);
         }
     }
     if (rc == 0) {
@@ -133,11 +140,9 @@ static int compile_object(const char *source, const char *mark, const char *dir,
             kl_source_free(&lg);
         }
         remove(log);
-        remove(tmp);
     }
     free(text);
     free(c);
-    free(tmp);
     free(log);
     return rc;
 }

@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "nvrtc.h"
+#include "outfile.h"
 
 #ifndef KILN_CUDA_INCLUDE
 #define KILN_CUDA_INCLUDE "/usr/local/cuda/include"
@@ -171,16 +172,17 @@ static int read_all(const char *path, void **data, size_t *size)
     return 0;
 }
 
+/* Through outfile.h: concurrent compilers of one kernel each rename a
+ * whole file, and a link planted in a shared cache folder is never
+ * followed. The cache is an optimisation: a failed write is reported and
+ * only costs a compile next time. */
 static void write_atomic(const char *path, const void *data, size_t size)
 {
-    char *tmp = kl_xasprintf("%s.%d.%lx.tmp", path, (int)getpid(), (unsigned long)pthread_self());
-    FILE *f = fopen(tmp, "wb");
-    bool ok = f && fwrite(data, 1, size, f) == size;
-    if (f)
-        ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path))
-        remove(tmp); /* the cache is an optimisation: a failed write only costs a compile */
-    free(tmp);
+    kl_outfile o;
+    if (kl_outfile_begin(&o, path))
+        return;
+    kl_outfile_write(&o, data, size);
+    kl_outfile_commit(&o, 0666);
 }
 
 /* ---- compiling ---- */

@@ -4,23 +4,24 @@
 
 #include "trace.h"
 #include "data.h"
+#include "outfile.h"
 #include "../ir/support.h"
 
 struct kl_trace {
-    FILE *f;
+    kl_outfile o;
+    FILE *f; /* o.f */
     double t0;
     bool first;
 };
 
 kl_trace *kl_trace_open(const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        kl_error("%s: cannot write the trace", path);
+    kl_trace *t = kl_xcalloc(1, sizeof *t);
+    if (kl_outfile_begin(&t->o, path)) {
+        free(t);
         return NULL;
     }
-    kl_trace *t = kl_xcalloc(1, sizeof *t);
-    t->f = f;
+    FILE *f = t->f = t->o.f;
     t->t0 = kl_now();
     t->first = true;
     fputs("[\n", f);
@@ -56,13 +57,15 @@ void kl_trace_event(kl_trace *t, const char *name, const char *cat, int track, d
     put_string(t->f, cat);
     fprintf(t->f, ", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", track,
             1e6 * (start - t->t0), 1e6 * (end - start));
+    kl_outfile_note(&t->o);
 }
 
-void kl_trace_close(kl_trace *t)
+int kl_trace_close(kl_trace *t)
 {
     if (!t)
-        return;
+        return 0;
     fputs("\n]\n", t->f);
-    fclose(t->f);
+    int rc = kl_outfile_commit(&t->o, 0666);
     free(t);
+    return rc;
 }

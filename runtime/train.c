@@ -8,6 +8,7 @@
 #include "train.h"
 #include "budget.h"
 #include "checkpoint.h"
+#include "outfile.h"
 #include "trace.h"
 #include "data.h"
 #include "session.h"
@@ -41,7 +42,7 @@ static const char usage[] =
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
     "  --no-cuda-graph    launch each step's kernels instead of replaying a CUDA graph\n"
     "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
-    "  --metrics FILE     write metrics as JSON lines\n"
+    "  --metrics FILE     write metrics as JSON lines (appended to with --resume)\n"
     "  --save FILE        write a checkpoint at the end (and each epoch)\n"
     "  --save-init FILE   write a checkpoint of the initial values, then train\n"
     "  --resume FILE      continue from a checkpoint\n"
@@ -311,9 +312,10 @@ typedef struct trainer {
     kl_train_config cfg;
     kl_trace *trace;
     /* fp16 loss scaling: the scale, clean steps since the last change,
-     * skipped steps, and the check's value in the training graph. */
+     * skipped steps (in all and in a row), and the check's value in the
+     * training graph. */
     double loss_scale;
-    int64_t clean_steps, skipped;
+    int64_t clean_steps, skipped, skipped_in_row;
     int finite_value;
     options opt;
     const char *model;
@@ -321,7 +323,7 @@ typedef struct trainer {
     kl_exec *train, *eval, *eval_tail;
     bindings tb, eb, etb;
     kl_dataset train_set, test_set;
-    FILE *metrics;
+    kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
 } trainer;
 
@@ -355,10 +357,14 @@ static void adjust_loss_scale(trainer *t)
     const kl_train_config *c = &t->cfg;
     if (!finite) {
         t->skipped++;
+        t->skipped_in_row++;
         t->clean_steps = 0;
         if (c->loss_scale.dynamic)
             t->loss_scale *= c->loss_scale.backoff;
-    } else if (c->loss_scale.dynamic && ++t->clean_steps >= c->loss_scale.interval) {
+        return;
+    }
+    t->skipped_in_row = 0;
+    if (c->loss_scale.dynamic && ++t->clean_steps >= c->loss_scale.interval) {
         t->loss_scale *= c->loss_scale.growth;
         t->clean_steps = 0;
     }
@@ -471,14 +477,21 @@ int64_t kl_eval_batch(int64_t count, int64_t batch)
 static void json_line(trainer *t, const char *fmt, ...) KL_PRINTF(2, 3);
 static void json_line(trainer *t, const char *fmt, ...)
 {
-    if (!t->metrics)
+    if (!t->metrics.f)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(t->metrics, fmt, ap);
+    vfprintf(t->metrics.f, fmt, ap);
     va_end(ap);
-    fputc('\n', t->metrics);
-    fflush(t->metrics);
+    fputc('\n', t->metrics.f);
+    fflush(t->metrics.f);
+    kl_outfile_note(&t->metrics);
+}
+
+static int save_checkpoint(trainer *t, const char *path, int64_t step)
+{
+    kl_run_state rs = {(uint64_t)step, t->clean_steps, t->skipped, t->skipped_in_row, t->loss_scale};
+    return kl_checkpoint_save(t->s, path, &rs);
 }
 
 static int run_training(trainer *t, const kl_source *src)
@@ -498,24 +511,26 @@ static int run_training(trainer *t, const kl_source *src)
         total = c->steps;
     int64_t step = 0;
     if (t->opt.resume) {
-        uint64_t s;
-        if (kl_checkpoint_load(t->s, t->opt.resume, &s)) {
+        kl_run_state rs;
+        if (kl_checkpoint_load(t->s, t->opt.resume, (uint64_t)total, &rs)) {
             kl_loader_free(loader);
             return -1;
         }
-        step = (int64_t)s;
-        /* The loss scale lives in the checkpoint with the other state. */
-        kl_persist *ls = kl_session_find(t->s, "loss_scale");
-        if (ls && t->cfg.precision == KL_PREC_FP16) {
-            float v;
-            t->s->be->ops->copy_out(t->s->be, &v, ls->ptr, sizeof v);
-            if (isfinite(v) && v > 0)
-                t->loss_scale = v;
+        step = (int64_t)rs.step;
+        /* The loss scaler continues where it was, counters included, so
+         * that its next change falls on the same step. */
+        if (t->cfg.precision == KL_PREC_FP16) {
+            t->loss_scale = rs.loss_scale;
+            t->clean_steps = rs.clean_steps;
+            t->skipped = rs.skipped;
+            t->skipped_in_row = rs.skipped_in_row;
         }
         if (!t->opt.quiet)
             printf("resumed from %s at step %lld\n", t->opt.resume, (long long)step);
     }
     (void)src;
+    /* Rates count the steps this process ran, not those resumed from. */
+    const int64_t first_step = step;
     double t_start = kl_now(), best = -1;
     /* Time in training steps alone (no evaluation), and in the first ten
      * (warm-up: caches, page faults), for a clean throughput figure. */
@@ -567,6 +582,13 @@ static int run_training(trainer *t, const kl_source *src)
                 break;
             adjust_loss_scale(t);
             step++;
+            if (c->max_skipped_steps > 0 && t->skipped_in_row > c->max_skipped_steps) {
+                kl_error("step %lld: the last %lld steps were all skipped for non-finite gradients (loss scale now %g); "
+                         "training diverged (try a lower --lr; max_skipped_steps = %lld)",
+                         (long long)step, (long long)t->skipped_in_row, t->loss_scale, (long long)c->max_skipped_steps);
+                rc = -1;
+                goto out;
+            }
             win_steps++;
             step_time += kl_now() - st0;
             if (t->trace) {
@@ -632,7 +654,7 @@ static int run_training(trainer *t, const kl_source *src)
         json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"epoch_s\": %.3f}",
                   (long long)epoch + 1, (long long)step, er.loss, metric_name ? metric_name : "metric", er.metric[0], epoch_s);
         win_t0 = kl_now();
-        if (t->opt.save && kl_checkpoint_save(t->s, t->opt.save, (uint64_t)step)) {
+        if (t->opt.save && save_checkpoint(t, t->opt.save, step)) {
             rc = -1;
             goto out;
         }
@@ -644,19 +666,20 @@ static int run_training(trainer *t, const kl_source *src)
     }
     {
         double secs = kl_now() - t_start;
+        int64_t ran = step - first_step;
         printf("done: %lld steps in %.1f s (%.2f ms/step, %.0f samples/s, data wait %.2f s)", (long long)step, secs,
-               step ? 1000.0 * secs / (double)step : 0.0, secs > 0 ? (double)(step * B * c->accumulate) / secs : 0.0,
+               ran ? 1000.0 * secs / (double)ran : 0.0, secs > 0 ? (double)(ran * B * c->accumulate) / secs : 0.0,
                kl_loader_wait_seconds(loader));
         if (metric_name)
             printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, er.metric[0], best, (long long)best_epoch);
         printf("\n");
-        int64_t timed = step - warm_steps;
+        int64_t timed = ran - warm_steps;
         double timed_sps = timed > 0 ? (double)(timed * B * c->accumulate) / (step_time - warm_time) : 0;
         json_line(t, "{\"type\": \"summary\", \"steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"timed_steps\": %lld, \"timed_samples_per_s\": %.1f, \"final_%s\": %.6g, \"best_%s\": %.6g}",
                   (long long)step, secs, step_time, (long long)timed, timed_sps, metric_name ? metric_name : "metric",
                   er.metric[0], metric_name ? metric_name : "metric", best);
     }
-    if (t->opt.save && kl_checkpoint_save(t->s, t->opt.save, (uint64_t)step))
+    if (t->opt.save && save_checkpoint(t, t->opt.save, step))
         rc = -1;
 out:
     kl_loader_free(loader);
@@ -697,16 +720,21 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         kl_error("--device must be auto, cpu or cuda");
         goto done;
     }
+    /* Every file the run will write, checked before any work, so that a
+     * typo in a path does not cost an epoch of training. */
+    if ((t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
+        (t.opt.save_init && kl_outfile_check(t.opt.save_init, "--save-init")) ||
+        (t.opt.metrics && kl_outfile_check(t.opt.metrics, "--metrics")) ||
+        (t.opt.trace_path && kl_outfile_check(t.opt.trace_path, "--trace")))
+        goto done;
     g = load_with(&src, &t.opt, NULL, NULL);
     if (!g)
         goto done;
     kl_train_read(&g->train, &t.cfg);
     if (load_data(&t))
         goto done;
-    if (t.opt.metrics && !(t.metrics = fopen(t.opt.metrics, "w"))) {
-        kl_error("%s: cannot write metrics", t.opt.metrics);
+    if (t.opt.metrics && kl_outfile_open_log(&t.metrics, t.opt.metrics, t.opt.resume != NULL))
         goto done;
-    }
     char *jit_reason = kernel_flags(&t.opt);
     kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads,
                          .builtins = builtins,
@@ -794,7 +822,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         printf("\n");
         free(plan);
     }
-    if (t.opt.save_init && kl_checkpoint_save(t.s, t.opt.save_init, 0))
+    if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
         goto done;
     if (t.opt.profile)
         kl_exec_profile(t.train);
@@ -818,12 +846,13 @@ done:
         kl_session_free(t.s);
         b->ops->destroy(b);
     }
-    kl_trace_close(t.trace);
+    if (kl_trace_close(t.trace))
+        rc = 1;
     kl_dataset_free(&t.train_set);
     kl_dataset_free(&t.test_set);
     kl_train_config_free(&t.cfg);
-    if (t.metrics)
-        fclose(t.metrics);
+    if (t.metrics.f && kl_outfile_close_log(&t.metrics))
+        rc = 1;
     for (int i = 0; i < t.opt.nowned; i++)
         free(t.opt.owned[i]);
     kl_source_free(&src);

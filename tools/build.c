@@ -20,6 +20,7 @@
 #include "runtime/data.h"
 #include "runtime/spawn.h"
 #include "runtime/train.h"
+#include "runtime/outfile.h"
 #include "codegen/kir.h"
 #ifdef KILN_HAVE_CUDA
 #include "runtime/nvrtc.h"
@@ -207,7 +208,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
                              const char *cuda_archs)
 {
     kl_source src;
-    if (kl_source_read(&src, model_path))
+    if (kl_outfile_check(out, "the executable") || kl_source_read(&src, model_path))
         return -1;
     name_list cuda = {0};
     char *asm_path = NULL;
@@ -290,8 +291,12 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     kl_buf_puts(&main_c, "    return kl_train_main(argc, argv, model_name, model_src, kernels);\n}\n");
 
     char *kpath = kl_xasprintf("%s/kernels.c", dir), *mpath = kl_xasprintf("%s/main.c", dir);
-    char *log = kl_xasprintf("%s/cc.log", dir), *tmp_out = kl_xasprintf("%s.tmp%d", out, (int)getpid());
-    if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0) {
+    char *log = kl_xasprintf("%s/cc.log", dir);
+    /* The compiler links into a unique temporary beside out, which then
+     * replaces out whole (outfile.h). */
+    kl_outfile o = {0};
+    if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0 && kl_outfile_begin_external(&o, out) == 0) {
+        const char *tmp_out = o.tmp;
         /* KILN_LINK_FLAGS: what libkiln.a was built with needs at link
          * time too (the sanitizers). Every path is one argument: no shell. */
         kl_argv cmd = {0};
@@ -319,18 +324,16 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
         char why[512];
         int st = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
         kl_argv_free(&cmd);
-        if (st == 0 && rename(tmp_out, out) == 0) {
-            rc = 0;
+        if (st == 0) {
+            rc = kl_outfile_commit(&o, 0777);
         } else {
             kl_source lg;
-            if (st == 0)
-                snprintf(why, sizeof why, "cannot rename %s to %s: %s", tmp_out, out, strerror(errno));
             kl_error("compiling %s failed: %s; the generated sources are in %s", out, why, dir);
             if (kl_source_read_quiet(&lg, log) == 0) {
                 fputs(lg.text, stderr);
                 kl_source_free(&lg);
             }
-            remove(tmp_out);
+            kl_outfile_abort(&o);
         }
     }
     if (rc == 0) {
@@ -349,7 +352,6 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     free(kpath);
     free(mpath);
     free(log);
-    free(tmp_out);
 done:
     for (int i = 0; i < names.n; i++)
         free(names.v[i]);

@@ -13,6 +13,7 @@
 #include "frontend/lower.h"
 #include "passes/pipeline.h"
 #include "passes/passes.h"
+#include "runtime/outfile.h"
 
 static const char usage[] =
     "usage: kiln COMMAND [ARGS]\n"
@@ -115,22 +116,12 @@ static int write_output(const char *path, const char *text)
         fputs(text, stdout);
         return fflush(stdout) ? -1 : 0;
     }
-    /* Write beside the target and rename, so a failed write loses nothing. */
-    char *tmp = kl_xasprintf("%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int rc = -1;
-    if (f) {
-        bool ok = fputs(text, f) >= 0;
-        ok = fclose(f) == 0 && ok;
-        if (ok && rename(tmp, path) == 0)
-            rc = 0;
-        else
-            remove(tmp);
-    }
-    if (rc)
-        kl_error("cannot write %s", path);
-    free(tmp);
-    return rc;
+    /* Written whole or not at all (outfile.h). */
+    kl_outfile o;
+    if (kl_outfile_begin(&o, path))
+        return -1;
+    kl_outfile_write(&o, text, strlen(text));
+    return kl_outfile_commit(&o, 0666);
 }
 
 static int cmd_ir(int argc, char **argv)
