@@ -25,7 +25,8 @@
  * lr sign(g), and a gradient that is zero up to rounding would flip its
  * element's update at random.
  *
- * Dropout draws a random mask: the reference reads the mask the kernels
+ * A gradient model marked "# eval" runs its evaluation graph's forward
+ * (as gradcheck does). Dropout draws a random mask: the reference reads the mask the kernels
  * drew (checking that it is 0/1) and applies y = x mask / (1 - p) and
  * its gradient itself.
  *
@@ -37,6 +38,7 @@
 #include <string.h>
 
 #include "frontend/lower.h"
+#include "passes/passes.h"
 #include "passes/pipeline.h"
 #include "reference/ref_eval.h"
 #include "runtime/session.h"
@@ -56,6 +58,10 @@ static ir_graph *compile(const kl_source *src, const char *const *kv, bool fuse)
     ir_graph *g = kl_load_source(src, &lo);
     if (!g)
         exit(1);
+    /* "# eval": the evaluation graph's forward (batch norm with running
+     * statistics, no dropout), differentiated, as gradcheck runs it */
+    if (strstr(src->text, "\n# eval"))
+        pass_eval_mode(g);
     kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = !fuse};
     if (kl_pipeline_run(g, &po))
         exit(1);
@@ -179,6 +185,88 @@ static void compare_kept(tally *t, kl_exec *e, const ref_eval *r, const int *kee
     }
 }
 
+/* Random inputs for micro-batch m, the same to both sides. */
+static void feed(kl_exec *e, ref_eval *r, const kl_source *src, uint64_t m)
+{
+    const ir_graph *g = e->g;
+    kl_exec_random_inputs(e, 5 + m);
+    uint64_t rng = 77 + m;
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (v->kind != IR_VAL_INPUT)
+            continue;
+        int64_t range = range_of(src, v->name), n = ir_type_numel(&v->type);
+        if (range > 0 && !ir_dtype_is_float(v->type.dtype)) {
+            void *raw = kl_xcalloc((size_t)ir_type_bytes(&v->type), 1);
+            for (int64_t k = 0; k < n; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                kl_store_as(v->type.dtype, raw, k, (double)((rng >> 33) % (uint64_t)range));
+            }
+            kl_exec_write(e, v->id, raw, (size_t)ir_type_bytes(&v->type));
+            free(raw);
+        }
+        double *x = read_value(e, v->id);
+        ref_set(r, v->id, x);
+        free(x);
+    }
+}
+
+/* Dropout's masks: the reference applies the ones the kernels drew. */
+static void give_masks(kl_exec *e, ref_eval *r)
+{
+    const ir_graph *g = e->g;
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (!n->dead && n->op == IR_OP_DROPOUT) {
+            if (!materialized(g, n->out.v[1]))
+                kl_panic("dropout's mask %%%s is not in memory", ir_val(g, n->out.v[1])->name);
+            double *m = read_value(e, n->out.v[1]);
+            ref_set(r, n->out.v[1], m);
+            free(m);
+        }
+    }
+}
+
+/* The update runs on the kernels' gradients (compared before): Adam's
+ * first step is about lr sign(g), so a gradient that is zero up to
+ * rounding would otherwise flip its element's update at random. Every
+ * operand an update-phase node reads but no update writes, computed
+ * before the update (gradients, accumulated gradients), is handed over;
+ * a persistent one (an accumulator) is compared first. */
+static void hand_over_update_operands(tally *t, kl_exec *e, ref_eval *r)
+{
+    const ir_graph *g = e->g;
+    bool *done = kl_xcalloc((size_t)g->values.n + 1, 1);
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        for (int k = 0; !n->dead && n->phase == IR_PHASE_UPDATE && k < n->in.n; k++)
+            if (ir_op_mutates(n->op, k))
+                done[n->in.v[k]] = true;
+    }
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        for (int k = 0; !n->dead && n->phase == IR_PHASE_UPDATE && k < n->in.n; k++) {
+            int v = n->in.v[k];
+            const ir_value *val = ir_val(g, v);
+            if (done[v] || (val->def >= 0 && ir_nd(g, val->def)->phase == IR_PHASE_UPDATE))
+                continue;
+            done[v] = true;
+            double *x;
+            if (ir_is_persistent(val)) {
+                x = read_persist(e->s, kl_session_find(e->s, val->name));
+                compare(t, val, "before the update", x, r->v[v]);
+            } else if (materialized(g, v)) {
+                x = read_value(e, v);
+            } else {
+                continue;
+            }
+            ref_set(r, v, x);
+            free(x);
+        }
+    }
+    free(done);
+}
+
 static void run_plan(const kl_source *src, const char *const *kv, bool fuse, tally *t)
 {
     t->plan = fuse ? "fused" : "unfused";
@@ -209,8 +297,9 @@ static void run_plan(const kl_source *src, const char *const *kv, bool fuse, tal
 
     /* The same starting point: initial params and state, and the step's
      * hyper-parameters (learning rate, bias corrections of step 1, the
-     * gradient multiplier), then the inputs. */
-    float hyper[4] = {1e-3f, 1 - 0.9f, 1 - 0.999f, 1.0f};
+     * gradient multiplier 1 / micro-batches). */
+    int64_t micro = ir_attr_int(&g->train, "accumulate", 1);
+    float hyper[4] = {1e-3f, 1 - 0.9f, 1 - 0.999f, 1.0f / (float)micro};
     kl_persist *hp = kl_session_find(s, "optimizer.hyper");
     if (hp)
         be->ops->copy_in(be, hp->ptr, hyper, sizeof hyper);
@@ -222,59 +311,19 @@ static void run_plan(const kl_source *src, const char *const *kv, bool fuse, tal
             free(x);
         }
     }
-    kl_exec_random_inputs(e, 5);
-    uint64_t rng = 77;
-    for (int i = 0; i < g->decls.n; i++) {
-        const ir_value *v = ir_val(g, g->decls.v[i]);
-        if (v->kind != IR_VAL_INPUT)
-            continue;
-        int64_t range = range_of(src, v->name), n = ir_type_numel(&v->type);
-        if (range > 0 && !ir_dtype_is_float(v->type.dtype)) {
-            void *raw = kl_xcalloc((size_t)ir_type_bytes(&v->type), 1);
-            for (int64_t k = 0; k < n; k++) {
-                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-                kl_store_as(v->type.dtype, raw, k, (double)((rng >> 33) % (uint64_t)range));
-            }
-            kl_exec_write(e, v->id, raw, (size_t)ir_type_bytes(&v->type));
-            free(raw);
-        }
-        double *x = read_value(e, v->id);
-        ref_set(r, v->id, x);
-        free(x);
+    /* One optimizer step: forward and backward per micro-batch, each on
+     * its own inputs, the update after the last. */
+    for (int64_t m = 0; m < micro; m++) {
+        feed(e, r, src, (uint64_t)m);
+        unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);
+        kl_kargs args = {m, 11};
+        kl_exec_run(e, m == micro - 1 ? KL_ALL_PHASES : phases, &args);
+        give_masks(e, r);
+        r->step = m;
+        ref_run(r, phases);
+        compare_kept(t, e, r, keep, nkeep, IR_PHASE_BACKWARD);
     }
-
-    kl_kargs args = {0, 11};
-    kl_exec_run(e, KL_ALL_PHASES, &args);
-    /* Dropout's masks: the reference applies the ones the kernels drew. */
-    for (int i = 0; i < g->nodes.n; i++) {
-        const ir_node *n = ir_nd(g, i);
-        if (!n->dead && n->op == IR_OP_DROPOUT) {
-            if (!materialized(g, n->out.v[1]))
-                kl_panic("dropout's mask %%%s is not in memory", ir_val(g, n->out.v[1])->name);
-            double *m = read_value(e, n->out.v[1]);
-            ref_set(r, n->out.v[1], m);
-            free(m);
-        }
-    }
-    r->step = 0;
-    ref_run(r, (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD));
-
-    compare_kept(t, e, r, keep, nkeep, IR_PHASE_BACKWARD);
-    /* The update runs on the kernels' gradients (compared above): Adam's
-     * first step is about lr sign(g), so a gradient that is zero up to
-     * rounding would otherwise flip its element's update at random. */
-    for (int i = 0; i < g->nodes.n; i++) {
-        const ir_node *n = ir_nd(g, i);
-        for (int k = 0; !n->dead && n->phase == IR_PHASE_UPDATE && k < n->in.n; k++) {
-            int v = n->in.v[k];
-            if (ir_val(g, v)->def >= 0 && ir_nd(g, ir_val(g, v)->def)->phase != IR_PHASE_UPDATE &&
-                materialized(g, v)) {
-                double *x = read_value(e, v);
-                ref_set(r, v, x);
-                free(x);
-            }
-        }
-    }
+    hand_over_update_operands(t, e, r);
     ref_run(r, 1u << IR_PHASE_UPDATE);
     compare_kept(t, e, r, keep, nkeep, IR_PHASE_UPDATE);
     for (int i = 0; i < s->persist.n; i++) {
