@@ -2,33 +2,36 @@
  *
  *   reference_check MODEL.kl [--batch N] [--set KEY=VALUE]...
  *
- * Runs one training step (forward, backward, optimizer update) of the
- * model twice through the generated C kernels on the CPU backend (fused
- * and unfused plans, fp32 as the model declares it) and through the naive
- * f64 evaluator of tests/reference/ref_eval.c, from the same initial
- * params and state and the same random inputs (seeded: floats in [-1, 1),
- * u8 in [0, 256), other integers in [0, classes) or in [0, N) from a
- * "# range NAME N" line of the model). It compares every value the plan
- * keeps, which is every value a kernel writes to memory (forward values,
- * the loss, reports, gradients), and afterwards every persistent value
- * (params after the update, optimizer state, running statistics):
+ * Runs one optimizer step (forward and backward for each of the train
+ * block's micro-batches, then the update) of the model through the
+ * generated C kernels on the CPU backend, once with the fused plan and
+ * once with the unfused one, and through the naive f64 evaluator of
+ * tests/reference/ref_eval.c, from the same initial params and state and
+ * the same random inputs (seeded: floats in [-1, 1), u8 in [0, 256),
+ * other integers in [0, classes), or in [0, N) from a "# range NAME N"
+ * line of the model). It compares every value a kernel writes to memory
+ * (forward values, the loss, reports, gradients: the plan keeps them all
+ * readable), after every micro-batch, and after the update every
+ * persistent value (params, optimizer state, running statistics):
  *
  *   max |kernel - reference| / max(max |reference|, 1e-6) <= bound
  *
- * per value, the bound by the value's dtype: 1e-9 for f64 (the gradient
- * models), 1e-4 for f32, exact for integers; a gradient model computed
- * in part in f32 states its looser bound ("# tol: X", as for gradcheck).
+ * per value, the bound by its dtype: 1e-9 for f64 (the gradient models),
+ * 1e-4 for f32, exact for integers. A gradient model computed in part in
+ * f32 states its looser bound ("# tol: X", as for gradcheck); a bf16 or
+ * fp16 plan (--set precision=...) bounds every float value by 3e-2 or
+ * 5e-3, as one value rounded to 16 bits differently moves all after it.
  * Reference values are rounded to their dtype as they are stored, so the
- * f32 bound covers the kernels' different order of summation, not a
- * drift of the whole graph. The reference's update starts from the
- * kernels' gradients (once those passed): Adam's first step is about
- * lr sign(g), and a gradient that is zero up to rounding would flip its
- * element's update at random.
+ * f32 bound covers the kernels' other order of summation, not a drift
+ * of the whole graph.
  *
- * A gradient model marked "# eval" runs its evaluation graph's forward
- * (as gradcheck does). Dropout draws a random mask: the reference reads the mask the kernels
- * drew (checking that it is 0/1) and applies y = x mask / (1 - p) and
- * its gradient itself.
+ * The reference's update starts from the kernels' gradients and
+ * accumulators, compared before: Adam's first step is about lr sign(g),
+ * and a gradient that is zero up to rounding would flip its element's
+ * update at random. A gradient model marked "# eval" runs its evaluation
+ * graph's forward (as gradcheck does). Dropout draws a random mask: the
+ * reference reads the mask the kernels drew (checking that it is 0/1) and
+ * applies y = x mask / (1 - p) and its gradient itself.
  *
  * CUDA: tests/cuda/kernel_check.c compares every emulated CUDA kernel with
  * the CPU backend's on random inputs, so the CUDA kernels are checked
