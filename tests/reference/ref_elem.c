@@ -43,7 +43,8 @@ static double f_ge(double a, double b) { return a >= b ? 1 : 0; }
 static double f_eq(double a, double b) { return a == b ? 1 : 0; }
 static double f_isfinite(double x) { return isfinite(x) ? 1 : 0; }
 static double f_neg(double x) { return -x; }
-static double f_relu(double x) { return x > 0 ? x : 0; }
+/* relu keeps NaN, as maximum does */
+static double f_relu(double x) { return x != x ? x : x > 0 ? x : 0; }
 /* x Phi(x), Phi the standard normal distribution function */
 static double f_gelu(double x) { return x * 0.5 * erfc(-x / sqrt(2.0)); }
 static double f_sigmoid(double x) { return 1 / (1 + exp(-x)); }

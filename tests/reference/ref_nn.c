@@ -329,14 +329,15 @@ static int64_t pool_tap(const pool_geom *g, int64_t c, int64_t i, int64_t j, int
     return hi < 0 || hi >= g->h || wi < 0 || wi >= g->w ? -1 : (c * g->h + hi) * g->w + wi;
 }
 
-/* The window's first largest input (row-major), -1 when all padding. */
+/* The window's first largest input (row-major), its first NaN if it
+ * holds one (NaN propagates), -1 when all padding. */
 static int64_t pool_argmax(const pool_geom *g, const double *x, int64_t c, int64_t i, int64_t j)
 {
     int64_t best = -1;
     for (int64_t u = 0; u < g->k[0]; u++)
         for (int64_t v = 0; v < g->k[1]; v++) {
             int64_t t = pool_tap(g, c, i, j, u, v);
-            if (t >= 0 && (best < 0 || x[t] > x[best]))
+            if (t >= 0 && (best < 0 || x[t] > x[best] || (x[t] != x[t] && x[best] == x[best])))
                 best = t;
         }
     return best;
