@@ -400,9 +400,10 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
 static int load_data(trainer *t)
 {
     if (!strcmp(t->cfg.data_format, "synthetic")) {
-        kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set);
-        kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set);
-        return 0;
+        return kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set) ||
+                       kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set)
+                   ? -1
+                   : 0;
     }
     if (kl_idx_load(t->cfg.data_path, "train", &t->train_set) || kl_idx_load(t->cfg.data_path, "t10k", &t->test_set))
         return -1;
@@ -662,6 +663,16 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     kl_train_read(&g->train, &t.cfg);
     if (load_data(&t))
         goto done;
+    /* One optimizer step takes batch x accumulate samples: a set smaller
+     * than that is refused before anything is compiled or allocated. */
+    int64_t step_samples = kl_size_mul(t.cfg.batch, t.cfg.accumulate);
+    if (step_samples < 0 || step_samples > t.train_set.count) {
+        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld)\n"
+                 "---> try --batch %lld --accumulate 1",
+                 model_name, (long long)t.train_set.count, (long long)t.cfg.batch, (long long)t.cfg.accumulate,
+                 (long long)(t.cfg.batch < t.train_set.count ? t.cfg.batch : t.train_set.count));
+        goto done;
+    }
     if (t.opt.metrics && !(t.metrics = fopen(t.opt.metrics, "w"))) {
         kl_error("%s: cannot write metrics", t.opt.metrics);
         goto done;
