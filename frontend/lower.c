@@ -1000,9 +1000,8 @@ static int lower_train(lower *L, const ast_block *train, const kl_lower_opts *op
     }
     if (kl_train_check(t, L->src))
         return -1;
-    for (int i = 0; opts && opts->overrides && opts->overrides[i]; i += 2)
-        if (kl_train_set(t, opts->overrides[i], opts->overrides[i + 1]))
-            return -1;
+    if (kl_train_set_all(t, opts ? opts->overrides : NULL))
+        return -1;
     L->batch = ir_attr_int(t, "batch", 32);
     if (!ir_attrs_find(t, "batch"))
         ir_attrs_set_int(t, "batch", L->batch);
@@ -1119,10 +1118,10 @@ ir_graph *kl_load_source(const kl_source *src, const kl_lower_opts *opts)
                 ir_graph_free(g);
                 return NULL;
             }
-            if (kl_train_set(&g->train, opts->overrides[i], opts->overrides[i + 1])) {
-                ir_graph_free(g);
-                return NULL;
-            }
+        }
+        if (g && kl_train_set_all(&g->train, opts ? opts->overrides : NULL)) {
+            ir_graph_free(g);
+            return NULL;
         }
     } else {
         ast_program prog;

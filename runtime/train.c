@@ -476,6 +476,7 @@ static int run_training(trainer *t, const kl_source *src)
             printf("resumed from %s at step %lld\n", t->opt.resume, (long long)step);
     }
     (void)src;
+    const int64_t first_step = step;
     double t_start = kl_now(), best = -1;
     /* Time in training steps alone (no evaluation), and in the first ten
      * (warm-up: caches, page faults), for a clean throughput figure. */
@@ -610,8 +611,11 @@ static int run_training(trainer *t, const kl_source *src)
         if (metric_name)
             printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, er.metric[0], best, (long long)best_epoch);
         printf("\n");
-        int64_t timed = step - warm_steps;
-        double timed_sps = timed > 0 ? (double)(timed * B * c->accumulate) / (step_time - warm_time) : 0;
+        /* Steps this run took (a resumed run starts past 0; a finished
+         * one takes none), less the warm-up ones. */
+        int64_t timed = step - first_step - warm_steps;
+        double timed_s = step_time - warm_time;
+        double timed_sps = timed > 0 && timed_s > 0 ? (double)(timed * B * c->accumulate) / timed_s : 0;
         json_line(t, "{\"type\": \"summary\", \"steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"timed_steps\": %lld, \"timed_samples_per_s\": %.1f, \"final_%s\": %.6g, \"best_%s\": %.6g}",
                   (long long)step, secs, step_time, (long long)timed, timed_sps, metric_name ? metric_name : "metric",
                   er.metric[0], metric_name ? metric_name : "metric", best);
