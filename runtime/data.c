@@ -114,7 +114,7 @@ static int64_t stream_read(idx_stream *s, unsigned char *dst, size_t n)
             s->z.avail_in = (uInt)r;
         }
         if (s->z.avail_in == 0 && s->in_eof) {
-            snprintf(s->why, sizeof s->why, "the gzip data ends early (no end of stream or trailer)");
+            snprintf(s->why, sizeof s->why, "truncated or corrupt: the gzip data ends early (no end of stream or trailer)");
             return -1;
         }
         size_t want = n - got > (1u << 30) ? (1u << 30) : n - got;
@@ -135,7 +135,7 @@ static int64_t stream_read(idx_stream *s, unsigned char *dst, size_t n)
             if (s->z.avail_in == 0) {
                 s->members_done = true;
             } else if (s->z.next_in[0] != 0x1f) {
-                snprintf(s->why, sizeof s->why, "trailing garbage after the gzip data");
+                snprintf(s->why, sizeof s->why, "corrupt: trailing garbage after the gzip data");
                 return -1;
             } else {
                 inflateReset(&s->z);
@@ -158,7 +158,7 @@ static int read_exact(idx_stream *s, void *dst, size_t n, const char *what)
     if (got >= 0)
         kl_error("%s: truncated or corrupt: %s (the file ends after %lld of %zu bytes)", s->path, what, (long long)got, n);
     else
-        kl_error("%s: truncated or corrupt: %s (%s)", s->path, what, s->why);
+        kl_error("%s: %s", s->path, s->why);
     return -1;
 }
 
@@ -223,7 +223,7 @@ static int read_idx(const char *path, int want_rank, int64_t *dims, uint8_t **da
     unsigned char extra;
     int64_t more = stream_read(s, &extra, 1);
     if (more < 0) {
-        kl_error("%s: truncated or corrupt: %s", path, s->why);
+        kl_error("%s: %s", path, s->why);
         goto done;
     }
     if (more > 0) {
