@@ -97,6 +97,21 @@ static int64_t read_raw(idx_stream *s, unsigned char *dst, size_t n)
     return (int64_t)got;
 }
 
+/* More compressed input when inflate has used what it had (none at the
+ * file's end); -1 with why on a read error. */
+static int refill(idx_stream *s)
+{
+    if (s->z.avail_in > 0 || s->in_eof)
+        return 0;
+    int64_t r = read_raw(s, s->in, sizeof s->in);
+    if (r < 0)
+        return -1;
+    s->in_eof = r == 0;
+    s->z.next_in = s->in;
+    s->z.avail_in = (uInt)r;
+    return 0;
+}
+
 /* Up to n bytes of data into dst: the count (less than n only at the
  * data's end), or -1 with why. */
 static int64_t stream_read(idx_stream *s, unsigned char *dst, size_t n)
@@ -105,15 +120,9 @@ static int64_t stream_read(idx_stream *s, unsigned char *dst, size_t n)
         return read_raw(s, dst, n);
     size_t got = 0;
     while (got < n && !s->members_done) {
-        if (s->z.avail_in == 0 && !s->in_eof) {
-            int64_t r = read_raw(s, s->in, sizeof s->in);
-            if (r < 0)
-                return -1;
-            s->in_eof = r == 0;
-            s->z.next_in = s->in;
-            s->z.avail_in = (uInt)r;
-        }
-        if (s->z.avail_in == 0 && s->in_eof) {
+        if (refill(s))
+            return -1;
+        if (s->z.avail_in == 0) {
             snprintf(s->why, sizeof s->why, "truncated or corrupt: the gzip data ends early (no end of stream or trailer)");
             return -1;
         }
@@ -124,14 +133,8 @@ static int64_t stream_read(idx_stream *s, unsigned char *dst, size_t n)
         got += want - s->z.avail_out;
         if (rc == Z_STREAM_END) {
             /* Another member may follow; anything else is garbage. */
-            if (s->z.avail_in == 0 && !s->in_eof) {
-                int64_t r = read_raw(s, s->in, sizeof s->in);
-                if (r < 0)
-                    return -1;
-                s->in_eof = r == 0;
-                s->z.next_in = s->in;
-                s->z.avail_in = (uInt)r;
-            }
+            if (refill(s))
+                return -1;
             if (s->z.avail_in == 0) {
                 s->members_done = true;
             } else if (s->z.next_in[0] != 0x1f) {

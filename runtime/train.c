@@ -400,10 +400,10 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
 static int load_data(trainer *t)
 {
     if (!strcmp(t->cfg.data_format, "synthetic")) {
-        return kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set) ||
-                       kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set)
-                   ? -1
-                   : 0;
+        if (kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set) ||
+            kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set))
+            return -1;
+        return 0;
     }
     if (kl_idx_load(t->cfg.data_path, "train", &t->train_set) || kl_idx_load(t->cfg.data_path, "t10k", &t->test_set))
         return -1;
