@@ -68,18 +68,25 @@ static const char prelude[] =
     "    uint64_t x = kl_mix(kl_mix(kl_mix(seed) ^ (uint64_t)step) ^ salt) ^ index;\n"
     "    return (float)(kl_mix(x) >> 40) * (1.0f / 16777216.0f);\n"
     "}\n"
-    "/* Selects rather than fmaxf/fminf, which do not vectorise: max and min\n"
-    " * keep a NaN of either operand; the accumulator forms skip NaN. */\n"
-    "static inline float kl_relu(float x) { return x > 0.0f ? x : 0.0f; }\n"
-    "static inline double kl_relu_d(double x) { return x > 0.0 ? x : 0.0; }\n"
+    "/* Selects rather than fmaxf/fminf, which do not vectorise. NaN\n"
+    " * propagates, as in PyTorch and the CUDA printer: max and min keep a\n"
+    " * NaN of either operand, relu keeps a NaN, and the accumulators (max\n"
+    " * and min reductions) keep the first NaN they see; SIMD lanes combine\n"
+    " * through the same functions (the kl_maxnan/kl_minnan reductions). */\n"
+    "static inline float kl_relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }\n"
+    "static inline double kl_relu_d(double x) { return (x > 0.0 || x != x) ? x : 0.0; }\n"
     "static inline float kl_max(float a, float b) { return (a > b || a != a) ? a : b; }\n"
     "static inline float kl_min(float a, float b) { return (a < b || a != a) ? a : b; }\n"
     "static inline double kl_max_d(double a, double b) { return (a > b || a != a) ? a : b; }\n"
     "static inline double kl_min_d(double a, double b) { return (a < b || a != a) ? a : b; }\n"
-    "static inline float kl_max_acc(float acc, float x) { return x > acc ? x : acc; }\n"
-    "static inline float kl_min_acc(float acc, float x) { return x < acc ? x : acc; }\n"
-    "static inline double kl_max_acc_d(double acc, double x) { return x > acc ? x : acc; }\n"
-    "static inline double kl_min_acc_d(double acc, double x) { return x < acc ? x : acc; }\n"
+    "static inline float kl_max_acc(float acc, float x) { return (x > acc || x != x) ? x : acc; }\n"
+    "static inline float kl_min_acc(float acc, float x) { return (x < acc || x != x) ? x : acc; }\n"
+    "static inline double kl_max_acc_d(double acc, double x) { return (x > acc || x != x) ? x : acc; }\n"
+    "static inline double kl_min_acc_d(double acc, double x) { return (x < acc || x != x) ? x : acc; }\n"
+    "#pragma omp declare reduction(kl_maxnan : float : omp_out = kl_max_acc(omp_out, omp_in)) initializer(omp_priv = -INFINITY)\n"
+    "#pragma omp declare reduction(kl_minnan : float : omp_out = kl_min_acc(omp_out, omp_in)) initializer(omp_priv = INFINITY)\n"
+    "#pragma omp declare reduction(kl_maxnan : double : omp_out = kl_max_acc_d(omp_out, omp_in)) initializer(omp_priv = -INFINITY)\n"
+    "#pragma omp declare reduction(kl_minnan : double : omp_out = kl_min_acc_d(omp_out, omp_in)) initializer(omp_priv = INFINITY)\n"
     "\n";
 
 const char *kir_c_prelude(void)
@@ -205,7 +212,7 @@ static void print_un(printer *p, const kir_expr *e)
         return;
     case KU_RELU: {
         /* A select, not fmaxf: it vectorises (fmaxf's NaN rule does not);
-         * NaN gives 0 either way. */
+         * NaN stays NaN, as in PyTorch. */
         kl_buf_printf(b, "%s(", t == KT_F64 ? "kl_relu_d" : "kl_relu");
         print_expr(p, e->a);
         kl_buf_puts(b, ")");
@@ -402,7 +409,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
         ind(p);
         kl_buf_puts(p->b, "#pragma omp simd");
         for (int a = 0; owner && a < owner->naccs; a++) {
-            static const char *red[] = {"+", "max", "min"};
+            static const char *red[] = {"+", "kl_maxnan", "kl_minnan"};
             kl_buf_printf(p->b, " reduction(%s:%s)", red[owner->accs[a].op], k->var_names[owner->accs[a].var]);
         }
         kl_buf_putc(p->b, '\n');
@@ -457,7 +464,8 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
                 kl_buf_printf(p->b, "%s += ", v);
                 print_expr(p, s->a);
             } else {
-                /* acc = x > acc ? x : acc: the form compilers vectorise. */
+                /* acc = (x > acc || x != x) ? x : acc: a select, which
+                 * compilers vectorise, that keeps NaN. */
                 kl_buf_printf(p->b, "%s = kl_%s_acc%s(%s, ", v, s->accop == KA_MAX ? "max" : "min",
                               k->var_types[s->var] == KT_F64 ? "_d" : "", v);
                 print_expr(p, s->a);

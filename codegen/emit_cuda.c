@@ -54,9 +54,15 @@ static const char prelude_common[] =
     "/* N elements read or written with one access of N * sizeof(T) bytes. */\n"
     "template <typename T, int N> struct alignas(sizeof(T) * N) kl_vec { T v[N]; };\n"
     "\n"
-    "/* Reductions: op 0 sum, 1 max, 2 min. */\n"
-    "__device__ __forceinline__ float kl_combine(int op, float a, float b) { return op == 0 ? a + b : op == 1 ? fmaxf(a, b) : fminf(a, b); }\n"
-    "__device__ __forceinline__ double kl_combine(int op, double a, double b) { return op == 0 ? a + b : op == 1 ? fmax(a, b) : fmin(a, b); }\n"
+    "/* maximum, minimum, relu and the max/min reductions keep NaN, as the\n"
+    " * C printer's kl_max/kl_min and PyTorch do (fmaxf/fminf drop it). */\n"
+    "__device__ __forceinline__ float kl_max(float a, float b) { return (a > b || a != a) ? a : b; }\n"
+    "__device__ __forceinline__ float kl_min(float a, float b) { return (a < b || a != a) ? a : b; }\n"
+    "__device__ __forceinline__ double kl_max(double a, double b) { return (a > b || a != a) ? a : b; }\n"
+    "__device__ __forceinline__ double kl_min(double a, double b) { return (a < b || a != a) ? a : b; }\n"
+    "/* Reductions: op 0 sum, 1 max, 2 min; max and min keep NaN too. */\n"
+    "__device__ __forceinline__ float kl_combine(int op, float a, float b) { return op == 0 ? a + b : op == 1 ? kl_max(a, b) : kl_min(a, b); }\n"
+    "__device__ __forceinline__ double kl_combine(int op, double a, double b) { return op == 0 ? a + b : op == 1 ? kl_max(a, b) : kl_min(a, b); }\n"
     "/* Butterfly over the warp: every lane ends with the same value. */\n"
     "template <typename T> __device__ __forceinline__ T kl_warp_reduce(int op, T v)\n"
     "{\n"
@@ -258,9 +264,9 @@ static void print_un(cu *c, const kir_expr *e)
         kl_buf_puts(b, "))))");
         return;
     case KU_RELU:
-        fname(c, "fmax", t);
+        kl_buf_printf(b, "kl_max((%s)(", t == KT_F64 ? "double" : "float");
         print_expr(c, e->a);
-        kl_buf_printf(b, ", %s)", t == KT_F64 ? "0.0" : "0.0f");
+        kl_buf_printf(b, "), %s)", t == KT_F64 ? "0.0" : "0.0f");
         return;
     case KU_ROUND_BF16:
         kl_buf_printf(b, "(%s)__bfloat162float(__float2bfloat16_rn((float)(", ctype(t));
@@ -326,8 +332,17 @@ static void print_bin(cu *c, const kir_expr *e)
             kl_buf_puts(c->b, "))");
             return;
         }
-        fname(c, e->op == KB_MAX ? "fmax" : e->op == KB_MIN ? "fmin" : "pow", t == KT_I64 ? KT_F32 : t);
+        if (e->op == KB_POW)
+            fname(c, "pow", t == KT_I64 ? KT_F32 : t);
+        else
+            kl_buf_printf(c->b, "%s((%s)(", e->op == KB_MAX ? "kl_max" : "kl_min", t == KT_F64 ? "double" : "float");
         print_expr(c, e->a);
+        if (e->op != KB_POW) {
+            kl_buf_printf(c->b, "), (%s)(", t == KT_F64 ? "double" : "float");
+            print_expr(c, e->b);
+            kl_buf_puts(c->b, "))");
+            return;
+        }
         kl_buf_puts(c->b, ", ");
         print_expr(c, e->b);
         kl_buf_putc(c->b, ')');
@@ -528,11 +543,10 @@ static void print_thread_stmt(cu *c, const kir_stmt *s)
             break;
         case KA_MAX:
         case KA_MIN:
-            kl_buf_printf(c->b, "%s = ", v);
-            fname(c, s->accop == KA_MAX ? "fmax" : "fmin", k->var_types[s->var]);
-            kl_buf_printf(c->b, "%s, ", v);
+            kl_buf_printf(c->b, "%s = %s(%s, (%s)(", v, s->accop == KA_MAX ? "kl_max" : "kl_min", v,
+                          ctype(k->var_types[s->var]));
             print_expr(c, s->a);
-            kl_buf_putc(c->b, ')');
+            kl_buf_puts(c->b, "))");
             break;
         }
         kl_buf_puts(c->b, ";\n");

@@ -57,6 +57,7 @@ typedef struct lower {
     ir_graph *g;
     jmp_buf fail;
     KL_VEC(const ast_def *) defs;
+    KL_VEC(const ast_def *) called; /* the defs called so far, once each */
     int64_t batch;
     int depth; /* eval's nesting, across inlined calls */
     const frame *at; /* the def whose body (or defaults) is evaluated; NULL: the model's */
@@ -431,6 +432,14 @@ static const char *take_precision(lower *L, call_args *ca)
             dt = !strcmp(v->s, "fp32") ? "f32" : !strcmp(v->s, "bf16") ? "bf16" : !strcmp(v->s, "fp16") ? "f16" : NULL;
         if (!dt)
             fail_at(L, v->loc, "precision must be fp32, bf16 or fp16");
+        /* A call may keep fp32 in any run, or ask for the run's own low
+         * precision; another low precision would be ignored, so it is
+         * refused (the train block's precision, or --precision, sets the
+         * run's, and with it loss scaling and the params' copies). */
+        const char *run = ir_attr_str(&L->g->train, "precision", "fp32");
+        if (strcmp(dt, "f32") && strcmp(v->s, run))
+            fail_at(L, v->loc, "precision = %s on a call needs a %s run (precision = %s in the train block, or --precision %s); this run is %s",
+                    v->s, v->s, v->s, v->s, run);
         memmove(&ca->kw[i], &ca->kw[i + 1], sizeof(ca->kw[0]) * (size_t)(ca->nkw - i - 1));
         memmove(&ca->kwval[i], &ca->kwval[i + 1], sizeof(ca->kwval[0]) * (size_t)(ca->nkw - i - 1));
         ca->nkw--;
@@ -463,6 +472,11 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
     }
     if (f->depth >= MAX_CALL_DEPTH)
         fail_at(L, e->loc, "calls nested more than %d deep", MAX_CALL_DEPTH);
+    bool seen = false;
+    for (int i = 0; i < L->called.n && !seen; i++)
+        seen = L->called.v[i] == d;
+    if (!seen)
+        kl_vec_push(L->called, d);
     call_args ca;
     eval_args(L, f, e, &ca);
     bool has_precision_param = false;
@@ -1029,6 +1043,24 @@ static int lower_train(lower *L, const ast_block *train, const kl_lower_opts *op
 
 /* ---- the whole program ---- */
 
+/* Every def that keep_fp32 names must be called (as for recompute): a
+ * misspelt name would otherwise leave its calls in low precision. */
+static void check_kept_defs(lower *L)
+{
+    ir_attr *a = ir_attrs_find(&L->g->train, "keep_fp32");
+    for (int i = 0; a && a->val.kind == IR_ATTR_LIST && i < a->val.nitems; i++) {
+        const ir_attr_val *item = &a->val.items[i];
+        if (item->kind != IR_ATTR_STR)
+            continue;
+        bool called = false;
+        for (int k = 0; k < L->called.n && !called; k++)
+            called = !strcmp(L->called.v[k]->name, item->s);
+        if (!called)
+            fail_at(L, item->loc.line > 0 ? item->loc : a->loc,
+                    "keep_fp32 names '%s', but the model calls no def of that name", item->s);
+    }
+}
+
 static void lower_program(lower *L, const ast_program *prog, const kl_lower_opts *opts)
 {
     const kl_source *src = L->src;
@@ -1082,6 +1114,7 @@ static void lower_program(lower *L, const ast_program *prog, const kl_lower_opts
             fail_at(L, loss->val.loc, "the loss must be a float scalar, such as cross_entropy(logits, label)");
         L->g->loss = loss->val.v;
     }
+    check_kept_defs(L);
     ir_graph_mark_pass(L->g, "lower");
 }
 
@@ -1093,12 +1126,14 @@ ir_graph *kl_lower(const kl_source *src, const ast_program *prog, const kl_lower
         ir_attr_val_free(&L.tmp_val);
         kl_arena_free(&L.arena);
         kl_vec_free(L.defs);
+        kl_vec_free(L.called);
         ir_graph_free(L.g);
         return NULL;
     }
     lower_program(&L, prog, opts);
     kl_arena_free(&L.arena);
     kl_vec_free(L.defs);
+    kl_vec_free(L.called);
     return L.g;
 }
 

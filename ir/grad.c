@@ -430,6 +430,10 @@ void ir_grad_mean(ir_grad_ctx *c, ir_node *n)
     ir_grad_put(c, in(n, 0), broadcast_to(c, g, T(c, in(n, 0))));
 }
 
+/* max over axes: the gradient is split evenly among the elements that
+ * tie for the maximum (as JAX and torch.amax do), so it sums to dy
+ * whatever the number of ties: dx = dy / count * (x == max). Ties are
+ * common in low precision, where rounding makes neighbours equal. */
 void ir_grad_max(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
@@ -438,7 +442,13 @@ void ir_grad_max(ir_grad_ctx *c, ir_node *n)
     const ir_type *x = T(c, in(n, 0));
     int y = broadcast_to(c, keepdim_grad(c, n, out(n, 0)), x);
     int mask = ir_emit2(c->g, IR_OP_EQ, in(n, 0), y, NULL);
-    ir_grad_put(c, in(n, 0), mul(c, broadcast_to(c, keepdim_grad(c, n, dy), x), mask));
+    ir_attrs a = {0};
+    ir_attrs_copy(&a, &n->attrs);
+    ir_attrs_set_int(&a, "keepdim", 0);
+    int count = emit_attrs(c, IR_OP_SUM, &mask, 1, &a);
+    ir_attrs_free(&a);
+    int share = divide(c, keepdim_grad(c, n, dy), keepdim_grad(c, n, count));
+    ir_grad_put(c, in(n, 0), mul(c, broadcast_to(c, share, x), mask));
 }
 
 static void softmax_like(ir_grad_ctx *c, ir_node *n, ir_op op)

@@ -8,7 +8,8 @@
  * Nodes are visited in reverse order; each op's rule (ir/grad.c) turns the
  * summed gradient of its results into contributions to its operands.
  * Contributions are summed with explicit add nodes. Only values computed
- * from params get gradients, so inputs and integer paths cost nothing. */
+ * from params get gradients, so inputs and integer paths cost nothing.
+ * Backward nodes inherit their forward node's _precision. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,12 +70,17 @@ int pass_autodiff(ir_graph *g)
             continue;
         int mark = g->nodes.n;
         ir_ops[n->op].grad(&c, n);
-        /* Backward nodes carry their forward node's place in the source. */
+        /* Backward nodes carry their forward node's place in the source,
+         * and its precision (precision = fp32 on a call, keep_fp32): the
+         * backward of a kept op runs in the forward's precision. */
+        const char *want = ir_attr_str(&ir_nd(g, i)->attrs, "_precision", NULL);
         for (int k = mark; k < g->nodes.n; k++) {
             ir_node *b = ir_nd(g, k);
             b->loc = ir_nd(g, i)->loc;
             free(b->scope);
             b->scope = ir_nd(g, i)->scope ? kl_xstrdup(ir_nd(g, i)->scope) : NULL;
+            if (want && b->op != IR_OP_CONST && !ir_attrs_find(&b->attrs, "_precision"))
+                ir_attrs_set_str(&b->attrs, "_precision", want);
         }
     }
     for (int i = 0; i < g->decls.n; i++) {

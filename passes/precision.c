@@ -17,7 +17,10 @@
  *   - casts are inserted only at the boundaries (one per value and dtype),
  *     for the fusion pass to fold into their neighbours;
  *   - an op annotated _precision = f32 (precision = fp32 on a call in the
- *     model file, or keep_fp32 in the train block) runs in fp32.
+ *     model file, or keep_fp32 in the train block) runs in fp32, and so
+ *     does its backward (autodiff copies the annotation); a param that
+ *     only such ops read gets no low-precision copy. An annotation of
+ *     another low precision than the run's is an error.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +204,18 @@ int pass_precision(ir_graph *g)
     kl_train_read(&g->train, &cfg);
     kl_precision p = cfg.precision;
     kl_train_config_free(&cfg);
+    /* A per-op low precision other than the run's would be ignored (the
+     * lowering refuses it in a model file; this catches IR dumps). */
+    const char *run = p == KL_PREC_BF16 ? "bf16" : p == KL_PREC_FP16 ? "f16" : "f32";
+    for (int i = 0; i < g->nodes.n; i++) {
+        const char *want = ir_attr_str(&ir_nd(g, i)->attrs, "_precision", NULL);
+        if (!ir_nd(g, i)->dead && want && strcmp(want, "f32") && strcmp(want, run)) {
+            pass_error(g, ir_nd(g, i)->loc, "%s asks for precision %s, but the run's precision is %s",
+                       ir_op_name(ir_nd(g, i)->op), !strcmp(want, "f16") ? "fp16" : want,
+                       kl_precision_name(p));
+            return -1;
+        }
+    }
     if (p == KL_PREC_FP32)
         return 0;
     prec P = {.g = g, .low = p == KL_PREC_BF16 ? IR_BF16 : IR_F16, .nvals = g->values.n};

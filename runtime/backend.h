@@ -61,10 +61,11 @@ struct kl_backend {
 };
 
 typedef struct kl_cpu_options {
-    int threads;                        /* 0: the cores that compute in parallel (measured) */
+    int threads;                        /* 0: OMP_NUM_THREADS, else the cores that compute in parallel (measured) */
     const kl_builtin_kernel *builtins;  /* may be NULL */
     const char *cache_dir;              /* NULL: $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
     bool quiet;                         /* no notice when compiling kernels */
+    const char *jit_reason;             /* what makes kernels missing ("--batch 64"), for messages; may be NULL */
 } kl_cpu_options;
 
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
@@ -73,12 +74,25 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
 int kl_cpu_effective_threads(void);
 
 /* Compiles C source into a shared object in the cache (keyed by a hash of
- * the source, the compiler and its flags) and opens it. Returns the dlopen
- * handle or NULL after printing the compiler's output. */
-void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet);
+ * the source, the compiler and its flags) and opens it. A cached object
+ * that is not this cache's for the key is compiled again and replaced.
+ * reason (may be NULL) says what needs the kernels ("--batch 64"), for the
+ * notice and the error. Returns the dlopen handle, or NULL after printing
+ * why (the compiler's output included). */
+void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason);
 /* The cache folder for compiled kernels (created); caller frees. */
 char *kl_cache_dir(const char *sub);
-/* The C compiler and flags used for kernels (and by kiln build). */
+/* How host-compiled code evaluates floating point: the same for the
+ * kernels, kiln build's executable and the CUDA emulation (tests/cuda),
+ * on every x86-64 CPU. Every operation rounds as written: no contraction
+ * of a*b+c into a fused multiply-add (which gnu11 allows by default and
+ * -march=native enables where the CPU has FMA), no fast-math. No SLP
+ * (straight-line) vectorization: GCC 12 at -O3 with AVX-512 drops the
+ * double -> float -> double round trip there (the last 4 of 20 elements
+ * of (double)(float)x * 2 came back unrounded; tests/unit/test_jit.c). */
+#define KL_CC_FP_FLAGS "-ffp-contract=off -fno-tree-slp-vectorize -fno-math-errno"
+/* The C compiler used for kernels (and by kiln build): $KILN_CC, else $CC,
+ * else cc; its words, then kl_cc_flags(), start the command. */
 const char *kl_cc(void);
 const char *kl_cc_flags(void);
 

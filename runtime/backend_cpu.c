@@ -26,6 +26,7 @@ typedef struct cpu_backend {
     size_t wide_len[3];
     const kl_builtin_kernel *builtins;
     char *cache_dir;
+    char *jit_reason;
     bool quiet;
     KL_VEC(cpu_kernel) kernels; /* every kernel resolved so far, by name */
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
@@ -97,7 +98,7 @@ static int cpu_prepare(kl_backend *be, const kl_plan *plan)
     }
     if (!nmissing)
         return 0;
-    void *h = kl_cpu_jit(missing.s, cb->cache_dir, cb->quiet);
+    void *h = kl_cpu_jit(missing.s, cb->cache_dir, cb->quiet, cb->jit_reason);
     kl_buf_free(&missing);
     if (!h)
         return -1;
@@ -219,6 +220,7 @@ static void cpu_destroy(kl_backend *be)
         dlclose(cb->handles.v[i]);
     kl_vec_free(cb->handles);
     free(cb->cache_dir);
+    free(cb->jit_reason);
     for (int i = 0; i < 3; i++)
         free(cb->wide[i]);
     free(cb);
@@ -268,11 +270,25 @@ int kl_cpu_effective_threads(void)
     return t < 1 ? 1 : t > n ? n : t;
 }
 
+/* OMP_NUM_THREADS (its first count), as OpenMP reads it; 0 when unset or
+ * not a count. */
+static int env_threads(void)
+{
+    const char *e = getenv("OMP_NUM_THREADS");
+    if (!e)
+        return 0;
+    char *end;
+    long t = strtol(e, &end, 10);
+    return end != e && (*end == 0 || *end == ',') && t > 0 && t <= 4096 ? (int)t : 0;
+}
+
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
 {
     cpu_backend *cb = kl_xcalloc(1, sizeof *cb);
     cb->base.ops = &cpu_ops;
-    int threads = o && o->threads > 0 ? o->threads : kl_cpu_effective_threads();
+    int threads = o && o->threads > 0 ? o->threads : env_threads();
+    if (threads <= 0)
+        threads = kl_cpu_effective_threads();
     cb->base.threads = threads;
     snprintf(cb->base.desc, sizeof cb->base.desc, "cpu, %d threads", threads);
     omp_set_num_threads(threads);
@@ -285,6 +301,7 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     openblas_set_num_threads(threads);
     cb->builtins = o ? o->builtins : NULL;
     cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
+    cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
     cb->quiet = o && o->quiet;
     return &cb->base;
 }

@@ -2,26 +2,24 @@
  *
  * The cache key is a hash of the source, the compiler and its flags; a
  * compiled object is written under a temporary name and renamed into
- * place, so concurrent processes never see half a file. */
+ * place, so concurrent processes never see half a file, and carries its
+ * key as a mark, so a foreign or corrupt file under a key is compiled
+ * again (and replaced) instead of being opened. The compiler runs from an
+ * argument vector (runtime/spawn.c), never through a shell. */
+#define _GNU_SOURCE /* memmem */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
-
-const char *kl_cc(void)
-{
-    const char *cc = getenv("KILN_CC");
-    return cc && *cc ? cc : "cc";
-}
+#include "spawn.h"
 
 const char *kl_cc_flags(void)
 {
-    return "-O3 -march=native -fopenmp -std=gnu11 -fno-math-errno";
+    return "-O3 -march=native -fopenmp -std=gnu11 " KL_CC_FP_FLAGS;
 }
 
 static int mkdir_p(const char *path)
@@ -72,50 +70,97 @@ static int write_file(const char *path, const char *text)
     return ok ? 0 : -1;
 }
 
-void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet)
+/* The text a compiled object for key h carries in its read-only data. */
+static char *object_mark(uint64_t h)
+{
+    return kl_xasprintf("kiln-jit-object:%016llx", (unsigned long long)h);
+}
+
+/* Whether the file at path is an object this cache wrote for its key (a
+ * foreign, truncated or overwritten file lacks the mark). */
+static bool object_has_mark(const char *path, const char *mark)
+{
+    kl_source obj;
+    if (kl_source_read_quiet(&obj, path))
+        return false;
+    bool ok = memmem(obj.text, obj.len, mark, strlen(mark)) != NULL;
+    kl_source_free(&obj);
+    return ok;
+}
+
+/* Compiles source (with the mark appended) into a temporary object and
+ * renames it to so, replacing whatever was there. */
+static int compile_object(const char *source, const char *mark, const char *dir, uint64_t h, const char *so,
+                          const char *reason)
+{
+    char *c = kl_xasprintf("%s/%016llx.%d.c", dir, (unsigned long long)h, (int)getpid());
+    char *tmp = kl_xasprintf("%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
+    char *log = kl_xasprintf("%s/%016llx.%d.log", dir, (unsigned long long)h, (int)getpid());
+    char *text = kl_xasprintf("%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n", source, mark);
+    int rc = -1;
+    char why[512] = "";
+    if (write_file(c, text)) {
+        snprintf(why, sizeof why, "cannot write %s: %s", c, strerror(errno));
+    } else {
+        kl_argv cmd = {0};
+        kl_argv_add_cc(&cmd);
+        kl_argv_add_words(&cmd, "-fPIC -shared -w -o");
+        kl_argv_add(&cmd, tmp);
+        kl_argv_add(&cmd, c);
+        kl_argv_add(&cmd, "-lm");
+        rc = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
+        kl_argv_free(&cmd);
+        if (rc == 0 && rename(tmp, so)) {
+            snprintf(why, sizeof why, "cannot rename %s to %s: %s", tmp, so, strerror(errno));
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        remove(c);
+        remove(log);
+    } else {
+        kl_source lg;
+        kl_error("compiling kernels%s%s failed: %s; the source is %s", reason ? " for " : "", reason ? reason : "", why,
+                 c);
+        if (reason)
+            fprintf(kl_diag_stream(),
+                    "---> the kernels for %s are not in this executable (it holds those of its train block's settings),\n"
+                    "     so they are compiled at start by a C compiler ($CC, else cc): install one or set CC,\n"
+                    "     or put these settings in the train block and kiln build again\n",
+                    reason);
+        if (kl_source_read_quiet(&lg, log) == 0) {
+            fputs(lg.text, kl_diag_stream());
+            kl_source_free(&lg);
+        }
+        remove(log);
+        remove(tmp);
+    }
+    free(text);
+    free(c);
+    free(tmp);
+    free(log);
+    return rc;
+}
+
+void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason)
 {
     char *dir = cache_dir ? kl_xstrdup(cache_dir) : kl_cache_dir("cpu");
     uint64_t h = kl_hash_bytes(KL_HASH_INIT, source, strlen(source));
     h = kl_hash_bytes(h, kl_cc(), strlen(kl_cc()));
     h = kl_hash_bytes(h, kl_cc_flags(), strlen(kl_cc_flags()));
-    char *so = kl_xasprintf("%s/%016llx.so", dir, (unsigned long long)h);
+    char *so = kl_xasprintf("%s/%016llx.so", dir, (unsigned long long)h), *mark = object_mark(h);
     void *handle = NULL;
     struct stat st;
-    if (stat(so, &st) == 0)
+    if (stat(so, &st) == 0 && object_has_mark(so, mark))
         handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
-        char *c = kl_xasprintf("%s/%016llx.%d.c", dir, (unsigned long long)h, (int)getpid());
-        char *tmp = kl_xasprintf("%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
-        char *log = kl_xasprintf("%s/%016llx.%d.log", dir, (unsigned long long)h, (int)getpid());
         if (!quiet)
-            fprintf(stderr, "kiln: compiling kernels (%s %s)\n", kl_cc(), kl_cc_flags());
-        int rc = -1;
-        if (write_file(c, source) == 0) {
-            char *cmd = kl_xasprintf("'%s' %s -fPIC -shared -w -o '%s' '%s' -lm > '%s' 2>&1", kl_cc(),
-                                     kl_cc_flags(), tmp, c, log);
-            int st2 = system(cmd);
-            rc = st2 == 0 ? 0 : -1;
-            free(cmd);
-        }
-        if (rc == 0 && rename(tmp, so) == 0) {
-            handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-            remove(c);
-            remove(log);
-            if (!handle)
-                kl_error("cannot load compiled kernels %s: %s", so, dlerror());
-        } else {
-            kl_source lg;
-            kl_error("compiling kernels failed (%s); the source is %s", kl_cc(), c);
-            if (kl_source_read_quiet(&lg, log) == 0) {
-                fputs(lg.text, stderr);
-                kl_source_free(&lg);
-            }
-            remove(tmp);
-        }
-        free(c);
-        free(tmp);
-        free(log);
+            fprintf(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "", reason ? reason : "", kl_cc(),
+                    kl_cc_flags());
+        if (compile_object(source, mark, dir, h, so, reason) == 0 && !(handle = dlopen(so, RTLD_NOW | RTLD_LOCAL)))
+            kl_error("cannot load compiled kernels %s: %s", so, dlerror());
     }
+    free(mark);
     free(so);
     free(dir);
     return handle;

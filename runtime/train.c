@@ -30,7 +30,8 @@ static const char usage[] =
     "  --accumulate N     micro-batches per optimizer step\n"
     "  --lr X             learning rate\n"
     "  --seed N           seed of initialisation, shuffling and dropout\n"
-    "  --threads N        CPU threads (default: all cores)\n"
+    "  --threads N        CPU threads (default: OMP_NUM_THREADS when set, else the\n"
+    "                     cores that compute in parallel, measured at start)\n"
     "  --data PATH        folder of the IDX files, or synthetic:N\n"
     "  --eval-every N     evaluate every N steps (default: each epoch)\n"
     "  --log-every N      progress line every N steps\n"
@@ -50,6 +51,13 @@ static const char usage[] =
     "                     and evaluation (Chrome trace format; open in Perfetto)\n"
     "  --quiet            no progress lines, only the summary\n"
     "  -h, --help         this help\n"
+    "\n"
+    "The executable holds the kernels of its train block's settings. Flags that\n"
+    "change the plan (--batch, --accumulate, --precision, --memory-limit, --data\n"
+    "with another test-set size, --set optimizer=... and other --set keys) need\n"
+    "other kernels, which it compiles at start with a C compiler: $CC (else cc),\n"
+    "cached in $XDG_CACHE_HOME/kiln/cpu (else ~/.cache/kiln/cpu). Without a\n"
+    "compiler, put the settings in the train block and kiln build again.\n"
     "\n"
     "KILN_MEMPLAN=0 in the environment turns memory planning off (every buffer\n"
     "its own memory), for comparisons.\n";
@@ -85,13 +93,46 @@ static char *own(options *o, char *s)
     return s;
 }
 
+/* The flags that set a train key. */
+static const struct { const char *flag, *key; } mapped[] = {
+    {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
+    {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
+    {"--precision", "precision"}, {"--memory-limit", "memory_limit"},
+};
+
+/* The flags given that may change the kernels from those built into the
+ * executable (for the CPU backend's notice and error when it must compile
+ * them), as typed: "--batch 64, --set optimizer=sgd(lr = 0.1)"; NULL when
+ * none. Train keys that only the run's loop or the kernels' arguments read
+ * never change them. */
+static char *kernel_flags(const options *o)
+{
+    static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr"};
+    kl_buf b = {0};
+    for (int i = 0; i + 1 < o->nkv; i += 2) {
+        const char *k = o->kv[i], *v = o->kv[i + 1], *flag = NULL;
+        bool skip = false;
+        for (size_t n = 0; n < KL_ARRAY_LEN(neutral) && !skip; n++)
+            skip = !strcmp(k, neutral[n]);
+        if (skip)
+            continue;
+        for (size_t m = 0; m < KL_ARRAY_LEN(mapped) && !flag; m++)
+            if (!strcmp(k, mapped[m].key))
+                flag = mapped[m].flag;
+        if (!strcmp(k, "data"))
+            flag = "--data";
+        if (b.len)
+            kl_buf_puts(&b, ", ");
+        if (flag)
+            kl_buf_printf(&b, "%s %s", flag, v);
+        else
+            kl_buf_printf(&b, "--set %s=%s", k, v);
+    }
+    return b.len ? kl_buf_take(&b) : NULL;
+}
+
 static int parse_flags(int argc, char **argv, options *o, const char *model)
 {
-    static const struct { const char *flag, *key; } mapped[] = {
-        {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
-        {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
-        {"--precision", "precision"}, {"--memory-limit", "memory_limit"},
-    };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -681,8 +722,13 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         kl_error("%s: cannot write metrics", t.opt.metrics);
         goto done;
     }
-    kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads, .builtins = builtins};
+    char *jit_reason = kernel_flags(&t.opt);
+    kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads,
+                         .builtins = builtins,
+                         .quiet = t.opt.quiet,
+                         .jit_reason = jit_reason};
     kl_backend *be = open_backend(&t.opt, &co);
+    free(jit_reason);
     if (!be)
         goto done;
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);

@@ -2,6 +2,7 @@
 # Bad data and checkpoints get a clear error naming the file, exit status
 # 1, and no crash; a checkpoint resumes a run exactly.
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 src=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)

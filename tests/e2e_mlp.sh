@@ -4,6 +4,7 @@
 # twice more for a few steps and check the losses are identical
 # (deterministic for a seed and thread count).
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

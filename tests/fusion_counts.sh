@@ -2,6 +2,7 @@
 # Fusion regressions fail here: the CNN's fused plan has fewer kernels than
 # the unfused one, and each pattern makes the groups it should.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 model=examples/fashion_cnn.kl
 fused=$("$kiln" ir "$model" --kernels | grep -c '^void kk_')

@@ -6,6 +6,7 @@
 # flag values that should work (--set with a call, --lr with --set
 # optimizer, --data DIR) must work, checked by what the run prints.
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 src=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)

@@ -4,6 +4,7 @@
 # before training (exit 1, no crash) with the peak and a suggestion that
 # fits, and the suggestion does fit.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

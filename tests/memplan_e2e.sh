@@ -5,6 +5,7 @@
 # (params and state), for the MLP on Fashion-MNIST and for the CNN in bf16
 # with accumulation and recomputation on synthetic data.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

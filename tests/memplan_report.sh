@@ -5,6 +5,7 @@
 # at the same step (checked here from the text alone); KILN_MEMPLAN=0 plans
 # nothing.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 model=examples/fashion_cnn.kl
 report=$("$kiln" ir "$model" --after memplan | sed -n '/^# memplan:/,/^graph/p' | sed '$d')

@@ -6,6 +6,7 @@
 #    halves the loss scale, and later steps do not skip;
 #  - bf16 and fp16 training lowers the loss.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -2,6 +2,7 @@
 # Round trip of the IR text form after every pass:
 # print(parse(print(g))) == print(g).
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1 model=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "build.h"
@@ -19,6 +18,7 @@
 #include "runtime/backend.h"
 #include "runtime/budget.h"
 #include "runtime/data.h"
+#include "runtime/spawn.h"
 #include "runtime/train.h"
 #include "codegen/kir.h"
 #ifdef KILN_HAVE_CUDA
@@ -293,19 +293,39 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     char *log = kl_xasprintf("%s/cc.log", dir), *tmp_out = kl_xasprintf("%s.tmp%d", out, (int)getpid());
     if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0) {
         /* KILN_LINK_FLAGS: what libkiln.a was built with needs at link
-         * time too (the sanitizers). */
-        char *cmd = kl_xasprintf("'%s' %s %s -w -o '%s' '%s' '%s' %s%s%s '%s' -L'%s' -Wl,-rpath,'%s' -lopenblas -lz -lm -lpthread -ldl > '%s' 2>&1",
-                                 kl_cc(), kl_cc_flags(), KILN_LINK_FLAGS, tmp_out, mpath, kpath, asm_path ? "'" : "",
-                                 asm_path ? asm_path : "", asm_path ? "'" : "", lib, KILN_OPENBLAS_DIR, KILN_OPENBLAS_DIR, log);
-        if (verbose)
-            fprintf(stderr, "+ %s\n", cmd);
-        int st = system(cmd);
-        free(cmd);
+         * time too (the sanitizers). Every path is one argument: no shell. */
+        kl_argv cmd = {0};
+        kl_argv_add_cc(&cmd);
+        kl_argv_add_words(&cmd, KILN_LINK_FLAGS);
+        kl_argv_add(&cmd, "-w");
+        kl_argv_add(&cmd, "-o");
+        kl_argv_add(&cmd, tmp_out);
+        kl_argv_add(&cmd, mpath);
+        kl_argv_add(&cmd, kpath);
+        if (asm_path)
+            kl_argv_add(&cmd, asm_path);
+        kl_argv_add(&cmd, lib);
+        char *ldir = kl_xasprintf("-L%s", KILN_OPENBLAS_DIR), *rpath = kl_xasprintf("-Wl,-rpath,%s", KILN_OPENBLAS_DIR);
+        kl_argv_add(&cmd, ldir);
+        kl_argv_add(&cmd, rpath);
+        free(ldir);
+        free(rpath);
+        kl_argv_add_words(&cmd, "-lopenblas -lz -lm -lpthread -ldl");
+        if (verbose) {
+            char *line = kl_argv_str(&cmd);
+            fprintf(stderr, "+ %s\n", line);
+            free(line);
+        }
+        char why[512];
+        int st = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
+        kl_argv_free(&cmd);
         if (st == 0 && rename(tmp_out, out) == 0) {
             rc = 0;
         } else {
             kl_source lg;
-            kl_error("compiling %s failed; the generated sources are in %s", out, dir);
+            if (st == 0)
+                snprintf(why, sizeof why, "cannot rename %s to %s: %s", tmp_out, out, strerror(errno));
+            kl_error("compiling %s failed: %s; the generated sources are in %s", out, why, dir);
             if (kl_source_read_quiet(&lg, log) == 0) {
                 fputs(lg.text, stderr);
                 kl_source_free(&lg);

@@ -4,6 +4,7 @@
 #
 #   build_cuda_arch.sh KILN MODEL
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 kiln=$1
 model=$2
 tmp=$(mktemp -d)

@@ -34,6 +34,7 @@
 #include "runtime/cuda_launch.h"
 #include "runtime/data.h"
 #include "runtime/session.h"
+#include "runtime/spawn.h"
 
 #ifndef KILN_EMU_DIR
 #define KILN_EMU_DIR "tests/cuda"
@@ -59,7 +60,9 @@ static const char *cxx(void)
 /* ---- compiling the kernels for the host ---- */
 
 typedef struct compile_job {
-    char *cmd, *so, *log;
+    kl_argv cmd;                /* no arguments: cached, nothing to do */
+    char *src, *tmp, *so, *log; /* compiled to tmp, then renamed to so */
+    char why[512];
     int rc;
 } compile_job;
 
@@ -78,7 +81,16 @@ static void *compile_worker(void *arg)
         pthread_mutex_unlock(&cp->lock);
         if (i >= cp->n)
             return NULL;
-        cp->jobs[i].rc = system(cp->jobs[i].cmd) == 0 ? 0 : -1;
+        compile_job *j = &cp->jobs[i];
+        j->rc = kl_spawn(j->cmd.v, j->log, j->why, sizeof j->why);
+        if (j->rc == 0 && rename(j->tmp, j->so)) {
+            snprintf(j->why, sizeof j->why, "cannot rename %s to %s", j->tmp, j->so);
+            j->rc = -1;
+        }
+        if (j->rc == 0) {
+            remove(j->src);
+            remove(j->log);
+        }
     }
 }
 
@@ -96,7 +108,8 @@ static int write_text(const char *path, const char *text)
 static int build_libs(char **programs, int n, int threads, emu_lib *libs)
 {
     char *dir = kl_cache_dir("emu");
-    const char *flags = "-std=c++17 -O1 -fPIC -shared -w";
+    /* The same floating-point evaluation as the CPU backend's kernels. */
+    const char *flags = "-std=c++17 -O1 -fPIC -shared -w " KL_CC_FP_FLAGS;
     /* The emulation header is part of every program: its text is part of
      * the cache key. */
     kl_source hdr;
@@ -119,18 +132,21 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
         struct stat st;
         if (stat(jobs[i].so, &st) == 0)
             continue;
-        char *src = kl_xasprintf("%s/%016llx.%d.cpp", dir, (unsigned long long)h, (int)getpid());
-        char *tmp = kl_xasprintf("%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
+        jobs[i].src = kl_xasprintf("%s/%016llx.%d.cpp", dir, (unsigned long long)h, (int)getpid());
+        jobs[i].tmp = kl_xasprintf("%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
         jobs[i].log = kl_xasprintf("%s/%016llx.%d.log", dir, (unsigned long long)h, (int)getpid());
-        if (write_text(src, programs[i])) {
-            fprintf(stderr, "cannot write %s\n", src);
+        if (write_text(jobs[i].src, programs[i])) {
+            fprintf(stderr, "cannot write %s\n", jobs[i].src);
             return -1;
         }
-        jobs[i].cmd = kl_xasprintf("'%s' %s -I'%s' -o '%s' '%s' > '%s' 2>&1 && mv '%s' '%s' && rm -f '%s' '%s'", cxx(), flags,
-                                   KILN_EMU_DIR, tmp, src, jobs[i].log, tmp, jobs[i].so, src, jobs[i].log);
+        kl_argv_add_words(&jobs[i].cmd, cxx());
+        kl_argv_add_words(&jobs[i].cmd, flags);
+        kl_argv_add(&jobs[i].cmd, "-I" KILN_EMU_DIR);
+        kl_argv_add(&jobs[i].cmd, "-o");
+        kl_argv_add(&jobs[i].cmd, jobs[i].tmp);
+        kl_argv_add(&jobs[i].cmd, jobs[i].src);
+        kl_argv_end(&jobs[i].cmd);
         todo++;
-        free(src);
-        free(tmp);
     }
     if (todo) {
         compile_pool cp = {jobs, n, 0, PTHREAD_MUTEX_INITIALIZER};
@@ -138,7 +154,7 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
         compile_job *pending = kl_xcalloc((size_t)todo + 1, sizeof *pending);
         int k = 0;
         for (int i = 0; i < n; i++)
-            if (jobs[i].cmd)
+            if (jobs[i].cmd.n)
                 pending[k++] = jobs[i];
         cp.jobs = pending;
         cp.n = todo;
@@ -149,14 +165,18 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
         for (int t = 0; t < nt; t++)
             pthread_join(tid[t], NULL);
         for (int i = 0, j = 0; i < n; i++)
-            if (jobs[i].cmd)
-                jobs[i].rc = pending[j++].rc;
+            if (jobs[i].cmd.n) {
+                jobs[i].rc = pending[j].rc;
+                memcpy(jobs[i].why, pending[j++].why, sizeof jobs[i].why);
+            }
         free(pending);
     }
     int rc = 0;
     for (int i = 0; i < n; i++) {
         if (jobs[i].rc) {
-            fprintf(stderr, "FAIL: the emulation build failed: %s\n", jobs[i].cmd);
+            char *line = kl_argv_str(&jobs[i].cmd);
+            fprintf(stderr, "FAIL: the emulation build failed (%s): %s\n", jobs[i].why, line);
+            free(line);
             kl_source lg;
             if (kl_source_read_quiet(&lg, jobs[i].log) == 0) {
                 fputs(lg.text, stderr);
@@ -173,7 +193,9 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
         }
     }
     for (int i = 0; i < n; i++) {
-        free(jobs[i].cmd);
+        kl_argv_free(&jobs[i].cmd);
+        free(jobs[i].src);
+        free(jobs[i].tmp);
         free(jobs[i].so);
         free(jobs[i].log);
     }
@@ -569,9 +591,12 @@ int main(int argc, char **argv)
         }
         printf("%s\n", r.gpu->desc);
     } else {
-        char *probe = kl_xasprintf("'%s' --version > /dev/null 2>&1", cxx());
-        int have_cxx = system(probe) == 0;
-        free(probe);
+        kl_argv probe = {0};
+        char why[512];
+        kl_argv_add_words(&probe, cxx());
+        kl_argv_add(&probe, "--version");
+        int have_cxx = kl_spawn(kl_argv_end(&probe), NULL, why, sizeof why) == 0;
+        kl_argv_free(&probe);
         if (!have_cxx) {
             printf("SKIP: no C++ compiler (%s) for the emulation\n", cxx());
             kl_vec_free(models);

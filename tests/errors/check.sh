@@ -3,6 +3,7 @@
 # .expect file beside it. The input must be refused with exit status 1:
 # not accepted, and not a crash (a signal gives 128+N).
 set -uo pipefail
+source "$(dirname "$0")/../lib.sh"
 kiln=$1 case=$2
 expect="${case%.*}.expect"
 out=$("$kiln" ir "$case" 2>&1 >/dev/null)

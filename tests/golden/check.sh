@@ -3,6 +3,7 @@
 # directives. The first line "# RUN: --after PASS [flags]" gives kiln ir's
 # flags; the dump must also survive the text round trip.
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 kiln=$1 filecheck=$2 case=$3
 flags=$(sed -n '1s/^# RUN: *//p' "$case")
 tmp=$(mktemp -d)

@@ -87,7 +87,7 @@ static convert_fn prelude_converter(void)
                       "        bb[i] = kl_bf16_to_f32(b[i]); hh[i] = kl_f16_to_f32(h[i]);\n"
                       "    }\n"
                       "}\n");
-    void *lib = kl_cpu_jit(src.s, NULL, true);
+    void *lib = kl_cpu_jit(src.s, NULL, true, NULL);
     kl_buf_free(&src);
     assert_non_null(lib);
     return (convert_fn)dlsym(lib, "conv");
@@ -378,6 +378,174 @@ static void test_f64_stays_f64_under_bf16(void **state)
     assert_memory_equal(fp32, bf16, sizeof fp32);
 }
 
+/* A call marked fp32 (precision = fp32, or its def in keep_fp32) runs in
+ * fp32 forward and backward: a model whose every call is marked trains
+ * under bf16 exactly as in fp32, and has no bf16 value and no
+ * low-precision copy of a param. (The backward GEMMs once ran in bf16 on
+ * a cast-down gradient and the params' bf16 copies.) */
+static const char *kept_mlp_fmt =
+    "def dense(x: f32[n, k], units) {\n"
+    "  param w : [k, units] init = normal(std = 0.5)\n"
+    "  param b : [units] init = normal(std = 0.1)\n"
+    "  return x @ w + b\n"
+    "}\n"
+    "model m {\n"
+    "  input x : f32[batch, 6]\n"
+    "  input y : i32[batch]\n"
+    "  loss = cross_entropy(dense(relu(dense(x, 8%s)), 3%s), y)\n"
+    "}\n";
+
+static void kept_step(const char *text, const char *precision, const char *keep, float *out)
+{
+    const char *kv[] = {"batch", "16", "precision", precision, "optimizer", "sgd", "lr", "0.5",
+                        keep ? "keep_fp32" : NULL, keep, NULL};
+    run r;
+    start(&r, text, kv);
+    const ir_graph *g = r.e->g;
+    for (int i = 0; i < g->values.n; i++) {
+        const ir_value *v = ir_val(g, i);
+        if (v->type.dtype == IR_BF16)
+            fail_msg("%s: value %s is bf16", precision, v->name ? v->name : "(unnamed)");
+    }
+    float hyper[4] = {0.5f, 1, 1, 1};
+    set_f32(&r, "optimizer.hyper", hyper, 4);
+    feed(&r, 0, 16);
+    kl_kargs a = {0, 1};
+    kl_exec_run(r.e, KL_ALL_PHASES, &a);
+    const char *names[] = {"dense.1.w", "dense.1.b", "dense.2.w", "dense.2.b"};
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        kl_persist *p = kl_session_find(r.s, names[i]);
+        assert_non_null(p);
+        size_t n = (size_t)ir_type_numel(&p->type);
+        r.be->ops->copy_out(r.be, out + off, p->ptr, n * sizeof(float));
+        off += n;
+    }
+    finish(&r);
+}
+
+static void test_kept_calls_train_in_fp32(void **state)
+{
+    (void)state;
+    enum { N = 6 * 8 + 8 + 8 * 3 + 3 };
+    float ref[N], got[N];
+    char *marked = kl_xasprintf(kept_mlp_fmt, ", precision = fp32", ", precision = fp32");
+    char *plain = kl_xasprintf(kept_mlp_fmt, "", "");
+    kept_step(plain, "fp32", NULL, ref);
+    kept_step(marked, "bf16", NULL, got);
+    assert_memory_equal(ref, got, sizeof ref);
+    kept_step(plain, "bf16", "[dense]", got);
+    assert_memory_equal(ref, got, sizeof ref);
+    free(marked);
+    free(plain);
+}
+
+/* The gradient of max over an axis is split evenly among tied maxima (as
+ * JAX and torch.amax do): for the row [3, 7, 7, 1] and w = 1, the loss
+ * mean(max(image * w)) has gradient [0, 3.5, 3.5, 0], summing to 7; the
+ * full gradient to every tie gave [0, 7, 7, 0]. One SGD step at lr 1, in
+ * fp32 and in bf16 (where rounding makes ties common). */
+static const char *max_ties =
+    "model m {\n"
+    "  input image : u8[batch, 1, 4]\n"
+    "  param w : [4] init = ones\n"
+    "  loss = mean(max(f32(image) * w, axis = 2))\n"
+    "}\n";
+
+static void test_max_splits_the_gradient_among_ties(void **state)
+{
+    (void)state;
+    const char *precisions[] = {"fp32", "bf16"};
+    for (int p = 0; p < 2; p++) {
+        const char *kv[] = {"batch", "1", "precision", precisions[p], "optimizer", "sgd", "lr", "1", NULL};
+        run r;
+        start(&r, max_ties, kv);
+        float hyper[4] = {1, 1, 1, 1};
+        set_f32(&r, "optimizer.hyper", hyper, 4);
+        uint8_t image[4] = {3, 7, 7, 1};
+        kl_exec_write(r.e, ir_find_value(r.e->g, "image"), image, sizeof image);
+        kl_kargs a = {0, 1};
+        kl_exec_run(r.e, KL_ALL_PHASES, &a);
+        float w[4];
+        r.be->ops->copy_out(r.be, w, kl_session_find(r.s, "w")->ptr, sizeof w);
+        const float want[4] = {1, -2.5f, -2.5f, 1};
+        for (int i = 0; i < 4; i++)
+            if (w[i] != want[i])
+                fail_msg("%s: w[%d] = %g after one step, expected %g", precisions[p], i, (double)w[i], (double)want[i]);
+        finish(&r);
+    }
+}
+
+/* NaN propagates as in PyTorch (and the CUDA printer, ctest
+ * cuda.emulate.nan_inf): maximum/minimum keep a NaN of either operand,
+ * relu keeps NaN, max over an axis is NaN where the row holds one. Known
+ * values through the CPU backend, unfused so each value has a buffer. */
+static const char *nan_model =
+    "model m {\n"
+    "  input x : f32[batch, 4]\n"
+    "  input y : f32[batch, 4]\n"
+    "  param w : [4] init = ones\n"
+    "  mx = maximum(x * w, y)\n"
+    "  mn = minimum(y, x * w)\n"
+    "  r = relu(x * w)\n"
+    "  m = max(x * w, axis = 1)\n"
+    "  loss = mean(mx) + mean(mn) + mean(r) + mean(m)\n"
+    "}\n"
+    "train { batch = 2 }\n";
+
+static void expect_same(const char *what, const float *got, const float *want, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(got[i] == want[i] || (isnan(got[i]) && isnan(want[i]))))
+            fail_msg("%s[%d] = %g, expected %g", what, i, (double)got[i], (double)want[i]);
+}
+
+static void test_nan_propagates(void **state)
+{
+    (void)state;
+    kl_source src;
+    kl_source_from_string(&src, "nan.kl", nan_model);
+    ir_graph *g = kl_load_source(&src, NULL);
+    kl_source_free(&src);
+    assert_non_null(g);
+    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true};
+    assert_int_equal(kl_pipeline_run(g, &po), 0);
+    const char *names[] = {"mx", "mn", "r", "m"};
+    int keep[4];
+    for (int i = 0; i < 4; i++) {
+        keep[i] = ir_find_value(g, names[i]);
+        assert_true(keep[i] >= 0);
+    }
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_session *s = kl_session_new(be, 1);
+    kl_plan_opts popts = {.keep = keep, .nkeep = 4};
+    kl_exec *e = kl_exec_new_opts(s, g, &popts);
+    assert_non_null(e);
+    const float x[8] = {1, NAN, -INFINITY, 2, 3, 4, 5, 6};
+    const float y[8] = {NAN, 0, 0, INFINITY, 0, 0, 0, 0};
+    kl_exec_write(e, ir_find_value(g, "x"), x, sizeof x);
+    kl_exec_write(e, ir_find_value(g, "y"), y, sizeof y);
+    kl_kargs a = {0, 1};
+    kl_exec_run(e, 1u << IR_PHASE_FORWARD, &a);
+    float got[8];
+    const float want_mx[8] = {NAN, NAN, 0, INFINITY, 3, 4, 5, 6};
+    const float want_mn[8] = {NAN, NAN, -INFINITY, 2, 0, 0, 0, 0};
+    const float want_r[8] = {1, NAN, 0, 2, 3, 4, 5, 6};
+    const float want_m[2] = {NAN, 6};
+    kl_exec_read(e, keep[0], got, sizeof got);
+    expect_same("maximum", got, want_mx, 8);
+    kl_exec_read(e, keep[1], got, sizeof got);
+    expect_same("minimum", got, want_mn, 8);
+    kl_exec_read(e, keep[2], got, sizeof got);
+    expect_same("relu", got, want_r, 8);
+    kl_exec_read(e, keep[3], got, 2 * sizeof(float));
+    expect_same("max", got, want_m, 2);
+    kl_exec_free(e);
+    kl_session_free(s);
+    be->ops->destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +553,9 @@ int main(void)
         cmocka_unit_test(test_fp16_overflow_skips_the_update),
         cmocka_unit_test(test_accumulation_matches_a_big_batch),
         cmocka_unit_test(test_f64_stays_f64_under_bf16),
+        cmocka_unit_test(test_max_splits_the_gradient_among_ties),
+        cmocka_unit_test(test_kept_calls_train_in_fp32),
+        cmocka_unit_test(test_nan_propagates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
