@@ -48,6 +48,7 @@ typedef struct frame {
     struct frame *caller;
     int depth;
     const char *precision; /* "f32", "bf16" or "f16" asked for this call; NULL: none */
+    kl_loc call_loc;     /* where the caller calls def */
 } frame;
 
 typedef struct lower {
@@ -59,6 +60,7 @@ typedef struct lower {
     KL_VEC(const ast_def *) called; /* the defs called so far, once each */
     int64_t batch;
     int depth; /* eval's nesting, across inlined calls */
+    const frame *at; /* the def whose body (or defaults) is evaluated; NULL: the model's */
     /* What a call holds while it is built; freed on the error path too. */
     ir_attrs tmp_attrs;
     ir_attr_val tmp_val;
@@ -71,6 +73,16 @@ typedef struct lower {
  * well inside an 8 MiB stack; real models nest a few dozen levels. */
 #define MAX_EVAL_DEPTH 200
 
+/* Ends lowering after an error was reported. An error inside a def's
+ * body points at a line of the def; as compilers do for inlined code,
+ * notes name each call that led there, innermost first. */
+static KL_NORETURN void bail(lower *L)
+{
+    for (const frame *f = L->at; f && f->def; f = f->caller)
+        kl_note_at(L->src, f->call_loc, "'%s' is called from here", f->def->name);
+    longjmp(L->fail, 1);
+}
+
 static KL_NORETURN void fail_at(lower *L, kl_loc loc, const char *fmt, ...) KL_PRINTF(3, 4);
 static void fail_at(lower *L, kl_loc loc, const char *fmt, ...)
 {
@@ -78,7 +90,7 @@ static void fail_at(lower *L, kl_loc loc, const char *fmt, ...)
     va_start(ap, fmt);
     kl_verror_at(L->src, loc, fmt, ap);
     va_end(ap);
-    longjmp(L->fail, 1);
+    bail(L);
 }
 
 static const char *lv_kind_words(const lv *v)
@@ -455,7 +467,7 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
         if (c->def == d) {
             kl_error_at(L->src, e->loc, "recursive call of '%s' (defs are inlined, so recursion never ends)", d->name);
             kl_note_at(L->src, d->loc, "'%s' is defined here", d->name);
-            longjmp(L->fail, 1);
+            bail(L);
         }
     }
     if (f->depth >= MAX_CALL_DEPTH)
@@ -478,7 +490,7 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
         kl_error_at(L->src, ca.pos_loc[nparams], "%s takes %d argument%s, got %d", d->name, nparams,
                     nparams == 1 ? "" : "s", ca.npos);
         kl_note_at(L->src, d->loc, "'%s' is defined here", d->name);
-        longjmp(L->fail, 1);
+        bail(L);
     }
     frame *callee = kl_arena_alloc(&L->arena, sizeof *callee);
     int k = next_instance(L, f, d->name);
@@ -489,6 +501,7 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
     callee->caller = f;
     callee->depth = f->depth + 1;
     callee->precision = precision ? precision : kept_fp32(L, d->name) ? "f32" : f->precision;
+    callee->call_loc = e->loc;
     for (int i = 0; i < ca.nkw; i++) {
         int idx = 0;
         const ast_param *p;
@@ -497,7 +510,7 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
         if (!p) {
             kl_error_at(L->src, ca.kw[i]->loc, "%s has no parameter '%s'", d->name, ca.kw[i]->name);
             kl_note_at(L->src, d->loc, "'%s' is defined here", d->name);
-            longjmp(L->fail, 1);
+            bail(L);
         }
         if (idx < ca.npos)
             fail_at(L, ca.kw[i]->loc, "argument '%s' of %s is given twice", p->name, d->name);
@@ -514,19 +527,25 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
             if (!strcmp(ca.kw[i]->name, p->name))
                 arg = ca.kwval[i], have = true;
         if (!have && p->dflt) {
+            const frame *at = L->at;
+            L->at = callee;
             arg = eval(L, callee, p->dflt);
+            L->at = at;
             have = true;
         }
         if (!have) {
             kl_error_at(L->src, e->loc, "%s needs argument '%s'", d->name, p->name);
             kl_note_at(L->src, p->loc, "'%s' is declared here", p->name);
-            longjmp(L->fail, 1);
+            bail(L);
         }
         if (p->type)
             check_param_type(L, callee, p, &arg, d);
         bind(L, callee, p->name, arg);
     }
+    const frame *at = L->at;
+    L->at = callee;
     lv r = exec_body(L, callee, d->body);
+    L->at = at;
     r.loc = e->loc;
     return r;
 }
@@ -1014,9 +1033,8 @@ static int lower_train(lower *L, const ast_block *train, const kl_lower_opts *op
     }
     if (kl_train_check(t, L->src))
         return -1;
-    for (int i = 0; opts && opts->overrides && opts->overrides[i]; i += 2)
-        if (kl_train_set(t, opts->overrides[i], opts->overrides[i + 1]))
-            return -1;
+    if (kl_train_set_all(t, opts ? opts->overrides : NULL))
+        return -1;
     L->batch = ir_attr_int(t, "batch", 32);
     if (!ir_attrs_find(t, "batch"))
         ir_attrs_set_int(t, "batch", L->batch);
@@ -1054,7 +1072,7 @@ static void lower_program(lower *L, const ast_program *prog, const kl_lower_opts
             if (old) {
                 kl_error_at(src, d->loc, "def '%s' is defined twice", d->name);
                 kl_note_at(src, old->loc, "the first definition is here");
-                longjmp(L->fail, 1);
+                bail(L);
             }
             int op = ir_op_from_name(d->name);
             if ((op >= 0 && (ir_ops[op].flags & IR_F_USER)) || ir_dtype_from_name(d->name) >= 0 ||
@@ -1069,14 +1087,14 @@ static void lower_program(lower *L, const ast_program *prog, const kl_lower_opts
             if (model) {
                 kl_error_at(src, it->block->loc, "a file holds one model block");
                 kl_note_at(src, model->loc, "the first model block is here");
-                longjmp(L->fail, 1);
+                bail(L);
             }
             model = it->block;
         } else {
             if (train) {
                 kl_error_at(src, it->block->loc, "a file holds one train block");
                 kl_note_at(src, train->loc, "the first train block is here");
-                longjmp(L->fail, 1);
+                bail(L);
             }
             train = it->block;
         }
@@ -1086,7 +1104,7 @@ static void lower_program(lower *L, const ast_program *prog, const kl_lower_opts
     L->g = ir_graph_new(model->name);
     L->g->source = kl_xstrdup(src->name);
     if (lower_train(L, train, opts))
-        longjmp(L->fail, 1);
+        bail(L);
     frame top = {0};
     exec_body(L, &top, model->body);
     binding *loss = lookup(&top, "loss");
@@ -1154,10 +1172,10 @@ ir_graph *kl_load_source(const kl_source *src, const kl_lower_opts *opts)
                 ir_graph_free(g);
                 return NULL;
             }
-            if (kl_train_set(&g->train, opts->overrides[i], opts->overrides[i + 1])) {
-                ir_graph_free(g);
-                return NULL;
-            }
+        }
+        if (g && kl_train_set_all(&g->train, opts ? opts->overrides : NULL)) {
+            ir_graph_free(g);
+            return NULL;
         }
     } else {
         ast_program prog;

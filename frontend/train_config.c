@@ -240,6 +240,10 @@ static int check_one(ir_attr *a, const kl_source *src)
             kl_buf_free(&w);
             return -1;
         }
+        /* A setting the program accepts must work: sharding is not
+         * implemented yet, so only "none" is accepted. */
+        if (!strcmp(k->key, "shard") && strcmp(v->s, "none"))
+            return fail(src, loc, "shard = %s is not implemented yet (the only setting is none)", v->s);
         return 0;
     case K_CALL:
         return check_call(a, k, src);
@@ -304,6 +308,16 @@ static ir_attr_val value_from_text(const char *text)
     return ir_attr_val_str(text);
 }
 
+/* "name(...)": a call value. */
+static bool looks_like_call(const char *text)
+{
+    size_t n = 0;
+    while (isalnum((unsigned char)text[n]) || text[n] == '_')
+        n++;
+    size_t len = strlen(text);
+    return n > 0 && !isdigit((unsigned char)text[0]) && text[n] == '(' && len > n + 1 && text[len - 1] == ')';
+}
+
 int kl_train_set(ir_attrs *train, const char *key, const char *text)
 {
     char *flag = kl_xasprintf("--%s", key);
@@ -336,14 +350,24 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
         ir_attrs_set(call.args, "samples", value_from_text(text + 10));
         ir_attrs_set(&tmp, key, call);
         rc = check_one(&tmp.v[0], &src);
-    } else {
-        ir_attr_val v = value_from_text(text);
-        if (!strcmp(key, "data") && v.kind != IR_ATTR_STR) {
-            /* A path that looks like a number is still a path. */
-            ir_attr_val_free(&v);
-            v = ir_attr_val_str(text);
+    } else if (looks_like_call(text)) {
+        /* --set 'optimizer=sgd(lr=0.1)', --set 'loss_scale=static(8)':
+         * a call as the train block writes it. */
+        ir_attr_val v;
+        rc = ir_parse_value(&src, &v);
+        if (!rc) {
+            ir_attrs_set(&tmp, key, v);
+            rc = check_one(&tmp.v[0], &src);
         }
-        ir_attrs_set(&tmp, key, v);
+    } else if (!strcmp(key, "data")) {
+        /* --data DIR: a path, even one that reads as a name or a number. */
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("idx")};
+        call.args = kl_xcalloc(1, sizeof *call.args);
+        ir_attrs_set(call.args, "path", ir_attr_val_str(text));
+        ir_attrs_set(&tmp, key, call);
+        rc = check_one(&tmp.v[0], &src);
+    } else {
+        ir_attrs_set(&tmp, key, value_from_text(text));
         rc = check_one(&tmp.v[0], &src);
     }
     if (!rc) {
@@ -354,6 +378,17 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
     ir_attrs_free(&tmp);
     kl_source_free(&src);
     return rc;
+}
+
+int kl_train_set_all(ir_attrs *train, const char *const *kv)
+{
+    /* --lr sets the lr of the optimizer: after every other setting, so
+     * that --set optimizer=... given after it does not drop it. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; kv && kv[i]; i += 2)
+            if ((pass == 1) == !strcmp(kv[i], "lr") && kl_train_set(train, kv[i], kv[i + 1]))
+                return -1;
+    return 0;
 }
 
 /* ---- the typed form ---- */

@@ -64,6 +64,9 @@ void kl_train_config_free(kl_train_config *cfg);
  * checks it like the train block does. Returns 0, or -1 with a message
  * naming the flag. */
 int kl_train_set(ir_attrs *train, const char *key, const char *text);
+/* Sets every KEY, VALUE pair of a NULL-terminated list, as the flags of
+ * a command line; --lr last, whatever its place. */
+int kl_train_set_all(ir_attrs *train, const char *const *kv);
 /* The lr after scaling to the effective batch (batch * accumulate * ranks). */
 double kl_train_scaled_lr(const kl_train_config *cfg, int64_t ranks);
 const char *kl_precision_name(kl_precision p);

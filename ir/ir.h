@@ -361,6 +361,10 @@ char *ir_print(const ir_graph *g);
 void ir_print_node(kl_buf *b, const ir_graph *g, const ir_node *n);
 const char *ir_phase_name(ir_phase p);
 ir_graph *ir_parse(const kl_source *src);
+/* One attribute value in the same syntax (a number, "string", name,
+ * call(args) or [list]) filling the whole of src; -1 after an error at
+ * its file:line:col. */
+int ir_parse_value(const kl_source *src, ir_attr_val *out);
 char *ir_print_dot(const ir_graph *g);
 
 #endif

@@ -342,7 +342,20 @@ static void parse_value(parser *p, ir_attr_val *v)
     p->depth--;
 }
 
-/* key = value, ... up to close ('}' or ')'), which is consumed. */
+/* Whether the token is a name followed by '=' (a keyed value). */
+static bool at_key(parser *p)
+{
+    if (p->t.kind != T_IDENT)
+        return false;
+    size_t i = p->pos;
+    while (i < p->src->len && (p->src->text[i] == ' ' || p->src->text[i] == '\t'))
+        i++;
+    return i < p->src->len && p->src->text[i] == '=';
+}
+
+/* key = value, ... up to close ('}' or ')'), which is consumed. A call's
+ * arguments may also be positional (key ""), as in a model file's train
+ * block: ir_spec_normalize names them. */
 static void parse_attrs_body(parser *p, ir_attrs *a, char close)
 {
     bool first = true;
@@ -351,6 +364,12 @@ static void parse_attrs_body(parser *p, ir_attrs *a, char close)
             expect_punct(p, ',');
         first = false;
         kl_loc loc = p->t.loc;
+        if (close == ')' && !at_key(p)) {
+            ir_attr at = {kl_xstrdup(""), {0}, loc};
+            kl_vec_push(*a, at);
+            parse_value(p, &a->v[a->n - 1].val);
+            continue;
+        }
         char *key = take_ident(p, "an attribute name");
         if (ir_attrs_find(a, key)) {
             free(key);
@@ -678,4 +697,23 @@ ir_graph *ir_parse(const kl_source *src)
         expected(&p, "end of file");
     free(p.t.text);
     return p.g;
+}
+
+int ir_parse_value(const kl_source *src, ir_attr_val *out)
+{
+    parser p = {.src = src, .line = 1, .col = 1};
+    memset(out, 0, sizeof *out);
+    if (setjmp(p.fail)) {
+        free(p.t.text);
+        free(p.taken);
+        ir_attr_val_free(out);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    next(&p);
+    parse_value(&p, out);
+    if (p.t.kind != T_EOF)
+        expected(&p, "the end of the value");
+    free(p.t.text);
+    return 0;
 }

@@ -1,9 +1,12 @@
 #include "support.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void *kl_xmalloc(size_t n)
 {
@@ -50,6 +53,81 @@ char *kl_xasprintf(const char *fmt, ...)
     kl_buf_vprintf(&b, fmt, ap);
     va_end(ap);
     return kl_buf_take(&b);
+}
+
+int64_t kl_size_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+        return -1;
+    return r;
+}
+
+int64_t kl_machine_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    int64_t bytes = kl_size_mul(pages, size);
+    return bytes > 0 ? bytes : INT64_MAX;
+}
+
+void kl_format_bytes(char *out, size_t n, int64_t bytes)
+{
+    static const char *const unit[] = {"bytes", "kB", "MB", "GB", "TB", "PB", "EB"};
+    double x = (double)bytes;
+    int u = 0;
+    while (x >= 1000 && u + 1 < (int)KL_ARRAY_LEN(unit)) {
+        x /= 1000;
+        u++;
+    }
+    snprintf(out, n, u ? "%.2f %s" : "%.0f %s", x, unit[u]);
+}
+
+int kl_check_alloc(const char *what, int64_t bytes, int64_t limit, const char *hint)
+{
+    int64_t machine = kl_machine_memory();
+    bool own = limit <= 0;
+    if (own)
+        limit = machine;
+    if (bytes >= 0 && bytes <= limit)
+        return 0;
+    char need[32], have[32];
+    kl_format_bytes(have, sizeof have, limit);
+    if (bytes < 0)
+        snprintf(need, sizeof need, "more than 9.2 EB");
+    else
+        kl_format_bytes(need, sizeof need, bytes);
+    kl_error("%s needs %s, more than %s (%s)\n---> %s", what, need, own ? "the machine's memory" : "the memory limit",
+             have, hint);
+    return -1;
+}
+
+int kl_open_regular(const char *path, char *why, size_t n)
+{
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, n, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st)) {
+        snprintf(why, n, "cannot open: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        const char *kind = S_ISDIR(st.st_mode)    ? "a folder"
+                           : S_ISFIFO(st.st_mode) ? "a FIFO"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                                                  : "not a plain file";
+        snprintf(why, n, "not a regular file (%s)", kind);
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
 }
 
 void kl_panic_at(const char *file, int line, const char *fmt, ...)
@@ -204,37 +282,50 @@ void kl_arena_free(kl_arena *a)
 
 /* ---- sources and diagnostics ---- */
 
-int kl_source_read(kl_source *src, const char *path)
-{
-    if (kl_source_read_quiet(src, path) == 0)
-        return 0;
-    kl_error("%s: %s", path, errno ? strerror(errno) : "read error");
-    return -1;
-}
-
-int kl_source_read_quiet(kl_source *src, const char *path)
+/* Reads a whole regular file; -1 with why on failure. */
+static int source_read(kl_source *src, const char *path, char *why, size_t n)
 {
     memset(src, 0, sizeof *src);
-    errno = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = kl_open_regular(path, why, n);
+    if (fd < 0)
         return -1;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        snprintf(why, n, "cannot open: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
     kl_buf b = {0};
     char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        kl_buf_putn(&b, chunk, n);
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        kl_buf_putn(&b, chunk, got);
     int bad = ferror(f);
     fclose(f);
     if (bad) {
         kl_buf_free(&b);
-        errno = EIO;
+        snprintf(why, n, "read error");
         return -1;
     }
     src->name = kl_xstrdup(path);
     src->len = b.len;
     src->text = kl_buf_take(&b);
     return 0;
+}
+
+int kl_source_read(kl_source *src, const char *path)
+{
+    char why[256];
+    if (source_read(src, path, why, sizeof why) == 0)
+        return 0;
+    kl_error("%s: %s", path, why);
+    return -1;
+}
+
+int kl_source_read_quiet(kl_source *src, const char *path)
+{
+    char why[256];
+    return source_read(src, path, why, sizeof why);
 }
 
 void kl_source_from_string(kl_source *src, const char *name, const char *text)

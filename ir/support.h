@@ -24,6 +24,25 @@ char *kl_xstrdup(const char *s);
 char *kl_xstrndup(const char *s, size_t n);
 char *kl_xasprintf(const char *fmt, ...) KL_PRINTF(1, 2);
 
+/* Sizes of big allocations (tensors, arenas, data sets) are checked
+ * before anything is allocated, in one place: a size too large is a
+ * user's error with a hint, not an out-of-memory abort.
+ * kl_size_mul: a * b, or -1 when either is negative or the product
+ * overflows int64. kl_machine_memory: the machine's physical memory in
+ * bytes. kl_check_alloc: 0 when bytes (-1: an overflow) fit in limit, or
+ * in the machine's memory when limit <= 0; else prints "WHAT needs ...,
+ * more than ..." with "---> HINT" under it and returns -1. */
+int64_t kl_size_mul(int64_t a, int64_t b);
+int64_t kl_machine_memory(void);
+int kl_check_alloc(const char *what, int64_t bytes, int64_t limit, const char *hint);
+/* A size in bytes for people: "3.14 GB". */
+void kl_format_bytes(char *out, size_t n, int64_t bytes);
+
+/* Opens a file for reading when it is a regular file: a FIFO or a
+ * device would block or never end, a folder cannot be read. Returns the
+ * descriptor, or -1 with why (e.g. "not a regular file (a FIFO)"). */
+int kl_open_regular(const char *path, char *why, size_t n);
+
 KL_NORETURN void kl_panic_at(const char *file, int line, const char *fmt, ...) KL_PRINTF(3, 4);
 #define kl_panic(...) kl_panic_at(__FILE__, __LINE__, __VA_ARGS__)
 /* An invariant that holds in every build (not compiled out by NDEBUG). */

@@ -26,8 +26,9 @@ typedef struct kl_dataset {
  * Errors name the file and what is wrong; returns 0 or -1. */
 int kl_idx_load(const char *dir, const char *split, kl_dataset *out);
 /* A deterministic synthetic set of 28x28 images whose label is learnable
- * (it follows the position of a bright patch). */
-void kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out);
+ * (it follows the position of a bright patch). Returns -1 (reported)
+ * when count samples do not fit in memory. */
+int kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out);
 void kl_dataset_free(kl_dataset *d);
 
 typedef struct kl_batch {

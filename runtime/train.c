@@ -447,8 +447,9 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
 static int load_data(trainer *t)
 {
     if (!strcmp(t->cfg.data_format, "synthetic")) {
-        kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set);
-        kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set);
+        if (kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set) ||
+            kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set))
+            return -1;
         return 0;
     }
     if (kl_idx_load(t->cfg.data_path, "train", &t->train_set) || kl_idx_load(t->cfg.data_path, "t10k", &t->test_set))
@@ -673,8 +674,11 @@ static int run_training(trainer *t, const kl_source *src)
         if (metric_name)
             printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, er.metric[0], best, (long long)best_epoch);
         printf("\n");
+        /* Steps this run took (a resumed run starts past 0; a finished
+         * one takes none), less the warm-up ones. */
         int64_t timed = ran - warm_steps;
-        double timed_sps = timed > 0 ? (double)(timed * B * c->accumulate) / (step_time - warm_time) : 0;
+        double timed_s = step_time - warm_time;
+        double timed_sps = timed > 0 && timed_s > 0 ? (double)(timed * B * c->accumulate) / timed_s : 0;
         json_line(t, "{\"type\": \"summary\", \"steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"timed_steps\": %lld, \"timed_samples_per_s\": %.1f, \"final_%s\": %.6g, \"best_%s\": %.6g}",
                   (long long)step, secs, step_time, (long long)timed, timed_sps, metric_name ? metric_name : "metric",
                   er.metric[0], metric_name ? metric_name : "metric", best);
@@ -733,6 +737,16 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     kl_train_read(&g->train, &t.cfg);
     if (load_data(&t))
         goto done;
+    /* One optimizer step takes batch x accumulate samples: a set smaller
+     * than that is refused before anything is compiled or allocated. */
+    int64_t step_samples = kl_size_mul(t.cfg.batch, t.cfg.accumulate);
+    if (step_samples < 0 || step_samples > t.train_set.count) {
+        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld)\n"
+                 "---> try --batch %lld --accumulate 1",
+                 model_name, (long long)t.train_set.count, (long long)t.cfg.batch, (long long)t.cfg.accumulate,
+                 (long long)(t.cfg.batch < t.train_set.count ? t.cfg.batch : t.train_set.count));
+        goto done;
+    }
     if (t.opt.metrics && kl_outfile_open_log(&t.metrics, t.opt.metrics, t.opt.resume != NULL))
         goto done;
     char *jit_reason = kernel_flags(&t.opt);

@@ -181,6 +181,36 @@ static void test_clipping(void **state)
     finish(&r);
 }
 
+/* Flags as a command line gives them: call values, --lr after --set
+ * optimizer, --data DIR as a path, shard refused. */
+static void test_flag_values(void **state)
+{
+    (void)state;
+    FILE *devnull = fopen("/dev/null", "w");
+    kl_diag_set_stream(devnull);
+    ir_attrs a = {0};
+    const char *kv[] = {"lr", "0.5", "optimizer", "sgd(0.2, momentum = 0.9)", "loss_scale", "static(8)",
+                        "data", "data", NULL};
+    assert_int_equal(kl_train_set_all(&a, kv), 0);
+    kl_train_config c;
+    kl_train_read(&a, &c);
+    assert_int_equal(c.opt.kind, KL_OPT_SGD);
+    assert_true(c.opt.lr == 0.5);
+    assert_true(c.opt.momentum == 0.9);
+    assert_false(c.loss_scale.dynamic);
+    assert_true(c.loss_scale.init == 8);
+    assert_string_equal(c.data_format, "idx");
+    assert_string_equal(c.data_path, "data");
+    kl_train_config_free(&c);
+    assert_int_equal(kl_train_set(&a, "shard", "zero1"), -1);
+    assert_int_equal(kl_train_set(&a, "shard", "none"), 0);
+    assert_int_equal(kl_train_set(&a, "optimizer", "sgd(lr=)"), -1);
+    assert_int_equal(kl_train_set(&a, "optimizer", "sgd(lr=0.1) x"), -1);
+    ir_attrs_free(&a);
+    kl_diag_set_stream(NULL);
+    fclose(devnull);
+}
+
 static void schedule_config(kl_train_config *c, const char *sched)
 {
     ir_attrs a = {0};
@@ -280,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_adam_and_adamw),
         cmocka_unit_test(test_clipping),
         cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_flag_values),
         cmocka_unit_test(test_initialisers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
