@@ -253,8 +253,8 @@ static bool dies_in_group(const cg_group *grp, int v)
 int memplan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *k, int pairs[][2], int max)
 {
     const ir_graph *g = grp->g;
-    bool taken[64] = {0};
-    kl_check(k->nbufs <= 64);
+    bool taken[IR_KERNEL_MAX_BUFS] = {0};
+    kl_check(k->nbufs <= IR_KERNEL_MAX_BUFS);
     int n = 0;
     for (int o = 0; o < k->nbufs && n < max; o++) {
         int ov = k->bufs[o].value;

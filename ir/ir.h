@@ -51,6 +51,10 @@ int ir_dtype_from_name(const char *name);
  * ir_infer_run checks what every shape rule gives. */
 #define IR_MAX_DIM ((int64_t)1 << 40)
 #define IR_MAX_NUMEL ((int64_t)1 << 50)
+/* The most buffers one kernel reads or writes: the fusion pass keeps every
+ * group within it; the kernel IR, the plan's steps and the CUDA launch have
+ * room for this many. */
+#define IR_KERNEL_MAX_BUFS 64
 
 typedef struct ir_type {
     ir_dtype dtype;

@@ -14,7 +14,9 @@
  * (nodes of the same kind that share the kernel: the ops on one set of
  * logits, the optimizer updates). Legality comes from the op table's kernel
  * classes and the shapes; every group stays convex (no path leaves it and
- * comes back), so a group can run as one kernel in the schedule.
+ * comes back), so a group can run as one kernel in the schedule, and
+ * needs at most IR_KERNEL_MAX_BUFS buffers (a node that would take it past
+ * that starts a group of its own).
  *
  * Nodes left over are fused into elementwise chains of one shape, and the
  * rest are kernels of their own.
@@ -110,6 +112,8 @@ typedef struct fuser {
     const char **pat;
     int ngroups;
     bool *elem;        /* node is elementwise (may join a chain) */
+    int *seen;         /* per value: the stamp of the last buffer count that met it */
+    int stamp;
 } fuser;
 
 static uint64_t *row(uint64_t *sets, const fuser *f, int i)
@@ -190,6 +194,53 @@ static bool convex_with(const fuser *f, int gid, int x)
     return true;
 }
 
+static bool in_group_or(const fuser *f, int node, int gid, int x)
+{
+    return node == x || f->group[node] == gid;
+}
+
+/* A value counted once per call of group_fits (seen[] holds the stamp). */
+static bool first_sight(fuser *f, int v)
+{
+    if (f->seen[v] == f->stamp)
+        return false;
+    f->seen[v] = f->stamp;
+    return true;
+}
+
+/* Group gid with node x added needs at most IR_KERNEL_MAX_BUFS buffers,
+ * counted as its kernel will have them, or more: every value it reads
+ * from outside (constants are folded in), every result used outside or
+ * kept as a graph output, and every result of a node that is not
+ * elementwise (a template stores those). */
+static bool group_fits(fuser *f, int gid, int x)
+{
+    const ir_graph *g = f->g;
+    int bufs = 0;
+    f->stamp++;
+    for (int m = 0; m < f->n; m++) {
+        const ir_node *n = ir_nd(g, m);
+        if (n->dead || !in_group_or(f, m, gid, x))
+            continue;
+        for (int k = 0; k < n->in.n; k++) {
+            int p = producer(f, m, k);
+            bool inside = p >= 0 && (ir_nd(g, p)->op == IR_OP_CONST || (in_group_or(f, p, gid, x) && elementwise(ir_nd(g, p))));
+            if (!inside && first_sight(f, n->in.v[k]))
+                bufs++;
+        }
+        for (int k = 0; k < n->out.n; k++) {
+            int v = n->out.v[k];
+            const ir_value *val = ir_val(g, v);
+            bool stored = !elementwise(n) || ir_is_output(g, v);
+            for (int u = 0; u < val->uses.n && !stored; u++)
+                stored = !in_group_or(f, val->uses.v[u].node, gid, x);
+            if (stored && first_sight(f, v))
+                bufs++;
+        }
+    }
+    return bufs <= IR_KERNEL_MAX_BUFS;
+}
+
 /* Every use of node i's results is inside group gid (or no use at all),
  * and none of them is a graph output. */
 static bool used_only_in(const fuser *f, int i, int gid)
@@ -234,7 +285,7 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
                 if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, &v->type))
                     continue;
                 f->group[p] = gid; /* tentatively, for the use check */
-                if (used_only_in(f, p, gid) && convex_with(f, gid, p)) {
+                if (used_only_in(f, p, gid) && convex_with(f, gid, p) && group_fits(f, gid, p)) {
                     f->pat[p] = pat;
                     changed = true;
                 } else {
@@ -263,7 +314,7 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
                     if (f->group[c] >= 0 || !elementwise(cn) || cn->out.n != 1 ||
                         !same_shape(&ir_val(g, cn->out.v[0])->type, shape))
                         continue;
-                    if (convex_with(f, gid, c)) {
+                    if (convex_with(f, gid, c) && group_fits(f, gid, c)) {
                         join(f, gid, c, pat);
                         changed = true;
                     }
@@ -290,7 +341,7 @@ static void apply_patterns(fuser *f)
                 if (m->dead || f->group[j] >= 0 || !pt->sibling(g, n, m))
                     continue;
                 f->group[j] = gid;
-                if (convex_with(f, gid, j)) {
+                if (convex_with(f, gid, j) && group_fits(f, gid, j)) {
                     f->pat[j] = pt->name;
                     siblings++;
                 } else {
@@ -326,7 +377,7 @@ static void fuse_chains(fuser *f)
             if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, shape))
                 continue;
             f->group[i] = f->group[p];
-            if (convex_with(f, f->group[p], i))
+            if (convex_with(f, f->group[p], i) && group_fits(f, f->group[p], i))
                 gid = f->group[p];
             else
                 f->group[i] = -1;
@@ -346,6 +397,7 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     f.around = kl_xcalloc(2 * (size_t)f.words + 1, sizeof(uint64_t));
     f.group = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
     f.pat = kl_xcalloc((size_t)f.n + 1, sizeof(char *));
+    f.seen = kl_xcalloc((size_t)g->values.n + 1, sizeof(int));
     for (int i = 0; i < f.n; i++)
         f.group[i] = -1;
     if (fuse) {
@@ -394,6 +446,7 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.around);
     free(f.group);
     free(f.pat);
+    free(f.seen);
     return 0;
 }
 
