@@ -258,6 +258,9 @@ typedef struct ir_value {
     KL_VEC(ir_use) uses;
     ir_attrs attrs;   /* declarations: init = ..., role = ... */
     kl_loc loc;
+    /* For ir_unique_name: every "NAME.k" with 0 < k < suffix_hint was in
+     * use when it last looked (0: nothing known). */
+    int suffix_hint;
 } ir_value;
 
 typedef enum ir_phase {
