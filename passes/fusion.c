@@ -109,6 +109,9 @@ typedef struct fuser {
     uint64_t *desc;    /* desc[i]: nodes that depend on node i */
     uint64_t *around;  /* scratch: a group's ancestors, then its descendants */
     int *group;
+    /* Per group id: every member lies in lo[gid] .. hi[gid] (a node taken
+     * back out leaves the range wider than needed, never narrower). */
+    int *lo, *hi;
     const char **pat;
     int ngroups;
     bool *elem;        /* node is elementwise (may join a chain) */
@@ -161,6 +164,16 @@ static bool needs_no_kernel(const ir_node *n)
     return n->op == IR_OP_CONST || n->op == IR_OP_RESHAPE || n->op == IR_OP_FLATTEN;
 }
 
+/* Puts node x in group gid (for good or tentatively). */
+static void mark(fuser *f, int x, int gid)
+{
+    f->group[x] = gid;
+    if (f->lo[gid] < 0 || x < f->lo[gid])
+        f->lo[gid] = x;
+    if (x > f->hi[gid])
+        f->hi[gid] = x;
+}
+
 /* Adding node x to group gid keeps it convex: no node outside the group
  * lies on a path between x and the group. Update-phase nodes (once per
  * optimizer step) never share a kernel with the others (every
@@ -171,7 +184,7 @@ static bool convex_with(const fuser *f, int gid, int x)
     int W = f->words;
     uint64_t *ga = f->around, *gd = f->around + W;
     memset(f->around, 0, sizeof(uint64_t) * 2 * (size_t)W);
-    for (int m = 0; m < f->n; m++) {
+    for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
         if (f->group[m] != gid || m == x)
             continue;
         if ((ir_nd(f->g, m)->phase == IR_PHASE_UPDATE) != xu)
@@ -218,7 +231,7 @@ static bool group_fits(fuser *f, int gid, int x)
     const ir_graph *g = f->g;
     int bufs = 0;
     f->stamp++;
-    for (int m = 0; m < f->n; m++) {
+    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= f->hi[gid] || m <= x; m++) {
         const ir_node *n = ir_nd(g, m);
         if (n->dead || !in_group_or(f, m, gid, x))
             continue;
@@ -261,7 +274,7 @@ static bool used_only_in(const fuser *f, int i, int gid)
 
 static void join(fuser *f, int gid, int i, const char *pat)
 {
-    f->group[i] = gid;
+    mark(f, i, gid);
     f->pat[i] = pat;
 }
 
@@ -284,7 +297,7 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
                  * reads them at the anchor's positions. */
                 if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, &v->type))
                     continue;
-                f->group[p] = gid; /* tentatively, for the use check */
+                mark(f, p, gid); /* tentatively, for the use check */
                 if (used_only_in(f, p, gid) && convex_with(f, gid, p) && group_fits(f, gid, p)) {
                     f->pat[p] = pat;
                     changed = true;
@@ -340,7 +353,7 @@ static void apply_patterns(fuser *f)
                 ir_node *m = ir_nd(g, j);
                 if (m->dead || f->group[j] >= 0 || !pt->sibling(g, n, m))
                     continue;
-                f->group[j] = gid;
+                mark(f, j, gid);
                 if (convex_with(f, gid, j) && group_fits(f, gid, j)) {
                     f->pat[j] = pt->name;
                     siblings++;
@@ -376,7 +389,7 @@ static void fuse_chains(fuser *f)
                 continue;
             if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, shape))
                 continue;
-            f->group[i] = f->group[p];
+            mark(f, i, f->group[p]);
             if (convex_with(f, f->group[p], i) && group_fits(f, f->group[p], i))
                 gid = f->group[p];
             else
@@ -397,6 +410,11 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     f.around = kl_xcalloc(2 * (size_t)f.words + 1, sizeof(uint64_t));
     f.group = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
     f.pat = kl_xcalloc((size_t)f.n + 1, sizeof(char *));
+    /* At most one group per node is made while fusing. */
+    f.lo = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.hi = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    for (int i = 0; i <= f.n; i++)
+        f.lo[i] = f.hi[i] = -1;
     f.seen = kl_xcalloc((size_t)g->values.n + 1, sizeof(int));
     for (int i = 0; i < f.n; i++)
         f.group[i] = -1;
@@ -447,6 +465,8 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.group);
     free(f.pat);
     free(f.seen);
+    free(f.lo);
+    free(f.hi);
     return 0;
 }
 
