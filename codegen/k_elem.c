@@ -294,7 +294,8 @@ kir_expr *cg_value_at(cg_builder *b, int v)
     for (int i = 0; i < n->in.n; i++)
         args[i] = cg_value_at(b, n->in.v[i]);
     kir_expr *e = cg_elem_apply(b, n, val->def_out, args);
-    if (count_uses_inside(grp, v) + cg_value_escapes(grp, v) > 1 && e->kind != KE_CONST) {
+    /* (A constant first: one may have thousands of uses.) */
+    if (e->kind != KE_CONST && count_uses_inside(grp, v) + cg_value_escapes(grp, v) > 1) {
         int var = kir_let(b->k, e, "t");
         cache_value(b, v, var);
         return kir_varref(b->k, var);

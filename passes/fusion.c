@@ -183,13 +183,19 @@ static bool convex_with(const fuser *f, int gid, int x)
     bool xu = ir_nd(f->g, x)->phase == IR_PHASE_UPDATE;
     int W = f->words;
     uint64_t *ga = f->around, *gd = f->around + W;
-    memset(f->around, 0, sizeof(uint64_t) * 2 * (size_t)W);
+    /* An outsider on such a path lies between x and a member in node
+     * order (producers come first), so only the words of the nodes from
+     * the lowest to the highest of them matter. */
+    int w0 = (f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x) / 64;
+    int w1 = (f->hi[gid] > x ? f->hi[gid] : x) / 64 + 1;
+    memset(ga + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
+    memset(gd + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
     for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
         if (f->group[m] != gid || m == x)
             continue;
         if ((ir_nd(f->g, m)->phase == IR_PHASE_UPDATE) != xu)
             return false;
-        for (int w = 0; w < W; w++) {
+        for (int w = w0; w < w1; w++) {
             ga[w] |= row(f->anc, f, m)[w];
             gd[w] |= row(f->desc, f, m)[w];
         }
@@ -197,7 +203,7 @@ static bool convex_with(const fuser *f, int gid, int x)
     /* A path m -> ... -> x or x -> ... -> m through an outsider o: o is
      * below x and above a member, or above x and below a member. */
     const uint64_t *xa = row(f->anc, f, x), *xd = row(f->desc, f, x);
-    for (int w = 0; w < W; w++) {
+    for (int w = w0; w < w1; w++) {
         for (uint64_t cand = (xd[w] & ga[w]) | (xa[w] & gd[w]); cand; cand &= cand - 1) {
             int o = w * 64 + __builtin_ctzll(cand);
             if (o != x && f->group[o] != gid && !ir_nd(f->g, o)->dead)
