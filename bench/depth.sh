@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile time against depth: generates chain models of each depth and
 # times `kiln ir MODEL --after all` (every pass through memory planning)
-# on each. Prints one line per depth: depth, IR nodes, seconds.
+# on each. Prints one line per depth: depth, IR nodes after all passes,
+# seconds (wall clock).
 #
 #   bench/depth.sh [KIND] [DEPTH...]     KIND: elementwise (default) or dense
 #   KILN=path/to/kiln bench/depth.sh ... (default ./build/kiln)
@@ -46,9 +47,10 @@ chain() {
 printf '%8s %8s %10s\n' depth nodes seconds
 for d in "${depths[@]}"; do
   chain "$kind" "$d" > "$tmp/chain.kl"
-  start=$(date +%s.%N)
+  start=$(date +%s%N)
   "$kiln" ir "$tmp/chain.kl" --after all > "$tmp/out.kir"
-  end=$(date +%s.%N)
+  end=$(date +%s%N)
   nodes=$(grep -c ' = ' "$tmp/out.kir" || true)
-  printf '%8d %8d %10.2f\n' "$d" "$nodes" "$(echo "$end - $start" | bc)"
+  ms=$(( (end - start) / 1000000 ))
+  printf '%8d %8d %6d.%02d\n' "$d" "$nodes" $((ms / 1000)) $((ms % 1000 / 10))
 done
