@@ -112,6 +112,7 @@ typedef struct fuser {
     /* Per group id: every member lies in lo[gid] .. hi[gid] (a node taken
      * back out leaves the range wider than needed, never narrower). */
     int *lo, *hi;
+    int *bound;        /* per group id: at least as many as the buffers it needs */
     const char **pat;
     int ngroups;
     bool *elem;        /* node is elementwise (may join a chain) */
@@ -231,10 +232,18 @@ static bool first_sight(fuser *f, int v)
  * counted as its kernel will have them, or more: every value it reads
  * from outside (constants are folded in), every result used outside or
  * kept as a graph output, and every result of a node that is not
- * elementwise (a template stores those). */
+ * elementwise (a template stores those). A node that joins adds at most
+ * its operands and results to that count (what it takes in only falls
+ * away), so while bound[gid] plus those stays within the limit, nothing
+ * is counted; a true answer means x joins, and the bound grows with it. */
 static bool group_fits(fuser *f, int gid, int x)
 {
     const ir_graph *g = f->g;
+    int most = f->bound[gid] + ir_nd(g, x)->in.n + ir_nd(g, x)->out.n;
+    if (most <= IR_KERNEL_MAX_BUFS) {
+        f->bound[gid] = most;
+        return true;
+    }
     int bufs = 0;
     f->stamp++;
     for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= f->hi[gid] || m <= x; m++) {
@@ -257,7 +266,18 @@ static bool group_fits(fuser *f, int gid, int x)
                 bufs++;
         }
     }
-    return bufs <= IR_KERNEL_MAX_BUFS;
+    if (bufs > IR_KERNEL_MAX_BUFS)
+        return false;
+    f->bound[gid] = bufs;
+    return true;
+}
+
+/* A new group of node i alone: its bound is its operands and results. */
+static int new_group(fuser *f, int i)
+{
+    int gid = f->ngroups++;
+    f->bound[gid] = ir_nd(f->g, i)->in.n + ir_nd(f->g, i)->out.n;
+    return gid;
 }
 
 /* Every use of node i's results is inside group gid (or no use at all),
@@ -352,7 +372,7 @@ static void apply_patterns(fuser *f)
             ir_node *n = ir_nd(g, i);
             if (n->dead || f->group[i] >= 0 || !pt->anchor(n))
                 continue;
-            int gid = f->ngroups++;
+            int gid = new_group(f, i);
             join(f, gid, i, pt->name);
             int siblings = 0;
             for (int j = i + 1; pt->sibling && j < f->n && siblings < pt->max_siblings - 1; j++) {
@@ -402,7 +422,7 @@ static void fuse_chains(fuser *f)
                 f->group[i] = -1;
         }
         if (gid < 0)
-            gid = f->ngroups++;
+            gid = new_group(f, i);
         join(f, gid, i, "elementwise");
     }
 }
@@ -419,6 +439,7 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     /* At most one group per node is made while fusing. */
     f.lo = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
     f.hi = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.bound = kl_xcalloc((size_t)f.n + 1, sizeof(int));
     for (int i = 0; i <= f.n; i++)
         f.lo[i] = f.hi[i] = -1;
     f.seen = kl_xcalloc((size_t)g->values.n + 1, sizeof(int));
@@ -473,6 +494,7 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.seen);
     free(f.lo);
     free(f.hi);
+    free(f.bound);
     return 0;
 }
 
