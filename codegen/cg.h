@@ -13,7 +13,7 @@
 
 typedef struct cg_group {
     const ir_graph *g;
-    int *nodes; /* in execution order */
+    int *nodes; /* in execution order, which is ascending ids (cg_in_group searches them) */
     int n;
 } cg_group;
 
@@ -33,9 +33,12 @@ typedef struct cg_builder {
     const cg_group *grp;
     kir_kernel *k;
     cg_nest *nest;
-    /* Values computed in this nest: value id -> local var, or -1. */
+    /* Values computed in this nest: value id -> local var, or -1; and the
+     * ids set since the last cg_reset_cache, which clears only those. */
     int *cached;
     int ncached;
+    int *cached_ids;
+    int ncached_ids;
 } cg_builder;
 
 bool cg_in_group(const cg_group *grp, int node);

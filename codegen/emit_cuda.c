@@ -1041,7 +1041,7 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
     memset(out, 0, sizeof *out);
     kl_check(k->name != NULL);
     out->nbufs = k->nbufs;
-    kl_check(k->nbufs <= 64);
+    kl_check(k->nbufs <= IR_KERNEL_MAX_BUFS);
     for (int i = 0; i < k->nbufs; i++) {
         if (k->bufs[i].dtype == IR_BF16)
             out->needs |= KIR_CUDA_BF16;

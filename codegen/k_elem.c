@@ -9,10 +9,15 @@
 
 bool cg_in_group(const cg_group *grp, int node)
 {
-    for (int i = 0; i < grp->n; i++)
-        if (grp->nodes[i] == node)
-            return true;
-    return false;
+    int lo = 0, hi = grp->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (grp->nodes[mid] < node)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < grp->n && grp->nodes[lo] == node;
 }
 
 static bool is_elementwise(ir_op op)
@@ -181,8 +186,18 @@ void cg_close_loops(cg_builder *b, int n)
 
 void cg_reset_cache(cg_builder *b)
 {
-    for (int i = 0; i < b->ncached; i++)
-        b->cached[i] = -1;
+    for (int i = 0; i < b->ncached_ids; i++)
+        b->cached[b->cached_ids[i]] = -1;
+    b->ncached_ids = 0;
+}
+
+static void cache_value(cg_builder *b, int v, int var)
+{
+    if (v >= b->ncached)
+        return;
+    if (b->cached[v] < 0)
+        b->cached_ids[b->ncached_ids++] = v;
+    b->cached[v] = var;
 }
 
 kir_expr *cg_kept_index(cg_builder *b)
@@ -279,10 +294,10 @@ kir_expr *cg_value_at(cg_builder *b, int v)
     for (int i = 0; i < n->in.n; i++)
         args[i] = cg_value_at(b, n->in.v[i]);
     kir_expr *e = cg_elem_apply(b, n, val->def_out, args);
-    if (count_uses_inside(grp, v) + cg_value_escapes(grp, v) > 1 && e->kind != KE_CONST) {
+    /* (A constant first: one may have thousands of uses.) */
+    if (e->kind != KE_CONST && count_uses_inside(grp, v) + cg_value_escapes(grp, v) > 1) {
         int var = kir_let(b->k, e, "t");
-        if (v < b->ncached)
-            b->cached[v] = var;
+        cache_value(b, v, var);
         return kir_varref(b->k, var);
     }
     return e;
@@ -385,8 +400,7 @@ void cg_emit_epilogue(cg_builder *b, int v, kir_expr *e)
     const cg_group *grp = b->grp;
     const ir_graph *g = grp->g;
     int var = kir_let(b->k, e, "y");
-    if (v < b->ncached)
-        b->cached[v] = var;
+    cache_value(b, v, var);
     if (cg_value_escapes(grp, v))
         cg_store_at(b, v, kir_varref(b->k, var));
     /* Values downstream of v in this group, in order. */

@@ -126,8 +126,7 @@ static void pool_forward(cg_builder *b, const ir_node *n)
         r = BIN(KB_DIV, r, kir_const_f(K, (double)(wd.k[0] * wd.k[1])));
     cg_nest nest;
     result_nest(b, &nest, yt, nc, oh, ow);
-    for (int i = 0; i < b->ncached; i++)
-        b->cached[i] = -1;
+    cg_reset_cache(b);
     cg_emit_epilogue(b, y, r);
     close_n(b, 3);
 }
@@ -263,8 +262,7 @@ static void pool_backward(cg_builder *b, const ir_node *n)
     close_n(b, 2);
     cg_nest nest;
     result_nest(b, &nest, xt, nc, h, w);
-    for (int i = 0; i < b->ncached; i++)
-        b->cached[i] = -1;
+    cg_reset_cache(b);
     cg_emit_epilogue(b, n->out.v[0], VAR(acc));
     close_n(b, 3);
 }

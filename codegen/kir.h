@@ -112,7 +112,7 @@ typedef struct kir_kernel {
     kl_arena arena;
     char *name;       /* set by kir_finish: "kk_" + hash of the C source */
     char *what;       /* one line: the ops it computes, for comments and bench */
-    kir_buf bufs[64];
+    kir_buf bufs[IR_KERNEL_MAX_BUFS];
     int nbufs;
     kir_type *var_types;
     char **var_names;

@@ -253,8 +253,8 @@ static bool dies_in_group(const cg_group *grp, int v)
 int memplan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *k, int pairs[][2], int max)
 {
     const ir_graph *g = grp->g;
-    bool taken[64] = {0};
-    kl_check(k->nbufs <= 64);
+    bool taken[IR_KERNEL_MAX_BUFS] = {0};
+    kl_check(k->nbufs <= IR_KERNEL_MAX_BUFS);
     int n = 0;
     for (int o = 0; o < k->nbufs && n < max; o++) {
         int ov = k->bufs[o].value;
@@ -350,45 +350,47 @@ typedef struct item {
     int first, last;
 } item;
 
-typedef struct range {
-    int64_t start, end;
-} range;
-
-static int by_start(const void *a, const void *b)
-{
-    int64_t x = ((const range *)a)->start, y = ((const range *)b)->start;
-    return x < y ? -1 : x > y;
-}
-
 /* Places items in the given order, each into the smallest free gap among
  * the items already placed whose live ranges meet its own (the lowest such
- * gap on ties), or above them all. Returns the arena size. */
-static int64_t place(const item *items, const int *order, int n, int64_t *offs, range *scratch, int *placed)
+ * gap on ties), or above them all. Returns the arena size.
+ *
+ * The placed items are kept sorted by offset (by_offset), so one walk
+ * upwards over those live at the same time finds the gaps, without
+ * sorting them again for every item; an exact fit ends the walk (no gap
+ * is smaller, none lower). */
+static int64_t place(const item *items, const int *order, int n, int64_t *offs, int *by_offset)
 {
     int64_t top = 0;
     for (int oi = 0; oi < n; oi++) {
         const item *it = &items[order[oi]];
-        int nr = 0;
-        for (int j = 0; j < oi; j++) {
-            const item *o = &items[placed[j]];
-            if (o->first <= it->last && it->first <= o->last)
-                scratch[nr++] = (range){offs[placed[j]], offs[placed[j]] + o->size};
-        }
-        qsort(scratch, (size_t)nr, sizeof *scratch, by_start);
         int64_t cursor = 0, best = -1, best_gap = INT64_MAX;
-        for (int j = 0; j < nr; j++) {
-            int64_t gap = scratch[j].start - cursor;
+        for (int j = 0; j < oi && best_gap != it->size; j++) {
+            const item *o = &items[by_offset[j]];
+            if (o->first > it->last || it->first > o->last)
+                continue;
+            int64_t start = offs[by_offset[j]];
+            int64_t gap = start - cursor;
             if (gap >= it->size && gap < best_gap) {
                 best_gap = gap;
                 best = cursor;
             }
-            if (scratch[j].end > cursor)
-                cursor = scratch[j].end;
+            if (start + o->size > cursor)
+                cursor = start + o->size;
         }
         if (best < 0)
             best = cursor;
         offs[order[oi]] = best;
-        placed[oi] = order[oi];
+        /* Insert after the placed items at offsets up to best. */
+        int lo = 0, hi = oi;
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (offs[by_offset[mid]] <= best)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        memmove(&by_offset[lo + 1], &by_offset[lo], sizeof *by_offset * (size_t)(oi - lo));
+        by_offset[lo] = order[oi];
         if (best + it->size > top)
             top = best + it->size;
     }
@@ -496,8 +498,7 @@ void memplan_assign_offsets(kl_plan *p)
             items[n++] = (item){b, aligned(x->bytes), x->first, x->last};
     }
     int64_t *offs = kl_xmalloc(sizeof *offs * (size_t)(n + 1)), *best_offs = kl_xmalloc(sizeof *offs * (size_t)(n + 1));
-    range *scratch = kl_xmalloc(sizeof *scratch * (size_t)(n + 1));
-    int *order = kl_xmalloc(sizeof *order * (size_t)(n + 1)), *placed = kl_xmalloc(sizeof *placed * (size_t)(n + 1));
+    int *order = kl_xmalloc(sizeof *order * (size_t)(n + 1)), *by_offset = kl_xmalloc(sizeof *by_offset * (size_t)(n + 1));
     sort_key *keys = kl_xmalloc(sizeof *keys * (size_t)(n + 1));
     int64_t lb = lower_bound(p), best = -1;
     /* Each ordering costs about n^2 steps: fewer perturbed ones for plans
@@ -507,7 +508,7 @@ void memplan_assign_offsets(kl_plan *p)
         perturbed /= 2;
     for (int o = 0; o < ORDER_FIXED + perturbed && best != lb; o++) {
         ordering(items, n, o, keys, order);
-        int64_t size = place(items, order, n, offs, scratch, placed);
+        int64_t size = place(items, order, n, offs, by_offset);
         if (best < 0 || size < best) {
             best = size;
             memcpy(best_offs, offs, sizeof *offs * (size_t)n);
@@ -521,9 +522,8 @@ void memplan_assign_offsets(kl_plan *p)
     free(items);
     free(offs);
     free(best_offs);
-    free(scratch);
     free(order);
-    free(placed);
+    free(by_offset);
     free(keys);
 }
 

@@ -155,9 +155,9 @@ static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder
     kir_kernel *k = kir_new(what.s, cg_compute_type(g, vals, nv));
     kl_buf_free(&what);
     cg_builder b = {.grp = grp, .k = k, .ncached = g->values.n};
-    b.cached = kl_xmalloc(sizeof(int) * (size_t)g->values.n);
-    for (int i = 0; i < g->values.n; i++)
-        b.cached[i] = -1;
+    b.cached = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+    b.cached_ids = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
+    memset(b.cached, 0xff, sizeof(int) * (size_t)g->values.n); /* every entry -1 */
     const ir_node *anchor = anchor_of(grp);
     if (custom) {
         custom(&b, arg);
@@ -194,6 +194,7 @@ static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder
     }
 built:
     free(b.cached);
+    free(b.cached_ids);
     /* A group may hold forward and backward nodes (softmax + cross-entropy
      * with its gradient): it runs with the latest. */
     ir_phase phase = IR_PHASE_FORWARD;
@@ -584,6 +585,24 @@ kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
 
     int *members = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
     bool *done = kl_xcalloc((size_t)g->nodes.n + 1, 1);
+    /* next[i]: the next live node of node i's group, or -1. */
+    int *next = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
+    int ngroups = 0;
+    for (int i = 0; i < g->nodes.n; i++)
+        if (ir_nd(g, i)->group >= ngroups)
+            ngroups = ir_nd(g, i)->group + 1;
+    int *last = kl_xmalloc(sizeof(int) * (size_t)(ngroups + 1));
+    for (int i = 0; i < ngroups; i++)
+        last[i] = -1;
+    for (int i = g->nodes.n - 1; i >= 0; i--) {
+        const ir_node *n = ir_nd(g, i);
+        next[i] = -1;
+        if (n->group >= 0 && !n->dead) {
+            next[i] = last[n->group];
+            last[n->group] = i;
+        }
+    }
+    free(last);
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
         if (n->dead || done[i])
@@ -597,11 +616,10 @@ kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
         /* The group: this node and every later node with its group id
          * (the schedule keeps a group's nodes together). */
         int cnt = 0;
-        for (int j = i; j < g->nodes.n; j++) {
-            const ir_node *m = ir_nd(g, j);
-            if (!m->dead && !done[j] && (j == i || (n->group >= 0 && m->group == n->group)))
+        members[cnt++] = i, done[i] = true;
+        for (int j = n->group >= 0 ? next[i] : -1; j >= 0; j = next[j])
+            if (!done[j])
                 members[cnt++] = j, done[j] = true;
-        }
         /* GEMM-like anchors: the library call, then the rest of the group
          * (bias, activation) as one elementwise kernel over its result. */
         int lib = -1;
@@ -627,6 +645,7 @@ kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
     }
     free(members);
     free(done);
+    free(next);
     materialize_consts(p);
     memplan_liveness(p);
     if (p->planned)

@@ -55,8 +55,8 @@ typedef struct kl_step {
     kl_step_kind kind;
     ir_phase phase;
     int kernel;       /* KERNEL: index into plan.kernels */
-    int args[64];     /* KERNEL: buffers in the kernel's parameter order */
-    uint8_t rw[64];   /* KERNEL: per argument, KL_ARG_* */
+    int args[IR_KERNEL_MAX_BUFS]; /* KERNEL: buffers in the kernel's parameter order */
+    uint8_t rw[IR_KERNEL_MAX_BUFS]; /* KERNEL: per argument, KL_ARG_* */
     int nargs;
     kl_gemm gemm;
     int node;         /* the group's first IR node (labels, profiling) */

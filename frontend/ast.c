@@ -32,7 +32,22 @@ ast_arg *ast_arg_new(char *name, ast_expr *value, kl_loc loc)
         return a;                   \
     }
 DEFINE_APPEND(ast_arg_append, ast_arg)
-DEFINE_APPEND(ast_stmt_append, ast_stmt)
+
+/* Statements are appended one at a time, as many as the file has lines:
+ * the first one remembers the last, so appending does not walk the list. */
+ast_stmt *ast_stmt_append(ast_stmt *a, ast_stmt *b)
+{
+    if (!a)
+        return b;
+    ast_stmt *p = a->last ? a->last : a;
+    while (p->next)
+        p = p->next;
+    p->next = b;
+    while (p->next)
+        p = p->next;
+    a->last = p;
+    return a;
+}
 DEFINE_APPEND(ast_param_append, ast_param)
 DEFINE_APPEND(ast_item_append, ast_item)
 

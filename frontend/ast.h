@@ -68,6 +68,7 @@ typedef struct ast_stmt {
     ast_expr *value;
     ast_arg *opts;    /* param options */
     struct ast_stmt *next;
+    struct ast_stmt *last; /* on a list's first statement: where ast_stmt_append starts looking for the end */
 } ast_stmt;
 
 typedef struct ast_param {

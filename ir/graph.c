@@ -144,8 +144,10 @@ static void index_rebuild(ir_graph *g)
         g->name_slots[i] = -1;
     g->name_cap = cap;
     g->name_used = 0;
-    for (int v = 0; v < g->values.n; v++)
+    for (int v = 0; v < g->values.n; v++) {
         index_put(g, v);
+        g->values.v[v]->suffix_hint = 0; /* names may have been freed */
+    }
 }
 
 static void index_add(ir_graph *g, int v)
@@ -177,25 +179,48 @@ int ir_find_value(const ir_graph *g, const char *name)
     return s < 0 ? -1 : g->name_slots[s];
 }
 
+/* name is being freed: when it is "BASE.k", the value named BASE may no
+ * longer count on every suffix below its hint being in use. */
+static void forget_suffix(ir_graph *g, const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot || !dot[1] || strspn(dot + 1, "0123456789") != strlen(dot + 1) || strlen(dot + 1) > 9)
+        return;
+    int k = atoi(dot + 1);
+    char *base = kl_xstrndup(name, (size_t)(dot - name));
+    int holder = ir_find_value(g, base);
+    free(base);
+    if (holder >= 0 && g->values.v[holder]->suffix_hint > k)
+        g->values.v[holder]->suffix_hint = k;
+}
+
 void ir_rename_value(ir_graph *g, int v, char *name)
 {
     ir_value *val = g->values.v[v];
     int s = index_slot(g, val->name);
     kl_check(s >= 0 && g->name_slots[s] == v);
     g->name_slots[s] = -2; /* stays counted in name_used until a rebuild */
+    forget_suffix(g, val->name);
     free(val->name);
     val->name = name;
     index_add(g, v);
 }
 
+/* The smallest k for which "base.k" is free. The value named base keeps
+ * where the last search ended, so naming the same thing n times costs n
+ * probes, not n^2. */
 char *ir_unique_name(ir_graph *g, const char *base)
 {
-    if (ir_find_value(g, base) < 0)
+    int holder = ir_find_value(g, base);
+    if (holder < 0)
         return kl_xstrdup(base);
-    for (int k = 1;; k++) {
+    ir_value *h = g->values.v[holder];
+    for (int k = h->suffix_hint > 1 ? h->suffix_hint : 1;; k++) {
         char *s = kl_xasprintf("%s.%d", base, k);
-        if (ir_find_value(g, s) < 0)
+        if (ir_find_value(g, s) < 0) {
+            h->suffix_hint = k; /* the caller may not take it */
             return s;
+        }
         free(s);
     }
 }

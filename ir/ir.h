@@ -51,6 +51,10 @@ int ir_dtype_from_name(const char *name);
  * ir_infer_run checks what every shape rule gives. */
 #define IR_MAX_DIM ((int64_t)1 << 40)
 #define IR_MAX_NUMEL ((int64_t)1 << 50)
+/* The most buffers one kernel reads or writes: the fusion pass keeps every
+ * group within it; the kernel IR, the plan's steps and the CUDA launch have
+ * room for this many. */
+#define IR_KERNEL_MAX_BUFS 64
 
 typedef struct ir_type {
     ir_dtype dtype;
@@ -254,6 +258,9 @@ typedef struct ir_value {
     KL_VEC(ir_use) uses;
     ir_attrs attrs;   /* declarations: init = ..., role = ... */
     kl_loc loc;
+    /* For ir_unique_name: every "NAME.k" with 0 < k < suffix_hint was in
+     * use when it last looked (0: nothing known). */
+    int suffix_hint;
 } ir_value;
 
 typedef enum ir_phase {

@@ -69,18 +69,29 @@ static void check_values(verifier *vf)
     }
 }
 
-static bool has_use(const ir_value *v, int node, int operand)
+/* used[i] bit k: operand k (< 64) of node i is in its value's use list;
+ * one pass over the use lists, where asking each list for each operand
+ * took a constant's thousands of uses times its thousands of readers. */
+static uint64_t *listed_uses(const ir_graph *g)
 {
-    for (int u = 0; u < v->uses.n; u++)
-        if (v->uses.v[u].node == node && v->uses.v[u].operand == operand)
-            return true;
-    return false;
+    uint64_t *used = kl_xcalloc((size_t)g->nodes.n + 1, sizeof *used);
+    for (int v = 0; v < g->values.n; v++) {
+        const ir_value *val = ir_val(g, v);
+        for (int u = 0; u < val->uses.n; u++) {
+            ir_use use = val->uses.v[u];
+            if (use.node >= 0 && use.node < g->nodes.n && use.operand >= 0 && use.operand < 64 &&
+                use.operand < ir_nd(g, use.node)->in.n && ir_nd(g, use.node)->in.v[use.operand] == v)
+                used[use.node] |= 1ull << use.operand;
+        }
+    }
+    return used;
 }
 
 static void check_nodes(verifier *vf)
 {
     const ir_graph *g = vf->g;
     bool *defined = kl_xcalloc((size_t)g->values.n + 1, 1);
+    uint64_t *used = listed_uses(g);
     for (int d = 0; d < g->decls.n; d++)
         if (g->decls.v[d] >= 0 && g->decls.v[d] < g->values.n)
             defined[g->decls.v[d]] = true;
@@ -102,7 +113,7 @@ static void check_nodes(verifier *vf)
             }
             if (!defined[v])
                 bad(vf, "node %d (%s) reads %%%s before it is defined", i, op, ir_val(g, v)->name);
-            if (!has_use(ir_val(g, v), i, k))
+            if (!((used[i] >> k) & 1))
                 bad(vf, "node %d (%s): %%%s misses the use of operand %d", i, op, ir_val(g, v)->name, k);
             if (ir_op_mutates(n->op, k) && !ir_is_persistent(ir_val(g, v)))
                 bad(vf, "node %d (%s) writes %%%s in place, which is not persistent", i, op,
@@ -143,6 +154,7 @@ static void check_nodes(verifier *vf)
         ir_attrs_free(&attrs);
     }
     free(defined);
+    free(used);
 }
 
 static void check_outputs(verifier *vf)

@@ -14,7 +14,9 @@
  * (nodes of the same kind that share the kernel: the ops on one set of
  * logits, the optimizer updates). Legality comes from the op table's kernel
  * classes and the shapes; every group stays convex (no path leaves it and
- * comes back), so a group can run as one kernel in the schedule.
+ * comes back), so a group can run as one kernel in the schedule, and
+ * needs at most IR_KERNEL_MAX_BUFS buffers (a node that would take it past
+ * that starts a group of its own).
  *
  * Nodes left over are fused into elementwise chains of one shape, and the
  * rest are kernels of their own.
@@ -107,9 +109,15 @@ typedef struct fuser {
     uint64_t *desc;    /* desc[i]: nodes that depend on node i */
     uint64_t *around;  /* scratch: a group's ancestors, then its descendants */
     int *group;
+    /* Per group id: every member lies in lo[gid] .. hi[gid] (a node taken
+     * back out leaves the range wider than needed, never narrower). */
+    int *lo, *hi;
+    int *bound;        /* per group id: at least as many as the buffers it needs */
     const char **pat;
     int ngroups;
     bool *elem;        /* node is elementwise (may join a chain) */
+    int *seen;         /* per value: the stamp of the last buffer count that met it */
+    int stamp;
 } fuser;
 
 static uint64_t *row(uint64_t *sets, const fuser *f, int i)
@@ -157,6 +165,16 @@ static bool needs_no_kernel(const ir_node *n)
     return n->op == IR_OP_CONST || n->op == IR_OP_RESHAPE || n->op == IR_OP_FLATTEN;
 }
 
+/* Puts node x in group gid (for good or tentatively). */
+static void mark(fuser *f, int x, int gid)
+{
+    f->group[x] = gid;
+    if (f->lo[gid] < 0 || x < f->lo[gid])
+        f->lo[gid] = x;
+    if (x > f->hi[gid])
+        f->hi[gid] = x;
+}
+
 /* Adding node x to group gid keeps it convex: no node outside the group
  * lies on a path between x and the group. Update-phase nodes (once per
  * optimizer step) never share a kernel with the others (every
@@ -166,13 +184,19 @@ static bool convex_with(const fuser *f, int gid, int x)
     bool xu = ir_nd(f->g, x)->phase == IR_PHASE_UPDATE;
     int W = f->words;
     uint64_t *ga = f->around, *gd = f->around + W;
-    memset(f->around, 0, sizeof(uint64_t) * 2 * (size_t)W);
-    for (int m = 0; m < f->n; m++) {
+    /* An outsider on such a path lies between x and a member in node
+     * order (producers come first), so only the words of the nodes from
+     * the lowest to the highest of them matter. */
+    int w0 = (f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x) / 64;
+    int w1 = (f->hi[gid] > x ? f->hi[gid] : x) / 64 + 1;
+    memset(ga + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
+    memset(gd + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
+    for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
         if (f->group[m] != gid || m == x)
             continue;
         if ((ir_nd(f->g, m)->phase == IR_PHASE_UPDATE) != xu)
             return false;
-        for (int w = 0; w < W; w++) {
+        for (int w = w0; w < w1; w++) {
             ga[w] |= row(f->anc, f, m)[w];
             gd[w] |= row(f->desc, f, m)[w];
         }
@@ -180,7 +204,7 @@ static bool convex_with(const fuser *f, int gid, int x)
     /* A path m -> ... -> x or x -> ... -> m through an outsider o: o is
      * below x and above a member, or above x and below a member. */
     const uint64_t *xa = row(f->anc, f, x), *xd = row(f->desc, f, x);
-    for (int w = 0; w < W; w++) {
+    for (int w = w0; w < w1; w++) {
         for (uint64_t cand = (xd[w] & ga[w]) | (xa[w] & gd[w]); cand; cand &= cand - 1) {
             int o = w * 64 + __builtin_ctzll(cand);
             if (o != x && f->group[o] != gid && !ir_nd(f->g, o)->dead)
@@ -188,6 +212,72 @@ static bool convex_with(const fuser *f, int gid, int x)
         }
     }
     return true;
+}
+
+static bool in_group_or(const fuser *f, int node, int gid, int x)
+{
+    return node == x || f->group[node] == gid;
+}
+
+/* A value counted once per call of group_fits (seen[] holds the stamp). */
+static bool first_sight(fuser *f, int v)
+{
+    if (f->seen[v] == f->stamp)
+        return false;
+    f->seen[v] = f->stamp;
+    return true;
+}
+
+/* Group gid with node x added needs at most IR_KERNEL_MAX_BUFS buffers,
+ * counted as its kernel will have them, or more: every value it reads
+ * from outside (constants are folded in), every result used outside or
+ * kept as a graph output, and every result of a node that is not
+ * elementwise (a template stores those). A node that joins adds at most
+ * its operands and results to that count (what it takes in only falls
+ * away), so while bound[gid] plus those stays within the limit, nothing
+ * is counted; a true answer means x joins, and the bound grows with it. */
+static bool group_fits(fuser *f, int gid, int x)
+{
+    const ir_graph *g = f->g;
+    int most = f->bound[gid] + ir_nd(g, x)->in.n + ir_nd(g, x)->out.n;
+    if (most <= IR_KERNEL_MAX_BUFS) {
+        f->bound[gid] = most;
+        return true;
+    }
+    int bufs = 0;
+    f->stamp++;
+    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= f->hi[gid] || m <= x; m++) {
+        const ir_node *n = ir_nd(g, m);
+        if (n->dead || !in_group_or(f, m, gid, x))
+            continue;
+        for (int k = 0; k < n->in.n; k++) {
+            int p = producer(f, m, k);
+            bool inside = p >= 0 && (ir_nd(g, p)->op == IR_OP_CONST || (in_group_or(f, p, gid, x) && elementwise(ir_nd(g, p))));
+            if (!inside && first_sight(f, n->in.v[k]))
+                bufs++;
+        }
+        for (int k = 0; k < n->out.n; k++) {
+            int v = n->out.v[k];
+            const ir_value *val = ir_val(g, v);
+            bool stored = !elementwise(n) || ir_is_output(g, v);
+            for (int u = 0; u < val->uses.n && !stored; u++)
+                stored = !in_group_or(f, val->uses.v[u].node, gid, x);
+            if (stored && first_sight(f, v))
+                bufs++;
+        }
+    }
+    if (bufs > IR_KERNEL_MAX_BUFS)
+        return false;
+    f->bound[gid] = bufs;
+    return true;
+}
+
+/* A new group of node i alone: its bound is its operands and results. */
+static int new_group(fuser *f, int i)
+{
+    int gid = f->ngroups++;
+    f->bound[gid] = ir_nd(f->g, i)->in.n + ir_nd(f->g, i)->out.n;
+    return gid;
 }
 
 /* Every use of node i's results is inside group gid (or no use at all),
@@ -210,7 +300,7 @@ static bool used_only_in(const fuser *f, int i, int gid)
 
 static void join(fuser *f, int gid, int i, const char *pat)
 {
-    f->group[i] = gid;
+    mark(f, i, gid);
     f->pat[i] = pat;
 }
 
@@ -233,8 +323,8 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
                  * reads them at the anchor's positions. */
                 if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, &v->type))
                     continue;
-                f->group[p] = gid; /* tentatively, for the use check */
-                if (used_only_in(f, p, gid) && convex_with(f, gid, p)) {
+                mark(f, p, gid); /* tentatively, for the use check */
+                if (used_only_in(f, p, gid) && convex_with(f, gid, p) && group_fits(f, gid, p)) {
                     f->pat[p] = pat;
                     changed = true;
                 } else {
@@ -263,7 +353,7 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
                     if (f->group[c] >= 0 || !elementwise(cn) || cn->out.n != 1 ||
                         !same_shape(&ir_val(g, cn->out.v[0])->type, shape))
                         continue;
-                    if (convex_with(f, gid, c)) {
+                    if (convex_with(f, gid, c) && group_fits(f, gid, c)) {
                         join(f, gid, c, pat);
                         changed = true;
                     }
@@ -282,15 +372,15 @@ static void apply_patterns(fuser *f)
             ir_node *n = ir_nd(g, i);
             if (n->dead || f->group[i] >= 0 || !pt->anchor(n))
                 continue;
-            int gid = f->ngroups++;
+            int gid = new_group(f, i);
             join(f, gid, i, pt->name);
             int siblings = 0;
             for (int j = i + 1; pt->sibling && j < f->n && siblings < pt->max_siblings - 1; j++) {
                 ir_node *m = ir_nd(g, j);
                 if (m->dead || f->group[j] >= 0 || !pt->sibling(g, n, m))
                     continue;
-                f->group[j] = gid;
-                if (convex_with(f, gid, j)) {
+                mark(f, j, gid);
+                if (convex_with(f, gid, j) && group_fits(f, gid, j)) {
                     f->pat[j] = pt->name;
                     siblings++;
                 } else {
@@ -325,14 +415,14 @@ static void fuse_chains(fuser *f)
                 continue;
             if (!same_shape(&ir_val(g, ir_nd(g, p)->out.v[0])->type, shape))
                 continue;
-            f->group[i] = f->group[p];
-            if (convex_with(f, f->group[p], i))
+            mark(f, i, f->group[p]);
+            if (convex_with(f, f->group[p], i) && group_fits(f, f->group[p], i))
                 gid = f->group[p];
             else
                 f->group[i] = -1;
         }
         if (gid < 0)
-            gid = f->ngroups++;
+            gid = new_group(f, i);
         join(f, gid, i, "elementwise");
     }
 }
@@ -346,6 +436,13 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     f.around = kl_xcalloc(2 * (size_t)f.words + 1, sizeof(uint64_t));
     f.group = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
     f.pat = kl_xcalloc((size_t)f.n + 1, sizeof(char *));
+    /* At most one group per node is made while fusing. */
+    f.lo = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.hi = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.bound = kl_xcalloc((size_t)f.n + 1, sizeof(int));
+    for (int i = 0; i <= f.n; i++)
+        f.lo[i] = f.hi[i] = -1;
+    f.seen = kl_xcalloc((size_t)g->values.n + 1, sizeof(int));
     for (int i = 0; i < f.n; i++)
         f.group[i] = -1;
     if (fuse) {
@@ -394,6 +491,10 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.around);
     free(f.group);
     free(f.pat);
+    free(f.seen);
+    free(f.lo);
+    free(f.hi);
+    free(f.bound);
     return 0;
 }
 

@@ -7,6 +7,7 @@
  *           broadcasts to the same shape, and casts to the same dtype
  *           replaced by x.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -75,26 +76,61 @@ static bool same_computation(const ir_node *a, const ir_node *b)
     return same_attrs(&a->attrs, &b->attrs);
 }
 
+/* What same_computation compares first: op, phase and operands. */
+static unsigned computation_hash(const ir_node *n)
+{
+    unsigned h = 2166136261u;
+    h = (h ^ (unsigned)n->op) * 16777619u;
+    h = (h ^ (unsigned)n->phase) * 16777619u;
+    for (int k = 0; k < n->in.n; k++)
+        h = (h ^ (unsigned)n->in.v[k]) * 16777619u;
+    return h;
+}
+
 int pass_simplify(ir_graph *g)
 {
-    /* Identities and common subexpressions, in order. */
+    /* Identities and common subexpressions, in order. Earlier live nodes
+     * are chained by hash (first[bucket], then next[node], in node order),
+     * so each node is compared only with those of its op and operands, and
+     * the first equal one wins, as a scan from the start would find. A
+     * node's operands are final when it is reached: replacing a result
+     * touches only its readers, which come after it. */
+    int cap = 64;
+    while (cap < 2 * g->nodes.n)
+        cap *= 2;
+    int *first = kl_xmalloc(sizeof(int) * (size_t)cap), *tail = kl_xmalloc(sizeof(int) * (size_t)cap);
+    int *next = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
+    for (int b = 0; b < cap; b++)
+        first[b] = tail[b] = -1;
     for (int i = 0; i < g->nodes.n; i++) {
         ir_node *n = ir_nd(g, i);
-        if (n->dead || n->out.n != 1 || has_effect(n) || n->op == IR_OP_DROPOUT)
+        next[i] = -1;
+        if (n->dead)
             continue;
-        int same = identity_of(g, n);
-        if (same >= 0 && !ir_is_output(g, n->out.v[0])) {
-            ir_replace_uses(g, n->out.v[0], same);
-            continue;
-        }
-        for (int j = 0; j < i; j++) {
-            ir_node *m = ir_nd(g, j);
-            if (!m->dead && same_computation(m, n) && !ir_is_output(g, n->out.v[0])) {
-                ir_replace_uses(g, n->out.v[0], m->out.v[0]);
-                break;
+        unsigned bucket = computation_hash(n) & (unsigned)(cap - 1);
+        if (n->out.n == 1 && !has_effect(n) && n->op != IR_OP_DROPOUT) {
+            int same = identity_of(g, n);
+            if (same >= 0 && !ir_is_output(g, n->out.v[0])) {
+                ir_replace_uses(g, n->out.v[0], same);
+            } else {
+                for (int j = first[bucket]; j >= 0; j = next[j]) {
+                    ir_node *m = ir_nd(g, j);
+                    if (same_computation(m, n) && !ir_is_output(g, n->out.v[0])) {
+                        ir_replace_uses(g, n->out.v[0], m->out.v[0]);
+                        break;
+                    }
+                }
             }
         }
+        if (tail[bucket] >= 0)
+            next[tail[bucket]] = i;
+        else
+            first[bucket] = i;
+        tail[bucket] = i;
     }
+    free(first);
+    free(tail);
+    free(next);
     /* Dead code, consumers before producers. */
     for (int i = g->nodes.n - 1; i >= 0; i--) {
         ir_node *n = ir_nd(g, i);

@@ -423,8 +423,8 @@ static void cuda_launch(kl_backend *be, const kl_plan *plan, int kernel, void *c
     /* While capturing, the arguments were set before (set_args). */
     if (!cb->capturing)
         upload_args(cb, args);
-    void *params[66];
-    kl_check(k->nbufs < 65);
+    void *params[IR_KERNEL_MAX_BUFS + 1];
+    kl_check(k->nbufs <= IR_KERNEL_MAX_BUFS);
     for (int i = 0; i < k->nbufs; i++)
         params[i] = (void *)&bufs[i];
     params[k->nbufs] = &cb->kargs;

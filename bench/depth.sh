@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Compile time against depth: generates chain models of each depth and
+# times `kiln ir MODEL --after all` (every pass through memory planning)
+# on each. Prints one line per depth: depth, IR nodes after all passes,
+# seconds (wall clock).
+#
+#   bench/depth.sh [KIND] [DEPTH...]     KIND: elementwise (default) or dense
+#   KILN=path/to/kiln bench/depth.sh ... (default ./build/kiln)
+#
+# elementwise: h = x @ w, then DEPTH lines alternating h = h + 0.0001 and
+# h = relu(h) * 0.999 + 0.001 (about 2.5 ops a line), then a loss.
+# dense: DEPTH lines h = relu(h @ w) (2 ops a line).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:-elementwise}
+shift || true
+depths=("$@")
+[ ${#depths[@]} -gt 0 ] || depths=(500 1000 2000 4000 10000)
+kiln=${KILN:-./build/kiln}
+[ -x "$kiln" ] || { echo "build Kiln first: cmake -S . -B build && cmake --build build"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# chain KIND DEPTH: the model file on stdout.
+chain() {
+  echo "model chain {"
+  echo "  input x : f32[batch, 16]"
+  echo "  input label : i32[batch]"
+  echo "  param w : [16, 16] init = kaiming"
+  if [ "$1" = dense ]; then
+    echo "  h = x"
+    for ((i = 0; i < $2; i++)); do echo "  h = relu(h @ w)"; done
+  else
+    echo "  h = x @ w"
+    for ((i = 0; i < $2; i++)); do
+      if ((i % 2 == 0)); then echo "  h = h + 0.0001"; else echo "  h = relu(h) * 0.999 + 0.001"; fi
+    done
+  fi
+  echo "  loss = cross_entropy(h, label)"
+  echo "}"
+  echo "train {"
+  echo "  data  = synthetic(samples = 64)"
+  echo "  batch = 8"
+  echo "}"
+}
+
+printf '%8s %8s %10s\n' depth nodes seconds
+for d in "${depths[@]}"; do
+  chain "$kind" "$d" > "$tmp/chain.kl"
+  start=$(date +%s%N)
+  "$kiln" ir "$tmp/chain.kl" --after all > "$tmp/out.kir"
+  end=$(date +%s%N)
+  nodes=$(grep -c ' = ' "$tmp/out.kir" || true)
+  ms=$(( (end - start) / 1000000 ))
+  printf '%8d %8d %6d.%02d\n' "$d" "$nodes" $((ms / 1000)) $((ms % 1000 / 10))
+done

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A long elementwise chain compiles and trains as its unfused plan does.
+#
+#   fusion_depth.sh KILN FUSION_EQUIV
+#
+# The model (generated here, 4,000 lines): h = x @ w, then lines
+# alternating h = h + 0.0001 and h = relu(h) * 0.999 + 0.001. Training keeps
+# every relu's input and output for backward, so one elementwise group of
+# the whole chain would need thousands of buffers; fusion must split it
+# where a kernel's buffer limit (IR_KERNEL_MAX_BUFS) would be passed. Once
+# this aborted in kiln ir with "invariant broken: k->nbufs < ...".
+set -euo pipefail
+kiln=$1
+equiv=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+model=$tmp/chain.kl
+{
+  echo "model chain {"
+  echo "  input x : f32[batch, 16]"
+  echo "  input label : i32[batch]"
+  echo "  param w : [16, 16] init = kaiming"
+  echo "  h = x @ w"
+  for ((i = 0; i < 4000; i++)); do
+    if ((i % 2 == 0)); then echo "  h = h + 0.0001"; else echo "  h = relu(h) * 0.999 + 0.001"; fi
+  done
+  echo "  loss = cross_entropy(h, label)"
+  echo "}"
+  echo "train {"
+  echo "  data  = synthetic(samples = 64)"
+  echo "  batch = 8"
+  echo "}"
+} > "$model"
+
+# Every pass through memory planning, training and evaluation.
+"$kiln" ir "$model" --after all > "$tmp/train.kir"
+"$kiln" ir "$model" --after all --eval > "$tmp/eval.kir"
+# The forward chain was split into several elementwise groups.
+groups=$(grep -o 'group [0-9]* elementwise' "$tmp/train.kir" | sort -u | wc -l)
+echo "training plan: $groups elementwise groups"
+[ "$groups" -gt 1 ] || { echo "FAIL: expected the chain in several groups"; exit 1; }
+# Three SGD steps fused and unfused, batch 4: the same losses and params
+# (fusion_equiv's bound, 1e-5 relative).
+"$equiv" "$model" 4
