@@ -9,6 +9,7 @@
 # the whole chain would need thousands of buffers; fusion must split it
 # where a kernel's buffer limit (IR_KERNEL_MAX_BUFS) would be passed. Once
 # this aborted in kiln ir with "invariant broken: k->nbufs < ...".
+source "$(dirname "$0")/lib.sh"
 set -euo pipefail
 kiln=$1
 equiv=$2
