@@ -554,12 +554,7 @@ static void pin(kl_plan *p, int v)
     p->buffers.v[b].pinned = true;
 }
 
-kl_plan *cg_build_plan(const ir_graph *g)
-{
-    return cg_build_plan_opts(g, NULL);
-}
-
-kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
+kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
 {
     kl_plan *p = kl_xcalloc(1, sizeof *p);
     p->g = g;
@@ -647,12 +642,16 @@ kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
     free(done);
     free(next);
     materialize_consts(p);
+    return p;
+}
+
+void cg_plan_memory(kl_plan *p)
+{
     memplan_liveness(p);
     if (p->planned)
         memplan_assign_offsets(p);
     else
         memplan_assign_unplanned(p);
-    return p;
 }
 
 char *kl_plan_c_source(const kl_plan *p)

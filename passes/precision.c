@@ -198,8 +198,9 @@ static void assign(prec *P, ir_node *n)
     retype(g, n);
 }
 
-int pass_precision(ir_graph *g)
+int pass_precision(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     kl_precision p = cfg.precision;
