@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "compile.h"
-#include "../codegen/memplan.h"
-#include "../frontend/train_config.h"
+#include "plan/memplan.h"
+#include "ir/train_config.h"
 
 static bool already_ran(const ir_graph *g, const char *name)
 {

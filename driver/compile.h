@@ -4,10 +4,10 @@
 #ifndef KILN_COMPILE_H
 #define KILN_COMPILE_H
 
-#include "../codegen/plan.h"
-#include "../frontend/lower.h"
-#include "../passes/pipeline.h"
-#include "../runtime/session.h"
+#include "plan/plan.h"
+#include "frontend/lower.h"
+#include "passes/pipeline.h"
+#include "runtime/session.h"
 
 typedef struct kl_compile_opts {
     /* train settings over the train block ("batch" -> "64"): NULL-

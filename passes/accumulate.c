@@ -17,7 +17,7 @@
 #include <stdlib.h>
 
 #include "passes.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
 int pass_accumulate(ir_graph *g, const pass_ctx *cx)
 {

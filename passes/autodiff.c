@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../ir/grad.h"
+#include "ir/grad.h"
 
 int pass_autodiff(ir_graph *g, const pass_ctx *cx)
 {

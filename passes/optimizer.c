@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
 static int declare_state(ir_graph *g, const char *param, const char *what, const ir_type *t)
 {

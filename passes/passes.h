@@ -4,7 +4,7 @@
 #ifndef KILN_PASSES_H
 #define KILN_PASSES_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* What the compile function (driver/compile.c) hands every pass. */
 typedef struct pass_ctx {

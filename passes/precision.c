@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
 typedef enum { MODE_SKIP, MODE_LOW, MODE_F32, MODE_FOLLOW, MODE_NORM } mode;
 

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
 /* Whether result out of node n can be computed again in backward. */
 static bool cheap(const ir_graph *g, const ir_node *n, int out)

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/memplan.h"
+#include "plan/memplan.h"
 #include "driver/compile.h"
 
 typedef struct config {

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "driver/compile.h"
-#include "frontend/train_config.h"
+#include "ir/train_config.h"
 #include "runtime/session.h"
 
 typedef struct side {

@@ -13,12 +13,12 @@
 
 #include "build.h"
 #include "driver/compile.h"
-#include "frontend/train_config.h"
+#include "ir/train_config.h"
 #include "runtime/backend.h"
-#include "runtime/budget.h"
+#include "driver/budget.h"
 #include "runtime/data.h"
 #include "runtime/spawn.h"
-#include "runtime/train.h"
+#include "driver/train.h"
 #include "runtime/outfile.h"
 #include "codegen/kir.h"
 #ifdef KILN_HAVE_CUDA

@@ -8,8 +8,8 @@
 
 #include "bench.h"
 #include "build.h"
-#include "codegen/memplan.h"
-#include "codegen/plan.h"
+#include "plan/memplan.h"
+#include "plan/plan.h"
 #include "driver/compile.h"
 #include "passes/passes.h"
 #include "runtime/outfile.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "codegen/memplan.h"
+#include "plan/memplan.h"
 #include "driver/compile.h"
 
 /* out[i] = f(in[i]) over n elements; order: 0 load then store (one

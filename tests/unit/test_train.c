@@ -10,9 +10,9 @@
 #include <cmocka.h>
 
 #include "driver/compile.h"
-#include "frontend/train_config.h"
+#include "ir/train_config.h"
 #include "runtime/session.h"
-#include "runtime/train.h"
+#include "driver/train.h"
 
 /* A model whose gradient is c + w for w (3 values starting at 0.5). */
 static const char *model_fmt =

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "budget.h"
-#include "../driver/compile.h"
+#include "compile.h"
 
 int64_t kl_persistent_bytes(const ir_graph *g)
 {

@@ -8,8 +8,8 @@
 #ifndef KILN_PLAN_H
 #define KILN_PLAN_H
 
-#include "../ir/ir.h"
-#include "emit_cuda.h"
+#include "ir/ir.h"
+#include "codegen/emit_cuda.h"
 
 typedef enum kl_region {
     KL_REGION_ARENA,      /* activations, gradients, temporaries */
@@ -106,8 +106,7 @@ bool cg_memplan_enabled(void);
 void kl_plan_free(kl_plan *p);
 /* Every kernel's C source, with the prelude once: a compilable file. */
 char *kl_plan_c_source(const kl_plan *p);
-/* The same in CUDA C, each kernel's launches in a comment before it
- * (codegen/emit_cuda.c). */
+/* The same in CUDA C, each kernel's launches in a comment before it. */
 char *kl_plan_cuda_source(const kl_plan *p);
 /* A label for a step: "matmul @8:12 in dense.1". */
 char *kl_step_label(const kl_plan *p, const kl_step *s);

@@ -6,9 +6,9 @@
 #ifndef KILN_BUDGET_H
 #define KILN_BUDGET_H
 
-#include "../codegen/plan.h"
-#include "../frontend/train_config.h"
-#include "../passes/pipeline.h"
+#include "plan/plan.h"
+#include "ir/train_config.h"
+#include "passes/pipeline.h"
 
 /* Bytes of g's persistent values (params and state). */
 int64_t kl_persistent_bytes(const ir_graph *g);
