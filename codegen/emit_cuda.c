@@ -18,7 +18,6 @@
 #include "kir.h"
 #include "emit_cuda.h"
 #include "cuda_map.h"
-#include "plan.h"
 
 /* ---- the prelude ---- */
 
@@ -1101,31 +1100,4 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
     free(printed);
     free(ph);
     out->src = kl_buf_take(&b);
-}
-
-char *kl_plan_cuda_source(const kl_plan *p)
-{
-    unsigned needs = 0;
-    for (int i = 0; i < p->kernels.n; i++)
-        needs |= p->kernels.v[i].cuda.needs;
-    kl_buf b = {0};
-    for (int i = 0; i < p->kernels.n; i++) {
-        const kir_cuda *c = &p->kernels.v[i].cuda;
-        kl_buf_puts(&b, "/* launches:");
-        for (int l = 0; l < c->nlaunches; l++) {
-            const kir_cuda_launch *L = &c->launches[l];
-            if (L->map == KIR_CUDA_FLAT)
-                kl_buf_printf(&b, " %s (flat, %lld units%s)", L->fn, (long long)L->units, L->vector > 1 ? ", vectorised" : "");
-            else
-                kl_buf_printf(&b, " %s (a block per outer iteration: %lld, block loops up to %lld)", L->fn, (long long)L->units,
-                              (long long)L->inner);
-        }
-        kl_buf_puts(&b, " */\n");
-        kl_buf_puts(&b, c->src);
-        kl_buf_putc(&b, '\n');
-    }
-    char *body = kl_buf_take(&b);
-    char *all = kir_cuda_program(body ? body : "", needs);
-    free(body);
-    return all;
 }

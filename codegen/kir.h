@@ -24,7 +24,7 @@
 #ifndef KILN_KIR_H
 #define KILN_KIR_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 typedef enum kir_type { KT_I64, KT_F32, KT_F64, KT_BOOL } kir_type;
 

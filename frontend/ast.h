@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../ir/support.h"
+#include "base/support.h"
 
 typedef struct ast_expr ast_expr;
 typedef struct ast_arg ast_arg;

@@ -11,7 +11,7 @@
 #include <math.h>
 
 #include "lower.h"
-#include "train_config.h"
+#include "ir/train_config.h"
 
 typedef enum { LV_NONE, LV_TENSOR, LV_NUM, LV_STR, LV_LIST } lv_kind;
 

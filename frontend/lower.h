@@ -6,7 +6,7 @@
 #ifndef KILN_LOWER_H
 #define KILN_LOWER_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 #include "ast.h"
 
 typedef struct kl_lower_opts {

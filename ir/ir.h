@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "support.h"
+#include "base/support.h"
 
 /* ---- dtypes ---- */
 

@@ -17,10 +17,11 @@
 #include <stdlib.h>
 
 #include "passes.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
-int pass_accumulate(ir_graph *g)
+int pass_accumulate(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     int64_t steps = cfg.accumulate;

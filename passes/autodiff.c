@@ -14,10 +14,11 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../ir/grad.h"
+#include "ir/grad.h"
 
-int pass_autodiff(ir_graph *g)
+int pass_autodiff(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     if (g->loss < 0) {
         pass_error(g, (kl_loc){0, 0}, "model '%s' has no loss (bind one: loss = cross_entropy(logits, label))", g->name);
         return -1;

@@ -6,8 +6,9 @@
  */
 #include "passes.h"
 
-int pass_eval_mode(ir_graph *g)
+int pass_eval_mode(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     int nnodes = g->nodes.n;
     for (int i = 0; i < nnodes; i++) {
         ir_node *n = ir_nd(g, i);

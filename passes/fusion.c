@@ -498,13 +498,8 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     return 0;
 }
 
-int pass_fusion(ir_graph *g)
+int pass_fusion(ir_graph *g, const pass_ctx *cx)
 {
-    return pass_fusion_mode(g, true);
-}
-
-int pass_fusion_none(ir_graph *g)
-{
-    return pass_fusion_mode(g, false);
+    return pass_fusion_mode(g, !cx->no_fusion);
 }
 

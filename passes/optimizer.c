@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
 static int declare_state(ir_graph *g, const char *param, const char *what, const ir_type *t)
 {
@@ -78,8 +78,9 @@ static int update_scale(ir_graph *g, const kl_train_config *c, int hyper)
     return scale;
 }
 
-int pass_optimizer(ir_graph *g)
+int pass_optimizer(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     int first = g->nodes.n;

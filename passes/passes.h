@@ -1,24 +1,32 @@
 /* One function per pass; see each file's header for what it requires and
- * provides, and passes/pipeline.c for the order. A pass returns 0, or -1
+ * provides, and passes/pipeline.c for the table that orders them. A pass returns 0, or -1
  * after reporting a user error. */
 #ifndef KILN_PASSES_H
 #define KILN_PASSES_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
-int pass_eval_mode(ir_graph *g);
-int pass_autodiff(ir_graph *g);
-int pass_optimizer(ir_graph *g);
-int pass_precision(ir_graph *g);
-int pass_accumulate(ir_graph *g);
-int pass_simplify(ir_graph *g);
-int pass_fusion(ir_graph *g);
-/* The fusion pass with fusion off: one kernel per node (kiln bench's
- * baseline, --no-fusion). */
-int pass_fusion_none(ir_graph *g);
-int pass_schedule(ir_graph *g);
-int pass_recompute(ir_graph *g);
-int pass_memplan(ir_graph *g);
+/* What the compile function (driver/compile.c) hands every pass. */
+typedef struct pass_ctx {
+    bool no_fusion; /* fusion makes one group per node (the unfused baseline) */
+    /* The arena bytes of the plan of g (a candidate graph the pass owns)
+     * after the passes that follow recomputation, kernel lowering and
+     * memory planning; -1 after an error. recompute measures with it. */
+    int64_t (*measure_arena)(void *arg, ir_graph *g);
+    void *measure_arg;
+} pass_ctx;
+
+int pass_eval_mode(ir_graph *g, const pass_ctx *cx);
+int pass_autodiff(ir_graph *g, const pass_ctx *cx);
+int pass_optimizer(ir_graph *g, const pass_ctx *cx);
+int pass_precision(ir_graph *g, const pass_ctx *cx);
+int pass_accumulate(ir_graph *g, const pass_ctx *cx);
+int pass_simplify(ir_graph *g, const pass_ctx *cx);
+int pass_recompute(ir_graph *g, const pass_ctx *cx);
+/* With cx->no_fusion, one kernel per node (kiln bench's baseline,
+ * --no-fusion). */
+int pass_fusion(ir_graph *g, const pass_ctx *cx);
+int pass_schedule(ir_graph *g, const pass_ctx *cx);
 
 /* Reports a pass's user error against the model file the graph came from. */
 void pass_error(const ir_graph *g, kl_loc loc, const char *fmt, ...) KL_PRINTF(3, 4);

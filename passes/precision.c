@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
 typedef enum { MODE_SKIP, MODE_LOW, MODE_F32, MODE_FOLLOW, MODE_NORM } mode;
 
@@ -198,8 +198,9 @@ static void assign(prec *P, ir_node *n)
     retype(g, n);
 }
 
-int pass_precision(ir_graph *g)
+int pass_precision(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     kl_precision p = cfg.precision;

@@ -17,7 +17,9 @@
  *           (dropout) are never copied: a copy would draw another mask.
  *   [def, ...]  the cheap values computed inside calls of those defs;
  *   auto        each cheap value, largest first, kept when it makes the
- *               arena of the plan smaller (the plan is built and measured);
+ *               arena of the plan smaller (measured through the hook the
+ *               compile function hands over: the passes after this one,
+ *               kernel lowering and memory planning of a copy);
  *               with memory_limit, only until params, state and arena fit;
  *   none        (the default) nothing changes.
  */
@@ -25,8 +27,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "../codegen/plan.h"
-#include "../frontend/train_config.h"
+#include "ir/train_config.h"
 
 /* Whether result out of node n can be computed again in backward. */
 static bool cheap(const ir_graph *g, const ir_node *n, int out)
@@ -242,17 +243,13 @@ static int candidates(const ir_graph *g, const char *defs, int *out)
     return n;
 }
 
-/* The arena of the plan with the values in chosen recomputed. */
-static int64_t measure(const ir_graph *g, const bool *chosen)
+/* The arena of the plan with the values in chosen recomputed, measured
+ * by the compile function's hook (the stages after this pass). */
+static int64_t measure(const ir_graph *g, const bool *chosen, const pass_ctx *cx)
 {
     ir_graph *c = ir_graph_clone(g);
     apply(c, chosen, NULL);
-    int64_t arena = -1;
-    if (pass_fusion(c) == 0 && pass_schedule(c) == 0) {
-        kl_plan *p = cg_build_plan(c);
-        arena = p->arena_bytes;
-        kl_plan_free(p);
-    }
+    int64_t arena = cx->measure_arena(cx->measure_arg, c);
     ir_graph_free(c);
     return arena;
 }
@@ -266,7 +263,7 @@ static int64_t persistent_bytes(const ir_graph *g)
     return sum;
 }
 
-int pass_recompute(ir_graph *g)
+int pass_recompute(ir_graph *g, const pass_ctx *cx)
 {
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
@@ -307,10 +304,10 @@ int pass_recompute(ir_graph *g)
     int n = candidates(g, defs, cand);
     bool *chosen = kl_xcalloc((size_t)g->values.n + 1, sizeof *chosen);
     if (automatic) {
-        int64_t fixed = persistent_bytes(g), best = measure(g, chosen);
+        int64_t fixed = persistent_bytes(g), best = measure(g, chosen, cx);
         for (int i = 0; i < n && !(limit > 0 && fixed + best <= limit); i++) {
             chosen[cand[i]] = true;
-            int64_t a = measure(g, chosen);
+            int64_t a = measure(g, chosen, cx);
             if (a >= 0 && a < best)
                 best = a;
             else

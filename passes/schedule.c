@@ -9,8 +9,9 @@
 
 #include "passes.h"
 
-int pass_schedule(ir_graph *g)
+int pass_schedule(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     int *unit = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
     for (int i = 0; i < g->nodes.n; i++)
         unit[i] = ir_nd(g, i)->group;

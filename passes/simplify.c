@@ -87,8 +87,9 @@ static unsigned computation_hash(const ir_node *n)
     return h;
 }
 
-int pass_simplify(ir_graph *g)
+int pass_simplify(ir_graph *g, const pass_ctx *cx)
 {
+    (void)cx;
     /* Identities and common subexpressions, in order. Earlier live nodes
      * are chained by hash (first[bucket], then next[node], in node order),
      * so each node is compared only with those of its op and operands, and

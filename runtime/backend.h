@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../codegen/plan.h"
+#include "plan/plan.h"
 
 typedef struct kl_kargs {
     int64_t step;

@@ -9,7 +9,7 @@
 
 #include "backend.h"
 #include "session.h"
-#include "../codegen/kir.h"
+#include "codegen/kir.h"
 
 /* OpenBLAS's own thread count; declared here to avoid depending on which
  * OpenBLAS header variant is installed. */

@@ -10,7 +10,7 @@
 #ifndef KILN_CUDA_LAUNCH_H
 #define KILN_CUDA_LAUNCH_H
 
-#include "../codegen/emit_cuda.h"
+#include "codegen/emit_cuda.h"
 
 /* Threads per block. flat_block: the occupancy API's suggestion for the
  * function; max_threads: the most it can launch with (registers). */

@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "data.h"
-#include "../ir/support.h"
+#include "base/support.h"
 
 double kl_now(void)
 {

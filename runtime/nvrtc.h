@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../codegen/plan.h"
+#include "plan/plan.h"
 
 /* One program to compile; the results are filled in. */
 typedef struct kl_nvrtc_job {

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "outfile.h"
-#include "../ir/support.h"
+#include "base/support.h"
 
 /* The folder of path ("." for a bare name). */
 static char *dir_of(const char *path)

@@ -71,29 +71,26 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
     return np.ptr;
 }
 
-kl_exec *kl_exec_new(kl_session *s, ir_graph *g)
+static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
+
+kl_exec *kl_exec_new(kl_session *s, ir_graph *g, kl_plan *plan)
 {
-    return kl_exec_new_opts(s, g, NULL);
+    return exec_new(s, g, plan, NULL);
 }
 
-static kl_exec *exec_new(kl_session *s, ir_graph *g, const kl_plan_opts *o, kl_exec *host);
-
-kl_exec *kl_exec_new_opts(kl_session *s, ir_graph *g, const kl_plan_opts *o)
+kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host)
 {
-    return exec_new(s, g, o, NULL);
+    return exec_new(s, g, plan, host);
 }
 
-kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_exec *host)
+static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host)
 {
-    return exec_new(s, g, NULL, host);
-}
-
-static kl_exec *exec_new(kl_session *s, ir_graph *g, const kl_plan_opts *o, kl_exec *host)
-{
+    if (plan->g != g)
+        kl_panic("an exec's plan is not the plan of its graph");
     kl_exec *e = kl_xcalloc(1, sizeof *e);
     e->s = s;
     e->g = g;
-    e->plan = cg_build_plan_opts(g, o);
+    e->plan = plan;
     if (s->be->ops->prepare(s->be, e->plan)) {
         kl_exec_free(e);
         return NULL;

@@ -51,19 +51,17 @@ void kl_session_free(kl_session *s);
 /* The persistent value named name, or NULL. */
 kl_persist *kl_session_find(kl_session *s, const char *name);
 
-/* Builds g's plan, prepares its kernels, allocates its arena and binds the
+/* Prepares the kernels of g's finished plan (compiled through memory
+ * planning by driver/compile.c), allocates its arena and binds the
  * persistent values, creating and initialising those the session does not
- * have yet. Takes ownership of g. NULL after an error. */
-kl_exec *kl_exec_new(kl_session *s, ir_graph *g);
-/* The same with plan options: values to keep readable after a run (the
- * loss, reports and inputs always are), memory planning off. */
-kl_exec *kl_exec_new_opts(kl_session *s, ir_graph *g, const kl_plan_opts *o);
+ * have yet. Takes ownership of g and plan. NULL after an error. */
+kl_exec *kl_exec_new(kl_session *s, ir_graph *g, kl_plan *plan);
 /* The same, running in host's arena when its plan fits there, else in an
  * arena of its own: one arena for the training and evaluation plans, which
  * never run interleaved (a run of one overwrites every value of the other,
  * pinned ones included: feed inputs before each run, read results right
  * after it). host must outlive the exec. */
-kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_exec *host);
+kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
 void kl_exec_free(kl_exec *e);
 /* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*): as a
  * replayed graph once warm, where the backend records graphs and neither
@@ -80,7 +78,7 @@ void kl_exec_trace(kl_exec *e, struct kl_trace *t);
 void kl_exec_print_profile(const kl_exec *e, FILE *out, int top);
 
 /* Copies host data into value v's buffer (bytes must match). Only inputs,
- * the loss, reports, kept values (kl_exec_new_opts) and persistent values
+ * the loss, reports, kept values (kl_compile_opts.plan) and persistent values
  * may be accessed between runs: the plan reuses the memory of the rest. */
 void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes);
 void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes);

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../ir/support.h"
+#include "base/support.h"
 
 /* An argument vector under construction; NULL-terminated by kl_argv_end. */
 typedef KL_VEC(char *) kl_argv;

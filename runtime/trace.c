@@ -5,7 +5,7 @@
 #include "trace.h"
 #include "data.h"
 #include "outfile.h"
-#include "../ir/support.h"
+#include "base/support.h"
 
 struct kl_trace {
     kl_outfile o;

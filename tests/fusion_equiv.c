@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
 #include "runtime/session.h"
 
 #define BOUND 1e-5
@@ -20,14 +19,11 @@
 static kl_exec *make(kl_session *s, const char *path, const char *batch, bool fuse)
 {
     const char *kv[] = {"batch", batch, "optimizer", "sgd", "lr", "0.05", NULL};
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load(path, &lo);
-    if (!g)
+    kl_compile_opts co = {.kv = kv, .mode = KL_MODE_TRAIN, .verify = true, .no_fusion = !fuse};
+    kl_compiled *c = kl_compile_file(path, &co);
+    if (!c)
         exit(1);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = !fuse};
-    if (kl_pipeline_run(g, &po))
-        exit(1);
-    kl_exec *e = kl_exec_new(s, g);
+    kl_exec *e = kl_compiled_exec(s, c, NULL);
     if (!e)
         exit(1);
     return e;

@@ -18,8 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
 #include "passes/passes.h"
 #include "runtime/session.h"
 
@@ -58,14 +57,16 @@ int main(int argc, char **argv)
     if (kl_source_read(&src, argv[1]))
         return 1;
     double h = directive(&src, "h", 1e-6), tol = directive(&src, "tol", 1e-6);
-    ir_graph *g = kl_load_source(&src, NULL);
+    ir_graph *g = kl_compile_load(&src, NULL);
     if (!g)
         return 1;
     if (strstr(src.text, "\n# eval"))
-        pass_eval_mode(g);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
-    if (kl_pipeline_run(g, &po))
+        pass_eval_mode(g, NULL);
+    kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .stop_after = "passes"};
+    kl_compiled *c = kl_compile_graph(g, &cc);
+    if (!c)
         return 1;
+    g = kl_compiled_take_graph(c);
     kl_cpu_options co = {.threads = 1, .quiet = true};
     kl_backend *be = kl_cpu_backend_new(&co);
     kl_session *s = kl_session_new(be, 42);
@@ -74,8 +75,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < g->grads.n; i++)
         keep[i] = g->grads.v[i].grad;
     kl_plan_opts popts = {.keep = keep, .nkeep = g->grads.n};
-    kl_exec *e = kl_exec_new_opts(s, g, &popts);
+    cc.stop_after = NULL;
+    cc.plan = &popts;
+    c = kl_compile_graph(g, &cc);
     free(keep);
+    kl_exec *e = c ? kl_compiled_exec(s, c, NULL) : NULL;
     if (!e)
         return 1;
     /* Integer inputs: random values in their declared range. */

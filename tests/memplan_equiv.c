@@ -20,9 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/lower.h"
-#include "frontend/train_config.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
+#include "ir/train_config.h"
 #include "runtime/session.h"
 
 typedef struct side {
@@ -30,22 +29,14 @@ typedef struct side {
     kl_exec *train, *eval;
 } side;
 
-static ir_graph *load(const char *path, const char *const *kv, kl_mode mode)
-{
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load(path, &lo);
-    if (!g)
-        exit(1);
-    kl_pipeline_opts po = {.mode = mode, .verify = true};
-    if (kl_pipeline_run(g, &po))
-        exit(1);
-    return g;
-}
-
-static kl_exec *make(kl_session *s, ir_graph *g, bool unplanned)
+static kl_exec *make(kl_session *s, const char *path, const char *const *kv, kl_mode mode, bool unplanned)
 {
     kl_plan_opts o = {.unplanned = unplanned};
-    kl_exec *e = kl_exec_new_opts(s, g, &o);
+    kl_compile_opts co = {.kv = kv, .mode = mode, .verify = true, .plan = &o};
+    kl_compiled *c = kl_compile_file(path, &co);
+    if (!c)
+        exit(1);
+    kl_exec *e = kl_compiled_exec(s, c, NULL);
     if (!e)
         exit(1);
     return e;
@@ -144,10 +135,10 @@ int main(int argc, char **argv)
     kl_cpu_options co = {.threads = 1, .quiet = true};
     kl_backend *be = kl_cpu_backend_new(&co);
     side a = {kl_session_new(be, 7), NULL, NULL}, b = {kl_session_new(be, 7), NULL, NULL};
-    a.train = make(a.s, load(path, kva, KL_MODE_TRAIN), false);
-    b.train = make(b.s, load(path, kvb, KL_MODE_TRAIN), !recompute);
-    a.eval = make(a.s, load(path, kva, KL_MODE_EVAL), false);
-    b.eval = make(b.s, load(path, kvb, KL_MODE_EVAL), !recompute);
+    a.train = make(a.s, path, kva, KL_MODE_TRAIN, false);
+    b.train = make(b.s, path, kvb, KL_MODE_TRAIN, !recompute);
+    a.eval = make(a.s, path, kva, KL_MODE_EVAL, false);
+    b.eval = make(b.s, path, kvb, KL_MODE_EVAL, !recompute);
     kl_train_config cfg;
     kl_train_read(&a.train->g->train, &cfg);
     int64_t accumulate = cfg.accumulate;

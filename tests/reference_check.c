@@ -40,9 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/lower.h"
+#include "driver/compile.h"
 #include "passes/passes.h"
-#include "passes/pipeline.h"
 #include "reference/ref_eval.h"
 #include "runtime/session.h"
 
@@ -57,18 +56,18 @@ static int64_t range_of(const kl_source *src, const char *name)
 
 static ir_graph *compile(const kl_source *src, const char *const *kv, bool fuse)
 {
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load_source(src, &lo);
+    ir_graph *g = kl_compile_load(src, kv);
     if (!g)
         exit(1);
     /* "# eval": the evaluation graph's forward (batch norm with running
      * statistics, no dropout), differentiated, as gradcheck runs it */
     if (strstr(src->text, "\n# eval"))
-        pass_eval_mode(g);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = !fuse};
-    if (kl_pipeline_run(g, &po))
+        pass_eval_mode(g, NULL);
+    kl_compile_opts co = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = !fuse, .stop_after = "passes"};
+    kl_compiled *c = kl_compile_graph(g, &co);
+    if (!c)
         exit(1);
-    return g;
+    return kl_compiled_take_graph(c);
 }
 
 /* Whether a kernel or library call writes v to memory: a result of a node
@@ -293,7 +292,9 @@ static void run_plan(const kl_source *src, const char *const *kv, bool fuse, tal
     kl_backend *be = kl_cpu_backend_new(&co);
     kl_session *s = kl_session_new(be, 11);
     kl_plan_opts popts = {.keep = keep, .nkeep = nkeep};
-    kl_exec *e = kl_exec_new_opts(s, g, &popts);
+    kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = !fuse, .plan = &popts};
+    kl_compiled *c = kl_compile_graph(g, &cc);
+    kl_exec *e = c ? kl_compiled_exec(s, c, NULL) : NULL;
     if (!e)
         exit(1);
     ref_eval *r = ref_new(g);

@@ -9,8 +9,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
 #include "runtime/data.h"
 #include "runtime/session.h"
 #include "runtime/backend_cuda.h"
@@ -174,16 +173,11 @@ static void compare_steps(kl_exec *a, kl_exec *b, int repeats, timed *ta, timed 
 
 static kl_exec *build(kl_session *s, const bench_opts *o, bool fuse)
 {
-    kl_lower_opts lo = {o->kv};
-    ir_graph *g = kl_load(o->file, &lo);
-    if (!g)
+    kl_compile_opts co = {.kv = o->kv, .mode = o->eval ? KL_MODE_EVAL : KL_MODE_TRAIN, .no_fusion = !fuse};
+    kl_compiled *c = kl_compile_file(o->file, &co);
+    if (!c)
         return NULL;
-    kl_pipeline_opts po = {.mode = o->eval ? KL_MODE_EVAL : KL_MODE_TRAIN, .no_fusion = !fuse};
-    if (kl_pipeline_run(g, &po)) {
-        ir_graph_free(g);
-        return NULL;
-    }
-    kl_exec *e = kl_exec_new(s, g);
+    kl_exec *e = kl_compiled_exec(s, c, NULL);
     if (e)
         kl_exec_random_inputs(e, 99);
     return e;

@@ -12,14 +12,13 @@
 #include <unistd.h>
 
 #include "build.h"
-#include "frontend/lower.h"
-#include "frontend/train_config.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
+#include "ir/train_config.h"
 #include "runtime/backend.h"
-#include "runtime/budget.h"
+#include "driver/budget.h"
 #include "runtime/data.h"
 #include "runtime/spawn.h"
-#include "runtime/train.h"
+#include "driver/train.h"
 #include "runtime/outfile.h"
 #include "codegen/kir.h"
 #ifdef KILN_HAVE_CUDA
@@ -114,16 +113,11 @@ static int write_text(const char *path, const char *text)
 static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl_buf *kernels, name_list *names,
                    name_list *cuda)
 {
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load_source(src, &lo);
-    if (!g)
+    kl_compile_opts co = {.kv = kv, .mode = mode};
+    kl_compiled *c = kl_compile_source(src, &co);
+    if (!c)
         return -1;
-    kl_pipeline_opts po = {.mode = mode};
-    if (kl_pipeline_run(g, &po)) {
-        ir_graph_free(g);
-        return -1;
-    }
-    kl_plan *p = cg_build_plan(g);
+    const kl_plan *p = c->plan;
     for (int i = 0; i < p->kernels.n; i++) {
         bool seen = false;
         for (int j = 0; j < names->n && !seen; j++)
@@ -136,8 +130,7 @@ static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl
         kl_buf_puts(kernels, p->kernels.v[i].c_src);
         kl_buf_putc(kernels, '\n');
     }
-    kl_plan_free(p);
-    ir_graph_free(g);
+    kl_compiled_free(c);
     return 0;
 }
 
@@ -216,8 +209,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     char *lib = NULL, *dir = NULL;
     name_list names = {0};
     kl_buf kernels = {0}, main_c = {0};
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load_source(&src, &lo);
+    ir_graph *g = kl_compile_load(&src, kv);
     if (!g)
         goto done;
     kl_train_config cfg;

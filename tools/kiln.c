@@ -8,10 +8,9 @@
 
 #include "bench.h"
 #include "build.h"
-#include "codegen/memplan.h"
-#include "codegen/plan.h"
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
+#include "plan/memplan.h"
+#include "plan/plan.h"
+#include "driver/compile.h"
 #include "passes/passes.h"
 #include "runtime/outfile.h"
 
@@ -31,23 +30,28 @@ static const char usage[] =
     "  -V, --version  print the version\n";
 
 static const char ir_usage[] =
-    "usage: kiln ir FILE [--after PASS|all] [--format text|dot] [-o OUT]\n"
+    "usage: kiln ir FILE [--after STAGE|all] [--format text|dot|timeline] [-o OUT]\n"
     "               [--batch N] [--set KEY=VALUE] [--eval] [--kernels] [--no-fusion]\n"
     "               [--no-verify]\n"
     "\n"
-    "Reads a model file (.kl) or an IR dump (.kir), runs the pass pipeline\n"
-    "up to PASS and prints the graph. The text form reads back: `kiln ir\n"
-    "dump.kir` reprints a dump unchanged.\n"
+    "Reads a model file (.kl) or an IR dump (.kir), compiles it up to STAGE\n"
+    "and prints the graph. The text form reads back: `kiln ir dump.kir`\n"
+    "reprints a dump unchanged.\n"
     "\n"
-    "  --after PASS     stop after this pass (default: all); passes: %s\n"
+    "  --after STAGE    stop after this stage (default: all): lower is the\n"
+    "                   frontend, then the passes, then kernel lowering\n"
+    "                   (kernels), memory planning and the plan check;\n"
+    "                   passes: %s\n"
     "  --eval           the evaluation graph (forward only): lower, eval_mode,\n"
     "                   simplify, fusion, schedule\n"
     "  --format FMT     text (default), dot (Graphviz), or timeline: the arena's\n"
-    "                   buffers by offset over the steps (which share memory)\n"
+    "                   buffers by offset over the steps (which share memory;\n"
+    "                   needs memplan or a later stage)\n"
     "  -o OUT           write to OUT instead of standard output\n"
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
     "  --kernels        print the generated kernels (C) instead of the graph\n"
+    "                   (needs kernels or a later stage)\n"
     "  --cuda           with --kernels: the CUDA C (NVRTC) kernels instead\n"
     "  --no-fusion      one kernel per op (the unfused plan)\n"
     "  --no-verify      skip the verifier between passes\n";
@@ -134,7 +138,9 @@ static int cmd_ir(int argc, char **argv)
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf(ir_usage, kl_pipeline_pass_names());
+            char *stages = kl_compile_stage_names();
+            printf(ir_usage, stages);
+            free(stages);
             free_overrides(&ov);
             return 0;
         } else if (!strcmp(a, "--after") && has_val) {
@@ -173,40 +179,36 @@ static int cmd_ir(int argc, char **argv)
         kl_error("kiln ir: no input file (see kiln ir --help)");
         goto done;
     }
-    if (!kl_pipeline_has_pass(after)) {
-        kl_error("kiln ir: unknown pass '%s' (passes: %s, or all)", after, kl_pipeline_pass_names());
+    if (!kl_compile_has_stage(after)) {
+        char *stages = kl_compile_stage_names();
+        kl_error("kiln ir: unknown stage '%s' (stages: %s, or all)", after, stages);
+        free(stages);
         goto done;
     }
     if (strcmp(format, "text") && strcmp(format, "dot") && strcmp(format, "timeline")) {
         kl_error("kiln ir: unknown format '%s' (text, dot or timeline)", format);
         goto done;
     }
-    kl_lower_opts lo = {ov.n ? ov.kv : NULL};
-    ir_graph *g = kl_load(file, &lo);
-    if (!g)
-        goto done;
-    kl_pipeline_opts po = {.stop_after = after, .verify = verify, .mode = eval ? KL_MODE_EVAL : KL_MODE_TRAIN,
-                           .no_fusion = no_fusion};
-    if (kl_pipeline_run(g, &po) == 0) {
+    kl_compile_opts co = {.kv = ov.n ? ov.kv : NULL, .stop_after = after, .verify = verify,
+                          .mode = eval ? KL_MODE_EVAL : KL_MODE_TRAIN, .no_fusion = no_fusion};
+    kl_compiled *c = kl_compile_file(file, &co);
+    if (c) {
+        ir_graph *g = c->g;
         char *text;
-        bool scheduled = false, planned = false;
-        for (int i = 0; i < g->passes.n; i++) {
-            scheduled |= !strcmp(g->passes.v[i], "schedule");
-            planned |= !strcmp(g->passes.v[i], "memplan");
+        if (!strcmp(format, "timeline") && !c->memory_planned) {
+            kl_error("kiln ir: --format timeline needs the memory plan (--after memplan or later)");
+            kl_compiled_free(c);
+            goto done;
         }
-        if (!strcmp(format, "timeline") && !scheduled) {
-            kl_error("kiln ir: --format timeline needs the schedule (--after schedule or later)");
-            ir_graph_free(g);
+        if (kernels && !c->plan) {
+            kl_error("kiln ir: --kernels needs kernel lowering (--after kernels or later)");
+            kl_compiled_free(c);
             goto done;
         }
         if (kernels) {
-            kl_plan *p = cg_build_plan(g);
-            text = cuda ? kl_plan_cuda_source(p) : kl_plan_c_source(p);
-            kl_plan_free(p);
+            text = cuda ? kl_plan_cuda_source(c->plan) : kl_plan_c_source(c->plan);
         } else if (!strcmp(format, "timeline")) {
-            kl_plan *p = cg_build_plan(g);
-            text = memplan_timeline(p);
-            kl_plan_free(p);
+            text = memplan_timeline(c->plan);
         } else if (!strcmp(format, "dot")) {
             text = ir_print_dot(g);
         } else {
@@ -223,13 +225,11 @@ static int cmd_ir(int argc, char **argv)
                 kl_buf_printf(&head, "# memory: %s\n", mem);
                 free(mem);
             }
-            if (planned) {
+            if (c->memory_planned) {
                 /* The memory plan's report, also a comment. */
-                kl_plan *p = cg_build_plan(g);
-                char *rep = memplan_report(p, 10, "# ");
+                char *rep = memplan_report(c->plan, 10, "# ");
                 kl_buf_puts(&head, rep);
                 free(rep);
-                kl_plan_free(p);
             }
             kl_buf_puts(&head, body);
             free(body);
@@ -238,7 +238,7 @@ static int cmd_ir(int argc, char **argv)
         rc = write_output(out, text) ? 1 : 0;
         free(text);
     }
-    ir_graph_free(g);
+    kl_compiled_free(c);
 done:
     free_overrides(&ov);
     return rc;

@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
 #include "runtime/session.h"
 
 typedef struct rec_op {
@@ -131,11 +130,11 @@ static const kl_backend_ops rec_ops = {
 
 static kl_exec *make(kl_session *s, const char *path)
 {
-    ir_graph *g = kl_load(path, NULL);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
-    if (!g || kl_pipeline_run(g, &po))
+    kl_compile_opts co = {.mode = KL_MODE_TRAIN, .verify = true};
+    kl_compiled *c = kl_compile_file(path, &co);
+    if (!c)
         exit(1);
-    kl_exec *e = kl_exec_new(s, g);
+    kl_exec *e = kl_compiled_exec(s, c, NULL);
     if (!e)
         exit(1);
     return e;

@@ -621,14 +621,14 @@ int main(int argc, char **argv)
         int count = 0;
         for (int c = 0; c < nc; c++) {
             char cs[64];
-            ir_graph *g = plan_config_graph(models.v[m], batch, &cfg[c]);
-            if (!g) {
+            kl_compiled *cc = plan_config_compile(models.v[m], batch, &cfg[c]);
+            if (!cc) {
                 printf("FAIL: %s (%s) does not build\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
                 failures++;
                 continue;
             }
             sess[c] = kl_session_new(be, 3);
-            ex[c] = kl_exec_new(sess[c], g);
+            ex[c] = kl_compiled_exec(sess[c], cc, NULL);
             if (!ex[c]) {
                 printf("FAIL: %s (%s): no exec\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
                 failures++;

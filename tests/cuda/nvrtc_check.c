@@ -55,13 +55,13 @@ int main(int argc, char **argv)
         int nc = plan_configs(cfg, precisions);
         for (int c = 0; c < nc; c++) {
             char cs[64];
-            ir_graph *g = plan_config_graph(models.v[m], batch, &cfg[c]);
-            if (!g) {
+            kl_compiled *cc = plan_config_compile(models.v[m], batch, &cfg[c]);
+            if (!cc) {
                 printf("FAIL: %s (%s): the model does not build\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
                 failures++;
                 continue;
             }
-            kl_plan *p = cg_build_plan(g);
+            const kl_plan *p = cc->plan;
             plans++;
             for (int k = 0; k < p->kernels.n; k++) {
                 const kl_kernel_src *src = &p->kernels.v[k];
@@ -79,8 +79,7 @@ int main(int argc, char **argv)
                 if (print)
                     printf("// ---- %s (%s) ----\n%s\n", e.name, e.where, src->cuda.src);
             }
-            kl_plan_free(p);
-            ir_graph_free(g);
+            kl_compiled_free(cc);
         }
     }
     kl_nvrtc_job *jobs = kl_xcalloc((size_t)ks.n + 1, sizeof *jobs);

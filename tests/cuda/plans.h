@@ -6,9 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
-#include "codegen/plan.h"
+#include "driver/compile.h"
 
 typedef struct plan_config {
     const char *precision; /* fp32, bf16, fp16 */
@@ -24,25 +22,17 @@ static inline const char *plan_config_str(const plan_config *c, char *buf, size_
     return buf;
 }
 
-/* The graph of a model in configuration c, through the pipeline; NULL
- * after an error (reported). batch NULL: the train block's. */
-static inline ir_graph *plan_config_graph(const char *model, const char *batch, const plan_config *c)
+/* A model compiled in configuration c (driver/compile.c); NULL after an
+ * error (reported). batch NULL: the train block's. */
+static inline kl_compiled *plan_config_compile(const char *model, const char *batch, const plan_config *c)
 {
     const char *kv[6] = {"precision", c->precision, NULL};
     if (batch) {
         kv[2] = "batch";
         kv[3] = batch;
     }
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load(model, &lo);
-    if (!g)
-        return NULL;
-    kl_pipeline_opts po = {.mode = c->mode, .verify = true, .no_fusion = !c->fused};
-    if (kl_pipeline_run(g, &po)) {
-        ir_graph_free(g);
-        return NULL;
-    }
-    return g;
+    kl_compile_opts co = {.kv = kv, .mode = c->mode, .verify = true, .no_fusion = !c->fused};
+    return kl_compile_file(model, &co);
 }
 
 /* Every configuration, in a fixed order; returns how many (at most 12).

@@ -3,7 +3,7 @@
  * the verifier would), print, read back and print the same, and survive a
  * clone. Then the train block goes through its checks, as the kiln command
  * does with a dump, and a checked block must still round-trip. */
-#include "frontend/train_config.h"
+#include "ir/train_config.h"
 #include "common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -4,7 +4,7 @@
  * verifier. Input that starts with "graph" takes the IR dump path, as the
  * kiln command would. */
 #include "frontend/lower.h"
-#include "frontend/train_config.h"
+#include "ir/train_config.h"
 #include "common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

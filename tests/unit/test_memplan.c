@@ -10,9 +10,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "codegen/memplan.h"
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
+#include "plan/memplan.h"
+#include "driver/compile.h"
 
 /* out[i] = f(in[i]) over n elements; order: 0 load then store (one
  * statement), 1 store then a second load (load after store), 2 reversed
@@ -70,17 +69,25 @@ static const char *model =
     "}\n"
     "train { batch = 8 }\n";
 
-static kl_plan *plan_of(ir_graph **gp)
+/* The model's plan, through memory planning (its graph in *gp; the
+ * caller frees both). */
+static kl_plan *plan_of_opts(ir_graph **gp, const kl_plan_opts *o)
 {
     kl_source src;
     kl_source_from_string(&src, "test.kl", model);
-    ir_graph *g = kl_load_source(&src, NULL);
+    kl_compile_opts co = {.mode = KL_MODE_TRAIN, .verify = true, .stop_after = "memplan", .plan = o};
+    kl_compiled *c = kl_compile_source(&src, &co);
     kl_source_free(&src);
-    assert_non_null(g);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
-    assert_int_equal(kl_pipeline_run(g, &po), 0);
-    *gp = g;
-    return cg_build_plan(g);
+    assert_non_null(c);
+    kl_plan *p = c->plan;
+    *gp = c->g;
+    free(c);
+    return p;
+}
+
+static kl_plan *plan_of(ir_graph **gp)
+{
+    return plan_of_opts(gp, NULL);
 }
 
 /* The largest two arena buffers live at the same time. */
@@ -188,10 +195,10 @@ static void test_checker_finds_a_clobbered_read(void **state)
 static void test_unplanned(void **state)
 {
     (void)state;
-    ir_graph *g;
+    ir_graph *g, *g2;
     kl_plan *planned = plan_of(&g);
     kl_plan_opts o = {.unplanned = true};
-    kl_plan *p = cg_build_plan_opts(g, &o);
+    kl_plan *p = plan_of_opts(&g2, &o);
     assert_false(p->planned);
     assert_int_equal(p->arena_bytes, p->arena_unplanned);
     assert_int_equal(memplan_check(p, 1, NULL), 0);
@@ -201,6 +208,7 @@ static void test_unplanned(void **state)
     kl_plan_free(p);
     kl_plan_free(planned);
     ir_graph_free(g);
+    ir_graph_free(g2);
 }
 
 int main(void)

@@ -19,8 +19,7 @@
 #include <cmocka.h>
 
 #include "codegen/kir.h"
-#include "frontend/lower.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
 #include "runtime/session.h"
 
 /* ---- reference conversions ---- */
@@ -179,16 +178,14 @@ static void start(run *r, const char *text, const char *const *kv)
 {
     kl_source src;
     kl_source_from_string(&src, "test.kl", text);
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load_source(&src, &lo);
+    kl_compile_opts cc = {.kv = kv, .mode = KL_MODE_TRAIN, .verify = true};
+    kl_compiled *c = kl_compile_source(&src, &cc);
     kl_source_free(&src);
-    assert_non_null(g);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
-    assert_int_equal(kl_pipeline_run(g, &po), 0);
+    assert_non_null(c);
     kl_cpu_options co = {.threads = 1, .quiet = true};
     r->be = kl_cpu_backend_new(&co);
     r->s = kl_session_new(r->be, 5);
-    r->e = kl_exec_new(r->s, g);
+    r->e = kl_compiled_exec(r->s, c, NULL);
     assert_non_null(r->e);
 }
 
@@ -505,11 +502,11 @@ static void test_nan_propagates(void **state)
     (void)state;
     kl_source src;
     kl_source_from_string(&src, "nan.kl", nan_model);
-    ir_graph *g = kl_load_source(&src, NULL);
+    kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true, .stop_after = "passes"};
+    kl_compiled *c = kl_compile_source(&src, &cc);
     kl_source_free(&src);
-    assert_non_null(g);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true};
-    assert_int_equal(kl_pipeline_run(g, &po), 0);
+    assert_non_null(c);
+    ir_graph *g = kl_compiled_take_graph(c);
     const char *names[] = {"mx", "mn", "r", "m"};
     int keep[4];
     for (int i = 0; i < 4; i++) {
@@ -520,7 +517,11 @@ static void test_nan_propagates(void **state)
     kl_backend *be = kl_cpu_backend_new(&co);
     kl_session *s = kl_session_new(be, 1);
     kl_plan_opts popts = {.keep = keep, .nkeep = 4};
-    kl_exec *e = kl_exec_new_opts(s, g, &popts);
+    cc.stop_after = NULL;
+    cc.plan = &popts;
+    c = kl_compile_graph(g, &cc);
+    assert_non_null(c);
+    kl_exec *e = kl_compiled_exec(s, c, NULL);
     assert_non_null(e);
     const float x[8] = {1, NAN, -INFINITY, 2, 3, 4, 5, 6};
     const float y[8] = {NAN, 0, 0, INFINITY, 0, 0, 0, 0};

@@ -9,11 +9,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "frontend/lower.h"
-#include "frontend/train_config.h"
-#include "passes/pipeline.h"
+#include "driver/compile.h"
+#include "ir/train_config.h"
 #include "runtime/session.h"
-#include "runtime/train.h"
+#include "driver/train.h"
 
 /* A model whose gradient is c + w for w (3 values starting at 0.5). */
 static const char *model_fmt =
@@ -36,15 +35,15 @@ static void start(run *r, const char *optimizer, const char *extra)
     kl_source src;
     kl_source_from_string(&src, "test.kl", text);
     free(text);
-    ir_graph *g = kl_load_source(&src, NULL);
+    kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true};
+    kl_compiled *cm = kl_compile_source(&src, &cc);
     kl_source_free(&src);
-    assert_non_null(g);
-    kl_pipeline_opts po = {.mode = KL_MODE_TRAIN, .verify = true};
-    assert_int_equal(kl_pipeline_run(g, &po), 0);
+    assert_non_null(cm);
+    ir_graph *g = cm->g;
     kl_cpu_options co = {.threads = 1, .quiet = true};
     r->be = kl_cpu_backend_new(&co);
     r->s = kl_session_new(r->be, 1);
-    r->e = kl_exec_new(r->s, g);
+    r->e = kl_compiled_exec(r->s, cm, NULL);
     assert_non_null(r->e);
     double c[3] = {1, -2, 3};
     kl_exec_write(r->e, ir_find_value(g, "c"), c, sizeof c);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cg.h"
+#include "codegen/cg.h"
 #include "memplan.h"
 
 static int64_t aligned(int64_t bytes)

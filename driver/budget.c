@@ -3,8 +3,7 @@
 #include <string.h>
 
 #include "budget.h"
-#include "../codegen/memplan.h"
-#include "../frontend/lower.h"
+#include "compile.h"
 
 int64_t kl_persistent_bytes(const ir_graph *g)
 {
@@ -30,20 +29,14 @@ int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mo
         kv[n++] = extra[i + 1];
     }
     kv[n] = NULL;
-    kl_lower_opts lo = {kv};
-    ir_graph *g = kl_load_source(r->src, &lo);
-    if (!g)
+    kl_compile_opts co = {.kv = kv, .mode = mode};
+    kl_compiled *c = kl_compile_source(r->src, &co);
+    if (!c)
         return -1;
-    kl_pipeline_opts po = {.mode = mode};
-    int64_t arena = -1;
-    if (kl_pipeline_run(g, &po) == 0) {
-        kl_plan *p = cg_build_plan(g);
-        arena = p->arena_bytes;
-        if (persistent)
-            *persistent = kl_persistent_bytes(g);
-        kl_plan_free(p);
-    }
-    ir_graph_free(g);
+    int64_t arena = c->plan->arena_bytes;
+    if (persistent)
+        *persistent = kl_persistent_bytes(c->g);
+    kl_compiled_free(c);
     return arena;
 }
 
@@ -52,13 +45,12 @@ static double mb(int64_t bytes)
     return (double)bytes / 1e6;
 }
 
-int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const ir_graph *train, int64_t limit)
+int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const kl_plan *p, int64_t limit)
 {
     if (limit <= 0)
         return 0;
-    kl_plan *p = cg_build_plan(train);
+    const ir_graph *train = p->g;
     int64_t persistent = kl_persistent_bytes(train), arena = p->arena_bytes, lb = p->arena_lower_bound;
-    kl_plan_free(p);
     if (persistent + arena <= limit)
         return 0;
     /* What would fit: the same effective batch in smaller micro-batches,

@@ -9,7 +9,7 @@
 #ifndef KILN_TRAIN_CONFIG_H
 #define KILN_TRAIN_CONFIG_H
 
-#include "../ir/ir.h"
+#include "ir.h"
 
 typedef enum { KL_OPT_SGD, KL_OPT_ADAM, KL_OPT_ADAMW } kl_optimizer_kind;
 typedef enum { KL_SCHED_CONSTANT, KL_SCHED_STEP, KL_SCHED_COSINE, KL_SCHED_WARMUP_COSINE, KL_SCHED_LINEAR } kl_schedule_kind;

@@ -2,14 +2,14 @@
  * value that needs memory), the generated kernels, and an ordered list of
  * steps: kernel launches and library calls (GEMM).
  *
- * Built by cg_build_plan() from a graph that went through the pipeline
- * (fusion groups set, nodes in schedule order). The plan refers to the
+ * Built by the compile function (driver/compile.c) from a graph that went
+ * through the passes: cg_lower_plan, then cg_plan_memory. The plan refers to the
  * graph for names and roles; it does not own it. */
 #ifndef KILN_PLAN_H
 #define KILN_PLAN_H
 
-#include "../ir/ir.h"
-#include "emit_cuda.h"
+#include "ir/ir.h"
+#include "codegen/emit_cuda.h"
 
 typedef enum kl_region {
     KL_REGION_ARENA,      /* activations, gradients, temporaries */
@@ -91,18 +91,22 @@ typedef struct kl_plan_opts {
     int nkeep;
 } kl_plan_opts;
 
-/* Builds the plan of a graph that went through the pipeline, with memory
- * planning unless the environment sets KILN_MEMPLAN=0. */
-kl_plan *cg_build_plan(const ir_graph *g);
-/* The same with options (NULL: the defaults above). */
-kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o);
+/* Kernel lowering: the plan of a graph that went through the passes
+ * (fusion groups set, nodes in schedule order): its buffers, one kernel
+ * per fusion group and library calls, as steps; in-place results are
+ * chosen here when the plan is planned (o NULL: the defaults: planned
+ * unless the environment sets KILN_MEMPLAN=0). No offsets yet. */
+kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o);
+/* Memory planning of a lowered plan: liveness over its steps and arena
+ * offsets (codegen/memplan.c), or every buffer its own memory when the
+ * plan is unplanned. */
+void cg_plan_memory(kl_plan *p);
 /* True unless the environment turns memory planning off (KILN_MEMPLAN=0). */
 bool cg_memplan_enabled(void);
 void kl_plan_free(kl_plan *p);
 /* Every kernel's C source, with the prelude once: a compilable file. */
 char *kl_plan_c_source(const kl_plan *p);
-/* The same in CUDA C, each kernel's launches in a comment before it
- * (codegen/emit_cuda.c). */
+/* The same in CUDA C, each kernel's launches in a comment before it. */
 char *kl_plan_cuda_source(const kl_plan *p);
 /* A label for a step: "matmul @8:12 in dense.1". */
 char *kl_step_label(const kl_plan *p, const kl_step *s);

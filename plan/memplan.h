@@ -24,7 +24,7 @@
 #ifndef KILN_MEMPLAN_H
 #define KILN_MEMPLAN_H
 
-#include "kir.h"
+#include "codegen/kir.h"
 #include "plan.h"
 
 #define KL_ARENA_ALIGN 256

@@ -7,17 +7,16 @@
 
 #include "train.h"
 #include "budget.h"
-#include "checkpoint.h"
-#include "outfile.h"
-#include "trace.h"
-#include "data.h"
-#include "session.h"
-#include "backend_cuda.h"
-#include "../codegen/memplan.h"
-#include "../frontend/lower.h"
-#include "../frontend/train_config.h"
-#include "../passes/pipeline.h"
-#include "../passes/passes.h"
+#include "runtime/checkpoint.h"
+#include "runtime/outfile.h"
+#include "runtime/trace.h"
+#include "runtime/data.h"
+#include "runtime/session.h"
+#include "runtime/backend_cuda.h"
+#include "plan/memplan.h"
+#include "compile.h"
+#include "ir/train_config.h"
+#include "passes/passes.h"
 
 static const char usage[] =
     "usage: %s [options]\n"
@@ -426,8 +425,7 @@ static ir_graph *load_with(const kl_source *src, const options *o, const char *k
         kv[n++] = val;
     }
     kv[n] = NULL;
-    kl_lower_opts lo = {n ? kv : NULL};
-    return kl_load_source(src, &lo);
+    return kl_compile_load(src, n ? kv : NULL);
 }
 
 /* The pipeline and the exec of g; a training plan is checked against the
@@ -435,13 +433,14 @@ static ir_graph *load_with(const kl_source *src, const options *o, const char *k
  * the training plan's arena (host) when it fits there. */
 static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
 {
-    kl_pipeline_opts po = {.mode = mode};
+    kl_compile_opts co = {.mode = mode};
     kl_replan rp = {src, t->opt.kv};
-    if (kl_pipeline_run(g, &po) || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, g, t->cfg.memory_limit))) {
-        ir_graph_free(g);
+    kl_compiled *c = kl_compile_graph(g, &co);
+    if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
+        kl_compiled_free(c);
         return NULL;
     }
-    return host ? kl_exec_new_sharing(t->s, g, host) : kl_exec_new(t->s, g);
+    return kl_compiled_exec(t->s, c, host);
 }
 
 static int load_data(trainer *t)

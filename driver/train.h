@@ -2,8 +2,8 @@
 #ifndef KILN_TRAIN_H
 #define KILN_TRAIN_H
 
-#include "backend.h"
-#include "../frontend/train_config.h"
+#include "runtime/backend.h"
+#include "ir/train_config.h"
 
 /* Parses flags, lowers the model with them, loads data, builds the plans
  * and trains. Returns the process exit status. */

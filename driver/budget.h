@@ -6,9 +6,9 @@
 #ifndef KILN_BUDGET_H
 #define KILN_BUDGET_H
 
-#include "../codegen/plan.h"
-#include "../frontend/train_config.h"
-#include "../passes/pipeline.h"
+#include "plan/plan.h"
+#include "ir/train_config.h"
+#include "passes/pipeline.h"
 
 /* Bytes of g's persistent values (params and state). */
 int64_t kl_persistent_bytes(const ir_graph *g);
@@ -20,16 +20,16 @@ typedef struct kl_replan {
     const char *const *kv; /* NULL-terminated key/value pairs, or NULL */
 } kl_replan;
 
-/* Lowers the model with the overrides and then extra (pairs, NULL-
- * terminated), runs the pipeline in mode and plans it: the arena bytes,
+/* Compiles the model with the overrides and then extra (pairs, NULL-
+ * terminated) in mode (driver/compile.c): the arena bytes,
  * with the persistent bytes when asked; -1 after an error (reported). */
 int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mode, int64_t *persistent);
 
-/* With a limit (bytes, > 0): 0 when the training graph's persistent
- * values and plan fit; else an error naming the peak and suggesting what
+/* With a limit (bytes, > 0): 0 when the training plan p and its graph's
+ * persistent values fit; else an error naming the peak and suggesting what
  * would fit (a smaller micro-batch with more accumulation, recomputation),
  * and -1. */
-int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const ir_graph *train, int64_t limit);
+int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const kl_plan *p, int64_t limit);
 
 /* The evaluation batch: the largest divisor of count from first down to
  * batch / 2 whose plan's arena fits in arena bytes (the training plan's,

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cg.h"
+#include "codegen/cg.h"
 #include "memplan.h"
 #include "plan.h"
 
@@ -554,12 +554,7 @@ static void pin(kl_plan *p, int v)
     p->buffers.v[b].pinned = true;
 }
 
-kl_plan *cg_build_plan(const ir_graph *g)
-{
-    return cg_build_plan_opts(g, NULL);
-}
-
-kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
+kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
 {
     kl_plan *p = kl_xcalloc(1, sizeof *p);
     p->g = g;
@@ -647,12 +642,16 @@ kl_plan *cg_build_plan_opts(const ir_graph *g, const kl_plan_opts *o)
     free(done);
     free(next);
     materialize_consts(p);
+    return p;
+}
+
+void cg_plan_memory(kl_plan *p)
+{
     memplan_liveness(p);
     if (p->planned)
         memplan_assign_offsets(p);
     else
         memplan_assign_unplanned(p);
-    return p;
 }
 
 char *kl_plan_c_source(const kl_plan *p)
@@ -664,6 +663,33 @@ char *kl_plan_c_source(const kl_plan *p)
         kl_buf_putc(&b, '\n');
     }
     return kl_buf_take(&b);
+}
+
+char *kl_plan_cuda_source(const kl_plan *p)
+{
+    unsigned needs = 0;
+    for (int i = 0; i < p->kernels.n; i++)
+        needs |= p->kernels.v[i].cuda.needs;
+    kl_buf b = {0};
+    for (int i = 0; i < p->kernels.n; i++) {
+        const kir_cuda *c = &p->kernels.v[i].cuda;
+        kl_buf_puts(&b, "/* launches:");
+        for (int l = 0; l < c->nlaunches; l++) {
+            const kir_cuda_launch *L = &c->launches[l];
+            if (L->map == KIR_CUDA_FLAT)
+                kl_buf_printf(&b, " %s (flat, %lld units%s)", L->fn, (long long)L->units, L->vector > 1 ? ", vectorised" : "");
+            else
+                kl_buf_printf(&b, " %s (a block per outer iteration: %lld, block loops up to %lld)", L->fn, (long long)L->units,
+                              (long long)L->inner);
+        }
+        kl_buf_puts(&b, " */\n");
+        kl_buf_puts(&b, c->src);
+        kl_buf_putc(&b, '\n');
+    }
+    char *body = kl_buf_take(&b);
+    char *all = kir_cuda_program(body ? body : "", needs);
+    free(body);
+    return all;
 }
 
 char *kl_step_label(const kl_plan *p, const kl_step *s)
