@@ -61,7 +61,7 @@ if [ $reuse = 0 ]; then
 fi
 [ -d "$build" ] || die "$build: no such build folder"
 # Found by name, not by a fixed path: the build tree's layout may change.
-find_exe() { find "$build" -type f -name "$1" -perm -u+x -not -path '*/CMakeFiles/*' | sort | head -1; }
+find_exe() { find "$build" -type f -name "$1" -perm -u+x -not -path '*/CMakeFiles/*' -printf '%d %p\n' | sort -n | head -1 | cut -d' ' -f2-; }
 kiln=$(find_exe kiln)
 check=$(find_exe kernel_check)
 [ -n "$kiln" ] || die "$build: no kiln executable (build the kiln_cli target)"
@@ -145,7 +145,11 @@ chmod +x "$kit/run.sh"
 
 # ---- size: the kit and the working tree that travels with it ----
 kit_bytes=$(du -sb "$kit" | cut -f1)
-tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2> /dev/null | awk '{s += $1} END {print s + 0}')
+if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2> /dev/null | awk '{s += $1} END {print s + 0}')
+else # not a git checkout: everything but the build folders and the kit
+  tree_bytes=$(du -sb --exclude='./build*' --exclude=./.gpu-kit --exclude='./.gpu-kit.tmp' . | cut -f1)
+fi
 [ -d shared ] && tree_bytes=$((tree_bytes + $(du -sb shared | cut -f1)))
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
 total=$((kit_bytes + tree_bytes))
