@@ -33,8 +33,8 @@
 #   7. the same models in PyTorch eager and torch.compile, same batch,
 #      optimizer and initial weights (goal: Kiln faster than torch.compile),
 #      with the machine's own python3
-# The table and summary.json are rewritten after every row, so a run cut
-# short still leaves them; logs.tar.gz holds every stage's log and JSON.
+# table.md, summary.json and logs.tar.gz (every stage's log and JSON) are
+# rewritten after every row, so a run cut short still leaves them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -82,15 +82,24 @@ base_ldp=${LD_LIBRARY_PATH:-}
 # Python (the machine's own, with PyTorch) never sees the kit's libraries.
 py() { LD_LIBRARY_PATH=$base_ldp python3 "$@"; }
 report() { py tests/gpu/report.py "$@"; }
-# The table and the JSON summary, rewritten whole after every row.
+# The table, the JSON summary and (when they go elsewhere) the logs'
+# tarball, rewritten whole after every row: a run killed at its limit
+# still leaves them.
 publish() {
   report table "$results" > "$dest/table.md.tmp" 2> /dev/null; mv -f "$dest/table.md.tmp" "$dest/table.md"
   report json "$results" "$dest/summary.json" elapsed_s="$(elapsed)" budget_s="$budget" \
     mode="$([ -n "$kit" ] && echo kit || echo build)$([ $cpu_only = 1 ] && echo ', cpu-only')$([ $quick = 1 ] && echo ', quick')" \
     kit="$([ -n "$kit" ] && head -1 "$kit/MANIFEST" 2> /dev/null)" 2> /dev/null
+  if [ "$dest" != "$out" ]; then
+    tar czf "$dest/logs.tar.gz.tmp" -C "$(dirname "$out")" --exclude=cache "$(basename "$out")" 2> /dev/null &&
+      mv -f "$dest/logs.tar.gz.tmp" "$dest/logs.tar.gz"
+  fi
 }
-row() {
-  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "${3:-}" "${4:-}" >> "$results"
+row() { # CHECK RESULT [GOAL [VERDICT]]: one line of the table (tabs and newlines become spaces)
+  local f=("$1" "$2" "${3:-}" "${4:-}")
+  f=("${f[@]//$'\n'/ }")
+  f=("${f[@]//$'\t'/ }")
+  printf '%s\t%s\t%s\t%s\n' "${f[@]}" >> "$results"
   [ "${4:-}" = FAIL ] && failed=1
   publish
   return 0
@@ -113,20 +122,18 @@ limited() {
   shift
   timeout -k 5 "$s" "$@"
 }
-why() { # exit status of limited -> a prefix for the result
+why() { # STATUS [LOG]: why a command failed, for its row (limited's statuses, else the log's last line)
   case $1 in
-    124|137) echo "timed out;" ;;
-    125) echo "skipped: out of time (budget $budget s);" ;;
+    0) ;;
+    124|137) echo "timed out; " ;;
+    125) echo "skipped: out of time (budget $budget s); " ;;
+    *) [ -n "${2:-}" ] && [ -s "$2" ] && echo "exit $1: $(grep -v '^[[:space:]]*$' "$2" | tail -1 | cut -c1-160); " ;;
   esac
 }
 finish() {
   trap - EXIT INT TERM
   publish
-  if [ "$dest" != "$out" ]; then
-    tar czf "$dest/logs.tar.gz.tmp" -C "$(dirname "$out")" --exclude=cache "$(basename "$out")" 2> /dev/null &&
-      mv -f "$dest/logs.tar.gz.tmp" "$dest/logs.tar.gz"
-  fi
-  [ -n "$kit" ] && rm -rf "$work"
+  [ -z "$kit" ] || rm -rf "$work"
 }
 trap finish EXIT
 trap 'row "run" "stopped by a signal after $(elapsed) s" "" FAIL; exit 1' INT TERM
@@ -154,7 +161,7 @@ if [ -n "$kit" ]; then
   kiln=$kit/bin/kiln
   check=$kit/bin/kernel_check
   exes=$kit/bin
-  bad=$(cd "$kit" && awk '$1 == "file" {print $4 "  " $2}' MANIFEST | sha256sum -c --quiet 2>&1 | head -3)
+  bad=$(cd "$kit" && awk '$1 == "file" {print $4 "  " $2}' MANIFEST | sha256sum -c --quiet 2>&1 | grep -v '^sha256sum: WARNING' | head -3)
   nfiles=$(grep -c '^file ' "$kit/MANIFEST")
   if [ -z "$bad" ]; then v=ok; else v=FAIL; fi
   row "kit: $(head -1 "$kit/MANIFEST")" "$nfiles files$([ -z "$bad" ] && echo ' match MANIFEST' || echo ": $bad"); $(grep '^cubins ' "$kit/MANIFEST")" "sha256 as made" $v
@@ -222,7 +229,8 @@ fi
 find_lib() { # SONAME... -> the first one's path
   local n d
   for n in "$@"; do
-    for d in ${LD_LIBRARY_PATH//:/ } ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
+    for d in ${LD_LIBRARY_PATH//:/ } ${CUDA_HOME:+$CUDA_HOME/lib64} /usr/local/cuda/lib64 /usr/local/nvidia/lib64 /usr/local/nvidia/lib \
+             /usr/lib/x86_64-linux-gnu /usr/lib64; do
       [ -e "$d/$n" ] && { echo "$d/$n"; return 0; }
     done
     ldconfig -p 2> /dev/null | awk -v n="$n" '$1 == n {print $NF; f = 1; exit} END {exit !f}' && return 0
@@ -243,8 +251,9 @@ if [ $cpu_only = 0 ]; then
     p=$(find_lib $names) || p=""
     if [ -z "$p" ] && [ "$names" != libcuda.so.1 ]; then
       for n in $names; do p=$(pip_nvidia "$n") && break; done
-      [ -n "$p" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$p")
     fi
+    # dlopen by name finds it there too (after the kit's libraries).
+    case ":$LD_LIBRARY_PATH:" in *":$(dirname "${p:-/}"):"*) ;; *) [ -n "$p" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$p") ;; esac
     libs="$libs${names%% *} ${p:-MISSING}; "
     [ -n "$p" ] || missing="$missing ${names%% *}"
   done
@@ -284,7 +293,7 @@ else
   if [ $rc = 0 ]; then
     row "kernels vs CPU (seed $seed, batch $check_batch)" "$summary; $worst" "bounds f32 1e-4, bf16 1.6e-2, f16 2e-3" ok
   else
-    row "kernels vs CPU (seed $seed)" "$(why $rc) ${summary:-no summary}; see kernels.log" "0 failures" FAIL
+    row "kernels vs CPU (seed $seed)" "$(why $rc "$out/kernels.log")${summary:-no summary}; see kernels.log" "0 failures" FAIL
   fi
 fi
 
@@ -301,13 +310,19 @@ for m in $models; do
     [ $prec = bf16 ] && bound=5e-2
     # The two backends at once (the GPU run barely uses the CPU).
     for d in $(echo cpu $dev | tr ' ' '\n' | sort -u); do
-      limited 120 "$exes/$m" --device $d --precision $prec --steps $steps20 --log-every 1 --seed 1 --data "$data" --quiet \
-        --metrics "$out/$m.$prec.$d.steps.json" > "$out/$m.$prec.$d.steps.log" 2>&1 &
+      { limited 120 "$exes/$m" --device $d --precision $prec --steps $steps20 --log-every 1 --seed 1 --data "$data" --quiet \
+          --metrics "$out/$m.$prec.$d.steps.json" > "$out/$m.$prec.$d.steps.log" 2>&1
+        echo $? > "$out/$m.$prec.$d.rc"; } &
     done
     wait
     t=$out/$m.$prec.losses.tsv
     if report losses "$out/$m.$prec.cpu.steps.json" "$out/$m.$prec.$dev.steps.json" $bound > "$t" 2>&1; then v=ok; else v=FAIL; fi
-    row "$m $prec: $steps20 steps, CPU vs $dev" "losses $(get last_loss "$t") at the end; max relative difference $(get max_rel_diff "$t")" "$bound" $v
+    err=""
+    for d in $(echo cpu $dev | tr ' ' '\n' | sort -u); do
+      e=$(why "$(cat "$out/$m.$prec.$d.rc")" "$out/$m.$prec.$d.steps.log")
+      [ -n "$e" ] && err="$err$d: $e"
+    done
+    row "$m $prec: $steps20 steps, CPU vs $dev" "${err}losses $(get last_loss "$t") at the end; max relative difference $(get max_rel_diff "$t")" "$bound" $v
   done
 done
 
@@ -322,7 +337,7 @@ else
   secs=$(( $(date +%s) - t0 ))
   acc=$(report summary "$out/cnn_full.json" final_ 2>/dev/null | cut -f2)
   if [ $rc = 0 ] && py -c "import sys; sys.exit(0 if float('$acc') >= 0.92 else 1)" 2>/dev/null; then v=ok; else v=FAIL; fi
-  row "fashion_cnn trained on the GPU" "$(why $rc) test accuracy ${acc:-n/a} after the train block's epochs, ${secs} s (exit $rc)" ">= 0.92" $v
+  row "fashion_cnn trained on the GPU" "$(why $rc "$out/cnn_full.log")test accuracy ${acc:-n/a} after the train block's epochs, ${secs} s (exit $rc)" ">= 0.92" $v
 fi
 
 # ---- 5. kiln bench on the GPU ----
@@ -338,7 +353,7 @@ for m in fashion_cnn mlp; do
     [ $cpu_only = 1 ] && { goal="(CPU: memcpy bandwidth)"; v=""; }
     row "$m: fused elementwise + batch-norm kernels" "$share of copy bandwidth ($(get copy_gb_s "$out/bench_$m.tsv") GB/s); step $(get step_ms "$out/bench_$m.tsv") ms, fusion $(get fusion_speedup "$out/bench_$m.tsv")" "$goal" "$v"
   else
-    row "$m: kiln bench" "$(why $rc) failed (see bench_$m.log)" "" FAIL
+    row "$m: kiln bench" "$(why $rc "$out/bench_$m.log")see bench_$m.log" "" FAIL
   fi
 done
 
@@ -348,16 +363,19 @@ if [ $cpu_only = 1 ]; then
 else
   log "6. step time with and without CUDA graphs ($graph_steps steps)"
   for m in $models; do
+    err=""
     for g in graph nograph; do
       flag=""
       [ $g = nograph ] && flag=--no-cuda-graph
       limited 120 "$exes/$m" --device cuda --steps $graph_steps --data "$data" --quiet $flag \
-        --metrics "$out/$m.$g.json" > "$out/$m.$g.log" 2>&1 || true
+        --metrics "$out/$m.$g.json" > "$out/$m.$g.log" 2>&1
+      rc=$?
+      [ $rc = 0 ] || err="$err$g: $(why $rc "$out/$m.$g.log")"
     done
     sps_g=$(report summary "$out/$m.graph.json" timed_samples_per_s 2>/dev/null | cut -f2)
     sps_n=$(report summary "$out/$m.nograph.json" timed_samples_per_s 2>/dev/null | cut -f2)
     row "$m: ms per step (batch 128), graphs / no graphs" \
-      "$(py -c "print('%.3f / %.3f' % (128e3 / $sps_g, 128e3 / $sps_n))" 2>/dev/null || echo n/a)"
+      "$err$(py -c "print('%.3f / %.3f' % (128e3 / $sps_g, 128e3 / $sps_n))" 2>/dev/null || echo n/a)" "" "$([ -n "$err" ] && echo FAIL)"
     echo "$m $sps_g" >> "$out/kiln_sps.txt"
   done
 fi
