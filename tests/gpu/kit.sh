@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; reuse=1; shift ;;
     --out) out=$2; shift ;;
     --arch) archs=$2; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "kit.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

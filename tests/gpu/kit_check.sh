@@ -89,7 +89,9 @@ for f in table.md summary.json logs.tar.gz; do
   [ -s "$tmp/out/$f" ] || { cat "$tmp/run.log"; fail "no $f in \$OUT"; }
 done
 [ "$(ls "$tmp/out" | wc -l)" -le 8 ] || fail "more than 8 files in \$OUT (the device tool returns 8)"
-tar -tzf "$tmp/out/logs.tar.gz" | grep -q 'run/mlp.fp32.cpu.steps.json$' || fail "logs.tar.gz lacks the steps' JSON"
+# (the listing whole first: grep -q closing the pipe early would fail tar under pipefail)
+listing=$(tar -tzf "$tmp/out/logs.tar.gz")
+grep -q 'run/mlp.fp32.cpu.steps.json$' <<< "$listing" || fail "logs.tar.gz lacks the steps' JSON"
 python3 - "$tmp/out/summary.json" "$ref" <<'EOF' || { cat "$tmp/run.log"; fail "summary.json"; }
 import json, sys
 s = json.load(open(sys.argv[1]))

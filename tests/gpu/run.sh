@@ -53,7 +53,7 @@ while [ $# -gt 0 ]; do
     --kit) kit=$(cd "$2" && pwd) || exit 2; shift ;;
     --out) dest=$2; shift ;;
     --budget) budget=$2; shift ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -74,11 +74,13 @@ else
   mkdir -p "$build"
 fi
 rm -rf "$out" && mkdir -p "$out" "$dest"
+out=$(cd "$out" && pwd)
 dest=$(cd "$dest" && pwd)
 results=$out/results.tsv
 : > "$results"
 failed=0
 base_ldp=${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$base_ldp
 # Python (the machine's own, with PyTorch) never sees the kit's libraries.
 py() { LD_LIBRARY_PATH=$base_ldp python3 "$@"; }
 report() { py tests/gpu/report.py "$@"; }
@@ -185,7 +187,7 @@ if [ -n "$kit" ]; then
   if [ $real_data = 1 ]; then
     # One step on the CPU from the kit's files: the same losses as in a
     # checkout (tests/gpu/kit_check.sh compares them).
-    limited 60 "$exes/mlp" --device cpu --threads 1 --seed 1 --steps 2 --log-every 1 --data "$kit_data" \
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 limited 60 "$exes/mlp" --device cpu --threads 1 --seed 1 --steps 2 --log-every 1 --data "$kit_data" \
       --metrics "$out/kit_data.json" > "$out/kit_data.log" 2>&1
     rc=$?
     tests=$(sed -n 's/.*eval .*(\([0-9]*\) samples).*/\1/p' "$out/kit_data.log" | tail -1)
@@ -253,7 +255,10 @@ if [ $cpu_only = 0 ]; then
       for n in $names; do p=$(pip_nvidia "$n") && break; done
     fi
     # dlopen by name finds it there too (after the kit's libraries).
-    case ":$LD_LIBRARY_PATH:" in *":$(dirname "${p:-/}"):"*) ;; *) [ -n "$p" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$p") ;; esac
+    case ":$LD_LIBRARY_PATH:" in
+      *":$(dirname "${p:-/}"):"*) ;;
+      *) [ -n "$p" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$p") ;;
+    esac
     libs="$libs${names%% *} ${p:-MISSING}; "
     [ -n "$p" ] || missing="$missing ${names%% *}"
   done
