@@ -137,6 +137,9 @@ chmod +x "$kit/run.sh"
   echo "commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD 2> /dev/null || echo ' (with uncommitted changes)')"
   echo "made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(ldd --version | head -1)"
   echo "cubins $cubins ($archs)"
+  # The newest glibc symbol version any carried binary needs.
+  echo "glibc $(mkdir -p "$work/libs" && for f in "$kit"/lib/*.xz; do xz -dc "$f" > "$work/libs/$(basename "$f" .xz)"; done
+    objdump -T "$kit"/bin/* "$work"/libs/* | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)"
   echo "data $([ $have_data = 1 ] && echo fashion-mnist || echo none)"
   (cd "$kit" && find . -type f ! -name MANIFEST | sort | while read -r f; do
     echo "file ${f#./} $(stat -c %s "$f") $(sha256sum "$f" | cut -c1-64)"

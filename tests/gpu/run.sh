@@ -167,17 +167,20 @@ if [ -n "$kit" ]; then
   nfiles=$(grep -c '^file ' "$kit/MANIFEST")
   if [ -z "$bad" ]; then v=ok; else v=FAIL; fi
   row "kit: $(head -1 "$kit/MANIFEST")" "$nfiles files$([ -z "$bad" ] && echo ' match MANIFEST' || echo ": $bad"); $(grep '^cubins ' "$kit/MANIFEST")" "sha256 as made" $v
+  need=$(awk '$1 == "glibc" {print $2}' "$kit/MANIFEST")
+  have=$(getconf GNU_LIBC_VERSION 2> /dev/null | awk '{print $2}')
+  if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n' "$need" "$have" | sort -V | head -1)" = "$need" ]; then v=ok; else v=FAIL; fi
+  row "kit: glibc" "the binaries need ${need:-?}; this machine has ${have:-?}" ">= ${need:-?}" $v
   # The libraries beyond the base system, unpacked where the binaries find them.
   mkdir -p "$work/lib"
   unpacked=""
   for f in "$kit"/lib/*.xz; do
     [ -e "$f" ] || continue
     n=$(basename "$f" .xz)
-    if command -v xz > /dev/null; then
-      xz -dc "$f" > "$work/lib/$n"
-    else
-      py -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" > "$work/lib/$n"
-    fi || { row "kit: libraries" "cannot unpack $f" "" FAIL; continue; }
+    # xz, else Python's lzma (a machine may lack xz)
+    xz -dc "$f" > "$work/lib/$n" 2> /dev/null ||
+      py -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" > "$work/lib/$n" ||
+      { row "kit: libraries" "cannot unpack $f" "" FAIL; continue; }
     unpacked="$unpacked $n"
   done
   export LD_LIBRARY_PATH=$work/lib${base_ldp:+:$base_ldp}
