@@ -149,7 +149,9 @@ chmod +x "$kit/run.sh"
 # ---- size: the kit and the working tree that travels with it ----
 kit_bytes=$(du -sb "$kit" | cut -f1)
 if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-  tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2> /dev/null | awk '{s += $1} END {print s + 0}')
+  # (a tracked file deleted in the work tree does not travel: stat skips it)
+  tree_bytes=$( { git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2> /dev/null || true; } |
+    awk '{s += $1} END {print s + 0}')
 else # not a git checkout: everything but the build folders and the kit
   tree_bytes=$(du -sb --exclude='./build*' --exclude=./.gpu-kit --exclude='./.gpu-kit.tmp' . | cut -f1)
 fi
