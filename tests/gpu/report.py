@@ -7,12 +7,14 @@ print the closing table. Standard library only.
     report.py bench BENCH.json                 kernels' share of copy bandwidth (kiln bench --json)
     report.py torch TORCH.json                 samples/s and ms/step of a PyTorch run
     report.py table RESULTS.tsv                the table (stage, result, goal, verdict)
+    report.py json RESULTS.tsv OUT.json [KEY=VALUE...]   the same rows as JSON, with KEY=VALUE beside them
 
 Each subcommand prints `key<TAB>value` lines that run.sh appends to its
 results file, and exits 1 when a check fails.
 """
 import json
 import math
+import os
 import sys
 
 
@@ -121,14 +123,20 @@ def cmd_torch(path):
     return 0
 
 
-def cmd_table(path):
-    """stage<TAB>result[<TAB>goal<TAB>verdict] lines -> one aligned table."""
+def read_rows(path):
+    """stage<TAB>result[<TAB>goal<TAB>verdict] lines -> 4-tuples."""
     rows = []
     with open(path) as f:
         for line in f:
             parts = line.rstrip("\n").split("\t")
             if len(parts) >= 2:
                 rows.append((parts + ["", ""])[:4])
+    return rows
+
+
+def cmd_table(path):
+    """The rows as one aligned table."""
+    rows = read_rows(path)
     head = ("check", "result", "goal", "verdict")
     w = [max(len(r[i]) for r in rows + [head]) for i in range(4)]
     line = lambda r: "| " + " | ".join(r[i].ljust(w[i]) for i in range(4)) + " |"
@@ -139,13 +147,27 @@ def cmd_table(path):
     return 1 if any(r[3] == "FAIL" for r in rows) else 0
 
 
+def cmd_json(path, out, *extra):
+    """The rows as JSON (written under a temporary name, then renamed), and
+    how many failed."""
+    rows = read_rows(path)
+    doc = dict(kv.split("=", 1) for kv in extra)
+    doc["failures"] = sum(r[3] == "FAIL" for r in rows)
+    doc["rows"] = [dict(zip(("check", "result", "goal", "verdict"), r)) for r in rows]
+    with open(out + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(out + ".tmp", out)
+    return 0
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
         return 2
     cmd, args = sys.argv[1], sys.argv[2:]
     return {"losses": cmd_losses, "summary": cmd_summary, "bench": cmd_bench, "torch": cmd_torch,
-            "table": cmd_table}[cmd](*args)
+            "table": cmd_table, "json": cmd_json}[cmd](*args)
 
 
 if __name__ == "__main__":
