@@ -130,6 +130,27 @@ bool kir_expr_loads(const kir_expr *e)
 
 /* ---- expressions ---- */
 
+/* Whether float expression e is an integer constant (or a select between
+ * such) within [lo, hi]: it converts exactly, with no helper (dropout's
+ * mask stores 1.0 or 0.0 as u8). */
+static bool exact_int(const kir_expr *e, double lo, double hi)
+{
+    if (e->kind == KE_SELECT)
+        return exact_int(e->b, lo, hi) && exact_int(e->c, lo, hi);
+    return e->kind == KE_CONST && e->f >= lo && e->f <= hi && e->f == (double)(int64_t)e->f;
+}
+
+/* Float value of e converted to an integer type whose range is [lo, hi]:
+ * defined for NaN and out-of-range values, the same on every target
+ * (kl_ftoi, base/scalar.h). Prints the opening; the caller closes ")". */
+static bool print_ftoi(kir_printer *p, const kir_expr *e, double lo, double hi)
+{
+    if ((e->type != KT_F32 && e->type != KT_F64) || exact_int(e, lo, hi))
+        return false;
+    kl_buf_puts(p->b, e->type == KT_F64 ? "kl_ftoi_d(" : "kl_ftoi(");
+    return true;
+}
+
 static void print_fconst(kir_printer *p, double f, kir_type t)
 {
     int d = t == KT_F64;
@@ -268,10 +289,7 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
         kl_buf_puts(b, ")");
         return;
     case KE_CAST:
-        if (e->type == KT_I64 && (e->a->type == KT_F32 || e->a->type == KT_F64)) {
-            /* Float to integer: defined for NaN and out-of-range values,
-             * the same on every target (base/scalar.h). */
-            kl_buf_puts(b, e->a->type == KT_F64 ? "kl_ftoi_d(" : "kl_ftoi(");
+        if (e->type == KT_I64 && print_ftoi(p, e->a, -9.2e18, 9.2e18)) {
             kir_print_expr(p, e->a);
             kl_buf_puts(b, ")");
             return;
@@ -290,11 +308,14 @@ void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
         kl_buf_printf(p->b, "%s((float)(", store);
         kir_print_expr(p, value);
         kl_buf_puts(p->b, "))");
-    } else if (!ir_dtype_is_float(dt) && (value->type == KT_F32 || value->type == KT_F64)) {
-        /* A float stored as an integer: converted as a cast converts. */
-        kl_buf_printf(p->b, "(%s)(%s(", kir_print_storage(p->t, dt), value->type == KT_F64 ? "kl_ftoi_d" : "kl_ftoi");
+    } else if (!ir_dtype_is_float(dt)) {
+        /* A float stored as an integer converts as a cast does. */
+        kl_buf_printf(p->b, "(%s)(", kir_print_storage(p->t, dt));
+        double lo = dt == IR_U8 ? 0 : dt == IR_I32 ? -2147483648.0 : -9.2e18;
+        double hi = dt == IR_U8 ? 255 : dt == IR_I32 ? 2147483647.0 : 9.2e18;
+        bool f = print_ftoi(p, value, lo, hi);
         kir_print_expr(p, value);
-        kl_buf_puts(p->b, "))");
+        kl_buf_puts(p->b, f ? "))" : ")");
     } else {
         kl_buf_printf(p->b, "(%s)(", kir_print_storage(p->t, dt));
         kir_print_expr(p, value);
