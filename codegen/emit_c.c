@@ -4,7 +4,10 @@
  * kernel's body where its top level allows, else `omp parallel for`);
  * leaf loops get `omp simd` (with reduction clauses for RED loops) so the
  * compiler vectorises them without -ffast-math. Reductions
- * never run across threads, so results do not depend on thread timing. */
+ * never run across threads, so results do not depend on thread timing.
+ * Expressions, loads and stores print through the shared printer
+ * (print_expr.c, target kir_target_c); the prelude's bf16/f16, RNG and
+ * float-to-integer helpers are base/scalar.h's own lines. */
 #include <string.h>
 
 #include "print_expr.h"
@@ -60,8 +63,7 @@ typedef struct printer {
 
 static void ind(printer *p)
 {
-    for (int i = 0; i < p->e.indent; i++)
-        kl_buf_puts(p->e.b, "    ");
+    kir_print_indent(&p->e);
 }
 
 static bool is_leaf_loop(const kir_stmt *s)

@@ -3,15 +3,18 @@
  * codegen/cuda_map.c decides how each kernel maps to threads (launches,
  * grid-stride or one block per iteration, block-level loops, vector
  * accesses; the rules are in cuda_map.h); this file prints the result:
- * the prelude, expressions, per-thread statements, block-level statements
- * (thread-0 stores, barriers, reductions with warp shuffles and shared
- * memory) and the __global__ functions with their emulation trampolines.
+ * the prelude, per-thread statements, block-level statements (thread-0
+ * stores, barriers, reductions with warp shuffles and shared memory) and
+ * the __global__ functions with their emulation trampolines.
  *
- * Arithmetic is the C printer's: fp32 (fp64) with IEEE division and square
- * root (NVRTC's defaults), loads widened from the storage dtype, stores
- * rounded to nearest even; the RNG is the same splitmix64 stream. ADDTO is
- * atomic; bf16/f16 atomics use a compare-and-swap loop that adds in fp32
- * and rounds once, as the C printer does. */
+ * Expressions, loads and stores print through the shared printer
+ * (print_expr.c, target kir_target_cuda), so arithmetic is the C
+ * printer's: fp32 (fp64) with IEEE division and square root (NVRTC's
+ * defaults), loads widened from the storage dtype, stores rounded to
+ * nearest even; the RNG and float-to-integer conversion are
+ * base/scalar.h's lines. ADDTO is atomic; bf16/f16 atomics use a
+ * compare-and-swap loop that adds in fp32 and rounds once, as the C
+ * printer does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,8 +143,7 @@ typedef kir_printer cu;
 
 static void ind(cu *c)
 {
-    for (int i = 0; i < c->indent; i++)
-        kl_buf_puts(c->b, "    ");
+    kir_print_indent(c);
 }
 
 static void line(cu *c, const char *fmt, ...) KL_PRINTF(2, 3);

@@ -113,6 +113,12 @@ const char *kir_print_acc_init(const kir_target *t, kir_acc_op op, kir_type ty)
     return "0";
 }
 
+void kir_print_indent(kir_printer *p)
+{
+    for (int i = 0; i < p->indent; i++)
+        kl_buf_puts(p->b, "    ");
+}
+
 bool kir_expr_loads(const kir_expr *e)
 {
     switch (e->kind) {

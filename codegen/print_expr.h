@@ -56,6 +56,8 @@ const char *kir_print_storage(const kir_target *t, ir_dtype dt);
 const char *kir_print_var(const kir_printer *p, int v);
 /* An accumulator's first value: 0, -inf (max) or inf (min). */
 const char *kir_print_acc_init(const kir_target *t, kir_acc_op op, kir_type ty);
+/* Four spaces per level of p->indent. */
+void kir_print_indent(kir_printer *p);
 /* Whether evaluating e reads a buffer. */
 bool kir_expr_loads(const kir_expr *e);
 
