@@ -4,10 +4,14 @@
  * kernel's body where its top level allows, else `omp parallel for`);
  * leaf loops get `omp simd` (with reduction clauses for RED loops) so the
  * compiler vectorises them without -ffast-math. Reductions
- * never run across threads, so results do not depend on thread timing. */
+ * never run across threads, so results do not depend on thread timing.
+ * Expressions, loads and stores print through the shared printer
+ * (print_expr.c, target kir_target_c); the prelude's bf16/f16, RNG and
+ * float-to-integer helpers are base/scalar.h's own lines. */
 #include <string.h>
 
-#include "kir.h"
+#include "print_expr.h"
+#include "scalar_text.h"
 
 /* Work below this runs on one thread: OpenMP's fork costs more. */
 #define KIR_PARALLEL_MIN_WORK 32768
@@ -20,54 +24,11 @@ static const char prelude[] =
     "\n"
     "typedef struct kl_kargs { int64_t step; uint64_t seed; } kl_kargs;\n"
     "\n"
-    "/* bf16 and f16 are stored as 16 bits; conversions round to nearest even. */\n"
-    "static inline float kl_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }\n"
-    "static inline uint16_t kl_f32_to_bf16(float f)\n"
-    "{\n"
-    "    uint32_t u; memcpy(&u, &f, 4);\n"
-    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */\n"
-    "    u += 0x7fffu + ((u >> 16) & 1u);\n"
-    "    return (uint16_t)(u >> 16);\n"
-    "}\n"
-    "static inline float kl_f16_to_f32(uint16_t h)\n"
-    "{\n"
-    "    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;\n"
-    "    if (e == 0) {\n"
-    "        if (m == 0) u = s;\n"
-    "        else { e = 113; while (!(m & 0x400u)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 0x3ffu) << 13); }\n"
-    "    } else if (e == 31) u = s | 0x7f800000u | (m << 13);\n"
-    "    else u = s | ((e + 112) << 23) | (m << 13);\n"
-    "    float f; memcpy(&f, &u, 4); return f;\n"
-    "}\n"
-    "static inline uint16_t kl_f32_to_f16(float f)\n"
-    "{\n"
-    "    uint32_t u; memcpy(&u, &f, 4);\n"
-    "    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;\n"
-    "    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);\n"
-    "    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); /* rounds to inf */\n"
-    "    if (a < 0x38800000u) { /* subnormal or zero in f16 */\n"
-    "        if (a < 0x33000000u) return (uint16_t)s;\n"
-    "        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;\n"
-    "        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);\n"
-    "        if (rem > half || (rem == half && (r & 1u))) r++;\n"
-    "        return (uint16_t)(s | r);\n"
-    "    }\n"
-    "    uint32_t r = a - 0x38000000u; /* rebias 127 -> 15 */\n"
-    "    r += 0xfffu + ((r >> 13) & 1u);\n"
-    "    return (uint16_t)(s | (r >> 13));\n"
-    "}\n"
+    KIR_SCALAR_HALVES
     "/* Counter-based RNG (splitmix64 finaliser over seed, step, salt and\n"
     " * index): the same stream on every backend and thread count. */\n"
-    "static inline uint64_t kl_mix(uint64_t x)\n"
-    "{\n"
-    "    x += 0x9e3779b97f4a7c15ull; x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;\n"
-    "    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull; return x ^ (x >> 31);\n"
-    "}\n"
-    "static inline float kl_rand(uint64_t seed, int64_t step, uint64_t salt, uint64_t index)\n"
-    "{\n"
-    "    uint64_t x = kl_mix(kl_mix(kl_mix(seed) ^ (uint64_t)step) ^ salt) ^ index;\n"
-    "    return (float)(kl_mix(x) >> 40) * (1.0f / 16777216.0f);\n"
-    "}\n"
+    KIR_SCALAR_RNG
+    KIR_SCALAR_FTOI
     "/* Selects rather than fmaxf/fminf, which do not vectorise. NaN\n"
     " * propagates, as in PyTorch and the CUDA printer: max and min keep a\n"
     " * NaN of either operand, relu keeps a NaN, and the accumulators (max\n"
@@ -94,264 +55,15 @@ const char *kir_c_prelude(void)
     return prelude;
 }
 
-static const char *c_storage(ir_dtype dt)
-{
-    switch (dt) {
-    case IR_U8: return "uint8_t";
-    case IR_I32: return "int32_t";
-    case IR_I64: return "int64_t";
-    case IR_F16: case IR_BF16: return "uint16_t";
-    case IR_F32: return "float";
-    case IR_F64: return "double";
-    default: kl_panic("no C type for %s", ir_dtype_name(dt));
-    }
-}
-
-static const char *c_type(kir_type t)
-{
-    switch (t) {
-    case KT_I64: return "int64_t";
-    case KT_F32: return "float";
-    case KT_F64: return "double";
-    case KT_BOOL: return "int";
-    }
-    return "?";
-}
-
 typedef struct printer {
-    const kir_kernel *k;
-    kl_buf *b;
-    int indent;
+    kir_printer e;       /* the shared expression printer: kernel, output, indent */
     const kir_stmt *red; /* the innermost open RED loop that owns accumulators */
     bool region;         /* inside one parallel region: nests are `omp for` */
 } printer;
 
 static void ind(printer *p)
 {
-    for (int i = 0; i < p->indent; i++)
-        kl_buf_puts(p->b, "    ");
-}
-
-static void print_expr(printer *p, const kir_expr *e);
-
-static void print_fconst(printer *p, double f, kir_type t)
-{
-    if (f != f) {
-        kl_buf_puts(p->b, t == KT_F64 ? "NAN" : "(float)NAN");
-    } else if (f == 1.0 / 0.0 || f == -1.0 / 0.0) {
-        kl_buf_printf(p->b, "%s%s", f < 0 ? "-" : "", t == KT_F64 ? "INFINITY" : "(float)INFINITY");
-    } else if (t == KT_F64) {
-        kl_buf_printf(p->b, "%.17g", f);
-        if (f == (double)(int64_t)f && f > -1e15 && f < 1e15)
-            kl_buf_puts(p->b, ".0");
-    } else {
-        char s[64];
-        snprintf(s, sizeof s, "%.9g", f);
-        kl_buf_puts(p->b, s);
-        if (!strpbrk(s, ".e"))
-            kl_buf_puts(p->b, ".0");
-        kl_buf_putc(p->b, 'f');
-    }
-}
-
-static const char *fn(const char *name, kir_type t)
-{
-    static char buf[32];
-    snprintf(buf, sizeof buf, "%s%s", name, t == KT_F64 ? "" : "f");
-    return buf;
-}
-
-static void print_un(printer *p, const kir_expr *e)
-{
-    kir_type t = e->type;
-    kl_buf *b = p->b;
-    switch ((kir_unop)e->op) {
-    case KU_NEG: kl_buf_puts(b, "(-"); print_expr(p, e->a); kl_buf_puts(b, ")"); return;
-    case KU_NOT:
-        /* 1 - c for a condition (0 or 1): with !c, gcc turns c & !d into
-         * branches and leaves the loop scalar (max-pooling's backward,
-         * measured 3x slower). */
-        kl_buf_puts(b, e->a->type == KT_BOOL ? "(1 - " : "(!");
-        print_expr(p, e->a);
-        kl_buf_puts(b, ")");
-        return;
-    case KU_ABS: kl_buf_puts(b, t == KT_I64 ? "llabs(" : fn("fabs", t)); break;
-    case KU_EXP: kl_buf_printf(b, "%s(", fn("exp", t)); break;
-    case KU_LOG: kl_buf_printf(b, "%s(", fn("log", t)); break;
-    case KU_SQRT: kl_buf_printf(b, "%s(", fn("sqrt", t)); break;
-    case KU_TANH: kl_buf_printf(b, "%s(", fn("tanh", t)); break;
-    case KU_ERF: kl_buf_printf(b, "%s(", fn("erf", t)); break;
-    case KU_RSQRT:
-        kl_buf_printf(b, "(%s / %s(", t == KT_F64 ? "1.0" : "1.0f", fn("sqrt", t));
-        print_expr(p, e->a);
-        kl_buf_puts(b, "))");
-        return;
-    case KU_SIGMOID:
-        kl_buf_printf(b, "(%s / (%s + %s(-(", t == KT_F64 ? "1.0" : "1.0f", t == KT_F64 ? "1.0" : "1.0f", fn("exp", t));
-        print_expr(p, e->a);
-        kl_buf_puts(b, "))))");
-        return;
-    case KU_ROUND_BF16:
-    case KU_ROUND_F16: {
-        bool bf = e->op == KU_ROUND_BF16;
-        kl_buf_printf(b, "(%s)%s(%s((float)(", c_type(t), bf ? "kl_bf16_to_f32" : "kl_f16_to_f32",
-                      bf ? "kl_f32_to_bf16" : "kl_f32_to_f16");
-        print_expr(p, e->a);
-        kl_buf_puts(b, ")))");
-        return;
-    }
-    case KU_ROUND_F32:
-        kl_buf_printf(b, "(%s)(float)(", c_type(t));
-        print_expr(p, e->a);
-        kl_buf_puts(b, ")");
-        return;
-    case KU_ISFINITE:
-        kl_buf_printf(b, "(%s)(isfinite(", c_type(t));
-        print_expr(p, e->a);
-        kl_buf_puts(b, ") ? 1 : 0)");
-        return;
-    case KU_RELU: {
-        /* A select, not fmaxf: it vectorises (fmaxf's NaN rule does not);
-         * NaN stays NaN, as in PyTorch. */
-        kl_buf_printf(b, "%s(", t == KT_F64 ? "kl_relu_d" : "kl_relu");
-        print_expr(p, e->a);
-        kl_buf_puts(b, ")");
-        return;
-    }
-    case KU_UNIFORM:
-        kl_buf_printf(b, "(%s)kl_rand(ka->seed, ka->step, %lldull, (uint64_t)(", c_type(t), (long long)e->i);
-        print_expr(p, e->a);
-        kl_buf_puts(b, "))");
-        return;
-    }
-    if (e->op == KU_ABS && t != KT_I64)
-        kl_buf_putc(b, '(');
-    print_expr(p, e->a);
-    kl_buf_putc(b, ')');
-}
-
-/* Whether evaluating e reads a buffer. */
-static bool loads(const kir_expr *e)
-{
-    switch (e->kind) {
-    case KE_LOAD: return true;
-    case KE_UN:
-    case KE_CAST: return loads(e->a);
-    case KE_BIN: return loads(e->a) || loads(e->b);
-    case KE_SELECT: return loads(e->a) || loads(e->b) || loads(e->c);
-    case KE_CONST:
-    case KE_VAR:
-    case KE_ARG: return false;
-    }
-    return true;
-}
-
-static void print_bin(printer *p, const kir_expr *e)
-{
-    static const char *ops[] = {
-        [KB_ADD] = "+", [KB_SUB] = "-", [KB_MUL] = "*", [KB_DIV] = "/", [KB_LT] = "<",
-        [KB_LE] = "<=", [KB_GT] = ">", [KB_GE] = ">=", [KB_EQ] = "==", [KB_NE] = "!=",
-        [KB_AND] = "&&", [KB_OR] = "||", [KB_IDIV] = "/", [KB_IMOD] = "%",
-    };
-    kir_type t = e->type;
-    if (e->op == KB_MAX || e->op == KB_MIN || e->op == KB_POW) {
-        if (t == KT_I64) {
-            kl_buf_puts(p->b, "((");
-            print_expr(p, e->a);
-            kl_buf_puts(p->b, e->op == KB_MAX ? ") > (" : ") < (");
-            print_expr(p, e->b);
-            kl_buf_puts(p->b, ") ? (");
-            print_expr(p, e->a);
-            kl_buf_puts(p->b, ") : (");
-            print_expr(p, e->b);
-            kl_buf_puts(p->b, "))");
-            return;
-        }
-        /* max and min as selects that keep a NaN of either operand (and
-         * vectorise, unlike fmaxf/fminf). */
-        const char *name = e->op == KB_MAX ? "kl_max" : e->op == KB_MIN ? "kl_min" : NULL;
-        if (name)
-            kl_buf_printf(p->b, "%s%s(", name, t == KT_F64 ? "_d" : "");
-        else
-            kl_buf_printf(p->b, "%s(", fn("pow", t));
-        print_expr(p, e->a);
-        kl_buf_puts(p->b, ", ");
-        print_expr(p, e->b);
-        kl_buf_putc(p->b, ')');
-        return;
-    }
-    const char *op = ops[e->op];
-    /* Conditions are 0 or 1: & and | give the same value as && and ||
-     * without the branch that short-circuiting needs, unless the right
-     * operand loads, where && guards the load. */
-    if ((e->op == KB_AND || e->op == KB_OR) && e->a->type == KT_BOOL && e->b->type == KT_BOOL && !loads(e->b))
-        op = e->op == KB_AND ? "&" : "|";
-    kl_buf_putc(p->b, '(');
-    print_expr(p, e->a);
-    kl_buf_printf(p->b, " %s ", op);
-    print_expr(p, e->b);
-    kl_buf_putc(p->b, ')');
-}
-
-static void print_expr(printer *p, const kir_expr *e)
-{
-    kl_buf *b = p->b;
-    switch (e->kind) {
-    case KE_CONST:
-        if (e->type == KT_I64 || e->type == KT_BOOL)
-            kl_buf_printf(b, "%lldLL", (long long)e->i);
-        else
-            print_fconst(p, e->f, e->type);
-        return;
-    case KE_VAR:
-        kl_buf_puts(b, p->k->var_names[e->var]);
-        return;
-    case KE_ARG:
-        kl_buf_puts(b, e->var == 0 ? "ka->step" : "(int64_t)ka->seed");
-        return;
-    case KE_LOAD: {
-        const kir_buf *kb = &p->k->bufs[e->buf];
-        const char *conv = kb->dtype == IR_BF16 ? "kl_bf16_to_f32" : kb->dtype == IR_F16 ? "kl_f16_to_f32"
-                           : ir_dtype_is_float(kb->dtype) ? "" : "(int64_t)";
-        kl_buf_printf(b, "%s(%s[", conv, kb->name);
-        print_expr(p, e->a);
-        kl_buf_puts(b, "])");
-        return;
-    }
-    case KE_UN:
-        print_un(p, e);
-        return;
-    case KE_BIN:
-        print_bin(p, e);
-        return;
-    case KE_SELECT:
-        kl_buf_puts(b, "(");
-        print_expr(p, e->a);
-        kl_buf_puts(b, " ? ");
-        print_expr(p, e->b);
-        kl_buf_puts(b, " : ");
-        print_expr(p, e->c);
-        kl_buf_puts(b, ")");
-        return;
-    case KE_CAST:
-        kl_buf_printf(b, "((%s)(", c_type(e->type));
-        print_expr(p, e->a);
-        kl_buf_puts(b, "))");
-        return;
-    }
-}
-
-static void print_stored(printer *p, const kir_buf *kb, const kir_expr *value)
-{
-    if (kb->dtype == IR_BF16 || kb->dtype == IR_F16) {
-        kl_buf_printf(p->b, "%s((float)(", kb->dtype == IR_BF16 ? "kl_f32_to_bf16" : "kl_f32_to_f16");
-        print_expr(p, value);
-        kl_buf_puts(p->b, "))");
-    } else {
-        kl_buf_printf(p->b, "(%s)(", c_storage(kb->dtype));
-        print_expr(p, value);
-        kl_buf_putc(p->b, ')');
-    }
+    kir_print_indent(&p->e);
 }
 
 static bool is_leaf_loop(const kir_stmt *s)
@@ -370,63 +82,54 @@ static bool has_addto(const kir_stmt *s)
     return false;
 }
 
-static const char *acc_init(kir_acc_op op, kir_type t)
-{
-    switch (op) {
-    case KA_SUM: return t == KT_F64 ? "0.0" : "0.0f";
-    case KA_MAX: return t == KT_F64 ? "-INFINITY" : "-(float)INFINITY";
-    case KA_MIN: return t == KT_F64 ? "INFINITY" : "(float)INFINITY";
-    }
-    return "0";
-}
-
 static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip);
 
 /* collapse > 0: this loop opens an OpenMP nest of that many loops; skip > 0:
  * this loop is inside such a nest and takes no pragma. */
 static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
 {
-    const kir_kernel *k = p->k;
+    const kir_kernel *k = p->e.k;
     for (int a = 0; a < s->naccs; a++) {
         ind(p);
         kir_type t = k->var_types[s->accs[a].var];
-        kl_buf_printf(p->b, "%s %s = %s;\n", c_type(t), k->var_names[s->accs[a].var], acc_init(s->accs[a].op, t));
+        kl_buf_printf(p->e.b, "%s %s = %s;\n", kir_print_ctype(&kir_target_c, t), k->var_names[s->accs[a].var],
+                      kir_print_acc_init(&kir_target_c, s->accs[a].op, t));
     }
     bool leaf = is_leaf_loop(s);
     if (collapse > 0) {
         ind(p);
         const char *omp = p->region ? "#pragma omp for" : "#pragma omp parallel for";
         if (collapse == 1 && leaf)
-            kl_buf_printf(p->b, "%s simd schedule(static)\n", omp);
+            kl_buf_printf(p->e.b, "%s simd schedule(static)\n", omp);
         else if (collapse == 1)
-            kl_buf_printf(p->b, "%s schedule(static)\n", omp);
+            kl_buf_printf(p->e.b, "%s schedule(static)\n", omp);
         else
-            kl_buf_printf(p->b, "%s collapse(%d) schedule(static)\n", omp, collapse);
+            kl_buf_printf(p->e.b, "%s collapse(%d) schedule(static)\n", omp, collapse);
     } else if (skip == 0 && leaf) {
         /* A leaf RED loop without accumulators of its own feeds those of
          * the RED loop around it. */
         const kir_stmt *owner = s->naccs ? s : s->loop == KL_RED ? p->red : NULL;
         ind(p);
-        kl_buf_puts(p->b, "#pragma omp simd");
+        kl_buf_puts(p->e.b, "#pragma omp simd");
         for (int a = 0; owner && a < owner->naccs; a++) {
             static const char *red[] = {"+", "kl_maxnan", "kl_minnan"};
-            kl_buf_printf(p->b, " reduction(%s:%s)", red[owner->accs[a].op], k->var_names[owner->accs[a].var]);
+            kl_buf_printf(p->e.b, " reduction(%s:%s)", red[owner->accs[a].op], k->var_names[owner->accs[a].var]);
         }
-        kl_buf_putc(p->b, '\n');
+        kl_buf_putc(p->e.b, '\n');
     }
     ind(p);
     const char *v = k->var_names[s->var];
-    kl_buf_printf(p->b, "for (int64_t %s = 0; %s < %lldLL; %s++) {\n", v, v, (long long)s->extent, v);
-    p->indent++;
+    kl_buf_printf(p->e.b, "for (int64_t %s = 0; %s < %lldLL; %s++) {\n", v, v, (long long)s->extent, v);
+    p->e.indent++;
     int inner_skip = collapse > 0 ? collapse - 1 : skip > 0 ? skip - 1 : 0;
     const kir_stmt *saved = p->red;
     if (s->naccs)
         p->red = s;
     print_stmts(p, s->body, 0, inner_skip);
     p->red = saved;
-    p->indent--;
+    p->e.indent--;
     ind(p);
-    kl_buf_puts(p->b, "}\n");
+    kl_buf_puts(p->e.b, "}\n");
 }
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip);
@@ -439,7 +142,7 @@ static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip)
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
 {
-    const kir_kernel *k = p->k;
+    const kir_kernel *k = p->e.k;
     {
         switch (s->kind) {
         case KS_LOOP:
@@ -447,64 +150,64 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             break;
         case KS_LET:
             ind(p);
-            kl_buf_printf(p->b, "const %s %s = ", c_type(k->var_types[s->var]), k->var_names[s->var]);
-            print_expr(p, s->a);
-            kl_buf_puts(p->b, ";\n");
+            kl_buf_printf(p->e.b, "const %s %s = ", kir_print_ctype(&kir_target_c, k->var_types[s->var]), k->var_names[s->var]);
+            kir_print_expr(&p->e, s->a);
+            kl_buf_puts(p->e.b, ";\n");
             break;
         case KS_SET:
             ind(p);
-            kl_buf_printf(p->b, "%s = ", k->var_names[s->var]);
-            print_expr(p, s->a);
-            kl_buf_puts(p->b, ";\n");
+            kl_buf_printf(p->e.b, "%s = ", k->var_names[s->var]);
+            kir_print_expr(&p->e, s->a);
+            kl_buf_puts(p->e.b, ";\n");
             break;
         case KS_ACC: {
             ind(p);
             const char *v = k->var_names[s->var];
             if (s->accop == KA_SUM) {
-                kl_buf_printf(p->b, "%s += ", v);
-                print_expr(p, s->a);
+                kl_buf_printf(p->e.b, "%s += ", v);
+                kir_print_expr(&p->e, s->a);
             } else {
                 /* acc = (x > acc || x != x) ? x : acc: a select, which
                  * compilers vectorise, that keeps NaN. */
-                kl_buf_printf(p->b, "%s = kl_%s_acc%s(%s, ", v, s->accop == KA_MAX ? "max" : "min",
+                kl_buf_printf(p->e.b, "%s = kl_%s_acc%s(%s, ", v, s->accop == KA_MAX ? "max" : "min",
                               k->var_types[s->var] == KT_F64 ? "_d" : "", v);
-                print_expr(p, s->a);
-                kl_buf_putc(p->b, ')');
+                kir_print_expr(&p->e, s->a);
+                kl_buf_putc(p->e.b, ')');
             }
-            kl_buf_puts(p->b, ";\n");
+            kl_buf_puts(p->e.b, ";\n");
             break;
         }
         case KS_STORE:
         case KS_ADDTO: {
             const kir_buf *kb = &k->bufs[s->buf];
             ind(p);
-            kl_buf_printf(p->b, "%s[", kb->name);
-            print_expr(p, s->a);
+            kl_buf_printf(p->e.b, "%s[", kb->name);
+            kir_print_expr(&p->e, s->a);
             if (s->kind == KS_STORE) {
-                kl_buf_puts(p->b, "] = ");
-                print_stored(p, kb, s->b);
+                kl_buf_puts(p->e.b, "] = ");
+                kir_print_stored(&p->e, kb->dtype, s->b);
             } else if (kb->dtype == IR_F32 || kb->dtype == IR_F64) {
-                kl_buf_puts(p->b, "] += ");
-                print_expr(p, s->b);
+                kl_buf_puts(p->e.b, "] += ");
+                kir_print_expr(&p->e, s->b);
             } else {
-                kl_buf_puts(p->b, "] = ");
+                kl_buf_puts(p->e.b, "] = ");
                 kir_expr ld = {.kind = KE_LOAD, .type = KT_F32, .buf = s->buf, .a = s->a};
                 kir_expr sum = {.kind = KE_BIN, .type = KT_F32, .op = KB_ADD, .a = &ld, .b = s->b};
-                print_stored(p, kb, &sum);
+                kir_print_stored(&p->e, kb->dtype, &sum);
             }
-            kl_buf_puts(p->b, ";\n");
+            kl_buf_puts(p->e.b, ";\n");
             break;
         }
         case KS_IF:
             ind(p);
-            kl_buf_puts(p->b, "if (");
-            print_expr(p, s->a);
-            kl_buf_puts(p->b, ") {\n");
-            p->indent++;
+            kl_buf_puts(p->e.b, "if (");
+            kir_print_expr(&p->e, s->a);
+            kl_buf_puts(p->e.b, ") {\n");
+            p->e.indent++;
             print_stmts(p, s->body, 0, 0);
-            p->indent--;
+            p->e.indent--;
             ind(p);
-            kl_buf_puts(p->b, "}\n");
+            kl_buf_puts(p->e.b, "}\n");
             break;
         }
     }
@@ -536,17 +239,17 @@ static void print_top(printer *p, const kir_stmt *s)
 {
     for (; s; s = s->next) {
         if (s->kind == KS_LOOP && s->loop == KL_PAR) {
-            print_loop(p, s, parallel_depth(p->k, s), 0);
+            print_loop(p, s, parallel_depth(p->e.k, s), 0);
         } else if (s->kind == KS_IF) {
             ind(p);
-            kl_buf_puts(p->b, "if (");
-            print_expr(p, s->a);
-            kl_buf_puts(p->b, ") {\n");
-            p->indent++;
+            kl_buf_puts(p->e.b, "if (");
+            kir_print_expr(&p->e, s->a);
+            kl_buf_puts(p->e.b, ") {\n");
+            p->e.indent++;
             print_top(p, s->body);
-            p->indent--;
+            p->e.indent--;
             ind(p);
-            kl_buf_puts(p->b, "}\n");
+            kl_buf_puts(p->e.b, "}\n");
         } else {
             print_stmt(p, s, 0, 0);
         }
@@ -592,13 +295,13 @@ char *kir_emit_c(const kir_kernel *k)
     kl_buf b = {0};
     int nests = 0;
     bool region = fits_region(k, k->body, &nests) && nests > 0;
-    printer p = {k, &b, 1, NULL, region};
+    printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region};
     const char *name = k->name ? k->name : "KERNEL";
     kl_buf_printf(&b, "/* %s */\n", k->what);
     kl_buf_printf(&b, "static inline void %s_body(", name);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
-        kl_buf_printf(&b, "%s%s *%s%s, ", kb->written ? "" : "const ", c_storage(kb->dtype),
+        kl_buf_printf(&b, "%s%s *%s%s, ", kb->written ? "" : "const ", kir_print_storage(&kir_target_c, kb->dtype),
                       kb->aliased ? "" : "restrict ", kb->name);
     }
     kl_buf_puts(&b, "const kl_kargs *restrict ka)\n{\n");
@@ -614,7 +317,7 @@ char *kir_emit_c(const kir_kernel *k)
     kl_buf_printf(&b, "    %s_body(", name);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
-        kl_buf_printf(&b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", c_storage(kb->dtype), i);
+        kl_buf_printf(&b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", kir_print_storage(&kir_target_c, kb->dtype), i);
     }
     kl_buf_puts(&b, "ka);\n}\n");
     return kl_buf_take(&b);

@@ -3,21 +3,25 @@
  * codegen/cuda_map.c decides how each kernel maps to threads (launches,
  * grid-stride or one block per iteration, block-level loops, vector
  * accesses; the rules are in cuda_map.h); this file prints the result:
- * the prelude, expressions, per-thread statements, block-level statements
- * (thread-0 stores, barriers, reductions with warp shuffles and shared
- * memory) and the __global__ functions with their emulation trampolines.
+ * the prelude, per-thread statements, block-level statements (thread-0
+ * stores, barriers, reductions with warp shuffles and shared memory) and
+ * the __global__ functions with their emulation trampolines.
  *
- * Arithmetic is the C printer's: fp32 (fp64) with IEEE division and square
- * root (NVRTC's defaults), loads widened from the storage dtype, stores
- * rounded to nearest even; the RNG is the same splitmix64 stream. ADDTO is
- * atomic; bf16/f16 atomics use a compare-and-swap loop that adds in fp32
- * and rounds once, as the C printer does. */
+ * Expressions, loads and stores print through the shared printer
+ * (print_expr.c, target kir_target_cuda), so arithmetic is the C
+ * printer's: fp32 (fp64) with IEEE division and square root (NVRTC's
+ * defaults), loads widened from the storage dtype, stores rounded to
+ * nearest even; the RNG and float-to-integer conversion are
+ * base/scalar.h's lines. ADDTO is atomic; bf16/f16 atomics use a
+ * compare-and-swap loop that adds in fp32 and rounds once, as the C
+ * printer does. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "kir.h"
-#include "emit_cuda.h"
 #include "cuda_map.h"
+#include "emit_cuda.h"
+#include "print_expr.h"
+#include "scalar_text.h"
 
 /* ---- the prelude ---- */
 
@@ -39,16 +43,8 @@ static const char prelude_common[] =
     "\n"
     "/* Counter-based RNG (splitmix64 finaliser over seed, step, salt and\n"
     " * index): the CPU backend's stream. */\n"
-    "__device__ __forceinline__ unsigned long long kl_mix(unsigned long long x)\n"
-    "{\n"
-    "    x += 0x9e3779b97f4a7c15ull; x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;\n"
-    "    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull; return x ^ (x >> 31);\n"
-    "}\n"
-    "__device__ __forceinline__ float kl_rand(unsigned long long seed, long long step, unsigned long long salt, unsigned long long index)\n"
-    "{\n"
-    "    unsigned long long x = kl_mix(kl_mix(kl_mix(seed) ^ (unsigned long long)step) ^ salt) ^ index;\n"
-    "    return (float)(kl_mix(x) >> 40) * (1.0f / 16777216.0f);\n"
-    "}\n"
+    KIR_SCALAR_CUDA_RNG
+    KIR_SCALAR_CUDA_FTOI
     "\n"
     "/* N elements read or written with one access of N * sizeof(T) bytes. */\n"
     "template <typename T, int N> struct alignas(sizeof(T) * N) kl_vec { T v[N]; };\n"
@@ -139,48 +135,15 @@ void kir_cuda_free(kir_cuda *c)
     memset(c, 0, sizeof *c);
 }
 
-/* ---- types ---- */
-
-static const char *storage(ir_dtype dt)
-{
-    switch (dt) {
-    case IR_U8: return "unsigned char";
-    case IR_I32: return "int";
-    case IR_I64: return "long long";
-    case IR_F16: return "__half";
-    case IR_BF16: return "__nv_bfloat16";
-    case IR_F32: return "float";
-    case IR_F64: return "double";
-    case IR_NONE: case IR_NDTYPES: break;
-    }
-    kl_panic("no CUDA type for %s", ir_dtype_name(dt));
-}
-
-static const char *ctype(kir_type t)
-{
-    switch (t) {
-    case KT_I64: return "long long";
-    case KT_F32: return "float";
-    case KT_F64: return "double";
-    case KT_BOOL: return "int";
-    }
-    kl_panic("unknown kernel type %d", (int)t);
-}
-
 /* ---- printing ---- */
 
-typedef struct cu {
-    const kir_kernel *k;
-    kl_buf *b;
-    int indent;
-    const char **rename; /* per variable: the name to print instead */
-    cu_bufset lanes;        /* in a vector unit: buffers read/written through lane registers */
-} cu;
+/* The shared expression printer's state (kernel, output, indent, renamed
+ * variables, lane registers) is all the CUDA printer needs. */
+typedef kir_printer cu;
 
 static void ind(cu *c)
 {
-    for (int i = 0; i < c->indent; i++)
-        kl_buf_puts(c->b, "    ");
+    kir_print_indent(c);
 }
 
 static void line(cu *c, const char *fmt, ...) KL_PRINTF(2, 3);
@@ -194,268 +157,20 @@ static void line(cu *c, const char *fmt, ...)
     kl_buf_putc(c->b, '\n');
 }
 
-static const char *var_name(const cu *c, int v)
-{
-    return c->rename && c->rename[v] ? c->rename[v] : c->k->var_names[v];
-}
-
-static void print_expr(cu *c, const kir_expr *e);
-
-static void print_fconst(cu *c, double f, kir_type t)
-{
-    if (f != f) {
-        kl_buf_puts(c->b, t == KT_F64 ? "KL_NAN_D" : "KL_NAN");
-    } else if (f == 1.0 / 0.0 || f == -1.0 / 0.0) {
-        kl_buf_printf(c->b, "%s%s", f < 0 ? "-" : "", t == KT_F64 ? "KL_INF_D" : "KL_INF");
-    } else if (t == KT_F64) {
-        char s[64];
-        snprintf(s, sizeof s, "%.17g", f);
-        kl_buf_puts(c->b, s);
-        if (!strpbrk(s, ".e"))
-            kl_buf_puts(c->b, ".0");
-    } else {
-        char s[64];
-        snprintf(s, sizeof s, "%.9g", f);
-        kl_buf_puts(c->b, s);
-        if (!strpbrk(s, ".e"))
-            kl_buf_puts(c->b, ".0");
-        kl_buf_putc(c->b, 'f');
-    }
-}
-
-/* name + "f" for fp32 math. */
-static void fname(cu *c, const char *name, kir_type t)
-{
-    kl_buf_printf(c->b, "%s%s(", name, t == KT_F64 ? "" : "f");
-}
-
-static void print_un(cu *c, const kir_expr *e)
-{
-    kir_type t = e->type;
-    kl_buf *b = c->b;
-    const char *one = t == KT_F64 ? "1.0" : "1.0f";
-    switch ((kir_unop)e->op) {
-    case KU_NEG: kl_buf_puts(b, "(-"); print_expr(c, e->a); kl_buf_puts(b, ")"); return;
-    case KU_NOT: kl_buf_puts(b, "(!"); print_expr(c, e->a); kl_buf_puts(b, ")"); return;
-    case KU_ABS:
-        if (t == KT_I64)
-            kl_buf_puts(b, "llabs(");
-        else
-            fname(c, "fabs", t);
-        break;
-    case KU_EXP: fname(c, "exp", t); break;
-    case KU_LOG: fname(c, "log", t); break;
-    case KU_SQRT: fname(c, "sqrt", t); break;
-    case KU_TANH: fname(c, "tanh", t); break;
-    case KU_ERF: fname(c, "erf", t); break;
-    case KU_RSQRT:
-        /* 1 / sqrt, as on the CPU (rsqrtf is an approximation). */
-        kl_buf_printf(b, "(%s / ", one);
-        fname(c, "sqrt", t);
-        print_expr(c, e->a);
-        kl_buf_puts(b, "))");
-        return;
-    case KU_SIGMOID:
-        kl_buf_printf(b, "(%s / (%s + ", one, one);
-        fname(c, "exp", t);
-        kl_buf_puts(b, "-(");
-        print_expr(c, e->a);
-        kl_buf_puts(b, "))))");
-        return;
-    case KU_RELU:
-        kl_buf_printf(b, "kl_max((%s)(", t == KT_F64 ? "double" : "float");
-        print_expr(c, e->a);
-        kl_buf_printf(b, "), %s)", t == KT_F64 ? "0.0" : "0.0f");
-        return;
-    case KU_ROUND_BF16:
-        kl_buf_printf(b, "(%s)__bfloat162float(__float2bfloat16_rn((float)(", ctype(t));
-        print_expr(c, e->a);
-        kl_buf_puts(b, ")))");
-        return;
-    case KU_ROUND_F16:
-        kl_buf_printf(b, "(%s)__half2float(__float2half_rn((float)(", ctype(t));
-        print_expr(c, e->a);
-        kl_buf_puts(b, ")))");
-        return;
-    case KU_ROUND_F32:
-        kl_buf_printf(b, "(%s)(float)(", ctype(t));
-        print_expr(c, e->a);
-        kl_buf_puts(b, ")");
-        return;
-    case KU_ISFINITE:
-        kl_buf_printf(b, "(%s)(isfinite(", ctype(t));
-        print_expr(c, e->a);
-        kl_buf_puts(b, ") ? 1 : 0)");
-        return;
-    case KU_UNIFORM:
-        kl_buf_printf(b, "(%s)kl_rand(ka->seed, ka->step, %lldull, (unsigned long long)(", ctype(t), (long long)e->i);
-        print_expr(c, e->a);
-        kl_buf_puts(b, "))");
-        return;
-    }
-    print_expr(c, e->a);
-    kl_buf_putc(b, ')');
-}
-
-static void print_bin(cu *c, const kir_expr *e)
-{
-    const char *op = NULL;
-    kir_type t = e->type;
-    switch ((kir_binop)e->op) {
-    case KB_ADD: op = "+"; break;
-    case KB_SUB: op = "-"; break;
-    case KB_MUL: op = "*"; break;
-    case KB_DIV: op = "/"; break;
-    case KB_LT: op = "<"; break;
-    case KB_LE: op = "<="; break;
-    case KB_GT: op = ">"; break;
-    case KB_GE: op = ">="; break;
-    case KB_EQ: op = "=="; break;
-    case KB_NE: op = "!="; break;
-    case KB_AND: op = "&&"; break;
-    case KB_OR: op = "||"; break;
-    case KB_IDIV: op = "/"; break;
-    case KB_IMOD: op = "%"; break;
-    case KB_MAX:
-    case KB_MIN:
-    case KB_POW:
-        if (t == KT_I64 && e->op != KB_POW) {
-            kl_buf_puts(c->b, "((");
-            print_expr(c, e->a);
-            kl_buf_puts(c->b, e->op == KB_MAX ? ") > (" : ") < (");
-            print_expr(c, e->b);
-            kl_buf_puts(c->b, ") ? (");
-            print_expr(c, e->a);
-            kl_buf_puts(c->b, ") : (");
-            print_expr(c, e->b);
-            kl_buf_puts(c->b, "))");
-            return;
-        }
-        if (e->op == KB_POW)
-            fname(c, "pow", t == KT_I64 ? KT_F32 : t);
-        else
-            kl_buf_printf(c->b, "%s((%s)(", e->op == KB_MAX ? "kl_max" : "kl_min", t == KT_F64 ? "double" : "float");
-        print_expr(c, e->a);
-        if (e->op != KB_POW) {
-            kl_buf_printf(c->b, "), (%s)(", t == KT_F64 ? "double" : "float");
-            print_expr(c, e->b);
-            kl_buf_puts(c->b, "))");
-            return;
-        }
-        kl_buf_puts(c->b, ", ");
-        print_expr(c, e->b);
-        kl_buf_putc(c->b, ')');
-        return;
-    }
-    kl_buf_putc(c->b, '(');
-    print_expr(c, e->a);
-    kl_buf_printf(c->b, " %s ", op);
-    print_expr(c, e->b);
-    kl_buf_putc(c->b, ')');
-}
-
-static const char *load_conv(ir_dtype dt)
-{
-    switch (dt) {
-    case IR_BF16: return "__bfloat162float";
-    case IR_F16: return "__half2float";
-    case IR_F32: case IR_F64: return "";
-    case IR_U8: case IR_I32: case IR_I64: return "(long long)";
-    case IR_NONE: case IR_NDTYPES: break;
-    }
-    kl_panic("cannot load %s", ir_dtype_name(dt));
-}
-
-static void print_expr(cu *c, const kir_expr *e)
-{
-    kl_buf *b = c->b;
-    switch (e->kind) {
-    case KE_CONST:
-        if (e->type == KT_I64 || e->type == KT_BOOL)
-            kl_buf_printf(b, "%lldLL", (long long)e->i);
-        else
-            print_fconst(c, e->f, e->type);
-        return;
-    case KE_VAR:
-        kl_buf_puts(b, var_name(c, e->var));
-        return;
-    case KE_ARG:
-        kl_buf_puts(b, e->var == 0 ? "ka->step" : "(long long)ka->seed");
-        return;
-    case KE_LOAD: {
-        const kir_buf *kb = &c->k->bufs[e->buf];
-        if ((c->lanes >> e->buf) & 1) {
-            kl_buf_printf(b, "%s(kl_l%s.v[kl_j])", load_conv(kb->dtype), kb->name);
-            return;
-        }
-        kl_buf_printf(b, "%s(%s[", load_conv(kb->dtype), kb->name);
-        print_expr(c, e->a);
-        kl_buf_puts(b, "])");
-        return;
-    }
-    case KE_UN:
-        print_un(c, e);
-        return;
-    case KE_BIN:
-        print_bin(c, e);
-        return;
-    case KE_SELECT:
-        kl_buf_puts(b, "(");
-        print_expr(c, e->a);
-        kl_buf_puts(b, " ? ");
-        print_expr(c, e->b);
-        kl_buf_puts(b, " : ");
-        print_expr(c, e->c);
-        kl_buf_puts(b, ")");
-        return;
-    case KE_CAST:
-        kl_buf_printf(b, "((%s)(", ctype(e->type));
-        print_expr(c, e->a);
-        kl_buf_puts(b, "))");
-        return;
-    }
-}
-
-static void print_stored(cu *c, ir_dtype dt, const kir_expr *value)
-{
-    switch (dt) {
-    case IR_BF16: kl_buf_puts(c->b, "__float2bfloat16_rn((float)("); break;
-    case IR_F16: kl_buf_puts(c->b, "__float2half_rn((float)("); break;
-    case IR_U8: case IR_I32: case IR_I64: case IR_F32: case IR_F64:
-        kl_buf_printf(c->b, "(%s)(", storage(dt));
-        print_expr(c, value);
-        kl_buf_putc(c->b, ')');
-        return;
-    case IR_NONE: case IR_NDTYPES: kl_panic("cannot store %s", ir_dtype_name(dt));
-    }
-    print_expr(c, value);
-    kl_buf_puts(c->b, "))");
-}
-
-static const char *acc_init(kir_acc_op op, kir_type t)
-{
-    switch (op) {
-    case KA_SUM: return t == KT_F64 ? "0.0" : "0.0f";
-    case KA_MAX: return t == KT_F64 ? "-KL_INF_D" : "-KL_INF";
-    case KA_MIN: return t == KT_F64 ? "KL_INF_D" : "KL_INF";
-    }
-    return "0";
-}
-
 static void declare_accs(cu *c, const kir_stmt *s)
 {
     for (int a = 0; a < s->naccs; a++) {
         int v = s->accs[a].var;
         kir_type t = c->k->var_types[v];
-        line(c, "%s %s = %s;", ctype(t), var_name(c, v), acc_init(s->accs[a].op, t));
+        line(c, "%s %s = %s;", kir_print_ctype(c->t, t), kir_print_var(c, v), kir_print_acc_init(c->t, s->accs[a].op, t));
     }
 }
 
 static void print_let(cu *c, const kir_stmt *s)
 {
     ind(c);
-    kl_buf_printf(c->b, "const %s %s = ", ctype(c->k->var_types[s->var]), var_name(c, s->var));
-    print_expr(c, s->a);
+    kl_buf_printf(c->b, "const %s %s = ", kir_print_ctype(c->t, c->k->var_types[s->var]), kir_print_var(c, s->var));
+    kir_print_expr(c, s->a);
     kl_buf_puts(c->b, ";\n");
 }
 
@@ -466,17 +181,17 @@ static void print_write(cu *c, const kir_stmt *s)
     ind(c);
     if (s->kind == KS_STORE && ((c->lanes >> s->buf) & 1)) {
         kl_buf_printf(c->b, "kl_s%s.v[kl_j] = ", kb->name);
-        print_stored(c, kb->dtype, s->b);
+        kir_print_stored(c, kb->dtype, s->b);
     } else if (s->kind == KS_STORE) {
         kl_buf_printf(c->b, "%s[", kb->name);
-        print_expr(c, s->a);
+        kir_print_expr(c, s->a);
         kl_buf_puts(c->b, "] = ");
-        print_stored(c, kb->dtype, s->b);
+        kir_print_stored(c, kb->dtype, s->b);
     } else {
         kl_buf_printf(c->b, "kl_atomic_add(&%s[", kb->name);
-        print_expr(c, s->a);
+        kir_print_expr(c, s->a);
         kl_buf_puts(c->b, "], ");
-        print_expr(c, s->b);
+        kir_print_expr(c, s->b);
         kl_buf_putc(c->b, ')');
     }
     kl_buf_puts(c->b, ";\n");
@@ -488,15 +203,15 @@ static void decompose(cu *c, const kir_stmt *const *chain, int n, const char *q,
 {
     const char *ut = wide ? "unsigned long long" : "unsigned int";
     if (n == 1) {
-        line(c, "const long long %s = (long long)%s;", var_name(c, chain[0]->var), q);
+        line(c, "const long long %s = (long long)%s;", kir_print_var(c, chain[0]->var), q);
         return;
     }
     line(c, "%s %s_r = %s;", ut, q, q);
     for (int i = n - 1; i > 0; i--) {
-        line(c, "const long long %s = (long long)(%s_r %% %lldu);", var_name(c, chain[i]->var), q, (long long)chain[i]->extent);
+        line(c, "const long long %s = (long long)(%s_r %% %lldu);", kir_print_var(c, chain[i]->var), q, (long long)chain[i]->extent);
         line(c, "%s_r /= %lldu;", q, (long long)chain[i]->extent);
     }
-    line(c, "const long long %s = (long long)%s_r;", var_name(c, chain[0]->var), q);
+    line(c, "const long long %s = (long long)%s_r;", kir_print_var(c, chain[0]->var), q);
 }
 
 /* The LETs between chain loops, in order (each level's before the next). */
@@ -515,7 +230,7 @@ static void print_thread_stmt(cu *c, const kir_stmt *s)
     switch (s->kind) {
     case KS_LOOP: {
         declare_accs(c, s);
-        const char *v = var_name(c, s->var);
+        const char *v = kir_print_var(c, s->var);
         line(c, "for (long long %s = 0; %s < %lldLL; %s++) {", v, v, (long long)s->extent, v);
         c->indent++;
         print_thread(c, s->body, NULL);
@@ -528,23 +243,23 @@ static void print_thread_stmt(cu *c, const kir_stmt *s)
         return;
     case KS_SET:
         ind(c);
-        kl_buf_printf(c->b, "%s = ", var_name(c, s->var));
-        print_expr(c, s->a);
+        kl_buf_printf(c->b, "%s = ", kir_print_var(c, s->var));
+        kir_print_expr(c, s->a);
         kl_buf_puts(c->b, ";\n");
         return;
     case KS_ACC: {
-        const char *v = var_name(c, s->var);
+        const char *v = kir_print_var(c, s->var);
         ind(c);
         switch (s->accop) {
         case KA_SUM:
             kl_buf_printf(c->b, "%s += ", v);
-            print_expr(c, s->a);
+            kir_print_expr(c, s->a);
             break;
         case KA_MAX:
         case KA_MIN:
             kl_buf_printf(c->b, "%s = %s(%s, (%s)(", v, s->accop == KA_MAX ? "kl_max" : "kl_min", v,
-                          ctype(k->var_types[s->var]));
-            print_expr(c, s->a);
+                          kir_print_ctype(c->t, k->var_types[s->var]));
+            kir_print_expr(c, s->a);
             kl_buf_puts(c->b, "))");
             break;
         }
@@ -558,7 +273,7 @@ static void print_thread_stmt(cu *c, const kir_stmt *s)
     case KS_IF:
         ind(c);
         kl_buf_puts(c->b, "if (");
-        print_expr(c, s->a);
+        kir_print_expr(c, s->a);
         kl_buf_puts(c->b, ") {\n");
         c->indent++;
         print_thread(c, s->body, NULL);
@@ -600,7 +315,7 @@ static void print_block_loop(cu *c, const kir_stmt *s)
     int64_t e = cu_chain_extent(chain, n);
     if (red)
         declare_accs(c, s);
-    const char *q = var_name(c, chain[n - 1]->var);
+    const char *q = kir_print_var(c, chain[n - 1]->var);
     bool wide = e > 0x7fffffffLL;
     char qn[64];
     snprintf(qn, sizeof qn, "kl_t%s", q);
@@ -616,8 +331,8 @@ static void print_block_loop(cu *c, const kir_stmt *s)
         for (int a = 0; a < s->naccs; a++) {
             int v = s->accs[a].var;
             kir_type t = c->k->var_types[v];
-            line(c, "%s = kl_block_reduce(%s, %s, kl_red + %d, (%s)%s);", var_name(c, v), red_op(s->accs[a].op),
-                 var_name(c, v), 32 * a, ctype(t), acc_init(s->accs[a].op, t));
+            line(c, "%s = kl_block_reduce(%s, %s, kl_red + %d, (%s)%s);", kir_print_var(c, v), red_op(s->accs[a].op),
+                 kir_print_var(c, v), 32 * a, kir_print_ctype(c->t, t), kir_print_acc_init(c->t, s->accs[a].op, t));
         }
     }
 }
@@ -657,7 +372,7 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
         case KS_IF:
             ind(c);
             kl_buf_puts(c->b, "if (");
-            print_expr(c, s->a);
+            kir_print_expr(c, s->a);
             kl_buf_puts(c->b, ") {\n");
             c->indent++;
             print_block(c, s->body, NULL, true);
@@ -667,7 +382,7 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
         case KS_LOOP:
             switch (cu_block_role_of(s->loop)) {
             case CU_BLOCK_UNIFORM: {
-                const char *v = var_name(c, s->var);
+                const char *v = kir_print_var(c, s->var);
                 line(c, "for (long long %s = 0; %s < %lldLL; %s++) {", v, v, (long long)s->extent, v);
                 c->indent++;
                 print_block(c, s->body, NULL, true);
@@ -700,7 +415,7 @@ static void print_signature(cu *c, const char *fn)
     kl_buf_printf(c->b, "extern \"C\" __global__ void %s(", fn);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
-        kl_buf_printf(c->b, "%s%s *%s%s, ", kb->written ? "" : "const ", storage(kb->dtype), kb->aliased ? "" : "__restrict__ ",
+        kl_buf_printf(c->b, "%s%s *%s%s, ", kb->written ? "" : "const ", kir_print_storage(c->t, kb->dtype), kb->aliased ? "" : "__restrict__ ",
                       kb->name);
     }
     kl_buf_puts(c->b, "const kl_kargs *__restrict__ ka)\n{\n");
@@ -712,7 +427,7 @@ static void print_trampoline(cu *c, const char *fn)
     kl_buf_printf(c->b, "#ifdef KL_EMULATION\nextern \"C\" void kl_emu_%s(void *const *kb, const kl_kargs *ka)\n{\n    %s(", fn, fn);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
-        kl_buf_printf(c->b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", storage(kb->dtype), i);
+        kl_buf_printf(c->b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", kir_print_storage(c->t, kb->dtype), i);
     }
     kl_buf_puts(c->b, "ka);\n}\n#endif\n");
 }
@@ -777,7 +492,7 @@ static void open_guards(cu *c, const cu_phase *p)
     for (int g = 0; g < p->nguards; g++) {
         ind(c);
         kl_buf_puts(c->b, "if (");
-        print_expr(c, p->guards[g]->a);
+        kir_print_expr(c, p->guards[g]->a);
         kl_buf_puts(c->b, ") {\n");
         c->indent++;
     }
@@ -904,12 +619,12 @@ static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *
                 if ((loaded >> b) & 1) {
                     ind(c);
                     kl_buf_printf(c->b, "const kl_vec<%s, %d> kl_l%s = *reinterpret_cast<const kl_vec<%s, %d> *>(%s + (",
-                                  storage(kb->dtype), p->vec, kb->name, storage(kb->dtype), p->vec, kb->name);
-                    print_expr(c, addr[b]);
+                                  kir_print_storage(c->t, kb->dtype), p->vec, kb->name, kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
+                    kir_print_expr(c, addr[b]);
                     kl_buf_puts(c->b, "));\n");
                 }
                 if ((stored >> b) & 1)
-                    line(c, "kl_vec<%s, %d> kl_s%s;", storage(kb->dtype), p->vec, kb->name);
+                    line(c, "kl_vec<%s, %d> kl_s%s;", kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
             }
             c->rename = NULL;
             line(c, "#pragma unroll");
@@ -928,8 +643,8 @@ static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *
                     continue;
                 const kir_buf *kb = &k->bufs[b];
                 ind(c);
-                kl_buf_printf(c->b, "*reinterpret_cast<kl_vec<%s, %d> *>(%s + (", storage(kb->dtype), p->vec, kb->name);
-                print_expr(c, addr[b]);
+                kl_buf_printf(c->b, "*reinterpret_cast<kl_vec<%s, %d> *>(%s + (", kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
+                kir_print_expr(c, addr[b]);
                 kl_buf_printf(c->b, ")) = kl_s%s;\n", kb->name);
             }
             c->rename = NULL;
@@ -998,7 +713,7 @@ static void print_block_fn(cu *c, const cu_phase *p, const char *fn, bool *print
     line(c, "(void)ka;");
     int naccs = block_reduce_accs(body, end);
     if (naccs)
-        line(c, "__shared__ %s kl_red[32 * %d];", ctype(k->compute), naccs);
+        line(c, "__shared__ %s kl_red[32 * %d];", kir_print_ctype(c->t, k->compute), naccs);
     print_outer_lets(c, p->top, p, printed);
     open_guards(c, p);
     line(c, "for (unsigned int kl_o = blockIdx.x; kl_o < %lldu; kl_o += gridDim.x) {", (long long)p->units);
@@ -1066,7 +781,7 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
     out->launches = kl_xcalloc((size_t)nl + 1, sizeof *out->launches);
     out->nlaunches = nl;
     kl_buf b = {0};
-    cu c = {.k = k, .b = &b};
+    cu c = {.t = &kir_target_cuda, .k = k, .b = &b};
     kl_buf_printf(&b, "/* %s */\n", k->what);
     bool *printed = kl_xcalloc((size_t)k->nvars + 1, 1);
     for (int l = 0, i = 0; l < nl; l++) {

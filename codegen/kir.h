@@ -1,7 +1,9 @@
 /* The kernel IR: one function per fused group, as loop nests over buffers.
  *
  * It is independent of the target: codegen/emit_c.c prints it as C with
- * OpenMP for the host compiler, codegen/emit_cuda.c as CUDA C for NVRTC.
+ * OpenMP for the host compiler, codegen/emit_cuda.c as CUDA C for NVRTC,
+ * both through one expression printer (codegen/print_expr.c) driven by a
+ * target description.
  * The loop kinds carry what each printer needs to map work to threads:
  *
  *   PAR   independent iterations. Leading PAR loops are the kernel's outer
@@ -19,7 +21,10 @@
  *
  * Expressions compute in f32 (f64 when the data is f64) and i64 for
  * indices; loads convert from the buffer's storage dtype and stores
- * convert back (bf16 and f16 with round-to-nearest-even).
+ * convert back (bf16 and f16 with round-to-nearest-even). A float becomes
+ * an integer (CAST to I64, or a store into an integer buffer) toward
+ * zero, NaN as 0 and saturating at i64's range, on every target; a
+ * narrower integer buffer keeps the low bits.
  */
 #ifndef KILN_KIR_H
 #define KILN_KIR_H
@@ -170,7 +175,8 @@ void kir_addto(kir_kernel *k, int buf, kir_expr *index, kir_expr *value);
 /* The C source of one kernel (with no prelude). */
 char *kir_emit_c(const kir_kernel *k);
 /* What every generated C file starts with: includes, bf16/f16 helpers,
- * the hash RNG, the kernel argument struct. */
+ * the hash RNG and float-to-integer conversion (base/scalar.h's text),
+ * the kernel argument struct. */
 const char *kir_c_prelude(void);
 /* Names the kernel after a hash of its C source, so equal kernels share a
  * name and a compiled kernel can be found by name. */

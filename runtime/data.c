@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "data.h"
+#include "base/scalar.h"
 #include "base/support.h"
 
 double kl_now(void)
@@ -377,14 +378,6 @@ struct kl_loader {
     double wait;
 };
 
-static uint64_t lmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static void fill(kl_loader *l, slot *s, int64_t index)
 {
     const kl_dataset *d = l->d;
@@ -497,9 +490,9 @@ void kl_loader_start(kl_loader *l, int64_t epoch)
         l->order[i] = i;
     if (l->shuffle) {
         /* Fisher-Yates with a stream of (seed, epoch). */
-        uint64_t s = lmix(l->seed ^ lmix((uint64_t)epoch + 1));
+        uint64_t s = kl_mix(l->seed ^ kl_mix((uint64_t)epoch + 1));
         for (int64_t i = n - 1; i > 0; i--) {
-            s = lmix(s);
+            s = kl_mix(s);
             int64_t j = (int64_t)(s % (uint64_t)(i + 1));
             int64_t t = l->order[i];
             l->order[i] = l->order[j];

@@ -364,72 +364,7 @@ double kl_exec_scalar(kl_exec *e, int v)
     return kl_load_as(dt, buf, 0);
 }
 
-/* ---- host conversions ---- */
-
-float kl_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t kl_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float kl_f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    if (e == 0) {
-        if (m == 0) {
-            u = s;
-        } else {
-            e = 113;
-            while (!(m & 0x400u)) {
-                m <<= 1;
-                e--;
-            }
-            u = s | (e << 23) | ((m & 0x3ffu) << 13);
-        }
-    } else if (e == 31) {
-        u = s | 0x7f800000u | (m << 13);
-    } else {
-        u = s | ((e + 112) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t kl_f32_to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uint16_t)(s | 0x7e00u);
-    if (a >= 0x477ff000u)
-        return (uint16_t)(s | 0x7c00u);
-    if (a < 0x38800000u) {
-        if (a < 0x33000000u)
-            return (uint16_t)s;
-        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u)))
-            r++;
-        return (uint16_t)(s | r);
-    }
-    uint32_t r = a - 0x38000000u;
-    r += 0xfffu + ((r >> 13) & 1u);
-    return (uint16_t)(s | (r >> 13));
-}
+/* ---- host conversions (bf16 and f16: base/scalar.h) ---- */
 
 void kl_store_as(ir_dtype dt, void *dst, int64_t i, double x)
 {

@@ -5,6 +5,8 @@
 #define KILN_SESSION_H
 
 #include "backend.h"
+/* Host bf16/f16 conversions (kl_f32_to_bf16, ...): the kernels' own text. */
+#include "base/scalar.h"
 
 typedef struct kl_persist {
     char *name;
@@ -96,11 +98,6 @@ void kl_exec_random_inputs(kl_exec *e, uint64_t seed);
  * the others start. Writes host memory of t's dtype. */
 void kl_init_values(const ir_value *v, uint64_t seed, void *host);
 
-/* Host conversions, rounding to nearest even. */
-uint16_t kl_f32_to_bf16(float f);
-float kl_bf16_to_f32(uint16_t h);
-uint16_t kl_f32_to_f16(float f);
-float kl_f16_to_f32(uint16_t h);
 /* Writes x as dtype dt at dst (float dtypes and integers). */
 void kl_store_as(ir_dtype dt, void *dst, int64_t i, double x);
 double kl_load_as(ir_dtype dt, const void *src, int64_t i);

@@ -49,78 +49,22 @@ static dim3 blockDim, gridDim;
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
 
-/* ---- 16-bit floats: the CPU backend's conversions (round to nearest even) ---- */
+/* ---- 16-bit floats: the CPU backend's conversions (base/scalar.h) ---- */
+
+/* Only the conversions: the program brings its own RNG and kl_ftoi. */
+#define KL_SCALAR_HALVES_ONLY 1
+#include "base/scalar.h"
 
 struct __nv_bfloat16 { unsigned short x; };
 struct __half { unsigned short x; };
 
-static inline float kl_emu_bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t kl_emu_f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-
-static inline float __bfloat162float(__nv_bfloat16 h) { return kl_emu_bits_f((uint32_t)h.x << 16); }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f)
-{
-    uint32_t u = kl_emu_f_bits(f);
-    __nv_bfloat16 h;
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        h.x = (unsigned short)((u >> 16) | 0x40);
-        return h;
-    }
-    u += 0x7fffu + ((u >> 16) & 1u);
-    h.x = (unsigned short)(u >> 16);
-    return h;
-}
+static inline float __bfloat162float(__nv_bfloat16 h) { return kl_bf16_to_f32(h.x); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { __nv_bfloat16 h; h.x = kl_f32_to_bf16(f); return h; }
 static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { __nv_bfloat16 h; h.x = x; return h; }
 static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
 
-static inline float __half2float(__half hh)
-{
-    uint32_t h = hh.x;
-    uint32_t s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    if (e == 0) {
-        if (m == 0) {
-            u = s;
-        } else {
-            e = 113;
-            while (!(m & 0x400u)) {
-                m <<= 1;
-                e--;
-            }
-            u = s | (e << 23) | ((m & 0x3ffu) << 13);
-        }
-    } else if (e == 31) {
-        u = s | 0x7f800000u | (m << 13);
-    } else {
-        u = s | ((e + 112) << 23) | (m << 13);
-    }
-    return kl_emu_bits_f(u);
-}
-static inline __half __float2half_rn(float f)
-{
-    uint32_t u = kl_emu_f_bits(f);
-    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    __half h;
-    if (a > 0x7f800000u) {
-        h.x = (unsigned short)(s | 0x7e00u);
-    } else if (a >= 0x477ff000u) {
-        h.x = (unsigned short)(s | 0x7c00u);
-    } else if (a < 0x38800000u) {
-        if (a < 0x33000000u) {
-            h.x = (unsigned short)s;
-        } else {
-            uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
-            uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-            if (rem > half || (rem == half && (r & 1u)))
-                r++;
-            h.x = (unsigned short)(s | r);
-        }
-    } else {
-        uint32_t r = a - 0x38000000u;
-        r += 0xfffu + ((r >> 13) & 1u);
-        h.x = (unsigned short)(s | (r >> 13));
-    }
-    return h;
-}
+static inline float __half2float(__half h) { return kl_f16_to_f32(h.x); }
+static inline __half __float2half_rn(float f) { __half h; h.x = kl_f32_to_f16(f); return h; }
 static inline __half __ushort_as_half(unsigned short x) { __half h; h.x = x; return h; }
 static inline unsigned short __half_as_ushort(__half h) { return h.x; }
 

@@ -39,6 +39,10 @@
 #ifndef KILN_EMU_DIR
 #define KILN_EMU_DIR "tests/cuda"
 #endif
+/* Where emu.h finds base/scalar.h. */
+#ifndef KILN_EMU_INCLUDE
+#define KILN_EMU_INCLUDE "."
+#endif
 #ifndef KILN_CXX
 #define KILN_CXX "c++"
 #endif
@@ -112,14 +116,15 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
     const char *flags = "-std=c++17 -O1 -fPIC -shared -w " KL_CC_FP_FLAGS;
     /* The emulation header is part of every program: its text is part of
      * the cache key. */
-    kl_source hdr;
-    char *hdr_path = kl_xasprintf("%s/emu.h", KILN_EMU_DIR);
     uint64_t hh = KL_HASH_INIT;
-    if (kl_source_read(&hdr, hdr_path) == 0) {
-        hh = kl_hash_bytes(hh, hdr.text, hdr.len);
-        kl_source_free(&hdr);
+    static const char *const headers[] = {KILN_EMU_DIR "/emu.h", KILN_EMU_INCLUDE "/base/scalar.h"};
+    for (int i = 0; i < (int)KL_ARRAY_LEN(headers); i++) {
+        kl_source hdr;
+        if (kl_source_read(&hdr, headers[i]) == 0) {
+            hh = kl_hash_bytes(hh, hdr.text, hdr.len);
+            kl_source_free(&hdr);
+        }
     }
-    free(hdr_path);
     compile_job *jobs = kl_xcalloc((size_t)n + 1, sizeof *jobs);
     int todo = 0;
     for (int i = 0; i < n; i++) {
@@ -142,6 +147,7 @@ static int build_libs(char **programs, int n, int threads, emu_lib *libs)
         kl_argv_add_words(&jobs[i].cmd, cxx());
         kl_argv_add_words(&jobs[i].cmd, flags);
         kl_argv_add(&jobs[i].cmd, "-I" KILN_EMU_DIR);
+        kl_argv_add(&jobs[i].cmd, "-I" KILN_EMU_INCLUDE);
         kl_argv_add(&jobs[i].cmd, "-o");
         kl_argv_add(&jobs[i].cmd, jobs[i].tmp);
         kl_argv_add(&jobs[i].cmd, jobs[i].src);

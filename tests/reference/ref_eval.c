@@ -19,9 +19,12 @@ double ref_round(ir_dtype dt, double x)
         return kl_f16_to_f32(kl_f32_to_f16((float)x));
     case IR_U8:
     case IR_I32:
-    case IR_I64:
-        /* C's conversion: toward zero */
-        return trunc(x);
+    case IR_I64: {
+        /* The kernels' conversion (kl_ftoi): toward zero, NaN -> 0,
+         * saturating at i64's range; i32 and u8 keep the low bits. */
+        int64_t v = x != x ? 0 : x >= 0x1p63 ? INT64_MAX : x < -0x1p63 ? INT64_MIN : (int64_t)x;
+        return dt == IR_I64 ? (double)v : dt == IR_I32 ? (double)(int32_t)(uint32_t)v : (double)(uint8_t)v;
+    }
     default:
         kl_panic("reference: no rounding for dtype %s", ir_dtype_name(dt));
     }

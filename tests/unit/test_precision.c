@@ -547,6 +547,68 @@ static void test_nan_propagates(void **state)
     be->ops->destroy(be);
 }
 
+/* Float to integer is defined for every input, the same on the GPU
+ * (cuda.emulate.nan_inf): toward zero, NaN -> 0, beyond i64's range
+ * saturating; i32 and u8 keep the low bits of that i64. Before kl_ftoi,
+ * C's conversion was undefined here (x86 gave INT64_MIN for NaN and both
+ * infinities). Unfused, so that the kept casts are stored. */
+static const char *cast_model =
+    "model m {\n"
+    "  input x : f32[batch, 16]\n"
+    "  param w : [16] init = ones\n"
+    "  a = i64(x * w)\n"
+    "  b = i32(x * w)\n"
+    "  c = u8(x * w)\n"
+    "  loss = mean(x * w) + mean(f32(a) + f32(b) + f32(c)) * 0\n"
+    "}\n"
+    "train { batch = 1 }\n";
+
+static void test_float_to_int_is_defined(void **state)
+{
+    (void)state;
+    const float x[16] = {NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 3e9f, -3e9f, -2.75f,
+                         2.75f, 0.5f, 9.3e18f, -9.3e18f, 255.9f, 256.5f, -1.5f, 0};
+    const int64_t want_a[16] = {0, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 3000000000LL, -3000000000LL, -2,
+                                2, 0, INT64_MAX, INT64_MIN, 255, 256, -1, 0};
+    const int32_t want_b[16] = {0, -1, 0, -1, 0, -1294967296, 1294967296, -2, 2, 0, -1, 0, 255, 256, -1, 0};
+    const uint8_t want_c[16] = {0, 255, 0, 255, 0, 0, 0, 254, 2, 0, 255, 0, 255, 0, 255, 0};
+    kl_source src;
+    kl_source_from_string(&src, "cast.kl", cast_model);
+    kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true, .stop_after = "passes"};
+    kl_compiled *c = kl_compile_source(&src, &cc);
+    kl_source_free(&src);
+    assert_non_null(c);
+    ir_graph *g = kl_compiled_take_graph(c);
+    int keep[3] = {ir_find_value(g, "a"), ir_find_value(g, "b"), ir_find_value(g, "c")};
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_session *s = kl_session_new(be, 1);
+    kl_plan_opts popts = {.keep = keep, .nkeep = 3};
+    cc.stop_after = NULL;
+    cc.plan = &popts;
+    c = kl_compile_graph(g, &cc);
+    assert_non_null(c);
+    kl_exec *e = kl_compiled_exec(s, c, NULL);
+    assert_non_null(e);
+    kl_exec_write(e, ir_find_value(g, "x"), x, sizeof x);
+    kl_kargs ka = {0, 1};
+    kl_exec_run(e, 1u << IR_PHASE_FORWARD, &ka);
+    int64_t a[16];
+    int32_t b[16];
+    uint8_t u[16];
+    kl_exec_read(e, keep[0], a, sizeof a);
+    kl_exec_read(e, keep[1], b, sizeof b);
+    kl_exec_read(e, keep[2], u, sizeof u);
+    for (int i = 0; i < 16; i++) {
+        if (a[i] != want_a[i] || b[i] != want_b[i] || u[i] != want_c[i])
+            fail_msg("x = %g gave i64 %lld, i32 %d, u8 %d; expected %lld, %d, %d", (double)x[i], (long long)a[i], b[i],
+                     u[i], (long long)want_a[i], want_b[i], want_c[i]);
+    }
+    kl_exec_free(e);
+    kl_session_free(s);
+    be->ops->destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_max_splits_the_gradient_among_ties),
         cmocka_unit_test(test_kept_calls_train_in_fp32),
         cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_float_to_int_is_defined),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,86 @@
+/* Scalar helpers that every target shares: bf16/f16 conversions (round to
+ * nearest even, NaN stays NaN), the counter-based RNG and the defined
+ * float-to-integer conversion.
+ *
+ * This is the one source of their text. The runtime includes it; the CUDA
+ * emulation (tests/cuda/emu.h) builds its __float2bfloat16_rn and friends
+ * on the conversions; and the generated kernels carry the same lines: the
+ * build cuts the regions between the text markers out of this file into C
+ * string literals (codegen/CMake: scalar_text.h), which the C prelude
+ * (codegen/emit_c.c) embeds verbatim and the CUDA prelude
+ * (codegen/emit_cuda.c) embeds respelled for CUDA ("static inline" ->
+ * "__device__ __forceinline__", int64_t -> long long, uint64_t ->
+ * unsigned long long). So the four cannot drift. Inside the markers keep
+ * to that vocabulary: no other headers' macros (NVRTC has none). */
+#ifndef KILN_BASE_SCALAR_H
+#define KILN_BASE_SCALAR_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* @text halves */
+/* bf16 and f16 are stored as 16 bits; conversions round to nearest even. */
+static inline float kl_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t kl_f32_to_bf16(float f)
+{
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float kl_f16_to_f32(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) u = s;
+        else { e = 113; while (!(m & 0x400u)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 0x3ffu) << 13); }
+    } else if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else u = s | ((e + 112) << 23) | (m << 13);
+    float f; memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t kl_f32_to_f16(float f)
+{
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); /* rounds to inf */
+    if (a < 0x38800000u) { /* subnormal or zero in f16 */
+        if (a < 0x33000000u) return (uint16_t)s;
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (uint16_t)(s | r);
+    }
+    uint32_t r = a - 0x38000000u; /* rebias 127 -> 15 */
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(s | (r >> 13));
+}
+/* @end */
+
+/* The emulation leaves out the rest: the CUDA program it runs brings its
+ * own (CUDA-spelled) copy of these lines. */
+#ifndef KL_SCALAR_HALVES_ONLY
+/* Counter-based RNG: kl_rand is uniform in [0, 1) from (seed, step, salt,
+ * index), the same stream on every backend and thread count. */
+/* @text rng */
+static inline uint64_t kl_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull; x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull; return x ^ (x >> 31);
+}
+static inline float kl_rand(uint64_t seed, int64_t step, uint64_t salt, uint64_t index)
+{
+    uint64_t x = kl_mix(kl_mix(kl_mix(seed) ^ (uint64_t)step) ^ salt) ^ index;
+    return (float)(kl_mix(x) >> 40) * (1.0f / 16777216.0f);
+}
+/* @end */
+/* @text ftoi */
+/* Float to integer: toward zero, NaN gives 0 and values beyond int64's
+ * range saturate (as the GPU's cvt.rzi does), without C's undefined
+ * behaviour; narrower integer stores then keep the low bits. */
+static inline int64_t kl_ftoi(float x) { return x != x ? 0 : x >= 9223372036854775808.0f ? 9223372036854775807LL : x < -9223372036854775808.0f ? -9223372036854775807LL - 1 : (int64_t)x; }
+static inline int64_t kl_ftoi_d(double x) { return x != x ? 0 : x >= 9223372036854775808.0 ? 9223372036854775807LL : x < -9223372036854775808.0 ? -9223372036854775807LL - 1 : (int64_t)x; }
+/* @end */
+#endif
+
+#endif

@@ -1,0 +1,330 @@
+/* The expression printer every target shares (see print_expr.h), and the
+ * two target descriptions. */
+#include <string.h>
+
+#include "print_expr.h"
+
+/* ---- the targets ---- */
+
+/* The shared formats. RELU, MAX and MIN have none: each target keeps NaN
+ * its own way (C: selects that vectorise without -ffast-math, kl_max_d for
+ * f64; CUDA: overloads). */
+static const char *const un_shared[KIR_NUNOPS] = {
+    [KU_NEG] = "(-%a)",
+    [KU_EXP] = "exp%f(%a)",
+    [KU_LOG] = "log%f(%a)",
+    [KU_SQRT] = "sqrt%f(%a)",
+    /* 1 / sqrt, IEEE on both targets (CUDA's rsqrtf is an approximation) */
+    [KU_RSQRT] = "(%1 / sqrt%f(%a))",
+    [KU_TANH] = "tanh%f(%a)",
+    [KU_SIGMOID] = "(%1 / (%1 + exp%f(-(%a))))",
+    [KU_ABS] = "fabs%f(%a)",
+    [KU_NOT] = "(!%a)",
+    [KU_ERF] = "erf%f(%a)",
+    [KU_ROUND_F32] = "(%T)(float)(%a)",
+    [KU_ISFINITE] = "(%T)(isfinite(%a) ? 1 : 0)",
+    [KU_UNIFORM] = "(%T)kl_rand(ka->seed, ka->step, %iull, (%u)(%a))",
+};
+
+static const char *const bin_shared[KIR_NBINOPS] = {
+    [KB_ADD] = "(%a + %b)", [KB_SUB] = "(%a - %b)", [KB_MUL] = "(%a * %b)", [KB_DIV] = "(%a / %b)",
+    [KB_POW] = "pow%f(%a, %b)",
+    [KB_LT] = "(%a < %b)", [KB_LE] = "(%a <= %b)", [KB_GT] = "(%a > %b)", [KB_GE] = "(%a >= %b)",
+    [KB_EQ] = "(%a == %b)", [KB_NE] = "(%a != %b)", [KB_AND] = "(%a && %b)", [KB_OR] = "(%a || %b)",
+    [KB_IDIV] = "(%a / %b)", [KB_IMOD] = "(%a %% %b)",
+};
+
+/* Integer max and min (indices): plain selects on both targets. */
+static const char imax[] = "((%a) > (%b) ? (%a) : (%b))", imin[] = "((%a) < (%b) ? (%a) : (%b))";
+
+const kir_target kir_target_c = {
+    .i64 = "int64_t",
+    .u64 = "uint64_t",
+    .storage = {[IR_U8] = "uint8_t", [IR_I32] = "int32_t", [IR_I64] = "int64_t", [IR_F16] = "uint16_t",
+                [IR_BF16] = "uint16_t", [IR_F32] = "float", [IR_F64] = "double"},
+    .load = {[IR_U8] = "(int64_t)", [IR_I32] = "(int64_t)", [IR_I64] = "(int64_t)", [IR_F16] = "kl_f16_to_f32",
+             [IR_BF16] = "kl_bf16_to_f32", [IR_F32] = "", [IR_F64] = ""},
+    .store = {[IR_F16] = "kl_f32_to_f16", [IR_BF16] = "kl_f32_to_bf16"},
+    .nan = {"(float)NAN", "NAN"},
+    .inf = {"(float)INFINITY", "INFINITY"},
+    .ninf = {"-(float)INFINITY", "-INFINITY"},
+    /* 1 - c: with !c, gcc turns c & !d into branches and leaves the loop
+     * scalar (max-pooling's backward, measured 3x slower). */
+    .not_cond = "(1 - %a)",
+    /* Conditions are 0 or 1: & and | give the value of && and || without
+     * the branch short-circuiting needs (&& stays where it guards a load). */
+    .cond_and = "(%a & %b)",
+    .cond_or = "(%a | %b)",
+    /* Selects in the prelude: they vectorise (fmaxf's NaN rule does not)
+     * and keep NaN, as in PyTorch. */
+    .un = {[KU_RELU] = "kl_relu%d(%a)"},
+    .bin = {[KB_MAX] = "kl_max%d(%a, %b)", [KB_MIN] = "kl_min%d(%a, %b)"},
+};
+
+const kir_target kir_target_cuda = {
+    .i64 = "long long",
+    .u64 = "unsigned long long",
+    .storage = {[IR_U8] = "unsigned char", [IR_I32] = "int", [IR_I64] = "long long", [IR_F16] = "__half",
+                [IR_BF16] = "__nv_bfloat16", [IR_F32] = "float", [IR_F64] = "double"},
+    .load = {[IR_U8] = "(long long)", [IR_I32] = "(long long)", [IR_I64] = "(long long)", [IR_F16] = "__half2float",
+             [IR_BF16] = "__bfloat162float", [IR_F32] = "", [IR_F64] = ""},
+    .store = {[IR_F16] = "__float2half_rn", [IR_BF16] = "__float2bfloat16_rn"},
+    .nan = {"KL_NAN", "KL_NAN_D"},
+    .inf = {"KL_INF", "KL_INF_D"},
+    .ninf = {"-KL_INF", "-KL_INF_D"},
+    /* kl_max and kl_min are overloads (prelude): the casts pick one. */
+    .un = {[KU_RELU] = "kl_max((%T)(%a), %0)"},
+    .bin = {[KB_MAX] = "kl_max((%T)(%a), (%T)(%b))", [KB_MIN] = "kl_min((%T)(%a), (%T)(%b))"},
+};
+
+/* ---- types and names ---- */
+
+const char *kir_print_ctype(const kir_target *t, kir_type ty)
+{
+    switch (ty) {
+    case KT_I64: return t->i64;
+    case KT_F32: return "float";
+    case KT_F64: return "double";
+    case KT_BOOL: return "int";
+    }
+    kl_panic("unknown kernel type %d", (int)ty);
+}
+
+const char *kir_print_storage(const kir_target *t, ir_dtype dt)
+{
+    if (dt <= IR_NONE || dt >= IR_NDTYPES || !t->storage[dt])
+        kl_panic("no element type for %s", ir_dtype_name(dt));
+    return t->storage[dt];
+}
+
+const char *kir_print_var(const kir_printer *p, int v)
+{
+    return p->rename && p->rename[v] ? p->rename[v] : p->k->var_names[v];
+}
+
+const char *kir_print_acc_init(const kir_target *t, kir_acc_op op, kir_type ty)
+{
+    int d = ty == KT_F64;
+    switch (op) {
+    case KA_SUM: return d ? "0.0" : "0.0f";
+    case KA_MAX: return t->ninf[d];
+    case KA_MIN: return t->inf[d];
+    }
+    return "0";
+}
+
+void kir_print_indent(kir_printer *p)
+{
+    for (int i = 0; i < p->indent; i++)
+        kl_buf_puts(p->b, "    ");
+}
+
+bool kir_expr_loads(const kir_expr *e)
+{
+    switch (e->kind) {
+    case KE_LOAD: return true;
+    case KE_UN:
+    case KE_CAST: return kir_expr_loads(e->a);
+    case KE_BIN: return kir_expr_loads(e->a) || kir_expr_loads(e->b);
+    case KE_SELECT: return kir_expr_loads(e->a) || kir_expr_loads(e->b) || kir_expr_loads(e->c);
+    case KE_CONST:
+    case KE_VAR:
+    case KE_ARG: return false;
+    }
+    return true;
+}
+
+/* ---- expressions ---- */
+
+/* Whether float expression e is an integer constant (or a select between
+ * such) within [lo, hi]: it converts exactly, with no helper (dropout's
+ * mask stores 1.0 or 0.0 as u8). */
+static bool exact_int(const kir_expr *e, double lo, double hi)
+{
+    if (e->kind == KE_SELECT)
+        return exact_int(e->b, lo, hi) && exact_int(e->c, lo, hi);
+    return e->kind == KE_CONST && e->f >= lo && e->f <= hi && e->f == (double)(int64_t)e->f;
+}
+
+/* Float value of e converted to an integer type whose range is [lo, hi]:
+ * defined for NaN and out-of-range values, the same on every target
+ * (kl_ftoi, base/scalar.h). Prints the opening; the caller closes ")". */
+static bool print_ftoi(kir_printer *p, const kir_expr *e, double lo, double hi)
+{
+    if ((e->type != KT_F32 && e->type != KT_F64) || exact_int(e, lo, hi))
+        return false;
+    kl_buf_puts(p->b, e->type == KT_F64 ? "kl_ftoi_d(" : "kl_ftoi(");
+    return true;
+}
+
+static void print_fconst(kir_printer *p, double f, kir_type t)
+{
+    int d = t == KT_F64;
+    if (f != f) {
+        kl_buf_puts(p->b, p->t->nan[d]);
+    } else if (f == 1.0 / 0.0 || f == -1.0 / 0.0) {
+        kl_buf_puts(p->b, f < 0 ? p->t->ninf[d] : p->t->inf[d]);
+    } else {
+        char s[64];
+        snprintf(s, sizeof s, d ? "%.17g" : "%.9g", f);
+        kl_buf_puts(p->b, s);
+        if (!strpbrk(s, ".e"))
+            kl_buf_puts(p->b, ".0");
+        if (!d)
+            kl_buf_putc(p->b, 'f');
+    }
+}
+
+/* Prints a format (see print_expr.h) for expression e of type t. */
+static void print_format(kir_printer *p, const char *fmt, const kir_expr *e, kir_type t)
+{
+    for (const char *c = fmt; *c; c++) {
+        if (*c != '%') {
+            kl_buf_putc(p->b, *c);
+            continue;
+        }
+        switch (*++c) {
+        case 'a': kir_print_expr(p, e->a); break;
+        case 'b': kir_print_expr(p, e->b); break;
+        case 'T': kl_buf_puts(p->b, kir_print_ctype(p->t, t)); break;
+        case 'u': kl_buf_puts(p->b, p->t->u64); break;
+        case 'f': kl_buf_puts(p->b, t == KT_F64 ? "" : "f"); break;
+        case 'd': kl_buf_puts(p->b, t == KT_F64 ? "_d" : ""); break;
+        case '1': kl_buf_puts(p->b, t == KT_F64 ? "1.0" : "1.0f"); break;
+        case '0': kl_buf_puts(p->b, t == KT_F64 ? "0.0" : "0.0f"); break;
+        case 'i': kl_buf_printf(p->b, "%lld", (long long)e->i); break;
+        case '%': kl_buf_putc(p->b, '%'); break;
+        default: kl_panic("bad directive %%%c in format \"%s\"", *c, fmt);
+        }
+    }
+}
+
+static void print_un(kir_printer *p, const kir_expr *e)
+{
+    kir_type t = e->type;
+    const char *fmt = p->t->un[e->op] ? p->t->un[e->op] : un_shared[e->op];
+    switch ((kir_unop)e->op) {
+    case KU_NOT:
+        if (e->a->type == KT_BOOL && p->t->not_cond)
+            fmt = p->t->not_cond;
+        break;
+    case KU_ABS:
+        if (t == KT_I64)
+            fmt = "llabs(%a)";
+        break;
+    case KU_ROUND_BF16:
+    case KU_ROUND_F16: {
+        /* Through the 16-bit storage type and back: the conversions a
+         * store and a load make. */
+        ir_dtype dt = e->op == KU_ROUND_BF16 ? IR_BF16 : IR_F16;
+        kl_buf_printf(p->b, "(%s)%s(%s((float)(", kir_print_ctype(p->t, t), p->t->load[dt], p->t->store[dt]);
+        kir_print_expr(p, e->a);
+        kl_buf_puts(p->b, ")))");
+        return;
+    }
+    default:
+        break;
+    }
+    if (!fmt)
+        kl_panic("no format for unary op %d", e->op);
+    print_format(p, fmt, e, t);
+}
+
+static void print_bin(kir_printer *p, const kir_expr *e)
+{
+    kir_type t = e->type;
+    const char *fmt = p->t->bin[e->op] ? p->t->bin[e->op] : bin_shared[e->op];
+    if (t == KT_I64 && (e->op == KB_MAX || e->op == KB_MIN))
+        fmt = e->op == KB_MAX ? imax : imin;
+    else if (e->op == KB_POW && t == KT_I64)
+        t = KT_F32;
+    else if ((e->op == KB_AND || e->op == KB_OR) && e->a->type == KT_BOOL && e->b->type == KT_BOOL &&
+             !kir_expr_loads(e->b) && (e->op == KB_AND ? p->t->cond_and : p->t->cond_or))
+        fmt = e->op == KB_AND ? p->t->cond_and : p->t->cond_or;
+    if (!fmt)
+        kl_panic("no format for binary op %d", e->op);
+    print_format(p, fmt, e, t);
+}
+
+void kir_print_expr(kir_printer *p, const kir_expr *e)
+{
+    kl_buf *b = p->b;
+    switch (e->kind) {
+    case KE_CONST:
+        if (e->type == KT_I64 || e->type == KT_BOOL)
+            kl_buf_printf(b, "%lldLL", (long long)e->i);
+        else
+            print_fconst(p, e->f, e->type);
+        return;
+    case KE_VAR:
+        kl_buf_puts(b, kir_print_var(p, e->var));
+        return;
+    case KE_ARG:
+        if (e->var == 0)
+            kl_buf_puts(b, "ka->step");
+        else
+            kl_buf_printf(b, "(%s)ka->seed", p->t->i64);
+        return;
+    case KE_LOAD: {
+        const kir_buf *kb = &p->k->bufs[e->buf];
+        const char *conv = kb->dtype > IR_NONE && kb->dtype < IR_NDTYPES ? p->t->load[kb->dtype] : NULL;
+        if (!conv)
+            kl_panic("cannot load %s", ir_dtype_name(kb->dtype));
+        if ((p->lanes >> e->buf) & 1) {
+            kl_buf_printf(b, "%s(kl_l%s.v[kl_j])", conv, kb->name);
+            return;
+        }
+        kl_buf_printf(b, "%s(%s[", conv, kb->name);
+        kir_print_expr(p, e->a);
+        kl_buf_puts(b, "])");
+        return;
+    }
+    case KE_UN:
+        print_un(p, e);
+        return;
+    case KE_BIN:
+        print_bin(p, e);
+        return;
+    case KE_SELECT:
+        kl_buf_puts(b, "(");
+        kir_print_expr(p, e->a);
+        kl_buf_puts(b, " ? ");
+        kir_print_expr(p, e->b);
+        kl_buf_puts(b, " : ");
+        kir_print_expr(p, e->c);
+        kl_buf_puts(b, ")");
+        return;
+    case KE_CAST:
+        if (e->type == KT_I64 && print_ftoi(p, e->a, -9.2e18, 9.2e18)) {
+            kir_print_expr(p, e->a);
+            kl_buf_puts(b, ")");
+            return;
+        }
+        kl_buf_printf(b, "((%s)(", kir_print_ctype(p->t, e->type));
+        kir_print_expr(p, e->a);
+        kl_buf_puts(b, "))");
+        return;
+    }
+}
+
+void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
+{
+    const char *store = dt > IR_NONE && dt < IR_NDTYPES ? p->t->store[dt] : NULL;
+    if (store) {
+        kl_buf_printf(p->b, "%s((float)(", store);
+        kir_print_expr(p, value);
+        kl_buf_puts(p->b, "))");
+    } else if (!ir_dtype_is_float(dt)) {
+        /* A float stored as an integer converts as a cast does. */
+        kl_buf_printf(p->b, "(%s)(", kir_print_storage(p->t, dt));
+        double lo = dt == IR_U8 ? 0 : dt == IR_I32 ? -2147483648.0 : -9.2e18;
+        double hi = dt == IR_U8 ? 255 : dt == IR_I32 ? 2147483647.0 : 9.2e18;
+        bool f = print_ftoi(p, value, lo, hi);
+        kir_print_expr(p, value);
+        kl_buf_puts(p->b, f ? "))" : ")");
+    } else {
+        kl_buf_printf(p->b, "(%s)(", kir_print_storage(p->t, dt));
+        kir_print_expr(p, value);
+        kl_buf_putc(p->b, ')');
+    }
+}
