@@ -343,6 +343,14 @@ static kir_expr *elem_relu(const elem_args *e) { return un(e, KU_RELU); }
 static kir_expr *elem_tanh(const elem_args *e) { return un(e, KU_TANH); }
 static kir_expr *elem_sigmoid(const elem_args *e) { return un(e, KU_SIGMOID); }
 static kir_expr *elem_exp(const elem_args *e) { return un(e, KU_EXP); }
+
+/* log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): exp cannot overflow */
+static kir_expr *elem_softplus(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    kir_expr *tail = kir_un(k, KU_EXP, kir_un(k, KU_NEG, un(e, KU_ABS)));
+    return kir_bin(k, KB_ADD, un(e, KU_RELU), kir_un(k, KU_LOG, kir_bin(k, KB_ADD, one(e), tail)));
+}
 static kir_expr *elem_log(const elem_args *e) { return un(e, KU_LOG); }
 static kir_expr *elem_sqrt(const elem_args *e) { return un(e, KU_SQRT); }
 static kir_expr *elem_rsqrt(const elem_args *e) { return un(e, KU_RSQRT); }

@@ -188,6 +188,14 @@ static void ir_grad_gelu(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_GEL
 static void ir_grad_tanh(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_TANH_GRAD, out(n, 0)); }
 static void ir_grad_sigmoid(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_SIGMOID_GRAD, out(n, 0)); }
 
+/* softplus(x) = log(1 + exp(x)), softplus'(x) = sigmoid(x) */
+static void ir_grad_softplus(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy >= 0)
+        ir_grad_put(c, in(n, 0), mul(c, dy, ir_emit1(c->g, IR_OP_SIGMOID, in(n, 0), NULL)));
+}
+
 static void ir_grad_exp(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
