@@ -1,6 +1,7 @@
-/* Elementwise nests, and the kernels built from them: fused elementwise
- * chains, optimizer updates and data movement (transpose, permute, concat,
- * slice, embedding). See cg.h. */
+/* Elementwise nests, the elementwise body of every pointwise op (its row
+ * in ir/ops.def names it), and the kernels built from them: fused
+ * elementwise chains, optimizer updates and data movement (transpose,
+ * permute, concat, slice, embedding). See cg.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +344,10 @@ static kir_expr *elem_relu(const elem_args *e) { return un(e, KU_RELU); }
 static kir_expr *elem_tanh(const elem_args *e) { return un(e, KU_TANH); }
 static kir_expr *elem_sigmoid(const elem_args *e) { return un(e, KU_SIGMOID); }
 static kir_expr *elem_exp(const elem_args *e) { return un(e, KU_EXP); }
+static kir_expr *elem_log(const elem_args *e) { return un(e, KU_LOG); }
+static kir_expr *elem_sqrt(const elem_args *e) { return un(e, KU_SQRT); }
+static kir_expr *elem_rsqrt(const elem_args *e) { return un(e, KU_RSQRT); }
+static kir_expr *elem_broadcast(const elem_args *e) { return e->a[0]; }
 
 /* log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): exp cannot overflow */
 static kir_expr *elem_softplus(const elem_args *e)
@@ -351,10 +356,6 @@ static kir_expr *elem_softplus(const elem_args *e)
     kir_expr *tail = kir_un(k, KU_EXP, kir_un(k, KU_NEG, un(e, KU_ABS)));
     return kir_bin(k, KB_ADD, un(e, KU_RELU), kir_un(k, KU_LOG, kir_bin(k, KB_ADD, one(e), tail)));
 }
-static kir_expr *elem_log(const elem_args *e) { return un(e, KU_LOG); }
-static kir_expr *elem_sqrt(const elem_args *e) { return un(e, KU_SQRT); }
-static kir_expr *elem_rsqrt(const elem_args *e) { return un(e, KU_RSQRT); }
-static kir_expr *elem_broadcast(const elem_args *e) { return e->a[0]; }
 
 /* Phi(x) = (1 + erf(x / sqrt 2)) / 2, the standard normal CDF. */
 static kir_expr *normal_cdf(kir_kernel *k, kir_expr *x)
