@@ -70,8 +70,12 @@ kir_expr *cg_scalar(cg_builder *b, int v);
 /* The kernel buffer of value v. */
 int cg_buf(cg_builder *b, int v);
 kir_type cg_compute_type(const ir_graph *g, const int *values, int n);
-/* Applies an elementwise op to operand expressions. */
+/* Applies an elementwise op to operand expressions: the body its op row
+ * names (result: which of the node's results). */
 kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **args);
+/* True when the op's row names an elementwise body (every pointwise op,
+ * and const). */
+bool cg_has_body(ir_op op);
 /* A store of expression e into value v's buffer at the nest position. */
 void cg_store_at(cg_builder *b, int v, kir_expr *e);
 

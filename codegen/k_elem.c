@@ -1,6 +1,7 @@
-/* Elementwise nests, and the kernels built from them: fused elementwise
- * chains, optimizer updates and data movement (transpose, permute, concat,
- * slice, embedding). See cg.h. */
+/* Elementwise nests, the elementwise body of every pointwise op (its row
+ * in ir/ops.def names it), and the kernels built from them: fused
+ * elementwise chains, optimizer updates and data movement (transpose,
+ * permute, concat, slice, embedding). See cg.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,12 +21,6 @@ bool cg_in_group(const cg_group *grp, int node)
     return lo < grp->n && grp->nodes[lo] == node;
 }
 
-static bool is_elementwise(ir_op op)
-{
-    return ir_ops[op].kclass == IR_KC_ELEMWISE || op == IR_OP_BROADCAST || op == IR_OP_DROPOUT ||
-           op == IR_OP_CONST;
-}
-
 bool cg_computed_inside(const cg_group *grp, int v)
 {
     const ir_value *val = ir_val(grp->g, v);
@@ -33,7 +28,7 @@ bool cg_computed_inside(const cg_group *grp, int v)
         return false;
     ir_op op = ir_nd(grp->g, val->def)->op;
     /* Constants are folded into every kernel that reads them. */
-    return op == IR_OP_CONST || (cg_in_group(grp, val->def) && is_elementwise(op));
+    return op == IR_OP_CONST || (cg_in_group(grp, val->def) && ir_op_is_pointwise(op));
 }
 
 kir_expr *cg_scalar(cg_builder *b, int v)
@@ -313,86 +308,149 @@ static double node_f(const ir_node *n, const char *key, double d)
     return ir_attr_float(&n->attrs, key, d);
 }
 
+/* ---- elementwise bodies: one per pointwise op, found from the op row ---- */
+
+/* What a body builder sees: the kernel, the node, which of its results
+ * it computes (dropout has two) and its operands' expressions at the
+ * nest's current position. */
+typedef struct elem_args {
+    cg_builder *b;
+    kir_kernel *k;
+    const ir_node *n;
+    int result;
+    kir_expr **a;
+} elem_args;
+
+typedef kir_expr *(*elem_body)(const elem_args *e);
+
+static kir_expr *zero(const elem_args *e) { return kir_const_f(e->k, 0); }
+static kir_expr *one(const elem_args *e) { return kir_const_f(e->k, 1); }
+static kir_expr *bin(const elem_args *e, kir_binop op) { return kir_bin(e->k, op, e->a[0], e->a[1]); }
+static kir_expr *un(const elem_args *e, kir_unop op) { return kir_un(e->k, op, e->a[0]); }
+
+static kir_expr *elem_const(const elem_args *e) { return kir_const_f(e->k, node_f(e->n, "value", 0)); }
+static kir_expr *elem_add(const elem_args *e) { return bin(e, KB_ADD); }
+static kir_expr *elem_sub(const elem_args *e) { return bin(e, KB_SUB); }
+static kir_expr *elem_mul(const elem_args *e) { return bin(e, KB_MUL); }
+static kir_expr *elem_div(const elem_args *e) { return bin(e, KB_DIV); }
+static kir_expr *elem_pow(const elem_args *e) { return bin(e, KB_POW); }
+static kir_expr *elem_maximum(const elem_args *e) { return bin(e, KB_MAX); }
+static kir_expr *elem_minimum(const elem_args *e) { return bin(e, KB_MIN); }
+static kir_expr *elem_ge(const elem_args *e) { return kir_select(e->k, bin(e, KB_GE), one(e), zero(e)); }
+static kir_expr *elem_eq(const elem_args *e) { return kir_select(e->k, bin(e, KB_EQ), one(e), zero(e)); }
+static kir_expr *elem_isfinite(const elem_args *e) { return un(e, KU_ISFINITE); }
+static kir_expr *elem_neg(const elem_args *e) { return un(e, KU_NEG); }
+static kir_expr *elem_relu(const elem_args *e) { return un(e, KU_RELU); }
+static kir_expr *elem_tanh(const elem_args *e) { return un(e, KU_TANH); }
+static kir_expr *elem_sigmoid(const elem_args *e) { return un(e, KU_SIGMOID); }
+static kir_expr *elem_exp(const elem_args *e) { return un(e, KU_EXP); }
+static kir_expr *elem_log(const elem_args *e) { return un(e, KU_LOG); }
+static kir_expr *elem_sqrt(const elem_args *e) { return un(e, KU_SQRT); }
+static kir_expr *elem_rsqrt(const elem_args *e) { return un(e, KU_RSQRT); }
+static kir_expr *elem_broadcast(const elem_args *e) { return e->a[0]; }
+
+/* log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): exp cannot overflow */
+static kir_expr *elem_softplus(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    kir_expr *tail = kir_un(k, KU_EXP, kir_un(k, KU_NEG, un(e, KU_ABS)));
+    return kir_bin(k, KB_ADD, un(e, KU_RELU), kir_un(k, KU_LOG, kir_bin(k, KB_ADD, one(e), tail)));
+}
+
+/* Phi(x) = (1 + erf(x / sqrt 2)) / 2, the standard normal CDF. */
+static kir_expr *normal_cdf(kir_kernel *k, kir_expr *x)
+{
+    kir_expr *erf = kir_un(k, KU_ERF, kir_bin(k, KB_MUL, x, kir_const_f(k, M_SQRT1_2)));
+    return kir_bin(k, KB_MUL, kir_const_f(k, 0.5), kir_bin(k, KB_ADD, kir_const_f(k, 1), erf));
+}
+
+/* x * Phi(x) */
+static kir_expr *elem_gelu(const elem_args *e) { return kir_bin(e->k, KB_MUL, e->a[0], normal_cdf(e->k, e->a[0])); }
+
+static kir_expr *elem_cast(const elem_args *e)
+{
+    /* The value rounds to the target dtype even when it stays in a
+     * register of the fused kernel. */
+    kir_kernel *k = e->k;
+    ir_dtype to = ir_dtype_from_name(ir_attr_str(&e->n->attrs, "to", "f32"));
+    ir_dtype from = ir_val(e->b->grp->g, e->n->in.v[0])->type.dtype;
+    if (!ir_dtype_is_float(to))
+        return kir_cast(k, KT_I64, e->a[0]);
+    kir_expr *x = kir_cast(k, to == IR_F64 ? KT_F64 : k->compute, e->a[0]);
+    if (to == IR_BF16 && from != IR_BF16)
+        return kir_un(k, KU_ROUND_BF16, x);
+    if (to == IR_F16 && from != IR_F16)
+        return kir_un(k, KU_ROUND_F16, x);
+    if (to == IR_F32 && from == IR_F64 && k->compute == KT_F64)
+        return kir_un(k, KU_ROUND_F32, x);
+    return x;
+}
+
+/* Backward ops: a[0] is dy, a[1] what the gradient reads (x or y). */
+static kir_expr *elem_relu_grad(const elem_args *e)
+{
+    return kir_select(e->k, kir_bin(e->k, KB_GT, e->a[1], zero(e)), e->a[0], zero(e));
+}
+
+static kir_expr *elem_tanh_grad(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_SUB, one(e), kir_bin(k, KB_MUL, e->a[1], e->a[1])));
+}
+
+static kir_expr *elem_sigmoid_grad(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_MUL, e->a[1], kir_bin(k, KB_SUB, one(e), e->a[1])));
+}
+
+/* d/dx x Phi(x) = Phi(x) + x phi(x) */
+static kir_expr *elem_gelu_grad(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    kir_expr *x = e->a[1];
+    kir_expr *pdf = kir_bin(k, KB_MUL, kir_const_f(k, 0.39894228040143268),
+                            kir_un(k, KU_EXP, kir_bin(k, KB_MUL, kir_const_f(k, -0.5), kir_bin(k, KB_MUL, x, x))));
+    return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_ADD, normal_cdf(k, x), kir_bin(k, KB_MUL, x, pdf)));
+}
+
+/* Result 0: x / (1 - p) where kept, else 0; result 1: the mask. */
+static kir_expr *elem_dropout(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    double p = node_f(e->n, "p", 0.5);
+    int64_t salt = ir_attr_int(&e->n->attrs, "seed", 0) * 1000003 + e->n->id;
+    kir_expr *flat = cg_index(e->b, &e->b->nest->domain);
+    kir_expr *keep = kir_bin(k, KB_GE, kir_rand(k, salt, flat), kir_const_f(k, p));
+    if (e->result == 1)
+        return kir_select(k, keep, one(e), zero(e));
+    return kir_select(k, keep, kir_bin(k, KB_MUL, e->a[0], kir_const_f(k, 1.0 / (1.0 - p))), zero(e));
+}
+
+static kir_expr *elem_dropout_grad(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    double p = node_f(e->n, "p", 0.5);
+    return kir_bin(k, KB_MUL, kir_bin(k, KB_MUL, e->a[0], e->a[1]), kir_const_f(k, 1.0 / (1.0 - p)));
+}
+
+static const elem_body bodies[IR_NOPS] = {
+#define OP(id, name, min_in, max_in, nout, kc, flags, prec, shape, grad, writes, body, spec) [IR_OP_##id] = body,
+#include "ir/ops.def"
+#undef OP
+};
+
+bool cg_has_body(ir_op op)
+{
+    return bodies[op] != NULL;
+}
+
 kir_expr *cg_elem_apply(cg_builder *b, const ir_node *n, int result, kir_expr **a)
 {
-    kir_kernel *k = b->k;
-    kir_expr *zero = kir_const_f(k, 0), *one = kir_const_f(k, 1);
-    switch (n->op) {
-    case IR_OP_CONST:
-        return kir_const_f(k, node_f(n, "value", 0));
-    case IR_OP_ADD: return kir_bin(k, KB_ADD, a[0], a[1]);
-    case IR_OP_SUB: return kir_bin(k, KB_SUB, a[0], a[1]);
-    case IR_OP_MUL: return kir_bin(k, KB_MUL, a[0], a[1]);
-    case IR_OP_DIV: return kir_bin(k, KB_DIV, a[0], a[1]);
-    case IR_OP_POW: return kir_bin(k, KB_POW, a[0], a[1]);
-    case IR_OP_MAXIMUM: return kir_bin(k, KB_MAX, a[0], a[1]);
-    case IR_OP_MINIMUM: return kir_bin(k, KB_MIN, a[0], a[1]);
-    case IR_OP_GE: return kir_select(k, kir_bin(k, KB_GE, a[0], a[1]), one, zero);
-    case IR_OP_EQ: return kir_select(k, kir_bin(k, KB_EQ, a[0], a[1]), one, zero);
-    case IR_OP_NEG: return kir_un(k, KU_NEG, a[0]);
-    case IR_OP_RELU: return kir_un(k, KU_RELU, a[0]);
-    case IR_OP_TANH: return kir_un(k, KU_TANH, a[0]);
-    case IR_OP_SIGMOID: return kir_un(k, KU_SIGMOID, a[0]);
-    case IR_OP_EXP: return kir_un(k, KU_EXP, a[0]);
-    case IR_OP_LOG: return kir_un(k, KU_LOG, a[0]);
-    case IR_OP_SQRT: return kir_un(k, KU_SQRT, a[0]);
-    case IR_OP_RSQRT: return kir_un(k, KU_RSQRT, a[0]);
-    case IR_OP_BROADCAST: return a[0];
-    case IR_OP_GELU: {
-        /* x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 */
-        kir_expr *phi = kir_bin(k, KB_MUL, kir_const_f(k, 0.5),
-                                kir_bin(k, KB_ADD, one, kir_un(k, KU_ERF, kir_bin(k, KB_MUL, a[0], kir_const_f(k, M_SQRT1_2)))));
-        return kir_bin(k, KB_MUL, a[0], phi);
-    }
-    case IR_OP_CAST: {
-        /* The value rounds to the target dtype even when it stays in a
-         * register of the fused kernel. */
-        ir_dtype to = ir_dtype_from_name(ir_attr_str(&n->attrs, "to", "f32"));
-        ir_dtype from = ir_val(b->grp->g, n->in.v[0])->type.dtype;
-        if (!ir_dtype_is_float(to))
-            return kir_cast(k, KT_I64, a[0]);
-        kir_expr *x = kir_cast(k, to == IR_F64 ? KT_F64 : k->compute, a[0]);
-        if (to == IR_BF16 && from != IR_BF16)
-            return kir_un(k, KU_ROUND_BF16, x);
-        if (to == IR_F16 && from != IR_F16)
-            return kir_un(k, KU_ROUND_F16, x);
-        if (to == IR_F32 && from == IR_F64 && k->compute == KT_F64)
-            return kir_un(k, KU_ROUND_F32, x);
-        return x;
-    }
-    case IR_OP_ISFINITE:
-        return kir_un(k, KU_ISFINITE, a[0]);
-    case IR_OP_RELU_GRAD:
-        return kir_select(k, kir_bin(k, KB_GT, a[1], zero), a[0], zero);
-    case IR_OP_TANH_GRAD:
-        return kir_bin(k, KB_MUL, a[0], kir_bin(k, KB_SUB, one, kir_bin(k, KB_MUL, a[1], a[1])));
-    case IR_OP_SIGMOID_GRAD:
-        return kir_bin(k, KB_MUL, a[0], kir_bin(k, KB_MUL, a[1], kir_bin(k, KB_SUB, one, a[1])));
-    case IR_OP_GELU_GRAD: {
-        /* d/dx x Phi(x) = Phi(x) + x phi(x) */
-        kir_expr *x = a[1];
-        kir_expr *phi = kir_bin(k, KB_MUL, kir_const_f(k, 0.5),
-                                kir_bin(k, KB_ADD, one, kir_un(k, KU_ERF, kir_bin(k, KB_MUL, x, kir_const_f(k, M_SQRT1_2)))));
-        kir_expr *pdf = kir_bin(k, KB_MUL, kir_const_f(k, 0.39894228040143268),
-                                kir_un(k, KU_EXP, kir_bin(k, KB_MUL, kir_const_f(k, -0.5), kir_bin(k, KB_MUL, x, x))));
-        return kir_bin(k, KB_MUL, a[0], kir_bin(k, KB_ADD, phi, kir_bin(k, KB_MUL, x, pdf)));
-    }
-    case IR_OP_DROPOUT: {
-        double p = node_f(n, "p", 0.5);
-        int64_t salt = ir_attr_int(&n->attrs, "seed", 0) * 1000003 + n->id;
-        kir_expr *flat = cg_index(b, &b->nest->domain);
-        kir_expr *keep = kir_bin(k, KB_GE, kir_rand(k, salt, flat), kir_const_f(k, p));
-        if (result == 1)
-            return kir_select(k, keep, one, zero);
-        return kir_select(k, keep, kir_bin(k, KB_MUL, a[0], kir_const_f(k, 1.0 / (1.0 - p))), zero);
-    }
-    case IR_OP_DROPOUT_GRAD: {
-        double p = node_f(n, "p", 0.5);
-        return kir_bin(k, KB_MUL, kir_bin(k, KB_MUL, a[0], a[1]), kir_const_f(k, 1.0 / (1.0 - p)));
-    }
-    default:
-        kl_panic("%s is not elementwise", ir_op_name(n->op));
-    }
+    if (!bodies[n->op])
+        kl_panic("%s is not elementwise (no body in its op row)", ir_op_name(n->op));
+    elem_args e = {b, b->k, n, result, a};
+    return bodies[n->op](&e);
 }
 
 void cg_emit_epilogue(cg_builder *b, int v, kir_expr *e)

@@ -105,14 +105,14 @@ static void unary_via(ir_grad_ctx *c, ir_node *n, ir_op op, int z)
 
 /* ---- elementwise ---- */
 
-void ir_grad_add(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_add(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     ir_grad_put(c, in(n, 0), dy);
     ir_grad_put(c, in(n, 1), dy);
 }
 
-void ir_grad_sub(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_sub(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -122,7 +122,7 @@ void ir_grad_sub(ir_grad_ctx *c, ir_node *n)
         ir_grad_put(c, in(n, 1), neg(c, dy));
 }
 
-void ir_grad_mul(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_mul(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -133,7 +133,7 @@ void ir_grad_mul(ir_grad_ctx *c, ir_node *n)
         ir_grad_put(c, in(n, 1), mul(c, dy, in(n, 0)));
 }
 
-void ir_grad_div(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_div(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -145,7 +145,7 @@ void ir_grad_div(ir_grad_ctx *c, ir_node *n)
         ir_grad_put(c, in(n, 1), neg(c, mul(c, da, out(n, 0))));
 }
 
-void ir_grad_pow(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_pow(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -173,43 +173,51 @@ static void grad_select(ir_grad_ctx *c, ir_node *n, bool is_max)
         ir_grad_put(c, b, ir_emit2(c->g, IR_OP_SUB, dy, da, NULL));
 }
 
-void ir_grad_maximum(ir_grad_ctx *c, ir_node *n) { grad_select(c, n, true); }
-void ir_grad_minimum(ir_grad_ctx *c, ir_node *n) { grad_select(c, n, false); }
+static void ir_grad_maximum(ir_grad_ctx *c, ir_node *n) { grad_select(c, n, true); }
+static void ir_grad_minimum(ir_grad_ctx *c, ir_node *n) { grad_select(c, n, false); }
 
-void ir_grad_neg(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_neg(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy >= 0)
         ir_grad_put(c, in(n, 0), neg(c, dy));
 }
 
-void ir_grad_relu(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_RELU_GRAD, out(n, 0)); }
-void ir_grad_gelu(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_GELU_GRAD, in(n, 0)); }
-void ir_grad_tanh(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_TANH_GRAD, out(n, 0)); }
-void ir_grad_sigmoid(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_SIGMOID_GRAD, out(n, 0)); }
+static void ir_grad_relu(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_RELU_GRAD, out(n, 0)); }
+static void ir_grad_gelu(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_GELU_GRAD, in(n, 0)); }
+static void ir_grad_tanh(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_TANH_GRAD, out(n, 0)); }
+static void ir_grad_sigmoid(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_SIGMOID_GRAD, out(n, 0)); }
 
-void ir_grad_exp(ir_grad_ctx *c, ir_node *n)
+/* softplus(x) = log(1 + exp(x)), softplus'(x) = sigmoid(x) */
+static void ir_grad_softplus(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy >= 0)
+        ir_grad_put(c, in(n, 0), mul(c, dy, ir_emit1(c->g, IR_OP_SIGMOID, in(n, 0), NULL)));
+}
+
+static void ir_grad_exp(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy >= 0)
         ir_grad_put(c, in(n, 0), mul(c, dy, out(n, 0)));
 }
 
-void ir_grad_log(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_log(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy >= 0)
         ir_grad_put(c, in(n, 0), divide(c, dy, in(n, 0)));
 }
 
-void ir_grad_sqrt(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_sqrt(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy >= 0)
         ir_grad_put(c, in(n, 0), divide(c, mul(c, dy, konst(c, 0.5, dy)), out(n, 0)));
 }
 
-void ir_grad_rsqrt(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_rsqrt(ir_grad_ctx *c, ir_node *n)
 {
     /* d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3 */
     int dy = ir_grad_get(c, out(n, 0));
@@ -219,7 +227,7 @@ void ir_grad_rsqrt(ir_grad_ctx *c, ir_node *n)
     ir_grad_put(c, in(n, 0), mul(c, dy, mul(c, konst(c, -0.5, y), mul(c, y, mul(c, y, y)))));
 }
 
-void ir_grad_cast(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_cast(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     int x = in(n, 0);
@@ -252,7 +260,7 @@ static int fold_rows(ir_grad_ctx *c, int x)
     return reshape(c, x, d, 2);
 }
 
-void ir_grad_matmul(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_matmul(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -284,7 +292,7 @@ static void copy_conv_attrs(ir_attrs *dst, const ir_attrs *src, const ir_type *s
     ir_attrs_set_ints(dst, "shape", shape->dim, shape->rank);
 }
 
-void ir_grad_conv2d(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_conv2d(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -315,21 +323,21 @@ void ir_grad_conv2d(ir_grad_ctx *c, ir_node *n)
 
 /* ---- data movement ---- */
 
-void ir_grad_reshape(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_reshape(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy >= 0)
         ir_grad_put(c, in(n, 0), reshape(c, dy, T(c, in(n, 0))->dim, T(c, in(n, 0))->rank));
 }
 
-void ir_grad_transpose(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_transpose(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy >= 0)
         ir_grad_put(c, in(n, 0), ir_emit1(c->g, IR_OP_TRANSPOSE, dy, NULL));
 }
 
-void ir_grad_permute(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_permute(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -344,12 +352,12 @@ void ir_grad_permute(ir_grad_ctx *c, ir_node *n)
     ir_attrs_free(&a);
 }
 
-void ir_grad_broadcast(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_broadcast(ir_grad_ctx *c, ir_node *n)
 {
     ir_grad_put(c, in(n, 0), ir_grad_get(c, out(n, 0)));
 }
 
-void ir_grad_concat(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_concat(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -369,7 +377,7 @@ void ir_grad_concat(ir_grad_ctx *c, ir_node *n)
     }
 }
 
-void ir_grad_slice(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_slice(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -384,7 +392,7 @@ void ir_grad_slice(ir_grad_ctx *c, ir_node *n)
     ir_attrs_free(&a);
 }
 
-void ir_grad_embedding(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_embedding(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     int table = in(n, 1);
@@ -413,14 +421,14 @@ static int keepdim_grad(ir_grad_ctx *c, ir_node *n, int dy)
     return reshape(c, dy, dims, x->rank);
 }
 
-void ir_grad_sum(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_sum(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy >= 0)
         ir_grad_put(c, in(n, 0), broadcast_to(c, keepdim_grad(c, n, dy), T(c, in(n, 0))));
 }
 
-void ir_grad_mean(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_mean(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -434,7 +442,7 @@ void ir_grad_mean(ir_grad_ctx *c, ir_node *n)
  * tie for the maximum (as JAX and torch.amax do), so it sums to dy
  * whatever the number of ties: dx = dy / count * (x == max). Ties are
  * common in low precision, where rounding makes neighbours equal. */
-void ir_grad_max(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_max(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -463,10 +471,10 @@ static void softmax_like(ir_grad_ctx *c, ir_node *n, ir_op op)
     ir_attrs_free(&a);
 }
 
-void ir_grad_softmax(ir_grad_ctx *c, ir_node *n) { softmax_like(c, n, IR_OP_SOFTMAX_GRAD); }
-void ir_grad_log_softmax(ir_grad_ctx *c, ir_node *n) { softmax_like(c, n, IR_OP_LOG_SOFTMAX_GRAD); }
+static void ir_grad_softmax(ir_grad_ctx *c, ir_node *n) { softmax_like(c, n, IR_OP_SOFTMAX_GRAD); }
+static void ir_grad_log_softmax(ir_grad_ctx *c, ir_node *n) { softmax_like(c, n, IR_OP_LOG_SOFTMAX_GRAD); }
 
-void ir_grad_cross_entropy(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_cross_entropy(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -477,7 +485,7 @@ void ir_grad_cross_entropy(ir_grad_ctx *c, ir_node *n)
 
 /* ---- windows, norms, dropout ---- */
 
-void ir_grad_maxpool(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_maxpool(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -486,7 +494,7 @@ void ir_grad_maxpool(ir_grad_ctx *c, ir_node *n)
     ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_MAXPOOL_GRAD, args, 3, &n->attrs));
 }
 
-void ir_grad_avgpool(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_avgpool(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -517,10 +525,10 @@ static void norm_grad(ir_grad_ctx *c, ir_node *n, ir_op op)
     ir_grad_put(c, in(n, 2), g->out.v[2]);
 }
 
-void ir_grad_batchnorm(ir_grad_ctx *c, ir_node *n) { norm_grad(c, n, IR_OP_BATCHNORM_GRAD); }
-void ir_grad_layernorm(ir_grad_ctx *c, ir_node *n) { norm_grad(c, n, IR_OP_LAYERNORM_GRAD); }
+static void ir_grad_batchnorm(ir_grad_ctx *c, ir_node *n) { norm_grad(c, n, IR_OP_BATCHNORM_GRAD); }
+static void ir_grad_layernorm(ir_grad_ctx *c, ir_node *n) { norm_grad(c, n, IR_OP_LAYERNORM_GRAD); }
 
-void ir_grad_dropout(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_dropout(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -536,7 +544,7 @@ void ir_grad_dropout(ir_grad_ctx *c, ir_node *n)
  * channel, y = (x - rm) k gamma + beta with k = 1 / sqrt(rv + eps), so
  * dx = dy k gamma, dgamma = sum dy (x - rm) k, dbeta = sum dy over every
  * axis but the channel's. Built from elementwise ops and sums. */
-void ir_grad_batchnorm_infer(ir_grad_ctx *c, ir_node *n)
+static void ir_grad_batchnorm_infer(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
@@ -566,4 +574,17 @@ void ir_grad_batchnorm_infer(ir_grad_ctx *c, ir_node *n)
     if (ir_grad_wanted(c, beta))
         ir_grad_put(c, beta, emit_attrs(c, IR_OP_SUM, &dy, 1, &a));
     ir_attrs_free(&a);
+}
+
+/* ---- the rules, found from the op row (its grad column) ---- */
+
+static const ir_grad_fn rules[IR_NOPS] = {
+#define OP(id, name, min_in, max_in, nout, kc, flags, prec, shape, grad, ...) [IR_OP_##id] = grad,
+#include "ops.def"
+#undef OP
+};
+
+ir_grad_fn ir_grad_rule(ir_op op)
+{
+    return rules[op];
 }

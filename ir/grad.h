@@ -12,6 +12,11 @@
 
 typedef KL_VEC(int) ir_int_vec;
 
+typedef struct ir_grad_ctx ir_grad_ctx;
+/* Emits the backward nodes of one forward node whose results have
+ * gradients (see ir/grad.c). */
+typedef void (*ir_grad_fn)(ir_grad_ctx *c, ir_node *n);
+
 struct ir_grad_ctx {
     ir_graph *g;
     /* Per forward value (ids below ncontrib): the gradient contributions
@@ -29,14 +34,9 @@ void ir_grad_put(ir_grad_ctx *c, int v, int g);
 /* True when v needs a gradient (a param, or computed from one). */
 bool ir_grad_wanted(ir_grad_ctx *c, int v);
 
-#define IR_GRAD_RULES(X) \
-    X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(relu) X(gelu) X(tanh) X(sigmoid) \
-    X(exp) X(log) X(sqrt) X(rsqrt) X(cast) X(matmul) X(conv2d) X(reshape) X(transpose)      \
-    X(permute) X(broadcast) X(concat) X(slice) X(embedding) X(sum) X(mean) X(max)           \
-    X(softmax) X(log_softmax) X(cross_entropy) X(maxpool) X(avgpool) X(batchnorm) X(batchnorm_infer)           \
-    X(layernorm) X(dropout)
-#define X(name) void ir_grad_##name(ir_grad_ctx *c, ir_node *n);
-IR_GRAD_RULES(X)
-#undef X
+/* The gradient rule of an op: its row's grad column (the rules are
+ * static in ir/grad.c, whose table is made from ops.def), or NULL when
+ * no gradient flows through the op. */
+ir_grad_fn ir_grad_rule(ir_op op);
 
 #endif

@@ -8,7 +8,8 @@
  *
  * Persistent values (params and state) live across steps; an op that writes
  * one in place (an optimizer update, batch norm's running statistics) says
- * so through ir_op_mutates(), and must run after every other reader of it.
+ * so in its row (ir_op_mutates()), and must run after every other reader
+ * of it.
  */
 #ifndef KILN_IR_H
 #define KILN_IR_H
@@ -160,9 +161,17 @@ typedef enum ir_kernel_class {
 } ir_kernel_class;
 
 enum {
-    IR_F_INPLACE = 1, /* the result may reuse operand 0's buffer */
-    IR_F_USER = 2,    /* model files may call it by name */
+    IR_F_INPLACE = 1,   /* the result may reuse operand 0's buffer */
+    IR_F_USER = 2,      /* model files may call it by name */
+    IR_F_VIEW = 4,      /* no kernel: the result aliases operand 0's buffer */
+    IR_F_POINTWISE = 8, /* each result element is a function of the operand
+                         * elements at its index (operands broadcast to the
+                         * result): fuses like elementwise, built by its row's
+                         * body builder */
 };
+
+/* The operands an op writes in place, in its row: IR_OPND(0)|IR_OPND(4). */
+#define IR_OPND(i) (1u << (i))
 
 typedef enum ir_precision_class {
     IR_PREC_LOW,
@@ -176,9 +185,6 @@ typedef struct ir_node ir_node;
 typedef struct ir_infer ir_infer;
 
 typedef int (*ir_shape_fn)(ir_infer *inf);
-/* Emits the backward nodes of one forward node; see ir/grad.c. */
-typedef struct ir_grad_ctx ir_grad_ctx;
-typedef void (*ir_grad_fn)(ir_grad_ctx *ctx, ir_node *n);
 
 typedef struct ir_op_info {
     const char *name;
@@ -187,7 +193,7 @@ typedef struct ir_op_info {
     unsigned flags;
     ir_precision_class precision;
     ir_shape_fn shape;
-    ir_grad_fn grad;
+    unsigned writes; /* IR_OPND(i) for each operand i written in place */
     const char *attr_spec;
 } ir_op_info;
 
@@ -204,7 +210,11 @@ typedef struct ir_attr_spec {
 /* Parses the op's attribute spec; returns the number of entries. */
 int ir_op_attr_spec(ir_op op, ir_attr_spec *out, int max);
 /* True when the op writes operand i in place (it must be persistent). */
-bool ir_op_mutates(ir_op op, int i);
+static inline bool ir_op_mutates(ir_op op, int i) { return (unsigned)i < 32 && (ir_ops[op].writes >> i & 1); }
+/* True for a view: no kernel, its result aliases operand 0's buffer. */
+static inline bool ir_op_is_view(ir_op op) { return ir_ops[op].flags & IR_F_VIEW; }
+/* True when the op fuses like elementwise (IR_F_POINTWISE). */
+static inline bool ir_op_is_pointwise(ir_op op) { return ir_ops[op].flags & IR_F_POINTWISE; }
 const char *ir_kernel_class_name(ir_kernel_class k);
 
 /* ---- shape inference ---- */

@@ -5,11 +5,10 @@
 
 #include "ir.h"
 #include "shape.h"
-#include "grad.h"
 
 const ir_op_info ir_ops[IR_NOPS] = {
-#define OP(id, name, min_in, max_in, nout, kc, flags, prec, shape, grad, spec) \
-    [IR_OP_##id] = {name, min_in, max_in, nout, kc, flags, prec, shape, grad, spec},
+#define OP(id, name, min_in, max_in, nout, kc, flags, prec, shape, grad, writes, body, spec) \
+    [IR_OP_##id] = {name, min_in, max_in, nout, kc, flags, prec, shape, writes, spec},
 #include "ops.def"
 #undef OP
 };
@@ -20,21 +19,6 @@ int ir_op_from_name(const char *name)
         if (!strcmp(ir_ops[i].name, name))
             return i;
     return -1;
-}
-
-bool ir_op_mutates(ir_op op, int i)
-{
-    switch (op) {
-    case IR_OP_BATCHNORM:
-        return i == 3 || i == 4; /* running mean and variance */
-    case IR_OP_SGD_UPDATE:
-    case IR_OP_ADAM_UPDATE:
-        return i == 0 || i >= 4; /* weight, optimizer state, low-precision copy */
-    case IR_OP_GRAD_ACCUMULATE:
-        return i == 0;
-    default:
-        return false;
-    }
 }
 
 const char *ir_kernel_class_name(ir_kernel_class k)

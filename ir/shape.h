@@ -5,7 +5,7 @@
 
 #include "ir.h"
 
-#define OP(id, name, min_in, max_in, nout, kc, flags, prec, shape, grad, spec) int shape(ir_infer *inf);
+#define OP(id, name, min_in, max_in, nout, kc, flags, prec, shape, ...) int shape(ir_infer *inf);
 #include "ops.def"
 #undef OP
 

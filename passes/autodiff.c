@@ -31,7 +31,7 @@ int pass_autodiff(ir_graph *g, const pass_ctx *cx)
         c.wanted[g->decls.v[i]] = ir_val(g, g->decls.v[i])->kind == IR_VAL_PARAM;
     for (int i = 0; i < nnodes; i++) {
         ir_node *n = ir_nd(g, i);
-        if (n->dead || !ir_ops[n->op].grad)
+        if (n->dead || !ir_grad_rule(n->op))
             continue;
         bool any = false;
         for (int k = 0; k < n->in.n; k++)
@@ -62,7 +62,7 @@ int pass_autodiff(ir_graph *g, const pass_ctx *cx)
 
     for (int i = nnodes - 1; i >= 0; i--) {
         ir_node *n = ir_nd(g, i);
-        if (n->dead || n->phase != IR_PHASE_FORWARD || !ir_ops[n->op].grad)
+        if (n->dead || n->phase != IR_PHASE_FORWARD || !ir_grad_rule(n->op))
             continue;
         bool has = false;
         for (int k = 0; k < n->out.n; k++)
@@ -70,7 +70,7 @@ int pass_autodiff(ir_graph *g, const pass_ctx *cx)
         if (!has)
             continue;
         int mark = g->nodes.n;
-        ir_ops[n->op].grad(&c, n);
+        ir_grad_rule(n->op)(&c, n);
         /* Backward nodes carry their forward node's place in the source,
          * and its precision (precision = fp32 on a call, keep_fp32): the
          * backward of a kept op runs in the forward's precision. */

@@ -60,7 +60,7 @@ char *pass_memory_summary(const ir_graph *g)
             add_bytes(!strcmp(role, "lowp") ? copies : state, v);
         } else if (v->kind == IR_VAL_TEMP && v->def >= 0) {
             const ir_node *n = ir_nd(g, v->def);
-            if (n->dead || n->op == IR_OP_CONST || n->op == IR_OP_RESHAPE || n->op == IR_OP_FLATTEN)
+            if (n->dead || n->op == IR_OP_CONST || ir_op_is_view(n->op))
                 continue;
             if (n->phase == IR_PHASE_FORWARD)
                 add_bytes(acts, v);

@@ -156,13 +156,13 @@ static void compute_ancestors(fuser *f)
 
 static bool elementwise(const ir_node *n)
 {
-    ir_kernel_class k = ir_ops[n->op].kclass;
-    return (k == IR_KC_ELEMWISE || n->op == IR_OP_BROADCAST || n->op == IR_OP_DROPOUT) && n->op != IR_OP_CONST;
+    return ir_op_is_pointwise(n->op);
 }
 
+/* Constants are folded into their readers; views alias their operand. */
 static bool needs_no_kernel(const ir_node *n)
 {
-    return n->op == IR_OP_CONST || n->op == IR_OP_RESHAPE || n->op == IR_OP_FLATTEN;
+    return n->op == IR_OP_CONST || ir_op_is_view(n->op);
 }
 
 /* Puts node x in group gid (for good or tentatively). */

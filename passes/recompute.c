@@ -34,11 +34,11 @@ static bool cheap(const ir_graph *g, const ir_node *n, int out)
 {
     if (n->dead || n->phase != IR_PHASE_FORWARD)
         return false;
+    /* Pointwise ops and views, but not random ones: dropout's mask is
+     * drawn per node, and a copy would draw another. */
+    if (ir_op_is_view(n->op) || ir_op_is_pointwise(n->op))
+        return ir_ops[n->op].kclass != IR_KC_RANDOM;
     switch (ir_ops[n->op].kclass) {
-    case IR_KC_ELEMWISE:
-        return true;
-    case IR_KC_MOVE:
-        return n->op == IR_OP_BROADCAST || n->op == IR_OP_RESHAPE || n->op == IR_OP_FLATTEN;
     case IR_KC_NORM:
         if (n->op == IR_OP_BATCHNORM)
             return out == 0 && ir_val(g, n->in.v[0])->type.dtype != IR_F64;
@@ -225,7 +225,7 @@ static int candidates(const ir_graph *g, const char *defs, int *out)
         if (val->kind != IR_VAL_TEMP || val->def < 0)
             continue;
         const ir_node *d = ir_nd(g, val->def);
-        if (!cheap(g, d, val->def_out) || !wanted(&r, d) || d->op == IR_OP_RESHAPE || d->op == IR_OP_FLATTEN)
+        if (!cheap(g, d, val->def_out) || !wanted(&r, d) || ir_op_is_view(d->op))
             continue;
         bool backward = false;
         for (int k = 0; k < val->uses.n && !backward; k++)

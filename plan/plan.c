@@ -29,11 +29,6 @@ void kl_plan_free(kl_plan *p)
     free(p);
 }
 
-static bool is_view(ir_op op)
-{
-    return op == IR_OP_RESHAPE || op == IR_OP_FLATTEN;
-}
-
 int kl_plan_real_buffer(const kl_plan *p, int buf)
 {
     while (p->buffers.v[buf].region == KL_REGION_VIEW)
@@ -69,7 +64,7 @@ static int buffer_of(kl_plan *p, int v)
     b.view_of = -1;
     if (ir_is_persistent(val)) {
         b.region = KL_REGION_PERSISTENT;
-    } else if (val->def >= 0 && is_view(ir_nd(g, val->def)->op)) {
+    } else if (val->def >= 0 && ir_op_is_view(ir_nd(g, val->def)->op)) {
         b.region = KL_REGION_VIEW;
         b.view_of = buffer_of(p, ir_nd(g, val->def)->in.v[0]);
     } else {
@@ -123,8 +118,7 @@ static const ir_node *anchor_of(const cg_group *grp)
 {
     for (int i = 0; i < grp->n; i++) {
         const ir_node *n = ir_nd(grp->g, grp->nodes[i]);
-        ir_kernel_class kc = ir_ops[n->op].kclass;
-        if (kc != IR_KC_ELEMWISE && kc != IR_KC_SOURCE && n->op != IR_OP_BROADCAST && n->op != IR_OP_DROPOUT)
+        if (!ir_op_is_pointwise(n->op) && ir_ops[n->op].kclass != IR_KC_SOURCE)
             return n;
     }
     return ir_nd(grp->g, grp->nodes[0]);
@@ -170,7 +164,7 @@ static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder
         cg_build_elementwise(&b);
         break;
     case IR_KC_MOVE:
-        if (anchor->op == IR_OP_BROADCAST)
+        if (ir_op_is_pointwise(anchor->op))
             cg_build_elementwise(&b);
         else
             cg_build_move(&b, anchor);
@@ -602,7 +596,7 @@ kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
         const ir_node *n = ir_nd(g, i);
         if (n->dead || done[i])
             continue;
-        if (is_view(n->op)) {
+        if (ir_op_is_view(n->op)) {
             buffer_of(p, n->out.v[0]);
             continue;
         }

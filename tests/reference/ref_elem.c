@@ -48,6 +48,7 @@ static double f_relu(double x) { return x != x ? x : x > 0 ? x : 0; }
 /* x Phi(x), Phi the standard normal distribution function */
 static double f_gelu(double x) { return x * 0.5 * erfc(-x / sqrt(2.0)); }
 static double f_sigmoid(double x) { return 1 / (1 + exp(-x)); }
+static double f_softplus(double x) { return log1p(exp(x)); }
 static double f_rsqrt(double x) { return 1 / sqrt(x); }
 static double f_id(double x) { return x; }
 
@@ -66,6 +67,7 @@ void ref_RELU(ref_eval *r, const ir_node *n) { unary(r, n, f_relu); }
 void ref_GELU(ref_eval *r, const ir_node *n) { unary(r, n, f_gelu); }
 void ref_TANH(ref_eval *r, const ir_node *n) { unary(r, n, tanh); }
 void ref_SIGMOID(ref_eval *r, const ir_node *n) { unary(r, n, f_sigmoid); }
+void ref_SOFTPLUS(ref_eval *r, const ir_node *n) { unary(r, n, f_softplus); }
 void ref_EXP(ref_eval *r, const ir_node *n) { unary(r, n, exp); }
 void ref_LOG(ref_eval *r, const ir_node *n) { unary(r, n, log); }
 void ref_SQRT(ref_eval *r, const ir_node *n) { unary(r, n, sqrt); }

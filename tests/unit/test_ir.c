@@ -1,4 +1,4 @@
-/* Unit tests of the IR: broadcasting, shape rules, attribute specs, the
+/* Unit tests of the IR: the op rows, broadcasting, shape rules, attribute specs, the
  * verifier, the text round trip, number printing and compaction.
  *
  * Every check compares against an exact expected value (a type, a
@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ir/grad.h"
+#include "codegen/cg.h"
 
 /* ---- helpers ---- */
 
@@ -960,6 +962,50 @@ static void test_compact(void **state)
     ir_graph_free(g);
 }
 
+/* ---- the op row ---- */
+
+/* What the rows say about views, pointwise ops, written operands, bodies
+ * and gradient rules: known values, and the rules every row keeps. */
+static void test_op_rows(void **state)
+{
+    (void)state;
+    assert_true(ir_op_is_view(IR_OP_RESHAPE) && ir_op_is_view(IR_OP_FLATTEN));
+    assert_false(ir_op_is_view(IR_OP_BROADCAST) || ir_op_is_view(IR_OP_TRANSPOSE) || ir_op_is_view(IR_OP_ADD));
+    assert_true(ir_op_is_pointwise(IR_OP_BROADCAST) && ir_op_is_pointwise(IR_OP_DROPOUT) &&
+                ir_op_is_pointwise(IR_OP_RELU_GRAD) && ir_op_is_pointwise(IR_OP_CAST));
+    assert_false(ir_op_is_pointwise(IR_OP_CONST) || ir_op_is_pointwise(IR_OP_SUM) || ir_op_is_pointwise(IR_OP_RESHAPE));
+    static const struct {
+        ir_op op;
+        unsigned writes; /* operands 0..7 */
+    } writes[] = {
+        {IR_OP_BATCHNORM, 0x18},    {IR_OP_SGD_UPDATE, 0x31}, {IR_OP_ADAM_UPDATE, 0x71},
+        {IR_OP_GRAD_ACCUMULATE, 0x1}, {IR_OP_ADD, 0},         {IR_OP_BATCHNORM_INFER, 0},
+    };
+    for (size_t i = 0; i < KL_ARRAY_LEN(writes); i++)
+        for (int k = 0; k < 8; k++)
+            assert_int_equal(ir_op_mutates(writes[i].op, k), (writes[i].writes >> k) & 1);
+    assert_false(ir_op_mutates(IR_OP_SGD_UPDATE, 40));
+    assert_non_null(ir_grad_rule(IR_OP_ADD));
+    assert_null(ir_grad_rule(IR_OP_GE));
+    assert_ptr_equal(ir_grad_rule(IR_OP_RESHAPE), ir_grad_rule(IR_OP_FLATTEN));
+    for (int op = 0; op < IR_NOPS; op++) {
+        const ir_op_info *r = &ir_ops[op];
+        /* Every elementwise op is pointwise; a body exactly for the
+         * pointwise ops and the folded constant. */
+        if (r->kclass == IR_KC_ELEMWISE)
+            assert_true(ir_op_is_pointwise(op));
+        assert_int_equal(cg_has_body(op), ir_op_is_pointwise(op) || r->kclass == IR_KC_SOURCE);
+        /* A view has one operand and one result, and writes nothing. */
+        if (ir_op_is_view(op))
+            assert_true(r->min_in == 1 && r->max_in == 1 && r->nout == 1 && !r->writes && !ir_op_is_pointwise(op));
+        /* Written operands exist, and their op has no result to put in one. */
+        if (r->writes) {
+            assert_true(r->max_in > 0 && r->writes < (1u << r->max_in));
+            assert_false(r->flags & IR_F_INPLACE);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -984,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_put_double),
         cmocka_unit_test(test_put_double_through_parser),
         cmocka_unit_test(test_compact),
+        cmocka_unit_test(test_op_rows),
     };
     return cmocka_run_group_tests_name("ir", tests, NULL, NULL);
 }
