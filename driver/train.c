@@ -827,7 +827,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         char *mem = pass_memory_summary(t.train->g);
         printf("memory: %s\n", mem);
         free(mem);
-        char *plan = memplan_summary(t.train->plan);
+        char *plan = plan_summary(t.train->plan);
         printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
                t.eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
         if (t.cfg.memory_limit > 0)

@@ -13,7 +13,7 @@
 #include "plan.h"
 #include "plan_build.h"
 
-void kl_plan_free(kl_plan *p)
+void plan_free(kl_plan *p)
 {
     if (!p)
         return;
@@ -35,7 +35,7 @@ static bool is_view(ir_op op)
     return op == IR_OP_RESHAPE || op == IR_OP_FLATTEN;
 }
 
-int kl_plan_real_buffer(const kl_plan *p, int buf)
+int plan_real_buffer(const kl_plan *p, int buf)
 {
     while (p->buffers.v[buf].region == KL_REGION_VIEW)
         buf = p->buffers.v[buf].view_of;
@@ -93,14 +93,14 @@ static int add_kernel(kl_plan *p, kir_kernel *k)
     return p->kernels.n - 1;
 }
 
-/* Results written over operands that die here (memplan_inplace_pairs):
+/* Results written over operands that die here (plan_inplace_pairs):
  * the result's buffer becomes a view of the operand's, and the kernel
  * prints the two without restrict. This runs before add_kernel names the
  * kernel after a hash of its source. */
 static void make_inplace(kl_plan *p, const cg_group *grp, kir_kernel *k)
 {
     int pairs[32][2];
-    int n = memplan_inplace_pairs(p, grp, k, pairs, 32);
+    int n = plan_inplace_pairs(p, grp, k, pairs, 32);
     for (int i = 0; i < n; i++) {
         kir_buf *in = &k->bufs[pairs[i][0]], *out = &k->bufs[pairs[i][1]];
         int base = plan_buffer_of(p, in->value), result = plan_buffer_of(p, out->value);
@@ -201,7 +201,7 @@ built:
     kl_step s = {.kind = KL_STEP_KERNEL, .phase = phase, .node = grp->nodes[0]};
     for (int i = 0; i < k->nbufs; i++) {
         kl_check(s.nargs < (int)KL_ARRAY_LEN(s.args));
-        s.rw[s.nargs] = (uint8_t)memplan_kernel_arg_use(k, i);
+        s.rw[s.nargs] = (uint8_t)plan_kernel_arg_use(k, i);
         s.args[s.nargs++] = plan_buffer_of(p, k->bufs[i].value);
         s.bytes += k->bufs[i].numel * ir_dtype_size(k->bufs[i].dtype) * ((k->bufs[i].read ? 1 : 0) + (k->bufs[i].written ? 1 : 0));
     }
@@ -347,7 +347,7 @@ static void materialize_consts(kl_plan *p)
     }
 }
 
-bool cg_memplan_enabled(void)
+bool plan_memplan_enabled(void)
 {
     const char *e = getenv("KILN_MEMPLAN");
     return !e || strcmp(e, "0");
@@ -359,11 +359,11 @@ static void pin(kl_plan *p, int v)
     p->buffers.v[b].pinned = true;
 }
 
-kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
+kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
 {
     kl_plan *p = kl_xcalloc(1, sizeof *p);
     p->g = g;
-    p->planned = !(o && o->unplanned) && cg_memplan_enabled();
+    p->planned = !(o && o->unplanned) && plan_memplan_enabled();
     p->nvalues = g->values.n;
     p->value_buf = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
     for (int i = 0; i < g->values.n; i++)
@@ -450,16 +450,16 @@ kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
     return p;
 }
 
-void cg_plan_memory(kl_plan *p)
+void plan_memory(kl_plan *p)
 {
-    memplan_liveness(p);
+    plan_liveness(p);
     if (p->planned)
-        memplan_assign_offsets(p);
+        plan_assign_offsets(p);
     else
-        memplan_assign_unplanned(p);
+        plan_assign_unplanned(p);
 }
 
-char *kl_plan_c_source(const kl_plan *p)
+char *plan_c_source(const kl_plan *p)
 {
     kl_buf b = {0};
     kl_buf_puts(&b, kir_c_prelude());
@@ -470,7 +470,7 @@ char *kl_plan_c_source(const kl_plan *p)
     return kl_buf_take(&b);
 }
 
-char *kl_plan_cuda_source(const kl_plan *p)
+char *plan_cuda_source(const kl_plan *p)
 {
     unsigned needs = 0;
     for (int i = 0; i < p->kernels.n; i++)
@@ -497,7 +497,7 @@ char *kl_plan_cuda_source(const kl_plan *p)
     return all;
 }
 
-char *kl_step_label(const kl_plan *p, const kl_step *s)
+char *plan_step_label(const kl_plan *p, const kl_step *s)
 {
     const ir_node *n = ir_nd(p->g, s->node);
     kl_buf b = {0};

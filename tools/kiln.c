@@ -206,9 +206,9 @@ static int cmd_ir(int argc, char **argv)
             goto done;
         }
         if (kernels) {
-            text = cuda ? kl_plan_cuda_source(c->plan) : kl_plan_c_source(c->plan);
+            text = cuda ? plan_cuda_source(c->plan) : plan_c_source(c->plan);
         } else if (!strcmp(format, "timeline")) {
-            text = memplan_timeline(c->plan);
+            text = plan_timeline(c->plan);
         } else if (!strcmp(format, "dot")) {
             text = ir_print_dot(g);
         } else {
@@ -227,7 +227,7 @@ static int cmd_ir(int argc, char **argv)
             }
             if (c->memory_planned) {
                 /* The memory plan's report, also a comment. */
-                char *rep = memplan_report(c->plan, 10, "# ");
+                char *rep = plan_report(c->plan, 10, "# ");
                 kl_buf_puts(&head, rep);
                 free(rep);
             }
