@@ -89,6 +89,18 @@ static bool run_passes(ir_graph *g, const kl_compile_opts *o, int *rc)
     if (is(o->stop_after, "lower"))
         return true;
     bool train = o->mode == KL_MODE_TRAIN && !already_ran(g, "eval_mode");
+    /* A pass this mode skips would never stop the loop below: the whole
+     * pipeline would run and pass for the stage asked for. */
+    int stop = o->stop_after ? pass_index(o->stop_after) : -1;
+    if (stop >= 0 && !(pass_table[stop].modes & (train ? PASS_TRAIN : PASS_EVAL))) {
+        const char *mode = train ? "training"
+                           : o->mode == KL_MODE_EVAL ? "evaluation (--eval)"
+                                                     : "evaluation (this IR dump went through eval_mode)";
+        kl_error("%s: stage '%s' does not run in %s; it runs only in %s", g->source ? g->source : g->name,
+                 o->stop_after, mode, train ? "evaluation (--eval)" : "training");
+        *rc = -1;
+        return true;
+    }
     pass_ctx cx = {.no_fusion = o->no_fusion, .measure_arena = measure_arena, .measure_arg = NULL};
     for (int i = 0; i < pass_table_len; i++) {
         const pass_entry *p = &pass_table[i];
