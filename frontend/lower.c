@@ -881,6 +881,9 @@ static void exec_param(lower *L, frame *f, const ast_stmt *s)
     const ast_arg *init = NULL;
     int decay = -1;
     for (const ast_arg *o = s->opts; o; o = o->next) {
+        for (const ast_arg *q = s->opts; q != o; q = q->next)
+            if (!strcmp(q->name, o->name))
+                fail_at(L, o->loc, "param option '%s' is given twice", o->name);
         if (!strcmp(o->name, "init")) {
             init = o;
         } else if (!strcmp(o->name, "decay")) {
