@@ -478,6 +478,97 @@ out:
     return rc;
 }
 
+/* The training plan (g, which it takes), then the evaluation plans: the
+ * largest evaluation batch that fits in the training plan's arena, and
+ * one for the test set's remainder. */
+static int make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_out)
+{
+    const char *model_name = t->model;
+    t->train = make_exec(t, src, g, KL_MODE_TRAIN, NULL);
+    if (!t->train || bind_inputs(t->train->g, &t->train_set, &t->tb, model_name))
+        return -1;
+    for (int i = 0; i < t->train->g->reports.n; i++)
+        if (!strcmp(t->train->g->reports.v[i].name, "_grads_finite"))
+            t->finite_value = t->train->g->reports.v[i].value;
+    /* Evaluation shares the training plan's arena: its batch is the
+     * largest that fits there. */
+    kl_replan rp = {src, t->opt.kv};
+    int64_t eb = kl_eval_batch_within(&rp, t->test_set.count, t->cfg.batch, kl_eval_batch(t->test_set.count, t->cfg.batch),
+                                      t->train->plan->arena_bytes);
+    *eb_out = eb;
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)eb);
+    t->eval = make_exec(t, src, load_with(src, &t->opt, "batch", num), KL_MODE_EVAL, t->train);
+    if (!t->eval || bind_inputs(t->eval->g, &t->test_set, &t->eb, model_name))
+        return -1;
+    if (t->test_set.count % eb) {
+        snprintf(num, sizeof num, "%lld", (long long)(t->test_set.count % eb));
+        t->eval_tail = make_exec(t, src, load_with(src, &t->opt, "batch", num), KL_MODE_EVAL, t->train);
+        if (!t->eval_tail || bind_inputs(t->eval_tail->g, &t->test_set, &t->etb, model_name))
+            return -1;
+    }
+    int32_t max_label = t->train_set.max_label > t->test_set.max_label ? t->train_set.max_label : t->test_set.max_label;
+    if (t->tb.ce_classes && max_label >= t->tb.ce_classes) {
+        kl_error("%s: label %d is out of range for the model's %d classes", t->cfg.data_path ? t->cfg.data_path : "data",
+                 max_label, t->tb.ce_classes);
+        return -1;
+    }
+    return 0;
+}
+
+/* The memory plan: one arena for training and evaluation (which has one
+ * of its own only when it does not fit there), with the params and state,
+ * against --memory-limit. */
+static int check_peak(trainer *t, int64_t *peak_out)
+{
+    int64_t peak = kl_persistent_bytes(t->train->g) + t->train->plan->arena_bytes;
+    if (!t->eval->arena_shared)
+        peak += t->eval->plan->arena_bytes;
+    if (t->eval_tail && !t->eval_tail->arena_shared)
+        peak += t->eval_tail->plan->arena_bytes;
+    *peak_out = peak;
+    if (t->cfg.memory_limit > 0 && peak > t->cfg.memory_limit) {
+        kl_error("%s: training and evaluation need %.2f MB, over the memory limit of %.2f MB (the evaluation plan does "
+                 "not fit in the training arena)\n---> try a smaller --batch", t->model, (double)peak / 1e6,
+                 (double)t->cfg.memory_limit / 1e6);
+        return -1;
+    }
+    return 0;
+}
+
+/* The start-up lines: the model, the batch and learning rate, memory. */
+static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak)
+{
+    const kl_train_config *c = &t->cfg;
+    int64_t params = 0;
+    for (int i = 0; i < t->train->g->decls.n; i++) {
+        const ir_value *v = ir_val(t->train->g, t->train->g->decls.v[i]);
+        if (v->kind == IR_VAL_PARAM)
+            params += ir_type_numel(&v->type);
+    }
+    printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
+           kl_precision_name(c->precision), be->desc, (long long)t->train_set.count, (long long)t->test_set.count);
+    int64_t eff = c->batch * c->accumulate, base = c->base_batch ? c->base_batch : c->batch;
+    printf("effective batch %lld (batch %lld x accumulate %lld); lr %.4g", (long long)eff, (long long)c->batch,
+           (long long)c->accumulate, t->scaled_lr);
+    if (c->lr_scaling != KL_LRS_NONE)
+        printf(" (%s scaling of %.4g from base batch %lld)", c->lr_scaling == KL_LRS_LINEAR ? "linear" : "sqrt",
+               c->opt.lr, (long long)base);
+    if (c->sched.warmup > 0)
+        printf(", warmup %lld steps", (long long)c->sched.warmup);
+    printf("\n");
+    char *mem = pass_memory_summary(t->train->g);
+    printf("memory: %s\n", mem);
+    free(mem);
+    char *plan = plan_summary(t->train->plan);
+    printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
+           t->eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
+    if (c->memory_limit > 0)
+        printf(" (limit %.2f MB)", (double)c->memory_limit / 1e6);
+    printf("\n");
+    free(plan);
+}
+
 /* The GPU when one is usable (or asked for), else the CPU with a notice;
  * NULL when --device cuda finds no GPU (reported). */
 static kl_backend *open_backend(const train_options *o, const kl_cpu_options *co)
@@ -553,77 +644,13 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.finite_value = -1;
 
     /* The training plan, then the evaluation plans (same params). */
-    t.train = make_exec(&t, &src, g, KL_MODE_TRAIN, NULL);
+    int64_t eb, peak;
+    int made = make_plans(&t, &src, g, &eb);
     g = NULL;
-    if (!t.train || bind_inputs(t.train->g, &t.train_set, &t.tb, model_name))
+    if (made || check_peak(&t, &peak))
         goto done;
-    for (int i = 0; i < t.train->g->reports.n; i++)
-        if (!strcmp(t.train->g->reports.v[i].name, "_grads_finite"))
-            t.finite_value = t.train->g->reports.v[i].value;
-    /* Evaluation shares the training plan's arena: its batch is the
-     * largest that fits there. */
-    kl_replan rp = {&src, t.opt.kv};
-    int64_t eb = kl_eval_batch_within(&rp, t.test_set.count, t.cfg.batch, kl_eval_batch(t.test_set.count, t.cfg.batch),
-                                      t.train->plan->arena_bytes);
-    char num[32];
-    snprintf(num, sizeof num, "%lld", (long long)eb);
-    t.eval = make_exec(&t, &src, load_with(&src, &t.opt, "batch", num), KL_MODE_EVAL, t.train);
-    if (!t.eval || bind_inputs(t.eval->g, &t.test_set, &t.eb, model_name))
-        goto done;
-    if (t.test_set.count % eb) {
-        snprintf(num, sizeof num, "%lld", (long long)(t.test_set.count % eb));
-        t.eval_tail = make_exec(&t, &src, load_with(&src, &t.opt, "batch", num), KL_MODE_EVAL, t.train);
-        if (!t.eval_tail || bind_inputs(t.eval_tail->g, &t.test_set, &t.etb, model_name))
-            goto done;
-    }
-    int32_t max_label = t.train_set.max_label > t.test_set.max_label ? t.train_set.max_label : t.test_set.max_label;
-    if (t.tb.ce_classes && max_label >= t.tb.ce_classes) {
-        kl_error("%s: label %d is out of range for the model's %d classes", t.cfg.data_path ? t.cfg.data_path : "data",
-                 max_label, t.tb.ce_classes);
-        goto done;
-    }
-    int64_t params = 0;
-    for (int i = 0; i < t.train->g->decls.n; i++) {
-        const ir_value *v = ir_val(t.train->g, t.train->g->decls.v[i]);
-        if (v->kind == IR_VAL_PARAM)
-            params += ir_type_numel(&v->type);
-    }
-    /* The memory plan: one arena for training and evaluation (which has
-     * one of its own only when it does not fit there). */
-    int64_t peak = kl_persistent_bytes(t.train->g) + t.train->plan->arena_bytes;
-    if (!t.eval->arena_shared)
-        peak += t.eval->plan->arena_bytes;
-    if (t.eval_tail && !t.eval_tail->arena_shared)
-        peak += t.eval_tail->plan->arena_bytes;
-    if (t.cfg.memory_limit > 0 && peak > t.cfg.memory_limit) {
-        kl_error("%s: training and evaluation need %.2f MB, over the memory limit of %.2f MB (the evaluation plan does "
-                 "not fit in the training arena)\n---> try a smaller --batch", model_name, (double)peak / 1e6,
-                 (double)t.cfg.memory_limit / 1e6);
-        goto done;
-    }
-    if (!t.opt.quiet) {
-        printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t.train->g->name, (long long)params,
-               kl_precision_name(t.cfg.precision), be->desc, (long long)t.train_set.count, (long long)t.test_set.count);
-        int64_t eff = t.cfg.batch * t.cfg.accumulate, base = t.cfg.base_batch ? t.cfg.base_batch : t.cfg.batch;
-        printf("effective batch %lld (batch %lld x accumulate %lld); lr %.4g", (long long)eff, (long long)t.cfg.batch,
-               (long long)t.cfg.accumulate, t.scaled_lr);
-        if (t.cfg.lr_scaling != KL_LRS_NONE)
-            printf(" (%s scaling of %.4g from base batch %lld)", t.cfg.lr_scaling == KL_LRS_LINEAR ? "linear" : "sqrt",
-                   t.cfg.opt.lr, (long long)base);
-        if (t.cfg.sched.warmup > 0)
-            printf(", warmup %lld steps", (long long)t.cfg.sched.warmup);
-        printf("\n");
-        char *mem = pass_memory_summary(t.train->g);
-        printf("memory: %s\n", mem);
-        free(mem);
-        char *plan = plan_summary(t.train->plan);
-        printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
-               t.eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
-        if (t.cfg.memory_limit > 0)
-            printf(" (limit %.2f MB)", (double)t.cfg.memory_limit / 1e6);
-        printf("\n");
-        free(plan);
-    }
+    if (!t.opt.quiet)
+        print_start(&t, be, eb, peak);
     if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
         goto done;
     if (t.opt.profile)
