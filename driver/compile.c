@@ -5,10 +5,10 @@
  *             the verifier after each when asked; each row is a stage of
  *             its own, and "passes" names the end of them all
  *   kernels   kernel lowering: one kernel per fusion group, library calls
- *             (cg_lower_plan)
- *   memplan   memory planning: liveness, offsets (cg_plan_memory); the
+ *             (plan_lower)
+ *   memplan   memory planning: liveness, offsets (plan_memory); the
  *             plan's bytes checked against the machine's memory
- *   check     the plan checker (memplan_check) over the train block's
+ *   check     the plan checker (plan_check) over the train block's
  *             micro-batches: a broken plan is an internal error here
  *
  * Every caller (kiln ir/build/bench, the training executable, the budget
@@ -46,10 +46,10 @@ static int64_t measure_arena(void *arg, ir_graph *g)
     for (int i = pass_index("recompute") + 1; i < pass_table_len; i++)
         if ((pass_table[i].modes & PASS_TRAIN) && pass_table[i].run(g, &cx))
             return -1;
-    kl_plan *p = cg_lower_plan(g, NULL);
-    cg_plan_memory(p);
+    kl_plan *p = plan_lower(g, NULL);
+    plan_memory(p);
     int64_t arena = p->arena_bytes;
-    kl_plan_free(p);
+    plan_free(p);
     return arena;
 }
 
@@ -89,6 +89,18 @@ static bool run_passes(ir_graph *g, const kl_compile_opts *o, int *rc)
     if (is(o->stop_after, "lower"))
         return true;
     bool train = o->mode == KL_MODE_TRAIN && !already_ran(g, "eval_mode");
+    /* A pass this mode skips would never stop the loop below: the whole
+     * pipeline would run and pass for the stage asked for. */
+    int stop = o->stop_after ? pass_index(o->stop_after) : -1;
+    if (stop >= 0 && !(pass_table[stop].modes & (train ? PASS_TRAIN : PASS_EVAL))) {
+        const char *mode = train ? "training"
+                           : o->mode == KL_MODE_EVAL ? "evaluation (--eval)"
+                                                     : "evaluation (this IR dump went through eval_mode)";
+        kl_error("%s: stage '%s' does not run in %s; it runs only in %s", g->source ? g->source : g->name,
+                 o->stop_after, mode, train ? "evaluation (--eval)" : "training");
+        *rc = -1;
+        return true;
+    }
     pass_ctx cx = {.no_fusion = o->no_fusion, .measure_arena = measure_arena, .measure_arg = NULL};
     for (int i = 0; i < pass_table_len; i++) {
         const pass_entry *p = &pass_table[i];
@@ -123,18 +135,18 @@ kl_compiled *kl_compile_graph(ir_graph *g, const kl_compile_opts *o)
         }
         /* A dump that went through memory planning: its plan again. */
         if (already_ran(g, "memplan")) {
-            c->plan = cg_lower_plan(g, o->plan);
-            cg_plan_memory(c->plan);
+            c->plan = plan_lower(g, o->plan);
+            plan_memory(c->plan);
             c->memory_planned = true;
         }
         return c;
     }
 
-    c->plan = cg_lower_plan(g, o->plan);
+    c->plan = plan_lower(g, o->plan);
     if (is(o->stop_after, "kernels"))
         return c;
 
-    cg_plan_memory(c->plan);
+    plan_memory(c->plan);
     c->memory_planned = true;
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
@@ -151,7 +163,7 @@ kl_compiled *kl_compile_graph(ir_graph *g, const kl_compile_opts *o)
         return c;
 
     kl_buf why = {0};
-    if (memplan_check(c->plan, micro_batches, &why))
+    if (plan_check(c->plan, micro_batches, &why))
         kl_panic("the memory plan of %s fails the plan checker:\n%s", g->name, why.s);
     kl_buf_free(&why);
     return c;
@@ -178,7 +190,7 @@ ir_graph *kl_compile_load(const kl_source *src, const char *const *kv)
 ir_graph *kl_compiled_take_graph(kl_compiled *c)
 {
     ir_graph *g = c->g;
-    kl_plan_free(c->plan);
+    plan_free(c->plan);
     free(c);
     return g;
 }
@@ -187,7 +199,7 @@ void kl_compiled_free(kl_compiled *c)
 {
     if (!c)
         return;
-    kl_plan_free(c->plan);
+    plan_free(c->plan);
     ir_graph_free(c->g);
     free(c);
 }

@@ -81,10 +81,10 @@ static ast_stmt *stmt_new(ast_stmt_kind kind, KL_YYLTYPE loc)
 %token <str> STRING "a string"
 %token <num> NUMBER "a number"
 %token DEF "'def'" MODEL "'model'" TRAIN "'train'" PARAM "'param'" INPUT "'input'"
-%token RETURN "'return'" REPORT "'report'" INIT "'init'"
+%token RETURN "'return'" REPORT "'report'" INIT "'init'" DECAY "'decay'"
 
 %type <expr> expr primary
-%type <arg> args args_opt arg list_opt list kvs more_opts param_opts dims_opt
+%type <arg> args args_opt arg list_opt list kvs more_opts param_opts param_opt dims_opt
 %type <type> type
 %type <stmt> stmts stmt
 %type <param> params params_opt param
@@ -190,13 +190,23 @@ stmt
     | REPORT IDENT '=' expr     { $$ = stmt_new(AST_REPORT, @1); $$->name = $2; $$->name_loc = L(@2); $$->value = $4; }
     ;
 
+/* A param's options, in any order. The first is a keyword (init or
+ * decay): a name there would start the next statement, since statements
+ * need no separator. Later options follow a comma, so any name may be
+ * written there and lowering refuses an unknown one. */
 param_opts
     : %empty                    { $$ = NULL; }
-    | INIT '=' expr more_opts   { $$ = ast_arg_append(ast_arg_new(kl_xstrdup("init"), $3, L(@1)), $4); }
+    | param_opt more_opts       { $$ = ast_arg_append($1, $2); }
+    ;
+
+param_opt
+    : INIT '=' expr             { $$ = ast_arg_new(kl_xstrdup("init"), $3, L(@1)); }
+    | DECAY '=' expr            { $$ = ast_arg_new(kl_xstrdup("decay"), $3, L(@1)); }
     ;
 
 more_opts
     : %empty                    { $$ = NULL; }
+    | more_opts ',' param_opt   { $$ = ast_arg_append($1, $3); }
     | more_opts ',' IDENT '=' expr
                                 { $$ = ast_arg_append($1, ast_arg_new($3, $5, L(@3))); }
     ;

@@ -132,7 +132,7 @@ static bool index_reassigned(const kir_stmt *st, const kir_expr *index)
     return false;
 }
 
-bool memplan_kernel_inplace_ok(const kir_kernel *k, int in, int out)
+bool plan_kernel_inplace_ok(const kir_kernel *k, int in, int out)
 {
     const kir_buf *bi = &k->bufs[in], *bo = &k->bufs[out];
     if (in == out || !bi->read || bi->written || !bo->written || bo->read || bi->numel != bo->numel ||
@@ -182,7 +182,7 @@ static bool loads_anywhere(const kir_stmt *st, int buf)
     return false;
 }
 
-unsigned memplan_kernel_arg_use(const kir_kernel *k, int buf)
+unsigned plan_kernel_arg_use(const kir_kernel *k, int buf)
 {
     const kir_buf *b = &k->bufs[buf];
     unsigned use = (b->read ? KL_ARG_READ : 0) | (b->written ? KL_ARG_WRITE : 0);
@@ -250,7 +250,7 @@ static bool dies_in_group(const cg_group *grp, int v)
     return true;
 }
 
-int memplan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *k, int pairs[][2], int max)
+int plan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *k, int pairs[][2], int max)
 {
     const ir_graph *g = grp->g;
     bool taken[IR_KERNEL_MAX_BUFS] = {0};
@@ -284,7 +284,7 @@ int memplan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kerne
         int i;
         for (i = 0; i < k->nbufs && k->bufs[i].value != v; i++)
             ;
-        if (i == k->nbufs || taken[i] || !memplan_kernel_inplace_ok(k, i, o))
+        if (i == k->nbufs || taken[i] || !plan_kernel_inplace_ok(k, i, o))
             continue;
         taken[i] = true;
         pairs[n][0] = i;
@@ -298,7 +298,7 @@ int memplan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kerne
 
 static void touch(kl_plan *p, int b, int step)
 {
-    kl_buffer *x = &p->buffers.v[kl_plan_real_buffer(p, b)];
+    kl_buffer *x = &p->buffers.v[plan_real_buffer(p, b)];
     if (x->region != KL_REGION_ARENA)
         return;
     if (x->first < 0 || step < x->first)
@@ -307,7 +307,7 @@ static void touch(kl_plan *p, int b, int step)
         x->last = step;
 }
 
-void memplan_liveness(kl_plan *p)
+void plan_liveness(kl_plan *p)
 {
     for (int b = 0; b < p->buffers.n; b++)
         p->buffers.v[b].first = p->buffers.v[b].last = -1;
@@ -326,7 +326,7 @@ void memplan_liveness(kl_plan *p)
     for (int b = 0; b < p->buffers.n; b++) {
         if (!p->buffers.v[b].pinned)
             continue;
-        kl_buffer *x = &p->buffers.v[kl_plan_real_buffer(p, b)];
+        kl_buffer *x = &p->buffers.v[plan_real_buffer(p, b)];
         if (x->region == KL_REGION_ARENA) {
             x->first = 0;
             x->last = end;
@@ -335,7 +335,7 @@ void memplan_liveness(kl_plan *p)
     for (int b = 0; b < p->buffers.n; b++) {
         kl_buffer *x = &p->buffers.v[b];
         if (x->region == KL_REGION_VIEW) {
-            const kl_buffer *r = &p->buffers.v[kl_plan_real_buffer(p, b)];
+            const kl_buffer *r = &p->buffers.v[plan_real_buffer(p, b)];
             x->first = r->region == KL_REGION_ARENA ? r->first : -1;
             x->last = r->region == KL_REGION_ARENA ? r->last : -1;
         }
@@ -485,7 +485,7 @@ static int64_t unplanned_bytes(const kl_plan *p)
     return sum;
 }
 
-void memplan_assign_offsets(kl_plan *p)
+void plan_assign_offsets(kl_plan *p)
 {
     int n = 0;
     item *items = kl_xmalloc(sizeof *items * (size_t)(p->buffers.n + 1));
@@ -527,7 +527,7 @@ void memplan_assign_offsets(kl_plan *p)
     free(keys);
 }
 
-void memplan_assign_unplanned(kl_plan *p)
+void plan_assign_unplanned(kl_plan *p)
 {
     int64_t off = 0;
     for (int b = 0; b < p->buffers.n; b++) {
@@ -542,7 +542,7 @@ void memplan_assign_unplanned(kl_plan *p)
     p->arena_unplanned = unplanned_bytes(p);
 }
 
-int memplan_data_of(const kl_plan *p, int b)
+int plan_data_of(const kl_plan *p, int b)
 {
     while (p->buffers.v[b].region == KL_REGION_VIEW && !p->buffers.v[b].inplace)
         b = p->buffers.v[b].view_of;

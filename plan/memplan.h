@@ -20,7 +20,7 @@
  * Running only some phases (forward and backward per micro-batch, the
  * update once per step) is safe with ranges over the whole schedule: a
  * skipped step only skips writes, and every value a step reads is written
- * earlier in the same run (memplan_check verifies this for each run). */
+ * earlier in the same run (plan_check verifies this for each run). */
 #ifndef KILN_MEMPLAN_H
 #define KILN_MEMPLAN_H
 
@@ -36,43 +36,43 @@ typedef struct cg_group cg_group;
  * operand through operand 0 of ops the op table marks IR_F_INPLACE, the
  * operand is an arena temporary read by nothing after this group, neither
  * is pinned, and the kernel reads each operand element only where it then
- * writes the same result element (memplan_kernel_inplace_ok). */
-int memplan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *k, int pairs[][2], int max);
+ * writes the same result element (plan_kernel_inplace_ok). */
+int plan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *k, int pairs[][2], int max);
 /* True when kernel k may write buffer out over buffer in: every load of in
  * and store of out sits directly in one loop nest that visits each of
  * out's elements once, at the same index, and no load of in follows a
  * store of out in that body. */
-bool memplan_kernel_inplace_ok(const kir_kernel *k, int in, int out);
+bool plan_kernel_inplace_ok(const kir_kernel *k, int in, int out);
 
 /* KL_ARG_READ / WRITE of kernel buffer buf, with WRITE_FIRST when the
  * kernel's first access to it is a store to every element (a loop nest
  * as large as the buffer, no condition) before any load. */
-unsigned memplan_kernel_arg_use(const kir_kernel *k, int buf);
+unsigned plan_kernel_arg_use(const kir_kernel *k, int buf);
 
 /* Sets first/last of every arena buffer (steps, in plan order). */
-void memplan_liveness(kl_plan *p);
+void plan_liveness(kl_plan *p);
 /* Offsets by the heap simulator (best of several orderings); sets
  * arena_bytes, arena_lower_bound and arena_unplanned. */
-void memplan_assign_offsets(kl_plan *p);
+void plan_assign_offsets(kl_plan *p);
 /* Every buffer in its own memory, in buffer order (planning off). */
-void memplan_assign_unplanned(kl_plan *p);
+void plan_assign_unplanned(kl_plan *p);
 
 /* The buffer whose data b holds: b itself, or the base of a reshape view
  * (an in-place result is other data in its operand's memory; the memory's
- * owner is kl_plan_real_buffer). */
-int memplan_data_of(const kl_plan *p, int b);
+ * owner is plan_real_buffer). */
+int plan_data_of(const kl_plan *p, int b);
 
 /* "arena 12.34 MB (lower bound 12.01 MB, 1.03x; unplanned 40.00 MB)" */
-char *memplan_summary(const kl_plan *p);
+char *plan_summary(const kl_plan *p);
 /* The report: the summary, buffer counts, and the top largest arena
  * buffers with their live ranges and offsets; every line starts with
  * prefix (e.g. "# "). */
-char *memplan_report(const kl_plan *p, int top, const char *prefix);
+char *plan_report(const kl_plan *p, int top, const char *prefix);
 /* A text timeline: one row per arena buffer ordered by offset, a bar over
  * the steps it is live; rows at the same offsets share memory. */
-char *memplan_timeline(const kl_plan *p);
+char *plan_timeline(const kl_plan *p);
 /* A name for buffer b: the value's name, or "scratch of <step label>". */
-char *memplan_buffer_name(const kl_plan *p, int b);
+char *plan_buffer_name(const kl_plan *p, int b);
 
 /* The plan checker: offsets aligned and inside the arena, no two buffers
  * live at the same time overlap, and a simulation of micro_batches runs
@@ -81,6 +81,6 @@ char *memplan_buffer_name(const kl_plan *p, int b);
  * of the same data in that run, and the pinned values intact after each
  * run. Returns the number of problems; the first few are described in
  * why (when not NULL). */
-int memplan_check(const kl_plan *p, int micro_batches, kl_buf *why);
+int plan_check(const kl_plan *p, int micro_batches, kl_buf *why);
 
 #endif

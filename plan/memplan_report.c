@@ -14,7 +14,7 @@ static double mb(int64_t bytes)
     return (double)bytes / 1e6;
 }
 
-char *memplan_buffer_name(const kl_plan *p, int b)
+char *plan_buffer_name(const kl_plan *p, int b)
 {
     const kl_buffer *x = &p->buffers.v[b];
     if (x->value >= 0)
@@ -40,7 +40,7 @@ char *memplan_buffer_name(const kl_plan *p, int b)
     return kl_xasprintf("scratch %d", b);
 }
 
-char *memplan_summary(const kl_plan *p)
+char *plan_summary(const kl_plan *p)
 {
     double ratio = p->arena_lower_bound > 0 ? (double)p->arena_bytes / (double)p->arena_lower_bound : 1.0;
     return kl_xasprintf("arena %.2f MB (lower bound %.2f MB, %.3fx; unplanned %.2f MB%s)", mb(p->arena_bytes),
@@ -65,18 +65,18 @@ static void sharers(kl_buf *out, const kl_plan *p, int b)
 {
     for (int v = 0; v < p->buffers.n; v++) {
         const kl_buffer *x = &p->buffers.v[v];
-        if (v == b || x->region != KL_REGION_VIEW || kl_plan_real_buffer(p, v) != b)
+        if (v == b || x->region != KL_REGION_VIEW || plan_real_buffer(p, v) != b)
             continue;
-        char *name = memplan_buffer_name(p, v);
+        char *name = plan_buffer_name(p, v);
         kl_buf_printf(out, " = %s%s", name, x->inplace ? " (in place)" : "");
         free(name);
     }
 }
 
-char *memplan_report(const kl_plan *p, int top, const char *prefix)
+char *plan_report(const kl_plan *p, int top, const char *prefix)
 {
     kl_buf b = {0};
-    char *sum = memplan_summary(p);
+    char *sum = plan_summary(p);
     kl_buf_printf(&b, "%smemplan: %s\n", prefix, sum);
     free(sum);
     int arena = 0, inplace = 0, views = 0;
@@ -107,7 +107,7 @@ char *memplan_report(const kl_plan *p, int top, const char *prefix)
             snprintf(live, sizeof live, "unused");
         else
             snprintf(live, sizeof live, "%d..%d", x->first, x->last);
-        char *name = memplan_buffer_name(p, r[i].buf);
+        char *name = plan_buffer_name(p, r[i].buf);
         kl_buf_printf(&b, "%s  %-12lld %-12lld %-11s %s%s", prefix, (long long)x->bytes, (long long)x->offset, live, name,
                       x->pinned ? " (pinned)" : "");
         free(name);
@@ -134,12 +134,12 @@ static int by_offset(const void *a, const void *b)
     return x->buf - y->buf;
 }
 
-char *memplan_timeline(const kl_plan *p)
+char *plan_timeline(const kl_plan *p)
 {
     kl_buf b = {0};
     int steps = p->steps.n > 0 ? p->steps.n : 1;
     int width = steps < 96 ? steps : 96;
-    char *sum = memplan_summary(p);
+    char *sum = plan_summary(p);
     kl_buf_printf(&b, "# %s: %s\n", p->g->name, sum);
     free(sum);
     kl_buf_printf(&b, "# one row per arena buffer by offset; a column is %s step%s (%d steps); rows whose byte\n"
@@ -165,7 +165,7 @@ char *memplan_timeline(const kl_plan *p)
         bar[width] = 0;
         char live[32];
         snprintf(live, sizeof live, "%d..%d", x->first, x->last);
-        char *name = memplan_buffer_name(p, rows[i].buf);
+        char *name = plan_buffer_name(p, rows[i].buf);
         kl_buf_printf(&b, "%12lld %12lld %9s  %s  %s", (long long)x->offset, (long long)(x->offset + aligned(x->bytes)),
                       live, bar, name);
         free(name);
@@ -202,14 +202,14 @@ static void problem(checker *c, const char *fmt, ...)
 
 static bool in_arena(const kl_plan *p, int b)
 {
-    return p->buffers.v[kl_plan_real_buffer(p, b)].region == KL_REGION_ARENA;
+    return p->buffers.v[plan_real_buffer(p, b)].region == KL_REGION_ARENA;
 }
 
 /* The cells of b's memory, within the arena (the checks before the
  * simulation report anything outside it). */
 static void cells(const kl_plan *p, int b, int64_t *lo, int64_t *hi)
 {
-    const kl_buffer *r = &p->buffers.v[kl_plan_real_buffer(p, b)];
+    const kl_buffer *r = &p->buffers.v[plan_real_buffer(p, b)];
     int64_t n = p->arena_bytes / KL_ARENA_ALIGN;
     *lo = r->offset / KL_ARENA_ALIGN;
     *hi = (r->offset + aligned(p->buffers.v[b].bytes)) / KL_ARENA_ALIGN;
@@ -219,7 +219,7 @@ static void cells(const kl_plan *p, int b, int64_t *lo, int64_t *hi)
 
 static void step_name(const kl_plan *p, int i, char *out, size_t n)
 {
-    char *label = kl_step_label(p, &p->steps.v[i]);
+    char *label = plan_step_label(p, &p->steps.v[i]);
     snprintf(out, n, "step %d (%s)", i, label);
     free(label);
 }
@@ -229,7 +229,7 @@ static void check_read(checker *c, int step, int b)
     const kl_plan *p = c->p;
     if (!in_arena(p, b))
         return;
-    int d = memplan_data_of(p, b);
+    int d = plan_data_of(p, b);
     int64_t lo, hi;
     cells(p, b, &lo, &hi);
     const char *what = NULL;
@@ -247,8 +247,8 @@ static void check_read(checker *c, int step, int b)
         return;
     char sn[256];
     step_name(p, step, sn, sizeof sn);
-    char *name = memplan_buffer_name(p, b);
-    char *oname = other >= 0 ? memplan_buffer_name(p, other) : NULL;
+    char *name = plan_buffer_name(p, b);
+    char *oname = other >= 0 ? plan_buffer_name(p, other) : NULL;
     problem(c, "%s reads %s %s%s%s", sn, name, what, oname ? ": " : "", oname ? oname : "");
     free(name);
     free(oname);
@@ -259,7 +259,7 @@ static void write_cells(checker *c, int b)
     const kl_plan *p = c->p;
     if (!in_arena(p, b))
         return;
-    int d = memplan_data_of(p, b);
+    int d = plan_data_of(p, b);
     int64_t lo, hi;
     cells(p, b, &lo, &hi);
     for (int64_t k = lo; k < hi; k++)
@@ -298,14 +298,14 @@ static void simulate(checker *c, unsigned mask)
     /* What the runtime reads after the run (and the inputs it wrote) is
      * intact. */
     for (int b = 0; b < p->buffers.n; b++) {
-        if (!p->buffers.v[b].pinned || !in_arena(p, b) || !c->written[memplan_data_of(p, b)])
+        if (!p->buffers.v[b].pinned || !in_arena(p, b) || !c->written[plan_data_of(p, b)])
             continue;
-        int d = memplan_data_of(p, b);
+        int d = plan_data_of(p, b);
         int64_t lo, hi;
         cells(p, b, &lo, &hi);
         for (int64_t k = lo; k < hi; k++) {
             if (c->owner[k] != d) {
-                char *name = memplan_buffer_name(p, b), *oname = memplan_buffer_name(p, c->owner[k] >= 0 ? c->owner[k] : b);
+                char *name = plan_buffer_name(p, b), *oname = plan_buffer_name(p, c->owner[k] >= 0 ? c->owner[k] : b);
                 problem(c, "%s, which the runtime reads after a run, is overwritten by %s", name, oname);
                 free(name);
                 free(oname);
@@ -315,7 +315,7 @@ static void simulate(checker *c, unsigned mask)
     }
 }
 
-int memplan_check(const kl_plan *p, int micro_batches, kl_buf *why)
+int plan_check(const kl_plan *p, int micro_batches, kl_buf *why)
 {
     checker c = {.p = p, .why = why};
     int nb = p->buffers.n;
@@ -325,19 +325,19 @@ int memplan_check(const kl_plan *p, int micro_batches, kl_buf *why)
             continue;
         char *name = NULL;
         if (x->offset % KL_ARENA_ALIGN)
-            problem(&c, "%s: offset %lld is not a multiple of %d", name = memplan_buffer_name(p, b), (long long)x->offset,
+            problem(&c, "%s: offset %lld is not a multiple of %d", name = plan_buffer_name(p, b), (long long)x->offset,
                     KL_ARENA_ALIGN);
         else if (x->offset < 0 || x->offset + x->bytes > p->arena_bytes)
-            problem(&c, "%s: bytes [%lld, %lld) outside the arena of %lld", name = memplan_buffer_name(p, b),
+            problem(&c, "%s: bytes [%lld, %lld) outside the arena of %lld", name = plan_buffer_name(p, b),
                     (long long)x->offset, (long long)(x->offset + x->bytes), (long long)p->arena_bytes);
         free(name);
     }
     /* A view or in-place result fits in the memory it uses. */
     for (int b = 0; b < nb; b++) {
         const kl_buffer *x = &p->buffers.v[b];
-        const kl_buffer *r = &p->buffers.v[kl_plan_real_buffer(p, b)];
+        const kl_buffer *r = &p->buffers.v[plan_real_buffer(p, b)];
         if (x->region == KL_REGION_VIEW && r->region == KL_REGION_ARENA && x->bytes > r->bytes) {
-            char *name = memplan_buffer_name(p, b);
+            char *name = plan_buffer_name(p, b);
             problem(&c, "%s (%lld bytes) is larger than the memory it shares (%lld bytes)", name, (long long)x->bytes,
                     (long long)r->bytes);
             free(name);
@@ -353,7 +353,7 @@ int memplan_check(const kl_plan *p, int micro_batches, kl_buf *why)
             if (y->region != KL_REGION_ARENA || y->first < 0 || x->last < y->first || y->last < x->first)
                 continue;
             if (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes) {
-                char *na = memplan_buffer_name(p, a), *nb2 = memplan_buffer_name(p, b);
+                char *na = plan_buffer_name(p, a), *nb2 = plan_buffer_name(p, b);
                 problem(&c, "%s (steps %d..%d) and %s (steps %d..%d) overlap in memory", na, x->first, x->last, nb2,
                         y->first, y->last);
                 free(na);

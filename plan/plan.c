@@ -11,8 +11,9 @@
 #include "codegen/cg.h"
 #include "memplan.h"
 #include "plan.h"
+#include "plan_build.h"
 
-void kl_plan_free(kl_plan *p)
+void plan_free(kl_plan *p)
 {
     if (!p)
         return;
@@ -29,7 +30,7 @@ void kl_plan_free(kl_plan *p)
     free(p);
 }
 
-int kl_plan_real_buffer(const kl_plan *p, int buf)
+int plan_real_buffer(const kl_plan *p, int buf)
 {
     while (p->buffers.v[buf].region == KL_REGION_VIEW)
         buf = p->buffers.v[buf].view_of;
@@ -37,7 +38,7 @@ int kl_plan_real_buffer(const kl_plan *p, int buf)
 }
 
 /* A scratch buffer (not an IR value); its kernel-side id is -2 - index. */
-static int scratch(kl_plan *p, ir_dtype dt, int64_t numel)
+int plan_scratch(kl_plan *p, ir_dtype dt, int64_t numel)
 {
     kl_buffer b = {.value = -1, .dtype = dt, .numel = numel, .region = KL_REGION_ARENA, .view_of = -1};
     b.bytes = numel * ir_dtype_size(dt);
@@ -45,13 +46,13 @@ static int scratch(kl_plan *p, ir_dtype dt, int64_t numel)
     return p->buffers.n - 1;
 }
 
-static int scratch_id(int buf)
+int plan_scratch_id(int buf)
 {
     return -2 - buf;
 }
 
 /* The buffer of value v, made on first request. */
-static int buffer_of(kl_plan *p, int v)
+int plan_buffer_of(kl_plan *p, int v)
 {
     if (v <= -2)
         return -2 - v;
@@ -66,7 +67,7 @@ static int buffer_of(kl_plan *p, int v)
         b.region = KL_REGION_PERSISTENT;
     } else if (val->def >= 0 && ir_op_is_view(ir_nd(g, val->def)->op)) {
         b.region = KL_REGION_VIEW;
-        b.view_of = buffer_of(p, ir_nd(g, val->def)->in.v[0]);
+        b.view_of = plan_buffer_of(p, ir_nd(g, val->def)->in.v[0]);
     } else {
         b.region = KL_REGION_ARENA;
     }
@@ -87,17 +88,17 @@ static int add_kernel(kl_plan *p, kir_kernel *k)
     return p->kernels.n - 1;
 }
 
-/* Results written over operands that die here (memplan_inplace_pairs):
+/* Results written over operands that die here (plan_inplace_pairs):
  * the result's buffer becomes a view of the operand's, and the kernel
  * prints the two without restrict. This runs before add_kernel names the
  * kernel after a hash of its source. */
 static void make_inplace(kl_plan *p, const cg_group *grp, kir_kernel *k)
 {
     int pairs[32][2];
-    int n = memplan_inplace_pairs(p, grp, k, pairs, 32);
+    int n = plan_inplace_pairs(p, grp, k, pairs, 32);
     for (int i = 0; i < n; i++) {
         kir_buf *in = &k->bufs[pairs[i][0]], *out = &k->bufs[pairs[i][1]];
-        int base = buffer_of(p, in->value), result = buffer_of(p, out->value);
+        int base = plan_buffer_of(p, in->value), result = plan_buffer_of(p, out->value);
         kl_buffer *ob = &p->buffers.v[result];
         ob->region = KL_REGION_VIEW;
         ob->view_of = base;
@@ -124,16 +125,12 @@ static const ir_node *anchor_of(const cg_group *grp)
     return ir_nd(grp->g, grp->nodes[0]);
 }
 
-typedef void (*custom_builder)(cg_builder *b, void *arg);
-
-static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder custom, void *arg);
-
 static void add_kernel_step(kl_plan *p, const cg_group *grp)
 {
-    add_kernel_step_with(p, grp, NULL, NULL);
+    plan_add_kernel_step_with(p, grp, NULL, NULL);
 }
 
-static void add_kernel_step_with(kl_plan *p, const cg_group *grp, custom_builder custom, void *arg)
+void plan_add_kernel_step_with(kl_plan *p, const cg_group *grp, plan_kernel_builder custom, void *arg)
 {
     const ir_graph *g = p->g;
     kl_buf what = {0};
@@ -198,8 +195,8 @@ built:
     kl_step s = {.kind = KL_STEP_KERNEL, .phase = phase, .node = grp->nodes[0]};
     for (int i = 0; i < k->nbufs; i++) {
         kl_check(s.nargs < (int)KL_ARRAY_LEN(s.args));
-        s.rw[s.nargs] = (uint8_t)memplan_kernel_arg_use(k, i);
-        s.args[s.nargs++] = buffer_of(p, k->bufs[i].value);
+        s.rw[s.nargs] = (uint8_t)plan_kernel_arg_use(k, i);
+        s.args[s.nargs++] = plan_buffer_of(p, k->bufs[i].value);
         s.bytes += k->bufs[i].numel * ir_dtype_size(k->bufs[i].dtype) * ((k->bufs[i].read ? 1 : 0) + (k->bufs[i].written ? 1 : 0));
     }
     if (!custom && p->planned)
@@ -304,9 +301,9 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
     m.k = a->dim[a->rank - (m.ta ? 2 : 1)];
     int64_t batch = ir_type_numel(c) / (m.m * m.n);
     int64_t abatch = ir_type_numel(a) / (m.m * m.k), bbatch = ir_type_numel(bt) / (m.k * m.n);
-    m.a = buffer_of(p, n->in.v[0]);
-    m.b = buffer_of(p, n->in.v[1]);
-    m.c = buffer_of(p, n->out.v[0]);
+    m.a = plan_buffer_of(p, n->in.v[0]);
+    m.b = plan_buffer_of(p, n->in.v[1]);
+    m.c = plan_buffer_of(p, n->out.v[0]);
     if (bbatch == 1 && !m.ta && batch > 1 && abatch == batch) {
         /* Rows of every batch item against one matrix: one tall GEMM. */
         m.m *= batch;
@@ -323,198 +320,6 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
         m.stride_c = m.m * m.n;
     }
     push_gemm(p, n, &m);
-}
-
-/* ---- convolution: im2col + GEMM, GEMM + col2im ---- */
-
-static void conv_geometry(const ir_graph *g, const ir_node *n, cg_conv *cv)
-{
-    /* The input and output shapes of the forward convolution. */
-    ir_type x, y, w;
-    if (n->op == IR_OP_CONV2D) {
-        x = ir_val(g, n->in.v[0])->type;
-        w = ir_val(g, n->in.v[1])->type;
-        y = ir_val(g, n->out.v[0])->type;
-    } else {
-        ir_type shape = {ir_val(g, n->out.v[0])->type.dtype, 4, {0}};
-        ir_attr_ints(&n->attrs, "shape", shape.dim, 4);
-        y = ir_val(g, n->in.v[0])->type;
-        if (n->op == IR_OP_CONV2D_GRAD_INPUT)
-            x = shape, w = ir_val(g, n->in.v[1])->type;
-        else
-            w = shape, x = ir_val(g, n->in.v[1])->type;
-    }
-    cv->dtype = n->op == IR_OP_CONV2D ? x.dtype : y.dtype; /* the GEMM operands' dtype */
-    cv->out_dtype = ir_val(g, n->out.v[0])->type.dtype;
-    cv->n = x.dim[0], cv->c = x.dim[1], cv->h = x.dim[2], cv->w = x.dim[3];
-    cv->o = y.dim[1], cv->oh = y.dim[2], cv->ow = y.dim[3];
-    cv->kh = w.dim[2], cv->kw = w.dim[3];
-    cv->groups = ir_attr_int(&n->attrs, "groups", 1);
-    ir_attr_ints(&n->attrs, "stride", cv->s, 2);
-    ir_attr_ints(&n->attrs, "pad", cv->p, 2);
-    ir_attr_ints(&n->attrs, "dilation", cv->d, 2);
-}
-
-typedef struct conv_move {
-    const cg_conv *cv;
-    int from, to; /* value or scratch ids */
-    bool to_col;
-} conv_move;
-
-static void build_conv_move(cg_builder *b, void *arg)
-{
-    conv_move *m = arg;
-    if (m->to_col)
-        cg_build_im2col(b, m->cv, m->from, m->to);
-    else
-        cg_build_col2im(b, m->cv, m->from, m->to);
-}
-
-/* One GEMM per group over the whole batch, in the layouts
- * col [C*KK, N*HW] and y' [O, N*HW] (channels outermost). */
-static void add_conv_gemms(kl_plan *p, const ir_node *n, const cg_conv *cv, int a, int bb, int c)
-{
-    int64_t G = cv->groups, og = cv->o / G, cg = cv->c / G, kk = cv->kh * cv->kw, nhw = cv->n * cv->oh * cv->ow;
-    for (int64_t g = 0; g < G; g++) {
-        kl_gemm m = {.dtype = cv->dtype, .out_dtype = cv->out_dtype, .alpha = 1, .beta = 0, .batch = 1, .a = a, .b = bb, .c = c};
-        switch (n->op) {
-        case IR_OP_CONV2D: /* y'[o, nhw] = w[o, ckk] col[ckk, nhw] */
-            m.m = og, m.n = nhw, m.k = cg * kk;
-            m.off_a = g * og * cg * kk, m.off_b = g * cg * kk * nhw, m.off_c = g * og * nhw;
-            break;
-        case IR_OP_CONV2D_GRAD_INPUT: /* colgrad[ckk, nhw] = w^T dy'[o, nhw] */
-            m.ta = 1;
-            m.m = cg * kk, m.n = nhw, m.k = og;
-            m.off_a = g * og * cg * kk, m.off_b = g * og * nhw, m.off_c = g * cg * kk * nhw;
-            break;
-        default: /* dw[o, ckk] = dy'[o, nhw] col[ckk, nhw]^T */
-            m.tb = 1;
-            m.m = og, m.n = cg * kk, m.k = nhw;
-            m.off_a = g * og * nhw, m.off_b = g * cg * kk * nhw, m.off_c = g * og * cg * kk;
-            break;
-        }
-        kl_step s = {.kind = KL_STEP_GEMM, .phase = n->phase, .gemm = m, .node = n->id};
-        s.flops = 2.0 * (double)m.m * (double)m.n * (double)m.k;
-        s.bytes = (m.m * m.k + m.k * m.n) * ir_dtype_size(m.dtype) + m.m * m.n * ir_dtype_size(m.out_dtype);
-        kl_vec_push(p->steps, s);
-    }
-}
-
-/* y[n, o, hw] += bias[o] */
-typedef struct bias_add {
-    int y, bias;
-    const cg_conv *cv;
-} bias_add;
-
-static void build_bias_add(cg_builder *b, void *arg)
-{
-    bias_add *ba = arg;
-    kir_kernel *k = b->k;
-    const cg_conv *cv = ba->cv;
-    int by = cg_buf(b, ba->y), bb = cg_buf(b, ba->bias);
-    k->work = cv->n * cv->o * cv->oh * cv->ow;
-    int n = kir_loop_begin(k, KL_PAR, cv->n, "n");
-    int o = kir_loop_begin(k, KL_PAR, cv->o, "o");
-    int bv = kir_let(k, kir_load(k, bb, kir_varref(k, o)), "bias");
-    int i = kir_loop_begin(k, KL_PAR, cv->oh * cv->ow, "i");
-    kir_expr *idx = kir_iadd(k, kir_imul(k, kir_iadd(k, kir_imul(k, kir_varref(k, n), cv->o), kir_varref(k, o)), cv->oh * cv->ow),
-                             kir_varref(k, i));
-    kir_store(k, by, idx, kir_bin(k, KB_ADD, kir_load(k, by, idx), kir_varref(k, bv)));
-    for (int j = 0; j < 3; j++)
-        kir_loop_end(k);
-}
-
-typedef struct swap_outer {
-    int from, to;
-    ir_dtype dt;
-    int64_t a, b, inner;
-} swap_outer;
-
-static void build_swap(cg_builder *b, void *arg)
-{
-    swap_outer *sw = arg;
-    cg_build_swap_outer(b, sw->from, sw->to, sw->dt, sw->a, sw->b, sw->inner);
-}
-
-typedef struct direct_conv {
-    const cg_conv *cv;
-    int a, b, out; /* values or scratch ids */
-    int which;     /* 0 pad, 1 forward, 2 weight gradient */
-} direct_conv;
-
-static void build_direct(cg_builder *b, void *arg)
-{
-    direct_conv *d = arg;
-    if (d->which == 0)
-        cg_build_pad(b, d->cv, d->a, d->out);
-    else if (d->which == 1)
-        cg_build_conv_direct(b, d->cv, d->a, d->b, d->out);
-    else
-        cg_build_conv_direct_wgrad(b, d->cv, d->a, d->b, d->out);
-}
-
-/* A convolution with few taps per output (the first layer of an image
- * model: C = 1 or 3): direct kernels beat im2col + a skinny GEMM
- * (measured: kiln bench examples/fashion_cnn.kl). */
-static bool direct_conv_fits(const ir_node *n, const cg_conv *cv)
-{
-    return n->op != IR_OP_CONV2D_GRAD_INPUT && cv->groups == 1 && cv->c * cv->kh * cv->kw <= 27 &&
-           !(n->op == IR_OP_CONV2D && n->in.n == 3);
-}
-
-/* forward: im2col, GEMM into y' [O, N, HW], swap into y [N, O, HW];
- * grad_input: swap dy into dy', GEMM into colgrad, col2im;
- * grad_weight: im2col, swap dy into dy', GEMM into dw. */
-static void add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n)
-{
-    const ir_graph *g = p->g;
-    cg_conv cv;
-    conv_geometry(g, n, &cv);
-    int64_t hw = cv.oh * cv.ow;
-    if (direct_conv_fits(n, &cv)) {
-        int x = n->in.v[n->op == IR_OP_CONV2D ? 0 : 1];
-        int xpad = scratch(p, cv.dtype, cv.n * cv.c * (cv.h + 2 * cv.p[0]) * (cv.w + 2 * cv.p[1]));
-        direct_conv pad = {&cv, x, -1, scratch_id(xpad), 0};
-        add_kernel_step_with(p, grp, build_direct, &pad);
-        direct_conv dc = {&cv, scratch_id(xpad), n->in.v[n->op == IR_OP_CONV2D ? 1 : 0], n->out.v[0],
-                          n->op == IR_OP_CONV2D ? 1 : 2};
-        add_kernel_step_with(p, grp, build_direct, &dc);
-        return;
-    }
-    int64_t cols = cv.n * cv.c * cv.kh * cv.kw * hw;
-    /* col holds x's taps (forward, weight gradient) or the GEMM's input
-     * gradient (its result's dtype). */
-    cg_conv colv = cv;
-    if (n->op == IR_OP_CONV2D_GRAD_INPUT)
-        colv.dtype = cv.out_dtype;
-    int col = scratch(p, colv.dtype, cols);
-    int out = buffer_of(p, n->out.v[0]);
-    if (n->op == IR_OP_CONV2D) {
-        conv_move mv = {&colv, n->in.v[0], scratch_id(col), true};
-        add_kernel_step_with(p, grp, build_conv_move, &mv);
-        int yt = scratch(p, cv.out_dtype, cv.n * cv.o * hw);
-        add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), col, yt);
-        swap_outer sw = {scratch_id(yt), n->out.v[0], cv.out_dtype, cv.o, cv.n, hw};
-        add_kernel_step_with(p, grp, build_swap, &sw);
-        if (n->in.n == 3) {
-            bias_add ba = {n->out.v[0], n->in.v[2], &cv};
-            add_kernel_step_with(p, grp, build_bias_add, &ba);
-        }
-        (void)out;
-        return;
-    }
-    int dyt = scratch(p, cv.dtype, cv.n * cv.o * hw);
-    swap_outer sw = {n->in.v[0], scratch_id(dyt), cv.dtype, cv.n, cv.o, hw};
-    add_kernel_step_with(p, grp, build_swap, &sw);
-    if (n->op == IR_OP_CONV2D_GRAD_WEIGHT) {
-        conv_move mv = {&colv, n->in.v[1], scratch_id(col), true};
-        add_kernel_step_with(p, grp, build_conv_move, &mv);
-        add_conv_gemms(p, n, &cv, dyt, col, out);
-    } else {
-        add_conv_gemms(p, n, &cv, buffer_of(p, n->in.v[1]), dyt, col);
-        conv_move mv = {&colv, scratch_id(col), n->out.v[0], false};
-        add_kernel_step_with(p, grp, build_conv_move, &mv);
-    }
 }
 
 /* A constant read as a buffer (by a GEMM or an output): a fill kernel. */
@@ -536,7 +341,7 @@ static void materialize_consts(kl_plan *p)
     }
 }
 
-bool cg_memplan_enabled(void)
+bool plan_memplan_enabled(void)
 {
     const char *e = getenv("KILN_MEMPLAN");
     return !e || strcmp(e, "0");
@@ -544,15 +349,15 @@ bool cg_memplan_enabled(void)
 
 static void pin(kl_plan *p, int v)
 {
-    int b = buffer_of(p, v);
+    int b = plan_buffer_of(p, v);
     p->buffers.v[b].pinned = true;
 }
 
-kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
+kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
 {
     kl_plan *p = kl_xcalloc(1, sizeof *p);
     p->g = g;
-    p->planned = !(o && o->unplanned) && cg_memplan_enabled();
+    p->planned = !(o && o->unplanned) && plan_memplan_enabled();
     p->nvalues = g->values.n;
     p->value_buf = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
     for (int i = 0; i < g->values.n; i++)
@@ -561,7 +366,7 @@ kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
      * so the runtime can feed inputs and read results; those it writes or
      * reads between runs are pinned (live over the whole step). */
     for (int i = 0; i < g->decls.n; i++) {
-        buffer_of(p, g->decls.v[i]);
+        plan_buffer_of(p, g->decls.v[i]);
         if (ir_val(g, g->decls.v[i])->kind == IR_VAL_INPUT)
             pin(p, g->decls.v[i]);
     }
@@ -597,7 +402,7 @@ kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
         if (n->dead || done[i])
             continue;
         if (ir_op_is_view(n->op)) {
-            buffer_of(p, n->out.v[0]);
+            plan_buffer_of(p, n->out.v[0]);
             continue;
         }
         if (n->op == IR_OP_CONST && n->group < 0)
@@ -623,7 +428,7 @@ kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
             if (a->op == IR_OP_MATMUL)
                 add_gemm_step(p, a);
             else
-                add_conv_steps(p, &one, a);
+                plan_add_conv_steps(p, &one, a);
             memmove(&members[lib], &members[lib + 1], sizeof(int) * (size_t)(cnt - lib - 1));
             cnt--;
             if (cnt == 0)
@@ -639,16 +444,16 @@ kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o)
     return p;
 }
 
-void cg_plan_memory(kl_plan *p)
+void plan_memory(kl_plan *p)
 {
-    memplan_liveness(p);
+    plan_liveness(p);
     if (p->planned)
-        memplan_assign_offsets(p);
+        plan_assign_offsets(p);
     else
-        memplan_assign_unplanned(p);
+        plan_assign_unplanned(p);
 }
 
-char *kl_plan_c_source(const kl_plan *p)
+char *plan_c_source(const kl_plan *p)
 {
     kl_buf b = {0};
     kl_buf_puts(&b, kir_c_prelude());
@@ -659,7 +464,7 @@ char *kl_plan_c_source(const kl_plan *p)
     return kl_buf_take(&b);
 }
 
-char *kl_plan_cuda_source(const kl_plan *p)
+char *plan_cuda_source(const kl_plan *p)
 {
     unsigned needs = 0;
     for (int i = 0; i < p->kernels.n; i++)
@@ -686,7 +491,7 @@ char *kl_plan_cuda_source(const kl_plan *p)
     return all;
 }
 
-char *kl_step_label(const kl_plan *p, const kl_step *s)
+char *plan_step_label(const kl_plan *p, const kl_step *s)
 {
     const ir_node *n = ir_nd(p->g, s->node);
     kl_buf b = {0};

@@ -3,7 +3,7 @@
  * steps: kernel launches and library calls (GEMM).
  *
  * Built by the compile function (driver/compile.c) from a graph that went
- * through the passes: cg_lower_plan, then cg_plan_memory. The plan refers to the
+ * through the passes: plan_lower, then plan_memory. The plan refers to the
  * graph for names and roles; it does not own it. */
 #ifndef KILN_PLAN_H
 #define KILN_PLAN_H
@@ -96,21 +96,21 @@ typedef struct kl_plan_opts {
  * per fusion group and library calls, as steps; in-place results are
  * chosen here when the plan is planned (o NULL: the defaults: planned
  * unless the environment sets KILN_MEMPLAN=0). No offsets yet. */
-kl_plan *cg_lower_plan(const ir_graph *g, const kl_plan_opts *o);
+kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o);
 /* Memory planning of a lowered plan: liveness over its steps and arena
  * offsets (codegen/memplan.c), or every buffer its own memory when the
  * plan is unplanned. */
-void cg_plan_memory(kl_plan *p);
+void plan_memory(kl_plan *p);
 /* True unless the environment turns memory planning off (KILN_MEMPLAN=0). */
-bool cg_memplan_enabled(void);
-void kl_plan_free(kl_plan *p);
+bool plan_memplan_enabled(void);
+void plan_free(kl_plan *p);
 /* Every kernel's C source, with the prelude once: a compilable file. */
-char *kl_plan_c_source(const kl_plan *p);
+char *plan_c_source(const kl_plan *p);
 /* The same in CUDA C, each kernel's launches in a comment before it. */
-char *kl_plan_cuda_source(const kl_plan *p);
+char *plan_cuda_source(const kl_plan *p);
 /* A label for a step: "matmul @8:12 in dense.1". */
-char *kl_step_label(const kl_plan *p, const kl_step *s);
+char *plan_step_label(const kl_plan *p, const kl_step *s);
 /* The buffer backing value v, following views to the real one. */
-int kl_plan_real_buffer(const kl_plan *p, int buf);
+int plan_real_buffer(const kl_plan *p, int buf);
 
 #endif

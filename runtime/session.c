@@ -112,7 +112,7 @@ static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *hos
     }
     for (int i = 0; i < p->buffers.n; i++)
         if (p->buffers.v[i].region == KL_REGION_VIEW)
-            e->ptrs[i] = e->ptrs[kl_plan_real_buffer(p, i)];
+            e->ptrs[i] = e->ptrs[plan_real_buffer(p, i)];
     e->args = kl_xcalloc((size_t)p->steps.n + 1, sizeof(void **));
     for (int i = 0; i < p->steps.n; i++) {
         kl_step *st = &p->steps.v[i];
@@ -144,7 +144,7 @@ void kl_exec_free(kl_exec *e)
             e->s->be->ops->graph_free(e->s->be, e->graphs[i].graph);
     if (e->arena && !e->arena_shared)
         e->s->be->ops->free(e->s->be, e->arena);
-    kl_plan_free(e->plan);
+    plan_free(e->plan);
     ir_graph_free(e->g);
     free(e);
 }
@@ -236,7 +236,7 @@ void kl_exec_trace(kl_exec *e, kl_trace *t)
     if (!e->labels) {
         e->labels = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(char *));
         for (int i = 0; i < e->plan->steps.n; i++)
-            e->labels[i] = kl_step_label(e->plan, &e->plan->steps.v[i]);
+            e->labels[i] = plan_step_label(e->plan, &e->plan->steps.v[i]);
     }
 }
 
@@ -271,7 +271,7 @@ void kl_exec_print_profile(const kl_exec *e, FILE *out, int top)
     for (int i = 0; i < p->steps.n; i++) {
         if (!e->step_runs[i])
             continue;
-        char *label = kl_step_label(p, &p->steps.v[i]);
+        char *label = plan_step_label(p, &p->steps.v[i]);
         int r;
         for (r = 0; r < n && strcmp(rows[r].label, label); r++)
             ;
@@ -308,7 +308,7 @@ void kl_exec_print_profile(const kl_exec *e, FILE *out, int top)
 static void check_pinned(const kl_exec *e, int v, int b)
 {
     const kl_buffer *x = &e->plan->buffers.v[b];
-    if (e->plan->planned && !x->pinned && e->plan->buffers.v[kl_plan_real_buffer(e->plan, b)].region == KL_REGION_ARENA)
+    if (e->plan->planned && !x->pinned && e->plan->buffers.v[plan_real_buffer(e->plan, b)].region == KL_REGION_ARENA)
         kl_panic("%s is accessed between runs, but the memory plan reuses its memory (name it in kl_plan_opts.keep)",
                  ir_val(e->g, v)->name);
 }

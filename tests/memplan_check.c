@@ -64,7 +64,7 @@ static int check_one(const char *path, const config *c, const char *const *sets,
     const kl_plan *p = cc->plan;
     kl_buf why = {0};
     int accumulate = c->accumulate ? atoi(c->accumulate) : 1;
-    int problems = memplan_check(p, accumulate, &why);
+    int problems = plan_check(p, accumulate, &why);
     double ratio = p->arena_lower_bound ? (double)p->arena_bytes / (double)p->arena_lower_bound : 1.0;
     printf("%-28s %-16s arena %12lld  lower bound %12lld  ratio %.3f  unplanned %12lld  %s\n", path, c->name,
            (long long)p->arena_bytes, (long long)p->arena_lower_bound, ratio, (long long)p->arena_unplanned,

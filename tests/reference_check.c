@@ -179,7 +179,7 @@ static void compare_kept(tally *t, kl_exec *e, const ref_eval *r, const int *kee
             continue;
         /* A view of a persistent value (a reshaped param) shows it after
          * the update: compared with the persistent values. */
-        if (buf < 0 || e->plan->buffers.v[kl_plan_real_buffer(e->plan, buf)].region == KL_REGION_PERSISTENT)
+        if (buf < 0 || e->plan->buffers.v[plan_real_buffer(e->plan, buf)].region == KL_REGION_PERSISTENT)
             continue;
         double *got = read_value(e, v);
         compare(t, ir_val(g, v), ph == IR_PHASE_UPDATE ? "in the update" : "after forward and backward", got, r->v[v]);

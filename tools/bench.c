@@ -210,7 +210,7 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
     }
     for (int i = 0; i < p->steps.n; i++) {
         const kl_step *st = &p->steps.v[i];
-        char *label = kl_step_label(p, st);
+        char *label = plan_step_label(p, st);
         const char *name = st->kind == KL_STEP_KERNEL ? p->kernels.v[st->kernel].name
                            : kl_backend_is_cuda(e->s->be) ? "gemm (cuBLASLt)" : "gemm (BLAS)";
         double ms = t->step_ms[i], mb = (double)st->bytes / 1e6, gbs = ms > 0 ? mb / ms : 0;

@@ -42,8 +42,9 @@ static const char ir_usage[] =
     "                   frontend, then the passes, then kernel lowering\n"
     "                   (kernels), memory planning and the plan check;\n"
     "                   passes: %s\n"
+    "                   a pass the mode does not run is an error\n"
     "  --eval           the evaluation graph (forward only): lower, eval_mode,\n"
-    "                   simplify, fusion, schedule\n"
+    "                   precision, simplify, fusion, schedule\n"
     "  --format FMT     text (default), dot (Graphviz), or timeline: the arena's\n"
     "                   buffers by offset over the steps (which share memory;\n"
     "                   needs memplan or a later stage)\n"
@@ -206,9 +207,9 @@ static int cmd_ir(int argc, char **argv)
             goto done;
         }
         if (kernels) {
-            text = cuda ? kl_plan_cuda_source(c->plan) : kl_plan_c_source(c->plan);
+            text = cuda ? plan_cuda_source(c->plan) : plan_c_source(c->plan);
         } else if (!strcmp(format, "timeline")) {
-            text = memplan_timeline(c->plan);
+            text = plan_timeline(c->plan);
         } else if (!strcmp(format, "dot")) {
             text = ir_print_dot(g);
         } else {
@@ -227,7 +228,7 @@ static int cmd_ir(int argc, char **argv)
             }
             if (c->memory_planned) {
                 /* The memory plan's report, also a comment. */
-                char *rep = memplan_report(c->plan, 10, "# ");
+                char *rep = plan_report(c->plan, 10, "# ");
                 kl_buf_puts(&head, rep);
                 free(rep);
             }

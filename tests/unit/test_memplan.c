@@ -35,14 +35,14 @@ static void test_inplace_rule(void **state)
 {
     (void)state;
     kir_kernel *k = elementwise(64, 0);
-    assert_true(memplan_kernel_inplace_ok(k, 0, 1));
-    assert_false(memplan_kernel_inplace_ok(k, 1, 0));
+    assert_true(plan_kernel_inplace_ok(k, 0, 1));
+    assert_false(plan_kernel_inplace_ok(k, 1, 0));
     kir_free(k);
     k = elementwise(64, 1);
-    assert_false(memplan_kernel_inplace_ok(k, 0, 1));
+    assert_false(plan_kernel_inplace_ok(k, 0, 1));
     kir_free(k);
     k = elementwise(64, 2);
-    assert_false(memplan_kernel_inplace_ok(k, 0, 1));
+    assert_false(plan_kernel_inplace_ok(k, 0, 1));
     kir_free(k);
     /* A reduction: out[r] = sum over c of in[r, c] (sizes differ). */
     k = kir_new("sum", KT_F32);
@@ -54,7 +54,7 @@ static void test_inplace_rule(void **state)
     kir_loop_end(k);
     kir_store(k, bo, kir_varref(k, r), kir_varref(k, acc));
     kir_loop_end(k);
-    assert_false(memplan_kernel_inplace_ok(k, bi, bo));
+    assert_false(plan_kernel_inplace_ok(k, bi, bo));
     kir_free(k);
 }
 
@@ -118,13 +118,13 @@ static void test_checker_passes_the_plan(void **state)
     ir_graph *g;
     kl_plan *p = plan_of(&g);
     kl_buf why = {0};
-    assert_int_equal(memplan_check(p, 1, &why), 0);
-    assert_int_equal(memplan_check(p, 4, &why), 0);
+    assert_int_equal(plan_check(p, 1, &why), 0);
+    assert_int_equal(plan_check(p, 4, &why), 0);
     assert_true(p->planned);
     assert_true(p->arena_bytes >= p->arena_lower_bound);
     assert_true(p->arena_bytes <= p->arena_unplanned);
     kl_buf_free(&why);
-    kl_plan_free(p);
+    plan_free(p);
     ir_graph_free(g);
 }
 
@@ -137,10 +137,10 @@ static void test_checker_finds_overlap(void **state)
     overlapping_pair(p, &a, &b);
     p->buffers.v[b].offset = p->buffers.v[a].offset;
     kl_buf why = {0};
-    assert_true(memplan_check(p, 1, &why) > 0);
+    assert_true(plan_check(p, 1, &why) > 0);
     assert_non_null(strstr(why.s, "overlap in memory"));
     kl_buf_free(&why);
-    kl_plan_free(p);
+    plan_free(p);
     ir_graph_free(g);
 }
 
@@ -153,10 +153,10 @@ static void test_checker_finds_misalignment(void **state)
     overlapping_pair(p, &a, &b);
     p->buffers.v[a].offset += 4;
     kl_buf why = {0};
-    assert_true(memplan_check(p, 1, &why) > 0);
+    assert_true(plan_check(p, 1, &why) > 0);
     assert_non_null(strstr(why.s, "not a multiple of 256"));
     kl_buf_free(&why);
-    kl_plan_free(p);
+    plan_free(p);
     ir_graph_free(g);
 }
 
@@ -182,12 +182,12 @@ static void test_checker_finds_a_clobbered_read(void **state)
     p->buffers.v[victim].region = KL_REGION_VIEW;
     p->buffers.v[victim].view_of = x;
     p->buffers.v[victim].inplace = true;
-    memplan_liveness(p);
+    plan_liveness(p);
     kl_buf why = {0};
-    assert_true(memplan_check(p, 2, &why) > 0);
+    assert_true(plan_check(p, 2, &why) > 0);
     assert_non_null(strstr(why.s, "overwr"));
     kl_buf_free(&why);
-    kl_plan_free(p);
+    plan_free(p);
     ir_graph_free(g);
 }
 
@@ -201,12 +201,12 @@ static void test_unplanned(void **state)
     kl_plan *p = plan_of_opts(&g2, &o);
     assert_false(p->planned);
     assert_int_equal(p->arena_bytes, p->arena_unplanned);
-    assert_int_equal(memplan_check(p, 1, NULL), 0);
+    assert_int_equal(plan_check(p, 1, NULL), 0);
     for (int i = 0; i < p->buffers.n; i++)
         assert_false(p->buffers.v[i].inplace);
     assert_true(planned->arena_bytes < p->arena_bytes);
-    kl_plan_free(p);
-    kl_plan_free(planned);
+    plan_free(p);
+    plan_free(planned);
     ir_graph_free(g);
     ir_graph_free(g2);
 }

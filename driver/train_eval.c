@@ -1,0 +1,57 @@
+/* Evaluation during training: the loss and metrics over the test set, in
+ * batches of the evaluation plan (and the tail plan for a remainder), and
+ * the choice of the evaluation batch. */
+#include <string.h>
+
+#include "trainer.h"
+
+static void evaluate_plans(trainer *t, eval_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const kl_dataset *d = &t->test_set;
+    int64_t eb = ir_val(t->eval->g, t->eb.features)->type.dim[0];
+    int64_t full = d->count / eb;
+    kl_loader *l = kl_loader_new(d, eb, false, false, 0, 4);
+    kl_loader_start(l, 0);
+    const kl_batch *b;
+    kl_kargs args = {0, (uint64_t)t->cfg.seed};
+    while ((b = kl_loader_next(l))) {
+        bool tail = b->index >= full;
+        kl_exec *e = tail && t->eval_tail ? t->eval_tail : t->eval;
+        bindings *bb = tail && t->eval_tail ? &t->etb : &t->eb;
+        train_feed(e, bb, b, d->sample_bytes);
+        kl_exec_run(e, KL_ALL_PHASES, &args);
+        r->loss += kl_exec_scalar(e, e->g->loss) * (double)b->size;
+        for (int i = 0; i < e->g->reports.n && i < 8; i++)
+            r->metric[i] += kl_exec_scalar(e, e->g->reports.v[i].value) * (double)b->size;
+        r->samples += b->size;
+        kl_loader_release(l, b);
+    }
+    kl_loader_free(l);
+    if (r->samples) {
+        r->loss /= (double)r->samples;
+        for (int i = 0; i < 8; i++)
+            r->metric[i] /= (double)r->samples;
+    }
+}
+
+void train_evaluate(trainer *t, eval_result *r)
+{
+    double t0 = kl_now();
+    evaluate_plans(t, r);
+    kl_trace_event(t->trace, "evaluation", "eval", KL_TRACE_STEPS, t0, kl_now());
+}
+
+/* The evaluation batch: the largest divisor of the test set up to
+ * max(batch, 500), so evaluation needs one plan; a remainder plan when
+ * no divisor is reasonably large. */
+int64_t kl_eval_batch(int64_t count, int64_t batch)
+{
+    int64_t cap = batch > 500 ? batch : 500;
+    if (cap > count)
+        cap = count;
+    for (int64_t d = cap; d >= 1; d--)
+        if (count % d == 0 && d >= batch / 2)
+            return d;
+    return batch < count ? batch : count;
+}

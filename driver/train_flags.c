@@ -1,0 +1,179 @@
+/* The training executable's flags: its usage text, and the flags parsed
+ * into train settings (--batch 64 -> "batch" = "64") and the run's own
+ * options. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+
+static const char usage[] =
+    "usage: %s [options]\n"
+    "\n"
+    "Trains the model this executable was built from (%s). Flags override\n"
+    "the model file's train block.\n"
+    "\n"
+    "  --epochs N         passes over the training set\n"
+    "  --steps N          stop after N optimizer steps\n"
+    "  --batch N          samples per micro-batch\n"
+    "  --accumulate N     micro-batches per optimizer step\n"
+    "  --lr X             learning rate\n"
+    "  --seed N           seed of initialisation, shuffling and dropout\n"
+    "  --threads N        CPU threads (default: OMP_NUM_THREADS when set, else the\n"
+    "                     cores that compute in parallel, measured at start)\n"
+    "  --data PATH        folder of the IDX files, or synthetic:N\n"
+    "  --eval-every N     evaluate every N steps (default: each epoch)\n"
+    "  --log-every N      progress line every N steps\n"
+    "  --precision P      fp32, bf16 or fp16\n"
+    "  --memory-limit B   refuse to start when the planned memory (params, state and\n"
+    "                     the arena) exceeds B bytes (or \"2GiB\", \"500MB\")\n"
+    "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
+    "  --no-cuda-graph    launch each step's kernels instead of replaying a CUDA graph\n"
+    "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
+    "  --metrics FILE     write metrics as JSON lines (appended to with --resume)\n"
+    "  --save FILE        write a checkpoint at the end (and each epoch)\n"
+    "  --save-init FILE   write a checkpoint of the initial values, then train\n"
+    "  --resume FILE      continue from a checkpoint\n"
+    "  --set KEY=VALUE    any other train setting\n"
+    "  --profile          time every kernel and GEMM; print a table at the end\n"
+    "  --trace FILE       write a timeline of every step, kernel, GEMM, data wait\n"
+    "                     and evaluation (Chrome trace format; open in Perfetto)\n"
+    "  --quiet            no progress lines, only the summary\n"
+    "  -h, --help         this help\n"
+    "\n"
+    "The executable holds the kernels of its train block's settings. Flags that\n"
+    "change the plan (--batch, --accumulate, --precision, --memory-limit, --data\n"
+    "with another test-set size, --set optimizer=... and other --set keys) need\n"
+    "other kernels, which it compiles at start with a C compiler: $CC (else cc),\n"
+    "cached in $XDG_CACHE_HOME/kiln/cpu (else ~/.cache/kiln/cpu). Without a\n"
+    "compiler, put the settings in the train block and kiln build again.\n"
+    "\n"
+    "KILN_MEMPLAN=0 in the environment turns memory planning off (every buffer\n"
+    "its own memory), for comparisons.\n";
+
+static int add_kv(train_options *o, const char *k, const char *v)
+{
+    if (o->nkv + 3 > (int)KL_ARRAY_LEN(o->kv)) {
+        kl_error("too many flags");
+        return -1;
+    }
+    o->kv[o->nkv++] = k;
+    o->kv[o->nkv++] = v;
+    o->kv[o->nkv] = NULL;
+    return 0;
+}
+
+static char *own(train_options *o, char *s)
+{
+    if (o->nowned < (int)KL_ARRAY_LEN(o->owned))
+        o->owned[o->nowned++] = s;
+    return s;
+}
+
+/* The flags that set a train key. */
+static const struct { const char *flag, *key; } mapped[] = {
+    {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
+    {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
+    {"--precision", "precision"}, {"--memory-limit", "memory_limit"},
+};
+
+/* For the CPU backend's notice and error when it must compile kernels.
+ * Train keys that only the run's loop or the kernels' arguments read
+ * never change them. */
+char *train_kernel_flags(const train_options *o)
+{
+    static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr"};
+    kl_buf b = {0};
+    for (int i = 0; i + 1 < o->nkv; i += 2) {
+        const char *k = o->kv[i], *v = o->kv[i + 1], *flag = NULL;
+        bool skip = false;
+        for (size_t n = 0; n < KL_ARRAY_LEN(neutral) && !skip; n++)
+            skip = !strcmp(k, neutral[n]);
+        if (skip)
+            continue;
+        for (size_t m = 0; m < KL_ARRAY_LEN(mapped) && !flag; m++)
+            if (!strcmp(k, mapped[m].key))
+                flag = mapped[m].flag;
+        if (!strcmp(k, "data"))
+            flag = "--data";
+        if (b.len)
+            kl_buf_puts(&b, ", ");
+        if (flag)
+            kl_buf_printf(&b, "%s %s", flag, v);
+        else
+            kl_buf_printf(&b, "--set %s=%s", k, v);
+    }
+    return b.len ? kl_buf_take(&b) : NULL;
+}
+
+int train_parse_flags(int argc, char **argv, train_options *o, const char *model)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        bool done = false;
+        for (size_t m = 0; m < KL_ARRAY_LEN(mapped) && !done; m++) {
+            if (strcmp(a, mapped[m].flag))
+                continue;
+            if (!has) {
+                kl_error("%s needs a value", a);
+                return -1;
+            }
+            if (add_kv(o, mapped[m].key, argv[++i]))
+                return -1;
+            done = true;
+        }
+        if (done)
+            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf(usage, argv[0], model);
+            exit(0);
+        } else if (!strcmp(a, "--threads") && has) {
+            char *end;
+            long t = strtol(argv[++i], &end, 10);
+            if (*end || t < 0 || t > 4096) {
+                kl_error("--threads needs a count, got '%s'", argv[i]);
+                return -1;
+            }
+            o->threads = (int)t;
+            if (add_kv(o, "threads", argv[i]))
+                return -1;
+        } else if (!strcmp(a, "--data") && has) {
+            if (add_kv(o, "data", argv[++i]))
+                return -1;
+        } else if (!strcmp(a, "--device") && has) {
+            o->device = argv[++i];
+        } else if (!strcmp(a, "--metrics") && has) {
+            o->metrics = argv[++i];
+        } else if (!strcmp(a, "--save") && has) {
+            o->save = argv[++i];
+        } else if (!strcmp(a, "--force-overflow") && has) {
+            o->force_overflow = strtoll(argv[++i], NULL, 10);
+        } else if (!strcmp(a, "--save-init") && has) {
+            o->save_init = argv[++i];
+        } else if (!strcmp(a, "--resume") && has) {
+            o->resume = argv[++i];
+        } else if (!strcmp(a, "--set") && has) {
+            const char *kv = argv[++i], *eq = strchr(kv, '=');
+            if (!eq || eq == kv) {
+                kl_error("--set needs KEY=VALUE, got '%s'", kv);
+                return -1;
+            }
+            if (add_kv(o, own(o, kl_xstrndup(kv, (size_t)(eq - kv))), eq + 1))
+                return -1;
+        } else if (!strcmp(a, "--no-cuda-graph")) {
+            o->no_cuda_graph = true;
+        } else if (!strcmp(a, "--tf32")) {
+            o->tf32 = true;
+        } else if (!strcmp(a, "--quiet")) {
+            o->quiet = true;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = true;
+        } else if (!strcmp(a, "--trace") && has) {
+            o->trace_path = argv[++i];
+        } else {
+            kl_error("unknown option or missing value: %s (see --help)", a);
+            return -1;
+        }
+    }
+    return 0;
+}
