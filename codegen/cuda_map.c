@@ -43,15 +43,6 @@ cu_bufset cu_alias_closure(const kir_kernel *k, cu_bufset s)
     return s & aliased ? s | aliased : s;
 }
 
-static bool expr_uses_var(const kir_expr *e, int var)
-{
-    if (!e)
-        return false;
-    if (e->kind == KE_VAR && e->var == var)
-        return true;
-    return expr_uses_var(e->a, var) || expr_uses_var(e->b, var) || expr_uses_var(e->c, var);
-}
-
 void cu_expr_vars(const kir_expr *e, bool *used)
 {
     if (!e)
@@ -222,7 +213,7 @@ static bool divisible(const kir_expr *e, int64_t v)
 static affine affine_of(const kir_expr *e, int inner, int64_t v, const bool *uniform)
 {
     affine r = {true, 0, false};
-    if (!expr_uses_var(e, inner)) {
+    if (!kir_expr_uses_var(e, inner)) {
         r.ok = e->type == KT_I64 && uniform_expr(e, uniform);
         r.rest_div = r.ok && divisible(e, v);
         return r;
@@ -308,7 +299,7 @@ static void vec_expr(vec_scan *vs, const kir_expr *e)
     if (e->kind == KE_LOAD) {
         if (cu_alias_closure(vs->k, vs->stored) & ((cu_bufset)1 << e->buf))
             vs->fail = true; /* read after write in one iteration */
-        if (expr_uses_var(e->a, vs->inner))
+        if (kir_expr_uses_var(e->a, vs->inner))
             vec_access(vs, e->buf, e->a, false);
         else
             vs->scalar |= (cu_bufset)1 << e->buf; /* also read at a uniform index: plain loads */

@@ -313,6 +313,15 @@ void kir_addto(kir_kernel *k, int buf, kir_expr *index, kir_expr *value)
     k->bufs[buf].read = true;
 }
 
+bool kir_expr_uses_var(const kir_expr *e, int var)
+{
+    if (!e)
+        return false;
+    if (e->kind == KE_VAR && e->var == var)
+        return true;
+    return kir_expr_uses_var(e->a, var) || kir_expr_uses_var(e->b, var) || kir_expr_uses_var(e->c, var);
+}
+
 void kir_finish(kir_kernel *k)
 {
     kl_check(k->depth == 0);

@@ -155,6 +155,8 @@ kir_expr *kir_rand(kir_kernel *k, int64_t salt, kir_expr *index);
 /* Index arithmetic with constant folding: a + b, a * c. */
 kir_expr *kir_iadd(kir_kernel *k, kir_expr *a, kir_expr *b);
 kir_expr *kir_imul(kir_kernel *k, kir_expr *a, int64_t c);
+/* True when e reads the variable var anywhere inside it. */
+bool kir_expr_uses_var(const kir_expr *e, int var);
 
 /* Statements are appended at the insertion point; loop_begin opens a body
  * that loop_end closes. */

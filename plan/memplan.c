@@ -112,21 +112,12 @@ static void scan_stmts(access_scan *s, const kir_stmt *st)
     }
 }
 
-static bool expr_uses_var(const kir_expr *e, int var)
-{
-    if (!e)
-        return false;
-    if (e->kind == KE_VAR && e->var == var)
-        return true;
-    return expr_uses_var(e->a, var) || expr_uses_var(e->b, var) || expr_uses_var(e->c, var);
-}
-
 /* True when a statement assigns (KS_SET) a variable the index reads: the
  * same expression would then name other elements at other places. */
 static bool index_reassigned(const kir_stmt *st, const kir_expr *index)
 {
     for (; st; st = st->next)
-        if ((st->kind == KS_SET && expr_uses_var(index, st->var)) ||
+        if ((st->kind == KS_SET && kir_expr_uses_var(index, st->var)) ||
             ((st->kind == KS_LOOP || st->kind == KS_IF) && index_reassigned(st->body, index)))
             return true;
     return false;
