@@ -6,20 +6,13 @@
 #
 #   bench/depth.sh [KIND] [DEPTH...]     KIND: elementwise (default) or dense
 #   KILN=path/to/kiln bench/depth.sh ... (default ./build/kiln)
+#   bench/depth.sh --model KIND DEPTH    print the model file alone
+#                                        (tests/fusion_depth.sh uses it)
 #
 # elementwise: h = x @ w, then DEPTH lines alternating h = h + 0.0001 and
 # h = relu(h) * 0.999 + 0.001 (about 2.5 ops a line), then a loss.
 # dense: DEPTH lines h = relu(h @ w) (2 ops a line).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-kind=${1:-elementwise}
-shift || true
-depths=("$@")
-[ ${#depths[@]} -gt 0 ] || depths=(500 1000 2000 4000 10000)
-kiln=${KILN:-./build/kiln}
-[ -x "$kiln" ] || { echo "build Kiln first: cmake -S . -B build && cmake --build build"; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # chain KIND DEPTH: the model file on stdout.
 chain() {
@@ -43,6 +36,20 @@ chain() {
   echo "  batch = 8"
   echo "}"
 }
+
+if [ "${1:-}" = --model ]; then
+  chain "$2" "$3"
+  exit 0
+fi
+cd "$(dirname "$0")/.."
+kind=${1:-elementwise}
+shift || true
+depths=("$@")
+[ ${#depths[@]} -gt 0 ] || depths=(500 1000 2000 4000 10000)
+kiln=${KILN:-./build/kiln}
+[ -x "$kiln" ] || { echo "build Kiln first: cmake -S . -B build && cmake --build build"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 
 printf '%8s %8s %10s\n' depth nodes seconds
 for d in "${depths[@]}"; do

@@ -16,22 +16,7 @@ equiv=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 model=$tmp/chain.kl
-{
-  echo "model chain {"
-  echo "  input x : f32[batch, 16]"
-  echo "  input label : i32[batch]"
-  echo "  param w : [16, 16] init = kaiming"
-  echo "  h = x @ w"
-  for ((i = 0; i < 4000; i++)); do
-    if ((i % 2 == 0)); then echo "  h = h + 0.0001"; else echo "  h = relu(h) * 0.999 + 0.001"; fi
-  done
-  echo "  loss = cross_entropy(h, label)"
-  echo "}"
-  echo "train {"
-  echo "  data  = synthetic(samples = 64)"
-  echo "  batch = 8"
-  echo "}"
-} > "$model"
+"$(dirname "$0")/../bench/depth.sh" --model elementwise 4000 > "$model"
 
 # Every pass through memory planning, training and evaluation.
 "$kiln" ir "$model" --after all > "$tmp/train.kir"
