@@ -338,6 +338,13 @@ static kir_expr *elem_maximum(const elem_args *e) { return bin(e, KB_MAX); }
 static kir_expr *elem_minimum(const elem_args *e) { return bin(e, KB_MIN); }
 static kir_expr *elem_ge(const elem_args *e) { return kir_select(e->k, bin(e, KB_GE), one(e), zero(e)); }
 static kir_expr *elem_eq(const elem_args *e) { return kir_select(e->k, bin(e, KB_EQ), one(e), zero(e)); }
+static kir_expr *elem_gt(const elem_args *e) { return kir_select(e->k, bin(e, KB_GT), one(e), zero(e)); }
+static kir_expr *elem_ne(const elem_args *e) { return kir_select(e->k, bin(e, KB_NE), one(e), zero(e)); }
+/* cond != 0: a NaN condition is true, as in NumPy */
+static kir_expr *elem_where(const elem_args *e)
+{
+    return kir_select(e->k, kir_bin(e->k, KB_NE, e->a[0], zero(e)), e->a[1], e->a[2]);
+}
 static kir_expr *elem_isfinite(const elem_args *e) { return un(e, KU_ISFINITE); }
 static kir_expr *elem_neg(const elem_args *e) { return un(e, KU_NEG); }
 static kir_expr *elem_relu(const elem_args *e) { return un(e, KU_RELU); }

@@ -18,11 +18,14 @@ typedef enum ast_expr_kind {
     AST_NUM,
     AST_STR,
     AST_IDENT,
-    AST_BINOP, /* op is '+', '-', '*', '/', '@' */
+    AST_BINOP, /* op is '+', '-', '*', '/', '@', '<', '>' or an ast_op */
     AST_NEG,
     AST_CALL,  /* name(args) */
     AST_LIST,  /* [args] (positional only) */
 } ast_expr_kind;
+
+/* The binary operators spelt with two characters (BINOP's op). */
+enum ast_op { AST_OP_LE = 256, AST_OP_GE, AST_OP_EQ, AST_OP_NE, AST_OP_POW };
 
 struct ast_expr {
     ast_expr_kind kind;
@@ -32,6 +35,7 @@ struct ast_expr {
     double num;   /* NUM */
     char *s;      /* STR contents, IDENT and CALL names */
     int op;       /* BINOP */
+    bool paren;   /* written in parentheses (a comparison's operand may not be an unparenthesized comparison) */
     ast_expr *a, *b;
     ast_arg *args; /* CALL and LIST */
 };

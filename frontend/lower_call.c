@@ -209,8 +209,14 @@ static void check_param_type(lower *L, frame *callee, const ast_param *p, const 
     }
 }
 
+/* The dtype of a call's number operands: the first floating-point tensor
+ * operand's (where(label == 3, w, 0) makes 0 w's dtype, not label's),
+ * else the first tensor's, else f32. */
 static ir_dtype first_float_dtype(lower *L, const call_args *ca)
 {
+    for (int i = 0; i < ca->npos; i++)
+        if (ca->pos[i].kind == LV_TENSOR && ir_dtype_is_float(type_of(L, &ca->pos[i])->dtype))
+            return type_of(L, &ca->pos[i])->dtype;
     for (int i = 0; i < ca->npos; i++)
         if (ca->pos[i].kind == LV_TENSOR)
             return type_of(L, &ca->pos[i])->dtype;

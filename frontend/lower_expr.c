@@ -157,29 +157,72 @@ void lower_to_attr(lower *L, const lv *v, const char *what, ir_attr_val *out)
 
 /* ---- expressions ---- */
 
+static bool is_comparison(int op)
+{
+    return op == '<' || op == '>' || op == AST_OP_LE || op == AST_OP_GE || op == AST_OP_EQ || op == AST_OP_NE;
+}
+
+static const char *op_spelling(int op)
+{
+    switch (op) {
+    case AST_OP_LE: return "'<='";
+    case AST_OP_GE: return "'>='";
+    case AST_OP_EQ: return "'=='";
+    case AST_OP_NE: return "'!='";
+    case AST_OP_POW: return "'**'";
+    case '+': return "'+'";
+    case '-': return "'-'";
+    case '*': return "'*'";
+    case '/': return "'/'";
+    case '<': return "'<'";
+    case '>': return "'>'";
+    default: return "'@'";
+    }
+}
+
+/* Two numbers: the result as a number (a comparison gives 1 or 0). */
+static lv fold(lower *L, int op, lv a, lv b, kl_loc loc)
+{
+    double x = a.f, y = b.f, r = 0;
+    bool is_int = a.is_int && b.is_int;
+    switch (op) {
+    case '+': r = x + y; break;
+    case '-': r = x - y; break;
+    case '*': r = x * y; break;
+    case '/':
+        if (y == 0)
+            lower_fail_at(L, loc, "division by zero");
+        r = x / y;
+        is_int = is_int && r == floor(r);
+        break;
+    case AST_OP_POW:
+        r = pow(x, y);
+        is_int = is_int && y >= 0 && r == floor(r);
+        break;
+    case '<': r = x < y; is_int = true; break;
+    case '>': r = x > y; is_int = true; break;
+    case AST_OP_LE: r = x <= y; is_int = true; break;
+    case AST_OP_GE: r = x >= y; is_int = true; break;
+    case AST_OP_EQ: r = x == y; is_int = true; break;
+    case AST_OP_NE: r = x != y; is_int = true; break;
+    }
+    return num_lv(r, is_int && fabs(r) < 9e15, loc);
+}
+
+/* A binary operator. The comparisons give 1 or 0 in their operands'
+ * dtype (as the ops ge and eq do); a < b is gt(b, a) and a <= b is
+ * ge(b, a), the same comparison with the operands swapped, so that the
+ * op table needs no lt or le row: IEEE comparisons are false with a NaN
+ * either way round, and != (ne) is true. */
 static lv arith(lower *L, frame *f, int op, lv a, lv b, kl_loc loc)
 {
-    if (a.kind == LV_NUM && b.kind == LV_NUM && op != '@') {
-        double x = a.f, y = b.f, r = 0;
-        bool is_int = a.is_int && b.is_int;
-        switch (op) {
-        case '+': r = x + y; break;
-        case '-': r = x - y; break;
-        case '*': r = x * y; break;
-        case '/':
-            if (y == 0)
-                lower_fail_at(L, loc, "division by zero");
-            r = x / y;
-            is_int = is_int && r == floor(r);
-            break;
-        }
-        return num_lv(r, is_int && fabs(r) < 9e15, loc);
-    }
+    if (a.kind == LV_NUM && b.kind == LV_NUM && op != '@')
+        return fold(L, op, a, b, loc);
     if (a.kind == LV_STR && a.word)
         lower_unknown_name(L, &a);
     if (b.kind == LV_STR && b.word)
         lower_unknown_name(L, &b);
-    const char *opname = op == '@' ? "'@'" : op == '+' ? "'+'" : op == '-' ? "'-'" : op == '*' ? "'*'" : "'/'";
+    const char *opname = op_spelling(op);
     if (a.kind != LV_TENSOR && b.kind != LV_TENSOR)
         lower_fail_at(L, loc, "operands of %s must be tensors or numbers, not %s and %s", opname,
                 lower_kind_words(&a), lower_kind_words(&b));
@@ -187,8 +230,26 @@ static lv arith(lower *L, frame *f, int op, lv a, lv b, kl_loc loc)
         lower_fail_at(L, loc, "both operands of '@' must be tensors");
     ir_dtype dt = a.kind == LV_TENSOR ? type_of(L, &a)->dtype : type_of(L, &b)->dtype;
     int in[2] = {lower_as_tensor(L, f, &a, dt, opname), lower_as_tensor(L, f, &b, dt, opname)};
-    ir_op irop = op == '+' ? IR_OP_ADD : op == '-' ? IR_OP_SUB : op == '*' ? IR_OP_MUL
-                 : op == '/' ? IR_OP_DIV : IR_OP_MATMUL;
+    ir_op irop;
+    switch (op) {
+    case '+': irop = IR_OP_ADD; break;
+    case '-': irop = IR_OP_SUB; break;
+    case '*': irop = IR_OP_MUL; break;
+    case '/': irop = IR_OP_DIV; break;
+    case AST_OP_POW: irop = IR_OP_POW; break;
+    case '>': irop = IR_OP_GT; break;
+    case AST_OP_GE: irop = IR_OP_GE; break;
+    case AST_OP_EQ: irop = IR_OP_EQ; break;
+    case AST_OP_NE: irop = IR_OP_NE; break;
+    case '<': irop = IR_OP_GT; break;
+    case AST_OP_LE: irop = IR_OP_GE; break;
+    default: irop = IR_OP_MATMUL; break;
+    }
+    if (op == '<' || op == AST_OP_LE) {
+        int t = in[0];
+        in[0] = in[1];
+        in[1] = t;
+    }
     return tensor_lv(lower_emit(L, f, irop, in, 2, NULL, loc), loc);
 }
 
@@ -231,6 +292,11 @@ static lv eval_expr(lower *L, frame *f, const ast_expr *e)
         return (lv){.kind = LV_STR, .s = e->s, .word = true, .loc = e->loc};
     }
     case AST_BINOP: {
+        /* Python reads a < b < c as a < b and b < c; refuse it rather
+         * than compare a mask with c. */
+        if (is_comparison(e->op) && e->a->kind == AST_BINOP && is_comparison(e->a->op) && !e->a->paren)
+            lower_fail_at(L, e->loc, "comparisons do not chain: %s after %s (write (a < b) * (b < c) for both, "
+                          "or parenthesize to compare a mask)", op_spelling(e->op), op_spelling(e->a->op));
         lv a = lower_eval(L, f, e->a), b = lower_eval(L, f, e->b);
         return arith(L, f, e->op, a, b, e->loc);
     }

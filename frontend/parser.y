@@ -82,6 +82,7 @@ static ast_stmt *stmt_new(ast_stmt_kind kind, KL_YYLTYPE loc)
 %token <num> NUMBER "a number"
 %token DEF "'def'" MODEL "'model'" TRAIN "'train'" PARAM "'param'" INPUT "'input'"
 %token RETURN "'return'" REPORT "'report'" INIT "'init'" DECAY "'decay'"
+%token LE "'<='" GE "'>='" EQ "'=='" NE "'!='" POW "'**'"
 
 %type <expr> expr primary
 %type <arg> args args_opt arg list_opt list kvs more_opts param_opts param_opt dims_opt
@@ -102,9 +103,15 @@ static ast_stmt *stmt_new(ast_stmt_kind kind, KL_YYLTYPE loc)
 %destructor { ast_block_free($$); } <block>
 %destructor { ast_items_free($$); } <item>
 
+/* As in Python: comparisons below arithmetic, '**' above unary minus and
+ * right-associative (-2**2 is -4, 2**3**2 is 512). Comparisons are left
+ * associative here so that lowering can refuse a chain (a < b < c) with
+ * a message of its own. */
+%left '<' '>' LE GE EQ NE
 %left '+' '-'
 %left '*' '/' '@'
 %precedence NEG
+%right POW
 
 %%
 
@@ -217,6 +224,13 @@ expr
     | expr '*' expr             { $$ = binop('*', $1, $3, @2); }
     | expr '/' expr             { $$ = binop('/', $1, $3, @2); }
     | expr '@' expr             { $$ = binop('@', $1, $3, @2); }
+    | expr POW expr             { $$ = binop(AST_OP_POW, $1, $3, @2); }
+    | expr '<' expr             { $$ = binop('<', $1, $3, @2); }
+    | expr '>' expr             { $$ = binop('>', $1, $3, @2); }
+    | expr LE expr              { $$ = binop(AST_OP_LE, $1, $3, @2); }
+    | expr GE expr              { $$ = binop(AST_OP_GE, $1, $3, @2); }
+    | expr EQ expr              { $$ = binop(AST_OP_EQ, $1, $3, @2); }
+    | expr NE expr              { $$ = binop(AST_OP_NE, $1, $3, @2); }
     | '-' expr %prec NEG        { $$ = ast_expr_new(AST_NEG, L(@1)); $$->a = $2; }
     | primary                   { $$ = $1; }
     ;
@@ -227,7 +241,7 @@ primary
     | STRING                    { $$ = ast_expr_new(AST_STR, L(@1)); $$->s = $1; }
     | IDENT                     { $$ = ast_expr_new(AST_IDENT, L(@1)); $$->s = $1; }
     | IDENT '(' args_opt ')'    { $$ = ast_expr_new(AST_CALL, L(@1)); $$->s = $1; $$->args = $3; }
-    | '(' expr ')'              { $$ = $2; }
+    | '(' expr ')'              { $$ = $2; $$->paren = true; }
     | '[' list_opt ']'          { $$ = ast_expr_new(AST_LIST, L(@1)); $$->args = $2; }
     ;
 
@@ -307,7 +321,8 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, yyscan_t scanner, stru
         if (has_expr && (k == YYSYMBOL_NUMBER || k == YYSYMBOL_STRING || k == YYSYMBOL_IDENT || !strcmp(name, "'-'") ||
                          !strcmp(name, "'('") || !strcmp(name, "'['")))
             continue;
-        if (has_binop && strchr("+-*/@", name[1]) && name[0] == '\'' && name[2] == '\'')
+        if (has_binop && (k == YYSYMBOL_LE || k == YYSYMBOL_GE || k == YYSYMBOL_EQ || k == YYSYMBOL_NE ||
+                          k == YYSYMBOL_POW || (strchr("+-*/@<>", name[1]) && name[0] == '\'' && name[2] == '\'')))
             continue;
         names[count++] = name;
     }

@@ -176,6 +176,25 @@ static void grad_select(ir_grad_ctx *c, ir_node *n, bool is_max)
 static void ir_grad_maximum(ir_grad_ctx *c, ir_node *n) { grad_select(c, n, true); }
 static void ir_grad_minimum(ir_grad_ctx *c, ir_node *n) { grad_select(c, n, false); }
 
+/* where(cond, a, b): dy goes to a where cond holds and to b elsewhere;
+ * cond gets none. Selected with where itself, not multiplied by the
+ * mask, so an inf or NaN in dy stays on its own side. */
+static void ir_grad_where(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy < 0)
+        return;
+    int cond = in(n, 0), zero = konst(c, 0, dy);
+    if (ir_grad_wanted(c, in(n, 1))) {
+        int args[3] = {cond, dy, zero};
+        ir_grad_put(c, in(n, 1), ir_emit(c->g, IR_OP_WHERE, args, 3, NULL, NULL));
+    }
+    if (ir_grad_wanted(c, in(n, 2))) {
+        int args[3] = {cond, zero, dy};
+        ir_grad_put(c, in(n, 2), ir_emit(c->g, IR_OP_WHERE, args, 3, NULL, NULL));
+    }
+}
+
 static void ir_grad_neg(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));

@@ -155,6 +155,23 @@ int ir_shape_binary(ir_infer *inf)
     return 0;
 }
 
+/* where(cond, a, b): a and b share a dtype, the result's; cond may be of
+ * any dtype (nonzero is true, as in NumPy: a comparison gives 1 or 0 in
+ * its operands' dtype, so labels compared give an integer mask). The
+ * result has the shape of all three broadcast together. */
+int ir_shape_where(ir_infer *inf)
+{
+    if (same_dtype(inf, 1, 2))
+        return -1;
+    ir_type ca;
+    if (ir_broadcast_shapes(&inf->in[1], &inf->in[0], &ca) || ir_broadcast_shapes(&ca, &inf->in[2], &inf->out[0])) {
+        char c[96], a[96], b[96];
+        return ir_infer_error(inf, "where: shapes %s, %s and %s do not broadcast", tstr(&inf->in[0], c, sizeof c),
+                              tstr(&inf->in[1], a, sizeof a), tstr(&inf->in[2], b, sizeof b));
+    }
+    return 0;
+}
+
 int ir_shape_cast(ir_infer *inf)
 {
     inf->out[0] = inf->in[0];

@@ -118,6 +118,9 @@ typedef struct fuser {
     bool *elem;        /* node is elementwise (may join a chain) */
     int *seen;         /* per value: the stamp of the last buffer count that met it */
     int stamp;
+    int *visit;        /* per node: the stamp of the last acyclicity walk that met it */
+    int *queue;        /* scratch for that walk, one slot per node */
+    int vstamp;
 } fuser;
 
 static uint64_t *row(uint64_t *sets, const fuser *f, int i)
@@ -175,11 +178,78 @@ static void mark(fuser *f, int x, int gid)
         f->hi[gid] = x;
 }
 
+static bool in_group_or(const fuser *f, int node, int gid, int x)
+{
+    return node == x || f->group[node] == gid;
+}
+
+/* Queues node o for the walk of groups_stay_acyclic, once. */
+static void visit(fuser *f, int o, int *nq)
+{
+    if (f->visit[o] != f->vstamp && !ir_nd(f->g, o)->dead) {
+        f->visit[o] = f->vstamp;
+        f->queue[(*nq)++] = o;
+    }
+}
+
+/* Adding node x to group gid leaves the graph of kernels acyclic. Each
+ * group being convex is not enough: group A may read a value of group B
+ * while B reads another of A's, with no outsider on either path
+ * (q = f(x) and r = g(x) in two chains, then maximum(r, q) joining r's
+ * and maximum(q, r) joining q's). Walks downstream from the group and x,
+ * where reaching a member of another group continues from all of its
+ * members (the group runs as one kernel, after all of its operands);
+ * coming back to the group or x is a cycle. Node order puts producers
+ * first, so a node past the group's last member that belongs to no
+ * group cannot lead back. */
+static bool groups_stay_acyclic(fuser *f, int gid, int x)
+{
+    const ir_graph *g = f->g;
+    int top = f->hi[gid] > x ? f->hi[gid] : x, nq = 0;
+    f->vstamp++;
+    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= top; m++)
+        if (in_group_or(f, m, gid, x))
+            f->visit[m] = f->vstamp;
+    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= top; m++) {
+        if (!in_group_or(f, m, gid, x) || ir_nd(g, m)->dead)
+            continue;
+        const ir_node *n = ir_nd(g, m);
+        for (int k = 0; k < n->out.n; k++) {
+            const ir_value *val = ir_val(g, n->out.v[k]);
+            for (int u = 0; u < val->uses.n; u++) {
+                int c = val->uses.v[u].node;
+                if (!in_group_or(f, c, gid, x) && (c <= top || f->group[c] >= 0))
+                    visit(f, c, &nq);
+            }
+        }
+    }
+    for (int qi = 0; qi < nq; qi++) {
+        int o = f->queue[qi];
+        int h = f->group[o];
+        if (h >= 0 && h != gid)
+            for (int m = f->lo[h]; m <= f->hi[h]; m++)
+                if (f->group[m] == h)
+                    visit(f, m, &nq);
+        const ir_node *n = ir_nd(g, o);
+        for (int k = 0; k < n->out.n; k++) {
+            const ir_value *val = ir_val(g, n->out.v[k]);
+            for (int u = 0; u < val->uses.n; u++) {
+                int c = val->uses.v[u].node;
+                if (in_group_or(f, c, gid, x))
+                    return false;
+                if (c <= top || f->group[c] >= 0)
+                    visit(f, c, &nq);
+            }
+        }
+    }
+    return true;
+}
+
 /* Adding node x to group gid keeps it convex: no node outside the group
  * lies on a path between x and the group. Update-phase nodes (once per
  * optimizer step) never share a kernel with the others (every
  * micro-batch). */
-static bool convex_with(const fuser *f, int gid, int x)
+static bool convex_with(fuser *f, int gid, int x)
 {
     bool xu = ir_nd(f->g, x)->phase == IR_PHASE_UPDATE;
     int W = f->words;
@@ -211,13 +281,10 @@ static bool convex_with(const fuser *f, int gid, int x)
                 return false;
         }
     }
-    return true;
+    return groups_stay_acyclic(f, gid, x);
 }
 
-static bool in_group_or(const fuser *f, int node, int gid, int x)
-{
-    return node == x || f->group[node] == gid;
-}
+
 
 /* A value counted once per call of group_fits (seen[] holds the stamp). */
 static bool first_sight(fuser *f, int v)
@@ -443,6 +510,8 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     for (int i = 0; i <= f.n; i++)
         f.lo[i] = f.hi[i] = -1;
     f.seen = kl_xcalloc((size_t)g->values.n + 1, sizeof(int));
+    f.visit = kl_xcalloc((size_t)f.n + 1, sizeof(int));
+    f.queue = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
     for (int i = 0; i < f.n; i++)
         f.group[i] = -1;
     if (fuse) {
@@ -492,6 +561,8 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.group);
     free(f.pat);
     free(f.seen);
+    free(f.visit);
+    free(f.queue);
     free(f.lo);
     free(f.hi);
     free(f.bound);

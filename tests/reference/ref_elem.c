@@ -41,6 +41,8 @@ static double f_max(double a, double b) { return a != a || b != b ? NAN : a >= b
 static double f_min(double a, double b) { return a != a || b != b ? NAN : a <= b ? a : b; }
 static double f_ge(double a, double b) { return a >= b ? 1 : 0; }
 static double f_eq(double a, double b) { return a == b ? 1 : 0; }
+static double f_gt(double a, double b) { return a > b ? 1 : 0; }
+static double f_ne(double a, double b) { return a != b ? 1 : 0; }
 static double f_isfinite(double x) { return isfinite(x) ? 1 : 0; }
 static double f_neg(double x) { return -x; }
 /* relu keeps NaN, as maximum does */
@@ -61,6 +63,22 @@ void ref_MAXIMUM(ref_eval *r, const ir_node *n) { binary(r, n, f_max); }
 void ref_MINIMUM(ref_eval *r, const ir_node *n) { binary(r, n, f_min); }
 void ref_GE(ref_eval *r, const ir_node *n) { binary(r, n, f_ge); }
 void ref_EQ(ref_eval *r, const ir_node *n) { binary(r, n, f_eq); }
+void ref_GT(ref_eval *r, const ir_node *n) { binary(r, n, f_gt); }
+void ref_NE(ref_eval *r, const ir_node *n) { binary(r, n, f_ne); }
+
+/* y = a where cond is nonzero (NaN included), else b; the three operands
+ * broadcast to y's shape. */
+void ref_WHERE(ref_eval *r, const ir_node *n)
+{
+    const ir_type *tc = TIN(r, n, 0), *ta = TIN(r, n, 1), *tb = TIN(r, n, 2), *ty = TOUT(r, n, 0);
+    double *c = IN(r, n, 0), *a = IN(r, n, 1), *b = IN(r, n, 2), *y = OUT(r, n, 0);
+    int64_t idx[IR_MAX_RANK];
+    for (int64_t i = 0, m = numel(ty); i < m; i++) {
+        unravel(ty, i, idx);
+        y[i] = c[bcast_at(tc, ty, idx)] != 0 ? a[bcast_at(ta, ty, idx)] : b[bcast_at(tb, ty, idx)];
+    }
+}
+
 void ref_ISFINITE(ref_eval *r, const ir_node *n) { unary(r, n, f_isfinite); }
 void ref_NEG(ref_eval *r, const ir_node *n) { unary(r, n, f_neg); }
 void ref_RELU(ref_eval *r, const ir_node *n) { unary(r, n, f_relu); }
