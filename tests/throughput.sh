@@ -107,4 +107,23 @@ line=$(OMP_NUM_THREADS=3 ./mlp "${run[@]}" --steps 1 --eval-every 0 2>&1 | grep 
 [ "$line" = "cpu, 1 threads (--threads)" ] && ok "--threads wins: $line" || bad "--threads 1: '$line'"
 line=$(OMP_NUM_THREADS=3 ./mlp --data synthetic:600 --set threads=2 --steps 1 --eval-every 0 2>&1 | grep -o "cpu, [0-9]* threads ([^)]*)")
 [ "$line" = "cpu, 2 threads (the train block's threads)" ] && ok "train block wins: $line" || bad "threads=2: '$line'"
+
+# ---- kiln bench: the same thread rule; medians with their spread ----
+env -u OMP_NUM_THREADS "$kiln" bench "$here/../examples/mlp.kl" --repeats 5 --json > b.json 2> b.err || { bad "kiln bench failed"; cat b.err; }
+python3 - b.json "$want" <<'PY' && ok "kiln bench: threads by the rule, medians inside their IQR, inconclusive exactly when the ranges overlap" || bad "kiln bench (see above)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+errs = []
+if d["device"] != "cpu, %s threads (physical cores)" % sys.argv[2]:
+    errs.append("device %r, expected %s physical cores" % (d["device"], sys.argv[2]))
+for p in ("", "unfused_"):
+    if not d[p + "step_ms_q1"] <= d[p + "step_ms"] <= d[p + "step_ms_q3"]:
+        errs.append("%sstep_ms %.4f outside its IQR %.4f-%.4f" % (p, d[p + "step_ms"], d[p + "step_ms_q1"], d[p + "step_ms_q3"]))
+overlap = d["step_ms_q1"] <= d["unfused_step_ms_q3"] and d["unfused_step_ms_q1"] <= d["step_ms_q3"]
+if d["inconclusive"] != overlap:
+    errs.append("inconclusive %s, but the ranges %s" % (d["inconclusive"], "overlap" if overlap else "are apart"))
+for e in errs:
+    print("  " + e)
+sys.exit(1 if errs else 0)
+PY
 exit $fail
