@@ -26,7 +26,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$kiln" build "examples/$model.kl" -o "$tmp/model"
 "$tmp/model" --steps "$steps" --threads "$threads" --log-every 100 --data "$data" \
   --save-init "$tmp/init.ckpt" --metrics "$tmp/kiln.json" > "$tmp/kiln.log"
-kiln_sps=$(grep '"type": "summary"' "$tmp/kiln.json" | sed 's/.*"timed_samples_per_s": \([^,]*\),.*/\1/')
+kiln_sps=$(grep '"type": "summary"' "$tmp/kiln.json" | sed 's/.*"timed_samples_per_s": \([^,}]*\)[,}].*/\1/')
 
 python3 bench/torch_compare.py "$model" "$tmp/init.ckpt" "$data" "$steps" "$threads" --json "$tmp/torch.json" > /dev/null
 torch_sps=$(python3 -c "import json; print(round(json.load(open('$tmp/torch.json'))['samples_per_s'], 1))")

@@ -233,12 +233,11 @@ typedef struct train_loop {
     int metric_count;
     const char *metric_name;
     double t_start;
-    /* Time in training steps alone (no evaluation), and in the first ten
-     * (warm-up: caches, page faults), for a clean throughput figure. */
-    double step_time, warm_time;
-    int64_t warm_steps;
-    /* The steps since the last progress line. */
-    double win_loss, win_metric, win_t0;
+    /* Time inside steps alone, for the rates; time in evaluation. */
+    kl_step_clock clock;
+    double eval_s;
+    /* The steps since the last progress line: their loss and metric. */
+    double win_loss, win_metric;
     int64_t win_steps;
     eval_result er;
     double best;
@@ -314,16 +313,13 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
 /* The step's time, for the rates and the trace. */
 static void time_step(trainer *t, train_loop *lp, double st0)
 {
+    double st1 = kl_now();
     lp->win_steps++;
-    lp->step_time += kl_now() - st0;
+    kl_step_clock_add(&lp->clock, st0, st1);
     if (t->trace) {
         char name[48];
         snprintf(name, sizeof name, "step %lld", (long long)lp->step);
-        kl_trace_event(t->trace, name, "step", KL_TRACE_STEPS, st0, kl_now());
-    }
-    if (lp->warm_steps < 10) {
-        lp->warm_steps++;
-        lp->warm_time = lp->step_time;
+        kl_trace_event(t->trace, name, "step", KL_TRACE_STEPS, st0, st1);
     }
 }
 
@@ -331,9 +327,8 @@ static void time_step(trainer *t, train_loop *lp, double st0)
 static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_now, double lr)
 {
     const kl_train_config *c = &t->cfg;
-    double dt = kl_now() - lp->win_t0;
-    double ms = 1000.0 * dt / (double)lp->win_steps;
-    double sps = (double)(lp->win_steps * c->batch * c->accumulate) / dt;
+    double ms, sps;
+    kl_step_clock_window(&lp->clock, c->batch * c->accumulate, &ms, &sps);
     double m = lp->win_metric / (double)(lp->win_steps * c->accumulate);
     const char *metric_name = lp->metric_name;
     if (!t->opt.quiet) {
@@ -352,32 +347,32 @@ static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_
               t->loss_scale, (long long)t->skipped, sps, ms);
     lp->win_loss = lp->win_metric = 0;
     lp->win_steps = 0;
-    lp->win_t0 = kl_now();
 }
 
 /* --eval-every: an evaluation between steps. */
 static void eval_between_steps(trainer *t, train_loop *lp)
 {
     const char *metric_name = lp->metric_name;
-    train_evaluate(t, &lp->er);
+    lp->eval_s += train_evaluate(t, &lp->er);
     if (!t->opt.quiet)
         printf("step %lld  eval  loss %.4f  %s %.4f\n", (long long)lp->step, lp->er.loss, metric_name ? metric_name : "",
                lp->er.metric[0]);
     json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g}", (long long)lp->step, lp->er.loss,
               metric_name ? metric_name : "metric", lp->er.metric[0]);
-    lp->win_t0 = kl_now();
 }
 
-/* An epoch's end (or the run's): evaluation, its line, the checkpoint. */
+/* An epoch's end (or the run's): evaluation (unless eval_every is 0),
+ * its line, the checkpoint. */
 static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
 {
     const kl_train_config *c = &t->cfg;
     const char *metric_name = lp->metric_name;
     double epoch_s = kl_now() - epoch_t0;
-    double et0 = kl_now();
-    train_evaluate(t, &lp->er);
+    if (c->eval_every == 0)
+        return t->opt.save && save_checkpoint(t, t->opt.save, lp->step) ? -1 : 0;
+    double eval_s = train_evaluate(t, &lp->er);
+    lp->eval_s += eval_s;
     lp->evaluated_at_end = true;
-    double eval_s = kl_now() - et0;
     if (lp->metric_count && lp->er.metric[0] > lp->best) {
         lp->best = lp->er.metric[0];
         lp->best_epoch = epoch + 1;
@@ -390,7 +385,6 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
     json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"epoch_s\": %.3f}",
               (long long)epoch + 1, (long long)lp->step, lp->er.loss, metric_name ? metric_name : "metric",
               lp->er.metric[0], epoch_s);
-    lp->win_t0 = kl_now();
     if (t->opt.save && save_checkpoint(t, t->opt.save, lp->step))
         return -1;
     return 0;
@@ -402,22 +396,34 @@ static void print_summary(trainer *t, const train_loop *lp)
     const kl_train_config *c = &t->cfg;
     const char *metric_name = lp->metric_name;
     double secs = kl_now() - lp->t_start;
-    int64_t ran = lp->step - lp->first_step, B = c->batch;
-    printf("done: %lld steps in %.1f s (%.2f ms/step, %.0f samples/s, data wait %.2f s)", (long long)lp->step, secs,
-           ran ? 1000.0 * secs / (double)ran : 0.0, secs > 0 ? (double)(ran * B * c->accumulate) / secs : 0.0,
-           kl_loader_wait_seconds(lp->loader));
-    if (metric_name)
+    /* The rates count the steps this process ran (a resumed run starts
+     * past 0; one resumed at its end runs none) over their own time:
+     * evaluation, start-up and checkpoints are not in it. */
+    const kl_step_clock *k = &lp->clock;
+    int64_t per_step = c->batch * c->accumulate;
+    double ms, sps, timed_ms, timed_sps;
+    kl_step_clock_run(k, per_step, &ms, &sps);
+    kl_step_clock_timed(k, per_step, &timed_ms, &timed_sps);
+    printf("done: %lld steps", (long long)lp->step);
+    if (lp->first_step)
+        printf(" (%lld in this run)", (long long)k->run_steps);
+    printf(" in %.1f s: steps %.1f s (%.2f ms/step, %.0f samples/s, data wait %.2f s), evaluation %.1f s", secs,
+           k->run_s, ms, sps, kl_loader_wait_seconds(lp->loader), lp->eval_s);
+    if (metric_name && lp->er.samples)
         printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, lp->er.metric[0], lp->best,
                (long long)lp->best_epoch);
     printf("\n");
-    /* Steps this run took (a resumed run starts past 0; a finished
-     * one takes none), less the warm-up ones. */
-    int64_t timed = ran - lp->warm_steps;
-    double timed_s = lp->step_time - lp->warm_time;
-    double timed_sps = timed > 0 && timed_s > 0 ? (double)(timed * B * c->accumulate) / timed_s : 0;
-    json_line(t, "{\"type\": \"summary\", \"steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"timed_steps\": %lld, \"timed_samples_per_s\": %.1f, \"final_%s\": %.6g, \"best_%s\": %.6g}",
-              (long long)lp->step, secs, lp->step_time, (long long)timed, timed_sps, metric_name ? metric_name : "metric",
-              lp->er.metric[0], metric_name ? metric_name : "metric", lp->best);
+    kl_buf j = {0};
+    kl_buf_printf(&j, "{\"type\": \"summary\", \"steps\": %lld, \"run_steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"eval_seconds\": %.3f, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"timed_steps\": %lld, \"timed_ms_per_step\": %.3f, \"timed_samples_per_s\": %.1f",
+                  (long long)lp->step, (long long)k->run_steps, secs, k->run_s, lp->eval_s, ms, sps,
+                  (long long)(k->run_steps - k->warm_steps), timed_ms, timed_sps);
+    if (lp->er.samples)
+        kl_buf_printf(&j, ", \"final_%s\": %.6g, \"best_%s\": %.6g", metric_name ? metric_name : "metric",
+                      lp->er.metric[0], metric_name ? metric_name : "metric", lp->best);
+    kl_buf_puts(&j, "}");
+    char *js = kl_buf_take(&j);
+    json_line(t, "%s", js);
+    free(js);
 }
 
 /* The loop: epochs of steps, each step logged every log_every and checked
@@ -433,7 +439,6 @@ static int run_training(trainer *t)
         goto out;
     lp.first_step = lp.step;
     lp.t_start = kl_now();
-    lp.win_t0 = kl_now();
     lp.metric_count = t->train->g->reports.n && t->train->g->reports.v[0].name[0] != '_';
     lp.metric_name = lp.metric_count ? t->train->g->reports.v[0].name : NULL;
     for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total; epoch++) {
@@ -466,8 +471,8 @@ static int run_training(trainer *t)
         if (end_epoch(t, &lp, epoch, epoch_t0))
             goto out;
     }
-    if (!lp.evaluated_at_end) {
-        train_evaluate(t, &lp.er);
+    if (!lp.evaluated_at_end && c->eval_every != 0) {
+        lp.eval_s += train_evaluate(t, &lp.er);
         if (lp.metric_count)
             lp.best = lp.er.metric[0];
     }
@@ -630,6 +635,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     char *jit_reason = train_kernel_flags(&t.opt);
     kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads,
+                         .threads_from = t.opt.threads ? "--threads" : "the train block's threads",
                          .builtins = builtins,
                          .quiet = t.opt.quiet,
                          .jit_reason = jit_reason};

@@ -1,4 +1,4 @@
-/* The training executable's entry point (runtime/train.c). */
+/* The training executable's entry point (driver/train.c). */
 #ifndef KILN_TRAIN_H
 #define KILN_TRAIN_H
 
@@ -13,5 +13,23 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
 double kl_schedule_lr(const kl_train_config *c, double base, int64_t t, int64_t total);
 /* The batch used for evaluation of count samples. */
 int64_t kl_eval_batch(int64_t count, int64_t batch);
+
+/* Time inside optimizer steps (train_clock.c): a window (the steps since
+ * the last progress line) and the whole run (this process's steps; a
+ * resumed run counts none from before). Evaluation and whatever else
+ * happens between steps is never in it. */
+enum { KL_WARM_STEPS = 10 }; /* the first steps, left out of the timed rate */
+typedef struct kl_step_clock {
+    int64_t window_steps, run_steps, warm_steps;
+    double window_s, run_s, warm_s;
+} kl_step_clock;
+/* One step that ran from t0 to t1 (seconds). */
+void kl_step_clock_add(kl_step_clock *c, double t0, double t1);
+/* ms per step and samples/s over the window's steps (0 without any), then
+ * a new window. */
+void kl_step_clock_window(kl_step_clock *c, int64_t samples_per_step, double *ms, double *sps);
+/* The same over all the run's steps, and over those after the warm-up. */
+void kl_step_clock_run(const kl_step_clock *c, int64_t samples_per_step, double *ms, double *sps);
+void kl_step_clock_timed(const kl_step_clock *c, int64_t samples_per_step, double *ms, double *sps);
 
 #endif

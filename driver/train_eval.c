@@ -35,11 +35,13 @@ static void evaluate_plans(trainer *t, eval_result *r)
     }
 }
 
-void train_evaluate(trainer *t, eval_result *r)
+double train_evaluate(trainer *t, eval_result *r)
 {
     double t0 = kl_now();
     evaluate_plans(t, r);
-    kl_trace_event(t->trace, "evaluation", "eval", KL_TRACE_STEPS, t0, kl_now());
+    double t1 = kl_now();
+    kl_trace_event(t->trace, "evaluation", "eval", KL_TRACE_STEPS, t0, t1);
+    return t1 - t0;
 }
 
 /* The evaluation batch: the largest divisor of the test set up to

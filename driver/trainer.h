@@ -66,7 +66,8 @@ typedef struct eval_result {
     int64_t samples;
 } eval_result;
 
-/* The loss and metrics over the test set (train_eval.c). */
-void train_evaluate(trainer *t, eval_result *r);
+/* The loss and metrics over the test set (train_eval.c); returns the
+ * seconds it took. */
+double train_evaluate(trainer *t, eval_result *r);
 
 #endif

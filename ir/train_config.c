@@ -56,7 +56,7 @@ static const key_info keys[] = {
     {"epochs", K_INT, NULL, NULL, 1, "passes over the training set"},
     {"steps", K_INT, NULL, NULL, 0, "stop after this many optimizer steps (0: no limit)"},
     {"seed", K_INT, NULL, NULL, 0, "seed of initialisation, shuffling and dropout"},
-    {"eval_every", K_INT, NULL, NULL, 0, "evaluate every N steps (0: each epoch)"},
+    {"eval_every", K_INT, NULL, NULL, 0, "evaluate every N steps and at each epoch's end (0: never; unset: each epoch)"},
     {"log_every", K_INT, NULL, NULL, 1, "progress line every N steps"},
     {"threads", K_INT, NULL, NULL, 0, "CPU threads (0: all cores)"},
     {"optimizer", K_CALL, NULL, optimizer_forms, 0, "sgd(...), adam(...) or adamw(...)"},
@@ -426,7 +426,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->epochs = ir_attr_int(train, "epochs", 1);
     c->steps = ir_attr_int(train, "steps", 0);
     c->seed = ir_attr_int(train, "seed", 0);
-    c->eval_every = ir_attr_int(train, "eval_every", 0);
+    c->eval_every = ir_attr_int(train, "eval_every", -1);
     c->log_every = ir_attr_int(train, "log_every", 100);
     c->threads = ir_attr_int(train, "threads", 0);
 

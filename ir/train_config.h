@@ -26,7 +26,7 @@ typedef struct kl_train_config {
     int64_t epochs;
     int64_t steps;         /* stop after this many optimizer steps; 0: no limit */
     int64_t seed;
-    int64_t eval_every;    /* evaluate every N optimizer steps; 0: at each epoch's end */
+    int64_t eval_every;    /* evaluate every N optimizer steps and at each epoch's end; 0: never; -1 (unset): at each epoch's end */
     int64_t log_every;     /* progress line every N optimizer steps */
     int64_t threads;       /* 0: all cores */
     struct {

@@ -61,7 +61,8 @@ struct kl_backend {
 };
 
 typedef struct kl_cpu_options {
-    int threads;                        /* 0: OMP_NUM_THREADS, else the cores that compute in parallel (measured) */
+    int threads;                        /* 0: the rule of kl_cpu_default_threads */
+    const char *threads_from;           /* where threads came from, for the description; NULL: "--threads" */
     const kl_builtin_kernel *builtins;  /* may be NULL */
     const char *cache_dir;              /* NULL: $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
     bool quiet;                         /* no notice when compiling kernels */
@@ -69,9 +70,15 @@ typedef struct kl_cpu_options {
 } kl_cpu_options;
 
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
-/* How many threads compute in parallel here, measured (about 10 ms): the
- * default thread count. */
-int kl_cpu_effective_threads(void);
+/* The default thread count (cpu_cores.c): OMP_NUM_THREADS when set, else
+ * the physical cores this process may run on, else the logical CPUs; never
+ * a measurement. *rule names which ("physical cores"). */
+int kl_cpu_default_threads(const char **rule);
+/* Distinct (package, core) pairs, read from root's
+ * sys/devices/system/cpu/cpuN/topology, else proc/cpuinfo (root "" is this
+ * machine; tests pass a fake tree), among the CPUs this process may run on
+ * when this_process (else all); 0 when neither file says. */
+int kl_cpu_physical_cores(const char *root, bool this_process);
 
 /* Compiles C source into a shared object in the cache (keyed by a hash of
  * the source, the compiler and its flags) and opens it. A cached object

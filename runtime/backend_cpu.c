@@ -240,57 +240,14 @@ static const kl_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
-/* Runs a fixed arithmetic load on t threads; returns seconds. */
-static double spin_load(int t)
-{
-    double t0 = omp_get_wtime();
-    double sink = 0;
-#pragma omp parallel num_threads(t) reduction(+ : sink)
-    {
-        volatile double x = 1.0;
-        for (int i = 0; i < 2000000; i++)
-            x = x * 1.0000001 + 1e-9;
-        sink += x;
-    }
-    (void)sink;
-    return omp_get_wtime() - t0;
-}
-
-int kl_cpu_effective_threads(void)
-{
-    /* Cores that compute at once: a machine (or VM) may list cores that
-     * share one physical core, where more threads only add overhead. Each
-     * thread runs the same load; with t real cores it takes as long as one. */
-    int n = omp_get_num_procs();
-    if (n <= 1)
-        return 1;
-    double one = spin_load(1), all = spin_load(n);
-    double speedup = n * one / all;
-    int t = (int)(speedup + 0.35);
-    return t < 1 ? 1 : t > n ? n : t;
-}
-
-/* OMP_NUM_THREADS (its first count), as OpenMP reads it; 0 when unset or
- * not a count. */
-static int env_threads(void)
-{
-    const char *e = getenv("OMP_NUM_THREADS");
-    if (!e)
-        return 0;
-    char *end;
-    long t = strtol(e, &end, 10);
-    return end != e && (*end == 0 || *end == ',') && t > 0 && t <= 4096 ? (int)t : 0;
-}
-
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
 {
     cpu_backend *cb = kl_xcalloc(1, sizeof *cb);
     cb->base.ops = &cpu_ops;
-    int threads = o && o->threads > 0 ? o->threads : env_threads();
-    if (threads <= 0)
-        threads = kl_cpu_effective_threads();
+    const char *rule = o && o->threads_from ? o->threads_from : "--threads";
+    int threads = o && o->threads > 0 ? o->threads : kl_cpu_default_threads(&rule);
     cb->base.threads = threads;
-    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu, %d threads", threads);
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu, %d threads (%s)", threads, rule);
     omp_set_num_threads(threads);
     /* Flush subnormal floats to zero in every thread that runs kernels:
      * optimizer state drifts into subnormals, where x86 arithmetic is

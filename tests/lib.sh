@@ -4,8 +4,8 @@
 # Bit-exact comparisons. A test that compares two runs bit for bit needs
 # every run to add in the same order. The CPU backend's thread count
 # decides that order (OpenMP reductions, OpenBLAS's split of each GEMM),
-# and by default each run measures how many cores compute in parallel,
-# which a loaded machine changes from run to run. So one thread, for
+# and by default that is the machine's physical cores, which differ
+# from machine to machine. So one thread, for
 # every executable a test script starts (the CPU backend takes
 # OMP_NUM_THREADS as its default; --threads and the train block's
 # threads still win). And the CPU: a GPU would run atomics in a

@@ -157,7 +157,7 @@ fi
 ./mlp --steps 2 --threads 1 --quiet --save c.ckpt > /dev/null 2>&1 || bad "--save c.ckpt failed"
 # Resuming at the run's last step trains nothing, and says so.
 out=$(./mlp --steps 2 --threads 1 --quiet --resume c.ckpt 2>&1); rc=$?
-[ $rc -eq 0 ] && grep -qF "done: 2 steps in" <<< "$out" && grep -qF "(0.00 ms/step, 0 samples/s" <<< "$out" &&
+[ $rc -eq 0 ] && grep -qF "done: 2 steps (0 in this run) in" <<< "$out" && grep -qF "(0.00 ms/step, 0 samples/s" <<< "$out" &&
   ok "resumed at the last step: no steps run, 0 samples/s" || { bad "resumed at the last step: exit $rc"; echo "$out" | tail -2; }
 $craft c.ckpt huge.ckpt step 9223372036854775808
 expect "step 2^63" "huge.ckpt: the checkpoint is at step 9223372036854775808, beyond this run's 2 steps" --resume huge.ckpt

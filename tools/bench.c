@@ -2,8 +2,12 @@
  * unfused, against the machine's measured copy bandwidth.
  *
  * Each kernel and GEMM is timed alone (median of repeats after a warm-up
- * of whole steps), then the whole step. Bytes are what a step must move at
- * least: each input read once and each output written once. */
+ * of whole steps), then the whole step, as a median with its spread (the
+ * interquartile range): when the fused and unfused ranges overlap, the
+ * comparison says it is inconclusive rather than print a noisy ratio as a
+ * result. Bytes are what a step must move at least: each input read once
+ * and each output written once. The thread count is the CPU backend's
+ * rule (kl_cpu_default_threads), the same as a training run's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +31,35 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The value at fraction q of v's sorted values, interpolated. */
+static double quantile(const double *sorted, int n, double q)
+{
+    double pos = q * (n - 1);
+    int i = (int)pos;
+    return i + 1 < n ? sorted[i] + (pos - i) * (sorted[i + 1] - sorted[i]) : sorted[n - 1];
+}
+
 static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return quantile(v, n, 0.5);
+}
+
+/* A whole step's time in ms: the median and the interquartile range. */
+typedef struct spread {
+    double median, lo, hi;
+} spread;
+
+static spread spread_ms(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return (spread){1e3 * quantile(v, n, 0.5), 1e3 * quantile(v, n, 0.25), 1e3 * quantile(v, n, 0.75)};
+}
+
+/* Two timings whose ranges overlap cannot say which is faster. */
+static bool overlap(spread a, spread b)
+{
+    return a.lo <= b.hi && b.lo <= a.hi;
 }
 
 /* memcpy bandwidth of a buffer far larger than the caches, counting the
@@ -55,7 +84,7 @@ double kl_copy_bandwidth(void)
 
 typedef struct timed {
     double *step_ms; /* per step: median */
-    double total_ms;
+    spread total;    /* the whole step; on the GPU a mean, lo = hi */
     int kernels, gemms;
 } timed;
 
@@ -97,7 +126,8 @@ static void time_plan_gpu(kl_exec *e, int repeats, timed *t)
     kl_cuda_timer_start(be);
     for (int r = 0; r < repeats; r++)
         kl_exec_run(e, KL_ALL_PHASES, &a);
-    t->total_ms = 1e3 * kl_cuda_timer_stop(be) / repeats;
+    double mean = 1e3 * kl_cuda_timer_stop(be) / repeats;
+    t->total = (spread){mean, mean, mean};
 }
 
 /* Realistic per-step values: an lr, Adam's bias corrections after a few
@@ -146,7 +176,7 @@ static void time_plan(kl_exec *e, int repeats, timed *t)
         e->s->be->ops->sync(e->s->be);
         v[r] = kl_now() - t0;
     }
-    t->total_ms = 1e3 * median(v, repeats);
+    t->total = spread_ms(v, repeats);
     free(v);
 }
 
@@ -165,8 +195,8 @@ static void compare_steps(kl_exec *a, kl_exec *b, int repeats, timed *ta, timed 
             (k ? vb : va)[r] = kl_now() - t0;
         }
     }
-    ta->total_ms = 1e3 * median(va, repeats);
-    tb->total_ms = 1e3 * median(vb, repeats);
+    ta->total = spread_ms(va, repeats);
+    tb->total = spread_ms(vb, repeats);
     free(va);
     free(vb);
 }
@@ -232,20 +262,32 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
     double sum = 0;
     for (int i = 0; i < p->steps.n; i++)
         sum += t->step_ms[i];
+    const spread *f = &t->total, *u = other ? &other->total : NULL;
+    bool inconclusive = u && overlap(*f, *u);
     if (o->json) {
-        printf("], \"step_ms\": %.4f, \"sum_of_steps_ms\": %.4f, \"kernels\": %d, \"gemms\": %d", t->total_ms, sum,
-               t->kernels, t->gemms);
+        printf("], \"step_ms\": %.4f, \"step_ms_q1\": %.4f, \"step_ms_q3\": %.4f, \"sum_of_steps_ms\": %.4f, "
+               "\"kernels\": %d, \"gemms\": %d",
+               f->median, f->lo, f->hi, sum, t->kernels, t->gemms);
         if (other)
-            printf(", \"unfused_step_ms\": %.4f, \"unfused_kernels\": %d, \"unfused_gemms\": %d, \"speedup\": %.4f",
-                   other->total_ms, other->kernels, other->gemms, other->total_ms / t->total_ms);
+            printf(", \"unfused_step_ms\": %.4f, \"unfused_step_ms_q1\": %.4f, \"unfused_step_ms_q3\": %.4f, "
+                   "\"unfused_kernels\": %d, \"unfused_gemms\": %d, \"speedup\": %.4f, \"inconclusive\": %s",
+                   u->median, u->lo, u->hi, other->kernels, other->gemms, u->median / f->median,
+                   inconclusive ? "true" : "false");
         printf("}\n");
         return;
     }
-    printf("\n%s plan: %.2f ms per step (sum of steps %.2f ms), %d kernels + %d GEMMs\n", fused ? "fused" : "unfused",
-           t->total_ms, sum, t->kernels, t->gemms);
-    if (other)
-        printf("unfused plan: %.2f ms per step, %d kernels + %d GEMMs\nfusion: %.2fx faster, %d fewer kernels\n",
-               other->total_ms, other->kernels, other->gemms, other->total_ms / t->total_ms, other->kernels - t->kernels);
+    printf("\n%s plan: %.2f ms per step (IQR %.2f-%.2f; sum of steps %.2f ms), %d kernels + %d GEMMs\n",
+           fused ? "fused" : "unfused", f->median, f->lo, f->hi, sum, t->kernels, t->gemms);
+    if (!other)
+        return;
+    printf("unfused plan: %.2f ms per step (IQR %.2f-%.2f), %d kernels + %d GEMMs\n", u->median, u->lo, u->hi,
+           other->kernels, other->gemms);
+    if (inconclusive)
+        printf("fusion: %.2fx, inconclusive: the ranges overlap (more --repeats, or a quieter machine); %d fewer kernels\n",
+               u->median / f->median, other->kernels - t->kernels);
+    else
+        printf("fusion: %.2fx %s, %d fewer kernels\n", u->median / f->median, u->median > f->median ? "faster" : "slower",
+               other->kernels - t->kernels);
 }
 
 int kl_bench_main(int argc, char **argv)
@@ -262,11 +304,15 @@ int kl_bench_main(int argc, char **argv)
                    "Times every kernel and GEMM of the model's training step on the CPU\n"
                    "(median of N repeats after a warm-up), with the bytes each must move\n"
                    "and that as GB/s and as a share of the machine's copy bandwidth\n"
-                   "(measured here); then the whole step, fused and unfused.\n"
+                   "(measured here); then the whole step, fused and unfused, alternated:\n"
+                   "medians with their interquartile range (IQR), and \"inconclusive\"\n"
+                   "when the two ranges overlap.\n"
                    "\n"
                    "  --no-fusion  list the unfused plan's kernels\n"
                    "  --eval       the evaluation plan instead of the training step\n"
                    "  --json       one JSON object instead of the table\n"
+                   "  --threads N  CPU threads (default: OMP_NUM_THREADS when set, else the\n"
+                   "               physical cores, as a training run; printed)\n"
                    "  --device D   cpu (default) or cuda: on the GPU, times come from events\n"
                    "               on the stream (mean of N back to back) and the bandwidth\n"
                    "               is a device-to-device copy's\n"
@@ -335,8 +381,8 @@ int kl_bench_main(int argc, char **argv)
             printf("kiln bench %s: %s; copy bandwidth %.1f GB/s (device-to-device copy of 256 MiB, read + write)%s\n\n",
                    o.file, be->desc, bw, o.no_graph ? "; no CUDA graphs" : "");
         else if (!o.json)
-            printf("kiln bench %s: cpu backend, %d threads; copy bandwidth %.2f GB/s (memcpy of 64 MiB, read + write)\n\n",
-                   o.file, be->threads, bw);
+            printf("kiln bench %s: %s; copy bandwidth %.2f GB/s (memcpy of 64 MiB, read + write)\n\n", o.file,
+                   be->desc, bw);
         timed tf = {0}, tu = {0};
         time_plan(fused, o.repeats, &tf);
         if (unfused)

@@ -1,5 +1,8 @@
 /* Optimizer steps against hand-computed values, gradient clipping, the
- * learning-rate schedules, and parameter initialisation statistics. */
+ * learning-rate schedules, parameter initialisation statistics, the
+ * training rates over a window (synthetic times) and the physical-core
+ * count of the thread rule (a fake sysfs and /proc/cpuinfo). */
+#define _GNU_SOURCE /* nftw */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,6 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <cmocka.h>
 
 #include "driver/compile.h"
@@ -301,6 +306,107 @@ static void test_initialisers(void **state)
     free(v.attrs.v);
 }
 
+/* The rates over a window that spans an epoch's end: steps of 10 ms,
+ * with a 5 s evaluation after step 4 (synthetic times). The window's time
+ * is its steps' time, whatever happened between them. */
+static void test_step_clock(void **state)
+{
+    (void)state;
+    kl_step_clock c = {0};
+    double now = 100.0, ms, sps;
+    for (int i = 1; i <= 12; i++) {
+        kl_step_clock_add(&c, now, now + 0.010);
+        now += 0.010;
+        if (i == 4)
+            now += 5.0; /* evaluation: in no step */
+        if (i == 5 || i == 10 || i == 12) {
+            kl_step_clock_window(&c, 64, &ms, &sps);
+            assert_true(fabs(ms - 10.0) < 1e-9);
+            assert_true(fabs(sps - 6400.0) < 1e-6);
+        }
+    }
+    assert_int_equal(c.window_steps, 0);
+    /* An empty window: zeroes, not a division by zero. */
+    kl_step_clock_window(&c, 64, &ms, &sps);
+    assert_true(ms == 0 && sps == 0);
+    /* The run: 12 steps, 0.12 s; timed: the 2 after the 10 warm-up steps. */
+    assert_int_equal(c.run_steps, 12);
+    kl_step_clock_run(&c, 64, &ms, &sps);
+    assert_true(fabs(ms - 10.0) < 1e-9 && fabs(sps - 6400.0) < 1e-6);
+    c.warm_s = 0.01 * KL_WARM_STEPS - 0.005; /* the warm-up steps took 5 ms less */
+    kl_step_clock_timed(&c, 64, &ms, &sps);
+    assert_true(fabs(ms - (0.12 - c.warm_s) / 2 * 1e3) < 1e-9);
+    /* A resumed run that ran no step: zeroes. */
+    kl_step_clock none = {0};
+    kl_step_clock_run(&none, 64, &ms, &sps);
+    assert_true(ms == 0 && sps == 0);
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* rm -rf, without a shell. */
+static void remove_tree(const char *path)
+{
+    assert_int_equal(nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+static void put(const char *root, const char *rel, const char *text)
+{
+    char *path = kl_xasprintf("%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')); p++) {
+        *p = 0;
+        mkdir(path, 0755);
+        *p = '/';
+    }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    free(path);
+}
+
+/* The physical cores from a fake sysfs (2 packages, 2 cores each, 2
+ * hyperthreads per core: 8 CPUs, 4 cores), and from a fake /proc/cpuinfo
+ * when sysfs has no topology. */
+static void test_physical_cores(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/kiln-cores-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    assert_int_equal(kl_cpu_physical_cores(root, false), 0);
+    char cpuinfo[2048] = "";
+    for (int cpu = 0; cpu < 8; cpu++) {
+        int pkg = cpu / 4, core = cpu % 2;
+        char rel[128], v[16];
+        snprintf(rel, sizeof rel, "sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        snprintf(v, sizeof v, "%d\n", pkg);
+        put(root, rel, v);
+        snprintf(rel, sizeof rel, "sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        snprintf(v, sizeof v, "%d\n", core);
+        put(root, rel, v);
+        size_t n = strlen(cpuinfo);
+        snprintf(cpuinfo + n, sizeof cpuinfo - n,
+                 "processor\t: %d\nmodel name\t: Fake\nphysical id\t: %d\nsiblings\t: 4\ncore id\t\t: %d\n\n", cpu, pkg,
+                 core);
+    }
+    put(root, "sys/devices/system/cpu/online", "0-7\n"); /* not a cpuN folder: ignored */
+    assert_int_equal(kl_cpu_physical_cores(root, false), 4);
+    /* No topology in sysfs: /proc/cpuinfo says the same. */
+    char *sys = kl_xasprintf("%s/sys", root);
+    remove_tree(sys);
+    free(sys);
+    put(root, "proc/cpuinfo", cpuinfo);
+    assert_int_equal(kl_cpu_physical_cores(root, false), 4);
+    /* A cpuinfo without core ids (some VMs): nothing to go by. */
+    put(root, "proc/cpuinfo", "processor\t: 0\n\nprocessor\t: 1\n");
+    assert_int_equal(kl_cpu_physical_cores(root, false), 0);
+    remove_tree(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -311,6 +417,8 @@ int main(void)
         cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_flag_values),
         cmocka_unit_test(test_initialisers),
+        cmocka_unit_test(test_step_clock),
+        cmocka_unit_test(test_physical_cores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
