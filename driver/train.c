@@ -589,7 +589,8 @@ static kl_backend *open_backend(const train_options *o, const kl_cpu_options *co
             kl_error("--device cuda: %s", why);
             return NULL;
         }
-        fprintf(stderr, "kiln: no usable GPU (%s); training on the CPU\n", why);
+        if (!o->quiet)
+            fprintf(stderr, "kiln: no usable GPU (%s); training on the CPU\n", why);
     }
     return kl_cpu_backend_new(co);
 }

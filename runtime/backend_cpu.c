@@ -247,7 +247,7 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     const char *rule = o && o->threads_from ? o->threads_from : "--threads";
     int threads = o && o->threads > 0 ? o->threads : kl_cpu_default_threads(&rule);
     cb->base.threads = threads;
-    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu, %d threads (%s)", threads, rule);
+    snprintf(cb->base.desc, sizeof cb->base.desc, "cpu, %d thread%s (%s)", threads, threads == 1 ? "" : "s", rule);
     omp_set_num_threads(threads);
     /* Flush subnormal floats to zero in every thread that runs kernels:
      * optimizer state drifts into subnormals, where x86 arithmetic is

@@ -18,6 +18,7 @@ chmod +x "$tmp/mycc"
 CC=$tmp/mycc "$tmp/mlp" "${run[@]}" --batch 32 --quiet > "$tmp/quiet.txt" 2>&1 || { cat "$tmp/quiet.txt"; exit 1; }
 [ -f "$tmp/cc-ran" ] || { echo "FAIL: CC=$tmp/mycc was not used to compile the kernels for --batch 32"; exit 1; }
 ! grep -q 'compiling kernels' "$tmp/quiet.txt" || { echo "FAIL: --quiet printed the compiling notice:"; cat "$tmp/quiet.txt"; exit 1; }
+! grep -q 'no usable GPU' "$tmp/quiet.txt" || { echo "FAIL: --quiet printed the GPU notice:"; cat "$tmp/quiet.txt"; exit 1; }
 echo "ok: CC compiled the kernels for --batch 32, silently under --quiet"
 
 # Without --quiet the notice names the flag.

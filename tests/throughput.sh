@@ -99,13 +99,13 @@ for cpu in os.sched_getaffinity(0):
 print(len(cores))
 PY
 )
-line=$(env -u OMP_NUM_THREADS ./mlp --data synthetic:600 --steps 1 --eval-every 0 2>&1 | grep -o "cpu, [0-9]* threads ([^)]*)")
-[ "$line" = "cpu, $want threads (physical cores)" ] && ok "default: $line" || bad "default threads: '$line', expected $want physical cores"
-line=$(OMP_NUM_THREADS=3 ./mlp --data synthetic:600 --log-every 5 --steps 1 --eval-every 0 2>&1 | grep -o "cpu, [0-9]* threads ([^)]*)")
+line=$(env -u OMP_NUM_THREADS ./mlp --data synthetic:600 --steps 1 --eval-every 0 2>&1 | grep -oE "cpu, [0-9]+ threads? \([^)]*\)")
+[ "$line" = "cpu, $want thread$( [ "$want" = 1 ] || echo s) (physical cores)" ] && ok "default: $line" || bad "default threads: '$line', expected $want physical cores"
+line=$(OMP_NUM_THREADS=3 ./mlp --data synthetic:600 --log-every 5 --steps 1 --eval-every 0 2>&1 | grep -oE "cpu, [0-9]+ threads? \([^)]*\)")
 [ "$line" = "cpu, 3 threads (OMP_NUM_THREADS)" ] && ok "$line" || bad "OMP_NUM_THREADS=3: '$line'"
-line=$(OMP_NUM_THREADS=3 ./mlp "${run[@]}" --steps 1 --eval-every 0 2>&1 | grep -o "cpu, [0-9]* threads ([^)]*)")
-[ "$line" = "cpu, 1 threads (--threads)" ] && ok "--threads wins: $line" || bad "--threads 1: '$line'"
-line=$(OMP_NUM_THREADS=3 ./mlp --data synthetic:600 --set threads=2 --steps 1 --eval-every 0 2>&1 | grep -o "cpu, [0-9]* threads ([^)]*)")
+line=$(OMP_NUM_THREADS=3 ./mlp "${run[@]}" --steps 1 --eval-every 0 2>&1 | grep -oE "cpu, [0-9]+ threads? \([^)]*\)")
+[ "$line" = "cpu, 1 thread (--threads)" ] && ok "--threads wins: $line" || bad "--threads 1: '$line'"
+line=$(OMP_NUM_THREADS=3 ./mlp --data synthetic:600 --set threads=2 --steps 1 --eval-every 0 2>&1 | grep -oE "cpu, [0-9]+ threads? \([^)]*\)")
 [ "$line" = "cpu, 2 threads (the train block's threads)" ] && ok "train block wins: $line" || bad "threads=2: '$line'"
 
 # ---- kiln bench: the same thread rule; medians with their spread ----
@@ -114,7 +114,7 @@ python3 - b.json "$want" <<'PY' && ok "kiln bench: threads by the rule, medians 
 import json, sys
 d = json.load(open(sys.argv[1]))
 errs = []
-if d["device"] != "cpu, %s threads (physical cores)" % sys.argv[2]:
+if d["device"] != "cpu, %s thread%s (physical cores)" % (sys.argv[2], "" if sys.argv[2] == "1" else "s"):
     errs.append("device %r, expected %s physical cores" % (d["device"], sys.argv[2]))
 for p in ("", "unfused_"):
     if not d[p + "step_ms_q1"] <= d[p + "step_ms"] <= d[p + "step_ms_q3"]:
