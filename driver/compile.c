@@ -227,6 +227,6 @@ char *kl_compile_stage_names(void)
     kl_buf_puts(&b, "lower");
     for (int i = 0; i < pass_table_len; i++)
         kl_buf_printf(&b, ", %s", pass_table[i].name);
-    kl_buf_puts(&b, ", kernels, memplan, check");
+    kl_buf_puts(&b, ", passes, kernels, memplan, check");
     return kl_buf_take(&b);
 }

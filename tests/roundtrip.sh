@@ -6,7 +6,8 @@ source "$(dirname "$0")/lib.sh"
 kiln=$1 model=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-passes=$("$kiln" ir --help | sed -n 's/.*passes: \(.*\)$/\1/p' | tr -d ',')
+passes=$("$kiln" ir --help | sed -n 's/.*stages: \(.*\)$/\1/p' | tr -d ',')
+[ -n "$passes" ] || { echo "FAIL: no stage list in kiln ir --help"; exit 1; }
 for pass in $passes all; do
   # eval_mode runs only for the evaluation graph (kiln ir refuses a stage
   # the mode does not run).

@@ -41,7 +41,7 @@ static const char ir_usage[] =
     "  --after STAGE    stop after this stage (default: all): lower is the\n"
     "                   frontend, then the passes, then kernel lowering\n"
     "                   (kernels), memory planning and the plan check;\n"
-    "                   passes: %s\n"
+    "                   stages: %s\n"
     "                   a pass the mode does not run is an error\n"
     "  --eval           the evaluation graph (forward only): lower, eval_mode,\n"
     "                   precision, simplify, fusion, schedule\n"
