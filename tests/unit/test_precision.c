@@ -497,32 +497,57 @@ static void expect_same(const char *what, const float *got, const float *want, i
             fail_msg("%s[%d] = %g, expected %g", what, i, (double)got[i], (double)want[i]);
 }
 
-static void test_nan_propagates(void **state)
+/* A kept-values run of a model: compiled unfused on the CPU backend with
+ * one thread, the values named in names[0..n) readable after a run (their
+ * ids in keep). The caller writes inputs, runs and frees with free_kept. */
+typedef struct kept_run {
+    kl_backend *be;
+    kl_session *s;
+    kl_exec *e;
+    ir_graph *g;
+} kept_run;
+
+static kept_run run_keeping(const char *file, const char *text, const char *const *names, int n, int *keep)
 {
-    (void)state;
     kl_source src;
-    kl_source_from_string(&src, "nan.kl", nan_model);
+    kl_source_from_string(&src, file, text);
     kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true, .stop_after = "passes"};
     kl_compiled *c = kl_compile_source(&src, &cc);
     kl_source_free(&src);
     assert_non_null(c);
     ir_graph *g = kl_compiled_take_graph(c);
-    const char *names[] = {"mx", "mn", "r", "m"};
-    int keep[4];
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         keep[i] = ir_find_value(g, names[i]);
         assert_true(keep[i] >= 0);
     }
     kl_cpu_options co = {.threads = 1, .quiet = true};
-    kl_backend *be = kl_cpu_backend_new(&co);
-    kl_session *s = kl_session_new(be, 1);
-    kl_plan_opts popts = {.keep = keep, .nkeep = 4};
+    kept_run r = {.be = kl_cpu_backend_new(&co), .g = g};
+    r.s = kl_session_new(r.be, 1);
+    kl_plan_opts popts = {.keep = keep, .nkeep = n};
     cc.stop_after = NULL;
     cc.plan = &popts;
     c = kl_compile_graph(g, &cc);
     assert_non_null(c);
-    kl_exec *e = kl_compiled_exec(s, c, NULL);
-    assert_non_null(e);
+    r.e = kl_compiled_exec(r.s, c, NULL);
+    assert_non_null(r.e);
+    return r;
+}
+
+static void free_kept(kept_run *r)
+{
+    kl_exec_free(r->e);
+    kl_session_free(r->s);
+    r->be->ops->destroy(r->be);
+}
+
+static void test_nan_propagates(void **state)
+{
+    (void)state;
+    const char *names[] = {"mx", "mn", "r", "m"};
+    int keep[4];
+    kept_run r = run_keeping("nan.kl", nan_model, names, 4, keep);
+    kl_exec *e = r.e;
+    ir_graph *g = r.g;
     const float x[8] = {1, NAN, -INFINITY, 2, 3, 4, 5, 6};
     const float y[8] = {NAN, 0, 0, INFINITY, 0, 0, 0, 0};
     kl_exec_write(e, ir_find_value(g, "x"), x, sizeof x);
@@ -542,9 +567,7 @@ static void test_nan_propagates(void **state)
     expect_same("relu", got, want_r, 8);
     kl_exec_read(e, keep[3], got, 2 * sizeof(float));
     expect_same("max", got, want_m, 2);
-    kl_exec_free(e);
-    kl_session_free(s);
-    be->ops->destroy(be);
+    free_kept(&r);
 }
 
 /* Float to integer is defined for every input, the same on the GPU
@@ -572,24 +595,11 @@ static void test_float_to_int_is_defined(void **state)
                                 2, 0, INT64_MAX, INT64_MIN, 255, 256, -1, 0};
     const int32_t want_b[16] = {0, -1, 0, -1, 0, -1294967296, 1294967296, -2, 2, 0, -1, 0, 255, 256, -1, 0};
     const uint8_t want_c[16] = {0, 255, 0, 255, 0, 0, 0, 254, 2, 0, 255, 0, 255, 0, 255, 0};
-    kl_source src;
-    kl_source_from_string(&src, "cast.kl", cast_model);
-    kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true, .stop_after = "passes"};
-    kl_compiled *c = kl_compile_source(&src, &cc);
-    kl_source_free(&src);
-    assert_non_null(c);
-    ir_graph *g = kl_compiled_take_graph(c);
-    int keep[3] = {ir_find_value(g, "a"), ir_find_value(g, "b"), ir_find_value(g, "c")};
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    kl_backend *be = kl_cpu_backend_new(&co);
-    kl_session *s = kl_session_new(be, 1);
-    kl_plan_opts popts = {.keep = keep, .nkeep = 3};
-    cc.stop_after = NULL;
-    cc.plan = &popts;
-    c = kl_compile_graph(g, &cc);
-    assert_non_null(c);
-    kl_exec *e = kl_compiled_exec(s, c, NULL);
-    assert_non_null(e);
+    const char *names[] = {"a", "b", "c"};
+    int keep[3];
+    kept_run r = run_keeping("cast.kl", cast_model, names, 3, keep);
+    kl_exec *e = r.e;
+    ir_graph *g = r.g;
     kl_exec_write(e, ir_find_value(g, "x"), x, sizeof x);
     kl_kargs ka = {0, 1};
     kl_exec_run(e, 1u << IR_PHASE_FORWARD, &ka);
@@ -604,9 +614,7 @@ static void test_float_to_int_is_defined(void **state)
             fail_msg("x = %g gave i64 %lld, i32 %d, u8 %d; expected %lld, %d, %d", (double)x[i], (long long)a[i], b[i],
                      u[i], (long long)want_a[i], want_b[i], want_c[i]);
     }
-    kl_exec_free(e);
-    kl_session_free(s);
-    be->ops->destroy(be);
+    free_kept(&r);
 }
 
 int main(void)
