@@ -356,6 +356,40 @@ static kir_expr *elem_sqrt(const elem_args *e) { return un(e, KU_SQRT); }
 static kir_expr *elem_rsqrt(const elem_args *e) { return un(e, KU_RSQRT); }
 static kir_expr *elem_broadcast(const elem_args *e) { return e->a[0]; }
 
+/* The index of the result's element along its axis `axis` (counted from
+ * the end: 1 is the last) at the nest's position; 0 where the result has
+ * size 1 there (it broadcasts across the domain). */
+static kir_expr *result_axis_index(const elem_args *e, int from_end)
+{
+    const ir_type *t = &ir_val(e->b->grp->g, e->n->out.v[e->result])->type;
+    const ir_type *d = &e->b->nest->domain;
+    if (t->dim[t->rank - from_end] == 1)
+        return kir_const_i(e->k, 0);
+    return cg_dim_index(e->b, d->rank - from_end);
+}
+
+static kir_expr *elem_arange(const elem_args *e)
+{
+    kir_expr *i = result_axis_index(e, 1);
+    ir_dtype dt = ir_val(e->b->grp->g, e->n->out.v[0])->type.dtype;
+    if (!ir_dtype_is_float(dt))
+        return i;
+    return kir_cast(e->k, dt == IR_F64 ? KT_F64 : e->k->compute, i);
+}
+
+/* col - row <= k keeps the lower triangle (tril), col - row >= k the upper */
+static kir_expr *tri(const elem_args *e, kir_binop keep_op)
+{
+    kir_kernel *k = e->k;
+    kir_expr *row = result_axis_index(e, 2), *col = result_axis_index(e, 1);
+    kir_expr *diff = kir_bin(k, KB_SUB, col, row);
+    kir_expr *keep = kir_bin(k, keep_op, diff, kir_const_i(k, ir_attr_int(&e->n->attrs, "k", 0)));
+    kir_expr *z = e->a[0]->type == KT_I64 ? kir_const_i(k, 0) : zero(e);
+    return kir_select(k, keep, e->a[0], z);
+}
+static kir_expr *elem_tril(const elem_args *e) { return tri(e, KB_LE); }
+static kir_expr *elem_triu(const elem_args *e) { return tri(e, KB_GE); }
+
 /* log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): exp cannot overflow */
 static kir_expr *elem_softplus(const elem_args *e)
 {

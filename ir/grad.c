@@ -195,6 +195,16 @@ static void ir_grad_where(ir_grad_ctx *c, ir_node *n)
     }
 }
 
+/* tril/triu keep the same triangle of the gradient */
+static void grad_tri(ir_grad_ctx *c, ir_node *n, ir_op op)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy >= 0)
+        ir_grad_put(c, in(n, 0), emit_attrs(c, op, &dy, 1, &n->attrs));
+}
+static void ir_grad_tril(ir_grad_ctx *c, ir_node *n) { grad_tri(c, n, IR_OP_TRIL); }
+static void ir_grad_triu(ir_grad_ctx *c, ir_node *n) { grad_tri(c, n, IR_OP_TRIU); }
+
 static void ir_grad_neg(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));

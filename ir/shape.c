@@ -133,6 +133,26 @@ int ir_shape_const(ir_infer *inf)
     return 0;
 }
 
+int ir_shape_arange(ir_infer *inf)
+{
+    ir_type *o = &inf->out[0];
+    int64_t n = ir_attr_int(inf->attrs, "n", 0);
+    if (n < 1 || n > (1 << 24))
+        return ir_infer_error(inf, "arange: n must be between 1 and 16777216 (each index exact in f32), got %lld",
+                              (long long)n);
+    *o = (ir_type){ir_dtype_from_name(ir_attr_str(inf->attrs, "dtype", "i64")), 1, {n}};
+    return 0;
+}
+
+/* tril/triu: any dtype, rank 2 or more (the last two axes are the matrix) */
+int ir_shape_tri(ir_infer *inf)
+{
+    if (need_rank(inf, 0, 2, IR_MAX_RANK, "an operand"))
+        return -1;
+    inf->out[0] = inf->in[0];
+    return 0;
+}
+
 int ir_shape_unary(ir_infer *inf)
 {
     if (inf->op != IR_OP_NEG && need_float(inf, 0))

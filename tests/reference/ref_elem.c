@@ -11,6 +11,28 @@ void ref_CONST(ref_eval *r, const ir_node *n)
         y[i] = c;
 }
 
+/* y[i] = i */
+void ref_ARANGE(ref_eval *r, const ir_node *n)
+{
+    double *y = OUT(r, n, 0);
+    for (int64_t i = 0, m = numel(TOUT(r, n, 0)); i < m; i++)
+        y[i] = (double)i;
+}
+
+/* x where col - row <= k (tril) or >= k (triu), over the last two axes */
+static void tri(ref_eval *r, const ir_node *n, bool lower)
+{
+    const ir_type *t = TOUT(r, n, 0);
+    int64_t rows = t->dim[t->rank - 2], cols = t->dim[t->rank - 1], k = attr_i(n, "k", 0);
+    double *x = IN(r, n, 0), *y = OUT(r, n, 0);
+    for (int64_t i = 0, m = numel(t); i < m; i++) {
+        int64_t d = i % cols - (i / cols) % rows;
+        y[i] = (lower ? d <= k : d >= k) ? x[i] : 0;
+    }
+}
+void ref_TRIL(ref_eval *r, const ir_node *n) { tri(r, n, true); }
+void ref_TRIU(ref_eval *r, const ir_node *n) { tri(r, n, false); }
+
 /* ---- elementwise ---- */
 
 static void unary(ref_eval *r, const ir_node *n, ref_fn1 f)

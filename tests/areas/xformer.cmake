@@ -1,0 +1,15 @@
+# Transformer language features and attention (issue 16): arange,
+# tril/triu, '...' in def annotations, cross-entropy over any rank with
+# ignore_index, models without labels, start-up constants. The op corpora
+# (tests/grad, tests/reference, tests/errors, tests/golden) register their
+# own cases; here: the CUDA printer's path for the reference models that
+# the examples and gradient models do not reach.
+if(KILN_HAVE_CUDA)
+  set(KILN_XFORMER_CUDA_MODELS ${PROJECT_SOURCE_DIR}/tests/reference/tril_arange.kl)
+  add_test(NAME xformer.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 ${KILN_XFORMER_CUDA_MODELS}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME xformer.cuda.emulate COMMAND kernel_check --emulate --batch 4 ${KILN_XFORMER_CUDA_MODELS}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(xformer.cuda.nvrtc xformer.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
+    ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endif()
