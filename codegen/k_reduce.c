@@ -114,10 +114,23 @@ static int label_of(cg_builder *b, int labels, int row_var, int64_t classes)
     return kir_let(k, l, "label");
 }
 
+/* Whether row var i's label is not n's ignore_index (true when n has none). */
+static kir_expr *row_kept(cg_builder *b, const ir_node *n, int labels, int row_var)
+{
+    kir_kernel *k = b->k;
+    if (!n || !ir_attrs_find(&n->attrs, "ignore_index"))
+        return NULL;
+    kir_expr *l = kir_load(k, cg_buf(b, labels), kir_varref(k, row_var));
+    return kir_bin(k, KB_NE, l, kir_const_i(k, ir_attr_int(&n->attrs, "ignore_index", 0)));
+}
+
 /* cross_entropy, accuracy and cross_entropy_grad over logits [N, C]: any
  * of them that share the logits and labels (the softmax_cross_entropy
  * fusion) in one pass per row: max, sum of exponentials, then the loss
- * term, the accuracy test and the gradient row. */
+ * term, the accuracy test and the gradient row. With ignore_index, a row
+ * with that label adds nothing to the loss and gets a zero gradient row,
+ * and the mean is over the rows kept (counted here for the loss; the
+ * gradient reads the count as its fourth operand). */
 static void build_logits(cg_builder *b)
 {
     const cg_group *grp = b->grp;
@@ -149,11 +162,14 @@ static void build_logits(cg_builder *b)
     nest.map[0] = 0;
     nest.map[1] = 1;
     k->work = ir_type_numel(lt);
-    int loss_sum = -1, correct = -1, i;
+    int loss_sum = -1, correct = -1, kept_sum = -1, i;
+    bool ce_ignores = ce && ir_attrs_find(&ce->attrs, "ignore_index");
     if (ce || acc) {
         i = kir_loop_begin(k, KL_RED, rows, "n");
         if (ce)
             loss_sum = kir_loop_acc(k, KA_SUM, "loss");
+        if (ce_ignores)
+            kept_sum = kir_loop_acc(k, KA_SUM, "kept");
         if (acc)
             correct = kir_loop_acc(k, KA_SUM, "correct");
     } else {
@@ -179,9 +195,17 @@ static void build_logits(cg_builder *b)
         kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))));
         kir_loop_end(k);
     }
-    if (ce) /* loss_n = log sum exp - x[label] */
-        kir_acc_add(k, loss_sum, kir_bin(k, KB_SUB, kir_bin(k, KB_ADD, kir_un(k, KU_LOG, kir_varref(k, s)), kir_varref(k, m)),
-                                         kir_varref(k, xl)));
+    if (ce) { /* loss_n = log sum exp - x[label] */
+        kir_expr *term = kir_bin(k, KB_SUB, kir_bin(k, KB_ADD, kir_un(k, KU_LOG, kir_varref(k, s)), kir_varref(k, m)),
+                                 kir_varref(k, xl));
+        kir_expr *keep = row_kept(b, ce, labels, i);
+        if (keep) {
+            int kv = kir_let(k, keep, "keep");
+            term = kir_select(k, kir_varref(k, kv), term, kir_const_f(k, 0));
+            kir_acc_add(k, kept_sum, kir_select(k, kir_varref(k, kv), kir_const_f(k, 1), kir_const_f(k, 0)));
+        }
+        kir_acc_add(k, loss_sum, term);
+    }
     if (acc) {
         /* Correct when the label's logit is the first maximum: no class
          * before it reaches it and none after it exceeds it. */
@@ -201,7 +225,11 @@ static void build_logits(cg_builder *b)
     }
     if (grad) {
         /* dlogits = (softmax - onehot) * dloss / N */
-        int scale = kir_let(k, kir_bin(k, KB_DIV, cg_scalar(b, grad->in.v[0]), kir_const_f(k, (double)rows)), "scale");
+        kir_expr *count = grad->in.n == 4 ? cg_scalar(b, grad->in.v[3]) : kir_const_f(k, (double)rows);
+        int scale = kir_let(k, kir_bin(k, KB_DIV, cg_scalar(b, grad->in.v[0]), count), "scale");
+        kir_expr *keep = row_kept(b, grad, labels, i);
+        if (keep)
+            keep = kir_varref(k, kir_let(k, keep, "keep"));
         int inv = kir_let(k, kir_bin(k, KB_DIV, kir_const_f(k, 1), kir_varref(k, s)), "inv");
         c = kir_loop_begin(k, KL_BPAR, classes, "c");
         nest.var[1] = c;
@@ -210,12 +238,17 @@ static void build_logits(cg_builder *b)
                               kir_varref(k, inv));
         kir_expr *hot = kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, c), kir_varref(k, label)), kir_const_f(k, 1),
                                    kir_const_f(k, 0));
-        kir_store(k, cg_buf(b, grad->out.v[0]), cg_index(b, lt), kir_bin(k, KB_MUL, kir_bin(k, KB_SUB, p, hot), kir_varref(k, scale)));
+        kir_expr *d = kir_bin(k, KB_MUL, kir_bin(k, KB_SUB, p, hot), kir_varref(k, scale));
+        if (keep)
+            d = kir_select(k, keep, d, kir_const_f(k, 0));
+        kir_store(k, cg_buf(b, grad->out.v[0]), cg_index(b, lt), d);
         kir_loop_end(k);
     }
     kir_loop_end(k);
     if (ce)
-        kir_store(k, cg_buf(b, ce->out.v[0]), kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, loss_sum), kir_const_f(k, (double)rows)));
+        kir_store(k, cg_buf(b, ce->out.v[0]), kir_const_i(k, 0),
+                  kir_bin(k, KB_DIV, kir_varref(k, loss_sum),
+                          ce_ignores ? kir_varref(k, kept_sum) : kir_const_f(k, (double)rows)));
     if (acc)
         kir_store(k, cg_buf(b, acc->out.v[0]), kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, correct), kir_const_f(k, (double)rows)));
 }

@@ -51,6 +51,7 @@ struct ast_arg {
 typedef struct ast_type {
     char *dtype;      /* NULL when left out */
     bool has_dims;
+    bool any_leading; /* [..., k]: dims match the trailing dimensions of any rank */
     ast_arg *dims;    /* positional args holding the dimension expressions */
     kl_loc loc;
 } ast_type;

@@ -164,8 +164,9 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
     return r;
 }
 
-/* Checks a def's argument against its annotation "x: f32[n, k]" and binds
- * the annotation's free dimension names to the argument's sizes. */
+/* Checks a def's argument against its annotation "x: f32[n, k]" (or
+ * "x: f32[..., k]", any leading dimensions) and binds the annotation's
+ * free dimension names to the argument's sizes. */
 static void check_param_type(lower *L, frame *callee, const ast_param *p, const lv *arg, const ast_def *d)
 {
     const ast_type *t = p->type;
@@ -192,9 +193,12 @@ static void check_param_type(lower *L, frame *callee, const ast_param *p, const 
     char msg[160];
     snprintf(msg, sizeof msg, "%s", ts);
     free(ts);
-    if (rank != at->rank)
+    if (t->any_leading && at->rank < rank)
+        lower_fail_at(L, arg->loc, "argument '%s' of %s must have rank %d or more, got %s", p->name, d->name, rank, msg);
+    if (!t->any_leading && rank != at->rank)
         lower_fail_at(L, arg->loc, "argument '%s' of %s must have rank %d, got %s", p->name, d->name, rank, msg);
-    int i = 0;
+    /* [..., k]: the named dims are the argument's last ones */
+    int i = at->rank - rank;
     for (const ast_arg *a = t->dims; a; a = a->next, i++) {
         const ast_expr *de = a->value;
         if (de->kind == AST_IDENT && !lower_lookup(callee, de->s) && strcmp(de->s, "batch")) {
@@ -234,6 +238,36 @@ static int implicit_param(lower *L, const char *prefix, const char *name, ir_val
     free(full);
     ir_attrs_set_str(&ir_val(L->g, id)->attrs, "init", init);
     return id;
+}
+
+/* cross_entropy and accuracy over the last axis of logits of any rank:
+ * logits [d1, ..., dn, C] with labels [d1, ..., dn] become the op's
+ * [N, C] and [N] (N = d1 ... dn) through reshapes, which are views. */
+static void flatten_logits(lower *L, frame *f, const ast_expr *e, ir_op op, int *in)
+{
+    const ir_type *lt = &ir_val(L->g, in[0])->type, *yt = &ir_val(L->g, in[1])->type;
+    if (lt->rank <= 2 && yt->rank <= 1)
+        return;
+    bool ok = lt->rank >= 2 && yt->rank == lt->rank - 1;
+    for (int i = 0; ok && i < yt->rank; i++)
+        ok = yt->dim[i] == lt->dim[i];
+    if (!ok) {
+        char *ls = ir_type_str(lt), *ys = ir_type_str(yt);
+        char lb[96], yb[96];
+        snprintf(lb, sizeof lb, "%s", ls);
+        snprintf(yb, sizeof yb, "%s", ys);
+        free(ls);
+        free(ys);
+        lower_fail_at(L, e->loc, "%s: labels must have the shape of the logits without their last axis "
+                      "(logits [..., C], labels [...]), got logits %s and labels %s", ir_op_name(op), lb, yb);
+    }
+    int64_t rows = ir_type_numel(yt), flat[2] = {rows, lt->dim[lt->rank - 1]};
+    ir_attrs a = {0};
+    ir_attrs_set_ints(&a, "shape", flat, 2);
+    in[0] = lower_emit(L, f, IR_OP_RESHAPE, &in[0], 1, &a, e->loc);
+    ir_attrs_set_ints(&a, "shape", flat, 1);
+    in[1] = lower_emit(L, f, IR_OP_RESHAPE, &in[1], 1, &a, e->loc);
+    ir_attrs_free(&a);
 }
 
 static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
@@ -315,6 +349,8 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
         lower_fail_at(L, e->loc, "%s takes %d to %d tensor operands, got %d", info->name, info->min_in,
                 info->max_in, nin);
     }
+    if ((op == IR_OP_CROSS_ENTROPY || op == IR_OP_ACCURACY) && nin == 2)
+        flatten_logits(L, f, e, op, in);
     if (precision)
         ir_attrs_set_str(attrs, "_precision", precision);
     int v = lower_emit(L, f, op, in, nin, attrs, e->loc);

@@ -21,6 +21,9 @@ static void eval_type(lower *L, frame *f, const ast_type *t, ir_dtype dflt, ir_t
     }
     if (!t->has_dims)
         lower_fail_at(L, t->loc, "%s needs a shape, such as [batch, 10]", what);
+    if (t->any_leading)
+        lower_fail_at(L, t->loc, "'...' (any leading dimensions) is only allowed in a def parameter's annotation; "
+                      "%s needs its whole shape", what);
     out->rank = 0;
     int64_t total = 1;
     for (const ast_arg *a = t->dims; a; a = a->next) {

@@ -82,10 +82,10 @@ static ast_stmt *stmt_new(ast_stmt_kind kind, KL_YYLTYPE loc)
 %token <num> NUMBER "a number"
 %token DEF "'def'" MODEL "'model'" TRAIN "'train'" PARAM "'param'" INPUT "'input'"
 %token RETURN "'return'" REPORT "'report'" INIT "'init'" DECAY "'decay'"
-%token LE "'<='" GE "'>='" EQ "'=='" NE "'!='" POW "'**'"
+%token LE "'<='" GE "'>='" EQ "'=='" NE "'!='" POW "'**'" ELLIPSIS "'...'"
 
 %type <expr> expr primary
-%type <arg> args args_opt arg list_opt list kvs more_opts param_opts param_opt dims_opt
+%type <arg> args args_opt arg list_opt list kvs more_opts param_opts param_opt dims_opt dims_tail
 %type <type> type
 %type <stmt> stmts stmt
 %type <param> params params_opt param
@@ -158,12 +158,23 @@ type
     : IDENT '[' dims_opt ']'    { $$ = kl_xcalloc(1, sizeof *$$); $$->dtype = $1; $$->has_dims = true;
                                   $$->dims = $3; $$->loc = L(@1); }
     | '[' dims_opt ']'          { $$ = kl_xcalloc(1, sizeof *$$); $$->has_dims = true; $$->dims = $2; $$->loc = L(@1); }
+    | IDENT '[' ELLIPSIS dims_tail ']'
+                                { $$ = kl_xcalloc(1, sizeof *$$); $$->dtype = $1; $$->has_dims = true;
+                                  $$->any_leading = true; $$->dims = $4; $$->loc = L(@1); }
+    | '[' ELLIPSIS dims_tail ']'
+                                { $$ = kl_xcalloc(1, sizeof *$$); $$->has_dims = true; $$->any_leading = true;
+                                  $$->dims = $3; $$->loc = L(@1); }
     | IDENT                     { $$ = kl_xcalloc(1, sizeof *$$); $$->dtype = $1; $$->loc = L(@1); }
     ;
 
 dims_opt
     : %empty                    { $$ = NULL; }
     | list                      { $$ = $1; }
+    ;
+
+dims_tail
+    : %empty                    { $$ = NULL; }
+    | ',' list                  { $$ = $2; }
     ;
 
 model

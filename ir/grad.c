@@ -508,8 +508,21 @@ static void ir_grad_cross_entropy(ir_grad_ctx *c, ir_node *n)
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
         return;
-    int args[3] = {dy, in(n, 0), in(n, 1)};
-    ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_CROSS_ENTROPY_GRAD, args, 3, NULL));
+    int args[4] = {dy, in(n, 0), in(n, 1), -1};
+    ir_attr *ign = ir_attrs_find(&n->attrs, "ignore_index");
+    if (ign) {
+        /* The rows not ignored, counted by ops of their own: the gradient
+         * kernel's rows run in parallel and cannot count them. */
+        int labels = in(n, 1);
+        int skip = ir_emit_const(c->g, (double)ir_attr_int(&n->attrs, "ignore_index", 0), T(c, labels)->dtype);
+        int kept = ir_emit2(c->g, IR_OP_NE, labels, skip, NULL);
+        ir_attrs to = {0};
+        ir_attrs_set_str(&to, "to", ir_dtype_name(T(c, dy)->dtype));
+        int kept_f = ir_emit(c->g, IR_OP_CAST, &kept, 1, &to, NULL);
+        ir_attrs_free(&to);
+        args[3] = ir_emit1(c->g, IR_OP_SUM, kept_f, NULL);
+    }
+    ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_CROSS_ENTROPY_GRAD, args, ign ? 4 : 3, &n->attrs));
 }
 
 /* ---- windows, norms, dropout ---- */

@@ -691,6 +691,11 @@ int ir_shape_cross_entropy_grad(ir_infer *inf)
         memcpy(inf->err, sub.err, sizeof inf->err);
         return -1;
     }
+    bool ignores = ir_attrs_find(inf->attrs, "ignore_index") != NULL;
+    if (ignores != (inf->nin == 4))
+        return ir_infer_error(inf, "cross_entropy_grad: the count of rows operand comes with ignore_index, and only with it");
+    if (inf->nin == 4 && (inf->in[3].rank != 0 || !ir_dtype_is_float(inf->in[3].dtype)))
+        return ir_infer_error(inf, "cross_entropy_grad: the count of rows must be a float scalar");
     inf->out[0] = inf->in[1];
     return 0;
 }

@@ -5,7 +5,8 @@
 # own cases; here: the CUDA printer's path for the reference models that
 # the examples and gradient models do not reach.
 if(KILN_HAVE_CUDA)
-  set(KILN_XFORMER_CUDA_MODELS ${PROJECT_SOURCE_DIR}/tests/reference/tril_arange.kl)
+  set(KILN_XFORMER_CUDA_MODELS ${PROJECT_SOURCE_DIR}/tests/reference/tril_arange.kl
+      ${PROJECT_SOURCE_DIR}/tests/reference/seq_dense.kl)
   add_test(NAME xformer.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 ${KILN_XFORMER_CUDA_MODELS}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   add_test(NAME xformer.cuda.emulate COMMAND kernel_check --emulate --batch 4 ${KILN_XFORMER_CUDA_MODELS}

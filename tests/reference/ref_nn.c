@@ -223,15 +223,24 @@ static int64_t label_at(const double *labels, int64_t i, int64_t C)
     return l;
 }
 
-/* mean over rows of -log softmax(logits)[label] */
+/* Whether row i counts: its label is not the node's ignore_index. */
+static bool row_counts(const ir_node *n, const double *lab, int64_t i)
+{
+    return !ir_attrs_find(&n->attrs, "ignore_index") || lab[i] != (double)attr_i(n, "ignore_index", 0);
+}
+
+/* mean over the rows that count of -log softmax(logits)[label] */
 void ref_CROSS_ENTROPY(ref_eval *r, const ir_node *n)
 {
     const ir_type *t = TIN(r, n, 0);
-    int64_t N = t->dim[0], C = t->dim[1];
+    int64_t N = t->dim[0], C = t->dim[1], kept = 0;
     double *l = IN(r, n, 0), *lab = IN(r, n, 1), *y = OUT(r, n, 0), s = 0;
     for (int64_t i = 0; i < N; i++)
-        s += logsumexp(l + i * C, C) - l[i * C + label_at(lab, i, C)];
-    y[0] = s / (double)N;
+        if (row_counts(n, lab, i)) {
+            s += logsumexp(l + i * C, C) - l[i * C + label_at(lab, i, C)];
+            kept++;
+        }
+    y[0] = s / (double)kept;
 }
 
 /* the fraction of rows whose largest logit (the first, on ties) is the label */
@@ -250,17 +259,26 @@ void ref_ACCURACY(ref_eval *r, const ir_node *n)
     y[0] = (double)hits / (double)N;
 }
 
-/* cross_entropy_grad(dloss, logits, labels) = dloss (softmax - onehot) / N */
+/* cross_entropy_grad(dloss, logits, labels) = dloss (softmax - onehot) / N
+ * on the rows that count (N of them, counted here, not read from the
+ * count operand), 0 on the others */
 void ref_CROSS_ENTROPY_GRAD(ref_eval *r, const ir_node *n)
 {
     const ir_type *t = TIN(r, n, 1);
-    int64_t N = t->dim[0], C = t->dim[1];
+    int64_t N = t->dim[0], C = t->dim[1], kept = 0;
     double *dl = IN(r, n, 0), *l = IN(r, n, 1), *lab = IN(r, n, 2), *y = OUT(r, n, 0);
+    for (int64_t i = 0; i < N; i++)
+        kept += row_counts(n, lab, i);
     for (int64_t i = 0; i < N; i++) {
+        if (!row_counts(n, lab, i)) {
+            for (int64_t c = 0; c < C; c++)
+                y[i * C + c] = 0;
+            continue;
+        }
         double lse = logsumexp(l + i * C, C);
         int64_t k = label_at(lab, i, C);
         for (int64_t c = 0; c < C; c++)
-            y[i * C + c] = dl[0] * (exp(l[i * C + c] - lse) - (c == k)) / (double)N;
+            y[i * C + c] = dl[0] * (exp(l[i * C + c] - lse) - (c == k)) / (double)kept;
     }
 }
 
