@@ -40,8 +40,11 @@ static int bind_inputs(const ir_graph *g, const kl_dataset *d, bindings *b, cons
             return -1;
         }
     }
-    if (b->features < 0 || b->labels < 0) {
-        kl_error("%s: the model needs an input for the samples (%lld values each) and one for the labels (i32[batch])",
+    /* A model without a label input (an autoencoder, a language model
+     * whose targets are its own shifted inputs) gets the samples only. */
+    if (b->features < 0) {
+        kl_error("%s: the model needs an input for the samples (%lld values each); the one for the labels "
+                 "(i32[batch]) is optional",
                  model, (long long)d->sample_bytes);
         return -1;
     }
@@ -57,9 +60,10 @@ static int bind_inputs(const ir_graph *g, const kl_dataset *d, bindings *b, cons
 
 void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sample_bytes)
 {
-    const ir_type *ft = &ir_val(e->g, b->features)->type, *lt = &ir_val(e->g, b->labels)->type;
+    const ir_type *ft = &ir_val(e->g, b->features)->type;
+    const ir_type *lt = b->labels >= 0 ? &ir_val(e->g, b->labels)->type : NULL;
     int64_t n = ft->dim[0];
-    size_t fbytes = (size_t)ir_type_bytes(ft), lbytes = (size_t)ir_type_bytes(lt);
+    size_t fbytes = (size_t)ir_type_bytes(ft), lbytes = lt ? (size_t)ir_type_bytes(lt) : 1;
     void *fh = kl_xmalloc(fbytes), *lh = kl_xmalloc(lbytes);
     for (int64_t i = 0; i < n; i++) {
         int64_t src = i % batch->size;
@@ -69,10 +73,12 @@ void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sa
         else
             for (int64_t j = 0; j < sample_bytes; j++)
                 kl_store_as(ft->dtype, fh, i * sample_bytes + j, px[j]);
-        kl_store_as(lt->dtype, lh, i, batch->labels[src]);
+        if (lt)
+            kl_store_as(lt->dtype, lh, i, batch->labels[src]);
     }
     kl_exec_write(e, b->features, fh, fbytes);
-    kl_exec_write(e, b->labels, lh, lbytes);
+    if (lt)
+        kl_exec_write(e, b->labels, lh, lbytes);
     free(fh);
     free(lh);
 }

@@ -14,3 +14,8 @@ if(KILN_HAVE_CUDA)
   set_tests_properties(xformer.cuda.nvrtc xformer.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
+
+# A model without a label input trains, exactly as with an unused one.
+add_test(NAME xformer.no_label COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/xformer/no_label.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(xformer.no_label PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
