@@ -528,13 +528,14 @@ static int heap_pop(heap *h)
 void ir_toposort_units(ir_graph *g, const int *unit)
 {
     int n = g->nodes.n;
-    /* The program order: phases in turn (forward, backward, update), the
-     * current order within each. A pass may append a node anywhere; its
-     * phase places it. */
+    /* The program order: phases in turn (startup, forward, backward,
+     * update), the current order within each. A pass may append a node
+     * anywhere; its phase places it. */
+    static const ir_phase phase_order[] = {IR_PHASE_STARTUP, IR_PHASE_FORWARD, IR_PHASE_BACKWARD, IR_PHASE_UPDATE};
     int *pos = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), next = 0;
-    for (int ph = IR_PHASE_FORWARD; ph <= IR_PHASE_UPDATE; ph++)
+    for (int o = 0; o < (int)KL_ARRAY_LEN(phase_order); o++)
         for (int j = 0; j < n; j++)
-            if (g->nodes.v[j]->phase == (ir_phase)ph)
+            if (g->nodes.v[j]->phase == phase_order[o])
                 pos[j] = next++;
     /* A unit is named by its first node in program order. */
     int units = 0;

@@ -168,6 +168,9 @@ enum {
                          * elements at its index (operands broadcast to the
                          * result): fuses like elementwise, built by its row's
                          * body builder */
+    IR_F_POSITIONAL = 16, /* the result depends on each element's position,
+                           * not only on operand values (arange, tril), so a
+                           * uniform operand does not make a uniform result */
 };
 
 /* The operands an op writes in place, in its row: IR_OPND(0)|IR_OPND(4). */
@@ -215,6 +218,8 @@ static inline bool ir_op_mutates(ir_op op, int i) { return (unsigned)i < 32 && (
 static inline bool ir_op_is_view(ir_op op) { return ir_ops[op].flags & IR_F_VIEW; }
 /* True when the op fuses like elementwise (IR_F_POINTWISE). */
 static inline bool ir_op_is_pointwise(ir_op op) { return ir_ops[op].flags & IR_F_POINTWISE; }
+/* True when the result depends on element positions (IR_F_POSITIONAL). */
+static inline bool ir_op_is_positional(ir_op op) { return ir_ops[op].flags & IR_F_POSITIONAL; }
 const char *ir_kernel_class_name(ir_kernel_class k);
 
 /* ---- shape inference ---- */
@@ -277,6 +282,10 @@ typedef enum ir_phase {
     IR_PHASE_FORWARD,
     IR_PHASE_BACKWARD,
     IR_PHASE_UPDATE, /* once per optimizer step (after accumulation) */
+    /* Input-independent values (masks, position tables), computed once
+     * before the first step into buffers kept live through every step
+     * (passes/constants.c); first in program order. */
+    IR_PHASE_STARTUP,
 } ir_phase;
 
 struct ir_node {

@@ -482,8 +482,9 @@ static void parse_node(parser *p)
 {
     node_tmp *nt = &p->nt;
     ir_phase phase = IR_PHASE_FORWARD;
-    if (is_word(p, "backward") || is_word(p, "update") || is_word(p, "forward")) {
-        phase = p->t.text[0] == 'b' ? IR_PHASE_BACKWARD : p->t.text[0] == 'u' ? IR_PHASE_UPDATE : IR_PHASE_FORWARD;
+    if (is_word(p, "backward") || is_word(p, "update") || is_word(p, "forward") || is_word(p, "startup")) {
+        phase = p->t.text[0] == 'b' ? IR_PHASE_BACKWARD : p->t.text[0] == 'u' ? IR_PHASE_UPDATE
+              : p->t.text[0] == 's' ? IR_PHASE_STARTUP : IR_PHASE_FORWARD;
         next(p);
     }
     kl_loc name_locs[4];

@@ -22,7 +22,7 @@
 
 #include "ir.h"
 
-static const char *phase_names[] = {"forward", "backward", "update"};
+static const char *phase_names[] = {"forward", "backward", "update", "startup"};
 
 const char *ir_phase_name(ir_phase p)
 {
@@ -168,7 +168,8 @@ char *ir_print_dot(const ir_graph *g)
                 open = true;
             }
             const char *fill = n->phase == IR_PHASE_BACKWARD ? "#ffe8d0"
-                               : n->phase == IR_PHASE_UPDATE ? "#e0f0d8" : "#ffffff";
+                               : n->phase == IR_PHASE_UPDATE ? "#e0f0d8"
+                               : n->phase == IR_PHASE_STARTUP ? "#e0e8f8" : "#ffffff";
             kl_buf_printf(&b, "  %s n%d [shape=box, style=filled, fillcolor=\"%s\", label=\"%s",
                           grp >= 0 ? "  " : "", n->id, fill, ir_op_name(n->op));
             if (n->scope) {

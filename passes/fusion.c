@@ -245,13 +245,20 @@ static bool groups_stay_acyclic(fuser *f, int gid, int x)
     return true;
 }
 
+/* When a node runs: every micro-batch (forward and backward), once per
+ * optimizer step (update) or once at start-up. */
+static int phase_kind(const ir_node *n)
+{
+    return n->phase == IR_PHASE_UPDATE ? 1 : n->phase == IR_PHASE_STARTUP ? 2 : 0;
+}
+
 /* Adding node x to group gid keeps it convex: no node outside the group
- * lies on a path between x and the group. Update-phase nodes (once per
- * optimizer step) never share a kernel with the others (every
- * micro-batch). */
+ * lies on a path between x and the group. Nodes that run at different
+ * times (every micro-batch, once per optimizer step, once at start-up)
+ * never share a kernel. */
 static bool convex_with(fuser *f, int gid, int x)
 {
-    bool xu = ir_nd(f->g, x)->phase == IR_PHASE_UPDATE;
+    int xu = phase_kind(ir_nd(f->g, x));
     int W = f->words;
     uint64_t *ga = f->around, *gd = f->around + W;
     /* An outsider on such a path lies between x and a member in node
@@ -264,7 +271,7 @@ static bool convex_with(fuser *f, int gid, int x)
     for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
         if (f->group[m] != gid || m == x)
             continue;
-        if ((ir_nd(f->g, m)->phase == IR_PHASE_UPDATE) != xu)
+        if (phase_kind(ir_nd(f->g, m)) != xu)
             return false;
         for (int w = w0; w < w1; w++) {
             ga[w] |= row(f->anc, f, m)[w];

@@ -22,6 +22,7 @@ int pass_optimizer(ir_graph *g, const pass_ctx *cx);
 int pass_precision(ir_graph *g, const pass_ctx *cx);
 int pass_accumulate(ir_graph *g, const pass_ctx *cx);
 int pass_simplify(ir_graph *g, const pass_ctx *cx);
+int pass_constants(ir_graph *g, const pass_ctx *cx);
 int pass_recompute(ir_graph *g, const pass_ctx *cx);
 /* With cx->no_fusion, one kernel per node (kiln bench's baseline,
  * --no-fusion). */

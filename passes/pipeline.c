@@ -14,6 +14,7 @@ const pass_entry pass_table[] = {
     {"precision", pass_precision, PASS_TRAIN | PASS_EVAL},
     {"accumulate", pass_accumulate, PASS_TRAIN},
     {"simplify", pass_simplify, PASS_TRAIN | PASS_EVAL},
+    {"constants", pass_constants, PASS_TRAIN | PASS_EVAL},
     {"recompute", pass_recompute, PASS_TRAIN},
     {"fusion", pass_fusion, PASS_TRAIN | PASS_EVAL},
     {"schedule", pass_schedule, PASS_TRAIN | PASS_EVAL},

@@ -322,6 +322,12 @@ static void add_gemm_step(kl_plan *p, const ir_node *n)
     push_gemm(p, n, &m);
 }
 
+static void pin(kl_plan *p, int v)
+{
+    int b = plan_buffer_of(p, v);
+    p->buffers.v[b].pinned = true;
+}
+
 /* A constant read as a buffer (by a GEMM or an output): a fill kernel. */
 static void materialize_consts(kl_plan *p)
 {
@@ -336,6 +342,14 @@ static void materialize_consts(kl_plan *p)
         int before = p->steps.n;
         add_kernel_step(p, &grp);
         kl_step s = p->steps.v[before];
+        /* Read at start-up: filled once, then kept (per-step readers too). */
+        bool startup = false;
+        for (int u = 0; u < val->uses.n; u++)
+            startup |= ir_nd(g, val->uses.v[u].node)->phase == IR_PHASE_STARTUP;
+        if (startup) {
+            s.phase = IR_PHASE_STARTUP;
+            pin(p, v);
+        }
         memmove(&p->steps.v[1], &p->steps.v[0], sizeof(kl_step) * (size_t)before);
         p->steps.v[0] = s;
     }
@@ -345,12 +359,6 @@ bool plan_memplan_enabled(void)
 {
     const char *e = getenv("KILN_MEMPLAN");
     return !e || strcmp(e, "0");
-}
-
-static void pin(kl_plan *p, int v)
-{
-    int b = plan_buffer_of(p, v);
-    p->buffers.v[b].pinned = true;
 }
 
 kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
@@ -376,6 +384,21 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
         pin(p, g->reports.v[i].value);
     for (int i = 0; o && i < o->nkeep; i++)
         pin(p, o->keep[i]);
+    /* Start-up values that the steps read stay live through every step
+     * (and no step writes over them in place). */
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->dead || n->phase != IR_PHASE_STARTUP)
+            continue;
+        for (int k = 0; k < n->out.n; k++) {
+            const ir_value *v = ir_val(g, n->out.v[k]);
+            bool per_step = false;
+            for (int u = 0; u < v->uses.n && !per_step; u++)
+                per_step = ir_nd(g, v->uses.v[u].node)->phase != IR_PHASE_STARTUP;
+            if (per_step)
+                pin(p, v->id);
+        }
+    }
 
     int *members = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
     bool *done = kl_xcalloc((size_t)g->nodes.n + 1, 1);
@@ -489,6 +512,20 @@ char *plan_cuda_source(const kl_plan *p)
     char *all = kir_cuda_program(body ? body : "", needs);
     free(body);
     return all;
+}
+
+char *plan_steps_text(const kl_plan *p)
+{
+    kl_buf b = {0};
+    for (int i = 0; i < p->steps.n; i++) {
+        const kl_step *s = &p->steps.v[i];
+        const ir_node *n = ir_nd(p->g, s->node);
+        kl_buf_printf(&b, "%4d %-8s %s", i, ir_phase_name(s->phase), s->kind == KL_STEP_GEMM ? "matmul" : p->kernels.v[s->kernel].what);
+        if (n->loc.line > 0)
+            kl_buf_printf(&b, " @%d:%d", n->loc.line, n->loc.col);
+        kl_buf_putc(&b, '\n');
+    }
+    return kl_buf_take(&b);
 }
 
 char *plan_step_label(const kl_plan *p, const kl_step *s)

@@ -110,6 +110,10 @@ char *plan_c_source(const kl_plan *p);
 char *plan_cuda_source(const kl_plan *p);
 /* A label for a step: "matmul @8:12 in dense.1". */
 char *plan_step_label(const kl_plan *p, const kl_step *s);
+/* One line per step, in order: its index, when it runs (startup: once,
+ * before the first step; forward, backward: every micro-batch; update:
+ * once per optimizer step) and its label (kiln ir --format steps). */
+char *plan_steps_text(const kl_plan *p);
 /* The buffer backing value v, following views to the real one. */
 int plan_real_buffer(const kl_plan *p, int buf);
 

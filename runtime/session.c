@@ -96,9 +96,11 @@ static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *hos
         return NULL;
     }
     kl_plan *p = e->plan;
+    e->arena_host = e;
     if (host && host->arena && p->arena_bytes <= host->plan->arena_bytes) {
         e->arena = host->arena;
         e->arena_shared = true;
+        e->arena_host = host->arena_host;
     } else {
         e->arena = s->be->ops->alloc(s->be, (size_t)(p->arena_bytes ? p->arena_bytes : 256));
     }
@@ -168,6 +170,18 @@ static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
             run_step(e, i, args);
 }
 
+/* The start-up steps, when the arena does not hold this exec's start-up
+ * values: before its first run, and after another exec sharing the arena
+ * ran (its values overwrite these). Never recorded into a graph. */
+static void ensure_startup(kl_exec *e, const kl_kargs *args)
+{
+    kl_exec *h = e->arena_host;
+    if (h->arena_user == e)
+        return;
+    h->arena_user = e;
+    run_steps(e, 1u << IR_PHASE_STARTUP, args);
+}
+
 /* The graph record of runs with this mask, or NULL when runs are not
  * recorded. */
 static kl_exec_graph *graph_of(kl_exec *e, unsigned mask)
@@ -193,6 +207,7 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
      * the current ones. */
     if (be->ops->set_args)
         be->ops->set_args(be, args);
+    ensure_startup(e, args);
     kl_exec_graph *gr = e->step_seconds ? NULL : graph_of(e, phase_mask);
     if (gr && gr->graph) {
         be->ops->graph_launch(be, gr->graph);

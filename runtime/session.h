@@ -46,6 +46,11 @@ typedef struct kl_exec {
     char **labels;          /* per step, for the timeline */
     kl_exec_graph graphs[8]; /* per phase mask run */
     int ngraphs;
+    /* Start-up values (IR_PHASE_STARTUP steps) live in the arena: the
+     * exec whose arena this is (itself, or the host it shares), and, in
+     * that one, the exec whose start-up values the arena holds now. */
+    struct kl_exec *arena_host;
+    const struct kl_exec *arena_user;
 } kl_exec;
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed);
@@ -67,7 +72,9 @@ kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec 
 void kl_exec_free(kl_exec *e);
 /* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*): as a
  * replayed graph once warm, where the backend records graphs and neither
- * the session nor profiling rules it out. */
+ * the session nor profiling rules it out. The start-up steps run first,
+ * once: on the first run, and again only after another exec ran in the
+ * same arena. */
 void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args);
 #define KL_ALL_PHASES 7u
 

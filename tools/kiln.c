@@ -30,7 +30,7 @@ static const char usage[] =
     "  -V, --version  print the version\n";
 
 static const char ir_usage[] =
-    "usage: kiln ir FILE [--after STAGE|all] [--format text|dot|timeline] [-o OUT]\n"
+    "usage: kiln ir FILE [--after STAGE|all] [--format text|dot|timeline|steps] [-o OUT]\n"
     "               [--batch N] [--set KEY=VALUE] [--eval] [--kernels] [--no-fusion]\n"
     "               [--no-verify]\n"
     "\n"
@@ -44,10 +44,11 @@ static const char ir_usage[] =
     "                   stages: %s\n"
     "                   a pass the mode does not run is an error\n"
     "  --eval           the evaluation graph (forward only): lower, eval_mode,\n"
-    "                   precision, simplify, fusion, schedule\n"
+    "                   precision, simplify, constants, fusion, schedule\n"
     "  --format FMT     text (default), dot (Graphviz), or timeline: the arena's\n"
     "                   buffers by offset over the steps (which share memory;\n"
-    "                   needs memplan or a later stage)\n"
+    "                   needs memplan or a later stage); steps: the plan's\n"
+    "                   steps in order with when each runs (startup: once)\n"
     "  -o OUT           write to OUT instead of standard output\n"
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
@@ -186,8 +187,8 @@ static int cmd_ir(int argc, char **argv)
         free(stages);
         goto done;
     }
-    if (strcmp(format, "text") && strcmp(format, "dot") && strcmp(format, "timeline")) {
-        kl_error("kiln ir: unknown format '%s' (text, dot or timeline)", format);
+    if (strcmp(format, "text") && strcmp(format, "dot") && strcmp(format, "timeline") && strcmp(format, "steps")) {
+        kl_error("kiln ir: unknown format '%s' (text, dot, timeline or steps)", format);
         goto done;
     }
     kl_compile_opts co = {.kv = ov.n ? ov.kv : NULL, .stop_after = after, .verify = verify,
@@ -201,6 +202,11 @@ static int cmd_ir(int argc, char **argv)
             kl_compiled_free(c);
             goto done;
         }
+        if (!strcmp(format, "steps") && !c->plan) {
+            kl_error("kiln ir: --format steps needs kernel lowering (--after kernels or later)");
+            kl_compiled_free(c);
+            goto done;
+        }
         if (kernels && !c->plan) {
             kl_error("kiln ir: --kernels needs kernel lowering (--after kernels or later)");
             kl_compiled_free(c);
@@ -210,6 +216,8 @@ static int cmd_ir(int argc, char **argv)
             text = cuda ? plan_cuda_source(c->plan) : plan_c_source(c->plan);
         } else if (!strcmp(format, "timeline")) {
             text = plan_timeline(c->plan);
+        } else if (!strcmp(format, "steps")) {
+            text = plan_steps_text(c->plan);
         } else if (!strcmp(format, "dot")) {
             text = ir_print_dot(g);
         } else {

@@ -6,7 +6,7 @@
 # the examples and gradient models do not reach.
 if(KILN_HAVE_CUDA)
   set(KILN_XFORMER_CUDA_MODELS ${PROJECT_SOURCE_DIR}/tests/reference/tril_arange.kl
-      ${PROJECT_SOURCE_DIR}/tests/reference/seq_dense.kl)
+      ${PROJECT_SOURCE_DIR}/tests/reference/seq_dense.kl ${PROJECT_SOURCE_DIR}/tests/xformer/causal.kl)
   add_test(NAME xformer.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 ${KILN_XFORMER_CUDA_MODELS}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   add_test(NAME xformer.cuda.emulate COMMAND kernel_check --emulate --batch 4 ${KILN_XFORMER_CUDA_MODELS}
@@ -19,3 +19,9 @@ endif()
 add_test(NAME xformer.no_label COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/xformer/no_label.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(xformer.no_label PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# Input-independent values run at start-up, not per step, and training
+# is unchanged by it (evaluations sharing the arena included).
+add_test(NAME xformer.startup COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/xformer/startup.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(xformer.startup PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

@@ -80,7 +80,8 @@ void ref_run(ref_eval *r, unsigned phase_mask)
     const ir_graph *g = r->g;
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
-        if (n->dead || !(phase_mask & (1u << n->phase)))
+        /* Start-up values are there before any run. */
+        if (n->dead || !((phase_mask | (1u << IR_PHASE_STARTUP)) & (1u << n->phase)))
             continue;
         ref_table[n->op](r, n);
         for (int k = 0; k < n->out.n; k++)
