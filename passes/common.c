@@ -50,7 +50,7 @@ static void print_bytes(kl_buf *b, const char *what, const int64_t *per_dtype)
 char *pass_memory_summary(const ir_graph *g)
 {
     int64_t params[IR_NDTYPES] = {0}, copies[IR_NDTYPES] = {0}, state[IR_NDTYPES] = {0};
-    int64_t acts[IR_NDTYPES] = {0}, grads[IR_NDTYPES] = {0};
+    int64_t acts[IR_NDTYPES] = {0}, grads[IR_NDTYPES] = {0}, consts[IR_NDTYPES] = {0};
     for (int i = 0; i < g->values.n; i++) {
         const ir_value *v = ir_val(g, i);
         const char *role = ir_attr_str(&v->attrs, "role", "");
@@ -66,6 +66,8 @@ char *pass_memory_summary(const ir_graph *g)
                 add_bytes(acts, v);
             else if (n->phase == IR_PHASE_BACKWARD)
                 add_bytes(grads, v);
+            else if (n->phase == IR_PHASE_STARTUP)
+                add_bytes(consts, v);
         }
     }
     kl_buf b = {0};
@@ -80,5 +82,12 @@ char *pass_memory_summary(const ir_graph *g)
     print_bytes(&b, "activations", acts);
     kl_buf_puts(&b, "; ");
     print_bytes(&b, "gradients and other backward values", grads);
+    int64_t nconst = 0;
+    for (int d = 0; d < IR_NDTYPES; d++)
+        nconst += consts[d];
+    if (nconst) {
+        kl_buf_puts(&b, "; ");
+        print_bytes(&b, "start-up constants", consts);
+    }
     return kl_buf_take(&b);
 }
