@@ -13,6 +13,10 @@ if(KILN_HAVE_CUDA)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(xformer.cuda.nvrtc xformer.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+  # Start-up steps run outside the recorded graph, before the first run:
+  # training with graphs equals training without, bit for bit.
+  add_test(NAME xformer.graph_replay COMMAND graph_replay tests/xformer/causal.kl 8 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(xformer.graph_replay PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
 
 # A model without a label input trains, exactly as with an unused one.
