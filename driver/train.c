@@ -216,8 +216,21 @@ static void json_line(trainer *t, const char *fmt, ...)
 
 static int save_checkpoint(trainer *t, const char *path, int64_t step)
 {
-    kl_run_state rs = {(uint64_t)step, t->clean_steps, t->skipped, t->skipped_in_row, t->loss_scale};
+    kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
+                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->model,
+                       .precision = kl_precision_name(t->cfg.precision)};
     return kl_checkpoint_save(t->s, path, &rs);
+}
+
+/* --save-every: SAVE.step-N, then the older ones beyond --keep go. */
+static int save_periodic(trainer *t, int64_t step)
+{
+    char *path = train_periodic_path(t->opt.save, step);
+    int rc = save_checkpoint(t, path, step);
+    free(path);
+    if (!rc)
+        train_prune_checkpoints(&t->opt);
+    return rc;
 }
 
 /* ---- the training loop ---- */
@@ -269,8 +282,9 @@ static int resume(trainer *t, train_loop *lp)
         return -1;
     lp->step = (int64_t)rs.step;
     /* The loss scaler continues where it was, counters included, so
-     * that its next change falls on the same step. */
-    if (t->cfg.precision == KL_PREC_FP16) {
+     * that its next change falls on the same step; a checkpoint of
+     * another precision has none: the scaler starts afresh. */
+    if (t->cfg.precision == KL_PREC_FP16 && rs.scaler_from_fp16) {
         t->loss_scale = rs.loss_scale;
         t->clean_steps = rs.clean_steps;
         t->skipped = rs.skipped;
@@ -467,6 +481,8 @@ static int run_training(trainer *t)
                 log_progress(t, &lp, epoch, loss_now, lr);
             if (c->eval_every > 0 && lp.step % c->eval_every == 0)
                 eval_between_steps(t, &lp);
+            if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step))
+                goto out;
         }
         if (end_epoch(t, &lp, epoch, epoch_t0))
             goto out;
@@ -611,7 +627,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     }
     /* Every file the run will write, checked before any work, so that a
      * typo in a path does not cost an epoch of training. */
-    if ((t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
+    if (train_check_ckpt_flags(&t.opt) || (t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
         (t.opt.save_init && kl_outfile_check(t.opt.save_init, "--save-init")) ||
         (t.opt.metrics && kl_outfile_check(t.opt.metrics, "--metrics")) ||
         (t.opt.trace_path && kl_outfile_check(t.opt.trace_path, "--trace")))

@@ -33,6 +33,10 @@ static const char usage[] =
     "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
     "  --metrics FILE     write metrics as JSON lines (appended to with --resume)\n"
     "  --save FILE        write a checkpoint at the end (and each epoch)\n"
+    "  --save-every N     also write a checkpoint every N steps, to FILE.step-N\n"
+    "                     (needs --save FILE)\n"
+    "  --keep K           keep only the newest K of those (older ones are removed\n"
+    "                     once the new one is in place; default: all)\n"
     "  --save-init FILE   write a checkpoint of the initial values, then train\n"
     "  --resume FILE      continue from a checkpoint\n"
     "  --set KEY=VALUE    any other train setting\n"
@@ -148,6 +152,14 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             o->metrics = argv[++i];
         } else if (!strcmp(a, "--save") && has) {
             o->save = argv[++i];
+        } else if ((!strcmp(a, "--save-every") || !strcmp(a, "--keep")) && has) {
+            char *end;
+            long long n = strtoll(argv[++i], &end, 10);
+            if (*end || !*argv[i] || n < 1) {
+                kl_error("%s needs a positive count, got '%s'", a, argv[i]);
+                return -1;
+            }
+            *(!strcmp(a, "--keep") ? &o->keep : &o->save_every) = n;
         } else if (!strcmp(a, "--force-overflow") && has) {
             o->force_overflow = strtoll(argv[++i], NULL, 10);
         } else if (!strcmp(a, "--save-init") && has) {

@@ -20,6 +20,9 @@ typedef struct train_options {
     int threads;
     const char *device, *metrics, *save, *save_init, *resume;
     int64_t force_overflow; /* a test hook: poison this step's loss scale */
+    /* Checkpoints (train_ckpt.c): every save_every steps to SAVE.step-N,
+     * the newest keep of them kept (0: all). */
+    int64_t save_every, keep;
     bool quiet, profile, no_cuda_graph, tf32;
     const char *trace_path;
 } train_options;
@@ -65,6 +68,13 @@ typedef struct eval_result {
     double loss, metric[8];
     int64_t samples;
 } eval_result;
+
+/* Periodic checkpoints (train_ckpt.c): the checks of --save-every and
+ * --keep, the path of step's checkpoint (caller frees), and the removal
+ * of all but the newest --keep of them, once the newest is in place. */
+int train_check_ckpt_flags(const train_options *o);
+char *train_periodic_path(const char *save, int64_t step);
+void train_prune_checkpoints(const train_options *o);
 
 /* The loss and metrics over the test set (train_eval.c); returns the
  * seconds it took. */
