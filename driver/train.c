@@ -217,7 +217,7 @@ static void json_line(trainer *t, const char *fmt, ...)
 static int save_checkpoint(trainer *t, const char *path, int64_t step)
 {
     kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
-                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->model,
+                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
                        .precision = kl_precision_name(t->cfg.precision)};
     return kl_checkpoint_save(t->s, path, &rs);
 }

@@ -181,7 +181,7 @@ static int read_entry(reader *r, const char *path, uint32_t version, uint32_t i,
         kl_error("%s: malformed entry '%s' (its role)", path, e->name);
         return -1;
     }
-    if (get(r, &dt, 4) || dt >= IR_NDTYPES) {
+    if (get(r, &dt, 4) || dt == IR_NONE || dt >= IR_NDTYPES) {
         kl_error("%s: malformed entry '%s' (dtype)", path, e->name);
         return -1;
     }
@@ -335,7 +335,7 @@ static void list_names(kl_buf *b, const char **names, int n)
 }
 
 /* Fills p (a NAME.lowp copy) from NAME's values, rounded to its dtype. */
-static void rebuild_copy(kl_session *s, kl_persist *p)
+void kl_checkpoint_rebuild_copy(kl_session *s, kl_persist *p)
 {
     char *master = kl_xstrndup(p->name, strlen(p->name) - 5);
     kl_persist *m = kl_session_find(s, master);
@@ -440,7 +440,7 @@ int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_ru
         }
     for (int i = 0; i < s->persist.n; i++)
         if (!filled[i])
-            rebuild_copy(s, &s->persist.v[i]);
+            kl_checkpoint_rebuild_copy(s, &s->persist.v[i]);
     free(filled);
     *rs = c.rs;
     rs->scaler_from_fp16 = c.version < 3 || !strcmp(c.precision, "fp16");

@@ -58,4 +58,8 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs);
  * 0 or -1. */
 int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_run_state *rs);
 
+/* Fills p, a param's low-precision copy NAME.lowp, from NAME's values
+ * rounded to its dtype (after loading NAME from a file). */
+void kl_checkpoint_rebuild_copy(kl_session *s, kl_persist *p);
+
 #endif
