@@ -354,7 +354,7 @@ void kl_checkpoint_rebuild_copy(kl_session *s, kl_persist *p)
 
 /* Which model value each entry fills (-1: none, a low-precision copy of
  * another dtype), every difference named; -1 after the error. */
-static int match_entries(kl_session *s, const kl_ckpt *c, int *fill)
+static int match_entries(kl_session *s, const kl_ckpt *c, bool only_held, int *fill)
 {
     const char *path = c->path;
     bool *seen = kl_xcalloc((size_t)s->persist.n + 1, sizeof *seen);
@@ -369,7 +369,8 @@ static int match_entries(kl_session *s, const kl_ckpt *c, int *fill)
         if (is_lowp(e->name, e->role) && (!p || p->type.dtype != e->type.dtype))
             continue; /* another precision's copy: the model's is rebuilt */
         if (!p) {
-            extra[nextra++] = e->name;
+            if (!only_held)
+                extra[nextra++] = e->name;
             continue;
         }
         if (!ir_type_eq(&p->type, &e->type)) {
@@ -417,7 +418,7 @@ done:
     return rc;
 }
 
-int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_run_state *rs)
+static int load(kl_session *s, const char *path, uint64_t max_step, bool only_held, kl_run_state *rs)
 {
     kl_ckpt c;
     if (kl_ckpt_read(&c, path))
@@ -430,7 +431,7 @@ int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_ru
         goto done;
     }
     /* Check everything before changing anything. */
-    if (match_entries(s, &c, fill))
+    if (match_entries(s, &c, only_held, fill))
         goto done;
     bool *filled = kl_xcalloc((size_t)s->persist.n + 1, sizeof *filled);
     for (int i = 0; i < c.n; i++)
@@ -457,4 +458,14 @@ done:
     free(fill);
     kl_ckpt_free(&c);
     return rc;
+}
+
+int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_run_state *rs)
+{
+    return load(s, path, max_step, false, rs);
+}
+
+int kl_checkpoint_load_held(kl_session *s, const char *path, kl_run_state *rs)
+{
+    return load(s, path, UINT64_MAX, true, rs);
 }

@@ -57,6 +57,10 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs);
  * a type that differs). Nothing changes unless all of it checks. Returns
  * 0 or -1. */
 int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_run_state *rs);
+/* The same for the values s holds alone (an evaluation plan's params and
+ * running statistics): the file's others (optimizer state) are skipped,
+ * any step is accepted. */
+int kl_checkpoint_load_held(kl_session *s, const char *path, kl_run_state *rs);
 
 /* Fills p, a param's low-precision copy NAME.lowp, from NAME's values
  * rounded to its dtype (after loading NAME from a file). */
