@@ -380,6 +380,7 @@ static int match_entries(kl_session *s, const kl_ckpt *c, bool only_held, int *f
                               e->name, a, b);
             free(a);
             free(b);
+            seen[p - s->persist.v] = true; /* differs, but not missing */
             continue;
         }
         fill[i] = (int)(p - s->persist.v);
