@@ -766,7 +766,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     if (!t.opt.quiet)
         print_start(&t, be, eb, peak);
-    if (t.opt.init && kl_st_init_session(t.s, t.opt.init, t.opt.init_partial, t.opt.quiet))
+    if (t.opt.init && kl_st_init_session(t.s, t.opt.init, t.opt.init_partial, false))
         goto done;
     if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
         goto done;

@@ -6,3 +6,14 @@ foreach(t periodic precision format)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(ckpt.${t} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endforeach()
+# safetensors and numpy from PyPI into the build folder, once (a skip
+# when PyPI cannot be reached); the tests that read Kiln's files with
+# them need it.
+add_test(NAME ckpt.pydeps COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_pydeps.sh ${CMAKE_BINARY_DIR}/pydeps)
+set_tests_properties(ckpt.pydeps PROPERTIES FIXTURES_SETUP ckpt_pydeps SKIP_RETURN_CODE 77)
+foreach(t safetensors eval)
+  add_test(NAME ckpt.${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_${t}.sh ${KILN_EXE} ${CMAKE_BINARY_DIR}/pydeps
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(ckpt.${t} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache"
+                       FIXTURES_REQUIRED ckpt_pydeps SKIP_RETURN_CODE 77)
+endforeach()
