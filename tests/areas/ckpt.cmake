@@ -17,3 +17,9 @@ foreach(t safetensors eval)
   set_tests_properties(ckpt.${t} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache"
                        FIXTURES_REQUIRED ckpt_pydeps SKIP_RETURN_CODE 77)
 endforeach()
+# Mutated checkpoints and safetensors files: read whole or refused, no crash.
+add_executable(ckpt_mutate ckpt_mutate.c)
+target_link_libraries(ckpt_mutate PRIVATE kiln)
+add_test(NAME ckpt.mutate COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_mutate.sh ${KILN_EXE} $<TARGET_FILE:ckpt_mutate>
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(ckpt.mutate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
