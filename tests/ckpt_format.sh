@@ -29,6 +29,7 @@ norm() { sed 's/  */ /g' "$@"; }
 for line in "c.ckpt: kiln checkpoint, format version 3, $size bytes, checksum ok" "model: mlp" "precision: fp32" \
   "step: 5 (data position: the run's shuffled order, replayed to step 5)" \
   "loss scaler: scale 1, 0 clean steps since its last change, 0 steps skipped (0 in a row)" "values: 20" \
+  "optimizer state per param: adam_m, adam_v" \
   " dense.1.w param f32 [784,256] 802816" " dense.3.b param f32 [10] 40" \
   " dense.1.w.adam_v optimizer_state f32 [784,256] 802816" " loss_scale loss_scale f32 [] 4" \
   " param 6 values 235146 elements 940584 bytes" " optimizer_state 12 values 470292 elements 1881168 bytes"; do

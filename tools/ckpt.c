@@ -14,7 +14,8 @@ static const char ckpt_usage[] =
     "Checks a checkpoint (its checksum and every field) and prints its\n"
     "contents: the format version, the model, the precision, the step (the\n"
     "data position: a resumed run replays the run's shuffle to that step),\n"
-    "the loss scaler, and every value with its role, dtype, shape and bytes.\n"
+    "the loss scaler, the optimizer's state per param, and every value with\n"
+    "its role, dtype, shape and bytes, then totals by role.\n"
     "Exits 1 with an error naming the file when it is not a whole checkpoint.\n";
 
 static const char export_usage[] =
@@ -34,6 +35,36 @@ typedef struct role_total {
     int count;
     int64_t values, bytes;
 } role_total;
+
+/* The optimizer's state per param: the suffixes of the optimizer_state
+ * values after their param's name ("adam_m, adam_v"). */
+static void print_optimizer(const kl_ckpt *c)
+{
+    if (c->version < 3)
+        return;
+    const char **seen = kl_xcalloc((size_t)c->n + 1, sizeof *seen);
+    int nseen = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (strcmp(c->v[i].role, "optimizer_state"))
+            continue;
+        const char *name = c->v[i].name, *suffix = NULL;
+        for (int p = 0; p < c->n && !suffix; p++) {
+            size_t n = strlen(c->v[p].name);
+            if (!strcmp(c->v[p].role, "param") && !strncmp(name, c->v[p].name, n) && name[n] == '.')
+                suffix = name + n + 1;
+        }
+        int k = 0;
+        while (suffix && k < nseen && strcmp(seen[k], suffix))
+            k++;
+        if (suffix && k == nseen)
+            seen[nseen++] = suffix;
+    }
+    printf("optimizer state per param:");
+    for (int k = 0; k < nseen; k++)
+        printf("%s %s", k ? "," : "", seen[k]);
+    printf("%s\n", nseen ? "" : " none");
+    free(seen);
+}
 
 static int cmd_ckpt(int argc, char **argv)
 {
@@ -72,6 +103,7 @@ static int cmd_ckpt(int argc, char **argv)
                rs->loss_scale, (long long)rs->clean_steps, (long long)rs->skipped, (long long)rs->skipped_in_row);
     else
         printf("loss scaler: not recorded (version 1)\n");
+    print_optimizer(&c);
     role_total *tot = kl_xcalloc((size_t)c.n + 1, sizeof *tot);
     int nt = 0;
     size_t w = 4;
