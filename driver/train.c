@@ -9,6 +9,7 @@
 #include "trainer.h"
 #include "budget.h"
 #include "runtime/checkpoint.h"
+#include "runtime/safetensors.h"
 #include "runtime/backend_cuda.h"
 #include "plan/memplan.h"
 #include "compile.h"
@@ -222,8 +223,21 @@ static void json_line(trainer *t, const char *fmt, ...)
 
 static int save_checkpoint(trainer *t, const char *path, int64_t step)
 {
-    kl_run_state rs = {(uint64_t)step, t->clean_steps, t->skipped, t->skipped_in_row, t->loss_scale};
+    kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
+                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
+                       .precision = kl_precision_name(t->cfg.precision)};
     return kl_checkpoint_save(t->s, path, &rs);
+}
+
+/* --save-every: SAVE.step-N, then the older ones beyond --keep go. */
+static int save_periodic(trainer *t, int64_t step)
+{
+    char *path = train_periodic_path(t->opt.save, step);
+    int rc = save_checkpoint(t, path, step);
+    free(path);
+    if (!rc)
+        train_prune_checkpoints(&t->opt);
+    return rc;
 }
 
 /* ---- the training loop ---- */
@@ -275,8 +289,9 @@ static int resume(trainer *t, train_loop *lp)
         return -1;
     lp->step = (int64_t)rs.step;
     /* The loss scaler continues where it was, counters included, so
-     * that its next change falls on the same step. */
-    if (t->cfg.precision == KL_PREC_FP16) {
+     * that its next change falls on the same step; a checkpoint of
+     * another precision has none: the scaler starts afresh. */
+    if (t->cfg.precision == KL_PREC_FP16 && rs.scaler_from_fp16) {
         t->loss_scale = rs.loss_scale;
         t->clean_steps = rs.clean_steps;
         t->skipped = rs.skipped;
@@ -473,6 +488,8 @@ static int run_training(trainer *t)
                 log_progress(t, &lp, epoch, loss_now, lr);
             if (c->eval_every > 0 && lp.step % c->eval_every == 0)
                 eval_between_steps(t, &lp);
+            if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step))
+                goto out;
         }
         if (end_epoch(t, &lp, epoch, epoch_t0))
             goto out;
@@ -484,6 +501,10 @@ static int run_training(trainer *t)
     }
     print_summary(t, &lp);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
+    if (!rc && t->opt.export_path &&
+        kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name, kl_precision_name(c->precision),
+                          (uint64_t)lp.step))
+        rc = -1;
 out:
     kl_loader_free(lp.loader);
     return rc;
@@ -580,6 +601,83 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
     free(plan);
 }
 
+/* ---- --eval-only ---- */
+
+/* An evaluation plan of batch rows in an arena of its own; with
+ * --predict, the plan keeps the logits for reading after each run. */
+static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t batch, bindings *b)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)batch);
+    ir_graph *g = load_with(src, &t->opt, "batch", num);
+    kl_compile_opts co = {.mode = KL_MODE_EVAL, .stop_after = "passes"};
+    kl_compiled *c = g ? kl_compile_graph(g, &co) : NULL;
+    if (!c)
+        return NULL;
+    g = kl_compiled_take_graph(c);
+    int logits = train_logits_value(g);
+    if (t->opt.predict && logits < 0) {
+        kl_error("--predict: the model has no cross_entropy whose logits it could write");
+        ir_graph_free(g);
+        return NULL;
+    }
+    kl_plan_opts po = {.keep = &logits, .nkeep = 1};
+    co.stop_after = NULL;
+    co.plan = t->opt.predict ? &po : NULL;
+    c = kl_compile_graph(g, &co);
+    kl_exec *e = c ? kl_compiled_exec(t->s, c, NULL) : NULL;
+    if (!e || bind_inputs(e->g, &t->test_set, b, t->model)) {
+        kl_exec_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* --eval-only: the evaluation plans alone, at the batch a training run
+ * evaluates with (the largest that fits the training plan's arena, which
+ * is compiled for its size alone): the same batches give the same sums,
+ * so the line is the training run's. The values come from --resume (the
+ * model's alone; the optimizer state is skipped) or --init. */
+static int run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
+{
+    kl_compile_opts co = {.mode = KL_MODE_TRAIN};
+    kl_compiled *c = kl_compile_graph(g, &co);
+    if (!c)
+        return -1;
+    int64_t arena = c->plan->arena_bytes;
+    kl_compiled_free(c);
+    kl_replan rp = {src, t->opt.kv};
+    int64_t n = t->test_set.count;
+    int64_t eb = kl_eval_batch_within(&rp, n, t->cfg.batch, kl_eval_batch(n, t->cfg.batch), arena);
+    if (!(t->eval = make_eval_only_exec(t, src, eb, &t->eb)))
+        return -1;
+    if (n % eb && !(t->eval_tail = make_eval_only_exec(t, src, n % eb, &t->etb)))
+        return -1;
+    if (t->eb.ce_classes && t->test_set.max_label >= t->eb.ce_classes) {
+        kl_error("%s: label %d is out of range for the model's %d classes", t->cfg.data_path ? t->cfg.data_path : "data",
+                 t->test_set.max_label, t->eb.ce_classes);
+        return -1;
+    }
+    kl_run_state rs = {0};
+    if (t->opt.resume ? kl_checkpoint_load_held(t->s, t->opt.resume, &rs)
+                      : kl_st_init_session(t->s, t->opt.init, t->opt.init_partial, false))
+        return -1;
+    if (t->opt.predict)
+        train_predict_begin(t, n, (int)ir_val(t->eval->g, train_logits_value(t->eval->g))->type.dim[1]);
+    eval_result er;
+    train_evaluate(t, &er);
+    const ir_graph *eg = t->eval->g;
+    const char *metric = eg->reports.n && eg->reports.v[0].name[0] != '_' ? eg->reports.v[0].name : NULL;
+    printf("eval  loss %.4f", er.loss);
+    if (metric)
+        printf("  %s %.4f", metric, er.metric[0]);
+    printf("  (%lld samples)\n", (long long)er.samples);
+    fflush(stdout);
+    json_line(t, "{\"type\": \"eval\", \"step\": %llu, \"loss\": %.6g, \"%s\": %.6g}", (unsigned long long)rs.step,
+              er.loss, metric ? metric : "metric", er.metric[0]);
+    return t->opt.predict ? train_predict_finish(t) : 0;
+}
+
 /* The GPU when one is usable (or asked for), else the CPU with a notice;
  * NULL when --device cuda finds no GPU (reported). */
 static kl_backend *open_backend(const train_options *o, const kl_cpu_options *co)
@@ -617,7 +715,9 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     }
     /* Every file the run will write, checked before any work, so that a
      * typo in a path does not cost an epoch of training. */
-    if ((t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
+    if (train_check_ckpt_flags(&t.opt) || (t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
+        (t.opt.export_path && kl_outfile_check(t.opt.export_path, "--export")) ||
+        (t.opt.predict && kl_outfile_check(t.opt.predict, "--predict")) ||
         (t.opt.save_init && kl_outfile_check(t.opt.save_init, "--save-init")) ||
         (t.opt.metrics && kl_outfile_check(t.opt.metrics, "--metrics")) ||
         (t.opt.trace_path && kl_outfile_check(t.opt.trace_path, "--trace")))
@@ -640,6 +740,9 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     }
     if (t.opt.metrics && kl_outfile_open_log(&t.metrics, t.opt.metrics, t.opt.resume != NULL))
         goto done;
+    /* --eval-only prints the evaluation line alone. */
+    if (t.opt.eval_only)
+        t.opt.quiet = true;
     char *jit_reason = train_kernel_flags(&t.opt);
     kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads,
                          .threads_from = t.opt.threads ? "--threads" : "the train block's threads",
@@ -655,6 +758,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, 1);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;
+    if (t.opt.eval_only) {
+        rc = run_eval_only(&t, &src, g) ? 1 : 0;
+        g = NULL;
+        goto done;
+    }
 
     /* The training plan, then the evaluation plans (same params). */
     int64_t eb, peak;
@@ -664,6 +772,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     if (!t.opt.quiet)
         print_start(&t, be, eb, peak);
+    if (t.opt.init && kl_st_init_session(t.s, t.opt.init, t.opt.init_partial, false))
+        goto done;
     if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
         goto done;
     if (t.opt.profile)

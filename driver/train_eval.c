@@ -21,6 +21,8 @@ static void evaluate_plans(trainer *t, eval_result *r)
         bindings *bb = tail && t->eval_tail ? &t->etb : &t->eb;
         train_feed(e, bb, b, d->sample_bytes);
         kl_exec_run(e, KL_ALL_PHASES, &args);
+        if (t->on_eval_batch)
+            t->on_eval_batch(t, e, b);
         r->loss += kl_exec_scalar(e, e->g->loss) * (double)b->size;
         for (int i = 0; i < e->g->reports.n && i < 8; i++)
             r->metric[i] += kl_exec_scalar(e, e->g->reports.v[i].value) * (double)b->size;

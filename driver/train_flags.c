@@ -33,8 +33,22 @@ static const char usage[] =
     "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
     "  --metrics FILE     write metrics as JSON lines (appended to with --resume)\n"
     "  --save FILE        write a checkpoint at the end (and each epoch)\n"
+    "  --save-every N     also write a checkpoint every N steps, to FILE.step-N\n"
+    "                     (needs --save FILE)\n"
+    "  --keep K           keep only the newest K of those (older ones are removed\n"
+    "                     once the new one is in place; default: all)\n"
     "  --save-init FILE   write a checkpoint of the initial values, then train\n"
-    "  --resume FILE      continue from a checkpoint\n"
+    "  --resume FILE      continue from a checkpoint (of any precision)\n"
+    "  --init FILE        start from the params (and running statistics) of a\n"
+    "                     safetensors file: every name and shape must match\n"
+    "  --init-partial     with --init: load the tensors that match, keep the\n"
+    "                     initial values of the rest (listed on stderr)\n"
+    "  --export FILE      at the end, write the params (and running statistics)\n"
+    "                     as safetensors (fp32; kiln export converts)\n"
+    "  --eval-only        with --resume or --init: evaluate the test set, print\n"
+    "                     the evaluation line, train nothing\n"
+    "  --predict FILE     with --eval-only: write each test sample's predicted\n"
+    "                     class, label and logits as a .npy file (see README)\n"
     "  --set KEY=VALUE    any other train setting\n"
     "  --profile          time every kernel and GEMM; print a table at the end\n"
     "  --trace FILE       write a timeline of every step, kernel, GEMM, data wait\n"
@@ -148,10 +162,28 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             o->metrics = argv[++i];
         } else if (!strcmp(a, "--save") && has) {
             o->save = argv[++i];
+        } else if ((!strcmp(a, "--save-every") || !strcmp(a, "--keep")) && has) {
+            char *end;
+            long long n = strtoll(argv[++i], &end, 10);
+            if (*end || !*argv[i] || n < 1) {
+                kl_error("%s needs a positive count, got '%s'", a, argv[i]);
+                return -1;
+            }
+            *(!strcmp(a, "--keep") ? &o->keep : &o->save_every) = n;
         } else if (!strcmp(a, "--force-overflow") && has) {
             o->force_overflow = strtoll(argv[++i], NULL, 10);
         } else if (!strcmp(a, "--save-init") && has) {
             o->save_init = argv[++i];
+        } else if (!strcmp(a, "--init") && has) {
+            o->init = argv[++i];
+        } else if (!strcmp(a, "--export") && has) {
+            o->export_path = argv[++i];
+        } else if (!strcmp(a, "--predict") && has) {
+            o->predict = argv[++i];
+        } else if (!strcmp(a, "--init-partial")) {
+            o->init_partial = true;
+        } else if (!strcmp(a, "--eval-only")) {
+            o->eval_only = true;
         } else if (!strcmp(a, "--resume") && has) {
             o->resume = argv[++i];
         } else if (!strcmp(a, "--set") && has) {

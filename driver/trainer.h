@@ -20,6 +20,14 @@ typedef struct train_options {
     int threads;
     const char *device, *metrics, *save, *save_init, *resume;
     int64_t force_overflow; /* a test hook: poison this step's loss scale */
+    /* Checkpoints (train_ckpt.c): every save_every steps to SAVE.step-N,
+     * the newest keep of them kept (0: all). */
+    int64_t save_every, keep;
+    /* safetensors out at the end (--export) and in at the start (--init,
+     * --init-partial); evaluation alone (--eval-only) and per-sample
+     * outputs (--predict, train_ckpt.c). */
+    const char *export_path, *init, *predict;
+    bool init_partial, eval_only;
     bool quiet, profile, no_cuda_graph, tf32;
     const char *trace_path;
 } train_options;
@@ -42,7 +50,8 @@ typedef struct bindings {
  * input's dtype and padding a short batch by repeating its samples. */
 void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sample_bytes);
 
-typedef struct trainer {
+typedef struct trainer trainer;
+struct trainer {
     kl_train_config cfg;
     kl_trace *trace;
     /* fp16 loss scaling: the scale, clean steps since the last change,
@@ -59,12 +68,31 @@ typedef struct trainer {
     kl_dataset train_set, test_set;
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
-} trainer;
+    /* --predict: called after each evaluation batch runs (train_eval.c),
+     * with the exec that ran it. */
+    void (*on_eval_batch)(trainer *t, kl_exec *e, const kl_batch *b);
+    void *predict; /* the --predict state (train_ckpt.c) */
+};
 
 typedef struct eval_result {
     double loss, metric[8];
     int64_t samples;
 } eval_result;
+
+/* Periodic checkpoints (train_ckpt.c): the checks of --save-every and
+ * --keep, the path of step's checkpoint (caller frees), and the removal
+ * of all but the newest --keep of them, once the newest is in place. */
+int train_check_ckpt_flags(const train_options *o);
+char *train_periodic_path(const char *save, int64_t step);
+void train_prune_checkpoints(const train_options *o);
+
+/* --predict: the value an exec's logits are in (the input of its
+ * cross-entropy), or -1; the output's start (count samples of classes
+ * logits), each evaluation batch's rows, and the file written whole.
+ * train_predict_begin sets t->on_eval_batch. */
+int train_logits_value(const ir_graph *g);
+void train_predict_begin(trainer *t, int64_t count, int classes);
+int train_predict_finish(trainer *t);
 
 /* The loss and metrics over the test set (train_eval.c); returns the
  * seconds it took. */

@@ -1,24 +1,37 @@
 /* Checkpoints: the session's persistent values (params, optimizer state,
  * running statistics) and the run's state in one file with a checksum.
+ * Little-endian; str is { u32 len, len bytes }.
  *
  *   "KILNCKPT" u32 version u32 count
- *   count x { u32 name_len, name, u32 dtype, u32 rank, i64 dims[rank],
- *             u64 bytes, data }
+ *   str model, str precision, str kiln version                 (version 3)
+ *   count x { str name, str role (version 3), u32 dtype, u32 rank,
+ *             i64 dims[rank], u64 bytes, data }
  *   u64 step, i64 clean_steps, i64 skipped, i64 skipped_in_row,
- *   f64 loss_scale                                            (version 2)
+ *   f64 loss_scale                                   (version 2 and 3)
  *   u64 FNV-1a checksum of everything before it
  *
  * Version 1 ends with the step alone (no loss-scaler state); it still
- * loads, with the scale its last step used and the counters at 0. Little-endian. Written through outfile.h, so a crash or a full
- * disk mid-write leaves the previous checkpoint whole. */
+ * loads, with the scale its last step used and the counters at 0.
+ * Versions 1 and 2 record no roles and no model: they load and print, but
+ * `kiln export` needs version 3 to know which values are params. Written
+ * through outfile.h, so a crash or a full disk mid-write leaves the
+ * previous checkpoint whole.
+ *
+ * A checkpoint of one precision resumes in another: the fp32 params and
+ * optimizer state carry over, and a param's low-precision copy (NAME.lowp,
+ * passes/precision.c) is rebuilt from NAME when the checkpoint has none of
+ * the model's dtype. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
 #include "outfile.h"
 
-#define CKPT_VERSION 2u
+#define CKPT_VERSION 3u
+/* The longest name, role or header string a checkpoint may hold. */
+#define CKPT_MAX_STR 4096u
 
 typedef struct writer {
     kl_outfile o;
@@ -29,6 +42,13 @@ static void put(writer *w, const void *p, size_t n)
 {
     kl_outfile_write(&w->o, p, n);
     w->h = kl_hash_bytes(w->h, p, n);
+}
+
+static void put_str(writer *w, const char *s)
+{
+    uint32_t len = (uint32_t)strlen(s);
+    put(w, &len, 4);
+    put(w, s, len);
 }
 
 /* The index of the first non-finite element of n values, or -1. */
@@ -42,6 +62,16 @@ static int64_t first_nonfinite(ir_dtype dt, const void *p, int64_t n)
     return -1;
 }
 
+/* A test hook: KILN_TEST_KILL_IN_SAVE=STEP kills the process (SIGKILL)
+ * half way through writing the checkpoint of that step, as a crash or
+ * kill -9 would, so the tests can check the previous one survives. */
+static void maybe_die_in_save(uint64_t step, int entry, int count)
+{
+    const char *k = getenv("KILN_TEST_KILL_IN_SAVE");
+    if (k && *k && strtoull(k, NULL, 10) == step && entry == count / 2)
+        raise(SIGKILL);
+}
+
 int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
 {
     writer w = {.h = KL_HASH_INIT};
@@ -51,11 +81,15 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
     uint32_t v = CKPT_VERSION, count = (uint32_t)s->persist.n;
     put(&w, &v, 4);
     put(&w, &count, 4);
+    put_str(&w, rs->model ? rs->model : "");
+    put_str(&w, rs->precision ? rs->precision : "");
+    put_str(&w, KILN_VERSION);
     for (int i = 0; i < s->persist.n; i++) {
         kl_persist *p = &s->persist.v[i];
-        uint32_t len = (uint32_t)strlen(p->name), dt = p->type.dtype, rank = (uint32_t)p->type.rank;
-        put(&w, &len, 4);
-        put(&w, p->name, len);
+        maybe_die_in_save(rs->step, i, s->persist.n);
+        uint32_t dt = p->type.dtype, rank = (uint32_t)p->type.rank;
+        put_str(&w, p->name);
+        put_str(&w, p->role ? p->role : "state");
         put(&w, &dt, 4);
         put(&w, &rank, 4);
         put(&w, p->type.dim, sizeof(int64_t) * rank);
@@ -86,6 +120,8 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
     return kl_outfile_commit(&w.o, 0666);
 }
 
+/* ---- reading ---- */
+
 typedef struct reader {
     const unsigned char *p, *end;
 } reader;
@@ -99,9 +135,20 @@ static int get(reader *r, void *dst, size_t n)
     return 0;
 }
 
+/* A string of at most CKPT_MAX_STR bytes, without NULs; NULL when the
+ * bytes are not there or not such a string. */
+static char *get_str(reader *r)
+{
+    uint32_t len;
+    if (get(r, &len, 4) || len > CKPT_MAX_STR || (size_t)(r->end - r->p) < len || memchr(r->p, 0, len))
+        return NULL;
+    char *s = kl_xstrndup((const char *)r->p, len);
+    r->p += len;
+    return s;
+}
+
 /* Reads and checks the run state at the end of a checked file. */
-static int read_run_state(const char *path, uint32_t version, const unsigned char *at, uint64_t max_step,
-                          kl_run_state *rs)
+static int read_run_state(const char *path, uint32_t version, const unsigned char *at, kl_run_state *rs)
 {
     memset(rs, 0, sizeof *rs);
     rs->loss_scale = 1;
@@ -111,11 +158,6 @@ static int read_run_state(const char *path, uint32_t version, const unsigned cha
         memcpy(&rs->skipped, at + 16, 8);
         memcpy(&rs->skipped_in_row, at + 24, 8);
         memcpy(&rs->loss_scale, at + 32, 8);
-    }
-    if (rs->step > max_step) {
-        kl_error("%s: the checkpoint is at step %llu, beyond this run's %llu steps (raise --steps or --epochs)", path,
-                 (unsigned long long)rs->step, (unsigned long long)max_step);
-        return -1;
     }
     if (rs->clean_steps < 0 || (uint64_t)rs->clean_steps > rs->step || rs->skipped < 0 ||
         (uint64_t)rs->skipped > rs->step || rs->skipped_in_row < 0 || rs->skipped_in_row > rs->skipped ||
@@ -127,104 +169,285 @@ static int read_run_state(const char *path, uint32_t version, const unsigned cha
     return 0;
 }
 
-int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_run_state *rs)
+/* One entry, every field checked. */
+static int read_entry(reader *r, const char *path, uint32_t version, uint32_t i, kl_ckpt_entry *e)
 {
-    kl_source file;
-    if (kl_source_read(&file, path))
+    uint32_t dt, rank;
+    if (!(e->name = get_str(r)) || !e->name[0]) {
+        kl_error("%s: malformed entry %u (its name)", path, i);
         return -1;
-    const unsigned char *data = (const unsigned char *)file.text;
-    size_t size = file.len;
-    int rc = -1;
-    bool *seen = kl_xcalloc((size_t)s->persist.n + 1, sizeof *seen);
+    }
+    if (version >= 3 ? !(e->role = get_str(r)) : !(e->role = kl_xstrdup(""))) {
+        kl_error("%s: malformed entry '%s' (its role)", path, e->name);
+        return -1;
+    }
+    if (get(r, &dt, 4) || dt == IR_NONE || dt >= IR_NDTYPES) {
+        kl_error("%s: malformed entry '%s' (dtype)", path, e->name);
+        return -1;
+    }
+    if (get(r, &rank, 4) || rank > IR_MAX_RANK) {
+        kl_error("%s: malformed entry '%s' (rank)", path, e->name);
+        return -1;
+    }
+    e->type = (ir_type){(ir_dtype)dt, (int)rank, {0}};
+    if (get(r, e->type.dim, sizeof(int64_t) * rank)) {
+        kl_error("%s: malformed entry '%s' (dims)", path, e->name);
+        return -1;
+    }
+    int64_t numel = 1;
+    for (uint32_t d = 0; d < rank && numel >= 0; d++)
+        numel = e->type.dim[d] < 0 ? -1 : kl_size_mul(numel, e->type.dim[d]);
+    int64_t need = numel < 0 ? -1 : kl_size_mul(numel, ir_dtype_size(e->type.dtype));
+    if (need < 0) {
+        kl_error("%s: malformed entry '%s' (dims)", path, e->name);
+        return -1;
+    }
+    if (get(r, &e->bytes, 8) || (size_t)(r->end - r->p) < e->bytes) {
+        kl_error("%s: malformed entry '%s' (its byte count runs past the end)", path, e->name);
+        return -1;
+    }
+    if (e->bytes != (uint64_t)need) {
+        char *a = ir_type_str(&e->type);
+        kl_error("%s: '%s' (%s) has %llu bytes in the checkpoint; its type needs %lld", path, e->name, a,
+                 (unsigned long long)e->bytes, (long long)need);
+        free(a);
+        return -1;
+    }
+    e->data = r->p;
+    r->p += e->bytes;
+    return 0;
+}
+
+int kl_ckpt_read(kl_ckpt *c, const char *path)
+{
+    memset(c, 0, sizeof *c);
+    if (kl_source_read(&c->file, path))
+        return -1;
+    c->path = kl_xstrdup(path);
+    const unsigned char *data = (const unsigned char *)c->file.text;
+    size_t size = c->file.len;
     reader r = {data, data + size};
     char magic[8];
-    uint32_t version, count;
     if (size < 32 || get(&r, magic, 8) || memcmp(magic, "KILNCKPT", 8)) {
         kl_error("%s: not a kiln checkpoint", path);
-        goto done;
+        goto fail;
     }
     uint64_t want;
     memcpy(&want, data + size - 8, 8);
     if (kl_hash_bytes(KL_HASH_INIT, data, size - 8) != want) {
         kl_error("%s: checksum mismatch: the checkpoint is truncated or corrupt", path);
-        goto done;
+        goto fail;
     }
-    if (get(&r, &version, 4) || version < 1 || version > CKPT_VERSION || get(&r, &count, 4)) {
-        kl_error("%s: unsupported checkpoint version", path);
-        goto done;
+    uint32_t count;
+    if (get(&r, &c->version, 4) || c->version < 1 || c->version > CKPT_VERSION) {
+        kl_error("%s: unsupported checkpoint version %u (this kiln reads 1 to %u)", path, c->version, CKPT_VERSION);
+        goto fail;
     }
-    size_t trailer = version >= 2 ? 48 : 16;
-    if (size < 16 + trailer) {
+    size_t trailer = c->version >= 2 ? 48 : 16;
+    if (get(&r, &count, 4) || size < 16 + trailer) {
         kl_error("%s: not a kiln checkpoint", path);
-        goto done;
+        goto fail;
     }
     r.end = data + size - trailer;
-    if (read_run_state(path, version, r.end, max_step, rs))
-        goto done;
-    /* Check everything before changing anything. */
-    const unsigned char *start = r.p;
-    for (int pass = 0; pass < 2; pass++) {
-        r.p = start;
-        for (uint32_t i = 0; i < count; i++) {
-            uint32_t len, dt, rank;
-            char name[512];
-            int64_t dims[IR_MAX_RANK];
-            uint64_t bytes;
-            if (get(&r, &len, 4) || len >= sizeof name || get(&r, name, len)) {
-                kl_error("%s: malformed entry %u", path, i);
-                goto done;
-            }
-            name[len] = 0;
-            if (get(&r, &dt, 4) || get(&r, &rank, 4) || rank > IR_MAX_RANK || dt >= IR_NDTYPES ||
-                get(&r, dims, sizeof(int64_t) * rank) || get(&r, &bytes, 8) || (size_t)(r.end - r.p) < bytes) {
-                kl_error("%s: malformed entry '%s'", path, name);
-                goto done;
-            }
-            ir_type t = {(ir_dtype)dt, (int)rank, {0}};
-            memcpy(t.dim, dims, sizeof(int64_t) * rank);
-            kl_persist *p = kl_session_find(s, name);
-            if (!p) {
-                kl_error("%s: '%s' is not a value of this model", path, name);
-                goto done;
-            }
-            if (!ir_type_eq(&p->type, &t)) {
-                char *a = ir_type_str(&t), *b = ir_type_str(&p->type);
-                kl_error("%s: '%s' is %s in the checkpoint but %s in the model", path, name, a, b);
-                free(a);
-                free(b);
-                goto done;
-            }
-            if (bytes != (uint64_t)ir_type_bytes(&t)) {
-                char *a = ir_type_str(&t);
-                kl_error("%s: '%s' (%s) has %llu bytes in the checkpoint; its type needs %lld", path, name, a,
-                         (unsigned long long)bytes, (long long)ir_type_bytes(&t));
-                free(a);
-                goto done;
-            }
-            if (pass == 0) {
-                size_t k = (size_t)(p - s->persist.v);
-                if (seen[k]) {
-                    kl_error("%s: '%s' is in the checkpoint twice", path, name);
-                    goto done;
-                }
-                seen[k] = true;
-            } else {
-                s->be->ops->copy_in(s->be, p->ptr, r.p, bytes);
-            }
-            r.p += bytes;
+    /* Each entry takes at least 24 bytes: a count beyond that is a lie. */
+    if (count > (size_t)(r.end - r.p) / 24 + 1) {
+        kl_error("%s: malformed: %u entries do not fit in %zu bytes", path, count, size);
+        goto fail;
+    }
+    if (c->version >= 3) {
+        if (!(c->model = get_str(&r)) || !(c->precision = get_str(&r)) || !(c->kiln_version = get_str(&r))) {
+            kl_error("%s: malformed header (model, precision, version strings)", path);
+            goto fail;
         }
-        if (pass == 0 && r.p != r.end) {
-            kl_error("%s: malformed: %zu bytes after the last entry", path, (size_t)(r.end - r.p));
-            goto done;
-        }
-        for (int i = 0; pass == 0 && i < s->persist.n; i++)
-            if (!seen[i]) {
-                kl_error("%s: '%s' of the model is missing from the checkpoint", path, s->persist.v[i].name);
-                goto done;
+    } else {
+        c->model = kl_xstrdup("");
+        c->precision = kl_xstrdup("");
+        c->kiln_version = kl_xstrdup("");
+    }
+    if (read_run_state(path, c->version, r.end, &c->rs))
+        goto fail;
+    c->v = kl_xcalloc(count ? count : 1, sizeof *c->v);
+    for (uint32_t i = 0; i < count; i++) {
+        c->n++;
+        if (read_entry(&r, path, c->version, i, &c->v[i]))
+            goto fail;
+        for (uint32_t j = 0; j < i; j++)
+            if (!strcmp(c->v[j].name, c->v[i].name)) {
+                kl_error("%s: '%s' is in the checkpoint twice", path, c->v[i].name);
+                goto fail;
             }
     }
+    if (r.p != r.end) {
+        kl_error("%s: malformed: %zu bytes after the last entry", path, (size_t)(r.end - r.p));
+        goto fail;
+    }
+    return 0;
+fail:
+    kl_ckpt_free(c);
+    return -1;
+}
+
+void kl_ckpt_free(kl_ckpt *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        free(c->v[i].name);
+        free(c->v[i].role);
+    }
+    free(c->v);
+    free(c->model);
+    free(c->precision);
+    free(c->kiln_version);
+    free(c->path);
+    kl_source_free(&c->file);
+    memset(c, 0, sizeof *c);
+}
+
+const kl_ckpt_entry *kl_ckpt_find(const kl_ckpt *c, const char *name)
+{
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->v[i].name, name))
+            return &c->v[i];
+    return NULL;
+}
+
+/* ---- loading into a session ---- */
+
+/* A param's low-precision copy: rebuilt from its master, so a checkpoint
+ * of another precision (or none) does not need to hold it. */
+static bool is_lowp_name(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 5 && !strcmp(name + n - 5, ".lowp");
+}
+
+static bool is_lowp(const char *name, const char *role)
+{
+    return !strcmp(role, "lowp") || (!role[0] && is_lowp_name(name));
+}
+
+/* Up to 6 names, comma separated, "and N more" after. */
+static void list_names(kl_buf *b, const char **names, int n)
+{
+    for (int i = 0; i < n && i < 6; i++)
+        kl_buf_printf(b, "%s'%s'", i ? ", " : "", names[i]);
+    if (n > 6)
+        kl_buf_printf(b, " and %d more", n - 6);
+}
+
+/* Fills p (a NAME.lowp copy) from NAME's values, rounded to its dtype. */
+void kl_checkpoint_rebuild_copy(kl_session *s, kl_persist *p)
+{
+    char *master = kl_xstrndup(p->name, strlen(p->name) - 5);
+    kl_persist *m = kl_session_find(s, master);
+    if (!m || ir_type_numel(&m->type) != ir_type_numel(&p->type))
+        kl_panic("%s copies %s, which the session does not hold", p->name, master);
+    free(master);
+    size_t mb = (size_t)ir_type_bytes(&m->type), pb = (size_t)ir_type_bytes(&p->type);
+    void *mh = kl_xmalloc(mb ? mb : 1), *ph = kl_xmalloc(pb ? pb : 1);
+    s->be->ops->copy_out(s->be, mh, m->ptr, mb);
+    for (int64_t i = 0; i < ir_type_numel(&p->type); i++)
+        kl_store_as(p->type.dtype, ph, i, kl_load_as(m->type.dtype, mh, i));
+    s->be->ops->copy_in(s->be, p->ptr, ph, pb);
+    free(mh);
+    free(ph);
+}
+
+/* Which model value each entry fills (-1: none, a low-precision copy of
+ * another dtype), every difference named; -1 after the error. */
+static int match_entries(kl_session *s, const kl_ckpt *c, bool only_held, int *fill)
+{
+    const char *path = c->path;
+    bool *seen = kl_xcalloc((size_t)s->persist.n + 1, sizeof *seen);
+    const char **extra = kl_xcalloc((size_t)c->n + 1, sizeof *extra), **missing = kl_xcalloc((size_t)s->persist.n + 1,
+                                                                                              sizeof *missing);
+    int nextra = 0, nmissing = 0, ntypes = 0, rc = -1;
+    kl_buf types = {0};
+    for (int i = 0; i < c->n; i++) {
+        const kl_ckpt_entry *e = &c->v[i];
+        kl_persist *p = kl_session_find(s, e->name);
+        fill[i] = -1;
+        if (is_lowp(e->name, e->role) && (!p || p->type.dtype != e->type.dtype))
+            continue; /* another precision's copy: the model's is rebuilt */
+        if (!p) {
+            if (!only_held)
+                extra[nextra++] = e->name;
+            continue;
+        }
+        if (!ir_type_eq(&p->type, &e->type)) {
+            char *a = ir_type_str(&e->type), *b = ir_type_str(&p->type);
+            if (ntypes++ < 4)
+                kl_buf_printf(&types, "%s'%s' is %s in the checkpoint but %s in the model", ntypes > 1 ? "; " : "",
+                              e->name, a, b);
+            free(a);
+            free(b);
+            seen[p - s->persist.v] = true; /* differs, but not missing */
+            continue;
+        }
+        fill[i] = (int)(p - s->persist.v);
+        seen[fill[i]] = true;
+    }
+    for (int i = 0; i < s->persist.n; i++)
+        if (!seen[i] && !is_lowp_name(s->persist.v[i].name))
+            missing[nmissing++] = s->persist.v[i].name;
+    if (nextra || nmissing || ntypes) {
+        kl_buf b = {0};
+        if (nextra) {
+            list_names(&b, extra, nextra);
+            kl_buf_puts(&b, nextra == 1 ? " is not a value of this model" : " are not values of this model");
+        }
+        if (nmissing) {
+            kl_buf_puts(&b, nextra ? "; " : "");
+            list_names(&b, missing, nmissing);
+            kl_buf_printf(&b, " of the model %s missing from the checkpoint", nmissing == 1 ? "is" : "are");
+        }
+        if (ntypes) {
+            kl_buf_puts(&b, nextra || nmissing ? "; " : "");
+            kl_buf_puts(&b, types.s);
+            if (ntypes > 4)
+                kl_buf_printf(&b, " and %d more types differ", ntypes - 4);
+        }
+        kl_error("%s: %s", path, b.s);
+        kl_buf_free(&b);
+        goto done;
+    }
+    rc = 0;
+done:
+    kl_buf_free(&types);
+    free(seen);
+    free(extra);
+    free(missing);
+    return rc;
+}
+
+static int load(kl_session *s, const char *path, uint64_t max_step, bool only_held, kl_run_state *rs)
+{
+    kl_ckpt c;
+    if (kl_ckpt_read(&c, path))
+        return -1;
+    int rc = -1;
+    int *fill = kl_xcalloc((size_t)c.n + 1, sizeof *fill);
+    if (c.rs.step > max_step) {
+        kl_error("%s: the checkpoint is at step %llu, beyond this run's %llu steps (raise --steps or --epochs)", path,
+                 (unsigned long long)c.rs.step, (unsigned long long)max_step);
+        goto done;
+    }
+    /* Check everything before changing anything. */
+    if (match_entries(s, &c, only_held, fill))
+        goto done;
+    bool *filled = kl_xcalloc((size_t)s->persist.n + 1, sizeof *filled);
+    for (int i = 0; i < c.n; i++)
+        if (fill[i] >= 0) {
+            s->be->ops->copy_in(s->be, s->persist.v[fill[i]].ptr, c.v[i].data, c.v[i].bytes);
+            filled[fill[i]] = true;
+        }
+    for (int i = 0; i < s->persist.n; i++)
+        if (!filled[i])
+            kl_checkpoint_rebuild_copy(s, &s->persist.v[i]);
+    free(filled);
+    *rs = c.rs;
+    rs->scaler_from_fp16 = c.version < 3 || !strcmp(c.precision, "fp16");
     /* Version 1 kept the loss scale only as the value the last step used. */
-    kl_persist *ls = version == 1 ? kl_session_find(s, "loss_scale") : NULL;
+    kl_persist *ls = c.version == 1 ? kl_session_find(s, "loss_scale") : NULL;
     if (ls && ls->type.dtype == IR_F32 && ir_type_numel(&ls->type) == 1) {
         float v;
         s->be->ops->copy_out(s->be, &v, ls->ptr, sizeof v);
@@ -233,7 +456,17 @@ int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_ru
     }
     rc = 0;
 done:
-    free(seen);
-    kl_source_free(&file);
+    free(fill);
+    kl_ckpt_free(&c);
     return rc;
+}
+
+int kl_checkpoint_load(kl_session *s, const char *path, uint64_t max_step, kl_run_state *rs)
+{
+    return load(s, path, max_step, false, rs);
+}
+
+int kl_checkpoint_load_held(kl_session *s, const char *path, kl_run_state *rs)
+{
+    return load(s, path, UINT64_MAX, true, rs);
 }

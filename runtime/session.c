@@ -22,6 +22,7 @@ void kl_session_free(kl_session *s)
     for (int i = 0; i < s->persist.n; i++) {
         s->be->ops->free(s->be, s->persist.v[i].ptr);
         free(s->persist.v[i].name);
+        free(s->persist.v[i].role);
     }
     kl_vec_free(s->persist);
     free(s);
@@ -64,7 +65,8 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
     } else {
         kl_init_values(v, s->seed, host);
     }
-    kl_persist np = {kl_xstrdup(v->name), v->type, s->be->ops->alloc(s->be, bytes)};
+    const char *role = v->kind == IR_VAL_PARAM ? "param" : ir_attr_str(&v->attrs, "role", "state");
+    kl_persist np = {kl_xstrdup(v->name), v->type, s->be->ops->alloc(s->be, bytes), kl_xstrdup(role)};
     s->be->ops->copy_in(s->be, np.ptr, host, bytes);
     free(host);
     kl_vec_push(s->persist, np);

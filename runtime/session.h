@@ -11,7 +11,9 @@
 typedef struct kl_persist {
     char *name;
     ir_type type;
-    void *ptr; /* device memory */
+    void *ptr;  /* device memory */
+    char *role; /* "param", else the value's role attribute ("optimizer_state",
+                 * "lowp", ...), else "state" */
 } kl_persist;
 
 typedef struct kl_session {

@@ -63,6 +63,6 @@ printf 'garbage' > "$tmp/garbage.ckpt"
 expect "not a checkpoint" "garbage.ckpt: not a kiln checkpoint" --resume "$tmp/garbage.ckpt"
 "$kiln" build examples/fashion_cnn.kl -o "$tmp/cnn" || exit 1
 "$tmp/cnn" --steps 1 --quiet --save "$tmp/cnn.ckpt" --batch 8 > /dev/null 2>&1 || exit 1
-expect "another model's checkpoint" "is not a value of this model" --resume "$tmp/cnn.ckpt"
+expect "another model's checkpoint" "are not values of this model" --resume "$tmp/cnn.ckpt"
 expect "missing checkpoint" "nothere.ckpt" --resume "$tmp/nothere.ckpt"
 exit $fail

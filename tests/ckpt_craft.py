@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites a Kiln checkpoint (runtime/checkpoint.c, version 2 or 1) with crafted
+"""Rewrites a Kiln checkpoint (runtime/checkpoint.c, version 3, 2 or 1) with crafted
 content and a valid checksum, so that the loader's own checks are what
 refuses it.
 
@@ -8,6 +8,10 @@ refuses it.
   ckpt_craft.py IN OUT bytes NAME DELTA  NAME's byte count (and data) +DELTA
   ckpt_craft.py IN OUT skipped N         the skipped-steps counter
   ckpt_craft.py IN OUT v1                version 1 (the step alone, no scaler state)
+  ckpt_craft.py IN OUT v2                version 2 (no header strings, no roles)
+  ckpt_craft.py IN OUT version N         the version field alone
+  ckpt_craft.py IN OUT dtype NAME N      NAME's dtype field (version 3)
+  ckpt_craft.py IN OUT rank NAME N       NAME's rank field (version 3; dims unchanged)
   ckpt_craft.py IN OUT show              print the run state (no OUT written)
 """
 import struct
@@ -23,17 +27,27 @@ def fnv1a(data):
     return h
 
 
+def string(data, off):
+    (n,) = struct.unpack_from("<I", data, off)
+    return data[off + 4 : off + 4 + n].decode(), off + 4 + n
+
+
 def parse(data):
-    """The entries as [name, head (up to the byte count), data] and the run state."""
+    """The version, the header strings (version 3), the entries as [name,
+    head (up to the byte count), data] and the run state."""
     assert data[:8] == b"KILNCKPT", "not a kiln checkpoint"
     version, count = struct.unpack_from("<II", data, 8)
-    assert version in (1, 2), version
-    off, entries = 16, []
+    assert version in (1, 2, 3), version
+    off, entries, header = 16, [], []
+    if version == 3:
+        for _ in range(3):
+            s, off = string(data, off)
+            header.append(s)
     for _ in range(count):
         start = off
-        (n,) = struct.unpack_from("<I", data, off)
-        name = data[off + 4 : off + 4 + n].decode()
-        off += 4 + n
+        name, off = string(data, off)
+        if version == 3:
+            _, off = string(data, off)
         _, rank = struct.unpack_from("<II", data, off)
         off += 8 + 8 * rank
         head = data[start:off]
@@ -42,23 +56,36 @@ def parse(data):
         entries.append([name, head, data[off : off + nbytes]])
         off += nbytes
     # Version 1 ends with the step alone.
-    state = list(struct.unpack_from("<Qqqqd", data, off)) if version == 2 else [struct.unpack_from("<Q", data, off)[0]]
-    return entries, state
+    state = list(struct.unpack_from("<Qqqqd", data, off)) if version >= 2 else [struct.unpack_from("<Q", data, off)[0]]
+    return version, header, entries, state
 
 
-def write(path, entries, state):
-    version = 2 if len(state) == 5 else 1
+def pack_str(s):
+    b = s.encode()
+    return struct.pack("<I", len(b)) + b
+
+
+def without_role(head):
+    """An entry's head without its version 3 role."""
+    name, off = string(head, 0)
+    _, off2 = string(head, off)
+    return head[:off] + head[off2:]
+
+
+def write(path, version, header, entries, state):
     body = b"KILNCKPT" + struct.pack("<II", version, len(entries))
+    if version == 3:
+        body += b"".join(pack_str(s) for s in header)
     for _, head, blob in entries:
         body += head + struct.pack("<Q", len(blob)) + blob
-    body += struct.pack("<Qqqqd", *state) if version == 2 else struct.pack("<Q", state[0])
+    body += struct.pack("<Qqqqd", *state) if version >= 2 else struct.pack("<Q", state[0])
     open(path, "wb").write(body + struct.pack("<Q", fnv1a(body)))
 
 
 def main():
     src, dst, op = sys.argv[1:4]
     args = sys.argv[4:]
-    entries, state = parse(open(src, "rb").read())
+    version, header, entries, state = parse(open(src, "rb").read())
     if op == "show":
         print(" ".join(str(x) for x in state))
         return
@@ -67,8 +94,11 @@ def main():
     elif op == "skipped":
         assert len(state) == 5, "a version 1 checkpoint has no skipped count"
         state[2] = int(args[0])
-    elif op == "v1":
-        state = state[:1]
+    elif op in ("v1", "v2"):
+        if version == 3:
+            entries = [[n, without_role(h), b] for n, h, b in entries]
+        version = int(op[1])
+        state = state[:1] if version == 1 else state
     elif op == "dup":
         keep = [e for e in entries if e[0] == args[0]]
         assert keep and any(e[0] == args[1] for e in entries), args
@@ -78,9 +108,19 @@ def main():
         for e in entries:
             if e[0] == args[0]:
                 e[2] = e[2] + b"\0" * delta if delta > 0 else e[2][: len(e[2]) + delta]
+    elif op == "version":
+        version = int(args[0])
+    elif op in ("dtype", "rank"):
+        assert version == 3, "dtype and rank edit version 3 heads"
+        for e in entries:
+            if e[0] == args[0]:
+                _, off = string(e[1], 0)
+                _, off = string(e[1], off)
+                off += 0 if op == "dtype" else 4
+                e[1] = e[1][:off] + struct.pack("<I", int(args[1])) + e[1][off + 4 :]
     else:
         sys.exit("unknown operation " + op)
-    write(dst, entries, state)
+    write(dst, version, header, entries, state)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "build.h"
+#include "ckpt.h"
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
@@ -24,6 +25,8 @@ static const char usage[] =
     "  run FILE [ARGS]     build to a temporary file and run it with ARGS\n"
     "  ir FILE             print the IR after any pass (text or dot)\n"
     "  bench FILE          time every kernel of the training step, fused and unfused\n"
+    "  ckpt CKPT           check a checkpoint and print its contents\n"
+    "  export CKPT -o F    write a checkpoint's model values as safetensors\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
@@ -338,6 +341,8 @@ int main(int argc, char **argv)
         return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))
         return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt") || !strcmp(cmd, "export"))
+        return kl_ckpt_tool_main(cmd, argc - 2, argv + 2);
     kl_error("unknown command '%s' (see kiln --help)", cmd);
     return 2;
 }

@@ -1,0 +1,214 @@
+/* Periodic checkpoints: --save-every N writes SAVE.step-N every N steps
+ * (besides SAVE itself at each epoch's end and the run's), and --keep K
+ * removes all but the newest K of them. A new one is written whole and
+ * renamed into place (runtime/outfile.h) before any older one is
+ * removed, so a crash at any point leaves at least the previous one.
+ * Also the checks of the flags that read and write values (--init,
+ * --eval-only, --predict), and --predict's output. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "trainer.h"
+
+int train_check_ckpt_flags(const train_options *o)
+{
+    if (o->save_every && !o->save) {
+        kl_error("--save-every needs --save FILE (the periodic checkpoints are FILE.step-N)");
+        return -1;
+    }
+    if (o->keep && !o->save_every) {
+        kl_error("--keep needs --save-every (it counts the periodic checkpoints)");
+        return -1;
+    }
+    if (o->init && o->resume) {
+        kl_error("--init and --resume both set the values: give one");
+        return -1;
+    }
+    if (o->init_partial && !o->init) {
+        kl_error("--init-partial needs --init FILE.safetensors");
+        return -1;
+    }
+    if (o->eval_only && !o->resume && !o->init) {
+        kl_error("--eval-only needs the values to evaluate: --resume CKPT or --init FILE.safetensors");
+        return -1;
+    }
+    if (o->predict && !o->eval_only) {
+        kl_error("--predict needs --eval-only (it writes the outputs of the evaluation)");
+        return -1;
+    }
+    if (o->eval_only && (o->save || o->save_init || o->export_path || o->trace_path || o->profile)) {
+        kl_error("--eval-only trains nothing: --save, --save-init, --export, --trace and --profile do not apply "
+                 "(kiln export CKPT writes a checkpoint's params as safetensors)");
+        return -1;
+    }
+    return 0;
+}
+
+char *train_periodic_path(const char *save, int64_t step)
+{
+    return kl_xasprintf("%s.step-%lld", save, (long long)step);
+}
+
+/* The step of a file named BASE.step-DIGITS, or -1. */
+static int64_t periodic_step(const char *name, const char *base)
+{
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) || strncmp(name + n, ".step-", 6))
+        return -1;
+    const char *d = name + n + 6;
+    if (!*d || strspn(d, "0123456789") != strlen(d) || strlen(d) > 18)
+        return -1;
+    return strtoll(d, NULL, 10);
+}
+
+typedef struct found {
+    int64_t step;
+    char *path;
+} found;
+
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = ((const found *)a)->step, y = ((const found *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+void train_prune_checkpoints(const train_options *o)
+{
+    if (!o->keep)
+        return;
+    const char *slash = strrchr(o->save, '/');
+    char *dir = slash ? kl_xstrndup(o->save, (size_t)(slash - o->save + (slash == o->save))) : kl_xstrdup(".");
+    const char *base = slash ? slash + 1 : o->save;
+    DIR *d = opendir(dir);
+    if (!d) {
+        free(dir);
+        return;
+    }
+    KL_VEC(found) all = {0};
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        int64_t step = periodic_step(ent->d_name, base);
+        if (step < 0)
+            continue;
+        char *path = kl_xasprintf("%s/%s", dir, ent->d_name);
+        struct stat st;
+        /* Only regular files: a link or folder of that name is left. */
+        if (lstat(path, &st) || !S_ISREG(st.st_mode)) {
+            free(path);
+            continue;
+        }
+        found f = {step, path};
+        kl_vec_push(all, f);
+    }
+    closedir(d);
+    qsort(all.v, (size_t)all.n, sizeof *all.v, newest_first);
+    for (int i = 0; i < all.n; i++) {
+        if (i >= o->keep && unlink(all.v[i].path))
+            fprintf(stderr, "kiln: warning: cannot remove the old checkpoint %s\n", all.v[i].path);
+        free(all.v[i].path);
+    }
+    kl_vec_free(all);
+    free(dir);
+}
+
+/* ---- --predict ---- */
+
+int train_logits_value(const ir_graph *g)
+{
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->op == IR_OP_CROSS_ENTROPY && !n->dead)
+            return n->in.v[0];
+    }
+    return -1;
+}
+
+typedef struct predict_out {
+    int64_t count, done;
+    int classes;
+    int32_t *pred, *label;
+    float *logits;
+} predict_out;
+
+static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
+{
+    predict_out *p = t->predict;
+    int v = train_logits_value(e->g);
+    const ir_type *lt = &ir_val(e->g, v)->type;
+    size_t bytes = (size_t)ir_type_bytes(lt);
+    void *host = kl_xmalloc(bytes);
+    kl_exec_read(e, v, host, bytes);
+    /* Rows past b->size repeat earlier samples (a short batch). */
+    for (int64_t r = 0; r < b->size && p->done < p->count; r++, p->done++) {
+        int best = 0;
+        for (int c = 0; c < p->classes; c++) {
+            float x = (float)kl_load_as(lt->dtype, host, r * p->classes + c);
+            p->logits[p->done * p->classes + c] = x;
+            /* The first of equal maxima, as accuracy() counts it. */
+            if (x > p->logits[p->done * p->classes + best])
+                best = c;
+        }
+        p->pred[p->done] = best;
+        p->label[p->done] = b->labels[r];
+    }
+    free(host);
+}
+
+void train_predict_begin(trainer *t, int64_t count, int classes)
+{
+    predict_out *p = kl_xcalloc(1, sizeof *p);
+    p->count = count;
+    p->classes = classes;
+    p->pred = kl_xcalloc((size_t)count + 1, sizeof *p->pred);
+    p->label = kl_xcalloc((size_t)count + 1, sizeof *p->label);
+    p->logits = kl_xcalloc((size_t)(count * classes) + 1, sizeof *p->logits);
+    t->predict = p;
+    t->on_eval_batch = predict_batch;
+}
+
+/* One .npy (format 1.0) of count records {pred i32, label i32, logits
+ * f32[classes]}, little-endian, C order. */
+int train_predict_finish(trainer *t)
+{
+    predict_out *p = t->predict;
+    int rc = -1;
+    if (p->done != p->count) {
+        kl_error("%s: %lld of %lld test samples evaluated", t->opt.predict, (long long)p->done, (long long)p->count);
+        goto done;
+    }
+    kl_buf h = {0};
+    kl_buf_printf(&h, "{'descr': [('pred', '<i4'), ('label', '<i4'), ('logits', '<f4', (%d,))], 'fortran_order': "
+                      "False, 'shape': (%lld,), }", p->classes, (long long)p->count);
+    /* The header pads to a multiple of 64 bytes with the magic and ends in
+     * a newline. */
+    while ((10 + h.len + 1) % 64)
+        kl_buf_putc(&h, ' ');
+    kl_buf_putc(&h, '\n');
+    kl_outfile o;
+    if (kl_outfile_begin(&o, t->opt.predict)) {
+        kl_buf_free(&h);
+        goto done;
+    }
+    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(h.len & 0xff),
+                               (unsigned char)(h.len >> 8)};
+    kl_outfile_write(&o, magic, 10);
+    kl_outfile_write(&o, h.s, h.len);
+    kl_buf_free(&h);
+    for (int64_t i = 0; i < p->count; i++) {
+        kl_outfile_write(&o, &p->pred[i], 4);
+        kl_outfile_write(&o, &p->label[i], 4);
+        kl_outfile_write(&o, &p->logits[i * p->classes], sizeof(float) * (size_t)p->classes);
+    }
+    rc = kl_outfile_commit(&o, 0666);
+done:
+    free(p->pred);
+    free(p->label);
+    free(p->logits);
+    free(p);
+    t->predict = NULL;
+    t->on_eval_batch = NULL;
+    return rc;
+}
