@@ -14,6 +14,7 @@ packages=(
   python3         # test scripts edit bytes in data files
   xz-utils        # the GPU kit compresses its libraries (tests/gpu/kit.sh)
   dataset-fashion-mnist
+  libarchive-dev libpng-dev   # kiln pack: tar shards, PNG images
 )
 
 missing=()

@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "build.h"
+#include "pack.h"
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
@@ -24,6 +25,7 @@ static const char usage[] =
     "  run FILE [ARGS]     build to a temporary file and run it with ARGS\n"
     "  ir FILE             print the IR after any pass (text or dot)\n"
     "  bench FILE          time every kernel of the training step, fused and unfused\n"
+    "  pack INPUT -o DIR   convert a data set to WebDataset tar shards, or text to token files\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
@@ -326,6 +328,8 @@ int main(int argc, char **argv)
         return cmd_ir(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench"))
         return kl_bench_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "pack"))
+        return kl_pack_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "build"))
         return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))
