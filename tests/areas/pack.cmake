@@ -1,0 +1,7 @@
+# kiln pack (tools/pack.c) and token files (runtime/tokens.c).
+
+# The token file reader: header bytes, broken files, windows.
+add_executable(test_tokens unit/test_tokens.c)
+target_include_directories(test_tokens PRIVATE ${CMOCKA_INCLUDE_DIR})
+target_link_libraries(test_tokens PRIVATE kiln ${CMOCKA_LIBRARIES})
+add_test(NAME unit.tokens COMMAND test_tokens)
