@@ -5,3 +5,8 @@ add_executable(test_tokens unit/test_tokens.c)
 target_include_directories(test_tokens PRIVATE ${CMOCKA_INCLUDE_DIR})
 target_link_libraries(test_tokens PRIVATE kiln ${CMOCKA_LIBRARIES})
 add_test(NAME unit.tokens COMMAND test_tokens)
+
+# kiln pack: IDX, ImageFolder, .npy and text read back byte for byte,
+# determinism, shard limits, shuffle, bad inputs and atomic output.
+add_test(NAME pack.roundtrip_and_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/pack.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
