@@ -110,6 +110,11 @@ expect "count mismatch" "nine.npy: 9 samples, but" --npy x="$d/train_x.npy" --np
 expect "mixed shapes" "other_shape.npy: samples of shape (4, 3) and dtype <f4, but the train split's" \
   --npy x="$d/train_x.npy" --test-npy x="$d/other_shape.npy" -o "$tmp/x"
 expect "float labels" "float_labels.npy: the field cls holds labels, a 1-D integer array" --npy cls="$d/float_labels.npy" -o "$tmp/x"
+expect "negative label" "negative_labels.npy: label -1 at index 2 is negative" --npy cls="$d/negative_labels.npy" -o "$tmp/x"
+grep -q '"num_classes": 1002' "$tmp/np/manifest.json" && ok ".npy labels: num_classes is the largest label + 1" \
+  || bad "num_classes for .npy labels: $(grep num_classes "$tmp/np/manifest.json")"
+mkdir -p "$tmp/tree3"; cp -r "$tmp/tree/train" "$tmp/tree3/"; cp -r "$tmp/tree/train/cat" "$tmp/tree3/"
+expect "class beside splits" "tree3/cat: beside the split folder train" --images "$tmp/tree3" -o "$tmp/x"
 expect "bad field name" "the field name 'a.b' must be letters" --npy a.b="$d/u8.npy" -o "$tmp/x"
 expect "missing text" "/nonexistent/t.txt: No such file or directory" --text /nonexistent/t.txt -o "$tmp/x"
 expect "two inputs" "needs one input" --idx "$fm" --text "$tmp/text.txt" -o "$tmp/x"

@@ -277,7 +277,7 @@ def make_npy(d):
     for split, n in (("train", 10), ("test", 4)):
         xs = struct.pack("<%df" % (n * 12), *[(i * 0.37 - 2.5) * (1 if split == "train" else -1) for i in range(n * 12)])
         open(os.path.join(d, f"{split}_x.npy"), "wb").write(npy_bytes("<f4", (n, 3, 4), xs, 2 if split == "train" else 1))
-        ys = struct.pack("<%dq" % n, *[(i * 3) % 5 - (1 if i == 7 else 0) * 6 for i in range(n)])
+        ys = struct.pack("<%dq" % n, *[(i * 3) % 5 + (1 if i == 7 else 0) * 1000 for i in range(n)])
         open(os.path.join(d, f"{split}_y.npy"), "wb").write(npy_bytes("<i8", (n,), ys))
     open(os.path.join(d, "u8.npy"), "wb").write(npy_bytes("|u1", (10, 2), bytes(range(20))))
     open(os.path.join(d, "other_shape.npy"), "wb").write(npy_bytes("<f4", (4, 4, 3), bytes(4 * 48)))
@@ -288,6 +288,7 @@ def make_npy(d):
     open(os.path.join(d, "float_labels.npy"), "wb").write(npy_bytes("<f4", (10,), bytes(40)))
     whole = npy_bytes("<f4", (10, 3, 4), bytes(480))
     open(os.path.join(d, "truncated.npy"), "wb").write(whole[:-5])
+    open(os.path.join(d, "negative_labels.npy"), "wb").write(npy_bytes("<i4", (3,), struct.pack("<3i", 0, 2, -1)))
     open(os.path.join(d, "scalar.npy"), "wb").write(npy_bytes("<f4", (), bytes(4)))
 
 

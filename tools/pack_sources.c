@@ -487,6 +487,28 @@ int pack_open_imagefolder(const char *root, int64_t limit, pack_input *in)
     char *train = kl_xasprintf("%s/train", root);
     bool split_tree = is_dir(train);
     free(train);
+    if (split_tree) {
+        /* Then ROOT holds splits only: a class folder beside them would be
+         * ambiguous (a flat ImageFolder with a class named train?). */
+        char **names;
+        int n;
+        if (list_dir(root, &names, &n)) {
+            pack_input_free(in);
+            return -1;
+        }
+        int bad = -1;
+        for (int i = 0; i < n && bad < 0; i++)
+            if (strcmp(names[i], "train") && strcmp(names[i], "val") && strcmp(names[i], "test"))
+                bad = i;
+        if (bad >= 0)
+            kl_error("%s/%s: beside the split folder train (ROOT/train, ROOT/val and ROOT/test hold the "
+                     "splits; nothing else may be there)", root, names[bad]);
+        free_names(names, n);
+        if (bad >= 0) {
+            pack_input_free(in);
+            return -1;
+        }
+    }
     for (int k = 0; k < (split_tree ? 3 : 1); k++) {
         char *dir = split_tree ? kl_xasprintf("%s/%s", root, splits[k]) : kl_xstrdup(root);
         if (k && !is_dir(dir)) {
@@ -856,6 +878,20 @@ int pack_open_npy(char **fields, int nfields, char **test_fields, int ntest, int
             goto fail;
         }
         add_split(in, k ? "test" : "train", x->a[k][0].count, limit);
+        /* Labels are class indices: none negative; the classes count to the
+         * largest over the splits. */
+        for (int f = 0; f < x->n[k]; f++) {
+            const npy_array *a = &x->a[k][f];
+            for (int64_t i = 0; !strcmp(a->name, "cls") && i < a->count; i++) {
+                int64_t label = npy_label(a, i);
+                if (label < 0) {
+                    kl_error("%s: label %lld at index %lld is negative (labels are class indices 0, 1, ...)",
+                             a->path, (long long)label, (long long)i);
+                    goto fail;
+                }
+                in->num_classes = label + 1 > in->num_classes ? label + 1 : in->num_classes;
+            }
+        }
     }
     in->source = kl_buf_take(&src);
     return 0;
