@@ -135,6 +135,9 @@ cp -r "$tmp/if1" "$tmp/if1.before"
 expect "failure keeps the old pack" "fakepng/cat/a.png: not a PNG file" --images "$tmp/fakepng" -o "$tmp/if1"
 same_dirs "$tmp/if1" "$tmp/if1.before" && [ -z "$(ls -A "$tmp" | grep kiln-pack)" ] \
   && ok "the earlier pack is unchanged and no staging folder is left" || bad "a failed run changed the earlier pack"
+expect "output is ." "-o .: name the output folder itself" --images "$tmp/flat" -o .
+"$kiln" pack --images "$tmp/flat" -o "$tmp/slash/" > /dev/null && same_dirs "$tmp/slash" "$tmp/if1.before" \
+  && ok "-o DIR/ (a trailing slash) writes DIR" || bad "-o with a trailing slash"
 # A successful run over an earlier pack replaces it whole (fewer shards: none left over).
 "$kiln" pack --idx "$fm" --limit 300 -o "$tmp/fm" > /dev/null || bad "repacking over an earlier pack"
 [ "$(ls "$tmp/fm")" = "$(printf '%s\n' manifest.json test-000000.tar train-000000.tar)" ] \

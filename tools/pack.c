@@ -4,8 +4,6 @@
  * which replaces the output folder in one rename when every file is
  * written: a reader sees the old pack or the new one, never a mixture. */
 #define _GNU_SOURCE
-#include <archive.h>
-#include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +14,7 @@
 #include <unistd.h>
 
 #include "pack.h"
+#include "pack_libs.h"
 #include "base/scalar.h"
 #include "ir/train_config.h"
 #include "runtime/outfile.h"
@@ -513,6 +512,7 @@ int kl_pack_main(int argc, char **argv)
 {
     pack_opts opt = {.shard_bytes = 64 << 20, .val_fraction = 0.1};
     bool shard_size_given = false;
+    char *out_path = NULL;
     int rc = 1;
     int64_t v;
     for (int i = 0; i < argc; i++) {
@@ -586,7 +586,17 @@ int kl_pack_main(int argc, char **argv)
     }
     if (!shard_size_given && opt.shard_samples)
         opt.shard_bytes = 0;
-    if (check_out(opt.out))
+    /* "data/fm/" is "data/fm": the staging folder goes beside it, not in it. */
+    out_path = kl_xstrdup(opt.out);
+    for (size_t n = strlen(out_path); n > 1 && out_path[n - 1] == '/'; n--)
+        out_path[n - 1] = 0;
+    opt.out = out_path;
+    const char *last = strrchr(opt.out, '/') ? strrchr(opt.out, '/') + 1 : opt.out;
+    if (!strcmp(last, ".") || !strcmp(last, "..") || !*last) {
+        kl_error("kiln pack: -o %s: name the output folder itself (not ., .. or /)", opt.out);
+        goto done;
+    }
+    if (check_out(opt.out) || (!opt.text.n && pack_libs_load()))
         goto done;
 
     pack_input in = {0};
@@ -625,6 +635,7 @@ int kl_pack_main(int argc, char **argv)
     }
     free(staging);
 done:
+    free(out_path);
     kl_vec_free(opt.npy);
     kl_vec_free(opt.test_npy);
     kl_vec_free(opt.text);

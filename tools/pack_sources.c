@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <png.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "pack.h"
+#include "pack_libs.h"
 #include "runtime/data.h"
 
 kl_buf *pack_sample_add(pack_sample *s, const char *ext)
