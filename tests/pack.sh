@@ -138,6 +138,21 @@ same_dirs "$tmp/if1" "$tmp/if1.before" && [ -z "$(ls -A "$tmp" | grep kiln-pack)
 expect "output is ." "-o .: name the output folder itself" --images "$tmp/flat" -o .
 "$kiln" pack --images "$tmp/flat" -o "$tmp/slash/" > /dev/null && same_dirs "$tmp/slash" "$tmp/if1.before" \
   && ok "-o DIR/ (a trailing slash) writes DIR" || bad "-o with a trailing slash"
+# Without libarchive (hidden in a user namespace where one can be made):
+# a clear error and a hint, and the other commands still start.
+la=$(ldconfig -p | awk '$1 == "libarchive.so.13" {print $NF; exit}')
+if [ -n "$la" ] && unshare -rm true 2> /dev/null; then
+  out=$(unshare -rm bash -c 'mount --bind /dev/null "$(readlink -f "$1")" && "$2" pack --idx "$3" --limit 5 -o "$4"; echo "rc=$?"; "$2" --version' \
+        hide "$la" "$kiln" "$fm" "$tmp/nolib" 2>&1)
+  if grep -q "kiln pack needs libarchive.so.13" <<< "$out" && grep -q "install the package libarchive13" <<< "$out" \
+     && grep -q "rc=1" <<< "$out" && grep -q "^kiln " <<< "$out" && [ ! -e "$tmp/nolib" ]; then
+    ok "without libarchive: $(grep -m1 'needs libarchive' <<< "$out"); kiln --version still runs"
+  else
+    bad "without libarchive: $out"
+  fi
+else
+  echo "skip: no user namespaces here to hide libarchive in"
+fi
 # A successful run over an earlier pack replaces it whole (fewer shards: none left over).
 "$kiln" pack --idx "$fm" --limit 300 -o "$tmp/fm" > /dev/null || bad "repacking over an earlier pack"
 [ "$(ls "$tmp/fm")" = "$(printf '%s\n' manifest.json test-000000.tar train-000000.tar)" ] \
