@@ -1,6 +1,6 @@
 /* kiln pack: converts a data set into WebDataset tar shards (pack.c) from
- * the inputs in pack_sources.c: an IDX data set, an ImageFolder tree and
- * NumPy arrays. Text becomes token files (runtime/tokens.h) instead. */
+ * the inputs in pack_sources.c (an IDX data set, an ImageFolder tree) and
+ * pack_npy.c (NumPy arrays). Text becomes token files (runtime/tokens.h) instead. */
 #ifndef KILN_PACK_H
 #define KILN_PACK_H
 
@@ -22,6 +22,8 @@ typedef struct pack_sample {
 
 /* Appends a member (ext copied) and returns its buffer, emptied. */
 kl_buf *pack_sample_add(pack_sample *s, const char *ext);
+/* A label as a .cls member's bytes: decimal, as WebDataset writes it. */
+void pack_put_cls(kl_buf *b, int64_t label);
 
 typedef struct pack_input pack_input;
 struct pack_input {
@@ -49,6 +51,8 @@ int pack_open_imagefolder(const char *root, int64_t limit, pack_input *in);
  * train split, test_fields likewise for the test split (ntest may be 0). */
 int pack_open_npy(char **fields, int nfields, char **test_fields, int ntest, int64_t limit, pack_input *in);
 void pack_input_free(pack_input *in);
+/* Adds split name with count samples (at most limit when limit > 0). */
+void pack_add_split(pack_input *in, const char *name, int64_t count, int64_t limit);
 
 /* `kiln pack ARGS`: the command's exit status. */
 int kl_pack_main(int argc, char **argv);
