@@ -506,3 +506,8 @@ const char *kl_precision_name(kl_precision p)
 {
     return p == KL_PREC_BF16 ? "bf16" : p == KL_PREC_FP16 ? "fp16" : "fp32";
 }
+
+int64_t kl_parse_bytes(const char *s)
+{
+    return parse_bytes(s);
+}

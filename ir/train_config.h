@@ -71,4 +71,8 @@ int kl_train_set_all(ir_attrs *train, const char *const *kv);
 double kl_train_scaled_lr(const kl_train_config *cfg, int64_t ranks);
 const char *kl_precision_name(kl_precision p);
 
+/* A size in bytes: "64MiB", "512MB", "1e9", "4096" (units B, K, KB, KiB,
+ * M, MB, MiB, G, GB, GiB, T, TB, TiB); -1 when malformed. */
+int64_t kl_parse_bytes(const char *s);
+
 #endif

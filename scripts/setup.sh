@@ -15,6 +15,7 @@ packages=(
   python3-pip     # the ckpt tests install safetensors and numpy from PyPI (pip --target)
   xz-utils        # the GPU kit compresses its libraries (tests/gpu/kit.sh)
   dataset-fashion-mnist
+  libarchive-dev libpng-dev   # kiln pack: tar shards, PNG images
 )
 
 missing=()

@@ -9,6 +9,7 @@
 #include "bench.h"
 #include "build.h"
 #include "ckpt.h"
+#include "pack.h"
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
@@ -27,6 +28,7 @@ static const char usage[] =
     "  bench FILE          time every kernel of the training step, fused and unfused\n"
     "  ckpt CKPT           check a checkpoint and print its contents\n"
     "  export CKPT -o F    write a checkpoint's model values as safetensors\n"
+    "  pack INPUT -o DIR   convert a data set to WebDataset tar shards, or text to token files\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
@@ -337,6 +339,8 @@ int main(int argc, char **argv)
         return cmd_ir(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench"))
         return kl_bench_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "pack"))
+        return kl_pack_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "build"))
         return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))
