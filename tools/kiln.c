@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "build.h"
+#include "counters.h"
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
@@ -326,6 +327,8 @@ int main(int argc, char **argv)
         return cmd_ir(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench"))
         return kl_bench_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "counters"))
+        return kl_counters_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "build"))
         return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))
