@@ -10,6 +10,9 @@
 #include "budget.h"
 #include "runtime/checkpoint.h"
 #include "runtime/backend_cuda.h"
+#include "runtime/doctor.h"
+#include "runtime/hostmetrics.h"
+#include "runtime/tboard.h"
 #include "plan/memplan.h"
 #include "compile.h"
 #include "ir/train_config.h"
@@ -243,6 +246,10 @@ typedef struct train_loop {
     double best;
     int64_t best_epoch;
     bool evaluated_at_end;
+    /* At the last progress line: the loader's total wait and the process's
+     * CPU time, for the window's data wait and CPU utilisation. */
+    double win_wait;
+    kl_host_sample win_host;
 } train_loop;
 
 /* The run's length: its epochs, or --steps when that ends it earlier. */
@@ -342,11 +349,50 @@ static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_
         printf("  %.0f samples/s  %.2f ms/step\n", sps, ms);
         fflush(stdout);
     }
-    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f}",
+    /* The window's data wait, CPU utilisation and resident memory. */
+    double wait = kl_loader_wait_seconds(lp->loader), win_wait = wait - lp->win_wait;
+    kl_host_sample host;
+    kl_host_sample_now(&host);
+    double cpu = kl_host_cpu_percent(&lp->win_host, &host);
+    lp->win_wait = wait;
+    lp->win_host = host;
+    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f, \"data_wait_s\": %.4f, \"cpu_percent\": %.1f, \"rss_bytes\": %lld}",
               (long long)epoch + 1, (long long)lp->step, loss_now, metric_name ? metric_name : "metric", m, lr,
-              t->loss_scale, (long long)t->skipped, sps, ms);
+              t->loss_scale, (long long)t->skipped, sps, ms, win_wait, cpu, (long long)host.rss_bytes);
+    if (t->tboard) {
+        kl_tboard *tb = t->tboard;
+        int64_t step = lp->step;
+        kl_tboard_scalar(tb, "train/loss", step, loss_now);
+        if (metric_name) {
+            char tag[96];
+            snprintf(tag, sizeof tag, "train/%s", metric_name);
+            kl_tboard_scalar(tb, tag, step, m);
+        }
+        kl_tboard_scalar(tb, "train/lr", step, lr);
+        kl_tboard_scalar(tb, "train/loss_scale", step, t->loss_scale);
+        kl_tboard_scalar(tb, "train/skipped_steps", step, (double)t->skipped);
+        kl_tboard_scalar(tb, "perf/samples_per_s", step, sps);
+        kl_tboard_scalar(tb, "perf/ms_per_step", step, ms);
+        kl_tboard_scalar(tb, "perf/data_wait_s", step, win_wait);
+        kl_tboard_scalar(tb, "memory/plan_peak_mb", step, (double)t->peak_bytes / 1e6);
+        kl_tboard_scalar(tb, "memory/host_rss_mb", step, (double)host.rss_bytes / 1e6);
+        kl_tboard_scalar(tb, "host/cpu_percent", step, cpu);
+    }
     lp->win_loss = lp->win_metric = 0;
     lp->win_steps = 0;
+}
+
+/* An evaluation's scalars, at the step it followed. */
+static void tboard_eval(trainer *t, const train_loop *lp)
+{
+    if (!t->tboard)
+        return;
+    kl_tboard_scalar(t->tboard, "eval/loss", lp->step, lp->er.loss);
+    if (lp->metric_name) {
+        char tag[96];
+        snprintf(tag, sizeof tag, "eval/%s", lp->metric_name);
+        kl_tboard_scalar(t->tboard, tag, lp->step, lp->er.metric[0]);
+    }
 }
 
 /* --eval-every: an evaluation between steps. */
@@ -359,6 +405,7 @@ static void eval_between_steps(trainer *t, train_loop *lp)
                lp->er.metric[0]);
     json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g}", (long long)lp->step, lp->er.loss,
               metric_name ? metric_name : "metric", lp->er.metric[0]);
+    tboard_eval(t, lp);
 }
 
 /* An epoch's end (or the run's): evaluation (unless eval_every is 0),
@@ -385,6 +432,7 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
     json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"epoch_s\": %.3f}",
               (long long)epoch + 1, (long long)lp->step, lp->er.loss, metric_name ? metric_name : "metric",
               lp->er.metric[0], epoch_s);
+    tboard_eval(t, lp);
     if (t->opt.save && save_checkpoint(t, t->opt.save, lp->step))
         return -1;
     return 0;
@@ -439,6 +487,8 @@ static int run_training(trainer *t)
         goto out;
     lp.first_step = lp.step;
     lp.t_start = kl_now();
+    lp.win_wait = kl_loader_wait_seconds(lp.loader);
+    kl_host_sample_now(&lp.win_host);
     lp.metric_count = t->train->g->reports.n && t->train->g->reports.v[0].name[0] != '_';
     lp.metric_name = lp.metric_count ? t->train->g->reports.v[0].name : NULL;
     for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total; epoch++) {
@@ -541,10 +591,18 @@ static int check_peak(trainer *t, int64_t *peak_out)
     return 0;
 }
 
-/* The start-up lines: the model, the batch and learning rate, memory. */
+/* The start-up lines: the machine, the model, the batch and learning
+ * rate, memory. */
 static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak)
 {
     const kl_train_config *c = &t->cfg;
+    /* What it runs on, in one line (the same facts as kiln doctor). */
+    kl_doctor_facts *f = kl_xcalloc(1, sizeof *f);
+    kl_doctor_probe(f, false);
+    char *machine = kl_doctor_oneline(f);
+    printf("%s\n", machine);
+    free(machine);
+    free(f);
     int64_t params = 0;
     for (int i = 0; i < t->train->g->decls.n; i++) {
         const ir_value *v = ir_val(t->train->g, t->train->g->decls.v[i]);
@@ -656,6 +714,9 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     g = NULL;
     if (made || check_peak(&t, &peak))
         goto done;
+    t.peak_bytes = peak;
+    if (t.cfg.tensorboard && !(t.tboard = kl_tboard_open(t.cfg.tensorboard)))
+        goto done;
     if (!t.opt.quiet)
         print_start(&t, be, eb, peak);
     if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
@@ -683,6 +744,8 @@ done:
         b->ops->destroy(b);
     }
     if (kl_trace_close(t.trace))
+        rc = 1;
+    if (kl_tboard_close(t.tboard))
         rc = 1;
     kl_dataset_free(&t.train_set);
     kl_dataset_free(&t.test_set);

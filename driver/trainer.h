@@ -59,6 +59,8 @@ typedef struct trainer {
     kl_dataset train_set, test_set;
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
+    struct kl_tboard *tboard; /* NULL without --tensorboard */
+    int64_t peak_bytes;       /* the memory plan's peak with params and state */
 } trainer;
 
 typedef struct eval_result {

@@ -9,6 +9,7 @@
 #include "bench.h"
 #include "build.h"
 #include "counters.h"
+#include "doctor_cmd.h"
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
@@ -327,6 +328,8 @@ int main(int argc, char **argv)
         return cmd_ir(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench"))
         return kl_bench_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor"))
+        return kl_doctor_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "counters"))
         return kl_counters_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "build"))

@@ -14,3 +14,25 @@ add_custom_target(perf_baseline
                   COMMENT "tests/perf/baseline.json from the current plans")
 add_test(NAME perf.counters.known COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/perf/counters_known.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+
+# ---- kiln doctor: verdicts on made-up machines (no GPU needed), and on this one ----
+add_executable(test_doctor unit/test_doctor.c)
+target_include_directories(test_doctor PRIVATE ${CMOCKA_INCLUDE_DIR})
+target_link_libraries(test_doctor PRIVATE kiln ${CMOCKA_LIBRARIES})
+add_test(NAME unit.doctor COMMAND test_doctor)
+add_test(NAME doctor.here COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/doctor.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+if(KILN_HAVE_CUDA)
+  target_compile_definitions(test_doctor PRIVATE KILN_HAVE_CUDA=1)
+endif()
+
+# ---- TensorBoard event files, read back by the tensorboard package ----
+add_test(NAME observe.tensorboard COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tensorboard.sh ${KILN_EXE} ${CMAKE_BINARY_DIR}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(observe.tensorboard PROPERTIES SKIP_RETURN_CODE 77
+                     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+# CRC32C against known values; host metrics against touched pages and getrusage.
+add_executable(test_observe unit/test_observe.c)
+target_include_directories(test_observe PRIVATE ${CMOCKA_INCLUDE_DIR})
+target_link_libraries(test_observe PRIVATE kiln ${CMOCKA_LIBRARIES})
+add_test(NAME unit.observe COMMAND test_observe)
