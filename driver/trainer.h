@@ -60,7 +60,11 @@ typedef struct trainer {
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
     struct kl_tboard *tboard; /* NULL without --tensorboard */
+    struct kl_sampler *sampler; /* host and GPU readings (runtime/sampler.h) */
     int64_t peak_bytes;       /* the memory plan's peak with params and state */
+    /* The run's own steps, their time and data wait (--profile's summary). */
+    int64_t run_steps;
+    double run_step_s, run_wait_s;
 } trainer;
 
 typedef struct eval_result {

@@ -36,3 +36,16 @@ double kl_host_cpu_percent(const kl_host_sample *a, const kl_host_sample *b)
     double dt = b->wall - a->wall;
     return dt > 0 ? 100.0 * (b->cpu_s - a->cpu_s) / dt : 0;
 }
+
+int64_t kl_host_rss_peak(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (int64_t)kb * 1024;
+}

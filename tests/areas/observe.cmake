@@ -35,4 +35,22 @@ set_tests_properties(observe.tensorboard PROPERTIES SKIP_RETURN_CODE 77
 add_executable(test_observe unit/test_observe.c)
 target_include_directories(test_observe PRIVATE ${CMOCKA_INCLUDE_DIR})
 target_link_libraries(test_observe PRIVATE kiln ${CMOCKA_LIBRARIES})
+target_compile_definitions(test_observe PRIVATE KILN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_test(NAME unit.observe COMMAND test_observe)
+
+# ---- host readings: trace counter tracks, summary, metrics ----
+add_test(NAME observe.host_metrics COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/host_metrics.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(observe.host_metrics PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# ---- NVTX ranges under a stand-in profiler (needs the toolkit's nvtx3 headers) ----
+if(KILN_HAVE_CUDA)
+  add_test(NAME observe.nvtx COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nvtx.sh ${KILN_EXE} ${KILN_CUDA_INCLUDE}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(observe.nvtx PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endif()
+
+# ---- the bottleneck summary: --profile and kiln bench ----
+add_test(NAME observe.bottleneck COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/bottleneck.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(observe.bottleneck PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
