@@ -63,7 +63,7 @@ typedef struct kl_doctor_verdict {
 
 /* Fills f. full: also runs the C compiler (--version) and opens MPI,
  * cuBLASLt and NCCL; without it (the start-up line) only what is cheap:
- * OS, CPU, OpenBLAS, driver, NVRTC and GPUs. */
+ * OS, CPU, OpenBLAS, driver and GPUs, and NVRTC when there is a GPU. */
 void kl_doctor_probe(kl_doctor_facts *f, bool full);
 
 /* The verdicts on f, into out (at most max); returns how many. A pure

@@ -259,7 +259,9 @@ void kl_doctor_probe(kl_doctor_facts *f, bool full)
     probe_cpu(f);
     probe_blas(f);
     probe_driver(f);
-    probe_nvrtc(f);
+    /* NVRTC is large (20 ms to open): at start-up only for a GPU. */
+    if (full || f->ngpus > 0)
+        probe_nvrtc(f);
     if (full) {
         probe_cc(f);
         probe_mpi(f);

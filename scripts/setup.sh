@@ -12,6 +12,7 @@ packages=(
   libcmocka-dev
   llvm-14-tools   # FileCheck for the golden tests
   python3         # test scripts edit bytes in data files
+  python3-pip     # observe.tensorboard installs the tensorboard package into build/pydeps
   xz-utils        # the GPU kit compresses its libraries (tests/gpu/kit.sh)
   dataset-fashion-mnist
 )

@@ -77,7 +77,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 isa = "".join(" " + n for k, n in (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512-BF16"), ("amx", "AMX")) if d["cpu"][k])
 drv = "CUDA driver %s" % d["driver"]["cuda"] if d["driver"] else "no CUDA driver"
-nv = ", NVRTC %s" % d["nvrtc"]["version"] if d["nvrtc"] else ""
+nv = ", NVRTC %s" % d["nvrtc"]["version"] if d["nvrtc"] and d["gpus"] else ""
 print("kiln %s: %s; %d cores%s; OpenBLAS %s; %s%s" % (d["kiln"], d["os"], d["cpu"]["physical_cores"], isa, d["openblas"]["core"], drv, nv))
 ' "$tmp/d.json")
 case $line in
