@@ -87,7 +87,8 @@ static void probe_cpu(kl_doctor_facts *f)
         } else if (!strncmp(line, "flags", 5) && !flags) {
             flags = true;
             /* Whole words: "avx512f" must not match "avx512fp16". */
-            for (char *w = strtok(colon + 1, " \t\n"); w; w = strtok(NULL, " \t\n")) {
+            char *save = NULL;
+            for (char *w = strtok_r(colon + 1, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save)) {
                 f->avx2 |= !strcmp(w, "avx2");
                 f->avx512f |= !strcmp(w, "avx512f");
                 f->avx512_bf16 |= !strcmp(w, "avx512_bf16");
