@@ -682,7 +682,7 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
     const kl_train_config *c = &t->cfg;
     /* What it runs on, in one line (the same facts as kiln doctor). */
     kl_doctor_facts *f = kl_xcalloc(1, sizeof *f);
-    kl_doctor_probe(f, false);
+    kl_doctor_probe(f, false, !(t->opt.device && !strcmp(t->opt.device, "cpu")));
     char *machine = kl_doctor_oneline(f);
     printf("%s\n", machine);
     free(machine);

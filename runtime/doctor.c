@@ -208,7 +208,9 @@ char *kl_doctor_oneline(const kl_doctor_facts *f)
         if (isa[i])
             kl_buf_printf(&b, " %s", isa[i]);
     kl_buf_printf(&b, "; OpenBLAS %s", f->blas_core[0] ? f->blas_core : "(unknown core)");
-    if (f->driver_cuda)
+    if (!f->gpu_probed)
+        kl_buf_puts(&b, "; GPU not probed");
+    else if (f->driver_cuda)
         kl_buf_printf(&b, "; CUDA driver %d.%d", f->driver_cuda / 1000, f->driver_cuda % 1000 / 10);
     else
         kl_buf_puts(&b, "; no CUDA driver");

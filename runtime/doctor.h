@@ -41,6 +41,7 @@ typedef struct kl_doctor_facts {
     /* The CUDA driver: the CUDA version it supports (12040 for 12.4; 0
      * when libcuda is absent or cuInit failed: driver_why says why) and
      * its release ("580.65.06", from NVML; "" when unknown). */
+    bool gpu_probed;
     int driver_cuda;
     char driver_release[32], driver_why[200];
     /* NVRTC's version (0.0: absent, nvrtc_why) and the sm_XY it targets. */
@@ -63,8 +64,10 @@ typedef struct kl_doctor_verdict {
 
 /* Fills f. full: also runs the C compiler (--version) and opens MPI,
  * cuBLASLt and NCCL; without it (the start-up line) only what is cheap:
- * OS, CPU, OpenBLAS, driver and GPUs, and NVRTC when there is a GPU. */
-void kl_doctor_probe(kl_doctor_facts *f, bool full);
+ * OS, CPU, OpenBLAS, driver and GPUs, and NVRTC when there is a GPU.
+ * gpu false: not the driver either (a run forced onto the CPU does not
+ * pay for cuInit); f->gpu_probed says which. */
+void kl_doctor_probe(kl_doctor_facts *f, bool full, bool gpu);
 
 /* The verdicts on f, into out (at most max); returns how many. A pure
  * function of f: version tables, no probing. */

@@ -253,15 +253,17 @@ static void probe_libraries(kl_doctor_facts *f)
         f->nccl = 0;
 }
 
-void kl_doctor_probe(kl_doctor_facts *f, bool full)
+void kl_doctor_probe(kl_doctor_facts *f, bool full, bool gpu)
 {
     memset(f, 0, sizeof *f);
     probe_os(f);
     probe_cpu(f);
     probe_blas(f);
-    probe_driver(f);
+    f->gpu_probed = gpu;
+    if (gpu)
+        probe_driver(f);
     /* NVRTC is large (20 ms to open): at start-up only for a GPU. */
-    if (full || f->ngpus > 0)
+    if (gpu && (full || f->ngpus > 0))
         probe_nvrtc(f);
     if (full) {
         probe_cc(f);

@@ -84,6 +84,11 @@ case $line in
   "$want"*) ok "start-up line: $line" ;;
   *) bad "start-up line '$line', expected it to start with '$want'" ;;
 esac
+line=$("$tmp/mlp" --data synthetic:300 --steps 1 --eval-every 0 --device cpu 2> /dev/null | head -1)
+case $line in
+  *"; GPU not probed") ok "--device cpu: $line" ;;
+  *) bad "--device cpu start-up line '$line'" ;;
+esac
 "$tmp/mlp" --data synthetic:300 --steps 1 --eval-every 0 --quiet 2> /dev/null | grep -qF "kiln $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["kiln"])' "$tmp/d.json"):" &&
   bad "--quiet still prints the start-up line" || ok "--quiet hides the start-up line"
 

@@ -186,7 +186,7 @@ int kl_doctor_main(int argc, char **argv)
         }
     }
     kl_doctor_facts *f = kl_xcalloc(1, sizeof *f);
-    kl_doctor_probe(f, true);
+    kl_doctor_probe(f, true, true);
     kl_doctor_verdict v[KL_DOCTOR_MAX_VERDICTS];
     int nv = kl_doctor_verdicts(f, v, KL_DOCTOR_MAX_VERDICTS);
     bool fits = true;

@@ -211,6 +211,7 @@ static void test_oneline(void **state)
 {
     (void)state;
     kl_doctor_facts f = gpu_machine(13000, 13, 0, 90);
+    f.gpu_probed = true;
     f.avx512f = f.avx512_bf16 = true;
     snprintf(f.blas_core, sizeof f.blas_core, "Cooperlake");
     char *line = kl_doctor_oneline(&f);
@@ -219,6 +220,13 @@ static void test_oneline(void **state)
              "kiln %s: Linux 6.1 x86_64; 8 cores AVX2 AVX-512 AVX512-BF16; OpenBLAS Cooperlake; CUDA driver 13.0, "
              "NVRTC 13.0, 1 GPU (Test GPU, sm_90)",
              KILN_VERSION);
+    assert_string_equal(line, want);
+    free(line);
+    /* A run forced onto the CPU does not probe the GPU, and says so. */
+    f = cpu_machine();
+    snprintf(f.blas_core, sizeof f.blas_core, "Haswell");
+    line = kl_doctor_oneline(&f);
+    snprintf(want, sizeof want, "kiln %s: Linux 6.1 x86_64; 8 cores AVX2; OpenBLAS Haswell; GPU not probed", KILN_VERSION);
     assert_string_equal(line, want);
     free(line);
 }
