@@ -11,6 +11,12 @@
 #include "runtime/checkpoint.h"
 #include "runtime/safetensors.h"
 #include "runtime/backend_cuda.h"
+#include "runtime/doctor.h"
+#include "runtime/hostmetrics.h"
+#include "runtime/sampler.h"
+#include "runtime/bottleneck.h"
+#include "runtime/nvtx.h"
+#include "runtime/tboard.h"
 #include "plan/memplan.h"
 #include "compile.h"
 #include "ir/train_config.h"
@@ -263,6 +269,14 @@ typedef struct train_loop {
     double best;
     int64_t best_epoch;
     bool evaluated_at_end;
+    /* At the last progress line: the loader's total wait and the process's
+     * CPU time, for the window's data wait and CPU utilisation. */
+    double win_wait;
+    kl_host_sample win_host;
+    /* The sampler's readings: since the last progress line, and the run's
+     * (from its start: CPU time and wall time for the run's CPU mean). */
+    kl_sample_stats win_samples, run_samples;
+    kl_host_sample run_host;
 } train_loop;
 
 /* The run's length: its epochs, or --steps when that ends it earlier. */
@@ -310,7 +324,9 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
     write_hyper(t, lp->step + 1, lp->total, lr);
     for (int64_t m = 0; m < c->accumulate; m++) {
         double w0 = kl_now();
+        kl_nvtx_push("data wait");
         const kl_batch *b = kl_loader_next(lp->loader);
+        kl_nvtx_pop();
         if (t->trace)
             kl_trace_event(t->trace, "next batch", "data", KL_TRACE_DATA, w0, kl_now());
         if (!b)
@@ -344,6 +360,34 @@ static void time_step(trainer *t, train_loop *lp, double st0)
     }
 }
 
+/* The sampler's readings since the last drain: each into the trace's
+ * counter tracks and the window's and the run's statistics. */
+static void drain_samples(trainer *t, train_loop *lp)
+{
+    kl_sample *v;
+    int n = kl_sampler_drain(t->sampler, &v);
+    for (int i = 0; i < n; i++) {
+        const kl_sample *x = &v[i];
+        kl_sample_stats_add(&lp->win_samples, x);
+        kl_sample_stats_add(&lp->run_samples, x);
+        if (!t->trace)
+            continue;
+        kl_trace_counter(t->trace, "host CPU %", x->t, x->cpu_percent);
+        kl_trace_counter(t->trace, "host RSS MB", x->t, (double)x->rss_bytes / 1e6);
+        if (!x->gpu)
+            continue;
+        kl_trace_counter(t->trace, "GPU busy %", x->t, x->gpu_busy);
+        kl_trace_counter(t->trace, "GPU memory busy %", x->t, x->gpu_memory_busy);
+        kl_trace_counter(t->trace, "GPU memory GiB", x->t, (double)x->gpu_mem_used / 1073741824.0);
+        kl_trace_counter(t->trace, "GPU power W", x->t, x->power_w);
+        kl_trace_counter(t->trace, "GPU temperature C", x->t, x->temp_c);
+        kl_trace_counter(t->trace, "GPU SM clock MHz", x->t, x->sm_clock_mhz);
+        kl_trace_counter(t->trace, "GPU memory clock MHz", x->t, x->mem_clock_mhz);
+        kl_trace_counter(t->trace, "GPU throttle reasons", x->t, (double)x->throttle);
+    }
+    free(v);
+}
+
 /* The progress line (and metrics record) over the steps since the last. */
 static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_now, double lr)
 {
@@ -363,11 +407,64 @@ static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_
         printf("  %.0f samples/s  %.2f ms/step\n", sps, ms);
         fflush(stdout);
     }
-    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f}",
+    /* The window's data wait, CPU utilisation and resident memory. */
+    double wait = kl_loader_wait_seconds(lp->loader), win_wait = wait - lp->win_wait;
+    kl_host_sample host;
+    kl_host_sample_now(&host);
+    double cpu = kl_host_cpu_percent(&lp->win_host, &host);
+    lp->win_wait = wait;
+    lp->win_host = host;
+    /* The GPU's readings over the window, where NVML gives them. */
+    drain_samples(t, lp);
+    const kl_sample_stats *ws = &lp->win_samples;
+    char gpu[200] = "";
+    double busy = ws->ngpu ? ws->gpu_busy_sum / (double)ws->ngpu : 0, power = ws->ngpu ? ws->power_sum / (double)ws->ngpu : 0;
+    if (ws->ngpu)
+        snprintf(gpu, sizeof gpu, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_bytes\": %lld, \"gpu_power_w\": %.1f",
+                 busy, (long long)ws->gpu_mem_peak, power);
+    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f, \"data_wait_s\": %.4f, \"cpu_percent\": %.1f, \"rss_bytes\": %lld%s}",
               (long long)epoch + 1, (long long)lp->step, loss_now, metric_name ? metric_name : "metric", m, lr,
-              t->loss_scale, (long long)t->skipped, sps, ms);
+              t->loss_scale, (long long)t->skipped, sps, ms, win_wait, cpu, (long long)host.rss_bytes, gpu);
+    if (t->tboard) {
+        kl_tboard *tb = t->tboard;
+        int64_t step = lp->step;
+        kl_tboard_scalar(tb, "train/loss", step, loss_now);
+        if (metric_name) {
+            char tag[96];
+            snprintf(tag, sizeof tag, "train/%s", metric_name);
+            kl_tboard_scalar(tb, tag, step, m);
+        }
+        kl_tboard_scalar(tb, "train/lr", step, lr);
+        kl_tboard_scalar(tb, "train/loss_scale", step, t->loss_scale);
+        kl_tboard_scalar(tb, "train/skipped_steps", step, (double)t->skipped);
+        kl_tboard_scalar(tb, "perf/samples_per_s", step, sps);
+        kl_tboard_scalar(tb, "perf/ms_per_step", step, ms);
+        kl_tboard_scalar(tb, "perf/data_wait_s", step, win_wait);
+        kl_tboard_scalar(tb, "memory/plan_peak_mb", step, (double)t->peak_bytes / 1e6);
+        kl_tboard_scalar(tb, "memory/host_rss_mb", step, (double)host.rss_bytes / 1e6);
+        kl_tboard_scalar(tb, "host/cpu_percent", step, cpu);
+        if (ws->ngpu) {
+            kl_tboard_scalar(tb, "gpu/busy_percent", step, busy);
+            kl_tboard_scalar(tb, "gpu/memory_gib", step, (double)ws->gpu_mem_peak / 1073741824.0);
+            kl_tboard_scalar(tb, "gpu/power_w", step, power);
+        }
+    }
+    memset(&lp->win_samples, 0, sizeof lp->win_samples);
     lp->win_loss = lp->win_metric = 0;
     lp->win_steps = 0;
+}
+
+/* An evaluation's scalars, at the step it followed. */
+static void tboard_eval(trainer *t, const train_loop *lp)
+{
+    if (!t->tboard)
+        return;
+    kl_tboard_scalar(t->tboard, "eval/loss", lp->step, lp->er.loss);
+    if (lp->metric_name) {
+        char tag[96];
+        snprintf(tag, sizeof tag, "eval/%s", lp->metric_name);
+        kl_tboard_scalar(t->tboard, tag, lp->step, lp->er.metric[0]);
+    }
 }
 
 /* --eval-every: an evaluation between steps. */
@@ -380,6 +477,7 @@ static void eval_between_steps(trainer *t, train_loop *lp)
                lp->er.metric[0]);
     json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g}", (long long)lp->step, lp->er.loss,
               metric_name ? metric_name : "metric", lp->er.metric[0]);
+    tboard_eval(t, lp);
 }
 
 /* An epoch's end (or the run's): evaluation (unless eval_every is 0),
@@ -406,13 +504,14 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
     json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"epoch_s\": %.3f}",
               (long long)epoch + 1, (long long)lp->step, lp->er.loss, metric_name ? metric_name : "metric",
               lp->er.metric[0], epoch_s);
+    tboard_eval(t, lp);
     if (t->opt.save && save_checkpoint(t, t->opt.save, lp->step))
         return -1;
     return 0;
 }
 
 /* The run's last line and summary record. */
-static void print_summary(trainer *t, const train_loop *lp)
+static void print_summary(trainer *t, train_loop *lp)
 {
     const kl_train_config *c = &t->cfg;
     const char *metric_name = lp->metric_name;
@@ -434,10 +533,31 @@ static void print_summary(trainer *t, const train_loop *lp)
         printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, lp->er.metric[0], lp->best,
                (long long)lp->best_epoch);
     printf("\n");
+    /* The host over the whole run (CPU time over wall time, the resident
+     * set's high-water mark), and the GPU's readings. */
+    drain_samples(t, lp);
+    kl_host_sample end;
+    kl_host_sample_now(&end);
+    double cpu = kl_host_cpu_percent(&lp->run_host, &end);
+    int64_t rss_peak = kl_host_rss_peak();
+    const kl_sample_stats *rs = &lp->run_samples;
+    printf("host: CPU %.0f%% of one core over the run, peak resident memory %.1f MB", cpu, (double)rss_peak / 1e6);
+    if (rs->ngpu)
+        printf("; GPU busy %.0f%%, peak memory %.1f GiB of %.1f GiB, %.0f W mean%s", rs->gpu_busy_sum / (double)rs->ngpu,
+               (double)rs->gpu_mem_peak / 1073741824.0, (double)rs->gpu_mem_total / 1073741824.0,
+               rs->power_sum / (double)rs->ngpu, rs->throttle_any & ~1ull ? ", clocks throttled" : "");
+    else if (kl_sampler_has_gpu(t->sampler))
+        printf("; no GPU reading yet (the run was shorter than the sampling interval)");
+    printf("\n");
     kl_buf j = {0};
     kl_buf_printf(&j, "{\"type\": \"summary\", \"steps\": %lld, \"run_steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"eval_seconds\": %.3f, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"timed_steps\": %lld, \"timed_ms_per_step\": %.3f, \"timed_samples_per_s\": %.1f",
                   (long long)lp->step, (long long)k->run_steps, secs, k->run_s, lp->eval_s, ms, sps,
                   (long long)(k->run_steps - k->warm_steps), timed_ms, timed_sps);
+    kl_buf_printf(&j, ", \"host_cpu_percent\": %.1f, \"host_rss_peak_bytes\": %lld", cpu, (long long)rss_peak);
+    if (rs->ngpu)
+        kl_buf_printf(&j, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_peak_bytes\": %lld, \"gpu_memory_total_bytes\": %lld, \"gpu_power_w\": %.1f, \"gpu_throttle_reasons\": %llu",
+                      rs->gpu_busy_sum / (double)rs->ngpu, (long long)rs->gpu_mem_peak, (long long)rs->gpu_mem_total,
+                      rs->power_sum / (double)rs->ngpu, (unsigned long long)rs->throttle_any);
     if (lp->er.samples)
         kl_buf_printf(&j, ", \"final_%s\": %.6g, \"best_%s\": %.6g", metric_name ? metric_name : "metric",
                       lp->er.metric[0], metric_name ? metric_name : "metric", lp->best);
@@ -460,6 +580,9 @@ static int run_training(trainer *t)
         goto out;
     lp.first_step = lp.step;
     lp.t_start = kl_now();
+    lp.win_wait = kl_loader_wait_seconds(lp.loader);
+    kl_host_sample_now(&lp.win_host);
+    lp.run_host = lp.win_host;
     lp.metric_count = t->train->g->reports.n && t->train->g->reports.v[0].name[0] != '_';
     lp.metric_name = lp.metric_count ? t->train->g->reports.v[0].name : NULL;
     for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total; epoch++) {
@@ -470,7 +593,14 @@ static int run_training(trainer *t)
         double epoch_t0 = kl_now();
         while (lp.step < lp.total) {
             double lr = 0, st0 = kl_now();
-            if (!run_step(t, &lp, &lr))
+            if (kl_nvtx_on()) {
+                char name[48];
+                snprintf(name, sizeof name, "step %lld", (long long)lp.step + 1);
+                kl_nvtx_push(name);
+            }
+            bool stepped = run_step(t, &lp, &lr);
+            kl_nvtx_pop();
+            if (!stepped)
                 break;
             if (c->max_skipped_steps > 0 && t->skipped_in_row > c->max_skipped_steps) {
                 kl_error("step %lld: the last %lld steps were all skipped for non-finite gradients (loss scale now %g); "
@@ -500,6 +630,10 @@ static int run_training(trainer *t)
             lp.best = lp.er.metric[0];
     }
     print_summary(t, &lp);
+    /* For --profile's bottleneck summary: the steps this run timed. */
+    t->run_steps = lp.clock.run_steps;
+    t->run_step_s = lp.clock.run_s;
+    t->run_wait_s = kl_loader_wait_seconds(lp.loader);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
     if (!rc && t->opt.export_path &&
         kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name, kl_precision_name(c->precision),
@@ -568,10 +702,18 @@ static int check_peak(trainer *t, int64_t *peak_out)
     return 0;
 }
 
-/* The start-up lines: the model, the batch and learning rate, memory. */
+/* The start-up lines: the machine, the model, the batch and learning
+ * rate, memory. */
 static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak)
 {
     const kl_train_config *c = &t->cfg;
+    /* What it runs on, in one line (the same facts as kiln doctor). */
+    kl_doctor_facts *f = kl_xcalloc(1, sizeof *f);
+    kl_doctor_probe(f, false, !(t->opt.device && !strcmp(t->opt.device, "cpu")));
+    char *machine = kl_doctor_oneline(f);
+    printf("%s\n", machine);
+    free(machine);
+    free(f);
     int64_t params = 0;
     for (int i = 0; i < t->train->g->decls.n; i++) {
         const ir_value *v = ir_val(t->train->g, t->train->g->decls.v[i]);
@@ -699,6 +841,25 @@ static kl_backend *open_backend(const train_options *o, const kl_cpu_options *co
     return kl_cpu_backend_new(co);
 }
 
+/* --profile: where the optimizer step's time went, by category, against
+ * peaks measured now (after training, so they do not slow it). */
+static void print_bottleneck(const trainer *t)
+{
+    const kl_exec *e = t->train;
+    if (!e->step_seconds || t->run_steps <= 0)
+        return;
+    kl_backend *be = t->s->be;
+    bool gpu = kl_backend_is_cuda(be);
+    kl_bottleneck b = {.peak_gbs = gpu ? kl_cuda_copy_bandwidth(be) : kl_copy_bandwidth(),
+                       .peak_gflops = gpu ? 0 : kl_gemm_peak_gflops(), .data_known = true};
+    for (int i = 0; i < e->plan->steps.n; i++)
+        kl_bottleneck_add(&b, e->plan, i, e->step_seconds[i], (double)e->step_runs[i]);
+    double n = (double)t->run_steps;
+    kl_bottleneck_finish(&b, n, t->run_step_s / n, t->run_wait_s / n);
+    printf("\n");
+    kl_bottleneck_print(&b, stdout);
+}
+
 int kl_train_main(int argc, char **argv, const char *model_name, const char *model_src,
                   const kl_builtin_kernel *builtins)
 {
@@ -770,6 +931,12 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     g = NULL;
     if (made || check_peak(&t, &peak))
         goto done;
+    t.peak_bytes = peak;
+    /* Host readings, and the GPU's through NVML on a GPU run. */
+    if (!(t.sampler = kl_sampler_start(KL_SAMPLE_INTERVAL, kl_backend_is_cuda(be) ? 0 : -1, t.opt.quiet)))
+        goto done;
+    if (t.cfg.tensorboard && !(t.tboard = kl_tboard_open(t.cfg.tensorboard)))
+        goto done;
     if (!t.opt.quiet)
         print_start(&t, be, eb, peak);
     if (t.opt.init && kl_st_init_session(t.s, t.opt.init, t.opt.init_partial, false))
@@ -787,9 +954,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (t.opt.profile) {
         printf("\nprofile of the training step:\n");
         kl_exec_print_profile(t.train, stdout, 30);
+        print_bottleneck(&t);
     }
 done:
     ir_graph_free(g);
+    kl_sampler_stop(t.sampler);
     kl_exec_free(t.train);
     kl_exec_free(t.eval);
     kl_exec_free(t.eval_tail);
@@ -799,6 +968,8 @@ done:
         b->ops->destroy(b);
     }
     if (kl_trace_close(t.trace))
+        rc = 1;
+    if (kl_tboard_close(t.tboard))
         rc = 1;
     kl_dataset_free(&t.train_set);
     kl_dataset_free(&t.test_set);

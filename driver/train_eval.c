@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "trainer.h"
+#include "runtime/nvtx.h"
 
 static void evaluate_plans(trainer *t, eval_result *r)
 {
@@ -40,7 +41,9 @@ static void evaluate_plans(trainer *t, eval_result *r)
 double train_evaluate(trainer *t, eval_result *r)
 {
     double t0 = kl_now();
+    kl_nvtx_push("evaluation");
     evaluate_plans(t, r);
+    kl_nvtx_pop();
     double t1 = kl_now();
     kl_trace_event(t->trace, "evaluation", "eval", KL_TRACE_STEPS, t0, t1);
     return t1 - t0;

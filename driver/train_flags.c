@@ -53,6 +53,8 @@ static const char usage[] =
     "  --profile          time every kernel and GEMM; print a table at the end\n"
     "  --trace FILE       write a timeline of every step, kernel, GEMM, data wait\n"
     "                     and evaluation (Chrome trace format; open in Perfetto)\n"
+    "  --tensorboard DIR  write TensorBoard event files (scalars) into DIR\n"
+    "                     (the train key tensorboard = \"DIR\")\n"
     "  --quiet            no progress lines, only the summary\n"
     "  -h, --help         this help\n"
     "\n"
@@ -89,7 +91,7 @@ static char *own(train_options *o, char *s)
 static const struct { const char *flag, *key; } mapped[] = {
     {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
     {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
-    {"--precision", "precision"}, {"--memory-limit", "memory_limit"},
+    {"--precision", "precision"}, {"--memory-limit", "memory_limit"}, {"--tensorboard", "tensorboard"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.
@@ -97,7 +99,8 @@ static const struct { const char *flag, *key; } mapped[] = {
  * never change them. */
 char *train_kernel_flags(const train_options *o)
 {
-    static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr"};
+    static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr",
+                                         "tensorboard"};
     kl_buf b = {0};
     for (int i = 0; i + 1 < o->nkv; i += 2) {
         const char *k = o->kv[i], *v = o->kv[i + 1], *flag = NULL;

@@ -72,6 +72,12 @@ struct trainer {
      * with the exec that ran it. */
     void (*on_eval_batch)(trainer *t, kl_exec *e, const kl_batch *b);
     void *predict; /* the --predict state (train_ckpt.c) */
+    struct kl_tboard *tboard; /* NULL without --tensorboard */
+    struct kl_sampler *sampler; /* host and GPU readings (runtime/sampler.h) */
+    int64_t peak_bytes;       /* the memory plan's peak with params and state */
+    /* The run's own steps, their time and data wait (--profile's summary). */
+    int64_t run_steps;
+    double run_step_s, run_wait_s;
 };
 
 typedef struct eval_result {

@@ -38,7 +38,7 @@ static const call_form loss_scale_forms[] = {
     {NULL, NULL},
 };
 
-typedef enum { K_INT, K_FLOAT, K_WORD, K_CALL, K_BYTES, K_RECOMPUTE } key_kind;
+typedef enum { K_INT, K_FLOAT, K_WORD, K_CALL, K_BYTES, K_RECOMPUTE, K_PATH } key_kind;
 
 typedef struct key_info {
     const char *key;
@@ -71,6 +71,7 @@ static const key_info keys[] = {
     {"recompute", K_RECOMPUTE, NULL, NULL, 0, "none, auto or [def names]"},
     {"keep_fp32", K_RECOMPUTE, NULL, NULL, 0, "[def names] whose ops stay fp32 under bf16/fp16"},
     {"memory_limit", K_BYTES, NULL, NULL, 0, "bytes, or a string such as \"2GiB\""},
+    {"tensorboard", K_PATH, NULL, NULL, 0, "a folder for TensorBoard event files"},
 };
 
 static const key_info *find_key(const char *key)
@@ -256,6 +257,10 @@ static int check_one(ir_attr *a, const kl_source *src)
         v->loc = loc;
         return 0;
     }
+    case K_PATH:
+        if (v->kind != IR_ATTR_STR || !v->s[0])
+            return fail(src, loc, "%s must be a path in quotes (%s)", k->key, k->help);
+        return 0;
     case K_RECOMPUTE:
         if (v->kind == IR_ATTR_STR && (!strcmp(v->s, "none") || (!strcmp(v->s, "auto") && !strcmp(k->key, "recompute"))))
             return 0;
@@ -481,6 +486,8 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
         c->recompute = kl_xstrdup(rc && rc->val.kind == IR_ATTR_STR ? rc->val.s : "none");
     }
     c->memory_limit = ir_attr_int(train, "memory_limit", 0);
+    const char *tb = ir_attr_str(train, "tensorboard", NULL);
+    c->tensorboard = tb ? kl_xstrdup(tb) : NULL;
 }
 
 void kl_train_config_free(kl_train_config *c)
@@ -488,6 +495,7 @@ void kl_train_config_free(kl_train_config *c)
     free(c->data_format);
     free(c->data_path);
     free(c->recompute);
+    free(c->tensorboard);
     memset(c, 0, sizeof *c);
 }
 

@@ -437,11 +437,40 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
     }
 }
 
-static void apply_patterns(fuser *f)
+/* KILN_FUSION_OFF=NAME[,NAME...]: a debug switch that turns single
+ * patterns off (the performance guard's test injects a regression with
+ * it; tests/perf/guard.sh). off[p]: pattern p is off. An unknown name is
+ * an error, not a switch that silently does nothing. */
+static int patterns_off(bool *off)
+{
+    const char *e = getenv("KILN_FUSION_OFF");
+    for (const char *s = e; s && *s;) {
+        size_t len = strcspn(s, ",");
+        size_t p = 0;
+        while (p < KL_ARRAY_LEN(patterns) && (strlen(patterns[p].name) != len || strncmp(patterns[p].name, s, len)))
+            p++;
+        if (p == KL_ARRAY_LEN(patterns)) {
+            kl_buf names = {0};
+            for (size_t q = 0; q < KL_ARRAY_LEN(patterns); q++)
+                kl_buf_printf(&names, "%s%s", q ? ", " : "", patterns[q].name);
+            char *list = kl_buf_take(&names);
+            kl_error("KILN_FUSION_OFF: unknown fusion pattern '%.*s' (patterns: %s)", (int)len, s, list);
+            free(list);
+            return -1;
+        }
+        off[p] = true;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+}
+
+static void apply_patterns(fuser *f, const bool *off)
 {
     ir_graph *g = f->g;
     for (size_t p = 0; p < KL_ARRAY_LEN(patterns); p++) {
         const pattern *pt = &patterns[p];
+        if (off[p])
+            continue;
         for (int i = 0; i < f->n; i++) {
             ir_node *n = ir_nd(g, i);
             if (n->dead || f->group[i] >= 0 || !pt->anchor(n))
@@ -503,6 +532,9 @@ static void fuse_chains(fuser *f)
 
 static int pass_fusion_mode(ir_graph *g, bool fuse)
 {
+    bool off[KL_ARRAY_LEN(patterns)] = {false};
+    if (fuse && patterns_off(off))
+        return -1;
     fuser f = {.g = g, .n = g->nodes.n};
     f.words = (f.n + 63) / 64;
     f.anc = kl_xcalloc((size_t)f.n * (size_t)f.words + 1, sizeof(uint64_t));
@@ -527,7 +559,7 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
         for (int i = 0; i < f.n; i++)
             if (needs_no_kernel(ir_nd(g, i)))
                 f.group[i] = -2;
-        apply_patterns(&f);
+        apply_patterns(&f, off);
         fuse_chains(&f);
         for (int i = 0; i < f.n; i++)
             if (f.group[i] == -2)

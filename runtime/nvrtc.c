@@ -95,6 +95,7 @@ static struct {
     NVRTC_FUNCS(X)
 #undef X
     int major, minor;
+    int archs[64], narchs; /* the sm_XY NVRTC compiles CUBINs for (0: not listed) */
     char why[512];
     int rc;
 } nv;
@@ -121,6 +122,31 @@ static void nv_open(void)
         snprintf(nv.why, sizeof nv.why, "nvrtcVersion failed");
         nv.rc = -1;
     }
+    /* The targets, where NVRTC lists them (11.2 and later). */
+    nvrtcResult (*num)(int *) = (nvrtcResult(*)(int *))dlsym(h, "nvrtcGetNumSupportedArchs");
+    nvrtcResult (*list)(int *) = (nvrtcResult(*)(int *))dlsym(h, "nvrtcGetSupportedArchs");
+    int n = 0;
+    if (num && list && num(&n) == NVRTC_SUCCESS && n > 0 && n <= (int)KL_ARRAY_LEN(nv.archs) &&
+        list(nv.archs) == NVRTC_SUCCESS)
+        nv.narchs = n;
+}
+
+int kl_nvrtc_target(int arch, bool *ptx)
+{
+    *ptx = false;
+    if (!nv.narchs)
+        return arch;
+    int best = 0, oldest = nv.archs[0];
+    for (int i = 0; i < nv.narchs; i++) {
+        if (nv.archs[i] == arch)
+            return arch;
+        best = nv.archs[i] < arch && nv.archs[i] > best ? nv.archs[i] : best;
+        oldest = nv.archs[i] < oldest ? nv.archs[i] : oldest;
+    }
+    if (arch < oldest || !best)
+        return arch; /* NVRTC's error says it cannot */
+    *ptx = true;
+    return best;
 }
 
 int kl_nvrtc_load(char *why, size_t n)
@@ -295,10 +321,26 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
             jobs[i].rc = -1;
         return n;
     }
-    compile_ctx cx = {.jobs = jobs, .n = n, .o = o};
-    pthread_mutex_init(&cx.lock, NULL);
     /* "sm_90", "compute_90" or "90": the digits after the last '_'. */
     const char *digits = strrchr(o->arch, '_') ? strrchr(o->arch, '_') + 1 : o->arch;
+    /* A GPU newer than NVRTC's CUBIN targets: PTX for the newest target
+     * below it, which the driver JIT-compiles (and caches) when loading. */
+    kl_nvrtc_opts jit = *o;
+    char jit_arch[32];
+    bool to_ptx = false;
+    int target = o->ptx ? 0 : kl_nvrtc_target(atoi(digits), &to_ptx);
+    if (to_ptx) {
+        snprintf(jit_arch, sizeof jit_arch, "compute_%d", target);
+        if (!o->quiet)
+            fprintf(stderr, "kiln: %s is newer than NVRTC %d.%d's CUBIN targets: PTX for %s, JIT-compiled by the driver\n",
+                    o->arch, nv.major, nv.minor, jit_arch);
+        jit.arch = jit_arch;
+        jit.ptx = true;
+        o = &jit;
+        digits = jit_arch + strlen("compute_");
+    }
+    compile_ctx cx = {.jobs = jobs, .n = n, .o = o};
+    pthread_mutex_init(&cx.lock, NULL);
     char arch[64], inc[1100];
     snprintf(arch, sizeof arch, "--gpu-architecture=%s%s", o->ptx ? "compute_" : "sm_", digits);
     cx.opts[cx.nopts++] = arch;

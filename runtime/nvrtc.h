@@ -38,6 +38,12 @@ typedef struct kl_nvrtc_opts {
 int kl_nvrtc_load(char *why, size_t n);
 /* NVRTC's version (after a successful load). */
 void kl_nvrtc_version(int *major, int *minor);
+/* The target NVRTC compiles for a GPU of compute capability arch (90 for
+ * sm_90; after a successful load): arch itself when NVRTC lists it (or
+ * lists nothing); for a GPU newer than NVRTC's CUBIN targets, the newest
+ * target below it with *ptx set (kl_nvrtc_compile then makes PTX, which
+ * the driver JIT-compiles). */
+int kl_nvrtc_target(int arch, bool *ptx);
 /* Compiles the jobs on o->threads threads, each through the cache.
  * Returns the number that failed; each failure prints NVRTC's log and
  * the program with line numbers. */

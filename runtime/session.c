@@ -6,6 +6,7 @@
 #include "session.h"
 #include "trace.h"
 #include "data.h"
+#include "nvtx.h"
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed)
 {
@@ -164,12 +165,47 @@ static void run_step(kl_exec *e, int i, const kl_kargs *args)
         be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
 }
 
+static void make_labels(kl_exec *e)
+{
+    if (!e->labels) {
+        e->labels = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(char *));
+        for (int i = 0; i < e->plan->steps.n; i++)
+            e->labels[i] = plan_step_label(e->plan, &e->plan->steps.v[i]);
+    }
+}
+
+/* NVTX (a profiler attached): a range per phase around its steps, and one
+ * per step named by its ops and their model-file line. *phase: the open
+ * phase range, -1 for none. */
+static void nvtx_enter(kl_exec *e, int i, int *phase)
+{
+    int ph = (int)e->plan->steps.v[i].phase;
+    if (ph != *phase) {
+        if (*phase >= 0)
+            kl_nvtx_pop();
+        kl_nvtx_push(ir_phase_name((ir_phase)ph));
+        *phase = ph;
+    }
+    make_labels(e);
+    kl_nvtx_push(e->labels[i]);
+}
+
 static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
 {
     kl_plan *p = e->plan;
-    for (int i = 0; i < p->steps.n; i++)
-        if (phase_mask & (1u << p->steps.v[i].phase))
-            run_step(e, i, args);
+    bool nvtx = kl_nvtx_on();
+    int phase = -1;
+    for (int i = 0; i < p->steps.n; i++) {
+        if (!(phase_mask & (1u << p->steps.v[i].phase)))
+            continue;
+        if (nvtx)
+            nvtx_enter(e, i, &phase);
+        run_step(e, i, args);
+        if (nvtx)
+            kl_nvtx_pop();
+    }
+    if (phase >= 0)
+        kl_nvtx_pop();
 }
 
 /* The start-up steps, when the arena does not hold this exec's start-up
@@ -231,30 +267,34 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
         run_steps(e, phase_mask, args);
         return;
     }
+    bool nvtx = kl_nvtx_on();
+    int phase = -1;
     for (int i = 0; i < p->steps.n; i++) {
         if (!(phase_mask & (1u << p->steps.v[i].phase)))
             continue;
+        if (nvtx)
+            nvtx_enter(e, i, &phase);
         double t0 = kl_now();
         run_step(e, i, args);
         e->s->be->ops->sync(e->s->be);
         double t1 = kl_now();
+        if (nvtx)
+            kl_nvtx_pop();
         e->step_seconds[i] += t1 - t0;
         e->step_runs[i]++;
         if (e->trace)
             kl_trace_event(e->trace, e->labels[i], p->steps.v[i].kind == KL_STEP_GEMM ? "gemm" : "kernel",
                            KL_TRACE_KERNELS, t0, t1);
     }
+    if (phase >= 0)
+        kl_nvtx_pop();
 }
 
 void kl_exec_trace(kl_exec *e, kl_trace *t)
 {
     kl_exec_profile(e);
     e->trace = t;
-    if (!e->labels) {
-        e->labels = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(char *));
-        for (int i = 0; i < e->plan->steps.n; i++)
-            e->labels[i] = plan_step_label(e->plan, &e->plan->steps.v[i]);
-    }
+    make_labels(e);
 }
 
 void kl_exec_profile(kl_exec *e)

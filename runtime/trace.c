@@ -60,6 +60,18 @@ void kl_trace_event(kl_trace *t, const char *name, const char *cat, int track, d
     kl_outfile_note(&t->o);
 }
 
+void kl_trace_counter(kl_trace *t, const char *name, double ts, double value)
+{
+    if (!t)
+        return;
+    fputs(t->first ? "" : ",\n", t->f);
+    t->first = false;
+    fputs("{\"name\": ", t->f);
+    put_string(t->f, name);
+    fprintf(t->f, ", \"ph\": \"C\", \"pid\": 1, \"ts\": %.3f, \"args\": {\"value\": %.6g}}", 1e6 * (ts - t->t0), value);
+    kl_outfile_note(&t->o);
+}
+
 int kl_trace_close(kl_trace *t)
 {
     if (!t)

@@ -12,7 +12,7 @@ packages=(
   libcmocka-dev
   llvm-14-tools   # FileCheck for the golden tests
   python3         # test scripts edit bytes in data files
-  python3-pip     # the ckpt tests install safetensors and numpy from PyPI (pip --target)
+  python3-pip     # tests install safetensors, numpy, tensorboard, webdataset from PyPI into build/pydeps
   xz-utils        # the GPU kit compresses its libraries (tests/gpu/kit.sh)
   dataset-fashion-mnist
   libarchive-dev libpng-dev   # kiln pack: tar shards, PNG images

@@ -16,7 +16,7 @@ run() { # name exe args...
   grep '^memory plan:' "$tmp/$name.planned.txt" "$tmp/$name.off.txt"
   # Metrics without timings.
   for v in planned off; do
-    sed 's/"samples_per_s": [^,}]*//; s/"ms_per_step": [^,}]*//; s/"epoch_s": [^,}]*//; s/"seconds": [^,}]*//; s/"step_seconds": [^,}]*//; s/"timed_samples_per_s": [^,}]*//; s/"eval_seconds": [^,}]*//; s/"timed_ms_per_step": [^,}]*//' \
+    sed 's/"samples_per_s": [^,}]*//; s/"ms_per_step": [^,}]*//; s/"epoch_s": [^,}]*//; s/"seconds": [^,}]*//; s/"step_seconds": [^,}]*//; s/"timed_samples_per_s": [^,}]*//; s/"eval_seconds": [^,}]*//; s/"timed_ms_per_step": [^,}]*//; s/"data_wait_s": [^,}]*//; s/"cpu_percent": [^,}]*//; s/"rss_bytes": [^,}]*//; s/"host_cpu_percent": [^,}]*//; s/"host_rss_peak_bytes": [^,}]*//' \
       "$tmp/$name.$v.json" > "$tmp/$name.$v.cmp"
   done
   cmp "$tmp/$name.planned.cmp" "$tmp/$name.off.cmp" || { echo "FAIL: $name: metrics differ"; diff "$tmp/$name.planned.cmp" "$tmp/$name.off.cmp" | head; exit 1; }

@@ -17,6 +17,7 @@
 #include "runtime/data.h"
 #include "runtime/session.h"
 #include "runtime/backend_cuda.h"
+#include "runtime/bottleneck.h"
 
 typedef struct bench_opts {
     const char *file;
@@ -60,26 +61,6 @@ static spread spread_ms(double *v, int n)
 static bool overlap(spread a, spread b)
 {
     return a.lo <= b.hi && b.lo <= a.hi;
-}
-
-/* memcpy bandwidth of a buffer far larger than the caches, counting the
- * bytes read and written. */
-double kl_copy_bandwidth(void)
-{
-    size_t n = (size_t)64 << 20;
-    char *a = kl_xmalloc(n), *b = kl_xmalloc(n);
-    memset(a, 1, n);
-    memset(b, 2, n);
-    double t[7];
-    for (int i = 0; i < 7; i++) {
-        double t0 = kl_now();
-        memcpy(b, a, n);
-        t[i] = kl_now() - t0;
-        a[i] = b[n - 1 - (size_t)i]; /* keep the copies observable */
-    }
-    free(a);
-    free(b);
-    return 2.0 * (double)n / median(t, 7) / 1e9;
 }
 
 typedef struct timed {
@@ -224,6 +205,37 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* Where the step's time goes: each step's time alone by category, the
+ * rest of the whole step's median as host overhead; no data loading. */
+static kl_bottleneck bottleneck(const kl_exec *e, const timed *t, double bw, const bench_opts *o)
+{
+    kl_bottleneck b = {.peak_gbs = bw, .peak_gflops = o->gpu ? 0 : kl_gemm_peak_gflops()};
+    for (int i = 0; i < e->plan->steps.n; i++)
+        kl_bottleneck_add(&b, e->plan, i, t->step_ms[i] / 1e3, 1);
+    kl_bottleneck_finish(&b, 1, t->total.median / 1e3, 0);
+    return b;
+}
+
+static void print_bottleneck(const kl_exec *e, const timed *t, double bw, const bench_opts *o)
+{
+    kl_bottleneck b = bottleneck(e, t, bw, o);
+    printf("\n");
+    kl_bottleneck_print(&b, stdout);
+    printf("\n");
+}
+
+static void json_bottleneck(const kl_exec *e, const timed *t, double bw, const bench_opts *o)
+{
+    kl_bottleneck b = bottleneck(e, t, bw, o);
+    printf(", \"gemm_peak_gflop_s\": %.3f, \"bottleneck\": {", b.peak_gflops);
+    for (int c = 0; c < KL_CAT_N; c++)
+        printf("%s\"%s\": {\"ms\": %.5f, \"bytes\": %.0f, \"flops\": %.0f}", c ? ", " : "", kl_category_name((kl_category)c),
+               1e3 * b.seconds[c], b.bytes[c], b.flops[c]);
+    char v[400];
+    printf("}, \"verdict\": ");
+    json_str(stdout, kl_bottleneck_verdict(&b, v, sizeof v));
+}
+
 static void report(const kl_exec *e, const timed *t, const timed *other, double bw, const bench_opts *o, bool fused)
 {
     const kl_plan *p = e->plan;
@@ -268,6 +280,7 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
         printf("], \"step_ms\": %.4f, \"step_ms_q1\": %.4f, \"step_ms_q3\": %.4f, \"sum_of_steps_ms\": %.4f, "
                "\"kernels\": %d, \"gemms\": %d",
                f->median, f->lo, f->hi, sum, t->kernels, t->gemms);
+        json_bottleneck(e, t, bw, o);
         if (other)
             printf(", \"unfused_step_ms\": %.4f, \"unfused_step_ms_q1\": %.4f, \"unfused_step_ms_q3\": %.4f, "
                    "\"unfused_kernels\": %d, \"unfused_gemms\": %d, \"speedup\": %.4f, \"inconclusive\": %s",
@@ -278,6 +291,7 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
     }
     printf("\n%s plan: %.2f ms per step (IQR %.2f-%.2f; sum of steps %.2f ms), %d kernels + %d GEMMs\n",
            fused ? "fused" : "unfused", f->median, f->lo, f->hi, sum, t->kernels, t->gemms);
+    print_bottleneck(e, t, bw, o);
     if (!other)
         return;
     printf("unfused plan: %.2f ms per step (IQR %.2f-%.2f), %d kernels + %d GEMMs\n", u->median, u->lo, u->hi,

@@ -10,6 +10,8 @@
 #include "build.h"
 #include "ckpt.h"
 #include "pack.h"
+#include "counters.h"
+#include "doctor_cmd.h"
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
@@ -341,6 +343,10 @@ int main(int argc, char **argv)
         return kl_bench_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "pack"))
         return kl_pack_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "doctor"))
+        return kl_doctor_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "counters"))
+        return kl_counters_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "build"))
         return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))

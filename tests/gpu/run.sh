@@ -19,14 +19,17 @@
 #   0. with --kit: the kit's files against its MANIFEST, its Fashion-MNIST
 #      read by one training step; on a GPU: where the driver, NVRTC,
 #      cuBLASLt and the CUDA headers are (the kit carries none of them)
-#   1. build Kiln (Release) in build-gpu/ (not with --build or --kit)
+#   1. build Kiln (Release) in build-gpu/ (not with --build or --kit);
+#      then kiln doctor's verdicts (exit 0 when what Kiln needs fits)
 #   2. every CUDA kernel and GEMM of every example (train/eval, fused/
 #      unfused, fp32/bf16/fp16) against the CPU backend on fresh random
 #      inputs, relative-error bounds per dtype (kernel_check --device cuda)
 #   3. 20 training steps of each example (fp32 and bf16) on the CPU and on
 #      the GPU, the per-step losses compared
 #   4. fashion_cnn trained to the end on the GPU: test accuracy (goal 0.92;
-#      needs Fashion-MNIST, else synthetic data and no accuracy)
+#      needs Fashion-MNIST, else synthetic data and no accuracy); 4b. 300
+#      traced steps: the sampler's NVML readings in the summary and as
+#      the trace's GPU counter tracks
 #   5. kiln bench on the GPU: fused elementwise and batch-norm kernels'
 #      share of a device-to-device copy's bandwidth (goal 80%), fusion gain
 #   6. step time with and without CUDA graphs
@@ -53,7 +56,7 @@ while [ $# -gt 0 ]; do
     --kit) kit=$(cd "$2" && pwd) || exit 2; shift ;;
     --out) dest=$2; shift ;;
     --budget) budget=$2; shift ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -282,6 +285,12 @@ row "C compiler (CPU kernels of other settings, kernel_check's reference)" "${KI
 export KILN_CACHE_DIR=$work/cache
 [ -n "$kit" ] || export KILN_CACHE_DIR=$out/cache
 
+# ---- kiln doctor: what Kiln finds here and whether it fits (issue 14) ----
+limited 60 "$kiln" doctor > "$out/doctor.log" 2>&1
+rc=$?
+"$kiln" doctor --json > "$out/doctor.json" 2> /dev/null || true
+row "kiln doctor" "$(grep -E '^  (problem|note) ' "$out/doctor.log" | head -3 | tr -s ' ' | tr '\n' ';')$(tail -1 "$out/doctor.log")" "exit 0" $([ $rc = 0 ] && echo ok || echo FAIL)
+
 # ---- 2. every kernel against the CPU ----
 if [ $quick = 1 ]; then
   row "kernels vs CPU" "skipped in --quick (ctest runs kernel_check --emulate)"
@@ -346,6 +355,18 @@ else
   acc=$(report summary "$out/cnn_full.json" final_ 2>/dev/null | cut -f2)
   if [ $rc = 0 ] && py -c "import sys; sys.exit(0 if float('$acc') >= 0.92 else 1)" 2>/dev/null; then v=ok; else v=FAIL; fi
   row "fashion_cnn trained on the GPU" "$(why $rc "$out/cnn_full.log")test accuracy ${acc:-n/a} after the train block's epochs, ${secs} s (exit $rc)" ">= 0.92" $v
+fi
+# The sampler's NVML readings (issue 14): 300 traced steps (a trace times
+# every kernel), their summary line and the trace's GPU counter tracks.
+if [ $cpu_only = 0 ]; then
+  log "4b. GPU readings (NVML) in a traced run"
+  limited 90 "$exes/fashion_cnn" --device cuda --data synthetic:20000 --steps 300 --log-every 100 --eval-every 0 \
+    --metrics "$out/readings.json" --trace "$out/readings_trace.json" > "$out/readings.log" 2>&1
+  rc=$?
+  tracks=$(py -c 'import json, sys; d = json.load(open(sys.argv[1])); print(sum(1 for e in d if e.get("ph") == "C" and e["name"].startswith("GPU")))' "$out/readings_trace.json" 2> /dev/null)
+  line=$(grep -E '^host: ' "$out/readings.log" | head -1)
+  if [ $rc = 0 ] && grep -q 'GPU busy' <<< "$line" && [ "${tracks:-0}" -gt 0 ]; then v=ok; else v=FAIL; fi
+  row "GPU readings (NVML)" "$(why $rc "$out/readings.log")${line:-no host: line}; ${tracks:-0} GPU counter samples in the trace" "GPU busy, memory, power" $v
 fi
 
 # ---- 5. kiln bench on the GPU ----
