@@ -55,14 +55,14 @@ static int bind_inputs(const ir_graph *g, const kl_dataset *d, bindings *b, cons
     return 0;
 }
 
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sample_bytes)
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, int64_t sample_bytes)
 {
     const ir_type *ft = &ir_val(e->g, b->features)->type, *lt = &ir_val(e->g, b->labels)->type;
     int64_t n = ft->dim[0];
     size_t fbytes = (size_t)ir_type_bytes(ft), lbytes = (size_t)ir_type_bytes(lt);
     void *fh = kl_xmalloc(fbytes), *lh = kl_xmalloc(lbytes);
     for (int64_t i = 0; i < n; i++) {
-        int64_t src = i % batch->size;
+        int64_t src = (first + i) % batch->size;
         const uint8_t *px = batch->features + src * sample_bytes;
         if (ft->dtype == IR_U8)
             memcpy((uint8_t *)fh + i * sample_bytes, px, (size_t)sample_bytes);
@@ -115,10 +115,10 @@ static void write_hyper(trainer *t, int64_t step, int64_t total, double *lr_out)
     kl_persist *h = kl_session_find(t->s, "optimizer.hyper");
     double lr = kl_schedule_lr(&t->cfg, t->scaled_lr, step, total);
     /* The gradient multiplier undoes the loss scale and averages the
-     * micro-batches. */
+     * micro-batches and the ranks (whose gradients are summed). */
     float v[4] = {(float)lr, (float)(1 - pow(t->cfg.opt.beta1, (double)step)),
                   (float)(1 - pow(t->cfg.opt.beta2, (double)step)),
-                  (float)(1.0 / (t->loss_scale * (double)t->cfg.accumulate))};
+                  (float)(1.0 / (t->loss_scale * (double)t->cfg.accumulate * (double)t->world))};
     if (h)
         t->s->be->ops->copy_in(t->s->be, h->ptr, v, sizeof v);
     kl_persist *ls = kl_session_find(t->s, "loss_scale");
@@ -251,8 +251,8 @@ static int count_steps(trainer *t, train_loop *lp)
     const kl_train_config *c = &t->cfg;
     lp->per_epoch = kl_loader_batches(lp->loader) / c->accumulate;
     if (lp->per_epoch < 1) {
-        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld)",
-                 t->model, (long long)t->train_set.count, (long long)c->batch, (long long)c->accumulate);
+        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld x ranks %d)",
+                 t->model, (long long)t->train_set.count, (long long)c->batch, (long long)c->accumulate, t->world);
         return -1;
     }
     lp->total = c->epochs * lp->per_epoch;
@@ -294,16 +294,17 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
             kl_trace_event(t->trace, "next batch", "data", KL_TRACE_DATA, w0, kl_now());
         if (!b)
             return false;
-        train_feed(t->train, &t->tb, b, t->train_set.sample_bytes);
+        /* The loader assembles the global batch; this rank's rows. */
+        train_feed(t->train, &t->tb, b, t->rank * c->batch, t->train_set.sample_bytes);
         kl_loader_release(lp->loader, b);
         lp->args.step = lp->step * c->accumulate + m;
         unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);
         if (m == c->accumulate - 1)
             phases |= 1u << IR_PHASE_UPDATE;
-        kl_exec_run(t->train, phases, &lp->args);
-        lp->win_loss += kl_exec_scalar(t->train, t->train->g->loss);
+        train_ranks_run(t, phases, &lp->args);
+        lp->win_loss += train_ranks_mean(t, kl_exec_scalar(t->train, t->train->g->loss), "the loss");
         if (lp->metric_count)
-            lp->win_metric += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
+            lp->win_metric += train_ranks_mean(t, kl_exec_scalar(t->train, t->train->g->reports.v[0].value), lp->metric_name);
     }
     adjust_loss_scale(t);
     lp->step++;
@@ -328,7 +329,7 @@ static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_
 {
     const kl_train_config *c = &t->cfg;
     double ms, sps;
-    kl_step_clock_window(&lp->clock, c->batch * c->accumulate, &ms, &sps);
+    kl_step_clock_window(&lp->clock, c->batch * c->accumulate * t->world, &ms, &sps);
     double m = lp->win_metric / (double)(lp->win_steps * c->accumulate);
     const char *metric_name = lp->metric_name;
     if (!t->opt.quiet) {
@@ -400,7 +401,7 @@ static void print_summary(trainer *t, const train_loop *lp)
      * past 0; one resumed at its end runs none) over their own time:
      * evaluation, start-up and checkpoints are not in it. */
     const kl_step_clock *k = &lp->clock;
-    int64_t per_step = c->batch * c->accumulate;
+    int64_t per_step = c->batch * c->accumulate * t->world;
     double ms, sps, timed_ms, timed_sps;
     kl_step_clock_run(k, per_step, &ms, &sps);
     kl_step_clock_timed(k, per_step, &timed_ms, &timed_sps);
@@ -433,7 +434,9 @@ static int run_training(trainer *t)
 {
     const kl_train_config *c = &t->cfg;
     train_loop lp = {.best = -1, .args = {0, (uint64_t)c->seed}};
-    lp.loader = kl_loader_new(&t->train_set, c->batch, true, true, (uint64_t)c->seed, 4);
+    /* Every rank assembles each global batch (batch x ranks samples) in
+     * the same order and feeds its own slice (run_step). */
+    lp.loader = kl_loader_new(&t->train_set, c->batch * t->world, true, true, (uint64_t)c->seed, 4);
     int rc = -1;
     if (count_steps(t, &lp) || (t->opt.resume && resume(t, &lp)))
         goto out;
@@ -553,9 +556,12 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
     }
     printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
            kl_precision_name(c->precision), be->desc, (long long)t->train_set.count, (long long)t->test_set.count);
-    int64_t eff = c->batch * c->accumulate, base = c->base_batch ? c->base_batch : c->batch;
-    printf("effective batch %lld (batch %lld x accumulate %lld); lr %.4g", (long long)eff, (long long)c->batch,
-           (long long)c->accumulate, t->scaled_lr);
+    int64_t eff = c->batch * c->accumulate * t->world, base = c->base_batch ? c->base_batch : c->batch;
+    printf("effective batch %lld (batch %lld x accumulate %lld", (long long)eff, (long long)c->batch,
+           (long long)c->accumulate);
+    if (t->world > 1)
+        printf(" x ranks %d", t->world);
+    printf("); lr %.4g", t->scaled_lr);
     if (c->lr_scaling != KL_LRS_NONE)
         printf(" (%s scaling of %.4g from base batch %lld)", c->lr_scaling == KL_LRS_LINEAR ? "linear" : "sqrt",
                c->opt.lr, (long long)base);
@@ -572,6 +578,7 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
         printf(" (limit %.2f MB)", (double)c->memory_limit / 1e6);
     printf("\n");
     free(plan);
+    train_ranks_print_start(t);
 }
 
 /* The GPU when one is usable (or asked for), else the CPU with a notice;
@@ -603,8 +610,22 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     kl_source src;
     kl_source_from_string(&src, model_name, model_src);
     ir_graph *g = NULL;
+    /* Ranks first: under mpirun or srun every rank parses and checks the
+     * same flags, and rank 0 alone prints, writes files and checkpoints. */
+    if (!(t.comm = kl_comm_open()))
+        return 1;
+    t.rank = kl_comm_rank(t.comm);
+    t.world = kl_comm_world(t.comm);
     if (train_parse_flags(argc, argv, &t.opt, model_name))
         goto done;
+    if (t.rank > 0) {
+        t.opt.quiet = true;
+        t.opt.metrics = t.opt.save = t.opt.save_init = t.opt.trace_path = NULL;
+        if (!freopen("/dev/null", "w", stdout)) {
+            kl_error("rank %d: cannot send standard output to /dev/null", t.rank);
+            goto done;
+        }
+    }
     if (t.opt.device && strcmp(t.opt.device, "cpu") && strcmp(t.opt.device, "auto") && strcmp(t.opt.device, "cuda")) {
         kl_error("--device must be auto, cpu or cuda");
         goto done;
@@ -624,11 +645,14 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     /* One optimizer step takes batch x accumulate samples: a set smaller
      * than that is refused before anything is compiled or allocated. */
-    int64_t step_samples = kl_size_mul(t.cfg.batch, t.cfg.accumulate);
+    int64_t step_samples = kl_size_mul(kl_size_mul(t.cfg.batch, t.cfg.accumulate), t.world);
     if (step_samples < 0 || step_samples > t.train_set.count) {
-        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld)\n"
+        char ranks[32] = "";
+        if (t.world > 1)
+            snprintf(ranks, sizeof ranks, " x ranks %d", t.world);
+        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld%s)\n"
                  "---> try --batch %lld --accumulate 1",
-                 model_name, (long long)t.train_set.count, (long long)t.cfg.batch, (long long)t.cfg.accumulate,
+                 model_name, (long long)t.train_set.count, (long long)t.cfg.batch, (long long)t.cfg.accumulate, ranks,
                  (long long)(t.cfg.batch < t.train_set.count ? t.cfg.batch : t.train_set.count));
         goto done;
     }
@@ -646,7 +670,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.s->no_graphs = t.opt.no_cuda_graph;
-    t.scaled_lr = kl_train_scaled_lr(&t.cfg, 1);
+    t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;
 
@@ -654,7 +678,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     int64_t eb, peak;
     int made = make_plans(&t, &src, g, &eb);
     g = NULL;
-    if (made || check_peak(&t, &peak))
+    if (made || check_peak(&t, &peak) || train_ranks_prepare(&t))
         goto done;
     if (!t.opt.quiet)
         print_start(&t, be, eb, peak);
@@ -692,5 +716,11 @@ done:
     for (int i = 0; i < t.opt.nowned; i++)
         free(t.opt.owned[i]);
     kl_source_free(&src);
+    free(t.synced.v);
+    /* A rank that stops with an error while the others wait in a
+     * collective would hang them: the job ends here instead. */
+    if (rc && t.world > 1)
+        kl_comm_abort(t.comm, rc);
+    kl_comm_close(t.comm);
     return rc;
 }

@@ -5,6 +5,7 @@
 #define KILN_TRAINER_H
 
 #include "train.h"
+#include "runtime/comm.h"
 #include "runtime/data.h"
 #include "runtime/outfile.h"
 #include "runtime/session.h"
@@ -38,9 +39,10 @@ typedef struct bindings {
     int ce_classes;       /* classes of the first cross_entropy, or 0 */
 } bindings;
 
-/* Copies a batch into the exec's inputs, converting features to the
- * input's dtype and padding a short batch by repeating its samples. */
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sample_bytes);
+/* Copies a batch into the exec's inputs from its sample first on (a
+ * rank's slice of the global batch; 0 on one rank), converting features
+ * to the input's dtype and padding a short batch by repeating samples. */
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, int64_t sample_bytes);
 
 typedef struct trainer {
     kl_train_config cfg;
@@ -59,6 +61,11 @@ typedef struct trainer {
     kl_dataset train_set, test_set;
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
+    /* Ranks (train_ranks.c): this process's rank of world; the values
+     * all-reduced between backward and update. */
+    kl_comm *comm;
+    int rank, world;
+    KL_VEC(int) synced;
 } trainer;
 
 typedef struct eval_result {
@@ -69,5 +76,14 @@ typedef struct eval_result {
 /* The loss and metrics over the test set (train_eval.c); returns the
  * seconds it took. */
 double train_evaluate(trainer *t, eval_result *r);
+
+/* Ranks (train_ranks.c). prepare: the values to all-reduce (-1 after an
+ * error, reported). run: the training plan's phases, with the update
+ * phase run on the sums of every rank's gradients. mean: x averaged over
+ * the ranks (a collective: every rank calls it). */
+int train_ranks_prepare(trainer *t);
+void train_ranks_run(trainer *t, unsigned phases, const kl_kargs *args);
+double train_ranks_mean(trainer *t, double x, const char *what);
+void train_ranks_print_start(const trainer *t);
 
 #endif

@@ -356,6 +356,20 @@ void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes)
     e->s->be->ops->copy_out(e->s->be, host, e->ptrs[b], bytes);
 }
 
+void kl_exec_read_between_phases(kl_exec *e, int v, void *host, size_t bytes)
+{
+    int b = e->plan->value_buf[v];
+    kl_check(b >= 0 && (size_t)e->plan->buffers.v[b].bytes == bytes);
+    e->s->be->ops->copy_out(e->s->be, host, e->ptrs[b], bytes);
+}
+
+void kl_exec_write_between_phases(kl_exec *e, int v, const void *host, size_t bytes)
+{
+    int b = e->plan->value_buf[v];
+    kl_check(b >= 0 && (size_t)e->plan->buffers.v[b].bytes == bytes);
+    e->s->be->ops->copy_in(e->s->be, e->ptrs[b], host, bytes);
+}
+
 double kl_exec_scalar(kl_exec *e, int v)
 {
     ir_dtype dt = ir_val(e->g, v)->type.dtype;
