@@ -287,6 +287,7 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
 {
     const kl_train_config *c = &t->cfg;
     write_hyper(t, lp->step + 1, lp->total, lr);
+    double sums[2] = {0, 0}; /* this rank's loss and metric over the micro-batches */
     for (int64_t m = 0; m < c->accumulate; m++) {
         double w0 = kl_now();
         const kl_batch *b = kl_loader_next(lp->loader);
@@ -299,13 +300,19 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
         kl_loader_release(lp->loader, b);
         lp->args.step = lp->step * c->accumulate + m;
         unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);
-        if (m == c->accumulate - 1)
-            phases |= 1u << IR_PHASE_UPDATE;
-        train_ranks_run(t, phases, &lp->args);
-        lp->win_loss += train_ranks_mean(t, kl_exec_scalar(t->train, t->train->g->loss), "the loss");
+        if (m == c->accumulate - 1) {
+            /* The update, after the ranks' gradients and sums are summed. */
+            train_ranks_step(t, phases | 1u << IR_PHASE_UPDATE, &lp->args, sums, lp->metric_count ? 2 : 1);
+            break;
+        }
+        kl_exec_run(t->train, phases, &lp->args);
+        sums[0] += kl_exec_scalar(t->train, t->train->g->loss);
         if (lp->metric_count)
-            lp->win_metric += train_ranks_mean(t, kl_exec_scalar(t->train, t->train->g->reports.v[0].value), lp->metric_name);
+            sums[1] += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
     }
+    /* The global batch's: the mean over the ranks. */
+    lp->win_loss += sums[0] / t->world;
+    lp->win_metric += sums[1] / t->world;
     adjust_loss_scale(t);
     lp->step++;
     return true;
@@ -369,6 +376,7 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
     const kl_train_config *c = &t->cfg;
     const char *metric_name = lp->metric_name;
     double epoch_s = kl_now() - epoch_t0;
+    train_ranks_settle(t);
     if (c->eval_every == 0)
         return t->opt.save && save_checkpoint(t, t->opt.save, lp->step) ? -1 : 0;
     double eval_s = train_evaluate(t, &lp->er);
@@ -480,6 +488,7 @@ static int run_training(trainer *t)
             lp.best = lp.er.metric[0];
     }
     print_summary(t, &lp);
+    train_ranks_settle(t);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
 out:
     kl_loader_free(lp.loader);
@@ -717,6 +726,7 @@ done:
         free(t.opt.owned[i]);
     kl_source_free(&src);
     free(t.synced.v);
+    free(t.averaged.v);
     /* A rank that stops with an error while the others wait in a
      * collective would hang them: the job ends here instead. */
     if (rc && t.world > 1)

@@ -52,6 +52,7 @@ static void evaluate_plans(trainer *t, eval_result *r)
 double train_evaluate(trainer *t, eval_result *r)
 {
     double t0 = kl_now();
+    train_ranks_settle(t);
     evaluate_plans(t, r);
     double t1 = kl_now();
     kl_trace_event(t->trace, "evaluation", "eval", KL_TRACE_STEPS, t0, t1);

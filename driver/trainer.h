@@ -62,10 +62,11 @@ typedef struct trainer {
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
     /* Ranks (train_ranks.c): this process's rank of world; the values
-     * all-reduced between backward and update. */
+     * summed between backward and update, and the state averaged after
+     * the update. */
     kl_comm *comm;
     int rank, world;
-    KL_VEC(int) synced;
+    KL_VEC(int) synced, averaged;
 } trainer;
 
 typedef struct eval_result {
@@ -78,12 +79,17 @@ typedef struct eval_result {
 double train_evaluate(trainer *t, eval_result *r);
 
 /* Ranks (train_ranks.c). prepare: the values to all-reduce (-1 after an
- * error, reported). run: the training plan's phases, with the update
- * phase run on the sums of every rank's gradients. mean: x averaged over
- * the ranks (a collective: every rank calls it). */
+ * error, reported). step: the last micro-batch of an optimizer step
+ * (phases include the update): on many ranks forward and backward, then
+ * the gradients and sums[0..nsums) (this rank's loss and metric sums over
+ * the step's micro-batches, this one's added) summed over the ranks in
+ * one all-reduce, then the update; on one rank a plain run. settle:
+ * averages the state each rank updates on its own (batch norm's running
+ * statistics) before evaluation and checkpoints. Both are collectives:
+ * every rank calls them at the same point. */
 int train_ranks_prepare(trainer *t);
-void train_ranks_run(trainer *t, unsigned phases, const kl_kargs *args);
-double train_ranks_mean(trainer *t, double x, const char *what);
+void train_ranks_step(trainer *t, unsigned phases, const kl_kargs *args, double *sums, int nsums);
+void train_ranks_settle(trainer *t);
 void train_ranks_print_start(const trainer *t);
 
 #endif
