@@ -101,7 +101,7 @@ static bool run_passes(ir_graph *g, const kl_compile_opts *o, int *rc)
         *rc = -1;
         return true;
     }
-    pass_ctx cx = {.no_fusion = o->no_fusion, .measure_arena = measure_arena, .measure_arg = NULL};
+    pass_ctx cx = {.no_fusion = o->no_fusion, .measure_arena = measure_arena, .measure_arg = NULL, .ranks = o->ranks};
     for (int i = 0; i < pass_table_len; i++) {
         const pass_entry *p = &pass_table[i];
         if (!(p->modes & (train ? PASS_TRAIN : PASS_EVAL)))

@@ -173,7 +173,8 @@ static ir_graph *load_with(const kl_source *src, const train_options *o, const c
  * the training plan's arena (host) when it fits there. */
 static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
 {
-    kl_compile_opts co = {.mode = mode};
+    /* The training plan sums the ranks' gradients (the shard pass). */
+    kl_compile_opts co = {.mode = mode, .ranks = t->world};
     kl_replan rp = {src, t->opt.kv};
     kl_compiled *c = kl_compile_graph(g, &co);
     if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
@@ -300,17 +301,15 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
         kl_loader_release(lp->loader, b);
         lp->args.step = lp->step * c->accumulate + m;
         unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);
-        if (m == c->accumulate - 1) {
-            /* The update, after the ranks' gradients and sums are summed. */
-            train_ranks_step(t, phases | 1u << IR_PHASE_UPDATE, &lp->args, sums, lp->metric_count ? 2 : 1);
-            break;
-        }
+        if (m == c->accumulate - 1)
+            phases |= 1u << IR_PHASE_UPDATE;
         kl_exec_run(t->train, phases, &lp->args);
         sums[0] += kl_exec_scalar(t->train, t->train->g->loss);
         if (lp->metric_count)
             sums[1] += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
     }
     /* The global batch's: the mean over the ranks. */
+    train_ranks_sums(t, sums, 2);
     lp->win_loss += sums[0] / t->world;
     lp->win_metric += sums[1] / t->world;
     adjust_loss_scale(t);
@@ -679,6 +678,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.s->no_graphs = t.opt.no_cuda_graph;
+    t.s->comm = t.comm;
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;
@@ -725,7 +725,6 @@ done:
     for (int i = 0; i < t.opt.nowned; i++)
         free(t.opt.owned[i]);
     kl_source_free(&src);
-    free(t.synced.v);
     free(t.averaged.v);
     /* A rank that stops with an error while the others wait in a
      * collective would hang them: the job ends here instead. */

@@ -61,12 +61,11 @@ typedef struct trainer {
     kl_dataset train_set, test_set;
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
-    /* Ranks (train_ranks.c): this process's rank of world; the values
-     * summed between backward and update, and the state averaged after
-     * the update. */
+    /* Ranks (train_ranks.c): this process's rank of world; the state
+     * averaged across ranks before evaluation and checkpoints. */
     kl_comm *comm;
     int rank, world;
-    KL_VEC(int) synced, averaged;
+    KL_VEC(int) averaged;
 } trainer;
 
 typedef struct eval_result {
@@ -78,17 +77,14 @@ typedef struct eval_result {
  * seconds it took. */
 double train_evaluate(trainer *t, eval_result *r);
 
-/* Ranks (train_ranks.c). prepare: the values to all-reduce (-1 after an
- * error, reported). step: the last micro-batch of an optimizer step
- * (phases include the update): on many ranks forward and backward, then
- * the gradients and sums[0..nsums) (this rank's loss and metric sums over
- * the step's micro-batches, this one's added) summed over the ranks in
- * one all-reduce, then the update; on one rank a plain run. settle:
- * averages the state each rank updates on its own (batch norm's running
+/* Ranks (train_ranks.c). prepare: the state averaged across ranks (-1
+ * after an error, reported). sums: sums[0..n) summed over the ranks in
+ * place (this rank's loss and metric sums of a step). settle: averages
+ * the state each rank updates on its own (batch norm's running
  * statistics) before evaluation and checkpoints. Both are collectives:
  * every rank calls them at the same point. */
 int train_ranks_prepare(trainer *t);
-void train_ranks_step(trainer *t, unsigned phases, const kl_kargs *args, double *sums, int nsums);
+void train_ranks_sums(trainer *t, double *sums, int n);
 void train_ranks_settle(trainer *t);
 void train_ranks_print_start(const trainer *t);
 

@@ -5,6 +5,7 @@
 #define KILN_SESSION_H
 
 #include "backend.h"
+#include "comm.h"
 /* Host bf16/f16 conversions (kl_f32_to_bf16, ...): the kernels' own text. */
 #include "base/scalar.h"
 
@@ -19,6 +20,7 @@ typedef struct kl_session {
     uint64_t seed;
     KL_VEC(kl_persist) persist;
     bool no_graphs; /* never replay runs as recorded graphs (--no-cuda-graph) */
+    kl_comm *comm;  /* the collectives' communicator (not owned); NULL: one rank */
 } kl_session;
 
 /* A run recorded as a graph (on backends that record them): after
@@ -84,14 +86,6 @@ void kl_exec_print_profile(const kl_exec *e, FILE *out, int top);
  * may be accessed between runs: the plan reuses the memory of the rest. */
 void kl_exec_write(kl_exec *e, int v, const void *host, size_t bytes);
 void kl_exec_read(kl_exec *e, int v, void *host, size_t bytes);
-/* The same for a value that is neither pinned nor persistent, inside one
- * step run in two parts (backward, then update): after the run of the
- * phases that write v and before the run of those that read it. The
- * memory plan keeps a value live from its writer to its last reader and
- * nothing runs in between, so its memory holds it then. For the
- * gradients all-reduced across ranks between backward and update. */
-void kl_exec_read_between_phases(kl_exec *e, int v, void *host, size_t bytes);
-void kl_exec_write_between_phases(kl_exec *e, int v, const void *host, size_t bytes);
 /* Reads a scalar value as a double. */
 double kl_exec_scalar(kl_exec *e, int v);
 /* Fills every input with values from a stream seeded by seed: u8 in
