@@ -71,6 +71,7 @@ static const key_info keys[] = {
     {"recompute", K_RECOMPUTE, NULL, NULL, 0, "none, auto or [def names]"},
     {"keep_fp32", K_RECOMPUTE, NULL, NULL, 0, "[def names] whose ops stay fp32 under bf16/fp16"},
     {"memory_limit", K_BYTES, NULL, NULL, 0, "bytes, or a string such as \"2GiB\""},
+    {"bucket", K_BYTES, NULL, NULL, 0, "bytes per all-reduce across ranks (default \"25MiB\"; 0: one per gradient)"},
 };
 
 static const key_info *find_key(const char *key)
@@ -251,7 +252,7 @@ static int check_one(ir_attr *a, const kl_source *src)
     case K_BYTES: {
         int64_t b = v->kind == IR_ATTR_INT ? v->i : v->kind == IR_ATTR_STR ? parse_bytes(v->s) : -1;
         if (b < 0)
-            return fail(src, loc, "memory_limit must be a byte count such as 2000000000 or \"2GiB\"");
+            return fail(src, loc, "%s must be a byte count such as 2000000000 or \"2GiB\"", k->key);
         ir_attr_val_free(v);
         *v = ir_attr_val_int(b);
         v->loc = loc;
@@ -482,6 +483,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
         c->recompute = kl_xstrdup(rc && rc->val.kind == IR_ATTR_STR ? rc->val.s : "none");
     }
     c->memory_limit = ir_attr_int(train, "memory_limit", 0);
+    c->bucket = ir_attr_int(train, "bucket", 25 << 20);
 }
 
 void kl_train_config_free(kl_train_config *c)

@@ -52,6 +52,7 @@ typedef struct kl_train_config {
     kl_shard shard;
     char *recompute;       /* "none", "auto" or a comma-separated list of defs */
     int64_t memory_limit;  /* bytes; 0: none */
+    int64_t bucket;        /* bytes per all-reduce across ranks; 0: one per gradient */
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.

@@ -2,10 +2,13 @@
  *
  * requires: accumulate (the update phase reads each step's final
  *           gradients, or their accumulators)
- * provides: with pass_ctx.ranks = N > 1, an all_reduce (sum, ranks = N,
- *           update phase) of every value the update phase reads from
- *           forward or backward: the gradients, or the accumulators that
- *           backward writes; the update's readers read the sums. The
+ * provides: with pass_ctx.ranks = N > 1, every value the update phase
+ *           reads from forward or backward (the gradients, or the
+ *           accumulators that backward writes) summed across the ranks
+ *           by all_reduce (sum, ranks = N, update phase), in buckets of
+ *           one dtype up to the train setting bucket (25 MiB; 0: one
+ *           all_reduce per value): flattened, concatenated, summed once,
+ *           sliced back; the update's readers read the sums. The
  *           gradient multiplier in optimizer.hyper divides by N (the
  *           runtime: driver/train.c), so every rank applies the global
  *           batch's mean gradient to the same params; the gradient norm
@@ -18,11 +21,114 @@
 #include <stdlib.h>
 
 #include "passes.h"
+#include "ir/train_config.h"
+
+/* Every update-phase reader of v but skip reads s instead. */
+static void read_in_update(ir_graph *g, int v, int s, const ir_node *skip)
+{
+    const ir_value *xv = ir_val(g, v);
+    for (int u = xv->uses.n - 1; u >= 0; u--) {
+        ir_use use = xv->uses.v[u];
+        ir_node *r = ir_nd(g, use.node);
+        if (r != skip && r->phase == IR_PHASE_UPDATE)
+            ir_set_operand(g, r, use.operand, s);
+    }
+}
+
+static int emit_update(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *a, const char *base, kl_loc loc)
+{
+    char *name = base ? ir_unique_name(g, base) : NULL;
+    int v = ir_emit(g, op, in, nin, a, name);
+    free(name);
+    ir_node *n = ir_nd(g, g->nodes.n - 1);
+    n->phase = IR_PHASE_UPDATE;
+    n->loc = loc;
+    return v;
+}
+
+static int all_reduce(ir_graph *g, int v, int ranks, const char *base)
+{
+    ir_attrs a = {0};
+    ir_attrs_set_str(&a, "reduce", "sum");
+    ir_attrs_set_int(&a, "ranks", ranks);
+    int s = emit_update(g, IR_OP_ALL_REDUCE, &v, 1, &a, base, ir_val(g, v)->loc);
+    ir_attrs_free(&a);
+    return s;
+}
+
+/* One bucket of values of one dtype: flattened, concatenated, summed in
+ * one all_reduce, sliced back (the slices' reshapes are views); a bucket
+ * of one value is summed as it is. */
+static void reduce_bucket(ir_graph *g, const int *vals, int n, int ranks, int *bucket_no)
+{
+    if (n == 1) {
+        char *base = kl_xasprintf("%s.sum", ir_val(g, vals[0])->name);
+        int s = all_reduce(g, vals[0], ranks, base);
+        free(base);
+        read_in_update(g, vals[0], s, ir_nd(g, g->nodes.n - 1));
+        return;
+    }
+    int *flat = kl_xmalloc(sizeof(int) * (size_t)n);
+    int64_t *numels = kl_xmalloc(sizeof(int64_t) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        numels[i] = ir_type_numel(&ir_val(g, vals[i])->type);
+        ir_attrs a = {0};
+        ir_attrs_set_ints(&a, "shape", &numels[i], 1);
+        flat[i] = emit_update(g, IR_OP_RESHAPE, &vals[i], 1, &a, NULL, ir_val(g, vals[i])->loc);
+        ir_attrs_free(&a);
+    }
+    char *base = kl_xasprintf("bucket.%d", (*bucket_no)++);
+    /* ir_emit infers at most 8 operands: the concat's type is made here. */
+    ir_type ct = {ir_val(g, vals[0])->type.dtype, 1, {0}};
+    for (int i = 0; i < n; i++)
+        ct.dim[0] += numels[i];
+    ir_attrs ca = {0};
+    ir_attrs_set_int(&ca, "axis", 0);
+    char *cname = ir_unique_name(g, base);
+    const char *cnames[1] = {cname};
+    ir_node *cn = ir_add_node(g, IR_OP_CONCAT, flat, n, &ca, &ct, cnames, (kl_loc){0, 0});
+    free(cname);
+    ir_attrs_free(&ca);
+    cn->phase = IR_PHASE_UPDATE;
+    int cat = cn->out.v[0];
+    char *sbase = kl_xasprintf("%s.sum", base);
+    int sum = all_reduce(g, cat, ranks, sbase);
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const ir_value *x = ir_val(g, vals[i]);
+        ir_attrs a = {0};
+        ir_attrs_set_int(&a, "axis", 0);
+        ir_attrs_set_int(&a, "start", off);
+        ir_attrs_set_int(&a, "end", off + numels[i]);
+        int piece = emit_update(g, IR_OP_SLICE, &sum, 1, &a, NULL, x->loc);
+        ir_attrs_free(&a);
+        off += numels[i];
+        ir_attrs r = {0};
+        ir_attrs_set_ints(&r, "shape", x->type.dim, x->type.rank);
+        char *nb = kl_xasprintf("%s.sum", x->name);
+        int back = emit_update(g, IR_OP_RESHAPE, &piece, 1, &r, nb, x->loc);
+        free(nb);
+        ir_attrs_free(&r);
+        /* The flattening reshape reads v in the update phase too. */
+        const ir_node *skip = ir_nd(g, ir_val(g, flat[i])->def);
+        read_in_update(g, vals[i], back, skip);
+    }
+    free(base);
+    free(sbase);
+    free(flat);
+    free(numels);
+}
 
 int pass_shard(ir_graph *g, const pass_ctx *cx)
 {
     if (cx->ranks <= 1)
         return 0;
+    kl_train_config cfg;
+    kl_train_read(&g->train, &cfg);
+    int64_t bucket_bytes = cfg.bucket;
+    kl_train_config_free(&cfg);
+    /* What the update reads from forward or backward, in the order of its
+     * first reader. */
     int nv = g->values.n;
     bool *from_backward = kl_xcalloc((size_t)nv + 1, 1), *done = kl_xcalloc((size_t)nv + 1, 1);
     for (int i = 0; i < g->nodes.n; i++) {
@@ -35,8 +141,9 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             if (ir_op_mutates(n->op, k))
                 from_backward[n->in.v[k]] = true;
     }
-    int rc = 0, nnodes = g->nodes.n;
-    for (int i = 0; i < nnodes && !rc; i++) {
+    KL_VEC(int) vals = {0};
+    int rc = 0;
+    for (int i = 0; i < g->nodes.n && !rc; i++) {
         const ir_node *n = ir_nd(g, i);
         if (n->dead || n->phase != IR_PHASE_UPDATE)
             continue;
@@ -53,27 +160,33 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
                 rc = -1;
                 break;
             }
-            ir_attrs a = {0};
-            ir_attrs_set_str(&a, "reduce", "sum");
-            ir_attrs_set_int(&a, "ranks", cx->ranks);
-            char *base = kl_xasprintf("%s.sum", x->name), *name = ir_unique_name(g, base);
-            int s = ir_emit(g, IR_OP_ALL_REDUCE, &v, 1, &a, name);
-            free(base);
-            free(name);
-            ir_attrs_free(&a);
-            ir_node *ar = ir_nd(g, g->nodes.n - 1);
-            ar->phase = IR_PHASE_UPDATE;
-            ar->loc = x->loc;
-            /* Every update-phase reader but the sum itself reads the sum. */
-            const ir_value *xv = ir_val(g, v);
-            for (int u = xv->uses.n - 1; u >= 0; u--) {
-                ir_use use = xv->uses.v[u];
-                ir_node *r = ir_nd(g, use.node);
-                if (r != ar && r->phase == IR_PHASE_UPDATE)
-                    ir_set_operand(g, r, use.operand, s);
-            }
+            kl_vec_push(vals, v);
         }
     }
+    /* Buckets of one dtype up to bucket_bytes (a value larger than that
+     * is a bucket of its own). */
+    int bucket_no = 0;
+    for (int i = 0; i < vals.n && !rc; i++) {
+        if (vals.v[i] < 0)
+            continue;
+        ir_dtype dt = ir_val(g, vals.v[i])->type.dtype;
+        /* At most 32 values a bucket: a kernel has at most
+         * IR_KERNEL_MAX_BUFS buffers. */
+        int members[32], m = 0;
+        int64_t bytes = 0;
+        for (int j = i; j < vals.n && m < (int)KL_ARRAY_LEN(members); j++) {
+            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt)
+                continue;
+            int64_t b = ir_type_bytes(&ir_val(g, vals.v[j])->type);
+            if (m > 0 && (bucket_bytes == 0 || bytes + b > bucket_bytes))
+                break;
+            members[m++] = vals.v[j];
+            bytes += b;
+            vals.v[j] = -1;
+        }
+        reduce_bucket(g, members, m, cx->ranks, &bucket_no);
+    }
+    free(vals.v);
     free(from_backward);
     free(done);
     if (!rc)

@@ -81,6 +81,14 @@ mlp)
     ranks "$np" r$np "$tmp/mlp" --batch $((48 / np))
     same ref r$np
   done
+  # Buckets: one all_reduce per gradient (0), and 140000 bytes: the first
+  # weight (802816 bytes) alone, the five others in one bucket.
+  ranks 2 b0 "$tmp/mlp" --batch 24 --bucket 0
+  same ref b0
+  [ "$("$kiln" ir examples/mlp.kl --after shard --ranks 3 --set bucket=140000 | grep -c ' = all_reduce(')" -eq 2 ] ||
+    { echo "FAIL: bucket = 140000 should make two all-reduces of the mlp's six gradients"; exit 1; }
+  ranks 3 b140k "$tmp/mlp" --batch 16 --bucket 140000
+  same ref b140k
   # accumulate 2: micro-batches of 24 on one rank, of 8 on each of 3.
   one acc "$tmp/mlp" --batch 24 --accumulate 2
   ranks 3 racc "$tmp/mlp" --batch 8 --accumulate 2
