@@ -667,6 +667,13 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (t.opt.metrics && kl_outfile_open_log(&t.metrics, t.opt.metrics, t.opt.resume != NULL))
         goto done;
     char *jit_reason = train_kernel_flags(&t.opt);
+    if (t.world > 1) {
+        /* The shard pass's buckets (concatenations, slices) are kernels
+         * that kiln build, compiling for one rank, did not make. */
+        char *r = kl_xasprintf("%s%s%d ranks", jit_reason ? jit_reason : "", jit_reason ? ", " : "", t.world);
+        free(jit_reason);
+        jit_reason = r;
+    }
     kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads,
                          .threads_from = t.opt.threads ? "--threads" : "the train block's threads",
                          .builtins = builtins,
