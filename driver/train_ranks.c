@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "trainer.h"
-#include "plan/memplan.h"
+#include "passes/passes.h"
 
 /* State written outside the update and not read by it (batch norm's
  * running statistics) is each rank's own, from its own samples. It is
@@ -76,22 +76,14 @@ void train_ranks_settle(trainer *t)
     }
 }
 
-/* "ranks: world 4 (mpirun (Open MPI)), shard dp; per rank: params 0.94 MB,
- * gradients 0.94 MB, optimizer state 1.88 MB". */
+/* "ranks: world 4 (mpirun (Open MPI)), shard dp" and the memory per rank
+ * against ZeRO's formulas. */
 void train_ranks_print_start(const trainer *t)
 {
-    const ir_graph *g = t->train->g;
-    int64_t params = 0, state = 0, grads = 0;
-    for (int i = 0; i < g->decls.n; i++) {
-        const ir_value *v = ir_val(g, g->decls.v[i]);
-        if (v->kind == IR_VAL_PARAM)
-            params += ir_type_bytes(&v->type);
-        else if (v->kind == IR_VAL_STATE)
-            state += ir_type_bytes(&v->type);
+    printf("ranks: %s, shard %s\n", kl_comm_desc(t->comm), t->world > 1 ? "dp" : "none (one rank)");
+    if (t->world > 1) {
+        char *m = pass_rank_memory(t->train->g, t->world);
+        printf("memory %s\n", m);
+        free(m);
     }
-    for (int i = 0; i < g->grads.n; i++)
-        grads += ir_type_bytes(&ir_val(g, g->grads.v[i].grad)->type);
-    printf("ranks: %s, shard %s; per rank (replicated): params %.2f MB, gradients %.2f MB, optimizer and other state %.2f MB\n",
-           kl_comm_desc(t->comm), t->world > 1 ? "dp" : "none (one rank)", (double)params / 1e6, (double)grads / 1e6,
-           (double)state / 1e6);
 }

@@ -23,6 +23,9 @@ int pass_optimizer(ir_graph *g, const pass_ctx *cx);
 int pass_precision(ir_graph *g, const pass_ctx *cx);
 int pass_accumulate(ir_graph *g, const pass_ctx *cx);
 int pass_shard(ir_graph *g, const pass_ctx *cx);
+/* Params, gradients and optimizer state per rank against ZeRO's formulas
+ * for each stage, for ranks ranks; one line, caller frees. */
+char *pass_rank_memory(const ir_graph *g, int ranks);
 int pass_simplify(ir_graph *g, const pass_ctx *cx);
 int pass_recompute(ir_graph *g, const pass_ctx *cx);
 /* With cx->no_fusion, one kernel per node (kiln bench's baseline,

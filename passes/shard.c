@@ -19,6 +19,7 @@
  * The train block's shard = none and shard = dp both mean this; the ZeRO
  * stages are refused by ir/train_config.c until they are built. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "passes.h"
 #include "ir/train_config.h"
@@ -192,4 +193,38 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
     if (!rc)
         ir_toposort(g);
     return rc;
+}
+
+char *pass_rank_memory(const ir_graph *g, int ranks)
+{
+    int64_t psi = 0, params = 0, grads = 0, state = 0;
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (v->kind == IR_VAL_PARAM) {
+            psi += ir_type_numel(&v->type);
+            params += ir_type_bytes(&v->type);
+        } else if (v->kind == IR_VAL_STATE) {
+            /* Low-precision copies are params too; accumulators gradients. */
+            const char *role = ir_attr_str(&v->attrs, "role", "");
+            if (!strcmp(role, "lowp"))
+                params += ir_type_bytes(&v->type);
+            else if (!strcmp(role, "grad_acc"))
+                grads += ir_type_bytes(&v->type);
+            else
+                state += ir_type_bytes(&v->type);
+        }
+    }
+    for (int i = 0; i < g->grads.n; i++)
+        grads += ir_type_bytes(&ir_val(g, g->grads.v[i].grad)->type);
+    double n = ranks > 1 ? (double)ranks : 1.0, mb = 1e-6, P = (double)psi;
+    int64_t total = params + grads + state;
+    /* ZeRO's per-rank bytes for mixed-precision Adam (K = 12): stage 0
+     * (dp) (2 + 2 + K) Psi, 1: 2 Psi + 2 Psi + K Psi / N, 2: 2 Psi +
+     * (2 + K) Psi / N, 3: (2 + 2 + K) Psi / N. */
+    return kl_xasprintf("per rank (%d rank%s, shard dp, everything replicated): params %.2f MB, gradients %.2f MB, "
+                        "optimizer and other state %.2f MB, total %.2f MB = %.2f bytes per param; ZeRO formulas (K = 12, "
+                        "Psi = %lld params): dp 16 Psi = %.2f MB, zero1 %.2f MB, zero2 %.2f MB, zero3 %.2f MB (zero1/2/3 not built)",
+                        ranks > 1 ? ranks : 1, ranks > 1 ? "s" : "", params * mb, grads * mb, state * mb, total * mb,
+                        psi ? (double)total / P : 0.0, (long long)psi, 16 * P * mb, (4 * P + 12 * P / n) * mb,
+                        (2 * P + 14 * P / n) * mb, 16 * P / n * mb);
 }

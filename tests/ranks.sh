@@ -55,7 +55,17 @@ launch)
     grep -q "effective batch 24 (batch 8 x accumulate 1 x ranks 3)" "$tmp/three.txt" &&
     [ "$(grep -c '^done:' "$tmp/three.txt")" -eq 1 ] && [ "$(grep -c '^ranks:' "$tmp/three.txt")" -eq 1 ] ||
     { echo "FAIL: 3 ranks: expected one start-up line naming world 3 and one summary"; cat "$tmp/three.txt"; exit 1; }
+  grep -q "^memory per rank (3 ranks, shard dp" "$tmp/three.txt" ||
+    { echo "FAIL: no memory per rank at start-up"; exit 1; }
   echo "ok: one rank without mpirun, rank 0 alone prints under mpirun"
+  # The memory per rank against ZeRO's formulas, Psi = 235146 (the mlp's
+  # params; fp32 Adam: 4 + 4 + 8 bytes per param, which is dp's 16 Psi):
+  # 16 Psi = 3.76 MB, zero1 4 Psi + 12 Psi / 4 = 1.65 MB, zero2 2 Psi +
+  # 14 Psi / 4 = 1.29 MB, zero3 16 Psi / 4 = 0.94 MB.
+  "$kiln" ir examples/mlp.kl --after memplan --ranks 4 > "$tmp/mem.kir"
+  grep -q "^# memory per rank (4 ranks, shard dp, everything replicated): params 0.94 MB, gradients 0.94 MB, optimizer and other state 1.88 MB, total 3.76 MB = 16.00 bytes per param; ZeRO formulas (K = 12, Psi = 235146 params): dp 16 Psi = 3.76 MB, zero1 1.65 MB, zero2 1.29 MB, zero3 0.94 MB" "$tmp/mem.kir" ||
+    { echo "FAIL: kiln ir --ranks 4: the memory per rank is not the known figures"; grep "^# memory" "$tmp/mem.kir"; exit 1; }
+  echo "ok: memory per rank against the ZeRO formulas"
   # The control: KILN_MPI=0 makes each process of mpirun a run of its
   # own (batch 24 each), which must not match the 48-sample reference:
   # the comparison can fail.

@@ -237,6 +237,11 @@ static int cmd_ir(int argc, char **argv)
                 kl_buf_printf(&head, "# memory: %s\n", mem);
                 free(mem);
             }
+            if (precision && ranks > 1 && !eval) {
+                char *rm = pass_rank_memory(g, ranks);
+                kl_buf_printf(&head, "# memory %s\n", rm);
+                free(rm);
+            }
             if (c->memory_planned) {
                 /* The memory plan's report, also a comment. */
                 char *rep = plan_report(c->plan, 10, "# ");
