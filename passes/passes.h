@@ -26,6 +26,9 @@ int pass_shard(ir_graph *g, const pass_ctx *cx);
 /* Params, gradients and optimizer state per rank against ZeRO's formulas
  * for each stage, for ranks ranks; one line, caller frees. */
 char *pass_rank_memory(const ir_graph *g, int ranks);
+/* The ranks g's collectives were made for (their ranks attribute), or 1
+ * when it has none: what a dump says about its world. */
+int pass_graph_ranks(const ir_graph *g);
 int pass_simplify(ir_graph *g, const pass_ctx *cx);
 int pass_recompute(ir_graph *g, const pass_ctx *cx);
 /* With cx->no_fusion, one kernel per node (kiln bench's baseline,

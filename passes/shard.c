@@ -228,3 +228,13 @@ char *pass_rank_memory(const ir_graph *g, int ranks)
                         psi ? (double)total / P : 0.0, (long long)psi, 16 * P * mb, (4 * P + 12 * P / n) * mb,
                         (2 * P + 14 * P / n) * mb, 16 * P / n * mb);
 }
+
+int pass_graph_ranks(const ir_graph *g)
+{
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (!n->dead && ir_ops[n->op].kclass == IR_KC_COLLECTIVE)
+            return (int)ir_attr_int(&n->attrs, "ranks", 1);
+    }
+    return 1;
+}

@@ -21,11 +21,10 @@ typedef struct mpi_api {
     int (*Comm_size)(mpi_handle, int *);
     int (*Comm_set_errhandler)(mpi_handle, mpi_handle);
     int (*Allreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
-    int (*Bcast)(void *, int, mpi_handle, int, mpi_handle);
     int (*Error_string)(int, char *, int *);
     int (*Abort)(mpi_handle, int);
     int (*Finalize)(void);
-    mpi_handle world, errors_return, byte, f32, f64, i64, sum, max;
+    mpi_handle world, errors_return, f32, f64, i64, sum, max;
 } mpi_api;
 
 struct kl_comm {
@@ -74,13 +73,11 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(Comm_size, "MPI_Comm_size")
     SYM(Comm_set_errhandler, "MPI_Comm_set_errhandler")
     SYM(Allreduce, "MPI_Allreduce")
-    SYM(Bcast, "MPI_Bcast")
     SYM(Error_string, "MPI_Error_string")
     SYM(Abort, "MPI_Abort")
     SYM(Finalize, "MPI_Finalize")
     SYM(world, "ompi_mpi_comm_world")
     SYM(errors_return, "ompi_mpi_errors_return")
-    SYM(byte, "ompi_mpi_byte")
     SYM(f32, "ompi_mpi_float")
     SYM(f64, "ompi_mpi_double")
     SYM(i64, "ompi_mpi_int64_t")
@@ -201,19 +198,6 @@ void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_re
     if (half(dt)) {
         narrow(buf, p, count, dt);
         free(p);
-    }
-}
-
-void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int root, const char *what)
-{
-    if (!c->mpi || count == 0)
-        return;
-    /* Bytes: a broadcast converts nothing. */
-    int64_t bytes = count * ir_dtype_size(dt);
-    for (int64_t at = 0; at < bytes; at += COMM_CHUNK) {
-        int64_t k = bytes - at < COMM_CHUNK ? bytes - at : COMM_CHUNK;
-        int rc = c->mpi->Bcast((char *)buf + at, (int)k, c->mpi->byte, root, c->mpi->world);
-        check(c, rc, "MPI_Bcast", "broadcast", what, count, dt);
     }
 }
 

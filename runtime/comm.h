@@ -44,8 +44,6 @@ const char *kl_comm_desc(const kl_comm *c);
  * in an error. The collectives abort the job after an error (reported),
  * so they return only when they succeeded. */
 void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_reduce_op op, const char *what);
-/* root's count elements to every rank. */
-void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int root, const char *what);
 /* Ends the job: MPI_Abort with code under a launcher (every rank stops),
  * exit(code) otherwise. */
 KL_NORETURN void kl_comm_abort(kl_comm *c, int code);

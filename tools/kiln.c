@@ -237,8 +237,11 @@ static int cmd_ir(int argc, char **argv)
                 kl_buf_printf(&head, "# memory: %s\n", mem);
                 free(mem);
             }
-            if (precision && ranks > 1 && !eval) {
-                char *rm = pass_rank_memory(g, ranks);
+            /* A dump reprinted without --ranks: the world its
+             * collectives were made for, so that it reprints unchanged. */
+            int world = ranks > 1 ? ranks : pass_graph_ranks(g);
+            if (precision && world > 1 && !eval) {
+                char *rm = pass_rank_memory(g, world);
                 kl_buf_printf(&head, "# memory %s\n", rm);
                 free(rm);
             }
