@@ -55,6 +55,10 @@ launch)
     grep -q "effective batch 24 (batch 8 x accumulate 1 x ranks 3)" "$tmp/three.txt" &&
     [ "$(grep -c '^done:' "$tmp/three.txt")" -eq 1 ] && [ "$(grep -c '^ranks:' "$tmp/three.txt")" -eq 1 ] ||
     { echo "FAIL: 3 ranks: expected one start-up line naming world 3 and one summary"; cat "$tmp/three.txt"; exit 1; }
+  # lr_scaling counts the ranks: batch 8 x 3 ranks against base batch 8.
+  "${mpi[@]}" -np 3 "$tmp/mlp" "${loud[@]}" --steps 1 --batch 8 --set lr_scaling=linear --set base_batch=8 > "$tmp/lr.txt"
+  grep -q "lr 0.003 (linear scaling of 0.001 from base batch 8)" "$tmp/lr.txt" ||
+    { echo "FAIL: lr_scaling does not count the ranks"; grep "effective" "$tmp/lr.txt"; exit 1; }
   grep -q "^memory per rank (3 ranks, shard dp" "$tmp/three.txt" ||
     { echo "FAIL: no memory per rank at start-up"; exit 1; }
   echo "ok: one rank without mpirun, rank 0 alone prints under mpirun"
