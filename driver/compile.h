@@ -21,6 +21,7 @@ typedef struct kl_compile_opts {
     kl_mode mode;    /* train: forward, backward, update; eval: forward */
     bool no_fusion;  /* one kernel per node (the unfused baseline) */
     const kl_plan_opts *plan; /* kept values, memory planning off (NULL: defaults) */
+    int ranks;       /* the ranks the run has (the shard pass); 0 or 1: one */
 } kl_compile_opts;
 
 typedef struct kl_compiled {

@@ -65,7 +65,7 @@ static int bind_inputs(const ir_graph *g, const kl_dataset *d, bindings *b, cons
     return 0;
 }
 
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sample_bytes)
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, int64_t sample_bytes)
 {
     const ir_type *ft = &ir_val(e->g, b->features)->type;
     const ir_type *lt = b->labels >= 0 ? &ir_val(e->g, b->labels)->type : NULL;
@@ -73,7 +73,7 @@ void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sa
     size_t fbytes = (size_t)ir_type_bytes(ft), lbytes = lt ? (size_t)ir_type_bytes(lt) : 1;
     void *fh = kl_xmalloc(fbytes), *lh = kl_xmalloc(lbytes);
     for (int64_t i = 0; i < n; i++) {
-        int64_t src = i % batch->size;
+        int64_t src = (first + i) % batch->size;
         const uint8_t *px = batch->features + src * sample_bytes;
         if (ft->dtype == IR_U8)
             memcpy((uint8_t *)fh + i * sample_bytes, px, (size_t)sample_bytes);
@@ -128,10 +128,10 @@ static void write_hyper(trainer *t, int64_t step, int64_t total, double *lr_out)
     kl_persist *h = kl_session_find(t->s, "optimizer.hyper");
     double lr = kl_schedule_lr(&t->cfg, t->scaled_lr, step, total);
     /* The gradient multiplier undoes the loss scale and averages the
-     * micro-batches. */
+     * micro-batches and the ranks (whose gradients are summed). */
     float v[4] = {(float)lr, (float)(1 - pow(t->cfg.opt.beta1, (double)step)),
                   (float)(1 - pow(t->cfg.opt.beta2, (double)step)),
-                  (float)(1.0 / (t->loss_scale * (double)t->cfg.accumulate))};
+                  (float)(1.0 / (t->loss_scale * (double)t->cfg.accumulate * (double)t->world))};
     if (h)
         t->s->be->ops->copy_in(t->s->be, h->ptr, v, sizeof v);
     kl_persist *ls = kl_session_find(t->s, "loss_scale");
@@ -186,7 +186,8 @@ static ir_graph *load_with(const kl_source *src, const train_options *o, const c
  * the training plan's arena (host) when it fits there. */
 static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
 {
-    kl_compile_opts co = {.mode = mode};
+    /* The training plan sums the ranks' gradients (the shard pass). */
+    kl_compile_opts co = {.mode = mode, .ranks = t->world};
     kl_replan rp = {src, t->opt.kv};
     kl_compiled *c = kl_compile_graph(g, &co);
     if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
@@ -285,8 +286,8 @@ static int count_steps(trainer *t, train_loop *lp)
     const kl_train_config *c = &t->cfg;
     lp->per_epoch = kl_loader_batches(lp->loader) / c->accumulate;
     if (lp->per_epoch < 1) {
-        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld)",
-                 t->model, (long long)t->train_set.count, (long long)c->batch, (long long)c->accumulate);
+        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld x ranks %d)",
+                 t->model, (long long)t->train_set.count, (long long)c->batch, (long long)c->accumulate, t->world);
         return -1;
     }
     lp->total = c->epochs * lp->per_epoch;
@@ -322,6 +323,7 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
 {
     const kl_train_config *c = &t->cfg;
     write_hyper(t, lp->step + 1, lp->total, lr);
+    double sums[2] = {0, 0}; /* this rank's loss and metric over the micro-batches */
     for (int64_t m = 0; m < c->accumulate; m++) {
         double w0 = kl_now();
         kl_nvtx_push("data wait");
@@ -331,17 +333,22 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
             kl_trace_event(t->trace, "next batch", "data", KL_TRACE_DATA, w0, kl_now());
         if (!b)
             return false;
-        train_feed(t->train, &t->tb, b, t->train_set.sample_bytes);
+        /* The loader assembles the global batch; this rank's rows. */
+        train_feed(t->train, &t->tb, b, t->rank * c->batch, t->train_set.sample_bytes);
         kl_loader_release(lp->loader, b);
         lp->args.step = lp->step * c->accumulate + m;
         unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);
         if (m == c->accumulate - 1)
             phases |= 1u << IR_PHASE_UPDATE;
         kl_exec_run(t->train, phases, &lp->args);
-        lp->win_loss += kl_exec_scalar(t->train, t->train->g->loss);
+        sums[0] += kl_exec_scalar(t->train, t->train->g->loss);
         if (lp->metric_count)
-            lp->win_metric += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
+            sums[1] += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
     }
+    /* The global batch's: the mean over the ranks. */
+    train_ranks_sums(t, sums, 2);
+    lp->win_loss += sums[0] / t->world;
+    lp->win_metric += sums[1] / t->world;
     adjust_loss_scale(t);
     lp->step++;
     return true;
@@ -393,7 +400,7 @@ static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_
 {
     const kl_train_config *c = &t->cfg;
     double ms, sps;
-    kl_step_clock_window(&lp->clock, c->batch * c->accumulate, &ms, &sps);
+    kl_step_clock_window(&lp->clock, c->batch * c->accumulate * t->world, &ms, &sps);
     double m = lp->win_metric / (double)(lp->win_steps * c->accumulate);
     const char *metric_name = lp->metric_name;
     if (!t->opt.quiet) {
@@ -487,6 +494,7 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
     const kl_train_config *c = &t->cfg;
     const char *metric_name = lp->metric_name;
     double epoch_s = kl_now() - epoch_t0;
+    train_ranks_settle(t);
     if (c->eval_every == 0)
         return t->opt.save && save_checkpoint(t, t->opt.save, lp->step) ? -1 : 0;
     double eval_s = train_evaluate(t, &lp->er);
@@ -520,7 +528,7 @@ static void print_summary(trainer *t, train_loop *lp)
      * past 0; one resumed at its end runs none) over their own time:
      * evaluation, start-up and checkpoints are not in it. */
     const kl_step_clock *k = &lp->clock;
-    int64_t per_step = c->batch * c->accumulate;
+    int64_t per_step = c->batch * c->accumulate * t->world;
     double ms, sps, timed_ms, timed_sps;
     kl_step_clock_run(k, per_step, &ms, &sps);
     kl_step_clock_timed(k, per_step, &timed_ms, &timed_sps);
@@ -574,7 +582,9 @@ static int run_training(trainer *t)
 {
     const kl_train_config *c = &t->cfg;
     train_loop lp = {.best = -1, .args = {0, (uint64_t)c->seed}};
-    lp.loader = kl_loader_new(&t->train_set, c->batch, true, true, (uint64_t)c->seed, 4);
+    /* Every rank assembles each global batch (batch x ranks samples) in
+     * the same order and feeds its own slice (run_step). */
+    lp.loader = kl_loader_new(&t->train_set, c->batch * t->world, true, true, (uint64_t)c->seed, 4);
     int rc = -1;
     if (count_steps(t, &lp) || (t->opt.resume && resume(t, &lp)))
         goto out;
@@ -634,6 +644,7 @@ static int run_training(trainer *t)
     t->run_steps = lp.clock.run_steps;
     t->run_step_s = lp.clock.run_s;
     t->run_wait_s = kl_loader_wait_seconds(lp.loader);
+    train_ranks_settle(t);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
     if (!rc && t->opt.export_path &&
         kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name, kl_precision_name(c->precision),
@@ -722,9 +733,12 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
     }
     printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
            kl_precision_name(c->precision), be->desc, (long long)t->train_set.count, (long long)t->test_set.count);
-    int64_t eff = c->batch * c->accumulate, base = c->base_batch ? c->base_batch : c->batch;
-    printf("effective batch %lld (batch %lld x accumulate %lld); lr %.4g", (long long)eff, (long long)c->batch,
-           (long long)c->accumulate, t->scaled_lr);
+    int64_t eff = c->batch * c->accumulate * t->world, base = c->base_batch ? c->base_batch : c->batch;
+    printf("effective batch %lld (batch %lld x accumulate %lld", (long long)eff, (long long)c->batch,
+           (long long)c->accumulate);
+    if (t->world > 1)
+        printf(" x ranks %d", t->world);
+    printf("); lr %.4g", t->scaled_lr);
     if (c->lr_scaling != KL_LRS_NONE)
         printf(" (%s scaling of %.4g from base batch %lld)", c->lr_scaling == KL_LRS_LINEAR ? "linear" : "sqrt",
                c->opt.lr, (long long)base);
@@ -741,6 +755,7 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
         printf(" (limit %.2f MB)", (double)c->memory_limit / 1e6);
     printf("\n");
     free(plan);
+    train_ranks_print_start(t);
 }
 
 /* ---- --eval-only ---- */
@@ -868,8 +883,22 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     kl_source src;
     kl_source_from_string(&src, model_name, model_src);
     ir_graph *g = NULL;
+    /* Ranks first: under mpirun or srun every rank parses and checks the
+     * same flags, and rank 0 alone prints, writes files and checkpoints. */
+    if (!(t.comm = kl_comm_open()))
+        return 1;
+    t.rank = kl_comm_rank(t.comm);
+    t.world = kl_comm_world(t.comm);
     if (train_parse_flags(argc, argv, &t.opt, model_name))
         goto done;
+    if (t.rank > 0) {
+        t.opt.quiet = true;
+        t.opt.metrics = t.opt.save = t.opt.save_init = t.opt.trace_path = NULL;
+        if (!freopen("/dev/null", "w", stdout)) {
+            kl_error("rank %d: cannot send standard output to /dev/null", t.rank);
+            goto done;
+        }
+    }
     if (t.opt.device && strcmp(t.opt.device, "cpu") && strcmp(t.opt.device, "auto") && strcmp(t.opt.device, "cuda")) {
         kl_error("--device must be auto, cpu or cuda");
         goto done;
@@ -891,11 +920,14 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     /* One optimizer step takes batch x accumulate samples: a set smaller
      * than that is refused before anything is compiled or allocated. */
-    int64_t step_samples = kl_size_mul(t.cfg.batch, t.cfg.accumulate);
+    int64_t step_samples = kl_size_mul(kl_size_mul(t.cfg.batch, t.cfg.accumulate), t.world);
     if (step_samples < 0 || step_samples > t.train_set.count) {
-        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld)\n"
+        char ranks[32] = "";
+        if (t.world > 1)
+            snprintf(ranks, sizeof ranks, " x ranks %d", t.world);
+        kl_error("%s: the training set (%lld samples) is smaller than one step (batch %lld x accumulate %lld%s)\n"
                  "---> try --batch %lld --accumulate 1",
-                 model_name, (long long)t.train_set.count, (long long)t.cfg.batch, (long long)t.cfg.accumulate,
+                 model_name, (long long)t.train_set.count, (long long)t.cfg.batch, (long long)t.cfg.accumulate, ranks,
                  (long long)(t.cfg.batch < t.train_set.count ? t.cfg.batch : t.train_set.count));
         goto done;
     }
@@ -905,6 +937,13 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (t.opt.eval_only)
         t.opt.quiet = true;
     char *jit_reason = train_kernel_flags(&t.opt);
+    if (t.world > 1) {
+        /* The shard pass's buckets (concatenations, slices) are kernels
+         * that kiln build, compiling for one rank, did not make. */
+        char *r = kl_xasprintf("%s%s%d ranks", jit_reason ? jit_reason : "", jit_reason ? ", " : "", t.world);
+        free(jit_reason);
+        jit_reason = r;
+    }
     kl_cpu_options co = {.threads = t.opt.threads ? t.opt.threads : (int)t.cfg.threads,
                          .threads_from = t.opt.threads ? "--threads" : "the train block's threads",
                          .builtins = builtins,
@@ -916,7 +955,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.s->no_graphs = t.opt.no_cuda_graph;
-    t.scaled_lr = kl_train_scaled_lr(&t.cfg, 1);
+    t.s->comm = t.comm;
+    t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;
     if (t.opt.eval_only) {
@@ -929,7 +969,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     int64_t eb, peak;
     int made = make_plans(&t, &src, g, &eb);
     g = NULL;
-    if (made || check_peak(&t, &peak))
+    if (made || check_peak(&t, &peak) || train_ranks_prepare(&t))
         goto done;
     t.peak_bytes = peak;
     /* Host readings, and the GPU's through NVML on a GPU run. */
@@ -979,5 +1019,11 @@ done:
     for (int i = 0; i < t.opt.nowned; i++)
         free(t.opt.owned[i]);
     kl_source_free(&src);
+    free(t.averaged.v);
+    /* A rank that stops with an error while the others wait in a
+     * collective would hang them: the job ends here instead. */
+    if (rc && t.world > 1)
+        kl_comm_abort(t.comm, rc);
+    kl_comm_close(t.comm);
     return rc;
 }

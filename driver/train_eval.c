@@ -17,10 +17,16 @@ static void evaluate_plans(trainer *t, eval_result *r)
     const kl_batch *b;
     kl_kargs args = {0, (uint64_t)t->cfg.seed};
     while ((b = kl_loader_next(l))) {
+        /* On many ranks each evaluates every world-th batch; the sums
+         * are all-reduced below. */
+        if (b->index % t->world != t->rank) {
+            kl_loader_release(l, b);
+            continue;
+        }
         bool tail = b->index >= full;
         kl_exec *e = tail && t->eval_tail ? t->eval_tail : t->eval;
         bindings *bb = tail && t->eval_tail ? &t->etb : &t->eb;
-        train_feed(e, bb, b, d->sample_bytes);
+        train_feed(e, bb, b, 0, d->sample_bytes);
         kl_exec_run(e, KL_ALL_PHASES, &args);
         if (t->on_eval_batch)
             t->on_eval_batch(t, e, b);
@@ -31,6 +37,14 @@ static void evaluate_plans(trainer *t, eval_result *r)
         kl_loader_release(l, b);
     }
     kl_loader_free(l);
+    if (t->world > 1) {
+        double sums[10] = {r->loss, (double)r->samples};
+        memcpy(sums + 2, r->metric, sizeof r->metric);
+        kl_comm_all_reduce(t->comm, sums, 10, IR_F64, KL_REDUCE_SUM, "the evaluation's sums");
+        r->loss = sums[0];
+        r->samples = (int64_t)sums[1];
+        memcpy(r->metric, sums + 2, sizeof r->metric);
+    }
     if (r->samples) {
         r->loss /= (double)r->samples;
         for (int i = 0; i < 8; i++)
@@ -41,6 +55,7 @@ static void evaluate_plans(trainer *t, eval_result *r)
 double train_evaluate(trainer *t, eval_result *r)
 {
     double t0 = kl_now();
+    train_ranks_settle(t);
     kl_nvtx_push("evaluation");
     evaluate_plans(t, r);
     kl_nvtx_pop();

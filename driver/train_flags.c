@@ -26,6 +26,10 @@ static const char usage[] =
     "                     evaluation at all (default: at each epoch's end)\n"
     "  --log-every N      progress line every N steps\n"
     "  --precision P      fp32, bf16 or fp16\n"
+    "  --shard S          none or dp (the same: gradients all-reduced across the\n"
+    "                     ranks of mpirun/srun); zero1/2/3 are not built yet\n"
+    "  --bucket B         bytes per all-reduce of gradients across ranks (default\n"
+    "                     25MiB; 0: one per gradient)\n"
     "  --memory-limit B   refuse to start when the planned memory (params, state and\n"
     "                     the arena) exceeds B bytes (or \"2GiB\", \"500MB\")\n"
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
@@ -92,6 +96,7 @@ static const struct { const char *flag, *key; } mapped[] = {
     {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
     {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
     {"--precision", "precision"}, {"--memory-limit", "memory_limit"}, {"--tensorboard", "tensorboard"},
+    {"--shard", "shard"}, {"--bucket", "bucket"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.
@@ -100,7 +105,7 @@ static const struct { const char *flag, *key; } mapped[] = {
 char *train_kernel_flags(const train_options *o)
 {
     static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr",
-                                         "tensorboard"};
+                                         "tensorboard", "shard", "bucket"};
     kl_buf b = {0};
     for (int i = 0; i + 1 < o->nkv; i += 2) {
         const char *k = o->kv[i], *v = o->kv[i + 1], *flag = NULL;

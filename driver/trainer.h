@@ -5,6 +5,7 @@
 #define KILN_TRAINER_H
 
 #include "train.h"
+#include "runtime/comm.h"
 #include "runtime/data.h"
 #include "runtime/outfile.h"
 #include "runtime/session.h"
@@ -46,9 +47,10 @@ typedef struct bindings {
     int ce_classes;       /* classes of the first cross_entropy, or 0 */
 } bindings;
 
-/* Copies a batch into the exec's inputs, converting features to the
- * input's dtype and padding a short batch by repeating its samples. */
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t sample_bytes);
+/* Copies a batch into the exec's inputs from its sample first on (a
+ * rank's slice of the global batch; 0 on one rank), converting features
+ * to the input's dtype and padding a short batch by repeating samples. */
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, int64_t sample_bytes);
 
 typedef struct trainer trainer;
 struct trainer {
@@ -78,6 +80,11 @@ struct trainer {
     /* The run's own steps, their time and data wait (--profile's summary). */
     int64_t run_steps;
     double run_step_s, run_wait_s;
+    /* Ranks (train_ranks.c): this process's rank of world; the state
+     * averaged across ranks before evaluation and checkpoints. */
+    kl_comm *comm;
+    int rank, world;
+    KL_VEC(int) averaged;
 };
 
 typedef struct eval_result {
@@ -103,5 +110,16 @@ int train_predict_finish(trainer *t);
 /* The loss and metrics over the test set (train_eval.c); returns the
  * seconds it took. */
 double train_evaluate(trainer *t, eval_result *r);
+
+/* Ranks (train_ranks.c). prepare: the state averaged across ranks (-1
+ * after an error, reported). sums: sums[0..n) summed over the ranks in
+ * place (this rank's loss and metric sums of a step). settle: averages
+ * the state each rank updates on its own (batch norm's running
+ * statistics) before evaluation and checkpoints. Both are collectives:
+ * every rank calls them at the same point. */
+int train_ranks_prepare(trainer *t);
+void train_ranks_sums(trainer *t, double *sums, int n);
+void train_ranks_settle(trainer *t);
+void train_ranks_print_start(const trainer *t);
 
 #endif

@@ -833,3 +833,44 @@ int ir_shape_grad_accumulate(ir_infer *inf)
         return ir_infer_error(inf, "grad_accumulate: steps must be positive");
     return 0;
 }
+
+/* Collectives (ops.def): f32, bf16 or f16 data; ranks >= 1;
+ * reduce_scatter's result is one rank's share of the padded, flattened
+ * operand, all_gather's every rank's operand flattened. */
+int ir_shape_collective(ir_infer *inf)
+{
+    const ir_type *x = &inf->in[0];
+    const char *name = ir_op_name(inf->op);
+    if (x->dtype != IR_F32 && x->dtype != IR_BF16 && x->dtype != IR_F16)
+        return ir_infer_error(inf, "%s: collectives carry f32, bf16 or f16 data, not %s", name, ir_dtype_name(x->dtype));
+    int64_t ranks = ir_attr_int(inf->attrs, "ranks", 0);
+    if (ranks < 1 || ranks > 1 << 20)
+        return ir_infer_error(inf, "%s: ranks must be between 1 and %d", name, 1 << 20);
+    ir_type *o = &inf->out[0];
+    *o = *x;
+    int64_t n = ir_type_numel(x);
+    switch (inf->op) {
+    case IR_OP_ALL_REDUCE: {
+        const char *r = ir_attr_str(inf->attrs, "reduce", "sum");
+        if (strcmp(r, "sum") && strcmp(r, "max"))
+            return ir_infer_error(inf, "all_reduce: reduce must be sum or max, not %s", r);
+        return 0;
+    }
+    case IR_OP_RANK_BROADCAST: {
+        int64_t root = ir_attr_int(inf->attrs, "root", 0);
+        if (root < 0 || root >= ranks)
+            return ir_infer_error(inf, "rank_broadcast: root %lld is not a rank of %lld", (long long)root, (long long)ranks);
+        return 0;
+    }
+    case IR_OP_REDUCE_SCATTER:
+        o->rank = 1;
+        o->dim[0] = (n + ranks - 1) / ranks;
+        return 0;
+    case IR_OP_ALL_GATHER:
+        o->rank = 1;
+        o->dim[0] = n * ranks;
+        return 0;
+    default:
+        kl_panic("ir_shape_collective: %s is not a collective", name);
+    }
+}

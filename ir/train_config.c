@@ -67,11 +67,12 @@ static const key_info keys[] = {
     {"precision", K_WORD, "fp32 bf16 fp16", NULL, 0, "storage and GEMM precision"},
     {"loss_scale", K_CALL, NULL, loss_scale_forms, 0, "dynamic(...) or static(scale) (fp16)"},
     {"max_skipped_steps", K_INT, NULL, NULL, 0, "stop when more steps than this in a row are skipped (fp16; 0: never)"},
-    {"shard", K_WORD, "none zero1 zero2 zero3", NULL, 0, "ZeRO stage across ranks"},
+    {"shard", K_WORD, "none dp zero1 zero2 zero3", NULL, 0, "how state is split across ranks (none = dp)"},
     {"recompute", K_RECOMPUTE, NULL, NULL, 0, "none, auto or [def names]"},
     {"keep_fp32", K_RECOMPUTE, NULL, NULL, 0, "[def names] whose ops stay fp32 under bf16/fp16"},
     {"memory_limit", K_BYTES, NULL, NULL, 0, "bytes, or a string such as \"2GiB\""},
     {"tensorboard", K_PATH, NULL, NULL, 0, "a folder for TensorBoard event files"},
+    {"bucket", K_BYTES, NULL, NULL, 0, "bytes per all-reduce across ranks (default \"25MiB\"; 0: one per gradient)"},
 };
 
 static const key_info *find_key(const char *key)
@@ -241,17 +242,18 @@ static int check_one(ir_attr *a, const kl_source *src)
             kl_buf_free(&w);
             return -1;
         }
-        /* A setting the program accepts must work: sharding is not
-         * implemented yet, so only "none" is accepted. */
-        if (!strcmp(k->key, "shard") && strcmp(v->s, "none"))
-            return fail(src, loc, "shard = %s is not implemented yet (the only setting is none)", v->s);
+        /* A setting the program accepts must work: of the ZeRO stages
+         * none is built yet (README, "Many ranks"). */
+        if (!strcmp(k->key, "shard") && strncmp(v->s, "zero", 4) == 0)
+            return fail(src, loc, "shard = %s is not implemented yet (built: none and dp, which are the same: every rank "
+                        "holds all params and optimizer state, gradients are all-reduced)", v->s);
         return 0;
     case K_CALL:
         return check_call(a, k, src);
     case K_BYTES: {
         int64_t b = v->kind == IR_ATTR_INT ? v->i : v->kind == IR_ATTR_STR ? parse_bytes(v->s) : -1;
         if (b < 0)
-            return fail(src, loc, "memory_limit must be a byte count such as 2000000000 or \"2GiB\"");
+            return fail(src, loc, "%s must be a byte count such as 2000000000 or \"2GiB\"", k->key);
         ir_attr_val_free(v);
         *v = ir_attr_val_int(b);
         v->loc = loc;
@@ -473,7 +475,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->max_skipped_steps = ir_attr_int(train, "max_skipped_steps", 32);
 
     const char *sh = ir_attr_str(train, "shard", "none");
-    c->shard = !strcmp(sh, "zero1") ? KL_SHARD_ZERO1 : !strcmp(sh, "zero2") ? KL_SHARD_ZERO2
+    c->shard = !strcmp(sh, "dp") ? KL_SHARD_DP : !strcmp(sh, "zero1") ? KL_SHARD_ZERO1 : !strcmp(sh, "zero2") ? KL_SHARD_ZERO2
                : !strcmp(sh, "zero3") ? KL_SHARD_ZERO3 : KL_SHARD_NONE;
 
     ir_attr *rc = ir_attrs_find(train, "recompute");
@@ -488,6 +490,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->memory_limit = ir_attr_int(train, "memory_limit", 0);
     const char *tb = ir_attr_str(train, "tensorboard", NULL);
     c->tensorboard = tb ? kl_xstrdup(tb) : NULL;
+    c->bucket = ir_attr_int(train, "bucket", 25 << 20);
 }
 
 void kl_train_config_free(kl_train_config *c)

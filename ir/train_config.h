@@ -15,7 +15,7 @@ typedef enum { KL_OPT_SGD, KL_OPT_ADAM, KL_OPT_ADAMW } kl_optimizer_kind;
 typedef enum { KL_SCHED_CONSTANT, KL_SCHED_STEP, KL_SCHED_COSINE, KL_SCHED_WARMUP_COSINE, KL_SCHED_LINEAR } kl_schedule_kind;
 typedef enum { KL_LRS_NONE, KL_LRS_LINEAR, KL_LRS_SQRT } kl_lr_scaling;
 typedef enum { KL_PREC_FP32, KL_PREC_BF16, KL_PREC_FP16 } kl_precision;
-typedef enum { KL_SHARD_NONE, KL_SHARD_ZERO1, KL_SHARD_ZERO2, KL_SHARD_ZERO3 } kl_shard;
+typedef enum { KL_SHARD_NONE, KL_SHARD_DP, KL_SHARD_ZERO1, KL_SHARD_ZERO2, KL_SHARD_ZERO3 } kl_shard;
 
 typedef struct kl_train_config {
     char *data_format;     /* "idx" or "synthetic" */
@@ -53,6 +53,7 @@ typedef struct kl_train_config {
     char *recompute;       /* "none", "auto" or a comma-separated list of defs */
     int64_t memory_limit;  /* bytes; 0: none */
     char *tensorboard;     /* a folder for event files; NULL: none */
+    int64_t bucket;        /* bytes per all-reduce across ranks; 0: one per gradient */
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.

@@ -14,6 +14,7 @@ typedef struct pass_ctx {
      * memory planning; -1 after an error. recompute measures with it. */
     int64_t (*measure_arena)(void *arg, ir_graph *g);
     void *measure_arg;
+    int ranks; /* the world the graph is compiled for (shard); 0 or 1: one rank */
 } pass_ctx;
 
 int pass_eval_mode(ir_graph *g, const pass_ctx *cx);
@@ -21,6 +22,13 @@ int pass_autodiff(ir_graph *g, const pass_ctx *cx);
 int pass_optimizer(ir_graph *g, const pass_ctx *cx);
 int pass_precision(ir_graph *g, const pass_ctx *cx);
 int pass_accumulate(ir_graph *g, const pass_ctx *cx);
+int pass_shard(ir_graph *g, const pass_ctx *cx);
+/* Params, gradients and optimizer state per rank against ZeRO's formulas
+ * for each stage, for ranks ranks; one line, caller frees. */
+char *pass_rank_memory(const ir_graph *g, int ranks);
+/* The ranks g's collectives were made for (their ranks attribute), or 1
+ * when it has none: what a dump says about its world. */
+int pass_graph_ranks(const ir_graph *g);
 int pass_simplify(ir_graph *g, const pass_ctx *cx);
 int pass_constants(ir_graph *g, const pass_ctx *cx);
 int pass_recompute(ir_graph *g, const pass_ctx *cx);

@@ -13,6 +13,7 @@ const pass_entry pass_table[] = {
     {"eval_mode", pass_eval_mode, PASS_EVAL},
     {"precision", pass_precision, PASS_TRAIN | PASS_EVAL},
     {"accumulate", pass_accumulate, PASS_TRAIN},
+    {"shard", pass_shard, PASS_TRAIN},
     {"simplify", pass_simplify, PASS_TRAIN | PASS_EVAL},
     {"constants", pass_constants, PASS_TRAIN | PASS_EVAL},
     {"recompute", pass_recompute, PASS_TRAIN},

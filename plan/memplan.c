@@ -304,7 +304,7 @@ void plan_liveness(kl_plan *p)
         p->buffers.v[b].first = p->buffers.v[b].last = -1;
     for (int i = 0; i < p->steps.n; i++) {
         const kl_step *s = &p->steps.v[i];
-        if (s->kind == KL_STEP_KERNEL) {
+        if (s->kind != KL_STEP_GEMM) {
             for (int k = 0; k < s->nargs; k++)
                 touch(p, s->args[k], i);
         } else {

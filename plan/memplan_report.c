@@ -22,7 +22,7 @@ char *plan_buffer_name(const kl_plan *p, int b)
     for (int i = 0; i < p->steps.n; i++) {
         const kl_step *s = &p->steps.v[i];
         bool uses = s->kind == KL_STEP_GEMM ? (s->gemm.a == b || s->gemm.b == b || s->gemm.c == b) : false;
-        for (int k = 0; s->kind == KL_STEP_KERNEL && k < s->nargs && !uses; k++)
+        for (int k = 0; s->kind != KL_STEP_GEMM && k < s->nargs && !uses; k++)
             uses = s->args[k] == b;
         if (uses) {
             /* The op the scratch serves (a convolution's im2col column). */

@@ -107,6 +107,20 @@ static void make_inplace(kl_plan *p, const cg_group *grp, kir_kernel *k)
     }
 }
 
+static void add_collective_step(kl_plan *p, const ir_node *n)
+{
+    /* Only all_reduce runs so far: the shard pass emits nothing else. */
+    if (n->op != IR_OP_ALL_REDUCE)
+        kl_panic("%s has no runtime step yet (only all_reduce runs; zero1/2/3 are not built)", ir_op_name(n->op));
+    kl_step s = {.kind = KL_STEP_COLLECTIVE, .phase = n->phase, .node = n->id, .nargs = 2};
+    s.args[0] = plan_buffer_of(p, n->in.v[0]);
+    s.args[1] = plan_buffer_of(p, n->out.v[0]);
+    s.rw[0] = KL_ARG_READ;
+    s.rw[1] = KL_ARG_WRITE | KL_ARG_WRITE_FIRST;
+    s.bytes = 2 * ir_type_bytes(&ir_val(p->g, n->out.v[0])->type);
+    kl_vec_push(p->steps, s);
+}
+
 static void describe_group(kl_buf *b, const cg_group *grp)
 {
     for (int i = 0; i < grp->n; i++)
@@ -437,6 +451,12 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
         for (int j = n->group >= 0 ? next[i] : -1; j >= 0; j = next[j])
             if (!done[j])
                 members[cnt++] = j, done[j] = true;
+        /* A collective is a step of its own: the communicator's call. */
+        if (ir_ops[n->op].kclass == IR_KC_COLLECTIVE) {
+            kl_check(cnt == 1);
+            add_collective_step(p, n);
+            continue;
+        }
         /* GEMM-like anchors: the library call, then the rest of the group
          * (bias, activation) as one elementwise kernel over its result. */
         int lib = -1;
@@ -534,6 +554,8 @@ char *plan_step_label(const kl_plan *p, const kl_step *s)
     kl_buf b = {0};
     if (s->kind == KL_STEP_GEMM)
         kl_buf_puts(&b, "matmul");
+    else if (s->kind == KL_STEP_COLLECTIVE)
+        kl_buf_puts(&b, ir_op_name(n->op));
     else
         kl_buf_puts(&b, p->kernels.v[s->kernel].what);
     if (n->loc.line > 0)

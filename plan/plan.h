@@ -31,7 +31,9 @@ typedef struct kl_buffer {
                          touches it (codegen/memplan.c) */
 } kl_buffer;
 
-typedef enum kl_step_kind { KL_STEP_KERNEL, KL_STEP_GEMM } kl_step_kind;
+/* COLLECTIVE: a collective op (node) of the runtime's communicator, from
+ * args[0] (read) into args[1] (written). */
+typedef enum kl_step_kind { KL_STEP_KERNEL, KL_STEP_GEMM, KL_STEP_COLLECTIVE } kl_step_kind;
 
 /* C[b] = alpha op(A[b]) op(B[b]) + beta C[b], row-major, for b < batch. */
 typedef struct kl_gemm {
@@ -55,8 +57,8 @@ typedef struct kl_step {
     kl_step_kind kind;
     ir_phase phase;
     int kernel;       /* KERNEL: index into plan.kernels */
-    int args[IR_KERNEL_MAX_BUFS]; /* KERNEL: buffers in the kernel's parameter order */
-    uint8_t rw[IR_KERNEL_MAX_BUFS]; /* KERNEL: per argument, KL_ARG_* */
+    int args[IR_KERNEL_MAX_BUFS]; /* KERNEL: buffers in the kernel's parameter order; COLLECTIVE: in, out */
+    uint8_t rw[IR_KERNEL_MAX_BUFS]; /* KERNEL, COLLECTIVE: per argument, KL_ARG_* */
     int nargs;
     kl_gemm gemm;
     int node;         /* the group's first IR node (labels, profiling) */

@@ -76,6 +76,30 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
 
 static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
 
+/* A plan's collectives run on the CPU backend (NCCL for the GPU is not
+ * built yet), in a world of the size they were compiled for. */
+static int check_collectives(const kl_session *s, const kl_plan *p)
+{
+    int world = s->comm ? kl_comm_world(s->comm) : 1;
+    for (int i = 0; i < p->steps.n; i++) {
+        if (p->steps.v[i].kind != KL_STEP_COLLECTIVE)
+            continue;
+        const ir_node *n = ir_nd(p->g, p->steps.v[i].node);
+        int64_t ranks = ir_attr_int(&n->attrs, "ranks", 1);
+        if (strcmp(s->be->ops->name, "cpu")) {
+            kl_error("%s: collectives (%s) on the %s backend need NCCL, which is not built yet\n---> run with --device cpu",
+                     p->g->name, ir_op_name(n->op), s->be->ops->name);
+            return -1;
+        }
+        if (ranks != world) {
+            kl_error("%s: the plan was compiled for %lld ranks (%s), but this run has %d", p->g->name, (long long)ranks,
+                     ir_op_name(n->op), world);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 kl_exec *kl_exec_new(kl_session *s, ir_graph *g, kl_plan *plan)
 {
     return exec_new(s, g, plan, NULL);
@@ -94,6 +118,10 @@ static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *hos
     e->s = s;
     e->g = g;
     e->plan = plan;
+    if (check_collectives(s, plan)) {
+        kl_exec_free(e);
+        return NULL;
+    }
     if (s->be->ops->prepare(s->be, e->plan)) {
         kl_exec_free(e);
         return NULL;
@@ -154,6 +182,22 @@ void kl_exec_free(kl_exec *e)
     free(e);
 }
 
+/* all_reduce (the only collective with a step: plan.c): the operand
+ * copied to the result, then reduced there in place. Host memory: exec_new
+ * refuses collectives on other backends. */
+static void run_collective(kl_exec *e, const kl_step *st)
+{
+    const kl_buffer *out = &e->plan->buffers.v[st->args[1]];
+    const ir_node *n = ir_nd(e->g, st->node);
+    void *src = e->ptrs[st->args[0]], *dst = e->ptrs[st->args[1]];
+    if (src != dst)
+        memcpy(dst, src, (size_t)out->bytes);
+    bool max = !strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "max");
+    if (e->s->comm)
+        kl_comm_all_reduce(e->s->comm, dst, out->numel, out->dtype, max ? KL_REDUCE_MAX : KL_REDUCE_SUM,
+                           ir_val(e->g, n->in.v[0])->name);
+}
+
 static void run_step(kl_exec *e, int i, const kl_kargs *args)
 {
     kl_backend *be = e->s->be;
@@ -161,6 +205,8 @@ static void run_step(kl_exec *e, int i, const kl_kargs *args)
     kl_step *st = &p->steps.v[i];
     if (st->kind == KL_STEP_KERNEL)
         be->ops->launch(be, p, st->kernel, e->args[i], args);
+    else if (st->kind == KL_STEP_COLLECTIVE)
+        run_collective(e, st);
     else
         be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
 }
@@ -283,7 +329,9 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
         e->step_seconds[i] += t1 - t0;
         e->step_runs[i]++;
         if (e->trace)
-            kl_trace_event(e->trace, e->labels[i], p->steps.v[i].kind == KL_STEP_GEMM ? "gemm" : "kernel",
+            kl_trace_event(e->trace, e->labels[i], p->steps.v[i].kind == KL_STEP_GEMM         ? "gemm"
+                           : p->steps.v[i].kind == KL_STEP_COLLECTIVE ? "collective"
+                                                                      : "kernel",
                            KL_TRACE_KERNELS, t0, t1);
     }
     if (phase >= 0)

@@ -5,6 +5,7 @@
 #define KILN_SESSION_H
 
 #include "backend.h"
+#include "comm.h"
 /* Host bf16/f16 conversions (kl_f32_to_bf16, ...): the kernels' own text. */
 #include "base/scalar.h"
 
@@ -21,6 +22,7 @@ typedef struct kl_session {
     uint64_t seed;
     KL_VEC(kl_persist) persist;
     bool no_graphs; /* never replay runs as recorded graphs (--no-cuda-graph) */
+    kl_comm *comm;  /* the collectives' communicator (not owned); NULL: one rank */
 } kl_session;
 
 /* A run recorded as a graph (on backends that record them): after

@@ -39,7 +39,7 @@ static const char usage[] =
 static const char ir_usage[] =
     "usage: kiln ir FILE [--after STAGE|all] [--format text|dot|timeline|steps] [-o OUT]\n"
     "               [--batch N] [--set KEY=VALUE] [--eval] [--kernels] [--no-fusion]\n"
-    "               [--no-verify]\n"
+    "               [--no-verify] [--ranks N]\n"
     "\n"
     "Reads a model file (.kl) or an IR dump (.kir), compiles it up to STAGE\n"
     "and prints the graph. The text form reads back: `kiln ir dump.kir`\n"
@@ -59,6 +59,8 @@ static const char ir_usage[] =
     "  -o OUT           write to OUT instead of standard output\n"
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
+    "  --ranks N        compile for N ranks (the shard pass's all-reduces; the\n"
+    "                   memory report per rank)\n"
     "  --kernels        print the generated kernels (C) instead of the graph\n"
     "                   (needs kernels or a later stage)\n"
     "  --cuda           with --kernels: the CUDA C (NVRTC) kernels instead\n"
@@ -141,6 +143,7 @@ static int cmd_ir(int argc, char **argv)
 {
     const char *file = NULL, *after = "all", *format = "text", *out = NULL;
     bool verify = true, eval = false, kernels = false, no_fusion = false, cuda = false;
+    int ranks = 1;
     overrides ov = {0};
     int rc = 1;
     for (int i = 0; i < argc; i++) {
@@ -164,6 +167,14 @@ static int cmd_ir(int argc, char **argv)
         } else if (!strcmp(a, "--set") && has_val) {
             if (add_set(&ov, argv[++i]))
                 goto done;
+        } else if (!strcmp(a, "--ranks") && has_val) {
+            char *end;
+            long r = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || r < 1 || r > 1 << 20) {
+                kl_error("kiln ir: --ranks needs a count from 1 to %d, got '%s'", 1 << 20, argv[i]);
+                goto done;
+            }
+            ranks = (int)r;
         } else if (!strcmp(a, "--no-verify")) {
             verify = false;
         } else if (!strcmp(a, "--eval")) {
@@ -199,7 +210,7 @@ static int cmd_ir(int argc, char **argv)
         goto done;
     }
     kl_compile_opts co = {.kv = ov.n ? ov.kv : NULL, .stop_after = after, .verify = verify,
-                          .mode = eval ? KL_MODE_EVAL : KL_MODE_TRAIN, .no_fusion = no_fusion};
+                          .mode = eval ? KL_MODE_EVAL : KL_MODE_TRAIN, .no_fusion = no_fusion, .ranks = ranks};
     kl_compiled *c = kl_compile_file(file, &co);
     if (c) {
         ir_graph *g = c->g;
@@ -240,6 +251,14 @@ static int cmd_ir(int argc, char **argv)
                 char *mem = pass_memory_summary(g);
                 kl_buf_printf(&head, "# memory: %s\n", mem);
                 free(mem);
+            }
+            /* A dump reprinted without --ranks: the world its
+             * collectives were made for, so that it reprints unchanged. */
+            int world = ranks > 1 ? ranks : pass_graph_ranks(g);
+            if (precision && world > 1 && !eval) {
+                char *rm = pass_rank_memory(g, world);
+                kl_buf_printf(&head, "# memory %s\n", rm);
+                free(rm);
             }
             if (c->memory_planned) {
                 /* The memory plan's report, also a comment. */

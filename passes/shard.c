@@ -1,0 +1,240 @@
+/* shard: data parallel across the ranks of a run (training).
+ *
+ * requires: accumulate (the update phase reads each step's final
+ *           gradients, or their accumulators)
+ * provides: with pass_ctx.ranks = N > 1, every value the update phase
+ *           reads from forward or backward (the gradients, or the
+ *           accumulators that backward writes) summed across the ranks
+ *           by all_reduce (sum, ranks = N, update phase), in buckets of
+ *           one dtype up to the train setting bucket (25 MiB; 0: one
+ *           all_reduce per value): flattened, concatenated, summed once,
+ *           sliced back; the update's readers read the sums. The
+ *           gradient multiplier in optimizer.hyper divides by N (the
+ *           runtime: driver/train.c), so every rank applies the global
+ *           batch's mean gradient to the same params; the gradient norm
+ *           (clip) and the fp16 overflow check, computed in the update
+ *           phase, see the sums, so every rank clips by the global norm and
+ *           skips the same steps. With one rank nothing changes.
+ *
+ * The train block's shard = none and shard = dp both mean this; the ZeRO
+ * stages are refused by ir/train_config.c until they are built. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "ir/train_config.h"
+
+/* Every update-phase reader of v but skip reads s instead. */
+static void read_in_update(ir_graph *g, int v, int s, const ir_node *skip)
+{
+    const ir_value *xv = ir_val(g, v);
+    for (int u = xv->uses.n - 1; u >= 0; u--) {
+        ir_use use = xv->uses.v[u];
+        ir_node *r = ir_nd(g, use.node);
+        if (r != skip && r->phase == IR_PHASE_UPDATE)
+            ir_set_operand(g, r, use.operand, s);
+    }
+}
+
+static int emit_update(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *a, const char *base, kl_loc loc)
+{
+    char *name = base ? ir_unique_name(g, base) : NULL;
+    int v = ir_emit(g, op, in, nin, a, name);
+    free(name);
+    ir_node *n = ir_nd(g, g->nodes.n - 1);
+    n->phase = IR_PHASE_UPDATE;
+    n->loc = loc;
+    return v;
+}
+
+static int all_reduce(ir_graph *g, int v, int ranks, const char *base)
+{
+    ir_attrs a = {0};
+    ir_attrs_set_str(&a, "reduce", "sum");
+    ir_attrs_set_int(&a, "ranks", ranks);
+    int s = emit_update(g, IR_OP_ALL_REDUCE, &v, 1, &a, base, ir_val(g, v)->loc);
+    ir_attrs_free(&a);
+    return s;
+}
+
+/* One bucket of values of one dtype: flattened, concatenated, summed in
+ * one all_reduce, sliced back (the slices' reshapes are views); a bucket
+ * of one value is summed as it is. */
+static void reduce_bucket(ir_graph *g, const int *vals, int n, int ranks, int *bucket_no)
+{
+    if (n == 1) {
+        char *base = kl_xasprintf("%s.sum", ir_val(g, vals[0])->name);
+        int s = all_reduce(g, vals[0], ranks, base);
+        free(base);
+        read_in_update(g, vals[0], s, ir_nd(g, g->nodes.n - 1));
+        return;
+    }
+    int *flat = kl_xmalloc(sizeof(int) * (size_t)n);
+    int64_t *numels = kl_xmalloc(sizeof(int64_t) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        numels[i] = ir_type_numel(&ir_val(g, vals[i])->type);
+        ir_attrs a = {0};
+        ir_attrs_set_ints(&a, "shape", &numels[i], 1);
+        flat[i] = emit_update(g, IR_OP_RESHAPE, &vals[i], 1, &a, NULL, ir_val(g, vals[i])->loc);
+        ir_attrs_free(&a);
+    }
+    char *base = kl_xasprintf("bucket.%d", (*bucket_no)++);
+    /* ir_emit infers at most 8 operands: the concat's type is made here. */
+    ir_type ct = {ir_val(g, vals[0])->type.dtype, 1, {0}};
+    for (int i = 0; i < n; i++)
+        ct.dim[0] += numels[i];
+    ir_attrs ca = {0};
+    ir_attrs_set_int(&ca, "axis", 0);
+    char *cname = ir_unique_name(g, base);
+    const char *cnames[1] = {cname};
+    ir_node *cn = ir_add_node(g, IR_OP_CONCAT, flat, n, &ca, &ct, cnames, (kl_loc){0, 0});
+    free(cname);
+    ir_attrs_free(&ca);
+    cn->phase = IR_PHASE_UPDATE;
+    int cat = cn->out.v[0];
+    char *sbase = kl_xasprintf("%s.sum", base);
+    int sum = all_reduce(g, cat, ranks, sbase);
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const ir_value *x = ir_val(g, vals[i]);
+        ir_attrs a = {0};
+        ir_attrs_set_int(&a, "axis", 0);
+        ir_attrs_set_int(&a, "start", off);
+        ir_attrs_set_int(&a, "end", off + numels[i]);
+        int piece = emit_update(g, IR_OP_SLICE, &sum, 1, &a, NULL, x->loc);
+        ir_attrs_free(&a);
+        off += numels[i];
+        ir_attrs r = {0};
+        ir_attrs_set_ints(&r, "shape", x->type.dim, x->type.rank);
+        char *nb = kl_xasprintf("%s.sum", x->name);
+        int back = emit_update(g, IR_OP_RESHAPE, &piece, 1, &r, nb, x->loc);
+        free(nb);
+        ir_attrs_free(&r);
+        /* The flattening reshape reads v in the update phase too. */
+        const ir_node *skip = ir_nd(g, ir_val(g, flat[i])->def);
+        read_in_update(g, vals[i], back, skip);
+    }
+    free(base);
+    free(sbase);
+    free(flat);
+    free(numels);
+}
+
+int pass_shard(ir_graph *g, const pass_ctx *cx)
+{
+    if (cx->ranks <= 1)
+        return 0;
+    kl_train_config cfg;
+    kl_train_read(&g->train, &cfg);
+    int64_t bucket_bytes = cfg.bucket;
+    kl_train_config_free(&cfg);
+    /* What the update reads from forward or backward, in the order of its
+     * first reader. */
+    int nv = g->values.n;
+    bool *from_backward = kl_xcalloc((size_t)nv + 1, 1), *done = kl_xcalloc((size_t)nv + 1, 1);
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->dead || n->phase == IR_PHASE_UPDATE)
+            continue;
+        for (int k = 0; k < n->out.n; k++)
+            from_backward[n->out.v[k]] = true;
+        for (int k = 0; k < n->in.n; k++)
+            if (ir_op_mutates(n->op, k))
+                from_backward[n->in.v[k]] = true;
+    }
+    KL_VEC(int) vals = {0};
+    int rc = 0;
+    for (int i = 0; i < g->nodes.n && !rc; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->dead || n->phase != IR_PHASE_UPDATE)
+            continue;
+        for (int k = 0; k < n->in.n; k++) {
+            int v = n->in.v[k];
+            if (v >= nv || !from_backward[v] || done[v])
+                continue;
+            done[v] = true;
+            const ir_value *x = ir_val(g, v);
+            ir_dtype dt = x->type.dtype;
+            if (dt != IR_F32 && dt != IR_BF16 && dt != IR_F16) {
+                pass_error(g, x->loc, "the update reads %s (%s) from backward, which cannot be summed across ranks", x->name,
+                           ir_dtype_name(dt));
+                rc = -1;
+                break;
+            }
+            kl_vec_push(vals, v);
+        }
+    }
+    /* Buckets of one dtype up to bucket_bytes (a value larger than that
+     * is a bucket of its own). */
+    int bucket_no = 0;
+    for (int i = 0; i < vals.n && !rc; i++) {
+        if (vals.v[i] < 0)
+            continue;
+        ir_dtype dt = ir_val(g, vals.v[i])->type.dtype;
+        /* At most 32 values a bucket: a kernel has at most
+         * IR_KERNEL_MAX_BUFS buffers. */
+        int members[32], m = 0;
+        int64_t bytes = 0;
+        for (int j = i; j < vals.n && m < (int)KL_ARRAY_LEN(members); j++) {
+            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt)
+                continue;
+            int64_t b = ir_type_bytes(&ir_val(g, vals.v[j])->type);
+            if (m > 0 && (bucket_bytes == 0 || bytes + b > bucket_bytes))
+                break;
+            members[m++] = vals.v[j];
+            bytes += b;
+            vals.v[j] = -1;
+        }
+        reduce_bucket(g, members, m, cx->ranks, &bucket_no);
+    }
+    free(vals.v);
+    free(from_backward);
+    free(done);
+    if (!rc)
+        ir_toposort(g);
+    return rc;
+}
+
+char *pass_rank_memory(const ir_graph *g, int ranks)
+{
+    int64_t psi = 0, params = 0, grads = 0, state = 0;
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (v->kind == IR_VAL_PARAM) {
+            psi += ir_type_numel(&v->type);
+            params += ir_type_bytes(&v->type);
+        } else if (v->kind == IR_VAL_STATE) {
+            /* Low-precision copies are params too; accumulators gradients. */
+            const char *role = ir_attr_str(&v->attrs, "role", "");
+            if (!strcmp(role, "lowp"))
+                params += ir_type_bytes(&v->type);
+            else if (!strcmp(role, "grad_acc"))
+                grads += ir_type_bytes(&v->type);
+            else
+                state += ir_type_bytes(&v->type);
+        }
+    }
+    for (int i = 0; i < g->grads.n; i++)
+        grads += ir_type_bytes(&ir_val(g, g->grads.v[i].grad)->type);
+    double n = ranks > 1 ? (double)ranks : 1.0, mb = 1e-6, P = (double)psi;
+    int64_t total = params + grads + state;
+    /* ZeRO's per-rank bytes for mixed-precision Adam (K = 12): stage 0
+     * (dp) (2 + 2 + K) Psi, 1: 2 Psi + 2 Psi + K Psi / N, 2: 2 Psi +
+     * (2 + K) Psi / N, 3: (2 + 2 + K) Psi / N. */
+    return kl_xasprintf("per rank (%d rank%s, shard dp, everything replicated): params %.2f MB, gradients %.2f MB, "
+                        "optimizer and other state %.2f MB, total %.2f MB = %.2f bytes per param; ZeRO formulas (K = 12, "
+                        "Psi = %lld params): dp 16 Psi = %.2f MB, zero1 %.2f MB, zero2 %.2f MB, zero3 %.2f MB (zero1/2/3 not built)",
+                        ranks > 1 ? ranks : 1, ranks > 1 ? "s" : "", params * mb, grads * mb, state * mb, total * mb,
+                        psi ? (double)total / P : 0.0, (long long)psi, 16 * P * mb, (4 * P + 12 * P / n) * mb,
+                        (2 * P + 14 * P / n) * mb, 16 * P / n * mb);
+}
+
+int pass_graph_ranks(const ir_graph *g)
+{
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (!n->dead && ir_ops[n->op].kclass == IR_KC_COLLECTIVE)
+            return (int)ir_attr_int(&n->attrs, "ranks", 1);
+    }
+    return 1;
+}

@@ -1,0 +1,223 @@
+/* The communicator (comm.h): Open MPI through dlopen, or a world of one.
+ *
+ * Open MPI's handles (MPI_COMM_WORLD, MPI_FLOAT, MPI_SUM, ...) are the
+ * addresses of globals in libmpi, so they are found with dlsym; MPICH's
+ * are integers in its header, which this file does not use, so a libmpi
+ * without Open MPI's globals is refused with that reason. */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "base/scalar.h"
+
+typedef void *mpi_handle;
+
+typedef struct mpi_api {
+    void *lib;
+    int (*Initialized)(int *);
+    int (*Init)(int *, char ***);
+    int (*Comm_rank)(mpi_handle, int *);
+    int (*Comm_size)(mpi_handle, int *);
+    int (*Comm_set_errhandler)(mpi_handle, mpi_handle);
+    int (*Allreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
+    int (*Error_string)(int, char *, int *);
+    int (*Abort)(mpi_handle, int);
+    int (*Finalize)(void);
+    mpi_handle world, errors_return, f32, f64, i64, sum, max;
+} mpi_api;
+
+struct kl_comm {
+    int rank, world;
+    char desc[96];
+    mpi_api *mpi; /* NULL: a world of one */
+};
+
+#define MPI_IN_PLACE_OMPI ((void *)1)
+
+const char *kl_comm_launcher(void)
+{
+    const char *off = getenv("KILN_MPI");
+    if (off && !strcmp(off, "0"))
+        return NULL;
+    /* Each is set by a launcher for the processes it starts, and only
+     * there: Open MPI's mpirun, Hydra's mpiexec or srun with PMI-2, srun
+     * or prterun with PMIx. SLURM_* alone is not enough: a batch script
+     * runs with them, outside any srun. */
+    if (getenv("OMPI_COMM_WORLD_SIZE"))
+        return "mpirun (Open MPI)";
+    if (getenv("PMIX_RANK"))
+        return "srun/prterun (PMIx)";
+    if (getenv("PMI_SIZE"))
+        return "srun/mpiexec (PMI)";
+    return NULL;
+}
+
+static int open_mpi(mpi_api *m, char *why, size_t n)
+{
+    const char *names[] = {"libmpi.so.40", "libmpi.so", NULL};
+    for (int i = 0; names[i] && !m->lib; i++)
+        m->lib = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
+    if (!m->lib) {
+        snprintf(why, n, "cannot open libmpi.so.40 (%s); install Open MPI (Debian: openmpi-bin libopenmpi-dev)", dlerror());
+        return -1;
+    }
+#define SYM(field, name)                                                                       \
+    if (!(*(void **)&m->field = dlsym(m->lib, name))) {                                        \
+        snprintf(why, n, "libmpi has no %s (Kiln uses Open MPI's library; MPICH is not supported yet)", name); \
+        return -1;                                                                             \
+    }
+    SYM(Initialized, "MPI_Initialized")
+    SYM(Init, "MPI_Init")
+    SYM(Comm_rank, "MPI_Comm_rank")
+    SYM(Comm_size, "MPI_Comm_size")
+    SYM(Comm_set_errhandler, "MPI_Comm_set_errhandler")
+    SYM(Allreduce, "MPI_Allreduce")
+    SYM(Error_string, "MPI_Error_string")
+    SYM(Abort, "MPI_Abort")
+    SYM(Finalize, "MPI_Finalize")
+    SYM(world, "ompi_mpi_comm_world")
+    SYM(errors_return, "ompi_mpi_errors_return")
+    SYM(f32, "ompi_mpi_float")
+    SYM(f64, "ompi_mpi_double")
+    SYM(i64, "ompi_mpi_int64_t")
+    SYM(sum, "ompi_mpi_op_sum")
+    SYM(max, "ompi_mpi_op_max")
+#undef SYM
+    return 0;
+}
+
+static void mpi_message(const mpi_api *m, int rc, char *msg, size_t n)
+{
+    char s[1024];
+    int len = 0;
+    if (m->Error_string(rc, s, &len) != 0)
+        snprintf(s, sizeof s, "MPI error %d", rc);
+    snprintf(msg, n, "%s", s);
+}
+
+kl_comm *kl_comm_open(void)
+{
+    kl_comm *c = kl_xcalloc(1, sizeof *c);
+    c->world = 1;
+    const char *launcher = kl_comm_launcher();
+    if (!launcher) {
+        snprintf(c->desc, sizeof c->desc, "world 1 (no MPI launcher)");
+        return c;
+    }
+    mpi_api *m = kl_xcalloc(1, sizeof *m);
+    char why[600];
+    if (open_mpi(m, why, sizeof why)) {
+        kl_error("started by %s, but %s", launcher, why);
+        free(m);
+        free(c);
+        return NULL;
+    }
+    int inited = 0, rc;
+    m->Initialized(&inited);
+    if (!inited && (rc = m->Init(NULL, NULL)) != 0) {
+        char msg[1024];
+        mpi_message(m, rc, msg, sizeof msg);
+        kl_error("MPI_Init under %s: %s", launcher, msg);
+        free(m);
+        free(c);
+        return NULL;
+    }
+    /* Errors come back as codes, so that they are reported with the rank
+     * and the collective before the job is aborted. */
+    m->Comm_set_errhandler(m->world, m->errors_return);
+    m->Comm_rank(m->world, &c->rank);
+    m->Comm_size(m->world, &c->world);
+    c->mpi = m;
+    snprintf(c->desc, sizeof c->desc, "world %d (%s)", c->world, launcher);
+    return c;
+}
+
+int kl_comm_rank(const kl_comm *c) { return c->rank; }
+int kl_comm_world(const kl_comm *c) { return c->world; }
+const char *kl_comm_desc(const kl_comm *c) { return c->desc; }
+
+static mpi_handle mpi_type(const kl_comm *c, ir_dtype dt)
+{
+    switch (dt) {
+    case IR_F64:
+        return c->mpi->f64;
+    case IR_I64:
+        return c->mpi->i64;
+    default:
+        return c->mpi->f32;
+    }
+}
+
+static void check(kl_comm *c, int rc, const char *call, const char *coll, const char *what, int64_t count, ir_dtype dt)
+{
+    if (rc == 0)
+        return;
+    char msg[1024];
+    mpi_message(c->mpi, rc, msg, sizeof msg);
+    kl_error("rank %d of %d: %s (%s of %s, %lld %s) failed: %s", c->rank, c->world, call, coll, what, (long long)count,
+             ir_dtype_name(dt), msg);
+    kl_comm_abort(c, 1);
+}
+
+/* MPI counts are ints: a longer buffer goes in pieces. */
+#define COMM_CHUNK ((int64_t)1 << 28)
+
+static bool half(ir_dtype dt) { return dt == IR_BF16 || dt == IR_F16; }
+
+static float *widen(const void *buf, int64_t count, ir_dtype dt)
+{
+    float *w = kl_xmalloc((size_t)count * sizeof *w);
+    const uint16_t *h = buf;
+    for (int64_t i = 0; i < count; i++)
+        w[i] = dt == IR_BF16 ? kl_bf16_to_f32(h[i]) : kl_f16_to_f32(h[i]);
+    return w;
+}
+
+static void narrow(void *buf, const float *w, int64_t count, ir_dtype dt)
+{
+    uint16_t *h = buf;
+    for (int64_t i = 0; i < count; i++)
+        h[i] = dt == IR_BF16 ? kl_f32_to_bf16(w[i]) : kl_f32_to_f16(w[i]);
+}
+
+void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_reduce_op op, const char *what)
+{
+    if (!c->mpi || count == 0)
+        return;
+    const char *coll = op == KL_REDUCE_SUM ? "all_reduce sum" : "all_reduce max";
+    kl_check(dt == IR_F32 || dt == IR_F64 || dt == IR_I64 || half(dt));
+    void *p = half(dt) ? widen(buf, count, dt) : buf;
+    size_t esz = half(dt) ? 4 : (size_t)ir_dtype_size(dt);
+    for (int64_t at = 0; at < count; at += COMM_CHUNK) {
+        int64_t k = count - at < COMM_CHUNK ? count - at : COMM_CHUNK;
+        int rc = c->mpi->Allreduce(MPI_IN_PLACE_OMPI, (char *)p + (size_t)at * esz, (int)k, mpi_type(c, dt),
+                                   op == KL_REDUCE_SUM ? c->mpi->sum : c->mpi->max, c->mpi->world);
+        check(c, rc, "MPI_Allreduce", coll, what, count, dt);
+    }
+    if (half(dt)) {
+        narrow(buf, p, count, dt);
+        free(p);
+    }
+}
+
+void kl_comm_abort(kl_comm *c, int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (c && c->mpi)
+        c->mpi->Abort(c->mpi->world, code);
+    exit(code);
+}
+
+void kl_comm_close(kl_comm *c)
+{
+    if (!c)
+        return;
+    if (c->mpi) {
+        c->mpi->Finalize();
+        /* libmpi stays open: Open MPI's atexit handlers live in it. */
+        free(c->mpi);
+    }
+    free(c);
+}

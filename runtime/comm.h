@@ -1,0 +1,53 @@
+/* Ranks and collectives: the communicator of a run.
+ *
+ * A process started by an MPI launcher (mpirun, srun) is one rank of a
+ * world; any other process is the only rank of a world of one, and MPI is
+ * never opened. The launcher is detected from the variables it sets for
+ * its processes (kl_comm_launcher), not by calling MPI_Init: an
+ * MPI_Init outside a launcher starts a singleton runtime, which is slow,
+ * may fail on machines without a network, and would tie every run to
+ * MPI. libmpi is opened with dlopen (RTLD_GLOBAL, which Open MPI's plugins
+ * need), so executables link nothing new and start where MPI is missing.
+ *
+ * Every collective is checked: an error names the rank, the collective,
+ * what it carried and MPI's message, and the job is aborted (a rank that
+ * stops while the others wait in a collective would hang them). A world
+ * of one makes every collective the identity. */
+#ifndef KILN_COMM_H
+#define KILN_COMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/support.h"
+#include "ir/ir.h"
+
+typedef enum kl_reduce_op { KL_REDUCE_SUM, KL_REDUCE_MAX } kl_reduce_op;
+
+typedef struct kl_comm kl_comm;
+
+/* The launcher whose variables are in the environment ("mpirun (Open
+ * MPI)", "srun/mpiexec (PMI)", "srun (PMIx)"), or NULL: then the process
+ * is one rank. KILN_MPI=0 makes it NULL whatever the environment says. */
+const char *kl_comm_launcher(void);
+/* The run's communicator: MPI's world under a launcher, else a world of
+ * one. NULL after an error (reported: libmpi missing or not Open MPI's,
+ * MPI_Init failing). */
+kl_comm *kl_comm_open(void);
+int kl_comm_rank(const kl_comm *c);
+int kl_comm_world(const kl_comm *c);
+/* "world 4 (mpirun (Open MPI))" or "world 1 (no MPI launcher)". */
+const char *kl_comm_desc(const kl_comm *c);
+
+/* In place over count elements of buf (f32, bf16, f16, f64 or i64;
+ * 16-bit floats are summed in f32 and rounded once). what names the data
+ * in an error. The collectives abort the job after an error (reported),
+ * so they return only when they succeeded. */
+void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_reduce_op op, const char *what);
+/* Ends the job: MPI_Abort with code under a launcher (every rank stops),
+ * exit(code) otherwise. */
+KL_NORETURN void kl_comm_abort(kl_comm *c, int code);
+/* MPI_Finalize under a launcher; frees c. */
+void kl_comm_close(kl_comm *c);
+
+#endif

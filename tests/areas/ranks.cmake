@@ -1,0 +1,6 @@
+# Many ranks (tests/ranks.sh): mpirun --oversubscribe, one thread per rank.
+foreach(case launch mlp cnn precision resume kill)
+  add_test(NAME ranks.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ranks.sh ${KILN_EXE} ${case}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(ranks.${case} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endforeach()
