@@ -239,6 +239,11 @@ static int save_checkpoint(trainer *t, const char *path, int64_t step)
 /* --save-every: SAVE.step-N, then the older ones beyond --keep go. */
 static int save_periodic(trainer *t, int64_t step)
 {
+    /* Every rank: batch norm's statistics are averaged across ranks (a
+     * collective) before a checkpoint; rank 0 alone writes it. */
+    train_ranks_settle(t);
+    if (!t->opt.save)
+        return 0;
     char *path = train_periodic_path(t->opt.save, step);
     int rc = save_checkpoint(t, path, step);
     free(path);
@@ -889,11 +894,19 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         return 1;
     t.rank = kl_comm_rank(t.comm);
     t.world = kl_comm_world(t.comm);
-    if (train_parse_flags(argc, argv, &t.opt, model_name))
+    if (train_parse_flags(argc, argv, &t.opt, model_name) || train_check_ckpt_flags(&t.opt))
         goto done;
+    if (t.world > 1 && t.opt.eval_only) {
+        kl_error("--eval-only runs on one rank (this is rank %d of %d)\n"
+                 "---> run it without mpirun or srun",
+                 t.rank, t.world);
+        goto done;
+    }
     if (t.rank > 0) {
+        /* --save-every stays: every rank joins the averaging before a save. */
         t.opt.quiet = true;
         t.opt.metrics = t.opt.save = t.opt.save_init = t.opt.trace_path = NULL;
+        t.opt.export_path = t.opt.predict = NULL;
         if (!freopen("/dev/null", "w", stdout)) {
             kl_error("rank %d: cannot send standard output to /dev/null", t.rank);
             goto done;
@@ -905,7 +918,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     }
     /* Every file the run will write, checked before any work, so that a
      * typo in a path does not cost an epoch of training. */
-    if (train_check_ckpt_flags(&t.opt) || (t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
+    if ((t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
         (t.opt.export_path && kl_outfile_check(t.opt.export_path, "--export")) ||
         (t.opt.predict && kl_outfile_check(t.opt.predict, "--predict")) ||
         (t.opt.save_init && kl_outfile_check(t.opt.save_init, "--save-init")) ||
@@ -975,7 +988,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     /* Host readings, and the GPU's through NVML on a GPU run. */
     if (!(t.sampler = kl_sampler_start(KL_SAMPLE_INTERVAL, kl_backend_is_cuda(be) ? 0 : -1, t.opt.quiet)))
         goto done;
-    if (t.cfg.tensorboard && !(t.tboard = kl_tboard_open(t.cfg.tensorboard)))
+    if (t.rank == 0 && t.cfg.tensorboard && !(t.tboard = kl_tboard_open(t.cfg.tensorboard)))
         goto done;
     if (!t.opt.quiet)
         print_start(&t, be, eb, peak);

@@ -154,6 +154,18 @@ resume)
   for m in on2 on1; do
     compare losses "$tmp/full.json" "$tmp/$m.json" 1e-5 || { echo "FAIL: resumed $m differs from the 4-rank run"; exit 1; }
   done
+  # Periodic checkpoints on 2 ranks: every rank joins the averaging of
+  # batch norm's statistics, rank 0 writes; step 10's file is the one a
+  # 10-step run ends with.
+  build fashion_cnn
+  ranks 2 ten "$tmp/fashion_cnn" --batch 4 --steps 10
+  ranks 2 per "$tmp/fashion_cnn" --batch 4 --save-every 10
+  cmp "$tmp/ten.ckpt" "$tmp/per.ckpt.step-10" || { echo "FAIL: 2 ranks: --save-every 10 wrote another step 10"; exit 1; }
+  # --eval-only is one rank's: refused under mpirun, not run twice.
+  if "${mpi[@]}" -np 2 "$tmp/fashion_cnn" --eval-only --resume "$tmp/ten.ckpt" > /dev/null 2> "$tmp/eo.txt"; then
+    echo "FAIL: --eval-only ran on 2 ranks"; exit 1
+  fi
+  grep -q "eval-only runs on one rank" "$tmp/eo.txt" || { echo "FAIL: no clear error"; cat "$tmp/eo.txt"; exit 1; }
   ;;
 kill)
   # A rank killed mid-run ends the job with an error, never a hang.
