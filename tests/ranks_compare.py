@@ -49,11 +49,15 @@ def losses(a, b, rtol, *_):
 
 
 def values(path):
-    entries, _ = parse(open(path, "rb").read())
+    version, _, entries, _ = parse(open(path, "rb").read())
     out = {}
     for name, head, blob in entries:
         (n,) = struct.unpack_from("<I", head, 0)
-        (dt,) = struct.unpack_from("<I", head, 4 + n)
+        at = 4 + n
+        if version == 3:  # the value's role follows its name
+            (r,) = struct.unpack_from("<I", head, at)
+            at += 4 + r
+        (dt,) = struct.unpack_from("<I", head, at)
         # The runtime rewrites these before every step (the gradient
         # multiplier counts the ranks): not training state.
         if dt == F32 and name not in ("optimizer.hyper", "loss_scale"):
