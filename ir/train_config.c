@@ -14,8 +14,9 @@ typedef struct call_form {
 } call_form;
 
 static const call_form data_forms[] = {
-    {"idx", "path:str"},
+    {"idx", "path:str shuffle:int=?"},
     {"synthetic", "samples:int=4096"},
+    {"shards", "path:str test:str=? workers:int=2 prefetch:int=4 shuffle_buffer:int=1000 cache:str=none on_error:str=fail"},
     {NULL, NULL},
 };
 static const call_form optimizer_forms[] = {
@@ -50,7 +51,7 @@ typedef struct key_info {
 } key_info;
 
 static const key_info keys[] = {
-    {"data", K_CALL, NULL, data_forms, 0, "idx(\"/usr/share/datasets/fashion-mnist\") or synthetic(samples = N)"},
+    {"data", K_CALL, NULL, data_forms, 0, "idx(\"/usr/share/datasets/fashion-mnist\"), shards(\"train-{000000..000009}.tar\", ...) or synthetic(samples = N)"},
     {"batch", K_INT, NULL, NULL, 1, "samples per micro-batch"},
     {"accumulate", K_INT, NULL, NULL, 1, "micro-batches per optimizer step"},
     {"epochs", K_INT, NULL, NULL, 1, "passes over the training set"},
@@ -149,7 +150,9 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
     /* Shorthands: a path for data, a bare name for a call, a number for a
      * static loss scale. */
     if (!strcmp(k->key, "data") && v->kind == IR_ATTR_STR && !ir_attr_val_is_word(v)) {
-        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("idx"), .loc = v->loc};
+        size_t len = strlen(v->s);
+        bool tar = len > 4 && !strcmp(v->s + len - 4, ".tar");
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup(tar ? "shards" : "idx"), .loc = v->loc};
         call.args = kl_xcalloc(1, sizeof *call.args);
         ir_attrs_set(call.args, "path", *v);
         *v = call;
@@ -202,6 +205,17 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
             return fail(src, al, "%s: %s must be positive", f->name, arg->key);
         if (!strcmp(arg->key, "growth") && x <= 1)
             return fail(src, al, "%s: growth must be above 1", f->name);
+        if ((!strcmp(arg->key, "workers") || !strcmp(arg->key, "prefetch")) && (x < 1 || x > 64))
+            return fail(src, al, "%s: %s must be 1 to 64", f->name, arg->key);
+    }
+    if (!strcmp(f->name, "idx") && ir_attr_int(v->args, "shuffle", 1) > 1)
+        return fail(src, loc, "idx: shuffle must be 0 (samples in file order) or 1");
+    if (!strcmp(f->name, "shards")) {
+        const char *cache = ir_attr_str(v->args, "cache", "none"), *on_error = ir_attr_str(v->args, "on_error", "fail");
+        if (strcmp(cache, "memory") && strcmp(cache, "none"))
+            return fail(src, loc, "shards: cache must be memory or none, not '%s'", cache);
+        if (strcmp(on_error, "fail") && strcmp(on_error, "skip"))
+            return fail(src, loc, "shards: on_error must be fail or skip, not '%s'", on_error);
     }
     return 0;
 }
@@ -360,8 +374,11 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
             rc = check_one(&tmp.v[0], &src);
         }
     } else if (!strcmp(key, "data")) {
-        /* --data DIR: a path, even one that reads as a name or a number. */
-        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("idx")};
+        /* --data DIR: a path, even one that reads as a name or a number;
+         * a .tar path is a shard (pattern). */
+        size_t len = strlen(text);
+        bool tar = len > 4 && !strcmp(text + len - 4, ".tar");
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup(tar ? "shards" : "idx")};
         call.args = kl_xcalloc(1, sizeof *call.args);
         ir_attrs_set(call.args, "path", ir_attr_val_str(text));
         ir_attrs_set(&tmp, key, call);
@@ -416,10 +433,23 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     if (data && !strcmp(data->s, "synthetic")) {
         c->data_format = kl_xstrdup("synthetic");
         c->synthetic_samples = arg_i(data, "samples", 4096);
+        c->data_shuffle = true;
+    } else if (data && !strcmp(data->s, "shards")) {
+        c->data_format = kl_xstrdup("shards");
+        c->data_path = kl_xstrdup(ir_attr_str(data->args, "path", ""));
+        const char *test = ir_attr_str(data->args, "test", NULL);
+        c->data_test = test ? kl_xstrdup(test) : NULL;
+        c->data_workers = (int)arg_i(data, "workers", 2);
+        c->data_prefetch = (int)arg_i(data, "prefetch", 4);
+        c->data_shuffle_buffer = arg_i(data, "shuffle_buffer", 1000);
+        c->data_shuffle = c->data_shuffle_buffer > 0;
+        c->data_cache = !strcmp(ir_attr_str(data->args, "cache", "none"), "memory");
+        c->data_skip = !strcmp(ir_attr_str(data->args, "on_error", "fail"), "skip");
     } else {
         c->data_format = kl_xstrdup("idx");
         const char *path = data && data->args ? ir_attr_str(data->args, "path", NULL) : NULL;
         c->data_path = kl_xstrdup(path ? path : "/usr/share/datasets/fashion-mnist");
+        c->data_shuffle = arg_i(data, "shuffle", 1) != 0;
     }
     c->batch = ir_attr_int(train, "batch", 32);
     c->accumulate = ir_attr_int(train, "accumulate", 1);
@@ -487,6 +517,7 @@ void kl_train_config_free(kl_train_config *c)
 {
     free(c->data_format);
     free(c->data_path);
+    free(c->data_test);
     free(c->recompute);
     memset(c, 0, sizeof *c);
 }

@@ -75,6 +75,10 @@ int kl_shards_load(const kl_shards_opts *o, kl_dataset *out);
  * cache = memory, decodes them all when they fit in memory. The line
  * it writes into note says what it did. Returns 0 or -1 (reported). */
 int kl_shards_prepare(kl_dataset *d, char *note, size_t n);
+/* The shards of a shard set (0 for others); samples left out before
+ * training (on_error = skip), and the first one's reason. */
+int kl_shards_count(const kl_dataset *d);
+int64_t kl_shards_skipped(const kl_dataset *d, const char **first);
 /* The field named name, or -1. */
 int kl_dataset_field(const kl_dataset *d, const char *name);
 

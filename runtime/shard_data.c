@@ -348,3 +348,14 @@ int kl_shards_prepare(kl_dataset *d, char *note, size_t n)
     snprintf(note, n, "cache = memory: %s decoded, fits (kept in memory; read from the shards once)", sz);
     return 0;
 }
+
+int kl_shards_count(const kl_dataset *d)
+{
+    return d->shards ? d->shards->nshards : 0;
+}
+
+int64_t kl_shards_skipped(const kl_dataset *d, const char **first)
+{
+    *first = d->shards && d->shards->skipped ? d->shards->first_skip : NULL;
+    return d->shards ? d->shards->skipped : 0;
+}
