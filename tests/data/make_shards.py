@@ -5,7 +5,8 @@ zlib) and KEY.cls (the label as text), in the IDX order.
 
     make_shards.py IDX_DIR SPLIT OUT_PREFIX --count N --per-shard M
 
-writes OUT_PREFIX-000000.tar, OUT_PREFIX-000001.tar, ... holding the first
+(--number-labels: each .cls is the sample's number, for the loader's
+checks) writes OUT_PREFIX-000000.tar, OUT_PREFIX-000001.tar, ... holding the first
 N samples of SPLIT ("train" or "t10k"), M per shard."""
 import argparse
 import gzip
@@ -47,6 +48,7 @@ def main():
     ap.add_argument("prefix")
     ap.add_argument("--count", type=int, default=0)
     ap.add_argument("--per-shard", type=int, default=1000)
+    ap.add_argument("--number-labels", action="store_true", help="each .cls is the sample's number, not its class")
     a = ap.parse_args()
     (n, h, w), pixels = read_idx(f"{a.idx_dir}/{a.split}-images-idx3-ubyte.gz")
     _, labels = read_idx(f"{a.idx_dir}/{a.split}-labels-idx1-ubyte.gz")
@@ -59,7 +61,7 @@ def main():
             shard = tarfile.open(f"{a.prefix}-{i // a.per_shard:06d}.tar", "w", format=tarfile.USTAR_FORMAT)
         key = f"{i:06d}"
         add(shard, key + ".png", png_gray(pixels[i * h * w:(i + 1) * h * w], h, w))
-        add(shard, key + ".cls", str(labels[i]).encode())
+        add(shard, key + ".cls", str(i if a.number_labels else labels[i]).encode())
     shard.close()
 
 
