@@ -14,3 +14,8 @@ add_test(NAME data.loader COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/loader.s
 add_test(NAME data.shards_train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/shards_train.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(data.shards_train PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# Bad shards and settings: the shard, member and reason; on_error = skip.
+add_test(NAME data.bad_shards COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/bad_shards.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(data.bad_shards PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
