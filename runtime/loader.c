@@ -561,12 +561,21 @@ double kl_loader_wait_seconds(const kl_loader *l)
 
 const char *kl_loader_failed(const kl_loader *l)
 {
-    return l->error;
+    /* The error is set once, under the lock, and never changes after. */
+    kl_loader *m = (kl_loader *)l;
+    pthread_mutex_lock(&m->mu);
+    const char *e = l->error;
+    pthread_mutex_unlock(&m->mu);
+    return e;
 }
 
 int64_t kl_loader_skipped(const kl_loader *l, const char **first)
 {
+    kl_loader *m = (kl_loader *)l;
+    pthread_mutex_lock(&m->mu);
+    int64_t n = l->skipped;
     if (first)
-        *first = l->skipped ? l->first_skip : NULL;
-    return l->skipped;
+        *first = n ? l->first_skip : NULL;
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }
