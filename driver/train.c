@@ -306,6 +306,12 @@ static int load_shards(trainer *t, const char *pattern, kl_dataset *d)
     char *path = data_path(t, pattern);
     kl_shards_opts o = {.pattern = path, .workers = c->data_workers, .prefetch = c->data_prefetch,
                         .shuffle_buffer = c->data_shuffle_buffer, .cache = c->data_cache, .skip = c->data_skip};
+    o.augment.crop_pad = c->augment.crop_pad;
+    o.augment.hflip = c->augment.hflip;
+    o.augment.nmean = c->augment.nmean;
+    o.augment.nstd = c->augment.nstd;
+    memcpy(o.augment.mean, c->augment.mean, sizeof o.augment.mean);
+    memcpy(o.augment.std, c->augment.std, sizeof o.augment.std);
     int rc = kl_shards_load(&o, d);
     free(path);
     return rc;
@@ -637,7 +643,7 @@ static int run_training(trainer *t)
     train_loop lp = {.best = -1, .args = {0, (uint64_t)c->seed}};
     kl_loader_opts lo = {.batch = c->batch, .shuffle = c->data_shuffle, .drop_last = true, .seed = (uint64_t)c->seed,
                          .depth = t->train_set.shards ? c->data_prefetch : 4,
-                         .workers = t->train_set.shards ? c->data_workers : 1};
+                         .workers = t->train_set.shards ? c->data_workers : 1, .augment_random = true};
     lp.loader = kl_loader_new_opts(&t->train_set, &lo);
     int rc = -1;
     if (count_steps(t, &lp) || (t->opt.resume && resume(t, &lp)))

@@ -143,6 +143,68 @@ static int64_t parse_bytes(const char *s)
     return -1;
 }
 
+/* shards(augment = [random_crop(pad = 4), hflip(), normalize(mean =
+ * [...], std = [...])]): each step at most once, in that order of
+ * application whatever the list's order (crop and flip on u8 pixels,
+ * then normalisation to f32). */
+static int check_augment(ir_attr_val *list, kl_loc loc, const kl_source *src)
+{
+    if (list->kind != IR_ATTR_LIST)
+        return fail(src, loc, "shards: augment is a list such as [random_crop(pad = 4), hflip()]");
+    bool seen[3] = {false, false, false};
+    for (int i = 0; i < list->nitems; i++) {
+        ir_attr_val *v = &list->items[i];
+        kl_loc il = v->loc.line ? v->loc : loc;
+        if (v->kind == IR_ATTR_STR) {
+            v->kind = IR_ATTR_CALL;
+            v->args = kl_xcalloc(1, sizeof *v->args);
+        }
+        static const char *const names[] = {"random_crop", "hflip", "normalize"};
+        static const char *const specs[] = {"pad:int=4", "", "mean:float=? std:float=?"};
+        int k = 0;
+        while (k < 3 && (v->kind != IR_ATTR_CALL || strcmp(v->s, names[k])))
+            k++;
+        if (k == 3)
+            return fail(src, il, "shards: unknown augmentation (expected random_crop(pad), hflip() or normalize(mean, std))");
+        if (seen[k])
+            return fail(src, il, "shards: %s is given twice in augment", names[k]);
+        seen[k] = true;
+        if (k < 2) {
+            char err[256];
+            if (ir_spec_normalize(specs[k], names[k], v->args, err, sizeof err))
+                return fail(src, il, "%s", err);
+            if (k == 0 && (ir_attr_int(v->args, "pad", 4) < 1 || ir_attr_int(v->args, "pad", 4) > 64))
+                return fail(src, il, "random_crop: pad must be 1 to 64");
+            continue;
+        }
+        /* normalize: mean and std, each a number or a list of one per channel. */
+        for (int j = 0; j < v->args->n; j++) {
+            ir_attr *arg = &v->args->v[j];
+            if (!arg->key[0]) {
+                free(arg->key);
+                arg->key = kl_xstrdup(j == 0 ? "mean" : "std");
+            }
+            if (strcmp(arg->key, "mean") && strcmp(arg->key, "std"))
+                return fail(src, il, "normalize has no argument '%s' (its arguments: mean, std)", arg->key);
+            ir_attr_val *x = &arg->val;
+            int n = x->kind == IR_ATTR_LIST ? x->nitems : 1;
+            if (n < 1 || n > 8)
+                return fail(src, il, "normalize: %s is a number or a list of 1 to 8 numbers", arg->key);
+            for (int e = 0; e < n; e++) {
+                ir_attr_val *y = x->kind == IR_ATTR_LIST ? &x->items[e] : x;
+                if (y->kind == IR_ATTR_INT)
+                    *y = ir_attr_val_float((double)y->i);
+                if (y->kind != IR_ATTR_FLOAT || !isfinite(y->f) || (!strcmp(arg->key, "std") && y->f <= 0))
+                    return fail(src, il, "normalize: %s must be %s", arg->key,
+                                strcmp(arg->key, "std") ? "finite numbers" : "positive numbers");
+            }
+        }
+        if (!ir_attrs_find(v->args, "mean") || !ir_attrs_find(v->args, "std"))
+            return fail(src, il, "normalize needs mean and std");
+    }
+    return 0;
+}
+
 static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
 {
     ir_attr_val *v = &a->val;
@@ -182,15 +244,33 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
         return -1;
     }
     kl_buf_free(&names);
+    /* shards' augment list is checked apart: the spec language has no
+     * list of calls. */
+    ir_attr_val augment = {0};
+    ir_attr *aug = !strcmp(f->name, "shards") ? ir_attrs_find(v->args, "augment") : NULL;
+    kl_loc aug_loc = aug ? (aug->val.loc.line ? aug->val.loc : aug->loc) : loc;
+    if (aug) {
+        ir_attr_val_copy(&augment, &aug->val);
+        ir_attrs_remove(v->args, "augment");
+    }
     char err[256];
-    if (ir_spec_normalize(f->spec, f->name, v->args, err, sizeof err))
+    if (ir_spec_normalize(f->spec, f->name, v->args, err, sizeof err)) {
+        ir_attr_val_free(&augment);
         return fail(src, loc, "%s", err);
+    }
+    if (aug) {
+        if (check_augment(&augment, aug_loc, src)) {
+            ir_attr_val_free(&augment);
+            return -1;
+        }
+        ir_attrs_set(v->args, "augment", augment);
+    }
     /* Ranges of the numeric arguments. */
     for (int i = 0; i < v->args->n; i++) {
         ir_attr *arg = &v->args->v[i];
         kl_loc al = arg->val.loc.line ? arg->val.loc : loc;
         double x = arg->val.kind == IR_ATTR_INT ? (double)arg->val.i : arg->val.f;
-        if (arg->val.kind == IR_ATTR_STR)
+        if (arg->val.kind != IR_ATTR_INT && arg->val.kind != IR_ATTR_FLOAT)
             continue;
         if (!isfinite(x) || x < 0)
             return fail(src, al, "%s: %s must be a finite number, not negative", f->name, arg->key);
@@ -445,6 +525,24 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
         c->data_shuffle = c->data_shuffle_buffer > 0;
         c->data_cache = !strcmp(ir_attr_str(data->args, "cache", "none"), "memory");
         c->data_skip = !strcmp(ir_attr_str(data->args, "on_error", "fail"), "skip");
+        c->augment.crop_pad = 0;
+        ir_attr *aug = ir_attrs_find(data->args, "augment");
+        for (int i = 0; aug && aug->val.kind == IR_ATTR_LIST && i < aug->val.nitems; i++) {
+            const ir_attr_val *st = &aug->val.items[i];
+            if (!strcmp(st->s, "random_crop"))
+                c->augment.crop_pad = ir_attr_int(st->args, "pad", 4);
+            else if (!strcmp(st->s, "hflip"))
+                c->augment.hflip = true;
+            else if (!strcmp(st->s, "normalize")) {
+                const ir_attr_val *m = &ir_attrs_find(st->args, "mean")->val, *sd = &ir_attrs_find(st->args, "std")->val;
+                c->augment.nmean = m->kind == IR_ATTR_LIST ? m->nitems : 1;
+                c->augment.nstd = sd->kind == IR_ATTR_LIST ? sd->nitems : 1;
+                for (int k = 0; k < c->augment.nmean; k++)
+                    c->augment.mean[k] = m->kind == IR_ATTR_LIST ? m->items[k].f : m->f;
+                for (int k = 0; k < c->augment.nstd; k++)
+                    c->augment.std[k] = sd->kind == IR_ATTR_LIST ? sd->items[k].f : sd->f;
+            }
+        }
     } else {
         c->data_format = kl_xstrdup("idx");
         const char *path = data && data->args ? ir_attr_str(data->args, "path", NULL) : NULL;

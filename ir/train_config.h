@@ -25,6 +25,12 @@ typedef struct kl_train_config {
     int64_t data_shuffle_buffer;
     bool data_cache, data_skip; /* cache = memory, on_error = skip */
     bool data_shuffle;     /* idx(shuffle = 0), shards(shuffle_buffer = 0): file order */
+    struct {
+        int64_t crop_pad;  /* random_crop(pad); 0: none */
+        bool hflip;
+        int nmean, nstd;   /* normalize(mean, std): 0 when none */
+        double mean[8], std[8];
+    } augment;             /* shards(augment = [...]) */
     int64_t synthetic_samples;
     int64_t batch;
     int64_t accumulate;

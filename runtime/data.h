@@ -19,8 +19,11 @@
 
 typedef struct kl_field {
     char *name;
-    kl_field_type type;
+    kl_field_type type; /* as the model's input reads it */
     int64_t bytes;      /* per sample */
+    kl_field_type decoded; /* as decoded: type unless augmentation normalises it */
+    int64_t decoded_bytes;
+    bool augmented;     /* an image (u8[C, H, W]) the augmentation applies to */
     bool used;          /* bound to an input: the loader fills it */
     int64_t classes;    /* > 0: a class label, checked to be in [0, classes) */
 } kl_field;
@@ -57,6 +60,25 @@ int kl_idx_load(const char *dir, const char *split, kl_dataset *out);
 int kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out);
 void kl_dataset_free(kl_dataset *d);
 
+/* shards(augment = [...]): applied to every image field (u8[C, H, W])
+ * in the loader, after decoding (and after the cache): a random crop of
+ * the image padded with crop_pad zeros on each side, a horizontal flip
+ * with probability 1/2 (training only: the crop offset and the flip are
+ * drawn from the seed, the epoch and the sample's number), then
+ * (x / 255 - mean[c]) / std[c] to f32 (training and test). */
+typedef struct kl_augment {
+    int64_t crop_pad;     /* 0: no crop */
+    bool hflip;
+    int nmean, nstd;      /* 0: no normalisation; 1 or one per channel */
+    double mean[8], std[8];
+} kl_augment;
+
+/* Writes the augmented sample of field f (src: f->decoded_bytes) into dst
+ * (f->bytes); random: crop and flip (training), drawn from (seed, epoch,
+ * id). */
+void kl_augment_apply(const kl_augment *a, const kl_field *f, const uint8_t *src, uint8_t *dst, bool random,
+                      uint64_t seed, int64_t epoch, int64_t id);
+
 /* shards(...) of the train block. */
 typedef struct kl_shards_opts {
     const char *pattern;  /* brace ranges expanded (shards.h) */
@@ -64,6 +86,7 @@ typedef struct kl_shards_opts {
     int64_t shuffle_buffer;
     bool cache;           /* cache = memory */
     bool skip;            /* on_error = skip */
+    kl_augment augment;
 } kl_shards_opts;
 
 /* The index pass over every shard (names and sizes, no decoding), then
@@ -99,6 +122,7 @@ typedef struct kl_loader_opts {
     uint64_t seed;
     int depth;         /* batches ready ahead (prefetch) */
     int workers;       /* decode threads */
+    bool augment_random; /* shards' random augmentation (training) */
 } kl_loader_opts;
 
 kl_loader *kl_loader_new_opts(const kl_dataset *d, const kl_loader_opts *o);

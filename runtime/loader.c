@@ -158,11 +158,18 @@ static void fill_memory(kl_loader *l, slot *s, int64_t index)
     s->b.index = index;
     s->b.size = n;
     for (int f = 0; f < d->nfields; f++) {
-        if (!d->field[f].used)
+        const kl_field *fd = &d->field[f];
+        if (!fd->used)
             continue;
-        int64_t bytes = d->field[f].bytes;
-        for (int64_t i = 0; i < n; i++)
-            memcpy(s->b.field[f] + i * bytes, d->data[f] + l->order[first + i] * bytes, (size_t)bytes);
+        int64_t bytes = fd->bytes, from = fd->decoded_bytes;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t id = l->order[first + i];
+            if (fd->augmented)
+                kl_augment_apply(&d->shards->augment, fd, d->data[f] + id * from, s->b.field[f] + i * bytes,
+                                 l->o.augment_random, l->o.seed, l->epoch, id);
+            else
+                memcpy(s->b.field[f] + i * bytes, d->data[f] + id * bytes, (size_t)bytes);
+        }
     }
 }
 
@@ -185,11 +192,16 @@ static void fill_decoded(kl_loader *l, slot *s)
 {
     const kl_dataset *d = l->d;
     int64_t out = 0;
+    /* Augmented fields decode into scratch, then augment into the batch. */
+    uint8_t *scratch[KL_MAX_FIELDS] = {0};
+    for (int f = 0; f < d->nfields; f++)
+        if (d->field[f].used && d->field[f].augmented)
+            scratch[f] = kl_xmalloc((size_t)d->field[f].decoded_bytes);
     for (int64_t i = 0; i < s->nraw; i++) {
         uint8_t *dst[KL_MAX_FIELDS] = {0};
         for (int f = 0; f < d->nfields; f++)
             if (d->field[f].used)
-                dst[f] = s->b.field[f] + out * d->field[f].bytes;
+                dst[f] = scratch[f] ? scratch[f] : s->b.field[f] + out * d->field[f].bytes;
         char why[900];
         if (kl_shards_decode_sample(d, &s->raw[i], s->ids[i], dst, why, sizeof why)) {
             pthread_mutex_lock(&l->mu);
@@ -199,8 +211,14 @@ static void fill_decoded(kl_loader *l, slot *s)
                 break;
             continue;
         }
+        for (int f = 0; f < d->nfields; f++)
+            if (scratch[f])
+                kl_augment_apply(&d->shards->augment, &d->field[f], scratch[f], s->b.field[f] + out * d->field[f].bytes,
+                                 l->o.augment_random, l->o.seed, l->epoch, s->ids[i]);
         out++;
     }
+    for (int f = 0; f < d->nfields; f++)
+        free(scratch[f]);
     for (int64_t i = 0; i < s->nraw; i++)
         kl_raw_sample_free(&s->raw[i]);
     s->nraw = 0;

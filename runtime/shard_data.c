@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "shard_set.h"
+#include "base/scalar.h"
 #include "base/support.h"
 
 int kl_dataset_field(const kl_dataset *d, const char *name)
@@ -110,6 +111,8 @@ static int probe_fields(kl_dataset *d, char *why, size_t n)
         free(out);
         f->name = kl_xstrdup(rs.m[i].field);
         f->bytes = kl_field_bytes(&f->type);
+        f->decoded = f->type;
+        f->decoded_bytes = f->bytes;
         d->nfields++;
     }
     kl_raw_sample_free(&rs);
@@ -124,6 +127,7 @@ int kl_shards_load(const kl_shards_opts *o, kl_dataset *out)
     out->shards = ss;
     out->name = kl_xstrdup(o->pattern);
     ss->skip = o->skip;
+    ss->augment = o->augment;
     ss->workers = o->workers;
     ss->prefetch = o->prefetch;
     ss->shuffle_buffer = o->shuffle_buffer;
@@ -161,6 +165,27 @@ int kl_shards_load(const kl_shards_opts *o, kl_dataset *out)
         kl_error("%s", why);
         return -1;
     }
+    /* Augmentation: images (u8[C, H, W]); normalisation makes them f32. */
+    const kl_augment *a = &o->augment;
+    bool any = a->crop_pad > 0 || a->hflip || a->nmean > 0;
+    for (int f = 0; any && f < out->nfields; f++) {
+        kl_field *fd = &out->field[f];
+        if (fd->decoded.dtype != IR_U8 || fd->decoded.rank != 3)
+            continue;
+        int64_t c = fd->decoded.shape[0];
+        if (a->nmean > 0 && ((a->nmean != 1 && a->nmean != c) || (a->nstd != 1 && a->nstd != c))) {
+            kl_error("%s: normalize has %d mean%s and %d std%s, but field %s has %lld channel%s (give one value, or one "
+                     "per channel)",
+                     o->pattern, a->nmean, a->nmean == 1 ? "" : "s", a->nstd, a->nstd == 1 ? "" : "s", fd->name,
+                     (long long)c, c == 1 ? "" : "s");
+            return -1;
+        }
+        fd->augmented = true;
+        if (a->nmean > 0) {
+            fd->type.dtype = IR_F32;
+            fd->bytes = kl_field_bytes(&fd->type);
+        }
+    }
     /* The fields each sample has, as bits of the data set's. */
     for (int64_t id = 0; id < ss->total; id++) {
         const char *p = ss->keys[id] + strlen(ss->keys[id]) + 1;
@@ -196,10 +221,10 @@ int kl_shards_decode_sample(const kl_dataset *d, const kl_raw_sample *s, int64_t
             snprintf(why, n, "%s: member %s.%s: %s", shard, s->key, fd->name, w);
             return -1;
         }
-        if (!kl_field_type_eq(&t, &fd->type)) {
+        if (!kl_field_type_eq(&t, &fd->decoded)) {
             char a[96], b[96];
             kl_field_type_str(&t, a, sizeof a);
-            kl_field_type_str(&fd->type, b, sizeof b);
+            kl_field_type_str(&fd->decoded, b, sizeof b);
             snprintf(why, n, "%s: member %s.%s: %s, where the first sample's field %s (the model's input) is %s", shard,
                      s->key, fd->name, a, fd->name, b);
             free(out);
@@ -214,7 +239,7 @@ int kl_shards_decode_sample(const kl_dataset *d, const kl_raw_sample *s, int64_t
                 return -1;
             }
         }
-        memcpy(dst[f], out, (size_t)fd->bytes);
+        memcpy(dst[f], out, (size_t)fd->decoded_bytes);
         free(out);
     }
     return 0;
@@ -251,7 +276,7 @@ static void *cache_worker(void *arg)
                 uint8_t *dst[KL_MAX_FIELDS] = {0};
                 for (int f = 0; f < d->nfields; f++)
                     if (d->field[f].used)
-                        dst[f] = d->data[f] + id * d->field[f].bytes;
+                        dst[f] = d->data[f] + id * d->field[f].decoded_bytes;
                 char w[900];
                 if (kl_shards_decode_sample(d, &rs, id, dst, w, sizeof w)) {
                     pthread_mutex_lock(&j->mu);
@@ -305,7 +330,7 @@ int kl_shards_prepare(kl_dataset *d, char *note, size_t n)
     int64_t per = 0;
     for (int f = 0; f < d->nfields; f++)
         if (d->field[f].used)
-            per += d->field[f].bytes;
+            per += d->field[f].decoded_bytes;
     int64_t bytes = kl_size_mul(ss->total, per);
     char sz[32];
     kl_format_bytes(sz, sizeof sz, bytes);
@@ -323,7 +348,7 @@ int kl_shards_prepare(kl_dataset *d, char *note, size_t n)
     }
     for (int f = 0; f < d->nfields; f++)
         if (d->field[f].used)
-            d->data[f] = kl_xcalloc((size_t)ss->total, (size_t)d->field[f].bytes);
+            d->data[f] = kl_xcalloc((size_t)ss->total, (size_t)d->field[f].decoded_bytes);
     cache_job j = {.d = d};
     pthread_mutex_init(&j.mu, NULL);
     int nw = ss->workers < 1 ? 1 : ss->workers;
@@ -358,4 +383,35 @@ int64_t kl_shards_skipped(const kl_dataset *d, const char **first)
 {
     *first = d->shards && d->shards->skipped ? d->shards->first_skip : NULL;
     return d->shards ? d->shards->skipped : 0;
+}
+
+void kl_augment_apply(const kl_augment *a, const kl_field *f, const uint8_t *src, uint8_t *dst, bool random,
+                      uint64_t seed, int64_t epoch, int64_t id)
+{
+    int64_t C = f->decoded.shape[0], H = f->decoded.shape[1], W = f->decoded.shape[2];
+    int64_t p = random ? a->crop_pad : 0, dy = p, dx = p;
+    bool flip = false;
+    if (random) {
+        uint64_t r = kl_mix(seed ^ kl_mix((uint64_t)epoch + 1) ^ kl_mix(0xa5a5u + (uint64_t)id));
+        if (p > 0) {
+            dy = (int64_t)(r % (uint64_t)(2 * p + 1));
+            dx = (int64_t)((r >> 20) % (uint64_t)(2 * p + 1));
+        }
+        flip = a->hflip && (r >> 50 & 1);
+    }
+    bool norm = a->nmean > 0;
+    for (int64_t c = 0; c < C; c++) {
+        double mean = norm ? a->mean[a->nmean == 1 ? 0 : c] : 0, std = norm ? a->std[a->nstd == 1 ? 0 : c] : 1;
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++) {
+                /* The flip of the crop: column W-1-x of the crop. */
+                int64_t sy = y + dy - p, sx = (flip ? W - 1 - x : x) + dx - p;
+                uint8_t v = sy >= 0 && sy < H && sx >= 0 && sx < W ? src[(c * H + sy) * W + sx] : 0;
+                int64_t o = (c * H + y) * W + x;
+                if (norm)
+                    ((float *)dst)[o] = (float)(((double)v / 255.0 - mean) / std);
+                else
+                    dst[o] = v;
+            }
+    }
 }

@@ -19,6 +19,7 @@ struct kl_shard_set {
     bool cached;         /* the used fields are decoded in the data set's data */
     int workers, prefetch;
     int64_t shuffle_buffer;
+    kl_augment augment;
     int64_t skipped;     /* samples left out before training */
     char first_skip[700];
 };

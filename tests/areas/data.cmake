@@ -25,3 +25,8 @@ add_test(NAME data.webdataset COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/webd
          $<TARGET_FILE:data_loader_check> ${CMAKE_BINARY_DIR}/pydeps WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(data.webdataset PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache"
                      SKIP_RETURN_CODE 77)
+
+# Augmentation (random crop, flip, normalisation) against an independent
+# Python computation, streamed and cached.
+add_test(NAME data.augment COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/augment.sh $<TARGET_FILE:data_loader_check>
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

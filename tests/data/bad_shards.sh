@@ -50,7 +50,13 @@ expect "bad test shard" "badpng.tar: member 000003.png: not a valid PNG" "\"$tmp
 expect "cache" "shards: cache must be memory or none, not 'disk'" "$(at ok-000000.tar), cache = disk"
 expect "on_error" "shards: on_error must be fail or skip, not 'ignore'" "$(at ok-000000.tar), on_error = ignore"
 expect "workers" "shards: workers must be 1 to 64" "$(at ok-000000.tar), workers = 0"
-expect "augment (not implemented)" "shards has no argument 'augment'" "$(at ok-000000.tar), augment = 1"
+expect "augment not a list" "shards: augment is a list such as [random_crop(pad = 4), hflip()]" "$(at ok-000000.tar), augment = 1"
+expect "unknown augmentation" "shards: unknown augmentation (expected random_crop(pad), hflip() or normalize(mean, std))" "$(at ok-000000.tar), augment = [rotate(10)]"
+expect "augmentation twice" "shards: hflip is given twice in augment" "$(at ok-000000.tar), augment = [hflip(), hflip]"
+expect "crop pad" "random_crop: pad must be 1 to 64" "$(at ok-000000.tar), augment = [random_crop(pad = 0)]"
+expect "normalize std" "normalize: std must be positive numbers" "$(at ok-000000.tar), augment = [normalize(mean = 0.5, std = 0)]"
+expect "normalize channels" "ok-000000.tar: normalize has 3 means and 1 std, but field png has 1 channel" "$(at ok-000000.tar), augment = [normalize(mean = [0.5, 0.5, 0.5], std = 0.25)]"
+expect "normalized data into a u8 input" "input 'image' is u8[4,1,28,28], but field 'png' of $tmp/ok-000000.tar is f32[1, 28, 28] per sample (the dtype does not convert)" "$(at ok-000000.tar), augment = [normalize(0.5, 0.25)]"
 expect "evaluation without a test split" "eval_every = 5, but the data has no test split" "$(at ok-000000.tar)" --set eval_every=5
 
 # on_error = skip: the bad samples are counted, reported and left out.

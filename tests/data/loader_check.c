@@ -10,6 +10,8 @@
  *   loader_check PATTERN BATCH SHUFFLE_BUFFER
  *   loader_check --dump PATTERN N   (the first N samples in file order,
  *                                    each field's type and values)
+ *   loader_check --dump-augmented PATTERN N CACHE
+ *                                   (the same, augmented: see dump())
  *   loader_check --bench PATTERN BATCH WORKERS CACHE EPOCHS
  *                                   (bench/loader.sh: samples/s of the
  *                                    loader alone, cache 0 or 1) */
@@ -56,14 +58,25 @@ static int64_t *epoch_labels(const kl_dataset *d, int workers, int64_t batch, in
     return out;
 }
 
-static int dump(const char *pattern, int64_t n)
+/* The first n samples in file order; augmented: epoch 3 of a training
+ * loader with augment = [random_crop(pad = 4), hflip(), normalize(0.5,
+ * 0.25)] (seed 7), cached or not. */
+static int dump(const char *pattern, int64_t n, bool augment, bool cache)
 {
     kl_dataset d;
-    if (load(pattern, 0, false, &d))
+    kl_shards_opts so = {.pattern = pattern, .workers = 2, .prefetch = 3, .cache = cache};
+    if (augment)
+        so.augment = (kl_augment){.crop_pad = 4, .hflip = true, .nmean = 1, .nstd = 1, .mean = {0.5}, .std = {0.25}};
+    if (kl_shards_load(&so, &d))
         return 1;
-    kl_loader_opts o = {.batch = 1, .depth = 2, .workers = 1};
+    for (int f = 0; f < d.nfields; f++)
+        d.field[f].used = true;
+    char note[300];
+    if (kl_shards_prepare(&d, note, sizeof note))
+        return 1;
+    kl_loader_opts o = {.batch = 1, .depth = 2, .workers = 2, .seed = 7, .augment_random = augment};
     kl_loader *l = kl_loader_new_opts(&d, &o);
-    kl_loader_start(l, 0);
+    kl_loader_start(l, augment ? 3 : 0);
     const kl_batch *b;
     for (int64_t s = 0; s < n && (b = kl_loader_next(l)); s++) {
         for (int f = 0; f < d.nfields; f++) {
@@ -122,7 +135,9 @@ static int bench(const char *pattern, int64_t batch, int workers, bool cache, in
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "--dump"))
-        return dump(argv[2], atoll(argv[3]));
+        return dump(argv[2], atoll(argv[3]), false, false);
+    if (argc == 5 && !strcmp(argv[1], "--dump-augmented"))
+        return dump(argv[2], atoll(argv[3]), true, atoi(argv[4]) != 0);
     if (argc == 7 && !strcmp(argv[1], "--bench"))
         return bench(argv[2], atoll(argv[3]), atoi(argv[4]), atoi(argv[5]) != 0, atoi(argv[6]));
     if (argc != 4) {

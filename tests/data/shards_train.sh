@@ -46,6 +46,16 @@ same "2 workers as 1" "$tmp/w1.json" "$tmp/w2.json"
 same "4 workers as 1" "$tmp/w1.json" "$tmp/w4.json"
 same "cache = memory as streamed" "$tmp/w1.json" "$tmp/cache.json"
 grep -q "cache = memory: .* decoded, fits" "$tmp/cache.out" || { echo "FAIL: the cache line"; cat "$tmp/cache.out"; fail=1; }
+# Augmented (random crop and flip): the same for 1 and 4 workers and cached.
+aug() { echo "data=shards(\"$tmp/train-{000000..000003}.tar\", shuffle_buffer = 300, workers = $1, cache = $2, augment = [random_crop(pad = 4), hflip()])"; }
+"$tmp/cnn_shards" "${common[@]}" --eval-every 0 --set "$(aug 1 none)" --metrics "$tmp/a1.json" > /dev/null || fail=1
+"$tmp/cnn_shards" "${common[@]}" --eval-every 0 --set "$(aug 4 none)" --metrics "$tmp/a4.json" > /dev/null || fail=1
+"$tmp/cnn_shards" "${common[@]}" --eval-every 0 --set "$(aug 2 memory)" --metrics "$tmp/ac.json" > /dev/null || fail=1
+same "augmented: 4 workers as 1" "$tmp/a1.json" "$tmp/a4.json"
+same "augmented: cache = memory as streamed" "$tmp/a1.json" "$tmp/ac.json"
+if cmp -s <(grep -o '"loss": [^,]*' "$tmp/w1.json") <(grep -o '"loss": [^,]*' "$tmp/a1.json"); then
+  echo "FAIL: augmentation left the losses as they were"; fail=1
+fi
 if cmp -s <(grep -o '"loss": [^,]*' "$tmp/w1.json") <(grep -o '"loss": [^,]*' "$tmp/sh.json"); then
   echo "FAIL: shuffle_buffer = 300 gave the unshuffled losses"; fail=1
 else

@@ -18,8 +18,8 @@ python3 tests/data/wds_write.py "$tmp" 100 > "$tmp/expected.txt" || exit 1
 ls "$tmp"/wds-00000[0-2].tar > /dev/null || { echo "FAIL: webdataset wrote other shard names"; ls "$tmp"; exit 1; }
 "$check" --dump "$tmp/wds-{000000..000002}.tar" 100 > "$tmp/got.raw" || exit 1
 # The same sample's lines in name order, as the writer printed them.
-sort -s -n -k1,1 -k2,2 "$tmp/got.raw" > "$tmp/got.txt"
-sort -s -n -k1,1 -k2,2 "$tmp/expected.txt" > "$tmp/want.txt"
+sort -s -k1,1n -k2,2 "$tmp/got.raw" > "$tmp/got.txt"
+sort -s -k1,1n -k2,2 "$tmp/expected.txt" > "$tmp/want.txt"
 fail=0
 if cmp -s "$tmp/got.txt" "$tmp/want.txt" && [ "$(wc -l < "$tmp/got.txt")" = 300 ]; then
   echo "ok: 100 samples from webdataset's shards read as written (png, cls, feats.npy: 300 fields)"
