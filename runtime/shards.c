@@ -3,7 +3,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
@@ -99,6 +101,52 @@ const kl_member *kl_raw_sample_find(const kl_raw_sample *s, const char *field)
     return NULL;
 }
 
+/* ---- libarchive, opened at run time ----
+ *
+ * As the CUDA libraries are: an executable starts without it, and only
+ * reading shards needs it. Linked, every executable (and the GPU kit,
+ * tests/gpu/kit.sh) would carry libarchive's chain of libxml2, ICU, lzma,
+ * acl and the rest. */
+#define LA_FUNCS(X)                                                                                                    \
+    X(archive_read_new) \
+    X(archive_read_support_format_tar) \
+    X(archive_read_support_format_gnutar) \
+    X(archive_read_open_fd) \
+    X(archive_error_string) \
+    X(archive_read_free) \
+    X(archive_read_next_header) \
+    X(archive_entry_filetype) \
+    X(archive_entry_pathname) \
+    X(archive_entry_size) \
+    X(archive_read_data) \
+    X(archive_read_data_skip) \
+
+static struct {
+#define X(f) __typeof__(&f) f;
+    LA_FUNCS(X)
+#undef X
+} la;
+static pthread_once_t la_once = PTHREAD_ONCE_INIT;
+static bool la_ok;
+static char la_why[400];
+
+static void la_load(void)
+{
+    void *h = dlopen("libarchive.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(la_why, sizeof la_why, "%s", dlerror());
+        return;
+    }
+#define X(f)                                                                                                           \
+    if (!(la.f = (__typeof__(la.f))dlsym(h, #f))) {                                                                    \
+        snprintf(la_why, sizeof la_why, "libarchive.so.13 has no %s", #f);                                            \
+        return;                                                                                                        \
+    }
+    LA_FUNCS(X)
+#undef X
+    la_ok = true;
+}
+
 /* ---- the reader ---- */
 
 /* A member is at most this large: a sample field, not a data set. */
@@ -123,16 +171,22 @@ kl_shard_reader *kl_shard_open(const char *path, int with_data, char *why, size_
     int fd = kl_open_regular(path, why, n);
     if (fd < 0)
         return NULL;
+    pthread_once(&la_once, la_load);
+    if (!la_ok) {
+        snprintf(why, n, "reading tar shards needs libarchive (%s)\n---> apt-get install libarchive13", la_why);
+        close(fd);
+        return NULL;
+    }
     kl_shard_reader *r = kl_xcalloc(1, sizeof *r);
     r->with_data = with_data;
     r->fd = fd;
-    r->a = archive_read_new();
-    archive_read_support_format_tar(r->a);
-    archive_read_support_format_gnutar(r->a);
+    r->a = la.archive_read_new();
+    la.archive_read_support_format_tar(r->a);
+    la.archive_read_support_format_gnutar(r->a);
     /* fd's ownership stays here: libarchive reads it, we close it. */
-    if (archive_read_open_fd(r->a, fd, 1 << 16) != ARCHIVE_OK) {
-        snprintf(why, n, "not a tar archive (%s)", archive_error_string(r->a));
-        archive_read_free(r->a);
+    if (la.archive_read_open_fd(r->a, fd, 1 << 16) != ARCHIVE_OK) {
+        snprintf(why, n, "not a tar archive (%s)", la.archive_error_string(r->a));
+        la.archive_read_free(r->a);
         close(fd);
         free(r);
         return NULL;
@@ -145,7 +199,7 @@ void kl_shard_close(kl_shard_reader *r)
     if (!r)
         return;
     /* archive_read_open_fd does not close the descriptor. */
-    archive_read_free(r->a);
+    la.archive_read_free(r->a);
     close(r->fd);
     free(r->next_key);
     free(r->next.field);
@@ -159,17 +213,17 @@ static int read_member(kl_shard_reader *r, const char *last_member, char *why, s
 {
     for (;;) {
         struct archive_entry *e;
-        int rc = archive_read_next_header(r->a, &e);
+        int rc = la.archive_read_next_header(r->a, &e);
         if (rc == ARCHIVE_EOF)
             return 0;
         if (rc < ARCHIVE_WARN) {
             snprintf(why, n, "truncated or corrupt archive after member %s (%s)", last_member ? last_member : "(none)",
-                     archive_error_string(r->a));
+                     la.archive_error_string(r->a));
             return -1;
         }
-        if (archive_entry_filetype(e) != AE_IFREG)
+        if (la.archive_entry_filetype(e) != AE_IFREG)
             continue;
-        const char *path = archive_entry_pathname(e);
+        const char *path = la.archive_entry_pathname(e);
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
         const char *dot = strchr(base, '.');
@@ -178,7 +232,7 @@ static int read_member(kl_shard_reader *r, const char *last_member, char *why, s
                      path);
             return -1;
         }
-        int64_t size = archive_entry_size(e);
+        int64_t size = la.archive_entry_size(e);
         if (size < 0 || size > MAX_MEMBER) {
             snprintf(why, n, "member %s: %lld bytes, over the 1 GiB a sample field may have", path, (long long)size);
             return -1;
@@ -194,16 +248,16 @@ static int read_member(kl_shard_reader *r, const char *last_member, char *why, s
             r->next.data = kl_xmalloc(size ? (size_t)size : 1);
             size_t got = 0;
             while (got < (size_t)size) {
-                la_ssize_t k = archive_read_data(r->a, r->next.data + got, (size_t)size - got);
+                la_ssize_t k = la.archive_read_data(r->a, r->next.data + got, (size_t)size - got);
                 if (k < 0 || k == 0) {
                     snprintf(why, n, "member %s: truncated or corrupt data (%s)", path,
-                             k < 0 ? archive_error_string(r->a) : "the archive ends inside it");
+                             k < 0 ? la.archive_error_string(r->a) : "the archive ends inside it");
                     return -1;
                 }
                 got += (size_t)k;
             }
-        } else if (archive_read_data_skip(r->a) != ARCHIVE_OK) {
-            snprintf(why, n, "member %s: truncated or corrupt data (%s)", path, archive_error_string(r->a));
+        } else if (la.archive_read_data_skip(r->a) != ARCHIVE_OK) {
+            snprintf(why, n, "member %s: truncated or corrupt data (%s)", path, la.archive_error_string(r->a));
             return -1;
         }
         return 1;
