@@ -24,11 +24,21 @@
 
 /* ---- the model's inputs ---- */
 
-static int bind_inputs(const ir_graph *g, const kl_dataset *d, bindings *b, const char *model)
+/* The first cross_entropy's class count, or 0. */
+static int ce_classes(const ir_graph *g)
 {
-    b->features = b->labels = -1;
-    b->loss = g->loss;
-    b->ce_classes = 0;
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->op == IR_OP_CROSS_ENTROPY && !n->dead)
+            return (int)ir_val(g, n->in.v[0])->type.dim[1];
+    }
+    return 0;
+}
+
+/* idx and synthetic: the samples' input (any shape of as many values)
+ * and the labels' input (i32[batch] or i64[batch]). */
+static int bind_image_label(const ir_graph *g, const kl_dataset *d, bindings *b, const char *model)
+{
     for (int i = 0; i < g->decls.n; i++) {
         const ir_value *v = ir_val(g, g->decls.v[i]);
         if (v->kind != IR_VAL_INPUT)
@@ -55,39 +65,129 @@ static int bind_inputs(const ir_graph *g, const kl_dataset *d, bindings *b, cons
                  model, (long long)d->sample_bytes);
         return -1;
     }
+    b->n = 2;
+    b->value[0] = b->features;
+    b->field[0] = 0;
+    b->value[1] = b->labels;
+    b->field[1] = 1;
+    return 0;
+}
+
+/* The field an input named name reads: the field of that name, or
+ * name.EXT (WebDataset's "input.npy"), or by the usual names: image <-
+ * png, jpg or jpeg; label <- cls. -1 when none. */
+static int field_for(const kl_dataset *d, const char *name)
+{
+    int f = kl_dataset_field(d, name);
+    if (f >= 0)
+        return f;
+    size_t n = strlen(name);
+    for (int i = 0; i < d->nfields; i++)
+        if (!strncmp(d->field[i].name, name, n) && d->field[i].name[n] == '.')
+            return i;
+    static const char *const aliases[][2] = {{"image", "png"}, {"image", "jpg"}, {"image", "jpeg"}, {"label", "cls"}};
+    for (size_t a = 0; a < KL_ARRAY_LEN(aliases); a++)
+        if (!strcmp(name, aliases[a][0]) && (f = kl_dataset_field(d, aliases[a][1])) >= 0)
+            return f;
+    return -1;
+}
+
+/* Shards: each input reads the field of its name, of the same shape per
+ * sample, of a dtype that converts (u8 to any float, integers to i32 or
+ * i64, floats to floats). */
+static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char *model)
+{
+    for (int i = 0; i < g->decls.n; i++) {
+        const ir_value *v = ir_val(g, g->decls.v[i]);
+        if (v->kind != IR_VAL_INPUT)
+            continue;
+        const ir_type *t = &v->type;
+        char *ts = ir_type_str(t);
+        int f = field_for(d, v->name);
+        if (f < 0) {
+            kl_buf fl = {0};
+            for (int k = 0; k < d->nfields; k++) {
+                char ft[96];
+                kl_field_type_str(&d->field[k].type, ft, sizeof ft);
+                kl_buf_printf(&fl, "%s%s %s", k ? ", " : "", d->field[k].name, ft);
+            }
+            kl_error("%s: input '%s' (%s) names no field of the samples in %s (fields: %s)\n"
+                     "---> name the input after a field (image reads png, jpg or jpeg; label reads cls)",
+                     model, v->name, ts, d->name, fl.s ? fl.s : "none");
+            kl_buf_free(&fl);
+            free(ts);
+            return -1;
+        }
+        kl_field *fd = &d->field[f];
+        char ft[96];
+        kl_field_type_str(&fd->type, ft, sizeof ft);
+        bool shape_ok = t->rank == fd->type.rank + 1;
+        for (int k = 0; shape_ok && k < fd->type.rank; k++)
+            shape_ok = t->dim[k + 1] == fd->type.shape[k];
+        ir_dtype fdt = fd->type.dtype;
+        bool int_field = fdt == IR_U8 || fdt == IR_I32 || fdt == IR_I64;
+        bool dtype_ok = t->dtype == fdt || (ir_dtype_is_float(t->dtype) && (fdt == IR_U8 || ir_dtype_is_float(fdt))) ||
+                        ((t->dtype == IR_I32 || t->dtype == IR_I64) && int_field);
+        if (!shape_ok || !dtype_ok) {
+            kl_error("%s: input '%s' is %s, but field '%s' of %s is %s per sample (%s)", model, v->name, ts, fd->name,
+                     d->name, ft, !shape_ok ? "the shapes differ" : "the dtype does not convert");
+            free(ts);
+            return -1;
+        }
+        free(ts);
+        if (b->n == KL_MAX_FIELDS) {
+            kl_error("%s: more than %d inputs", model, KL_MAX_FIELDS);
+            return -1;
+        }
+        fd->used = true;
+        b->value[b->n] = v->id;
+        b->field[b->n++] = f;
+    }
+    if (b->n == 0) {
+        kl_error("%s: the model has no input to read %s into", model, d->name);
+        return -1;
+    }
+    /* A class label field is checked against the classes as it is read. */
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
-        if (n->op == IR_OP_CROSS_ENTROPY && !n->dead) {
-            b->ce_classes = (int)ir_val(g, n->in.v[0])->type.dim[1];
-            break;
-        }
+        if (n->op != IR_OP_CROSS_ENTROPY || n->dead)
+            continue;
+        for (int k = 0; k < b->n; k++)
+            if (b->value[k] == n->in.v[1])
+                d->field[b->field[k]].classes = ir_val(g, n->in.v[0])->type.dim[1];
     }
     return 0;
 }
 
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, int64_t sample_bytes)
+static int bind_inputs(const ir_graph *g, kl_dataset *d, bindings *b, const char *model)
 {
-    const ir_type *ft = &ir_val(e->g, b->features)->type;
-    const ir_type *lt = b->labels >= 0 ? &ir_val(e->g, b->labels)->type : NULL;
-    int64_t n = ft->dim[0];
-    size_t fbytes = (size_t)ir_type_bytes(ft), lbytes = lt ? (size_t)ir_type_bytes(lt) : 1;
-    void *fh = kl_xmalloc(fbytes), *lh = kl_xmalloc(lbytes);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t src = (first + i) % batch->size;
-        const uint8_t *px = batch->features + src * sample_bytes;
-        if (ft->dtype == IR_U8)
-            memcpy((uint8_t *)fh + i * sample_bytes, px, (size_t)sample_bytes);
-        else
-            for (int64_t j = 0; j < sample_bytes; j++)
-                kl_store_as(ft->dtype, fh, i * sample_bytes + j, px[j]);
-        if (lt)
-            kl_store_as(lt->dtype, lh, i, batch->labels[src]);
+    b->features = b->labels = -1;
+    b->loss = g->loss;
+    b->ce_classes = ce_classes(g);
+    b->n = 0;
+    return d->shards ? bind_fields(g, d, b, model) : bind_image_label(g, d, b, model);
+}
+
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, const kl_dataset *d)
+{
+    for (int k = 0; k < b->n; k++) {
+        const ir_type *t = &ir_val(e->g, b->value[k])->type;
+        const kl_field *fd = &d->field[b->field[k]];
+        const uint8_t *src = batch->field[b->field[k]];
+        int64_t n = t->dim[0], per = t->rank ? ir_type_numel(t) / n : 1;
+        size_t bytes = (size_t)ir_type_bytes(t);
+        uint8_t *h = kl_xmalloc(bytes);
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t *px = src + ((first + i) % batch->size) * fd->bytes;
+            if (t->dtype == fd->type.dtype)
+                memcpy(h + i * per * ir_dtype_size(t->dtype), px, (size_t)(per * ir_dtype_size(t->dtype)));
+            else
+                for (int64_t j = 0; j < per; j++)
+                    kl_store_as(t->dtype, h, i * per + j, kl_load_as(fd->type.dtype, px, j));
+        }
+        kl_exec_write(e, b->value[k], h, bytes);
+        free(h);
     }
-    kl_exec_write(e, b->features, fh, fbytes);
-    if (lt)
-        kl_exec_write(e, b->labels, lh, lbytes);
-    free(fh);
-    free(lh);
 }
 
 /* ---- the learning-rate schedule ---- */
@@ -197,6 +297,37 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
     return kl_compiled_exec(t->s, c, host);
 }
 
+/* A data path of the train block, relative to the model file's folder
+ * (as the model was named to kiln build); one given with --data stays
+ * relative to the working folder, where the shell typed it. */
+static char *data_path(const trainer *t, const char *path)
+{
+    bool from_flag = false;
+    for (int i = 0; i + 1 < t->opt.nkv; i += 2)
+        from_flag |= !strcmp(t->opt.kv[i], "data");
+    const char *slash = strrchr(t->model, '/');
+    if (from_flag || path[0] == '/' || !slash)
+        return kl_xstrdup(path);
+    return kl_xasprintf("%.*s/%s", (int)(slash - t->model), t->model, path);
+}
+
+static int load_shards(trainer *t, const char *pattern, kl_dataset *d)
+{
+    const kl_train_config *c = &t->cfg;
+    char *path = data_path(t, pattern);
+    kl_shards_opts o = {.pattern = path, .workers = c->data_workers, .prefetch = c->data_prefetch,
+                        .shuffle_buffer = c->data_shuffle_buffer, .cache = c->data_cache, .skip = c->data_skip};
+    o.augment.crop_pad = c->augment.crop_pad;
+    o.augment.hflip = c->augment.hflip;
+    o.augment.nmean = c->augment.nmean;
+    o.augment.nstd = c->augment.nstd;
+    memcpy(o.augment.mean, c->augment.mean, sizeof o.augment.mean);
+    memcpy(o.augment.std, c->augment.std, sizeof o.augment.std);
+    int rc = kl_shards_load(&o, d);
+    free(path);
+    return rc;
+}
+
 static int load_data(trainer *t)
 {
     if (!strcmp(t->cfg.data_format, "synthetic")) {
@@ -205,11 +336,64 @@ static int load_data(trainer *t)
             return -1;
         return 0;
     }
-    if (kl_idx_load(t->cfg.data_path, "train", &t->train_set) || kl_idx_load(t->cfg.data_path, "t10k", &t->test_set))
-        return -1;
+    if (!strcmp(t->cfg.data_format, "shards")) {
+        if (load_shards(t, t->cfg.data_path, &t->train_set) ||
+            (t->cfg.data_test && load_shards(t, t->cfg.data_test, &t->test_set)))
+            return -1;
+        if (!t->cfg.data_test && t->cfg.eval_every > 0) {
+            kl_error("%s: eval_every = %lld, but the data has no test split (shards(..., test = \"...\"))", t->model,
+                     (long long)t->cfg.eval_every);
+            return -1;
+        }
+        return 0;
+    }
+    char *dir = data_path(t, t->cfg.data_path);
+    int rc = -1;
+    if (kl_idx_load(dir, "train", &t->train_set) || kl_idx_load(dir, "t10k", &t->test_set))
+        goto done;
     if (t->train_set.sample_bytes != t->test_set.sample_bytes) {
-        kl_error("%s: training and test samples differ in size", t->cfg.data_path);
-        return -1;
+        kl_error("%s: training and test samples differ in size", dir);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(dir);
+    return rc;
+}
+
+/* After binding: shards check every sample has its fields and fill their
+ * cache; the start-up line says what they did. */
+static int prepare_data(trainer *t)
+{
+    kl_dataset *sets[2] = {&t->train_set, &t->test_set};
+    for (int i = 0; i < 2; i++) {
+        kl_dataset *d = sets[i];
+        if (!d->shards)
+            continue;
+        char note[300];
+        if (kl_shards_prepare(d, note, sizeof note))
+            return -1;
+        if (!t->opt.quiet) {
+            printf("data: %s: %lld samples in %d shard%s; ", d->name, (long long)d->count, kl_shards_count(d),
+                   kl_shards_count(d) == 1 ? "" : "s");
+            for (int f = 0, k = 0; f < d->nfields; f++) {
+                if (!d->field[f].used)
+                    continue;
+                char ft[96];
+                kl_field_type_str(&d->field[f].type, ft, sizeof ft);
+                printf("%s%s %s", k++ ? ", " : "", d->field[f].name, ft);
+            }
+            printf("; %s", note);
+            if (i == 0)
+                printf("; %d workers, prefetch %d, shuffle buffer %lld", t->cfg.data_workers, t->cfg.data_prefetch,
+                       (long long)t->cfg.data_shuffle_buffer);
+            printf("\n");
+        }
+        const char *first;
+        int64_t skipped = kl_shards_skipped(d, &first);
+        if (skipped)
+            fprintf(stderr, "kiln: %s: %lld sample%s left out (on_error = skip); the first: %s\n", d->name,
+                    (long long)skipped, skipped == 1 ? "" : "s", first);
     }
     return 0;
 }
@@ -339,7 +523,7 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
         if (!b)
             return false;
         /* The loader assembles the global batch; this rank's rows. */
-        train_feed(t->train, &t->tb, b, t->rank * c->batch, t->train_set.sample_bytes);
+        train_feed(t->train, &t->tb, b, t->rank * c->batch, &t->train_set);
         kl_loader_release(lp->loader, b);
         lp->args.step = lp->step * c->accumulate + m;
         unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);
@@ -479,17 +663,36 @@ static void tboard_eval(trainer *t, const train_loop *lp)
     }
 }
 
+/* Bad test data stops the run (on_error = fail); skipped samples are
+ * reported. -1 after an error. */
+static int eval_data_check(trainer *t, eval_result *r)
+{
+    if (r->error) {
+        kl_error("%s", r->error);
+        free(r->error);
+        r->error = NULL;
+        return -1;
+    }
+    if (r->skipped && !t->opt.quiet)
+        printf("evaluation: %lld test sample%s skipped (on_error = skip); the first: %s\n", (long long)r->skipped,
+               r->skipped == 1 ? "" : "s", r->first_skip);
+    return 0;
+}
+
 /* --eval-every: an evaluation between steps. */
-static void eval_between_steps(trainer *t, train_loop *lp)
+static int eval_between_steps(trainer *t, train_loop *lp)
 {
     const char *metric_name = lp->metric_name;
     lp->eval_s += train_evaluate(t, &lp->er);
+    if (eval_data_check(t, &lp->er))
+        return -1;
     if (!t->opt.quiet)
         printf("step %lld  eval  loss %.4f  %s %.4f\n", (long long)lp->step, lp->er.loss, metric_name ? metric_name : "",
                lp->er.metric[0]);
     json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g}", (long long)lp->step, lp->er.loss,
               metric_name ? metric_name : "metric", lp->er.metric[0]);
     tboard_eval(t, lp);
+    return 0;
 }
 
 /* An epoch's end (or the run's): evaluation (unless eval_every is 0),
@@ -500,9 +703,11 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
     const char *metric_name = lp->metric_name;
     double epoch_s = kl_now() - epoch_t0;
     train_ranks_settle(t);
-    if (c->eval_every == 0)
+    if (c->eval_every == 0 || !t->eval)
         return t->opt.save && save_checkpoint(t, t->opt.save, lp->step) ? -1 : 0;
     double eval_s = train_evaluate(t, &lp->er);
+    if (eval_data_check(t, &lp->er))
+        return -1;
     lp->eval_s += eval_s;
     lp->evaluated_at_end = true;
     if (lp->metric_count && lp->er.metric[0] > lp->best) {
@@ -589,7 +794,10 @@ static int run_training(trainer *t)
     train_loop lp = {.best = -1, .args = {0, (uint64_t)c->seed}};
     /* Every rank assembles each global batch (batch x ranks samples) in
      * the same order and feeds its own slice (run_step). */
-    lp.loader = kl_loader_new(&t->train_set, c->batch * t->world, true, true, (uint64_t)c->seed, 4);
+    kl_loader_opts lo = {.batch = c->batch * t->world, .shuffle = c->data_shuffle, .drop_last = true,
+                         .seed = (uint64_t)c->seed, .depth = t->train_set.shards ? c->data_prefetch : 4,
+                         .workers = t->train_set.shards ? c->data_workers : 1, .augment_random = true};
+    lp.loader = kl_loader_new_opts(&t->train_set, &lo);
     int rc = -1;
     if (count_steps(t, &lp) || (t->opt.resume && resume(t, &lp)))
         goto out;
@@ -601,10 +809,10 @@ static int run_training(trainer *t)
     lp.metric_count = t->train->g->reports.n && t->train->g->reports.v[0].name[0] != '_';
     lp.metric_name = lp.metric_count ? t->train->g->reports.v[0].name : NULL;
     for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total; epoch++) {
-        kl_loader_start(lp.loader, epoch);
-        /* Skip what a resumed run already did in this epoch. */
-        for (int64_t skip = (lp.step - epoch * lp.per_epoch) * c->accumulate; skip > 0; skip--)
-            kl_loader_release(lp.loader, kl_loader_next(lp.loader));
+        /* A resumed run starts past the batches it already took in this
+         * epoch: the order is the seed's and the epoch's, so the position
+         * is the step's. */
+        kl_loader_start_at(lp.loader, epoch, (lp.step - epoch * lp.per_epoch) * c->accumulate);
         double epoch_t0 = kl_now();
         while (lp.step < lp.total) {
             double lr = 0, st0 = kl_now();
@@ -615,8 +823,13 @@ static int run_training(trainer *t)
             }
             bool stepped = run_step(t, &lp, &lr);
             kl_nvtx_pop();
-            if (!stepped)
+            if (!stepped) {
+                if (kl_loader_failed(lp.loader)) {
+                    kl_error("%s", kl_loader_failed(lp.loader));
+                    goto out;
+                }
                 break;
+            }
             if (c->max_skipped_steps > 0 && t->skipped_in_row > c->max_skipped_steps) {
                 kl_error("step %lld: the last %lld steps were all skipped for non-finite gradients (loss scale now %g); "
                          "training diverged (try a lower --lr; max_skipped_steps = %lld)",
@@ -631,16 +844,18 @@ static int run_training(trainer *t)
             }
             if (lp.step % c->log_every == 0 || lp.step == lp.total)
                 log_progress(t, &lp, epoch, loss_now, lr);
-            if (c->eval_every > 0 && lp.step % c->eval_every == 0)
-                eval_between_steps(t, &lp);
+            if (c->eval_every > 0 && lp.step % c->eval_every == 0 && eval_between_steps(t, &lp))
+                goto out;
             if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step))
                 goto out;
         }
         if (end_epoch(t, &lp, epoch, epoch_t0))
             goto out;
     }
-    if (!lp.evaluated_at_end && c->eval_every != 0) {
+    if (!lp.evaluated_at_end && c->eval_every != 0 && t->eval) {
         lp.eval_s += train_evaluate(t, &lp.er);
+        if (eval_data_check(t, &lp.er))
+            goto out;
         if (lp.metric_count)
             lp.best = lp.er.metric[0];
     }
@@ -650,6 +865,11 @@ static int run_training(trainer *t)
     t->run_step_s = lp.clock.run_s;
     t->run_wait_s = kl_loader_wait_seconds(lp.loader);
     train_ranks_settle(t);
+    const char *first;
+    int64_t skipped = kl_loader_skipped(lp.loader, &first);
+    if (skipped)
+        printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
+               (long long)skipped, skipped == 1 ? "" : "s", first);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
     if (!rc && t->opt.export_path &&
         kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name, kl_precision_name(c->precision),
@@ -672,6 +892,10 @@ static int make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb
     for (int i = 0; i < t->train->g->reports.n; i++)
         if (!strcmp(t->train->g->reports.v[i].name, "_grads_finite"))
             t->finite_value = t->train->g->reports.v[i].value;
+    /* No test split: no evaluation. */
+    *eb_out = 0;
+    if (t->test_set.count == 0)
+        return prepare_data(t);
     /* Evaluation shares the training plan's arena: its batch is the
      * largest that fits there. */
     kl_replan rp = {src, t->opt.kv};
@@ -695,7 +919,7 @@ static int make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb
                  max_label, t->tb.ce_classes);
         return -1;
     }
-    return 0;
+    return prepare_data(t);
 }
 
 /* The memory plan: one arena for training and evaluation (which has one
@@ -704,7 +928,7 @@ static int make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb
 static int check_peak(trainer *t, int64_t *peak_out)
 {
     int64_t peak = kl_persistent_bytes(t->train->g) + t->train->plan->arena_bytes;
-    if (!t->eval->arena_shared)
+    if (t->eval && !t->eval->arena_shared)
         peak += t->eval->plan->arena_bytes;
     if (t->eval_tail && !t->eval_tail->arena_shared)
         peak += t->eval_tail->plan->arena_bytes;
@@ -754,8 +978,12 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
     printf("memory: %s\n", mem);
     free(mem);
     char *plan = plan_summary(t->train->plan);
-    printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
-           t->eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
+    if (t->eval)
+        printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
+               t->eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
+    else
+        printf("memory plan: %s; no evaluation (no test split); peak %.2f MB with params and state", plan,
+               (double)peak / 1e6);
     if (c->memory_limit > 0)
         printf(" (limit %.2f MB)", (double)c->memory_limit / 1e6);
     printf("\n");

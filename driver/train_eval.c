@@ -10,9 +10,11 @@ static void evaluate_plans(trainer *t, eval_result *r)
 {
     memset(r, 0, sizeof *r);
     const kl_dataset *d = &t->test_set;
-    int64_t eb = ir_val(t->eval->g, t->eb.features)->type.dim[0];
+    int64_t eb = ir_val(t->eval->g, t->eb.value[0])->type.dim[0];
     int64_t full = d->count / eb;
-    kl_loader *l = kl_loader_new(d, eb, false, false, 0, 4);
+    kl_loader_opts o = {.batch = eb, .depth = d->shards ? t->cfg.data_prefetch : 4,
+                        .workers = d->shards ? t->cfg.data_workers : 1};
+    kl_loader *l = kl_loader_new_opts(d, &o);
     kl_loader_start(l, 0);
     const kl_batch *b;
     kl_kargs args = {0, (uint64_t)t->cfg.seed};
@@ -26,7 +28,7 @@ static void evaluate_plans(trainer *t, eval_result *r)
         bool tail = b->index >= full;
         kl_exec *e = tail && t->eval_tail ? t->eval_tail : t->eval;
         bindings *bb = tail && t->eval_tail ? &t->etb : &t->eb;
-        train_feed(e, bb, b, 0, d->sample_bytes);
+        train_feed(e, bb, b, 0, d);
         kl_exec_run(e, KL_ALL_PHASES, &args);
         if (t->on_eval_batch)
             t->on_eval_batch(t, e, b);
@@ -36,6 +38,12 @@ static void evaluate_plans(trainer *t, eval_result *r)
         r->samples += b->size;
         kl_loader_release(l, b);
     }
+    if (kl_loader_failed(l))
+        r->error = kl_xstrdup(kl_loader_failed(l));
+    const char *first;
+    r->skipped = kl_loader_skipped(l, &first);
+    if (first)
+        snprintf(r->first_skip, sizeof r->first_skip, "%s", first);
     kl_loader_free(l);
     if (t->world > 1) {
         double sums[10] = {r->loss, (double)r->samples};

@@ -42,15 +42,18 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
 char *train_kernel_flags(const train_options *o);
 
 typedef struct bindings {
-    int features, labels; /* input values, or -1 */
+    int features, labels; /* idx and synthetic: input values, or -1 */
     int loss;
     int ce_classes;       /* classes of the first cross_entropy, or 0 */
+    /* Every input and the data set's field it reads. */
+    int n;
+    int value[KL_MAX_FIELDS], field[KL_MAX_FIELDS];
 } bindings;
 
 /* Copies a batch into the exec's inputs from its sample first on (a
- * rank's slice of the global batch; 0 on one rank), converting features
- * to the input's dtype and padding a short batch by repeating samples. */
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, int64_t sample_bytes);
+ * rank's slice of the global batch; 0 on one rank), converting each field
+ * to its input's dtype and padding a short batch by repeating samples. */
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, const kl_dataset *d);
 
 typedef struct trainer trainer;
 struct trainer {
@@ -90,6 +93,9 @@ struct trainer {
 typedef struct eval_result {
     double loss, metric[8];
     int64_t samples;
+    char *error;          /* bad test data (on_error = fail): the run stops */
+    int64_t skipped;      /* test samples skipped (on_error = skip) */
+    char first_skip[900];
 } eval_result;
 
 /* Periodic checkpoints (train_ckpt.c): the checks of --save-every and

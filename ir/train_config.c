@@ -14,8 +14,9 @@ typedef struct call_form {
 } call_form;
 
 static const call_form data_forms[] = {
-    {"idx", "path:str"},
+    {"idx", "path:str shuffle:int=?"},
     {"synthetic", "samples:int=4096"},
+    {"shards", "path:str test:str=? workers:int=2 prefetch:int=4 shuffle_buffer:int=1000 cache:str=none on_error:str=fail"},
     {NULL, NULL},
 };
 static const call_form optimizer_forms[] = {
@@ -50,7 +51,7 @@ typedef struct key_info {
 } key_info;
 
 static const key_info keys[] = {
-    {"data", K_CALL, NULL, data_forms, 0, "idx(\"/usr/share/datasets/fashion-mnist\") or synthetic(samples = N)"},
+    {"data", K_CALL, NULL, data_forms, 0, "idx(\"/usr/share/datasets/fashion-mnist\"), shards(\"train-{000000..000009}.tar\", ...) or synthetic(samples = N)"},
     {"batch", K_INT, NULL, NULL, 1, "samples per micro-batch"},
     {"accumulate", K_INT, NULL, NULL, 1, "micro-batches per optimizer step"},
     {"epochs", K_INT, NULL, NULL, 1, "passes over the training set"},
@@ -144,6 +145,68 @@ static int64_t parse_bytes(const char *s)
     return -1;
 }
 
+/* shards(augment = [random_crop(pad = 4), hflip(), normalize(mean =
+ * [...], std = [...])]): each step at most once, in that order of
+ * application whatever the list's order (crop and flip on u8 pixels,
+ * then normalisation to f32). */
+static int check_augment(ir_attr_val *list, kl_loc loc, const kl_source *src)
+{
+    if (list->kind != IR_ATTR_LIST)
+        return fail(src, loc, "shards: augment is a list such as [random_crop(pad = 4), hflip()]");
+    bool seen[3] = {false, false, false};
+    for (int i = 0; i < list->nitems; i++) {
+        ir_attr_val *v = &list->items[i];
+        kl_loc il = v->loc.line ? v->loc : loc;
+        if (v->kind == IR_ATTR_STR) {
+            v->kind = IR_ATTR_CALL;
+            v->args = kl_xcalloc(1, sizeof *v->args);
+        }
+        static const char *const names[] = {"random_crop", "hflip", "normalize"};
+        static const char *const specs[] = {"pad:int=4", "", "mean:float=? std:float=?"};
+        int k = 0;
+        while (k < 3 && (v->kind != IR_ATTR_CALL || strcmp(v->s, names[k])))
+            k++;
+        if (k == 3)
+            return fail(src, il, "shards: unknown augmentation (expected random_crop(pad), hflip() or normalize(mean, std))");
+        if (seen[k])
+            return fail(src, il, "shards: %s is given twice in augment", names[k]);
+        seen[k] = true;
+        if (k < 2) {
+            char err[256];
+            if (ir_spec_normalize(specs[k], names[k], v->args, err, sizeof err))
+                return fail(src, il, "%s", err);
+            if (k == 0 && (ir_attr_int(v->args, "pad", 4) < 1 || ir_attr_int(v->args, "pad", 4) > 64))
+                return fail(src, il, "random_crop: pad must be 1 to 64");
+            continue;
+        }
+        /* normalize: mean and std, each a number or a list of one per channel. */
+        for (int j = 0; j < v->args->n; j++) {
+            ir_attr *arg = &v->args->v[j];
+            if (!arg->key[0]) {
+                free(arg->key);
+                arg->key = kl_xstrdup(j == 0 ? "mean" : "std");
+            }
+            if (strcmp(arg->key, "mean") && strcmp(arg->key, "std"))
+                return fail(src, il, "normalize has no argument '%s' (its arguments: mean, std)", arg->key);
+            ir_attr_val *x = &arg->val;
+            int n = x->kind == IR_ATTR_LIST ? x->nitems : 1;
+            if (n < 1 || n > 8)
+                return fail(src, il, "normalize: %s is a number or a list of 1 to 8 numbers", arg->key);
+            for (int e = 0; e < n; e++) {
+                ir_attr_val *y = x->kind == IR_ATTR_LIST ? &x->items[e] : x;
+                if (y->kind == IR_ATTR_INT)
+                    *y = ir_attr_val_float((double)y->i);
+                if (y->kind != IR_ATTR_FLOAT || !isfinite(y->f) || (!strcmp(arg->key, "std") && y->f <= 0))
+                    return fail(src, il, "normalize: %s must be %s", arg->key,
+                                strcmp(arg->key, "std") ? "finite numbers" : "positive numbers");
+            }
+        }
+        if (!ir_attrs_find(v->args, "mean") || !ir_attrs_find(v->args, "std"))
+            return fail(src, il, "normalize needs mean and std");
+    }
+    return 0;
+}
+
 static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
 {
     ir_attr_val *v = &a->val;
@@ -151,7 +214,9 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
     /* Shorthands: a path for data, a bare name for a call, a number for a
      * static loss scale. */
     if (!strcmp(k->key, "data") && v->kind == IR_ATTR_STR && !ir_attr_val_is_word(v)) {
-        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("idx"), .loc = v->loc};
+        size_t len = strlen(v->s);
+        bool tar = len > 4 && !strcmp(v->s + len - 4, ".tar");
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup(tar ? "shards" : "idx"), .loc = v->loc};
         call.args = kl_xcalloc(1, sizeof *call.args);
         ir_attrs_set(call.args, "path", *v);
         *v = call;
@@ -181,15 +246,33 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
         return -1;
     }
     kl_buf_free(&names);
+    /* shards' augment list is checked apart: the spec language has no
+     * list of calls. */
+    ir_attr_val augment = {0};
+    ir_attr *aug = !strcmp(f->name, "shards") ? ir_attrs_find(v->args, "augment") : NULL;
+    kl_loc aug_loc = aug ? (aug->val.loc.line ? aug->val.loc : aug->loc) : loc;
+    if (aug) {
+        ir_attr_val_copy(&augment, &aug->val);
+        ir_attrs_remove(v->args, "augment");
+    }
     char err[256];
-    if (ir_spec_normalize(f->spec, f->name, v->args, err, sizeof err))
+    if (ir_spec_normalize(f->spec, f->name, v->args, err, sizeof err)) {
+        ir_attr_val_free(&augment);
         return fail(src, loc, "%s", err);
+    }
+    if (aug) {
+        if (check_augment(&augment, aug_loc, src)) {
+            ir_attr_val_free(&augment);
+            return -1;
+        }
+        ir_attrs_set(v->args, "augment", augment);
+    }
     /* Ranges of the numeric arguments. */
     for (int i = 0; i < v->args->n; i++) {
         ir_attr *arg = &v->args->v[i];
         kl_loc al = arg->val.loc.line ? arg->val.loc : loc;
         double x = arg->val.kind == IR_ATTR_INT ? (double)arg->val.i : arg->val.f;
-        if (arg->val.kind == IR_ATTR_STR)
+        if (arg->val.kind != IR_ATTR_INT && arg->val.kind != IR_ATTR_FLOAT)
             continue;
         if (!isfinite(x) || x < 0)
             return fail(src, al, "%s: %s must be a finite number, not negative", f->name, arg->key);
@@ -204,6 +287,17 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
             return fail(src, al, "%s: %s must be positive", f->name, arg->key);
         if (!strcmp(arg->key, "growth") && x <= 1)
             return fail(src, al, "%s: growth must be above 1", f->name);
+        if ((!strcmp(arg->key, "workers") || !strcmp(arg->key, "prefetch")) && (x < 1 || x > 64))
+            return fail(src, al, "%s: %s must be 1 to 64", f->name, arg->key);
+    }
+    if (!strcmp(f->name, "idx") && ir_attr_int(v->args, "shuffle", 1) > 1)
+        return fail(src, loc, "idx: shuffle must be 0 (samples in file order) or 1");
+    if (!strcmp(f->name, "shards")) {
+        const char *cache = ir_attr_str(v->args, "cache", "none"), *on_error = ir_attr_str(v->args, "on_error", "fail");
+        if (strcmp(cache, "memory") && strcmp(cache, "none"))
+            return fail(src, loc, "shards: cache must be memory or none, not '%s'", cache);
+        if (strcmp(on_error, "fail") && strcmp(on_error, "skip"))
+            return fail(src, loc, "shards: on_error must be fail or skip, not '%s'", on_error);
     }
     return 0;
 }
@@ -367,8 +461,11 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
             rc = check_one(&tmp.v[0], &src);
         }
     } else if (!strcmp(key, "data")) {
-        /* --data DIR: a path, even one that reads as a name or a number. */
-        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup("idx")};
+        /* --data DIR: a path, even one that reads as a name or a number;
+         * a .tar path is a shard (pattern). */
+        size_t len = strlen(text);
+        bool tar = len > 4 && !strcmp(text + len - 4, ".tar");
+        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup(tar ? "shards" : "idx")};
         call.args = kl_xcalloc(1, sizeof *call.args);
         ir_attrs_set(call.args, "path", ir_attr_val_str(text));
         ir_attrs_set(&tmp, key, call);
@@ -423,10 +520,41 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     if (data && !strcmp(data->s, "synthetic")) {
         c->data_format = kl_xstrdup("synthetic");
         c->synthetic_samples = arg_i(data, "samples", 4096);
+        c->data_shuffle = true;
+    } else if (data && !strcmp(data->s, "shards")) {
+        c->data_format = kl_xstrdup("shards");
+        c->data_path = kl_xstrdup(ir_attr_str(data->args, "path", ""));
+        const char *test = ir_attr_str(data->args, "test", NULL);
+        c->data_test = test ? kl_xstrdup(test) : NULL;
+        c->data_workers = (int)arg_i(data, "workers", 2);
+        c->data_prefetch = (int)arg_i(data, "prefetch", 4);
+        c->data_shuffle_buffer = arg_i(data, "shuffle_buffer", 1000);
+        c->data_shuffle = c->data_shuffle_buffer > 0;
+        c->data_cache = !strcmp(ir_attr_str(data->args, "cache", "none"), "memory");
+        c->data_skip = !strcmp(ir_attr_str(data->args, "on_error", "fail"), "skip");
+        c->augment.crop_pad = 0;
+        ir_attr *aug = ir_attrs_find(data->args, "augment");
+        for (int i = 0; aug && aug->val.kind == IR_ATTR_LIST && i < aug->val.nitems; i++) {
+            const ir_attr_val *st = &aug->val.items[i];
+            if (!strcmp(st->s, "random_crop"))
+                c->augment.crop_pad = ir_attr_int(st->args, "pad", 4);
+            else if (!strcmp(st->s, "hflip"))
+                c->augment.hflip = true;
+            else if (!strcmp(st->s, "normalize")) {
+                const ir_attr_val *m = &ir_attrs_find(st->args, "mean")->val, *sd = &ir_attrs_find(st->args, "std")->val;
+                c->augment.nmean = m->kind == IR_ATTR_LIST ? m->nitems : 1;
+                c->augment.nstd = sd->kind == IR_ATTR_LIST ? sd->nitems : 1;
+                for (int k = 0; k < c->augment.nmean; k++)
+                    c->augment.mean[k] = m->kind == IR_ATTR_LIST ? m->items[k].f : m->f;
+                for (int k = 0; k < c->augment.nstd; k++)
+                    c->augment.std[k] = sd->kind == IR_ATTR_LIST ? sd->items[k].f : sd->f;
+            }
+        }
     } else {
         c->data_format = kl_xstrdup("idx");
         const char *path = data && data->args ? ir_attr_str(data->args, "path", NULL) : NULL;
         c->data_path = kl_xstrdup(path ? path : "/usr/share/datasets/fashion-mnist");
+        c->data_shuffle = arg_i(data, "shuffle", 1) != 0;
     }
     c->batch = ir_attr_int(train, "batch", 32);
     c->accumulate = ir_attr_int(train, "accumulate", 1);
@@ -497,6 +625,7 @@ void kl_train_config_free(kl_train_config *c)
 {
     free(c->data_format);
     free(c->data_path);
+    free(c->data_test);
     free(c->recompute);
     free(c->tensorboard);
     memset(c, 0, sizeof *c);

@@ -1,5 +1,5 @@
-/* IDX reading (the MNIST family, gzip through zlib), synthetic data, and
- * the threaded batch loader. */
+/* IDX reading (the MNIST family, gzip through zlib) and synthetic data:
+ * data sets held in memory (the loader: loader.c; shards: shard_data.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "data.h"
+#include "shard_set.h"
 #include "base/scalar.h"
 #include "base/support.h"
 
@@ -18,6 +18,26 @@ double kl_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* idx and synthetic: the fields "image" (u8, the sample's shape) and
+ * "label" (i32), both in memory. */
+static void image_label_fields(kl_dataset *d)
+{
+    d->nfields = 2;
+    kl_field *img = &d->field[0], *lab = &d->field[1];
+    img->name = kl_xstrdup("image");
+    img->type.dtype = IR_U8;
+    img->type.rank = d->rank;
+    for (int i = 0; i < d->rank; i++)
+        img->type.shape[i] = d->shape[i];
+    img->bytes = d->sample_bytes;
+    lab->name = kl_xstrdup("label");
+    lab->type.dtype = IR_I32;
+    lab->bytes = 4;
+    img->used = lab->used = true;
+    d->data[0] = d->features;
+    d->data[1] = (uint8_t *)d->labels;
 }
 
 /* ---- IDX ---- */
@@ -295,6 +315,7 @@ int kl_idx_load(const char *dir, const char *split, kl_dataset *out)
         if (labels[i] > out->max_label)
             out->max_label = labels[i];
     }
+    image_label_fields(out);
     rc = 0;
 done:
     free(images);
@@ -341,207 +362,30 @@ int kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out)
         if (c > out->max_label)
             out->max_label = c;
     }
+    image_label_fields(out);
     return 0;
 }
 
 void kl_dataset_free(kl_dataset *d)
 {
     free(d->name);
-    free(d->features);
-    free(d->labels);
+    for (int f = 0; f < d->nfields; f++) {
+        free(d->field[f].name);
+        free(d->data[f]);
+    }
+    kl_shard_set *ss = d->shards;
+    if (ss) {
+        for (int s = 0; s < ss->nshards; s++)
+            free(ss->paths[s]);
+        for (int64_t id = 0; id < ss->total; id++)
+            free(ss->keys[id]);
+        free(ss->paths);
+        free(ss->base);
+        free(ss->keys);
+        free(ss->has);
+        free(ss->bad);
+        free(ss);
+    }
     memset(d, 0, sizeof *d);
 }
 
-/* ---- the loader ---- */
-
-typedef struct slot {
-    kl_batch b;
-    enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN } state;
-} slot;
-
-struct kl_loader {
-    const kl_dataset *d;
-    int64_t batch, nbatches;
-    bool shuffle, drop_last;
-    uint64_t seed;
-    int64_t *order;
-    int depth;
-    slot *ring;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int64_t epoch;        /* the epoch being produced; -1 before start */
-    int64_t produced;     /* batches handed to slots this epoch */
-    int64_t consumed;     /* batches taken this epoch */
-    int64_t generation;   /* bumps on every start, so the producer restarts */
-    bool quit;
-    double wait;
-};
-
-static void fill(kl_loader *l, slot *s, int64_t index)
-{
-    const kl_dataset *d = l->d;
-    int64_t first = index * l->batch, n = d->count - first < l->batch ? d->count - first : l->batch;
-    s->b.index = index;
-    s->b.size = n;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t src = l->order[first + i];
-        memcpy(s->b.features + i * d->sample_bytes, d->features + src * d->sample_bytes, (size_t)d->sample_bytes);
-        s->b.labels[i] = d->labels[src];
-    }
-}
-
-static void *producer(void *arg)
-{
-    kl_loader *l = arg;
-    pthread_mutex_lock(&l->mu);
-    for (;;) {
-        /* Wait for an epoch with batches left and a free slot. */
-        slot *free_slot = NULL;
-        while (!l->quit) {
-            if (l->epoch >= 0 && l->produced < l->nbatches) {
-                for (int i = 0; i < l->depth && !free_slot; i++)
-                    if (l->ring[i].state == SLOT_FREE)
-                        free_slot = &l->ring[i];
-                if (free_slot)
-                    break;
-            }
-            pthread_cond_wait(&l->cv, &l->mu);
-        }
-        if (l->quit)
-            break;
-        int64_t index = l->produced++, gen = l->generation;
-        free_slot->state = SLOT_FILLING;
-        pthread_mutex_unlock(&l->mu);
-        fill(l, free_slot, index);
-        pthread_mutex_lock(&l->mu);
-        free_slot->state = gen == l->generation ? SLOT_READY : SLOT_FREE;
-        pthread_cond_broadcast(&l->cv);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
-
-kl_loader *kl_loader_new(const kl_dataset *d, int64_t batch, bool shuffle, bool drop_last, uint64_t seed, int depth)
-{
-    kl_loader *l = kl_xcalloc(1, sizeof *l);
-    l->d = d;
-    l->batch = batch;
-    l->shuffle = shuffle;
-    l->drop_last = drop_last;
-    l->seed = seed;
-    l->nbatches = drop_last ? d->count / batch : (d->count + batch - 1) / batch;
-    l->order = kl_xmalloc(sizeof(int64_t) * (size_t)(d->count + 1));
-    l->depth = depth < 2 ? 2 : depth;
-    l->ring = kl_xcalloc((size_t)l->depth, sizeof *l->ring);
-    for (int i = 0; i < l->depth; i++) {
-        l->ring[i].b.features = kl_xmalloc((size_t)(batch * d->sample_bytes));
-        l->ring[i].b.labels = kl_xmalloc(sizeof(int32_t) * (size_t)batch);
-    }
-    l->epoch = -1;
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
-    if (pthread_create(&l->thread, NULL, producer, l))
-        kl_panic("cannot start the loader thread");
-    return l;
-}
-
-void kl_loader_free(kl_loader *l)
-{
-    if (!l)
-        return;
-    pthread_mutex_lock(&l->mu);
-    l->quit = true;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
-    for (int i = 0; i < l->depth; i++) {
-        free(l->ring[i].b.features);
-        free(l->ring[i].b.labels);
-    }
-    free(l->ring);
-    free(l->order);
-    free(l);
-}
-
-int64_t kl_loader_batches(const kl_loader *l)
-{
-    return l->nbatches;
-}
-
-void kl_loader_start(kl_loader *l, int64_t epoch)
-{
-    pthread_mutex_lock(&l->mu);
-    /* Wait until no slot is being filled, then drop what is left. */
-    for (;;) {
-        bool filling = false;
-        for (int i = 0; i < l->depth; i++)
-            filling |= l->ring[i].state == SLOT_FILLING;
-        if (!filling)
-            break;
-        pthread_cond_wait(&l->cv, &l->mu);
-    }
-    for (int i = 0; i < l->depth; i++)
-        l->ring[i].state = SLOT_FREE;
-    int64_t n = l->d->count;
-    for (int64_t i = 0; i < n; i++)
-        l->order[i] = i;
-    if (l->shuffle) {
-        /* Fisher-Yates with a stream of (seed, epoch). */
-        uint64_t s = kl_mix(l->seed ^ kl_mix((uint64_t)epoch + 1));
-        for (int64_t i = n - 1; i > 0; i--) {
-            s = kl_mix(s);
-            int64_t j = (int64_t)(s % (uint64_t)(i + 1));
-            int64_t t = l->order[i];
-            l->order[i] = l->order[j];
-            l->order[j] = t;
-        }
-    }
-    l->epoch = epoch;
-    l->produced = l->consumed = 0;
-    l->generation++;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-}
-
-const kl_batch *kl_loader_next(kl_loader *l)
-{
-    pthread_mutex_lock(&l->mu);
-    if (l->consumed >= l->nbatches) {
-        pthread_mutex_unlock(&l->mu);
-        return NULL;
-    }
-    int64_t want = l->consumed;
-    double t0 = kl_now();
-    slot *found = NULL;
-    for (;;) {
-        for (int i = 0; i < l->depth && !found; i++)
-            if (l->ring[i].state == SLOT_READY && l->ring[i].b.index == want)
-                found = &l->ring[i];
-        if (found)
-            break;
-        pthread_cond_wait(&l->cv, &l->mu);
-    }
-    l->wait += kl_now() - t0;
-    found->state = SLOT_TAKEN;
-    l->consumed++;
-    pthread_mutex_unlock(&l->mu);
-    return &found->b;
-}
-
-void kl_loader_release(kl_loader *l, const kl_batch *b)
-{
-    pthread_mutex_lock(&l->mu);
-    for (int i = 0; i < l->depth; i++)
-        if (&l->ring[i].b == b)
-            l->ring[i].state = SLOT_FREE;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-}
-
-double kl_loader_wait_seconds(const kl_loader *l)
-{
-    return l->wait;
-}

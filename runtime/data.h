@@ -10,15 +10,44 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "decode.h"
+
+/* A sample is a few named fields, each an array of one dtype and shape
+ * (idx: "image" u8[28, 28] and "label" i32; shards: the members' fields,
+ * "png" u8[1, 28, 28], "cls" i64 ...). */
+#define KL_MAX_FIELDS 8
+
+typedef struct kl_field {
+    char *name;
+    kl_field_type type; /* as the model's input reads it */
+    int64_t bytes;      /* per sample */
+    kl_field_type decoded; /* as decoded: type unless augmentation normalises it */
+    int64_t decoded_bytes;
+    bool augmented;     /* an image (u8[C, H, W]) the augmentation applies to */
+    bool used;          /* bound to an input: the loader fills it */
+    int64_t classes;    /* > 0: a class label, checked to be in [0, classes) */
+} kl_field;
+
+typedef struct kl_shard_set kl_shard_set;
+
 typedef struct kl_dataset {
     char *name;
     int64_t count;
-    int64_t sample_bytes;  /* bytes of features per sample */
-    int64_t shape[3];      /* per-sample shape (rank 1 to 3) */
+    int nfields;
+    kl_field field[KL_MAX_FIELDS];
+    /* In memory (idx, synthetic, a cached shard set): count samples of
+     * each field; NULL for a field of a streamed set. */
+    uint8_t *data[KL_MAX_FIELDS];
+    /* idx and synthetic: the first two fields, as the old loader had
+     * them (features = data[0], labels = (int32_t *)data[1]). */
+    int64_t sample_bytes;
+    int64_t shape[3];
     int rank;
-    uint8_t *features;     /* count * sample_bytes */
-    int32_t *labels;       /* count */
+    uint8_t *features;
+    int32_t *labels;
     int32_t max_label;
+    /* Shards: the index and the reading settings; NULL otherwise. */
+    kl_shard_set *shards;
 } kl_dataset;
 
 /* Reads the IDX files of split "train" or "t10k" from dir (gzip or not):
@@ -31,27 +60,93 @@ int kl_idx_load(const char *dir, const char *split, kl_dataset *out);
 int kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out);
 void kl_dataset_free(kl_dataset *d);
 
+/* shards(augment = [...]): applied to every image field (u8[C, H, W])
+ * in the loader, after decoding (and after the cache): a random crop of
+ * the image padded with crop_pad zeros on each side, a horizontal flip
+ * with probability 1/2 (training only: the crop offset and the flip are
+ * drawn from the seed, the epoch and the sample's number), then
+ * (x / 255 - mean[c]) / std[c] to f32 (training and test). */
+typedef struct kl_augment {
+    int64_t crop_pad;     /* 0: no crop */
+    bool hflip;
+    int nmean, nstd;      /* 0: no normalisation; 1 or one per channel */
+    double mean[8], std[8];
+} kl_augment;
+
+/* Writes the augmented sample of field f (src: f->decoded_bytes) into dst
+ * (f->bytes); random: crop and flip (training), drawn from (seed, epoch,
+ * id). */
+void kl_augment_apply(const kl_augment *a, const kl_field *f, const uint8_t *src, uint8_t *dst, bool random,
+                      uint64_t seed, int64_t epoch, int64_t id);
+
+/* shards(...) of the train block. */
+typedef struct kl_shards_opts {
+    const char *pattern;  /* brace ranges expanded (shards.h) */
+    int workers, prefetch;
+    int64_t shuffle_buffer;
+    bool cache;           /* cache = memory */
+    bool skip;            /* on_error = skip */
+    kl_augment augment;
+} kl_shards_opts;
+
+/* The index pass over every shard (names and sizes, no decoding), then
+ * the first sample decoded: the fields and their types. Errors name the
+ * shard, the member and the reason; returns 0 or -1. */
+int kl_shards_load(const kl_shards_opts *o, kl_dataset *out);
+/* After the inputs are bound (fields' used and classes set): every sample
+ * must have the used fields (or is left out, on_error = skip); with
+ * cache = memory, decodes them all when they fit in memory. The line
+ * it writes into note says what it did. Returns 0 or -1 (reported). */
+int kl_shards_prepare(kl_dataset *d, char *note, size_t n);
+/* The shards of a shard set (0 for others); samples left out before
+ * training (on_error = skip), and the first one's reason. */
+int kl_shards_count(const kl_dataset *d);
+int64_t kl_shards_skipped(const kl_dataset *d, const char **first);
+/* The field named name, or -1. */
+int kl_dataset_field(const kl_dataset *d, const char *name);
+
 typedef struct kl_batch {
     int64_t index;     /* batch number within the epoch */
     int64_t size;
-    uint8_t *features; /* size * sample_bytes */
-    int32_t *labels;
+    uint8_t *field[KL_MAX_FIELDS]; /* size samples of each used field */
+    uint8_t *features; /* idx and synthetic: field[0] */
+    int32_t *labels;   /* field[1] */
 } kl_batch;
 
 typedef struct kl_loader kl_loader;
 
+typedef struct kl_loader_opts {
+    int64_t batch;     /* samples per batch */
+    bool shuffle;      /* in memory: a seeded permutation; shards: shard order and the shuffle buffer */
+    bool drop_last;    /* the last partial batch of an epoch is dropped, else delivered short */
+    uint64_t seed;
+    int depth;         /* batches ready ahead (prefetch) */
+    int workers;       /* decode threads */
+    bool augment_random; /* shards' random augmentation (training) */
+} kl_loader_opts;
+
+kl_loader *kl_loader_new_opts(const kl_dataset *d, const kl_loader_opts *o);
 /* batch: samples per batch; the last partial batch of an epoch is dropped
- * when drop_last, else delivered short. */
+ * when drop_last, else delivered short. One worker. */
 kl_loader *kl_loader_new(const kl_dataset *d, int64_t batch, bool shuffle, bool drop_last, uint64_t seed, int depth);
 void kl_loader_free(kl_loader *l);
 int64_t kl_loader_batches(const kl_loader *l);
 /* Starts epoch e (0-based): the order is a function of the seed and e. */
 void kl_loader_start(kl_loader *l, int64_t epoch);
-/* The next batch of the epoch, or NULL at its end; waits when the loader
- * is behind (the wait is counted in kl_loader_wait_seconds). */
+/* Starts epoch e at batch first: a resumed run; the batches before it
+ * are not decoded. */
+void kl_loader_start_at(kl_loader *l, int64_t epoch, int64_t first);
+/* The next batch of the epoch, or NULL at its end or after an error
+ * (kl_loader_failed); waits when the loader is behind (the wait is counted
+ * in kl_loader_wait_seconds). */
 const kl_batch *kl_loader_next(kl_loader *l);
 void kl_loader_release(kl_loader *l, const kl_batch *b);
 double kl_loader_wait_seconds(const kl_loader *l);
+/* Bad data met while loading: with on_error = fail, the error (reported
+ * by kl_loader_next's caller through this); NULL when none. */
+const char *kl_loader_failed(const kl_loader *l);
+/* Samples skipped so far (on_error = skip), and the first one's reason. */
+int64_t kl_loader_skipped(const kl_loader *l, const char **first);
 
 double kl_now(void);
 

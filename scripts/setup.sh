@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   flex bison
   zlib1g-dev
+  libarchive-dev libpng-dev libjpeg62-turbo-dev   # tar shards and their images (runtime/shards.c, decode.c)
   libopenblas-dev libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
   libcmocka-dev
