@@ -1011,6 +1011,13 @@ static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t ba
         ir_graph_free(g);
         return NULL;
     }
+    if (t->opt.predict && ir_val(g, logits)->type.rank != 2) {
+        kl_error("--predict: the cross_entropy's logits are %s; --predict writes one row of class scores per "
+                 "sample (logits [batch, classes])",
+                 ir_type_str(&ir_val(g, logits)->type));
+        ir_graph_free(g);
+        return NULL;
+    }
     kl_plan_opts po = {.keep = &logits, .nkeep = 1};
     co.stop_after = NULL;
     co.plan = t->opt.predict ? &po : NULL;

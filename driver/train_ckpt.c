@@ -126,6 +126,16 @@ int train_logits_value(const ir_graph *g)
     return -1;
 }
 
+int train_labels_value(const ir_graph *g)
+{
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->op == IR_OP_CROSS_ENTROPY && !n->dead)
+            return n->in.v[1];
+    }
+    return -1;
+}
+
 typedef struct predict_out {
     int64_t count, done;
     int classes;
@@ -141,6 +151,15 @@ static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
     size_t bytes = (size_t)ir_type_bytes(lt);
     void *host = kl_xmalloc(bytes);
     kl_exec_read(e, v, host, bytes);
+    /* The labels: the batch's own (idx, synthetic), else the label
+     * operand of the cross-entropy (a field bound by name: shards). */
+    void *labels = NULL;
+    const ir_type *yt = NULL;
+    if (!b->labels) {
+        yt = &ir_val(e->g, train_labels_value(e->g))->type;
+        labels = kl_xmalloc((size_t)ir_type_bytes(yt));
+        kl_exec_read(e, train_labels_value(e->g), labels, (size_t)ir_type_bytes(yt));
+    }
     /* Rows past b->size repeat earlier samples (a short batch). */
     for (int64_t r = 0; r < b->size && p->done < p->count; r++, p->done++) {
         int best = 0;
@@ -152,8 +171,9 @@ static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
                 best = c;
         }
         p->pred[p->done] = best;
-        p->label[p->done] = b->labels[r];
+        p->label[p->done] = b->labels ? b->labels[r] : (int32_t)kl_load_as(yt->dtype, labels, r);
     }
+    free(labels);
     free(host);
 }
 

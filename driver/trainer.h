@@ -110,6 +110,7 @@ void train_prune_checkpoints(const train_options *o);
  * logits), each evaluation batch's rows, and the file written whole.
  * train_predict_begin sets t->on_eval_batch. */
 int train_logits_value(const ir_graph *g);
+int train_labels_value(const ir_graph *g); /* the cross-entropy's labels, or -1 */
 void train_predict_begin(trainer *t, int64_t count, int classes);
 int train_predict_finish(trainer *t);
 
