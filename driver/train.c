@@ -65,7 +65,7 @@ static int bind_image_label(const ir_graph *g, const kl_dataset *d, bindings *b,
                  model, (long long)d->sample_bytes);
         return -1;
     }
-    b->n = 2;
+    b->n = b->labels >= 0 ? 2 : 1;
     b->value[0] = b->features;
     b->field[0] = 0;
     b->value[1] = b->labels;
