@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_dnnl.h"
 #include "session.h"
 #include "codegen/kir.h"
 
@@ -30,6 +31,7 @@ typedef struct cpu_backend {
     bool quiet;
     KL_VEC(cpu_kernel) kernels; /* every kernel resolved so far, by name */
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
+    kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 for OpenBLAS */
 } cpu_backend;
 
 static void *cpu_alloc(kl_backend *be, size_t bytes)
@@ -125,6 +127,33 @@ static void cpu_launch(kl_backend *be, const kl_plan *plan, int kernel, void *co
     fn(bufs, args);
 }
 
+/* The conversion loops of low-precision GEMMs, built for AVX-512, AVX2
+ * and plain x86-64 and chosen at load time (the branch-free conversions
+ * vectorise only with per-lane shifts, which SSE2 lacks). */
+#define KL_VECTOR_CLONES __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+
+KL_VECTOR_CLONES static void widen_bf16(float *restrict w, const uint16_t *restrict h, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        w[i] = kl_bf16_to_f32(h[i]);
+}
+
+KL_VECTOR_CLONES static void widen_f16(float *restrict w, const uint16_t *restrict h, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        w[i] = kl_f16_to_f32(h[i]);
+}
+
+KL_VECTOR_CLONES static void narrow(uint16_t *restrict h, const float *restrict w, int64_t n, ir_dtype dt)
+{
+    if (dt == IR_BF16)
+        for (int64_t i = 0; i < n; i++)
+            h[i] = kl_f32_to_bf16(w[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            h[i] = kl_f32_to_f16(w[i]);
+}
+
 /* An fp32 view of n elements of a low-precision (or fp32) buffer. */
 static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int64_t n, bool copy)
 {
@@ -137,13 +166,10 @@ static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int
     }
     float *w = cb->wide[slot];
     if (copy) {
-        const uint16_t *h = src;
         if (dt == IR_BF16)
-            for (int64_t i = 0; i < n; i++)
-                w[i] = kl_bf16_to_f32(h[i]);
+            widen_bf16(w, src, n);
         else
-            for (int64_t i = 0; i < n; i++)
-                w[i] = kl_f16_to_f32(h[i]);
+            widen_f16(w, src, n);
     }
     return w;
 }
@@ -167,7 +193,14 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
         return;
     }
     /* Low precision: the products in fp32 (as on the GPU: low-precision
-     * operands, fp32 accumulation), the result rounded to its dtype. */
+     * operands, fp32 accumulation), the result rounded to its dtype. bf16
+     * through oneDNN where the CPU has bf16 instructions, except a bf16
+     * result summed over batch items, which stays in fp32 until the end
+     * here (oneDNN would round it after every item). */
+    if (cb->dnnl && g->dtype == IR_BF16 && (g->out_dtype == IR_F32 || !g->accumulate || g->batch == 1)) {
+        kl_dnnl_gemm(cb->dnnl, g, a, b, c);
+        return;
+    }
     kl_gemm w = *g;
     int64_t na = extent(g->off_a, g->stride_a, g->batch, g->m * g->k);
     int64_t nb = extent(g->off_b, g->stride_b, g->batch, g->k * g->n);
@@ -179,10 +212,8 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     w.dtype = w.out_dtype = IR_F32;
     cpu_gemm_wide(&w, fa, fb, fc);
     if (wide_c) {
-        uint16_t *h = c;
         /* Only the elements the GEMM wrote: from the offset on. */
-        for (int64_t i = g->off_c; i < nc; i++)
-            h[i] = g->out_dtype == IR_BF16 ? kl_f32_to_bf16(fc[i]) : kl_f32_to_f16(fc[i]);
+        narrow((uint16_t *)c + g->off_c, fc + g->off_c, nc - g->off_c, g->out_dtype);
     }
 }
 
@@ -223,6 +254,7 @@ static void cpu_destroy(kl_backend *be)
     free(cb->jit_reason);
     for (int i = 0; i < 3; i++)
         free(cb->wide[i]);
+    kl_dnnl_close(cb->dnnl);
     free(cb);
 }
 
@@ -260,5 +292,27 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
     cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
     cb->quiet = o && o->quiet;
+    /* bf16 GEMMs: oneDNN by default where it is usable, which the
+     * description says (with the reason when it is not). */
+    const char *lib = o && o->bf16_gemm ? o->bf16_gemm : "auto";
+    char why[200] = "", what[80] = "";
+    if (strcmp(lib, "auto") && strcmp(lib, "onednn") && strcmp(lib, "openblas")) {
+        kl_error("--bf16-gemm must be auto, onednn or openblas, got '%s'", lib);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    if (strcmp(lib, "openblas"))
+        cb->dnnl = kl_dnnl_open(why, sizeof why, what, sizeof what);
+    if (!cb->dnnl && !strcmp(lib, "onednn")) {
+        kl_error("--bf16-gemm onednn: %s\n---> try --bf16-gemm auto (OpenBLAS on widened operands)", why);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    size_t len = strlen(cb->base.desc);
+    if (cb->dnnl)
+        snprintf(cb->base.desc + len, sizeof cb->base.desc - len, ", bf16 GEMMs: %s", what);
+    else
+        snprintf(cb->base.desc + len, sizeof cb->base.desc - len, ", bf16 GEMMs: OpenBLAS sgemm, widened%s%s%s",
+                 *why ? " (" : "", why, *why ? ")" : " (--bf16-gemm openblas)");
     return &cb->base;
 }

@@ -8,6 +8,7 @@ packages=(
   flex bison
   zlib1g-dev
   libopenblas-dev libopenblas-openmp-dev
+  libdnnl-dev     # oneDNN: bf16 GEMMs with the CPU's bf16 instructions
   libopenmpi-dev openmpi-bin
   libcmocka-dev
   llvm-14-tools   # FileCheck for the golden tests
