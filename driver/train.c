@@ -597,8 +597,10 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
         if (v->kind == IR_VAL_PARAM)
             params += ir_type_numel(&v->type);
     }
-    printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
-           kl_precision_name(c->precision), be->desc, (long long)t->train_set.count, (long long)t->test_set.count);
+    const char *gemm = kl_cpu_gemm_choice(be);
+    printf("%s: %lld params, %s, %s%s%s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
+           kl_precision_name(c->precision), be->desc, gemm ? ", " : "", gemm ? gemm : "", (long long)t->train_set.count,
+           (long long)t->test_set.count);
     int64_t eff = c->batch * c->accumulate, base = c->base_batch ? c->base_batch : c->batch;
     printf("effective batch %lld (batch %lld x accumulate %lld); lr %.4g", (long long)eff, (long long)c->batch,
            (long long)c->accumulate, t->scaled_lr);

@@ -1,7 +1,7 @@
 /* The CPU backend: host memory, generated C kernels (linked in or compiled
  * at run time), OpenBLAS for GEMMs, OpenMP threads. */
 #include <cblas.h>
-#include <xmmintrin.h>
+#include <immintrin.h>
 #include <dlfcn.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -32,6 +32,7 @@ typedef struct cpu_backend {
     KL_VEC(cpu_kernel) kernels; /* every kernel resolved so far, by name */
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
     kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 for OpenBLAS */
+    char gemm_choice[240];      /* "bf16 GEMMs: ...", for the start-up line */
 } cpu_backend;
 
 static void *cpu_alloc(kl_backend *be, size_t bytes)
@@ -138,20 +139,74 @@ KL_VECTOR_CLONES static void widen_bf16(float *restrict w, const uint16_t *restr
         w[i] = kl_bf16_to_f32(h[i]);
 }
 
-KL_VECTOR_CLONES static void widen_f16(float *restrict w, const uint16_t *restrict h, int64_t n)
+/* f16 <-> f32 with F16C, 8 at a time: the same bits as kl_f16_to_f32 and
+ * kl_f32_to_f16 for every input but NaN (F16C keeps NaN payload bits and
+ * quiets signalling NaNs), with or without flush-to-zero (unit.halves
+ * checks every float and every 16-bit pattern); a block with an inf or
+ * NaN is done again by the scalar conversions. */
+__attribute__((target("avx2,f16c"))) static void widen_f16_f16c(float *restrict w, const uint16_t *restrict h,
+                                                                 int64_t n)
+{
+    int64_t i = 0;
+    const __m128i exp_mask = _mm_set1_epi16(0x7c00);
+    for (; i + 8 <= n; i += 8) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(h + i));
+        _mm256_storeu_ps(w + i, _mm256_cvtph_ps(x));
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(x, exp_mask), exp_mask)))
+            for (int64_t j = i; j < i + 8; j++)
+                w[j] = kl_f16_to_f32(h[j]);
+    }
+    for (; i < n; i++)
+        w[i] = kl_f16_to_f32(h[i]);
+}
+
+__attribute__((target("avx2,f16c"))) static void narrow_f16_f16c(uint16_t *restrict h, const float *restrict w,
+                                                                  int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(w + i);
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+            for (int64_t j = i; j < i + 8; j++)
+                h[j] = kl_f32_to_f16(w[j]);
+    }
+    for (; i < n; i++)
+        h[i] = kl_f32_to_f16(w[i]);
+}
+
+KL_VECTOR_CLONES static void widen_f16_plain(float *restrict w, const uint16_t *restrict h, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         w[i] = kl_f16_to_f32(h[i]);
 }
 
-KL_VECTOR_CLONES static void narrow(uint16_t *restrict h, const float *restrict w, int64_t n, ir_dtype dt)
+KL_VECTOR_CLONES static void narrow_f16_plain(uint16_t *restrict h, const float *restrict w, int64_t n)
 {
-    if (dt == IR_BF16)
-        for (int64_t i = 0; i < n; i++)
-            h[i] = kl_f32_to_bf16(w[i]);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = kl_f32_to_f16(w[i]);
+}
+
+void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n)
+{
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        widen_f16_f16c(w, h, n);
     else
-        for (int64_t i = 0; i < n; i++)
-            h[i] = kl_f32_to_f16(w[i]);
+        widen_f16_plain(w, h, n);
+}
+
+void kl_cpu_f16_narrow(uint16_t *h, const float *w, int64_t n)
+{
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        narrow_f16_f16c(h, w, n);
+    else
+        narrow_f16_plain(h, w, n);
+}
+
+KL_VECTOR_CLONES static void narrow_bf16(uint16_t *restrict h, const float *restrict w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        h[i] = kl_f32_to_bf16(w[i]);
 }
 
 /* An fp32 view of n elements of a low-precision (or fp32) buffer. */
@@ -169,7 +224,7 @@ static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int
         if (dt == IR_BF16)
             widen_bf16(w, src, n);
         else
-            widen_f16(w, src, n);
+            kl_cpu_f16_widen(w, src, n);
     }
     return w;
 }
@@ -213,7 +268,10 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     cpu_gemm_wide(&w, fa, fb, fc);
     if (wide_c) {
         /* Only the elements the GEMM wrote: from the offset on. */
-        narrow((uint16_t *)c + g->off_c, fc + g->off_c, nc - g->off_c, g->out_dtype);
+        if (g->out_dtype == IR_BF16)
+            narrow_bf16((uint16_t *)c + g->off_c, fc + g->off_c, nc - g->off_c);
+        else
+            kl_cpu_f16_narrow((uint16_t *)c + g->off_c, fc + g->off_c, nc - g->off_c);
     }
 }
 
@@ -272,6 +330,11 @@ static const kl_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+const char *kl_cpu_gemm_choice(const kl_backend *be)
+{
+    return be && be->ops == &cpu_ops ? ((const cpu_backend *)be)->gemm_choice : NULL;
+}
+
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
 {
     cpu_backend *cb = kl_xcalloc(1, sizeof *cb);
@@ -308,11 +371,10 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
         cpu_destroy(&cb->base);
         return NULL;
     }
-    size_t len = strlen(cb->base.desc);
     if (cb->dnnl)
-        snprintf(cb->base.desc + len, sizeof cb->base.desc - len, ", bf16 GEMMs: %s", what);
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: %s", what);
     else
-        snprintf(cb->base.desc + len, sizeof cb->base.desc - len, ", bf16 GEMMs: OpenBLAS sgemm, widened%s%s%s",
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: OpenBLAS sgemm, widened%s%s%s",
                  *why ? " (" : "", why, *why ? ")" : " (--bf16-gemm openblas)");
     return &cb->base;
 }

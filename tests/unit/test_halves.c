@@ -11,9 +11,11 @@
  *    under flush-to-zero, as the kernels run; every 7th without;
  *  - every one of the 2^16 bf16 and f16 patterns widened to f32, NaN
  *    payloads and signs included;
- *  - the runtime's own copies (compiled with the project's flags, which
- *    the GEMM's widening uses) on every 16-bit pattern and on every 97th
- *    float. */
+ *  - the runtime's own copies (compiled with the project's flags) on every
+ *    16-bit pattern and on every 97th float;
+ *  - the CPU backend's f16 conversions of GEMM operands (F16C where the CPU
+ *    has it) against those, every 16-bit pattern and every 5th float, with
+ *    and without flush-to-zero. */
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <xmmintrin.h>
 
 #include "codegen/kir.h"
 #include "base/scalar.h"
@@ -161,12 +164,65 @@ static void test_runtime(void **state)
     }
 }
 
+/* The CPU backend's f16 conversions of GEMM operands (F16C where the CPU
+ * has it, the scalar conversions for NaN) against the scalar ones: every
+ * 16-bit pattern widened, every 5th float narrowed, in blocks of 8 and a
+ * tail, with and without flush-to-zero. */
+static void check_gemm_f16(int flush)
+{
+    unsigned saved = _mm_getcsr();
+    if (flush)
+        _mm_setcsr(saved | 0x8040);
+    enum { CHUNK = 4099 }; /* not a multiple of 8: the tail too */
+    static uint16_t h[65536], got[CHUNK];
+    static float w[65536], x[CHUNK];
+    for (uint32_t i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    kl_cpu_f16_widen(w, h, 65536);
+    long bad = 0;
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        float r = kl_f16_to_f32((uint16_t)i);
+        if (memcmp(&r, &w[i], 4) && !bad++)
+            first = i;
+    }
+    for (uint64_t base = 0; base < (1ull << 32) && !bad; base += 5ull * CHUNK) {
+        int n = 0;
+        for (uint64_t v = base; n < CHUNK && v < (1ull << 32); v += 5, n++) {
+            uint32_t u = (uint32_t)v;
+            memcpy(&x[n], &u, 4);
+        }
+        kl_cpu_f16_narrow(got, x, n);
+        for (int i = 0; i < n; i++)
+            if (got[i] != kl_f32_to_f16(x[i]) && !bad++)
+                memcpy(&first, &x[i], 4);
+    }
+    _mm_setcsr(saved);
+    if (bad)
+        fail_msg("%s: the GEMM's f16 conversions differ from the scalar ones, first at 0x%08x", flush ? "FTZ/DAZ" : "IEEE",
+                 first);
+}
+
+static void test_gemm_f16_ieee(void **state)
+{
+    (void)state;
+    check_gemm_f16(0);
+}
+
+static void test_gemm_f16_flush_to_zero(void **state)
+{
+    (void)state;
+    check_gemm_f16(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_ieee),
         cmocka_unit_test(test_kernels_flush_to_zero),
         cmocka_unit_test(test_runtime),
+        cmocka_unit_test(test_gemm_f16_ieee),
+        cmocka_unit_test(test_gemm_f16_flush_to_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
