@@ -1,4 +1,5 @@
 /* Memory budgets of training runs. See budget.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +107,69 @@ int64_t kl_eval_batch_within(const kl_replan *r, int64_t count, int64_t batch, i
             return d;
     }
     return batch < count ? batch : count;
+}
+
+/* The training plan's bytes (persistent + arena) at micro-batch b with the
+ * accumulation that keeps the effective batch; -1 after an error. */
+static int64_t planned_at(const kl_replan *r, int64_t b, int64_t acc)
+{
+    char bs[32], as[32];
+    snprintf(bs, sizeof bs, "%lld", (long long)b);
+    snprintf(as, sizeof as, "%lld", (long long)acc);
+    const char *extra[] = {"batch", bs, "accumulate", as, NULL};
+    int64_t persistent = 0, arena = kl_replan_arena(r, extra, KL_MODE_TRAIN, &persistent);
+    return arena < 0 ? -1 : persistent + arena;
+}
+
+/* Micro-batches sum to the effective batch exactly when b divides it;
+ * else the nearest count of them. */
+static int64_t accumulate_for(int64_t effective, int64_t b)
+{
+    int64_t acc = effective % b ? (effective + b / 2) / b : effective / b;
+    return acc < 1 ? 1 : acc;
+}
+
+int kl_auto_batch(const kl_replan *r, int64_t effective, int64_t limit, kl_auto_batch_result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->next_bytes = -1;
+    int64_t top = effective / 8;
+    if (top < 1) {
+        kl_error("--batch auto: the effective batch (%lld) is below 8; give --batch N", (long long)effective);
+        return -1;
+    }
+    /* Plans grow with the batch: the largest candidate first (memory is
+     * often plentiful), then a binary search over multiples of 8 between
+     * lo (fits; 0: none known) and hi (does not fit). */
+    int64_t lo = 0, hi = top, need_lo = -1, need_hi = planned_at(r, 8 * top, accumulate_for(effective, 8 * top));
+    out->plans = 1;
+    if (need_hi < 0)
+        return -1;
+    if (need_hi <= limit) {
+        lo = top;
+        need_lo = need_hi;
+    }
+    while (lo < top && hi - lo > 1) {
+        int64_t mid = (lo + hi) / 2, need = planned_at(r, 8 * mid, accumulate_for(effective, 8 * mid));
+        out->plans++;
+        if (need < 0)
+            return -1;
+        if (need <= limit)
+            lo = mid, need_lo = need;
+        else
+            hi = mid, need_hi = need;
+    }
+    if (lo == 0) {
+        kl_error("--batch auto: even micro-batch 8 needs %.2f MB, over the memory limit of %.2f MB\n"
+                 "---> raise --memory-limit, or try --set recompute=auto",
+                 mb(need_hi), mb(limit));
+        return -1;
+    }
+    out->batch = 8 * lo;
+    out->accumulate = accumulate_for(effective, out->batch);
+    out->bytes = need_lo;
+    out->next_batch = lo < top ? 8 * (lo + 1) : 0;
+    if (out->next_batch)
+        out->next_bytes = need_hi; /* hi = lo + 1 here */
+    return 0;
 }

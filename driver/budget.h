@@ -36,4 +36,19 @@ int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const kl_pla
  * which evaluation shares); else batch (a remainder plan takes the rest). */
 int64_t kl_eval_batch_within(const kl_replan *r, int64_t count, int64_t batch, int64_t first, int64_t arena);
 
+/* --batch auto: the largest micro-batch, a multiple of 8 up to the
+ * effective batch, whose training plan (persistent values + arena, as
+ * kl_check_budget counts) fits in limit bytes, found from plans alone
+ * (nothing runs or allocates); accumulate keeps batch x accumulate at the
+ * effective batch (exactly when the batch divides it, else the nearest).
+ * -1 after an error (reported: nothing fits, or a plan failed). */
+typedef struct kl_auto_batch_result {
+    int64_t batch, accumulate;
+    int64_t bytes;      /* the chosen plan's */
+    int64_t next_batch; /* the next multiple of 8 (0: the chosen one is the largest candidate) */
+    int64_t next_bytes; /* its plan's (-1: none) */
+    int plans;          /* plans made by the search */
+} kl_auto_batch_result;
+int kl_auto_batch(const kl_replan *r, int64_t effective, int64_t limit, kl_auto_batch_result *out);
+
 #endif

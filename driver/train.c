@@ -942,6 +942,52 @@ static int check_peak(trainer *t, int64_t *peak_out)
     return 0;
 }
 
+/* --batch auto (driver/budget.h): the micro-batch from the memory plan
+ * and the accumulation that keeps the effective batch, then the graph
+ * loaded again with both. The limit: --memory-limit (or the train key),
+ * else the GPU's free memory. Says what it chose and why. */
+static int choose_batch(trainer *t, const kl_source *src, const kl_backend *be, ir_graph **g)
+{
+    int64_t limit = t->cfg.memory_limit;
+    const char *from = "--memory-limit";
+    if (limit <= 0 && be->ops->free_bytes) {
+        limit = be->ops->free_bytes((kl_backend *)be);
+        from = "the GPU's free memory";
+    }
+    if (limit <= 0) {
+        kl_error("--batch auto needs a memory budget on the CPU\n---> add --memory-limit B (e.g. 2GiB)");
+        return -1;
+    }
+    int64_t effective = kl_size_mul(t->cfg.batch, t->cfg.accumulate);
+    kl_replan rp = {src, t->opt.kv};
+    kl_auto_batch_result r;
+    if (kl_auto_batch(&rp, effective, limit, &r))
+        return -1;
+    char bs[32], as[32];
+    snprintf(bs, sizeof bs, "%lld", (long long)r.batch);
+    snprintf(as, sizeof as, "%lld", (long long)r.accumulate);
+    if (train_add_setting(&t->opt, "batch", bs) || train_add_setting(&t->opt, "accumulate", as))
+        return -1;
+    if (!t->opt.quiet) {
+        printf("batch auto: micro-batch %lld x accumulate %lld = effective batch %lld", (long long)r.batch,
+               (long long)r.accumulate, (long long)(r.batch * r.accumulate));
+        if (r.batch * r.accumulate != effective)
+            printf(" (asked: %lld, not a multiple of %lld)", (long long)effective, (long long)r.batch);
+        printf("; its training plan needs %.2f MB of %.2f MB (%s)", (double)r.bytes / 1e6, (double)limit / 1e6, from);
+        if (r.next_batch)
+            printf(", micro-batch %lld would need %.2f MB", (long long)r.next_batch, (double)r.next_bytes / 1e6);
+        else
+            printf(", the whole effective batch in one micro-batch");
+        printf(" (%d plans, nothing run)\n", r.plans);
+    }
+    ir_graph_free(*g);
+    *g = load_with(src, &t->opt, NULL, NULL);
+    if (!*g)
+        return -1;
+    kl_train_read(&(*g)->train, &t->cfg);
+    return 0;
+}
+
 /* The start-up lines: the machine, the model, the batch and learning
  * rate, memory. */
 static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak)
@@ -960,8 +1006,10 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
         if (v->kind == IR_VAL_PARAM)
             params += ir_type_numel(&v->type);
     }
-    printf("%s: %lld params, %s, %s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
-           kl_precision_name(c->precision), be->desc, (long long)t->train_set.count, (long long)t->test_set.count);
+    const char *gemm = kl_cpu_gemm_choice(be);
+    printf("%s: %lld params, %s, %s%s%s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
+           kl_precision_name(c->precision), be->desc, gemm ? ", " : "", gemm ? gemm : "", (long long)t->train_set.count,
+           (long long)t->test_set.count);
     int64_t eff = c->batch * c->accumulate * t->world, base = c->base_batch ? c->base_batch : c->batch;
     printf("effective batch %lld (batch %lld x accumulate %lld", (long long)eff, (long long)c->batch,
            (long long)c->accumulate);
@@ -1084,6 +1132,11 @@ static kl_backend *open_backend(const train_options *o, const kl_cpu_options *co
         char why[600];
         kl_cuda_options cuo = {.tf32 = o->tf32, .quiet = o->quiet};
         kl_backend *be = kl_cuda_backend_new(&cuo, why, sizeof why);
+        if (be && o->bf16_gemm) {
+            kl_error("--bf16-gemm chooses the CPU backend's bf16 GEMMs; this run is on the GPU\n---> add --device cpu");
+            be->ops->destroy(be);
+            return NULL;
+        }
         if (be)
             return be;
         if (cuda) {
@@ -1196,7 +1249,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
                          .threads_from = t.opt.threads ? "--threads" : "the train block's threads",
                          .builtins = builtins,
                          .quiet = t.opt.quiet,
-                         .jit_reason = jit_reason};
+                         .jit_reason = jit_reason,
+                         .bf16_gemm = t.opt.bf16_gemm};
     kl_backend *be = open_backend(&t.opt, &co);
     free(jit_reason);
     if (!be)
@@ -1204,6 +1258,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.s->no_graphs = t.opt.no_cuda_graph;
     t.s->comm = t.comm;
+    if (t.opt.batch_auto && choose_batch(&t, &src, be, &g))
+        goto done;
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;

@@ -14,7 +14,9 @@ static const char usage[] =
     "\n"
     "  --epochs N         passes over the training set\n"
     "  --steps N          stop after N optimizer steps\n"
-    "  --batch N          samples per micro-batch\n"
+    "  --batch N|auto     samples per micro-batch; auto: the largest multiple of 8\n"
+    "                     whose memory plan fits --memory-limit (else the GPU's free\n"
+    "                     memory), with accumulation keeping the effective batch\n"
     "  --accumulate N     micro-batches per optimizer step\n"
     "  --lr X             learning rate\n"
     "  --seed N           seed of initialisation, shuffling and dropout\n"
@@ -35,6 +37,8 @@ static const char usage[] =
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
     "  --no-cuda-graph    launch each step's kernels instead of replaying a CUDA graph\n"
     "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
+    "  --bf16-gemm L      auto, onednn or openblas: who runs bf16 GEMMs on the CPU\n"
+    "                     (default auto: oneDNN where the CPU has bf16 instructions)\n"
     "  --metrics FILE     write metrics as JSON lines (appended to with --resume)\n"
     "  --save FILE        write a checkpoint at the end (and each epoch)\n"
     "  --save-every N     also write a checkpoint every N steps, to FILE.step-N\n"
@@ -107,6 +111,8 @@ char *train_kernel_flags(const train_options *o)
     static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr",
                                          "tensorboard", "shard", "bucket"};
     kl_buf b = {0};
+    if (o->batch_auto)
+        kl_buf_puts(&b, "--batch auto");
     for (int i = 0; i + 1 < o->nkv; i += 2) {
         const char *k = o->kv[i], *v = o->kv[i + 1], *flag = NULL;
         bool skip = false;
@@ -129,12 +135,22 @@ char *train_kernel_flags(const train_options *o)
     return b.len ? kl_buf_take(&b) : NULL;
 }
 
+int train_add_setting(train_options *o, const char *key, const char *value)
+{
+    return add_kv(o, key, own(o, kl_xstrdup(value)));
+}
+
 int train_parse_flags(int argc, char **argv, train_options *o, const char *model)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
         bool done = false;
+        if (!strcmp(a, "--batch") && has && !strcmp(argv[i + 1], "auto")) {
+            o->batch_auto = true;
+            i++;
+            continue;
+        }
         for (size_t m = 0; m < KL_ARRAY_LEN(mapped) && !done; m++) {
             if (strcmp(a, mapped[m].flag))
                 continue;
@@ -166,6 +182,8 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
                 return -1;
         } else if (!strcmp(a, "--device") && has) {
             o->device = argv[++i];
+        } else if (!strcmp(a, "--bf16-gemm") && has) {
+            o->bf16_gemm = argv[++i];
         } else if (!strcmp(a, "--metrics") && has) {
             o->metrics = argv[++i];
         } else if (!strcmp(a, "--save") && has) {

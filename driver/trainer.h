@@ -31,11 +31,15 @@ typedef struct train_options {
     bool init_partial, eval_only;
     bool quiet, profile, no_cuda_graph, tf32;
     const char *trace_path;
+    const char *bf16_gemm; /* --bf16-gemm: auto (NULL), onednn, openblas */
+    bool batch_auto;       /* --batch auto (driver/budget.c: kl_auto_batch) */
 } train_options;
 
 /* Parses argv into o; -1 after an error (reported). --help prints the
  * usage and exits. */
 int train_parse_flags(int argc, char **argv, train_options *o, const char *model);
+/* Adds a train setting (a copy of value) as a flag would; -1 when full. */
+int train_add_setting(train_options *o, const char *key, const char *value);
 /* The flags given that may change the kernels from those built into the
  * executable, as typed ("--batch 64, --set optimizer=sgd(lr = 0.1)");
  * NULL when none. Caller frees. */

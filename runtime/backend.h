@@ -52,6 +52,8 @@ typedef struct kl_backend_ops {
     void *(*capture_end)(kl_backend *be);
     void (*graph_launch)(kl_backend *be, void *graph);
     void (*graph_free)(kl_backend *be, void *graph);
+    /* Optional: the device memory free now, in bytes (--batch auto). */
+    int64_t (*free_bytes)(kl_backend *be);
 } kl_backend_ops;
 
 struct kl_backend {
@@ -67,8 +69,18 @@ typedef struct kl_cpu_options {
     const char *cache_dir;              /* NULL: $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
     bool quiet;                         /* no notice when compiling kernels */
     const char *jit_reason;             /* what makes kernels missing ("--batch 64"), for messages; may be NULL */
+    const char *bf16_gemm;              /* auto (NULL), onednn or openblas: who runs bf16 GEMMs (runtime/cpu_dnnl.h) */
 } kl_cpu_options;
 
+/* The CPU backend's f16 conversions of GEMM operands and results (F16C
+ * where the CPU has it): the same bits as kl_f16_to_f32 / kl_f32_to_f16. */
+void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n);
+void kl_cpu_f16_narrow(uint16_t *h, const float *w, int64_t n);
+/* Who runs a CPU backend's bf16 GEMMs, for the start-up line ("bf16
+ * GEMMs: oneDNN 2.6.3 (AVX512_BF16)"); NULL for other backends. */
+const char *kl_cpu_gemm_choice(const kl_backend *be);
+/* NULL after an error when o asks for what cannot be (--bf16-gemm onednn
+ * without oneDNN or bf16 instructions, an unknown --bf16-gemm). */
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
 /* The default thread count (cpu_cores.c): OMP_NUM_THREADS when set, else
  * the physical cores this process may run on, else the logical CPUs; never

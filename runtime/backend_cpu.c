@@ -1,13 +1,14 @@
 /* The CPU backend: host memory, generated C kernels (linked in or compiled
  * at run time), OpenBLAS for GEMMs, OpenMP threads. */
 #include <cblas.h>
-#include <xmmintrin.h>
+#include <immintrin.h>
 #include <dlfcn.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_dnnl.h"
 #include "session.h"
 #include "codegen/kir.h"
 
@@ -30,6 +31,8 @@ typedef struct cpu_backend {
     bool quiet;
     KL_VEC(cpu_kernel) kernels; /* every kernel resolved so far, by name */
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
+    kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 for OpenBLAS */
+    char gemm_choice[240];      /* "bf16 GEMMs: ...", for the start-up line */
 } cpu_backend;
 
 static void *cpu_alloc(kl_backend *be, size_t bytes)
@@ -125,6 +128,87 @@ static void cpu_launch(kl_backend *be, const kl_plan *plan, int kernel, void *co
     fn(bufs, args);
 }
 
+/* The conversion loops of low-precision GEMMs, built for AVX-512, AVX2
+ * and plain x86-64 and chosen at load time (the branch-free conversions
+ * vectorise only with per-lane shifts, which SSE2 lacks). */
+#define KL_VECTOR_CLONES __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+
+KL_VECTOR_CLONES static void widen_bf16(float *restrict w, const uint16_t *restrict h, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        w[i] = kl_bf16_to_f32(h[i]);
+}
+
+/* f16 <-> f32 with F16C, 8 at a time: the same bits as kl_f16_to_f32 and
+ * kl_f32_to_f16 for every input but NaN (F16C keeps NaN payload bits and
+ * quiets signalling NaNs), with or without flush-to-zero (unit.halves
+ * checks every float and every 16-bit pattern); a block with an inf or
+ * NaN is done again by the scalar conversions. */
+__attribute__((target("avx2,f16c"))) static void widen_f16_f16c(float *restrict w, const uint16_t *restrict h,
+                                                                 int64_t n)
+{
+    int64_t i = 0;
+    const __m128i exp_mask = _mm_set1_epi16(0x7c00);
+    for (; i + 8 <= n; i += 8) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(h + i));
+        _mm256_storeu_ps(w + i, _mm256_cvtph_ps(x));
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(x, exp_mask), exp_mask)))
+            for (int64_t j = i; j < i + 8; j++)
+                w[j] = kl_f16_to_f32(h[j]);
+    }
+    for (; i < n; i++)
+        w[i] = kl_f16_to_f32(h[i]);
+}
+
+__attribute__((target("avx2,f16c"))) static void narrow_f16_f16c(uint16_t *restrict h, const float *restrict w,
+                                                                  int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(w + i);
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+            for (int64_t j = i; j < i + 8; j++)
+                h[j] = kl_f32_to_f16(w[j]);
+    }
+    for (; i < n; i++)
+        h[i] = kl_f32_to_f16(w[i]);
+}
+
+KL_VECTOR_CLONES static void widen_f16_plain(float *restrict w, const uint16_t *restrict h, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        w[i] = kl_f16_to_f32(h[i]);
+}
+
+KL_VECTOR_CLONES static void narrow_f16_plain(uint16_t *restrict h, const float *restrict w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        h[i] = kl_f32_to_f16(w[i]);
+}
+
+void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n)
+{
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        widen_f16_f16c(w, h, n);
+    else
+        widen_f16_plain(w, h, n);
+}
+
+void kl_cpu_f16_narrow(uint16_t *h, const float *w, int64_t n)
+{
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+        narrow_f16_f16c(h, w, n);
+    else
+        narrow_f16_plain(h, w, n);
+}
+
+KL_VECTOR_CLONES static void narrow_bf16(uint16_t *restrict h, const float *restrict w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        h[i] = kl_f32_to_bf16(w[i]);
+}
+
 /* An fp32 view of n elements of a low-precision (or fp32) buffer. */
 static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int64_t n, bool copy)
 {
@@ -137,13 +221,10 @@ static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int
     }
     float *w = cb->wide[slot];
     if (copy) {
-        const uint16_t *h = src;
         if (dt == IR_BF16)
-            for (int64_t i = 0; i < n; i++)
-                w[i] = kl_bf16_to_f32(h[i]);
+            widen_bf16(w, src, n);
         else
-            for (int64_t i = 0; i < n; i++)
-                w[i] = kl_f16_to_f32(h[i]);
+            kl_cpu_f16_widen(w, src, n);
     }
     return w;
 }
@@ -167,7 +248,14 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
         return;
     }
     /* Low precision: the products in fp32 (as on the GPU: low-precision
-     * operands, fp32 accumulation), the result rounded to its dtype. */
+     * operands, fp32 accumulation), the result rounded to its dtype. bf16
+     * through oneDNN where the CPU has bf16 instructions, except a bf16
+     * result summed over batch items, which stays in fp32 until the end
+     * here (oneDNN would round it after every item). */
+    if (cb->dnnl && g->dtype == IR_BF16 && (g->out_dtype == IR_F32 || !g->accumulate || g->batch == 1)) {
+        kl_dnnl_gemm(cb->dnnl, g, a, b, c);
+        return;
+    }
     kl_gemm w = *g;
     int64_t na = extent(g->off_a, g->stride_a, g->batch, g->m * g->k);
     int64_t nb = extent(g->off_b, g->stride_b, g->batch, g->k * g->n);
@@ -179,10 +267,11 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     w.dtype = w.out_dtype = IR_F32;
     cpu_gemm_wide(&w, fa, fb, fc);
     if (wide_c) {
-        uint16_t *h = c;
         /* Only the elements the GEMM wrote: from the offset on. */
-        for (int64_t i = g->off_c; i < nc; i++)
-            h[i] = g->out_dtype == IR_BF16 ? kl_f32_to_bf16(fc[i]) : kl_f32_to_f16(fc[i]);
+        if (g->out_dtype == IR_BF16)
+            narrow_bf16((uint16_t *)c + g->off_c, fc + g->off_c, nc - g->off_c);
+        else
+            kl_cpu_f16_narrow((uint16_t *)c + g->off_c, fc + g->off_c, nc - g->off_c);
     }
 }
 
@@ -223,6 +312,7 @@ static void cpu_destroy(kl_backend *be)
     free(cb->jit_reason);
     for (int i = 0; i < 3; i++)
         free(cb->wide[i]);
+    kl_dnnl_close(cb->dnnl);
     free(cb);
 }
 
@@ -239,6 +329,11 @@ static const kl_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .destroy = cpu_destroy,
 };
+
+const char *kl_cpu_gemm_choice(const kl_backend *be)
+{
+    return be && be->ops == &cpu_ops ? ((const cpu_backend *)be)->gemm_choice : NULL;
+}
 
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
 {
@@ -260,5 +355,26 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
     cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
     cb->quiet = o && o->quiet;
+    /* bf16 GEMMs: oneDNN by default where it is usable, which the
+     * description says (with the reason when it is not). */
+    const char *lib = o && o->bf16_gemm ? o->bf16_gemm : "auto";
+    char why[200] = "", what[80] = "";
+    if (strcmp(lib, "auto") && strcmp(lib, "onednn") && strcmp(lib, "openblas")) {
+        kl_error("--bf16-gemm must be auto, onednn or openblas, got '%s'", lib);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    if (strcmp(lib, "openblas"))
+        cb->dnnl = kl_dnnl_open(why, sizeof why, what, sizeof what);
+    if (!cb->dnnl && !strcmp(lib, "onednn")) {
+        kl_error("--bf16-gemm onednn: %s\n---> try --bf16-gemm auto (OpenBLAS on widened operands)", why);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    if (cb->dnnl)
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: %s", what);
+    else
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: OpenBLAS sgemm, widened%s%s%s",
+                 *why ? " (" : "", why, *why ? ")" : " (--bf16-gemm openblas)");
     return &cb->base;
 }

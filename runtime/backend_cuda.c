@@ -645,6 +645,13 @@ static void cuda_destroy(kl_backend *be)
     free(cb);
 }
 
+static int64_t cuda_free_bytes(kl_backend *be)
+{
+    (void)be;
+    size_t free_b = 0, total = 0;
+    return api.cuMemGetInfo(&free_b, &total) == CUDA_SUCCESS ? (int64_t)free_b : -1;
+}
+
 static const kl_backend_ops cuda_ops = {
     .name = "cuda",
     .alloc = cuda_alloc,
@@ -662,6 +669,7 @@ static const kl_backend_ops cuda_ops = {
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
+    .free_bytes = cuda_free_bytes,
 };
 
 bool kl_backend_is_cuda(const kl_backend *be)

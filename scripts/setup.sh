@@ -9,6 +9,7 @@ packages=(
   zlib1g-dev
   libarchive-dev libpng-dev libjpeg62-turbo-dev   # tar shards and their images (runtime/shards.c, decode.c)
   libopenblas-dev libopenblas-openmp-dev
+  libdnnl-dev     # oneDNN: bf16 GEMMs with the CPU's bf16 instructions
   libopenmpi-dev openmpi-bin
   libcmocka-dev
   llvm-14-tools   # FileCheck for the golden tests

@@ -1,0 +1,228 @@
+/* The bf16 and f16 conversions as the generated CPU kernels run them:
+ * vectorised loops (compiled by the kernels' compiler with the kernels'
+ * flags, -O3 -march=native), under the CPU backend's flush-to-zero and
+ * denormals-are-zero (MXCSR 0x8040) and without, bit for bit against a
+ * scalar reference with one branch per case (the conversions as they were
+ * before issue 17, whose f16 widening found a subnormal's shift bit by bit
+ * in a loop that kept every f16 kernel scalar; unit.precision checks the
+ * reference's rounding against exact nearest-value search):
+ *  - every one of the 2^32 floats narrowed to bf16 and to f16 (round to
+ *    nearest even, NaN, inf, overflow, f16 subnormals, f32 subnormals)
+ *    under flush-to-zero, as the kernels run; every 7th without;
+ *  - every one of the 2^16 bf16 and f16 patterns widened to f32, NaN
+ *    payloads and signs included;
+ *  - the runtime's own copies (compiled with the project's flags) on every
+ *    16-bit pattern and on every 97th float;
+ *  - the CPU backend's f16 conversions of GEMM operands (F16C where the CPU
+ *    has it) against those, every 16-bit pattern and every 5th float, with
+ *    and without flush-to-zero. */
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <xmmintrin.h>
+
+#include "codegen/kir.h"
+#include "base/scalar.h"
+#include "runtime/backend.h"
+
+/* The reference, one branch per case: compiled here (for the runtime's
+ * check) and, as text, into the kernels' checker. */
+#define REFERENCE \
+    static uint16_t ref_f32_to_bf16(float f) \
+    { \
+        uint32_t u; memcpy(&u, &f, 4); \
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); \
+        u += 0x7fffu + ((u >> 16) & 1u); \
+        return (uint16_t)(u >> 16); \
+    } \
+    static uint32_t ref_f16_to_f32_bits(uint16_t h) \
+    { \
+        uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu; \
+        if (e == 0) { \
+            if (m == 0) return s; \
+            e = 113; while (!(m & 0x400u)) { m <<= 1; e--; } \
+            return s | (e << 23) | ((m & 0x3ffu) << 13); \
+        } \
+        if (e == 31) return s | 0x7f800000u | (m << 13); \
+        return s | ((e + 112) << 23) | (m << 13); \
+    } \
+    static uint16_t ref_f32_to_f16(float f) \
+    { \
+        uint32_t u; memcpy(&u, &f, 4); \
+        uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu; \
+        if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u); \
+        if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u); \
+        if (a < 0x38800000u) { \
+            if (a < 0x33000000u) return (uint16_t)s; \
+            uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e; \
+            uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1); \
+            if (rem > half || (rem == half && (r & 1u))) r++; \
+            return (uint16_t)(s | r); \
+        } \
+        uint32_t r = a - 0x38000000u; \
+        r += 0xfffu + ((r >> 13) & 1u); \
+        return (uint16_t)(s | (r >> 13)); \
+    }
+#define TEXT_OF(...) #__VA_ARGS__
+#define TEXT(...) TEXT_OF(__VA_ARGS__)
+#define REFERENCE_TEXT TEXT(REFERENCE) "\n"
+
+REFERENCE
+
+/* The checker the kernels' compiler builds: the prelude's conversions in
+ * omp simd loops over chunks (as the kernels call them), each compared
+ * with the reference. Returns the mismatches; *first gets the first input
+ * that mismatched (kind 0: narrowing, 1: widening). */
+static const char checker_text[] =
+    "#include <xmmintrin.h>\n" REFERENCE_TEXT
+    "#define CHUNK 4096\n"
+    "long check_all(int flush, uint64_t stride, uint32_t *first, int *kind)\n"
+    "{\n"
+    "    unsigned saved = _mm_getcsr();\n"
+    "    if (flush) _mm_setcsr(saved | 0x8040);\n"
+    "    static float x[CHUNK], bw[65536], hw[65536];\n"
+    "    static uint16_t b[CHUNK], h[CHUNK], p[65536];\n"
+    "    long bad = 0;\n"
+    "    for (uint64_t base = 0; base < (1ull << 32); base += CHUNK * stride) {\n"
+    "        for (int i = 0; i < CHUNK; i++) { uint32_t u = (uint32_t)(base + i * stride); memcpy(&x[i], &u, 4); }\n"
+    "        #pragma omp simd\n"
+    "        for (int i = 0; i < CHUNK; i++) { b[i] = kl_f32_to_bf16(x[i]); h[i] = kl_f32_to_f16(x[i]); }\n"
+    "        for (int i = 0; i < CHUNK; i++)\n"
+    "            if (b[i] != ref_f32_to_bf16(x[i]) || h[i] != ref_f32_to_f16(x[i])) {\n"
+    "                if (!bad++) { *first = (uint32_t)(base + i * stride); *kind = 0; }\n"
+    "            }\n"
+    "    }\n"
+    "    for (int i = 0; i < 65536; i++) p[i] = (uint16_t)i;\n"
+    "    #pragma omp simd\n"
+    "    for (int i = 0; i < 65536; i++) { bw[i] = kl_bf16_to_f32(p[i]); hw[i] = kl_f16_to_f32(p[i]); }\n"
+    "    for (int i = 0; i < 65536; i++) {\n"
+    "        uint32_t gb, gh, wb = (uint32_t)i << 16, wh = ref_f16_to_f32_bits((uint16_t)i);\n"
+    "        memcpy(&gb, &bw[i], 4); memcpy(&gh, &hw[i], 4);\n"
+    "        if (gb != wb || gh != wh) { if (!bad++) { *first = (uint32_t)i; *kind = 1; } }\n"
+    "    }\n"
+    "    _mm_setcsr(saved);\n"
+    "    return bad;\n"
+    "}\n";
+
+typedef long (*check_fn)(int flush, uint64_t stride, uint32_t *first, int *kind);
+
+/* stride 1: every float. */
+static void check_kernels(int flush, uint64_t stride)
+{
+    kl_buf src = {0};
+    kl_buf_puts(&src, kir_c_prelude());
+    kl_buf_puts(&src, checker_text);
+    void *lib = kl_cpu_jit(src.s, NULL, true, NULL);
+    kl_buf_free(&src);
+    assert_non_null(lib);
+    check_fn check = (check_fn)dlsym(lib, "check_all");
+    assert_non_null(check);
+    uint32_t first = 0;
+    int kind = 0;
+    long bad = check(flush, stride, &first, &kind);
+    if (bad)
+        fail_msg("%s: %ld conversions differ from the reference; the first %s 0x%08x", flush ? "FTZ/DAZ" : "IEEE", bad,
+                 kind ? "widens" : "narrows", first);
+}
+
+static void test_kernels_ieee(void **state)
+{
+    (void)state;
+    check_kernels(0, 7);
+}
+
+static void test_kernels_flush_to_zero(void **state)
+{
+    (void)state;
+    check_kernels(1, 1);
+}
+
+/* The runtime's copies, against the same reference compiled here. */
+static void test_runtime(void **state)
+{
+    (void)state;
+    for (uint32_t i = 0; i < 65536; i++) {
+        float b = kl_bf16_to_f32((uint16_t)i), h = kl_f16_to_f32((uint16_t)i);
+        uint32_t gb, gh;
+        memcpy(&gb, &b, 4);
+        memcpy(&gh, &h, 4);
+        if (gb != i << 16 || gh != ref_f16_to_f32_bits((uint16_t)i))
+            fail_msg("widening 0x%04x: bf16 0x%08x, f16 0x%08x", i, gb, gh);
+    }
+    for (uint64_t v = 0; v < (1ull << 32); v += 97) {
+        uint32_t u = (uint32_t)v;
+        float f;
+        memcpy(&f, &u, 4);
+        if (kl_f32_to_bf16(f) != ref_f32_to_bf16(f) || kl_f32_to_f16(f) != ref_f32_to_f16(f))
+            fail_msg("narrowing 0x%08x: bf16 0x%04x (want 0x%04x), f16 0x%04x (want 0x%04x)", u, kl_f32_to_bf16(f),
+                     ref_f32_to_bf16(f), kl_f32_to_f16(f), ref_f32_to_f16(f));
+    }
+}
+
+/* The CPU backend's f16 conversions of GEMM operands (F16C where the CPU
+ * has it, the scalar conversions for NaN) against the scalar ones: every
+ * 16-bit pattern widened, every 5th float narrowed, in blocks of 8 and a
+ * tail, with and without flush-to-zero. */
+static void check_gemm_f16(int flush)
+{
+    unsigned saved = _mm_getcsr();
+    if (flush)
+        _mm_setcsr(saved | 0x8040);
+    enum { CHUNK = 4099 }; /* not a multiple of 8: the tail too */
+    static uint16_t h[65536], got[CHUNK];
+    static float w[65536], x[CHUNK];
+    for (uint32_t i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    kl_cpu_f16_widen(w, h, 65536);
+    long bad = 0;
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        float r = kl_f16_to_f32((uint16_t)i);
+        if (memcmp(&r, &w[i], 4) && !bad++)
+            first = i;
+    }
+    for (uint64_t base = 0; base < (1ull << 32) && !bad; base += 5ull * CHUNK) {
+        int n = 0;
+        for (uint64_t v = base; n < CHUNK && v < (1ull << 32); v += 5, n++) {
+            uint32_t u = (uint32_t)v;
+            memcpy(&x[n], &u, 4);
+        }
+        kl_cpu_f16_narrow(got, x, n);
+        for (int i = 0; i < n; i++)
+            if (got[i] != kl_f32_to_f16(x[i]) && !bad++)
+                memcpy(&first, &x[i], 4);
+    }
+    _mm_setcsr(saved);
+    if (bad)
+        fail_msg("%s: the GEMM's f16 conversions differ from the scalar ones, first at 0x%08x", flush ? "FTZ/DAZ" : "IEEE",
+                 first);
+}
+
+static void test_gemm_f16_ieee(void **state)
+{
+    (void)state;
+    check_gemm_f16(0);
+}
+
+static void test_gemm_f16_flush_to_zero(void **state)
+{
+    (void)state;
+    check_gemm_f16(1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_ieee),
+        cmocka_unit_test(test_kernels_flush_to_zero),
+        cmocka_unit_test(test_runtime),
+        cmocka_unit_test(test_gemm_f16_ieee),
+        cmocka_unit_test(test_gemm_f16_flush_to_zero),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
