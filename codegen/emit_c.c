@@ -150,7 +150,8 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             break;
         case KS_LET:
             ind(p);
-            kl_buf_printf(p->e.b, "const %s %s = ", kir_print_ctype(&kir_target_c, k->var_types[s->var]), k->var_names[s->var]);
+            kl_buf_printf(p->e.b, "%s%s %s = ", k->var_acc[s->var] == -2 ? "" : "const ",
+                          kir_print_ctype(&kir_target_c, k->var_types[s->var]), k->var_names[s->var]);
             kir_print_expr(&p->e, s->a);
             kl_buf_puts(p->e.b, ";\n");
             break;
