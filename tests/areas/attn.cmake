@@ -11,3 +11,14 @@ foreach(kind causal full)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(attn.equiv.${kind} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endforeach()
+# The attention kernels through NVRTC (sm_80, sm_90) and run on the CPU
+# by the CUDA emulator against the CPU backend, f32 and the low precisions.
+if(KILN_HAVE_CUDA)
+  set(KILN_ATTN_CUDA_MODELS tests/attn/fused_causal.kl tests/attn/fused_full.kl tests/grad/attention.kl)
+  add_test(NAME attn.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 ${KILN_ATTN_CUDA_MODELS}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME attn.cuda.emulate COMMAND kernel_check --emulate --batch 4 ${KILN_ATTN_CUDA_MODELS}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(attn.cuda.nvrtc attn.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
+    ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endif()
