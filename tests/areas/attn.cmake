@@ -22,3 +22,6 @@ if(KILN_HAVE_CUDA)
   set_tests_properties(attn.cuda.nvrtc attn.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
+# The arena of the fused op grows as T, the composed form's as T^2.
+add_test(NAME attn.memory COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/attn/memory.sh ${KILN_EXE} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(attn.memory PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
