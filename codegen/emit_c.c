@@ -66,10 +66,13 @@ static void ind(printer *p)
     kir_print_indent(&p->e);
 }
 
+/* A loop without inner loops, conditions or atomics, whose iterations are
+ * independent (no KS_SET carries a value from one to the next): it may be
+ * vectorised. */
 static bool is_leaf_loop(const kir_stmt *s)
 {
     for (const kir_stmt *c = s->body; c; c = c->next)
-        if (c->kind == KS_LOOP || c->kind == KS_IF || c->kind == KS_ADDTO)
+        if (c->kind == KS_LOOP || c->kind == KS_IF || c->kind == KS_ADDTO || c->kind == KS_SET)
             return false;
     return true;
 }
