@@ -16,13 +16,13 @@
 
 #define BOUND 1e-5
 
-/* Compiled with every gradient kept, so it can be read after the run. */
-static kl_exec *make(kl_session *s, const char *path)
+/* Compiled with every gradient kept, so it can be read after the run;
+ * src must outlive the graph (its locations point into it). */
+static kl_exec *make(kl_session *s, const char *path, kl_source *src)
 {
-    kl_source src;
-    if (kl_source_read(&src, path))
+    if (kl_source_read(src, path))
         exit(1);
-    ir_graph *g = kl_compile_load(&src, NULL);
+    ir_graph *g = kl_compile_load(src, NULL);
     if (!g)
         exit(1);
     kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .stop_after = "passes"};
@@ -68,7 +68,8 @@ int main(int argc, char **argv)
     kl_cpu_options co = {.threads = 1, .quiet = true};
     kl_backend *be = kl_cpu_backend_new(&co);
     kl_session *sa = kl_session_new(be, 42), *sb = kl_session_new(be, 42);
-    kl_exec *fused = make(sa, argv[1]), *composed = make(sb, argv[2]);
+    kl_source src[2];
+    kl_exec *fused = make(sa, argv[1], &src[0]), *composed = make(sb, argv[2], &src[1]);
     int failures = 0;
     double la = kl_exec_scalar(fused, fused->g->loss), lb = kl_exec_scalar(composed, composed->g->loss);
     double worst = fabs(la - lb) / fmax(1e-6, fabs(lb));
@@ -107,5 +108,7 @@ int main(int argc, char **argv)
     kl_session_free(sa);
     kl_session_free(sb);
     be->ops->destroy(be);
+    kl_source_free(&src[0]);
+    kl_source_free(&src[1]);
     return failures ? 1 : 0;
 }
