@@ -108,6 +108,8 @@ void cg_build_move(cg_builder *b, const ir_node *n);
 void cg_build_reduce(cg_builder *b, const ir_node *n);
 void cg_build_norm(cg_builder *b, const ir_node *n);
 void cg_build_pool(cg_builder *b, const ir_node *n);
+/* attention and its two backward ops (codegen/k_attn.c) */
+void cg_build_attention(cg_builder *b, const ir_node *n);
 /* The geometry of a convolution: input [n, c, h, w], output [n, o, oh, ow],
  * kernel [o, c / groups, kh, kw]. */
 typedef struct cg_conv {

@@ -66,10 +66,13 @@ static void ind(printer *p)
     kir_print_indent(&p->e);
 }
 
+/* A loop without inner loops, conditions or atomics, whose iterations are
+ * independent (no KS_SET carries a value from one to the next): it may be
+ * vectorised. */
 static bool is_leaf_loop(const kir_stmt *s)
 {
     for (const kir_stmt *c = s->body; c; c = c->next)
-        if (c->kind == KS_LOOP || c->kind == KS_IF || c->kind == KS_ADDTO)
+        if (c->kind == KS_LOOP || c->kind == KS_IF || c->kind == KS_ADDTO || c->kind == KS_SET)
             return false;
     return true;
 }
@@ -150,7 +153,8 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             break;
         case KS_LET:
             ind(p);
-            kl_buf_printf(p->e.b, "const %s %s = ", kir_print_ctype(&kir_target_c, k->var_types[s->var]), k->var_names[s->var]);
+            kl_buf_printf(p->e.b, "%s%s %s = ", k->var_acc[s->var] == -2 ? "" : "const ",
+                          kir_print_ctype(&kir_target_c, k->var_types[s->var]), k->var_names[s->var]);
             kir_print_expr(&p->e, s->a);
             kl_buf_puts(p->e.b, ";\n");
             break;

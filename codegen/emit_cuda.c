@@ -169,7 +169,8 @@ static void declare_accs(cu *c, const kir_stmt *s)
 static void print_let(cu *c, const kir_stmt *s)
 {
     ind(c);
-    kl_buf_printf(c->b, "const %s %s = ", kir_print_ctype(c->t, c->k->var_types[s->var]), kir_print_var(c, s->var));
+    kl_buf_printf(c->b, "%s%s %s = ", c->k->var_acc[s->var] == -2 ? "" : "const ",
+                  kir_print_ctype(c->t, c->k->var_types[s->var]), kir_print_var(c, s->var));
     kir_print_expr(c, s->a);
     kl_buf_puts(c->b, ";\n");
 }

@@ -281,6 +281,8 @@ int kir_let(kir_kernel *k, kir_expr *value, const char *hint)
 void kir_set(kir_kernel *k, int var, kir_expr *value)
 {
     kir_stmt *s = append(k, KS_SET);
+    if (k->var_acc[var] == -1)
+        k->var_acc[var] = -2;
     s->var = var;
     s->a = kir_cast(k, k->var_types[var], value);
 }

@@ -110,6 +110,11 @@ typedef struct kir_buf {
     bool read, written;
     bool aliased;     /* shares memory with another buffer of the kernel (an
                          in-place result): printed without restrict */
+    bool written_first; /* read and written, but every element is stored by
+                           the iteration that later loads it, before that
+                           load (a builder's promise: codegen/k_attn.c's
+                           accumulating rows); the plan need not keep the
+                           old contents alive */
     int value;        /* the IR value it holds (for the plan) */
 } kir_buf;
 
@@ -121,7 +126,9 @@ typedef struct kir_kernel {
     int nbufs;
     kir_type *var_types;
     char **var_names;
-    int *var_acc;      /* per var: its kir_acc_op if an accumulator, else -1 */
+    int *var_acc;      /* per var: its kir_acc_op if an accumulator, -2 if a
+                          KS_SET assigns it after its LET (printed without
+                          const), else -1 */
     int nvars, capvars;
     kir_stmt *body;
     kir_type compute;  /* KT_F32 or KT_F64 */

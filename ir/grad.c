@@ -567,6 +567,33 @@ static void norm_grad(ir_grad_ctx *c, ir_node *n, ir_op op)
     ir_grad_put(c, in(n, 2), g->out.v[2]);
 }
 
+/* Both backward kernels read (dout, q, k, v, out, lse); dq comes from
+ * one, dk and dv from the other. */
+static void ir_grad_attention(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy < 0)
+        return;
+    int args[6] = {dy, in(n, 0), in(n, 1), in(n, 2), out(n, 0), out(n, 1)};
+    ir_attrs a = {0};
+    ir_attrs_set_int(&a, "causal", ir_attr_int(&n->attrs, "causal", 1));
+    ir_attrs_set_float(&a, "scale", ir_attr_float(&n->attrs, "scale", 1));
+    if (ir_grad_wanted(c, in(n, 0)))
+        ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_ATTENTION_GRAD_Q, args, 6, &a));
+    if (ir_grad_wanted(c, in(n, 1)) || ir_grad_wanted(c, in(n, 2))) {
+        ir_type types[6];
+        for (int i = 0; i < 6; i++)
+            types[i] = *T(c, args[i]);
+        ir_infer inf = {.op = IR_OP_ATTENTION_GRAD_KV, .nin = 6, .in = types, .attrs = &a};
+        if (ir_infer_run(&inf))
+            kl_panic("attention_grad_kv: %s", inf.err);
+        ir_node *g = ir_add_node(c->g, IR_OP_ATTENTION_GRAD_KV, args, 6, &a, inf.out, NULL, n->loc);
+        ir_grad_put(c, in(n, 1), g->out.v[0]);
+        ir_grad_put(c, in(n, 2), g->out.v[1]);
+    }
+    ir_attrs_free(&a);
+}
+
 static void ir_grad_batchnorm(ir_grad_ctx *c, ir_node *n) { norm_grad(c, n, IR_OP_BATCHNORM_GRAD); }
 static void ir_grad_layernorm(ir_grad_ctx *c, ir_node *n) { norm_grad(c, n, IR_OP_LAYERNORM_GRAD); }
 

@@ -158,6 +158,7 @@ typedef enum ir_kernel_class {
     IR_KC_RANDOM,
     IR_KC_UPDATE,
     IR_KC_COLLECTIVE,
+    IR_KC_ATTN, /* attention: online-softmax kernels (codegen/k_attn.c) */
 } ir_kernel_class;
 
 enum {

@@ -24,7 +24,7 @@ int ir_op_from_name(const char *name)
 const char *ir_kernel_class_name(ir_kernel_class k)
 {
     static const char *names[] = {"source", "elementwise", "reduction", "gemm", "conv",
-                                  "pool", "norm", "move", "random", "update", "collective"};
+                                  "pool", "norm", "move", "random", "update", "collective", "attention"};
     kl_check((unsigned)k < KL_ARRAY_LEN(names));
     return names[k];
 }

@@ -1,6 +1,7 @@
 /* Shape and dtype rules of the op table. A rule may rewrite its attributes
  * into a canonical form (negative axes made positive, defaults that depend
  * on other attributes filled in), so that later stages read one form. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -644,6 +645,57 @@ int ir_shape_dropout(ir_infer *inf)
     return 0;
 }
 
+/* q [..., Tq, d], k [..., Tk, d], v [..., Tk, dv] with the same leading
+ * dims and dtype. */
+static int check_attention(ir_infer *inf, int q)
+{
+    const ir_type *tq = &inf->in[q], *tk = &inf->in[q + 1], *tv = &inf->in[q + 2];
+    static const char *what[3] = {"q [..., T, d]", "k [..., T, d]", "v [..., T, d]"};
+    for (int i = 0; i < 3; i++)
+        if (need_float(inf, q + i) || need_rank(inf, q + i, 2, IR_MAX_RANK, what[i]) || same_dtype(inf, q, q + i))
+            return -1;
+    char b1[96], b2[96], b3[96];
+    int r = tq->rank;
+    bool lead = tk->rank == r && tv->rank == r;
+    for (int i = 0; lead && i < r - 2; i++)
+        lead = tk->dim[i] == tq->dim[i] && tv->dim[i] == tq->dim[i];
+    if (!lead)
+        return ir_infer_error(inf, "%s: q, k and v must have the same leading dims ([..., T, d]), got q %s, k %s, v %s",
+                              ir_op_name(inf->op), tstr(tq, b1, sizeof b1), tstr(tk, b2, sizeof b2), tstr(tv, b3, sizeof b3));
+    if (tk->dim[r - 1] != tq->dim[r - 1])
+        return ir_infer_error(inf, "%s: q and k must have the same last dim d, got q %s and k %s", ir_op_name(inf->op),
+                              tstr(tq, b1, sizeof b1), tstr(tk, b2, sizeof b2));
+    if (tv->dim[r - 2] != tk->dim[r - 2])
+        return ir_infer_error(inf, "%s: k and v must have as many keys (dim -2), got k %s and v %s", ir_op_name(inf->op),
+                              tstr(tk, b2, sizeof b2), tstr(tv, b3, sizeof b3));
+    return 0;
+}
+
+int ir_shape_attention(ir_infer *inf)
+{
+    if (check_attention(inf, 0))
+        return -1;
+    const ir_type *q = &inf->in[0], *v = &inf->in[2];
+    double dropout = ir_attr_float(inf->attrs, "dropout", 0);
+    if (dropout != 0)
+        return ir_infer_error(inf, "attention: dropout = %g is not supported (only 0); apply dropout(...) to "
+                              "attention's result instead", dropout);
+    int64_t causal = ir_attr_int(inf->attrs, "causal", 1);
+    if (causal != 0 && causal != 1)
+        return ir_infer_error(inf, "attention: causal must be true or false, got %lld", (long long)causal);
+    if (!ir_attrs_find(inf->attrs, "scale"))
+        ir_attrs_set_float(inf->attrs, "scale", 1 / sqrt((double)q->dim[q->rank - 1]));
+    double scale = ir_attr_float(inf->attrs, "scale", 1);
+    if (!isfinite(scale))
+        return ir_infer_error(inf, "attention: scale must be finite, got %g", scale);
+    inf->out[0] = *q;
+    inf->out[0].dim[q->rank - 1] = v->dim[v->rank - 1];
+    inf->out[1] = *q;
+    inf->out[1].rank--;
+    inf->out[1].dtype = q->dtype == IR_F64 ? IR_F64 : IR_F32;
+    return 0;
+}
+
 /* ---- backward and update ops ---- */
 
 /* dy and a forward value of the same shape -> dx like dy. */
@@ -873,4 +925,26 @@ int ir_shape_collective(ir_infer *inf)
     default:
         kl_panic("ir_shape_collective: %s is not a collective", name);
     }
+}
+
+/* (dout, q, k, v, out, lse) -> dq (attention_grad_q) or dk, dv
+ * (attention_grad_kv), each like its forward operand. */
+int ir_shape_attention_grad(ir_infer *inf)
+{
+    if (check_attention(inf, 1))
+        return -1;
+    const ir_type *q = &inf->in[1];
+    ir_type o = *q, lse = *q;
+    o.dim[q->rank - 1] = inf->in[3].dim[q->rank - 1];
+    lse.rank--;
+    lse.dtype = q->dtype == IR_F64 ? IR_F64 : IR_F32;
+    if (!ir_type_eq(&inf->in[0], &o) || !ir_type_eq(&inf->in[4], &o) || !ir_type_eq(&inf->in[5], &lse))
+        return ir_infer_error(inf, "%s: dout, out or lse do not match q, k, v", ir_op_name(inf->op));
+    if (inf->op == IR_OP_ATTENTION_GRAD_Q) {
+        inf->out[0] = *q;
+    } else {
+        inf->out[0] = inf->in[2];
+        inf->out[1] = inf->in[3];
+    }
+    return 0;
 }

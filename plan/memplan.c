@@ -179,6 +179,8 @@ unsigned plan_kernel_arg_use(const kir_kernel *k, int buf)
     unsigned use = (b->read ? KL_ARG_READ : 0) | (b->written ? KL_ARG_WRITE : 0);
     if (!b->read || !b->written)
         return use;
+    if (b->written_first)
+        return use | KL_ARG_WRITE_FIRST;
     /* A kernel that only adds into buf (no loads) after storing to it
      * first (zeroing what it then sums into, outside any condition). */
     if (!loads_anywhere(k->body, buf)) {

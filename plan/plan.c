@@ -194,6 +194,9 @@ void plan_add_kernel_step_with(kl_plan *p, const cg_group *grp, plan_kernel_buil
     case IR_KC_POOL:
         cg_build_pool(&b, anchor);
         break;
+    case IR_KC_ATTN:
+        cg_build_attention(&b, anchor);
+        break;
     default:
         kl_panic("no kernel template for %s (%s)", ir_op_name(anchor->op), ir_kernel_class_name(ir_ops[anchor->op].kclass));
     }
