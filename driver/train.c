@@ -1093,6 +1093,10 @@ static int run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
     kl_compiled_free(c);
     kl_replan rp = {src, t->opt.kv};
     int64_t n = t->test_set.count;
+    if (n == 0) {
+        kl_error("%s: --eval-only: the data has no test split to evaluate (shards(..., test = \"...\"))", t->model);
+        return -1;
+    }
     int64_t eb = kl_eval_batch_within(&rp, n, t->cfg.batch, kl_eval_batch(n, t->cfg.batch), arena);
     if (!(t->eval = make_eval_only_exec(t, src, eb, &t->eb)))
         return -1;

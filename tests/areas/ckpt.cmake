@@ -23,3 +23,7 @@ target_link_libraries(ckpt_mutate PRIVATE kiln)
 add_test(NAME ckpt.mutate COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_mutate.sh ${KILN_EXE} $<TARGET_FILE:ckpt_mutate>
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(ckpt.mutate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+# --eval-only on shards without a test split: refused, not a crash.
+add_test(NAME ckpt.eval_nosplit COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_eval_nosplit.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(ckpt.eval_nosplit PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
