@@ -17,7 +17,6 @@ packages=(
   python3-pip     # tests install safetensors, numpy, tensorboard, webdataset from PyPI into build/pydeps
   xz-utils        # the GPU kit compresses its libraries (tests/gpu/kit.sh)
   dataset-fashion-mnist
-  libarchive-dev libpng-dev   # kiln pack: tar shards, PNG images
 )
 
 missing=()
