@@ -187,7 +187,7 @@ static bool lists_op(const char *what, const char *op)
 
 /* Why launch L may leave the device part empty on g, or NULL: the check's
  * own reasons first (too little work), then the reasons file. */
-static const char *why_not(const gpu_model *g, const kernel_entry *k, const kir_cuda_launch *L, const launch_fit *f,
+static const char *why_not(const kernel_entry *k, const kir_cuda_launch *L, const launch_fit *f,
                            reason_vec *reasons, char *buf, size_t n)
 {
     if (!f->work_allows && f->occupancy >= 0.5) {
@@ -203,7 +203,6 @@ static const char *why_not(const gpu_model *g, const kernel_entry *k, const kir_
             reasons->v[i].used = true;
             return reasons->v[i].why;
         }
-    (void)g;
     return NULL;
 }
 
@@ -314,7 +313,7 @@ int main(int argc, char **argv)
                 const launch_fit *f = &fit[g][i * 16 + l];
                 if (f->fills)
                     continue;
-                const char *w = why_not(&gpus[g], k, L, f, &reasons, buf, sizeof buf);
+                const char *w = why_not(k, L, f, &reasons, buf, sizeof buf);
                 if (!w) {
                     bad = true;
                     snprintf(verdict, sizeof verdict,
