@@ -107,7 +107,12 @@ static bool chain_accepts(cu_chain_kind kind, const kir_stmt *s, bool first)
     if (s->kind != KS_LOOP)
         return false;
     switch (kind) {
-    case CU_CHAIN_GRID: return is_grid_loop(s);
+    /* A BPAR loop nested in grid loops (and LETs that read nothing it
+     * writes: cu_build_chain checks) extends the grid: as a block-level
+     * loop it would give each outer iteration one block, leaving most
+     * SMs idle when there are few (batch norm's apply, one block per
+     * channel). Its iterations are independent, so the grid may run them. */
+    case CU_CHAIN_GRID: return is_grid_loop(s) || (!first && s->loop == KL_BPAR);
     case CU_CHAIN_RED: return cu_block_role_of(s->loop) == CU_BLOCK_REDUCE && (first || s->naccs == 0);
     case CU_CHAIN_SPREAD: return cu_block_role_of(s->loop) == CU_BLOCK_SPREAD;
     }
@@ -316,7 +321,7 @@ static void plan_vector(const kir_kernel *k, cu_phase *ph)
     ph->vec = 1;
     ph->vecbuf = 0;
     const kir_stmt *last = ph->chain[ph->nchain - 1];
-    if (last->loop != KL_PAR)
+    if (last->loop != KL_PAR && last->loop != KL_BPAR)
         return;
     for (const kir_stmt *s = last->body; s; s = s->next)
         if (s->kind != KS_LET && s->kind != KS_STORE)

@@ -10,7 +10,9 @@
  *   phases that touch disjoint buffers share one launch.
  * - A grid phase opens a chain of perfectly nested grid loops (LETs between
  *   them are recomputed inside, which is why they may not read what the
- *   loops write). When the chain's body holds a block-level loop (RED, BPAR
+ *   loops write); a BPAR loop nested in them extends the chain (its
+ *   iterations are independent, and one block per outer iteration would
+ *   leave SMs idle when there are few). When the chain's body holds a block-level loop (RED, BPAR
  *   or PAR) with at least CU_BLOCK_MIN_INNER iterations, the phase runs one
  *   block per chain iteration (block mode); else one thread per chain
  *   iteration, grid-stride (flat mode), with every inner loop serial.

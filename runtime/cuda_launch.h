@@ -12,6 +12,10 @@
 
 #include "codegen/emit_cuda.h"
 
+/* The smallest block a flat launch is shrunk to for more blocks: 4
+ * warps, one per SM sub-partition. */
+#define KL_CUDA_FLAT_MIN_BLOCK 128
+
 /* Threads per block. flat_block: the occupancy API's suggestion for the
  * function; max_threads: the most it can launch with (registers). */
 static inline unsigned kl_cuda_block_size(const kir_cuda_launch *l, int sms, int flat_block, int max_threads)
@@ -21,6 +25,14 @@ static inline unsigned kl_cuda_block_size(const kir_cuda_launch *l, int sms, int
         limit = 32;
     if (l->map == KIR_CUDA_FLAT) {
         int b = flat_block > 0 ? flat_block : 256;
+        /* The occupancy API suggests the largest block of the best
+         * occupancy (often 1024): a launch of under 2 such blocks per SM
+         * gets halved ones, down to KL_CUDA_FLAT_MIN_BLOCK, so that it
+         * spreads over every SM. Halving keeps the occupancy (twice the
+         * blocks of half the warps fit), where another size could round
+         * it down (tests/cuda/occupancy_check.c). */
+        while (b / 2 >= KL_CUDA_FLAT_MIN_BLOCK && b / 2 % 32 == 0 && l->units < 2 * (int64_t)(sms > 0 ? sms : 1) * b)
+            b /= 2;
         /* Tiny launches: one warp-aligned block that covers them. */
         if (l->units < b)
             b = (int)((l->units + 31) / 32 * 32);

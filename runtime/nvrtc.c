@@ -442,5 +442,15 @@ int kl_ptxas_info_of(const char *log, const char *fn, kl_ptxas_info *out)
         return -1;
     if (sscanf(used, "Used %d registers", &out->registers) != 1)
         return -1;
+    /* "Used 30 registers, 384 bytes smem, 380 bytes cmem[0]" (no smem
+     * entry when the function has none). */
+    const char *eol = strchr(used, '\n');
+    const char *smem = strstr(used, " bytes smem");
+    if (smem && (!eol || smem < eol)) {
+        const char *n = smem;
+        while (n > used && n[-1] >= '0' && n[-1] <= '9')
+            n--;
+        out->smem_bytes = atoi(n);
+    }
     return 0;
 }

@@ -56,6 +56,7 @@ void kl_nvrtc_jobs_free(kl_nvrtc_job *jobs, int n);
  * CUBIN compile). Returns 0, or -1 when the log has no such entry. */
 typedef struct kl_ptxas_info {
     int registers, stack_bytes, spill_stores, spill_loads;
+    int smem_bytes; /* static shared memory (0 when ptxas reports none) */
 } kl_ptxas_info;
 int kl_ptxas_info_of(const char *log, const char *fn, kl_ptxas_info *out);
 
