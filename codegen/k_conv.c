@@ -107,10 +107,90 @@ static void col2im_stride1(cg_builder *b, const cg_conv *cv, int col, int x)
     close_n(b, 3);
 }
 
+/* Splits [0, len) into the ranges over which the set of taps k (k < taps)
+ * with 0 <= i + shift0 - k d < out is the same: cuts[0] = 0 < cuts[1] <
+ * ... < cuts[return] = len. */
+static int tap_ranges(int64_t len, int64_t taps, int64_t shift0, int64_t d, int64_t out, int64_t *cuts)
+{
+    int m = 0;
+    cuts[m++] = 0;
+    cuts[m++] = len;
+    for (int64_t k = 0; k < taps; k++) { /* tap k covers [k d - shift0, k d - shift0 + out) */
+        int64_t ends[2] = {k * d - shift0, k * d - shift0 + out};
+        for (int e = 0; e < 2; e++)
+            if (ends[e] > 0 && ends[e] < len)
+                cuts[m++] = ends[e];
+    }
+    for (int i = 1; i < m; i++) /* sort, then drop repeats */
+        for (int j = i; j > 0 && cuts[j - 1] > cuts[j]; j--) {
+            int64_t t = cuts[j];
+            cuts[j] = cuts[j - 1];
+            cuts[j - 1] = t;
+        }
+    int u = 1;
+    for (int i = 1; i < m; i++)
+        if (cuts[i] != cuts[u - 1])
+            cuts[u++] = cuts[i];
+    return u - 1;
+}
+
+/* col2im for stride 1 as a gather: every x element is one sum of its taps,
+ * in f32, rounded once when stored (the scatter above adds into x and,
+ * for bf16/f16, rounds after every tap: 2.2x the f32 time, and less
+ * precise). The rows and columns split into ranges over which the same
+ * taps land (the padding borders and the middle), each a loop of its own
+ * with those taps unrolled and no bounds checks. The sum starts at 0 and
+ * goes in (kh, kw) order, so f32 results are the scatter's bit for bit. */
+static void col2im_gather(cg_builder *b, const cg_conv *cv, int col, int x)
+{
+    int64_t rows = cv->c * cv->kh * cv->kw, hw = cv->oh * cv->ow;
+    K->work = cv->n * rows * hw;
+    int bc = kir_buf_add(K, col, cv->dtype, cv->n * rows * hw), bx = cg_buf(b, x);
+    int64_t hcut[2 * 8 + 2], wcut[2 * 8 + 2];
+    int nh = tap_ranges(cv->h, cv->kh, cv->p[0], cv->d[0], cv->oh, hcut);
+    int nw = tap_ranges(cv->w, cv->kw, cv->p[1], cv->d[1], cv->ow, wcut);
+    int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
+    int c = kir_loop_begin(K, KL_PAR, cv->c, "c");
+    kir_expr *plane = kir_iadd(K, kir_imul(K, VAR(n), cv->c), VAR(c));
+    for (int hr = 0; hr < nh; hr++) {
+        int hi = kir_loop_begin(K, KL_PAR, hcut[hr + 1] - hcut[hr], "h");
+        int h = kir_let(K, kir_iadd(K, VAR(hi), I(hcut[hr])), "hh");
+        int xrow = kir_let(K, kir_imul(K, kir_iadd(K, kir_imul(K, plane, cv->h), VAR(h)), cv->w), "xrow");
+        for (int wr = 0; wr < nw; wr++) {
+            int wi = kir_loop_begin(K, KL_PAR, wcut[wr + 1] - wcut[wr], "w");
+            int w = kir_let(K, kir_iadd(K, VAR(wi), I(wcut[wr])), "ww");
+            kir_expr *acc = kir_const_f(K, 0);
+            for (int64_t kh = 0; kh < cv->kh; kh++) {
+                int64_t oh0 = hcut[hr] + cv->p[0] - kh * cv->d[0]; /* the output row at the range's first h */
+                if (oh0 < 0 || oh0 >= cv->oh)
+                    continue;
+                for (int64_t kw = 0; kw < cv->kw; kw++) {
+                    int64_t shift = cv->p[1] - kw * cv->d[1], ow0 = wcut[wr] + shift;
+                    if (ow0 < 0 || ow0 >= cv->ow)
+                        continue;
+                    kir_expr *r = kir_iadd(K, kir_imul(K, VAR(c), cv->kh * cv->kw), I(kh * cv->kw + kw));
+                    kir_expr *oh = kir_iadd(K, VAR(h), I(cv->p[0] - kh * cv->d[0]));
+                    kir_expr *src = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, r, cv->n), VAR(n)), hw),
+                                             kir_iadd(K, kir_imul(K, oh, cv->ow), kir_iadd(K, VAR(w), I(shift))));
+                    acc = BIN(KB_ADD, acc, kir_load(K, bc, src));
+                }
+            }
+            kir_store(K, bx, kir_iadd(K, VAR(xrow), VAR(w)), acc);
+            kir_loop_end(K);
+        }
+        kir_loop_end(K);
+    }
+    close_n(b, 2);
+}
+
 /* x[n, c, h, w] = sum over (kh, kw) of col[(c, kh, kw), n, (oh, ow)] for the
  * outputs whose window puts (kh, kw) on (h, w). */
 void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x)
 {
+    if (cv->s[0] == 1 && cv->s[1] == 1 && cv->kh <= 8 && cv->kw <= 8 && cv->kh * cv->kw <= 25) {
+        col2im_gather(b, cv, col, x);
+        return;
+    }
     if (cv->s[0] == 1 && cv->s[1] == 1 && cv->kh * cv->kw <= 49) {
         col2im_stride1(b, cv, col, x);
         return;
