@@ -243,6 +243,17 @@ static void fill_decoded(kl_loader *l, slot *s)
     }
     for (int f = 0; f < d->nfields; f++)
         free(scratch[f]);
+    if (out == 0 && s->nraw > 0) {
+        /* Nothing left to feed (a rank's few rows, all bad): an error,
+         * never an empty batch that the step would have to make up. */
+        pthread_mutex_lock(&l->mu);
+        if (!l->error)
+            l->error = kl_xasprintf("batch %lld: all %lld sample%s of it read here were bad (on_error = skip "
+                                    "leaves nothing to train on); the first skipped: %s",
+                                    (long long)s->b.index, (long long)s->nraw, s->nraw == 1 ? "" : "s",
+                                    l->first_skip);
+        pthread_mutex_unlock(&l->mu);
+    }
     for (int64_t i = 0; i < s->nraw; i++)
         kl_raw_sample_free(&s->raw[i]);
     s->nraw = 0;

@@ -52,6 +52,27 @@ for v in streamed cached augmented; do
     echo "FAIL: $v shards: 3 ranks differ from one rank"; fail=1
   fi
 done
+# on_error = skip on ranks: each rank skips among its own rows and the
+# closing count is the ranks' sum (000003.png is rank 1's row 1 of the
+# first global batch of 4); rows that are all bad are an error, never an
+# empty batch (batch 1: the fourth batch is the bad sample alone).
+python3 tests/data/bad_shards.py "$tmp" || exit 1
+skipdata="data=shards(\"$tmp/badpng.tar\", shuffle_buffer = 0, on_error = skip)"
+out=$("${mpi[@]}" -np 2 "$tmp/mlp" --steps 3 --batch 2 --eval-every 0 --set "$skipdata" 2>&1)
+if grep -qF "data: 1 training sample skipped while reading (on_error = skip); the first: (on another rank)" <<< "$out"; then
+  echo "ok: 2 ranks, on_error = skip: the skipped sample counted once, across the ranks"
+else
+  echo "FAIL: 2 ranks, on_error = skip: no count of 1 skipped sample"; echo "$out" | tail -3; fail=1
+fi
+out=$("$tmp/mlp" --steps 5 --batch 1 --eval-every 0 --set "$skipdata" 2>&1)
+rc=$?
+want="batch 3: all 1 sample of it read here were bad (on_error = skip leaves nothing to train on); the first skipped: $tmp/badpng.tar: member 000003.png: not a valid PNG"
+if [ $rc -eq 1 ] && grep -qF -- "$want" <<< "$out"; then
+  echo "ok: a batch whose rows are all bad: $want"
+else
+  echo "FAIL: a batch whose rows are all bad: exit $rc, expected 1 and '$want'"; echo "$out" | tail -3; fail=1
+fi
+
 # The control: another seed's order must not match, so the comparison
 # can fail.
 "$tmp/mlp" "${common[@]}" --batch 24 --seed 2 --set "$(data "")" --metrics "$tmp/seed2.json" > /dev/null || fail=1
