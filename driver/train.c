@@ -522,8 +522,8 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
             kl_trace_event(t->trace, "next batch", "data", KL_TRACE_DATA, w0, kl_now());
         if (!b)
             return false;
-        /* The loader assembles the global batch; this rank's rows. */
-        train_feed(t->train, &t->tb, b, t->rank * c->batch, &t->train_set);
+        /* The loader delivers this rank's rows of the global batch. */
+        train_feed(t->train, &t->tb, b, 0, &t->train_set);
         kl_loader_release(lp->loader, b);
         lp->args.step = lp->step * c->accumulate + m;
         unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);
@@ -792,11 +792,12 @@ static int run_training(trainer *t)
 {
     const kl_train_config *c = &t->cfg;
     train_loop lp = {.best = -1, .args = {0, (uint64_t)c->seed}};
-    /* Every rank assembles each global batch (batch x ranks samples) in
-     * the same order and feeds its own slice (run_step). */
+    /* Every rank orders the global batches (batch x ranks samples) the
+     * same way and decodes only its own rows of each. */
     kl_loader_opts lo = {.batch = c->batch * t->world, .shuffle = c->data_shuffle, .drop_last = true,
                          .seed = (uint64_t)c->seed, .depth = t->train_set.shards ? c->data_prefetch : 4,
-                         .workers = t->train_set.shards ? c->data_workers : 1, .augment_random = true};
+                         .workers = t->train_set.shards ? c->data_workers : 1, .augment_random = true,
+                         .rows_first = t->rank * c->batch, .rows = c->batch};
     lp.loader = kl_loader_new_opts(&t->train_set, &lo);
     int rc = -1;
     if (count_steps(t, &lp) || (t->opt.resume && resume(t, &lp)))
@@ -866,7 +867,13 @@ static int run_training(trainer *t)
     t->run_wait_s = kl_loader_wait_seconds(lp.loader);
     train_ranks_settle(t);
     const char *first;
-    int64_t skipped = kl_loader_skipped(lp.loader, &first);
+    /* Each rank skips among its own rows: the count is the ranks' sum
+     * (the first reason is rank 0's, or the first rank 0 knows of). */
+    double nskip = (double)kl_loader_skipped(lp.loader, &first);
+    train_ranks_sums(t, &nskip, 1);
+    int64_t skipped = (int64_t)nskip;
+    if (skipped && !first)
+        first = "(on another rank)";
     if (skipped)
         printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
                (long long)skipped, skipped == 1 ? "" : "s", first);

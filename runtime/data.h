@@ -107,7 +107,7 @@ int kl_dataset_field(const kl_dataset *d, const char *name);
 
 typedef struct kl_batch {
     int64_t index;     /* batch number within the epoch */
-    int64_t size;
+    int64_t size;      /* samples delivered: this rank's rows of the batch */
     uint8_t *field[KL_MAX_FIELDS]; /* size samples of each used field */
     uint8_t *features; /* idx and synthetic: field[0] */
     int32_t *labels;   /* field[1] */
@@ -123,6 +123,12 @@ typedef struct kl_loader_opts {
     int depth;         /* batches ready ahead (prefetch) */
     int workers;       /* decode threads */
     bool augment_random; /* shards' random augmentation (training) */
+    /* One rank's share: rows [rows_first, rows_first + rows) of every
+     * batch of the order above (rows = 0: all of them). The order is the
+     * one global order, so N ranks with rows = batch / N see exactly the
+     * samples one rank with the whole batch would; a rank decodes its
+     * rows alone (the shards' bytes are still read past by every rank). */
+    int64_t rows_first, rows;
 } kl_loader_opts;
 
 kl_loader *kl_loader_new_opts(const kl_dataset *d, const kl_loader_opts *o);

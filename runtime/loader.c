@@ -12,7 +12,14 @@
  * the shards in the epoch's shard order and hands each batch's raw
  * samples to a slot (it holds at most the shuffle buffer's reach of
  * samples read ahead); the workers decode slots in parallel; the step
- * takes batch k when it is ready, in order. */
+ * takes batch k when it is ready, in order.
+ *
+ * Ranks: every rank computes the same global order and takes its own rows
+ * of each batch (opts rows_first, rows). Only those samples are copied or
+ * decoded; the reader still reads past the others' bytes in the shards,
+ * as the order interleaves every shard's samples through the shuffle
+ * buffer: disjoint shards per rank would make the order depend on the
+ * rank count, and N ranks would no longer see what one rank sees. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,11 +157,28 @@ static int64_t batch_size(const kl_loader *l, int64_t index)
     return l->n - first < l->o.batch ? l->n - first : l->o.batch;
 }
 
+/* This rank's rows of batch index: [*lo, *lo + return) in the order. */
+static int64_t rank_rows(const kl_loader *l, int64_t index, int64_t *lo)
+{
+    int64_t n = batch_size(l, index), a = l->o.rows_first, b = l->o.rows_first + l->o.rows;
+    a = a < n ? a : n;
+    b = b < n ? b : n;
+    *lo = batch_first(l, index) + a;
+    return b - a;
+}
+
+/* Whether position p of the order is one of this rank's rows. */
+static bool rank_wants(const kl_loader *l, int64_t p)
+{
+    int64_t r = p % l->o.batch;
+    return r >= l->o.rows_first && r < l->o.rows_first + l->o.rows;
+}
+
 /* In memory: copy each used field of the batch's samples. */
 static void fill_memory(kl_loader *l, slot *s, int64_t index)
 {
     const kl_dataset *d = l->d;
-    int64_t first = batch_first(l, index), n = batch_size(l, index);
+    int64_t first, n = rank_rows(l, index, &first);
     s->b.index = index;
     s->b.size = n;
     for (int f = 0; f < d->nfields; f++) {
@@ -219,6 +243,17 @@ static void fill_decoded(kl_loader *l, slot *s)
     }
     for (int f = 0; f < d->nfields; f++)
         free(scratch[f]);
+    if (out == 0 && s->nraw > 0) {
+        /* Nothing left to feed (a rank's few rows, all bad): an error,
+         * never an empty batch that the step would have to make up. */
+        pthread_mutex_lock(&l->mu);
+        if (!l->error)
+            l->error = kl_xasprintf("batch %lld: all %lld sample%s of it read here were bad (on_error = skip "
+                                    "leaves nothing to train on); the first skipped: %s",
+                                    (long long)s->b.index, (long long)s->nraw, s->nraw == 1 ? "" : "s",
+                                    l->first_skip);
+        pthread_mutex_unlock(&l->mu);
+    }
     for (int64_t i = 0; i < s->nraw; i++)
         kl_raw_sample_free(&s->raw[i]);
     s->nraw = 0;
@@ -344,9 +379,10 @@ static int read_until(kl_loader *l, stream *st, int64_t id, int64_t lo, int64_t 
         }
         int64_t got = st->next_id++;
         int64_t p = l->pos[got];
-        if (p < lo || p >= hi) {
+        if (p < lo || p >= hi || !rank_wants(l, p)) {
             /* Not wanted this epoch (left out, dropped with the last
-             * partial batch, or before a resumed run's first batch). */
+             * partial batch, before a resumed run's first batch, or
+             * another rank's row). */
             kl_raw_sample_free(rs);
             free(rs);
             continue;
@@ -377,7 +413,7 @@ static void *reader_thread(void *arg)
         pthread_mutex_unlock(&l->mu);
         if (restart)
             stream_reset(l, &st);
-        int64_t first = batch_first(l, index), nb = batch_size(l, index);
+        int64_t first, nb = rank_rows(l, index, &first);
         char why[900];
         int rc = 0;
         s->b.index = index;
@@ -417,6 +453,13 @@ kl_loader *kl_loader_new_opts(const kl_dataset *d, const kl_loader_opts *o)
     kl_loader *l = kl_xcalloc(1, sizeof *l);
     l->d = d;
     l->o = *o;
+    if (l->o.rows <= 0) {
+        l->o.rows_first = 0;
+        l->o.rows = o->batch;
+    }
+    if (l->o.rows_first < 0 || l->o.rows_first + l->o.rows > o->batch)
+        kl_panic("loader rows [%lld, %lld) outside the batch of %lld", (long long)l->o.rows_first,
+                 (long long)(l->o.rows_first + l->o.rows), (long long)o->batch);
     const kl_shard_set *ss = d->shards;
     l->streamed = ss && !ss->cached;
     int64_t ids = ss ? ss->total : d->count;
@@ -432,12 +475,12 @@ kl_loader *kl_loader_new_opts(const kl_dataset *d, const kl_loader_opts *o)
         slot *s = &l->ring[i];
         for (int f = 0; f < d->nfields; f++)
             if (d->field[f].used)
-                s->b.field[f] = kl_xmalloc((size_t)(o->batch * d->field[f].bytes));
+                s->b.field[f] = kl_xmalloc((size_t)(l->o.rows * d->field[f].bytes));
         s->b.features = s->b.field[0];
         s->b.labels = (int32_t *)s->b.field[1];
         if (l->streamed) {
-            s->raw = kl_xcalloc((size_t)o->batch, sizeof *s->raw);
-            s->ids = kl_xcalloc((size_t)o->batch, sizeof *s->ids);
+            s->raw = kl_xcalloc((size_t)l->o.rows, sizeof *s->raw);
+            s->ids = kl_xcalloc((size_t)l->o.rows, sizeof *s->ids);
         }
     }
     l->epoch = -1;

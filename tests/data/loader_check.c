@@ -12,6 +12,11 @@
  *                                    each field's type and values)
  *   loader_check --dump-augmented PATTERN N CACHE
  *                                   (the same, augmented: see dump())
+ *   loader_check --ranks PATTERN BATCH SHUFFLE_BUFFER RANKS
+ *                                   (ranks: each of RANKS loaders takes
+ *                                    its BATCH rows of every global batch
+ *                                    of BATCH x RANKS; together they are
+ *                                    the one-rank epoch, row for row)
  *   loader_check --bench PATTERN BATCH WORKERS CACHE EPOCHS
  *                                   (bench/loader.sh: samples/s of the
  *                                    loader alone, cache 0 or 1) */
@@ -56,6 +61,98 @@ static int64_t *epoch_labels(const kl_dataset *d, int workers, int64_t batch, in
     kl_loader_free(l);
     *n = k;
     return out;
+}
+
+/* The labels of epoch e from batch first on, as rank r of ranks (each
+ * taking batch rows of every global batch of batch x ranks, as training
+ * does) gets them; drop_last as training. */
+static int64_t *rank_labels(const kl_dataset *d, int workers, int64_t batch, int64_t buffer, int ranks, int r,
+                            int64_t e, int64_t first, int64_t *nb)
+{
+    kl_loader_opts o = {.batch = batch * ranks, .shuffle = buffer > 0, .drop_last = true, .seed = 7, .depth = 3,
+                        .workers = workers, .rows_first = r * batch, .rows = batch};
+    kl_loader *l = kl_loader_new_opts(d, &o);
+    kl_loader_start_at(l, e, first);
+    int f = kl_dataset_field(d, "cls");
+    int64_t *out = malloc(sizeof *out * (size_t)d->count), k = 0;
+    const kl_batch *b;
+    while ((b = kl_loader_next(l))) {
+        if (b->size != batch) {
+            fprintf(stderr, "FAIL: rank %d's batch %lld holds %lld samples, not %lld\n", r, (long long)b->index,
+                    (long long)b->size, (long long)batch);
+            exit(1);
+        }
+        for (int64_t i = 0; i < b->size; i++)
+            out[k++] = ((const int64_t *)b->field[f])[i];
+        kl_loader_release(l, b);
+    }
+    if (kl_loader_failed(l)) {
+        fprintf(stderr, "FAIL: %s\n", kl_loader_failed(l));
+        exit(1);
+    }
+    kl_loader_free(l);
+    *nb = k / batch;
+    return out;
+}
+
+/* Ranks against one rank with the global batch: for 2 epochs, streamed
+ * and cached, from the start and from the middle, rank r's rows of each
+ * global batch are the one-rank batch's rows r*batch.., and the ranks
+ * together see each sample of the epoch (its full batches) exactly once. */
+static int check_ranks(const char *pattern, int64_t batch, int64_t buffer, int ranks)
+{
+    kl_dataset streamed, cached;
+    if (load(pattern, buffer, false, &streamed) || load(pattern, buffer, true, &cached))
+        return 1;
+    int64_t count = streamed.count, global = batch * ranks, full = count / global;
+    int fail = 0;
+    for (int64_t e = 0; e < 2; e++)
+        for (int c = 0; c < 2; c++)
+            for (int64_t first = 0; first <= full / 2; first += full / 2) {
+                const kl_dataset *d = c ? &cached : &streamed;
+                int64_t nref;
+                int64_t *ref = rank_labels(d, 1, global, buffer, 1, 0, e, first, &nref);
+                char *seen = calloc((size_t)count, 1);
+                int64_t dup = 0, out = 0, total = 0, wrong = 0;
+                for (int r = 0; r < ranks; r++) {
+                    int64_t nb;
+                    int64_t *got = rank_labels(d, 2, batch, buffer, ranks, r, e, first, &nb);
+                    if (nb != nref) {
+                        printf("FAIL: rank %d of %d has %lld batches, one rank %lld\n", r, ranks, (long long)nb,
+                               (long long)nref);
+                        fail = 1;
+                    }
+                    for (int64_t k = 0; k < nb && k < nref; k++)
+                        for (int64_t i = 0; i < batch; i++) {
+                            int64_t id = got[k * batch + i];
+                            wrong += id != ref[k * global + r * batch + i];
+                            if (id < 0 || id >= count)
+                                out++;
+                            else
+                                dup += seen[id]++ > 0;
+                            total++;
+                        }
+                    free(got);
+                }
+                int64_t want = (full - first) * global;
+                if (wrong || dup || out || total != want) {
+                    printf("FAIL: epoch %lld from batch %lld (%s), %d ranks: %lld samples of %lld (%lld twice, %lld "
+                           "unknown), %lld not in one rank's place\n",
+                           (long long)e, (long long)first, c ? "cached" : "streamed", ranks, (long long)total,
+                           (long long)want, (long long)dup, (long long)out, (long long)wrong);
+                    fail = 1;
+                } else {
+                    printf("ok: epoch %lld from batch %lld (%s): %d ranks x batch %lld see the %lld samples exactly "
+                           "once, each in one rank's place\n",
+                           (long long)e, (long long)first, c ? "cached" : "streamed", ranks, (long long)batch,
+                           (long long)want);
+                }
+                free(seen);
+                free(ref);
+            }
+    kl_dataset_free(&streamed);
+    kl_dataset_free(&cached);
+    return fail;
 }
 
 /* The first n samples in file order; augmented: epoch 3 of a training
@@ -138,6 +235,8 @@ int main(int argc, char **argv)
         return dump(argv[2], atoll(argv[3]), false, false);
     if (argc == 5 && !strcmp(argv[1], "--dump-augmented"))
         return dump(argv[2], atoll(argv[3]), true, atoi(argv[4]) != 0);
+    if (argc == 6 && !strcmp(argv[1], "--ranks"))
+        return check_ranks(argv[2], atoll(argv[3]), atoll(argv[4]), atoi(argv[5]));
     if (argc == 7 && !strcmp(argv[1], "--bench"))
         return bench(argv[2], atoll(argv[3]), atoi(argv[4]), atoi(argv[5]) != 0, atoi(argv[6]));
     if (argc != 4) {
