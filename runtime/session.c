@@ -182,20 +182,45 @@ void kl_exec_free(kl_exec *e)
     free(e);
 }
 
-/* all_reduce (the only collective with a step: plan.c): the operand
- * copied to the result, then reduced there in place. Host memory: exec_new
- * refuses collectives on other backends. */
+/* The collectives (comm.h), on host memory (exec_new refuses them on
+ * other backends). all_reduce and rank_broadcast: the operand copied to
+ * the result, then combined there in place; reduce_scatter and all_gather
+ * read the operand and write the result. */
 static void run_collective(kl_exec *e, const kl_step *st)
 {
-    const kl_buffer *out = &e->plan->buffers.v[st->args[1]];
+    const kl_buffer *in = &e->plan->buffers.v[st->args[0]], *out = &e->plan->buffers.v[st->args[1]];
     const ir_node *n = ir_nd(e->g, st->node);
     void *src = e->ptrs[st->args[0]], *dst = e->ptrs[st->args[1]];
-    if (src != dst)
-        memcpy(dst, src, (size_t)out->bytes);
-    bool max = !strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "max");
-    if (e->s->comm)
-        kl_comm_all_reduce(e->s->comm, dst, out->numel, out->dtype, max ? KL_REDUCE_MAX : KL_REDUCE_SUM,
-                           ir_val(e->g, n->in.v[0])->name);
+    const char *what = ir_val(e->g, n->in.v[0])->name;
+    kl_comm *c = e->s->comm;
+    switch (n->op) {
+    case IR_OP_ALL_REDUCE:
+    case IR_OP_RANK_BROADCAST:
+        if (src != dst)
+            memcpy(dst, src, (size_t)out->bytes);
+        if (!c)
+            return;
+        if (n->op == IR_OP_RANK_BROADCAST)
+            kl_comm_broadcast(c, dst, out->numel, out->dtype, (int)ir_attr_int(&n->attrs, "root", 0), what);
+        else
+            kl_comm_all_reduce(c, dst, out->numel, out->dtype,
+                               strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "max") ? KL_REDUCE_SUM : KL_REDUCE_MAX, what);
+        return;
+    case IR_OP_REDUCE_SCATTER:
+    case IR_OP_ALL_GATHER:
+        /* Without a communicator the world is one rank (check_collectives
+         * saw ranks = 1): the result is the operand. */
+        kl_check(src != dst);
+        if (!c)
+            memcpy(dst, src, (size_t)in->bytes);
+        else if (n->op == IR_OP_REDUCE_SCATTER)
+            kl_comm_reduce_scatter(c, src, in->numel, dst, in->dtype, what);
+        else
+            kl_comm_all_gather(c, src, in->numel, dst, in->dtype, what);
+        return;
+    default:
+        kl_panic("run_collective: %s is not a collective", ir_op_name(n->op));
+    }
 }
 
 static void run_step(kl_exec *e, int i, const kl_kargs *args)
