@@ -7,6 +7,11 @@
 #
 #   bench/ranks_bytes.sh [MODEL] [N...]     (default examples/mlp.kl, 2 3 4)
 #   KILN=path/to/kiln bench/ranks_bytes.sh  (default ./build/kiln)
+#   SHARD=zero1 bench/ranks_bytes.sh        (--shard; default dp)
+#
+# zero1 sends the same 2 (N - 1) / N x the gradients' bytes (plus the
+# padding to N slices): a reduce-scatter of the gradients, then an
+# all-gather of the updated params' slices.
 #
 # Measured by Open MPI's monitoring component (pml_monitoring: every
 # point-to-point message a rank sends, collectives' included, per peer),
@@ -20,6 +25,7 @@
 # measurement, not in the formula. One thread per rank, --batch 8.
 set -euo pipefail
 kiln=${KILN:-./build/kiln}
+shard=${SHARD:-dp}
 model=${1:-examples/mlp.kl}
 shift || true
 nps=("$@")
@@ -39,14 +45,14 @@ sent() {
   rm -f "$tmp"/prof.*
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$np" --mca pml_monitoring_enable 2 \
     --mca pml_monitoring_enable_output 3 --mca pml_monitoring_filename "$tmp/prof" "${extra[@]}" \
-    "$tmp/exe" --data synthetic:600 --batch 8 --steps "$steps" --eval-every 0 --threads 1 --quiet > /dev/null
+    "$tmp/exe" --data synthetic:600 --batch 8 --steps "$steps" --eval-every 0 --threads 1 --quiet --shard "$shard" > /dev/null
   for ((r = 0; r < np; r++)); do
     awk '$1 == "I" || $1 == "E" { b += $4 } END { printf "%d ", b }' "$tmp/prof.$r.prof"
   done
   echo
 }
 
-echo "model $model, Psi = $psi params (fp32 gradients: $((4 * psi)) bytes), dp (all-reduce of every gradient)"
+echo "model $model, Psi = $psi params (fp32 gradients: $((4 * psi)) bytes), shard $shard"
 printf "%-4s %-8s %14s %14s %14s %8s\n" N algorithm "least/rank" "most/rank" "formula" "most/f"
 for np in "${nps[@]}"; do
   for alg in default ring; do

@@ -140,9 +140,6 @@ static bool has_zero_state(const trainer *t)
     return false;
 }
 
-/* The session's list while a checkpoint is read or written. */
-static KL_VEC(kl_persist) held;
-
 int train_ranks_ckpt_begin(trainer *t, bool loading)
 {
     kl_session *s = t->s;
@@ -197,7 +194,7 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
             kl_vec_push(list, d);
         }
     }
-    held.v = s->persist.v, held.n = s->persist.n, held.cap = s->persist.cap;
+    t->zero_held.v = s->persist.v, t->zero_held.n = s->persist.n, t->zero_held.cap = s->persist.cap;
     s->persist.v = list.v, s->persist.n = list.n, s->persist.cap = list.cap;
     return 0;
 }
@@ -205,7 +202,7 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
 void train_ranks_ckpt_end(trainer *t, bool loading)
 {
     kl_session *s = t->s;
-    if (!held.v)
+    if (!t->zero_held.v)
         return;
     /* The full state back to the host (after a load: what was loaded). */
     for (int i = 0; i < s->persist.n; i++)
@@ -218,8 +215,8 @@ void train_ranks_ckpt_end(trainer *t, bool loading)
             s->be->ops->free(s->be, s->persist.v[i].ptr);
         }
     free(s->persist.v);
-    s->persist.v = held.v, s->persist.n = held.n, s->persist.cap = held.cap;
-    held.v = NULL, held.n = held.cap = 0;
+    s->persist.v = t->zero_held.v, s->persist.n = t->zero_held.n, s->persist.cap = t->zero_held.cap;
+    t->zero_held.v = NULL, t->zero_held.n = t->zero_held.cap = 0;
     if (!loading)
         return;
     /* Each rank's slice of the loaded state (padding: zeros). */

@@ -96,6 +96,7 @@ struct trainer {
      * slices at the last train_ranks_settle (host memory in ptr), which
      * rank 0's checkpoints hold in place of the slices. */
     KL_VEC(kl_persist) zero_full;
+    KL_VEC(kl_persist) zero_held; /* the session's own list while swapped */
 };
 
 typedef struct eval_result {

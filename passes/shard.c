@@ -16,8 +16,9 @@
  *           phase, see the sums, so every rank clips by the global norm and
  *           skips the same steps. With one rank nothing changes.
  *
- * The train block's shard = none and shard = dp both mean this; the ZeRO
- * stages are refused by ir/train_config.c until they are built. */
+ * The train block's shard = none and shard = dp both mean this; shard =
+ * zero1 is passes/shard_zero.c; zero2 and zero3 are refused by
+ * ir/train_config.c until they are built. */
 #include <stdlib.h>
 #include <string.h>
 
