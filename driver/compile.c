@@ -121,23 +121,6 @@ static bool run_passes(ir_graph *g, const kl_compile_opts *o, int *rc)
     return is(o->stop_after, "passes");
 }
 
-/* Of the collectives only all_reduce has a runtime step so far (the
- * shard pass emits nothing else); an IR dump with another is refused
- * before kernel lowering. */
-static int collectives_unbuilt(const ir_graph *g)
-{
-    for (int i = 0; i < g->nodes.n; i++) {
-        const ir_node *n = ir_nd(g, i);
-        if (!n->dead && ir_ops[n->op].kclass == IR_KC_COLLECTIVE && n->op != IR_OP_ALL_REDUCE) {
-            kl_error("%s: %s (%%%s) cannot be compiled past the passes yet: of the collectives only all_reduce runs "
-                     "(zero1/2/3, which need the others, are not built)",
-                     g->source ? g->source : g->name, ir_op_name(n->op), ir_val(g, n->out.v[0])->name);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 kl_compiled *kl_compile_graph(ir_graph *g, const kl_compile_opts *o)
 {
     if (!g)
@@ -152,10 +135,6 @@ kl_compiled *kl_compile_graph(ir_graph *g, const kl_compile_opts *o)
         }
         /* A dump that went through memory planning: its plan again. */
         if (already_ran(g, "memplan")) {
-            if (collectives_unbuilt(g)) {
-                kl_compiled_free(c);
-                return NULL;
-            }
             c->plan = plan_lower(g, o->plan);
             plan_memory(c->plan);
             c->memory_planned = true;
@@ -163,10 +142,6 @@ kl_compiled *kl_compile_graph(ir_graph *g, const kl_compile_opts *o)
         return c;
     }
 
-    if (collectives_unbuilt(g)) {
-        kl_compiled_free(c);
-        return NULL;
-    }
     c->plan = plan_lower(g, o->plan);
     if (is(o->stop_after, "kernels"))
         return c;

@@ -417,7 +417,11 @@ static int save_checkpoint(trainer *t, const char *path, int64_t step)
     kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
                        .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
                        .precision = kl_precision_name(t->cfg.precision)};
-    return kl_checkpoint_save(t->s, path, &rs);
+    if (train_ranks_ckpt_begin(t, false))
+        return -1;
+    int rc = kl_checkpoint_save(t->s, path, &rs);
+    train_ranks_ckpt_end(t, false);
+    return rc;
 }
 
 /* --save-every: SAVE.step-N, then the older ones beyond --keep go. */
@@ -489,7 +493,11 @@ static int count_steps(trainer *t, train_loop *lp)
 static int resume(trainer *t, train_loop *lp)
 {
     kl_run_state rs;
-    if (kl_checkpoint_load(t->s, t->opt.resume, (uint64_t)lp->total, &rs))
+    if (train_ranks_ckpt_begin(t, true))
+        return -1;
+    int rc = kl_checkpoint_load(t->s, t->opt.resume, (uint64_t)lp->total, &rs);
+    train_ranks_ckpt_end(t, true);
+    if (rc)
         return -1;
     lp->step = (int64_t)rs.step;
     /* The loss scaler continues where it was, counters included, so
@@ -1335,6 +1343,7 @@ done:
         free(t.opt.owned[i]);
     kl_source_free(&src);
     free(t.averaged.v);
+    train_ranks_free(&t);
     /* A rank that stops with an error while the others wait in a
      * collective would hang them: the job ends here instead. */
     if (rc && t.world > 1)

@@ -57,11 +57,210 @@ void train_ranks_sums(trainer *t, double *sums, int n)
         kl_comm_all_reduce(t->comm, sums, n, IR_F64, KL_REDUCE_SUM, "the loss and metric sums");
 }
 
+/* shard = zero1 (passes/shard_zero.c): a state slice records the member
+ * states it is a slice of ("members", "counts"); NULL for other values. */
+static const ir_value *zero_state(const trainer *t, const char *name)
+{
+    const ir_graph *g = t->train->g;
+    int v = ir_find_value(g, name);
+    if (v < 0 || !ir_attrs_find(&ir_val(g, v)->attrs, "members"))
+        return NULL;
+    return ir_val(g, v);
+}
+
+static bool zero_master(const kl_persist *p) { return p->role && !strcmp(p->role, "zero_master"); }
+
+/* The type of member state name ("dense.1.w.adam_m"): its param's shape
+ * ("dense.1.w"), f32. */
+static ir_type member_type(const trainer *t, const char *name, int64_t count)
+{
+    const char *dot = strrchr(name, '.');
+    char *param = kl_xstrndup(name, dot ? (size_t)(dot - name) : strlen(name));
+    int v = ir_find_value(t->train->g, param);
+    free(param);
+    ir_type ty = {IR_F32, 1, {count}};
+    if (v >= 0 && ir_type_numel(&ir_val(t->train->g, v)->type) == count) {
+        ty = ir_val(t->train->g, v)->type;
+        ty.dtype = IR_F32;
+    }
+    return ty;
+}
+
+static void free_full(trainer *t)
+{
+    for (int i = 0; i < t->zero_full.n; i++) {
+        free(t->zero_full.v[i].name);
+        free(t->zero_full.v[i].role);
+        free(t->zero_full.v[i].ptr);
+    }
+    t->zero_full.n = 0;
+}
+
+/* Every rank's slices gathered into t->zero_full (every rank calls it). */
+static void gather_zero_state(trainer *t)
+{
+    kl_session *s = t->s;
+    free_full(t);
+    for (int i = 0; i < s->persist.n; i++) {
+        const kl_persist *p = &s->persist.v[i];
+        const ir_value *zv = zero_state(t, p->name);
+        if (!zv)
+            continue;
+        int64_t m = ir_type_numel(&p->type);
+        float *mine = kl_xmalloc((size_t)m * sizeof *mine), *all = kl_xmalloc((size_t)(m * t->world) * sizeof *all);
+        s->be->ops->copy_out(s->be, mine, p->ptr, (size_t)m * sizeof *mine);
+        kl_comm_all_gather(t->comm, mine, m, all, IR_F32, p->name);
+        const char *members = ir_attr_str(&zv->attrs, "members", "");
+        int64_t counts[32];
+        int ncounts = ir_attr_ints(&zv->attrs, "counts", counts, 32);
+        int64_t at = 0;
+        const char *c = members;
+        for (int k = 0; *c; k++) {
+            const char *end = strchr(c, ',');
+            size_t len = end ? (size_t)(end - c) : strlen(c);
+            int64_t n = k < ncounts ? counts[k] : 0;
+            kl_persist f = {kl_xstrndup(c, len), {0}, kl_xmalloc((size_t)n * sizeof(float) + 1),
+                            kl_xstrdup(p->role ? p->role : "optimizer_state")};
+            f.type = member_type(t, f.name, n);
+            memcpy(f.ptr, all + at, (size_t)n * sizeof(float));
+            at += n;
+            kl_vec_push(t->zero_full, f);
+            c += len + (end ? 1 : 0);
+        }
+        free(mine);
+        free(all);
+    }
+}
+
+static bool has_zero_state(const trainer *t)
+{
+    for (int i = 0; i < t->s->persist.n; i++)
+        if (zero_master(&t->s->persist.v[i]))
+            return true;
+    return false;
+}
+
+int train_ranks_ckpt_begin(trainer *t, bool loading)
+{
+    kl_session *s = t->s;
+    if (!has_zero_state(t))
+        return 0;
+    if (loading) {
+        /* Zeros in the shape of the full state, for the load to fill. */
+        free_full(t);
+        for (int i = 0; i < s->persist.n; i++) {
+            const kl_persist *p = &s->persist.v[i];
+            const ir_value *zv = zero_state(t, p->name);
+            if (!zv)
+                continue;
+            const char *c = ir_attr_str(&zv->attrs, "members", "");
+            int64_t counts[32];
+        int ncounts = ir_attr_ints(&zv->attrs, "counts", counts, 32);
+            for (int k = 0; *c; k++) {
+                const char *end = strchr(c, ',');
+                size_t len = end ? (size_t)(end - c) : strlen(c);
+                int64_t n = k < ncounts ? counts[k] : 0;
+                kl_persist f = {kl_xstrndup(c, len), {0}, kl_xcalloc((size_t)n + 1, sizeof(float)),
+                                kl_xstrdup(p->role ? p->role : "optimizer_state")};
+                f.type = member_type(t, f.name, n);
+                kl_vec_push(t->zero_full, f);
+                c += len + (end ? 1 : 0);
+            }
+        }
+    } else if (!t->zero_full.n) {
+        kl_error("shard = zero1: no gathered optimizer state to save (a checkpoint before the first step, "
+                 "--save-init, is not built on many ranks)");
+        return -1;
+    }
+    /* The full state in device memory, in place of the slices. */
+    KL_VEC(kl_persist) list = {0};
+    bool placed = false;
+    for (int i = 0; i < s->persist.n; i++) {
+        const kl_persist *p = &s->persist.v[i];
+        if (zero_master(p))
+            continue;
+        if (!zero_state(t, p->name)) {
+            kl_vec_push(list, *p);
+            continue;
+        }
+        if (placed)
+            continue;
+        placed = true;
+        for (int k = 0; k < t->zero_full.n; k++) {
+            const kl_persist *f = &t->zero_full.v[k];
+            size_t bytes = (size_t)ir_type_bytes(&f->type);
+            kl_persist d = {f->name, f->type, s->be->ops->alloc(s->be, bytes ? bytes : 4), f->role};
+            s->be->ops->copy_in(s->be, d.ptr, f->ptr, bytes);
+            kl_vec_push(list, d);
+        }
+    }
+    t->zero_held.v = s->persist.v, t->zero_held.n = s->persist.n, t->zero_held.cap = s->persist.cap;
+    s->persist.v = list.v, s->persist.n = list.n, s->persist.cap = list.cap;
+    return 0;
+}
+
+void train_ranks_ckpt_end(trainer *t, bool loading)
+{
+    kl_session *s = t->s;
+    if (!t->zero_held.v)
+        return;
+    /* The full state back to the host (after a load: what was loaded). */
+    for (int i = 0; i < s->persist.n; i++)
+        for (int k = 0; k < t->zero_full.n; k++) {
+            kl_persist *f = &t->zero_full.v[k];
+            if (s->persist.v[i].name != f->name)
+                continue;
+            if (loading)
+                s->be->ops->copy_out(s->be, f->ptr, s->persist.v[i].ptr, (size_t)ir_type_bytes(&f->type));
+            s->be->ops->free(s->be, s->persist.v[i].ptr);
+        }
+    free(s->persist.v);
+    s->persist.v = t->zero_held.v, s->persist.n = t->zero_held.n, s->persist.cap = t->zero_held.cap;
+    t->zero_held.v = NULL, t->zero_held.n = t->zero_held.cap = 0;
+    if (!loading)
+        return;
+    /* Each rank's slice of the loaded state (padding: zeros). */
+    for (int i = 0; i < s->persist.n; i++) {
+        const kl_persist *p = &s->persist.v[i];
+        const ir_value *zv = zero_state(t, p->name);
+        if (!zv)
+            continue;
+        int64_t m = ir_type_numel(&p->type), lo = (int64_t)t->rank * m, at = 0;
+        float *mine = kl_xcalloc((size_t)m + 1, sizeof *mine);
+        const char *c = ir_attr_str(&zv->attrs, "members", "");
+        while (*c) {
+            const char *end = strchr(c, ',');
+            size_t len = end ? (size_t)(end - c) : strlen(c);
+            for (int k = 0; k < t->zero_full.n; k++) {
+                const kl_persist *f = &t->zero_full.v[k];
+                if (strlen(f->name) != len || strncmp(f->name, c, len))
+                    continue;
+                const float *x = f->ptr;
+                for (int64_t j = 0, n = ir_type_numel(&f->type); j < n; j++, at++)
+                    if (at >= lo && at < lo + m)
+                        mine[at - lo] = x[j];
+            }
+            c += len + (end ? 1 : 0);
+        }
+        s->be->ops->copy_in(s->be, p->ptr, mine, (size_t)m * sizeof *mine);
+        free(mine);
+    }
+    free_full(t);
+}
+
+void train_ranks_free(trainer *t)
+{
+    free_full(t);
+    free(t->zero_full.v);
+}
+
 void train_ranks_settle(trainer *t)
 {
     const ir_graph *g = t->train->g;
     if (t->world == 1)
         return;
+    if (has_zero_state(t))
+        gather_zero_state(t);
     for (int i = 0; i < t->averaged.n; i++) {
         int v = t->averaged.v[i];
         const ir_type *ty = &ir_val(g, v)->type;
@@ -80,7 +279,8 @@ void train_ranks_settle(trainer *t)
  * against ZeRO's formulas. */
 void train_ranks_print_start(const trainer *t)
 {
-    printf("ranks: %s, shard %s\n", kl_comm_desc(t->comm), t->world > 1 ? "dp" : "none (one rank)");
+    printf("ranks: %s, shard %s\n", kl_comm_desc(t->comm),
+           t->world == 1 ? "none (one rank)" : t->cfg.shard == KL_SHARD_ZERO1 ? "zero1" : "dp");
     if (t->world > 1) {
         char *m = pass_rank_memory(t->train->g, t->world);
         printf("memory %s\n", m);

@@ -92,6 +92,11 @@ struct trainer {
     kl_comm *comm;
     int rank, world;
     KL_VEC(int) averaged;
+    /* shard = zero1: the full optimizer state gathered from the ranks'
+     * slices at the last train_ranks_settle (host memory in ptr), which
+     * rank 0's checkpoints hold in place of the slices. */
+    KL_VEC(kl_persist) zero_full;
+    KL_VEC(kl_persist) zero_held; /* the session's own list while swapped */
 };
 
 typedef struct eval_result {
@@ -132,5 +137,14 @@ int train_ranks_prepare(trainer *t);
 void train_ranks_sums(trainer *t, double *sums, int n);
 void train_ranks_settle(trainer *t);
 void train_ranks_print_start(const trainer *t);
+/* shard = zero1: a checkpoint holds the usual full optimizer state, not
+ * the ranks' slices. begin swaps the session's persistent values for
+ * that list (saving: the state gathered at the last settle; loading:
+ * zeros to load into), end swaps them back (after a load, each rank
+ * takes its slice of what was loaded). Without zero1 state both do
+ * nothing. -1 after an error (reported). free: the gathered state. */
+int train_ranks_ckpt_begin(trainer *t, bool loading);
+void train_ranks_ckpt_end(trainer *t, bool loading);
+void train_ranks_free(trainer *t);
 
 #endif

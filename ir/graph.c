@@ -397,6 +397,18 @@ void ir_graph_mark_pass(ir_graph *g, const char *pass)
 /* Renumbers nodes and values after kills; values of dead nodes go, and so
  * do declarations nobody uses only if they are temporaries (declared
  * inputs, params and state always stay). */
+void ir_undeclare(ir_graph *g, int v)
+{
+    ir_value *x = ir_val(g, v);
+    kl_check(x->def < 0 && x->kind != IR_VAL_TEMP && x->uses.n == 0);
+    int k = 0;
+    for (int i = 0; i < g->decls.n; i++)
+        if (g->decls.v[i] != v)
+            g->decls.v[k++] = g->decls.v[i];
+    g->decls.n = k;
+    x->kind = IR_VAL_TEMP;
+}
+
 void ir_compact(ir_graph *g)
 {
     int *vmap = kl_xmalloc(sizeof(int) * (size_t)(g->values.n + 1));
@@ -406,7 +418,8 @@ void ir_compact(ir_graph *g)
         nmap[i] = g->nodes.v[i]->dead ? -1 : nn++;
     for (int i = 0; i < g->values.n; i++) {
         ir_value *v = g->values.v[i];
-        bool keep = v->def < 0 ? true : nmap[v->def] >= 0;
+        /* A temporary without a node: a declaration ir_undeclare dropped. */
+        bool keep = v->def < 0 ? v->kind != IR_VAL_TEMP : nmap[v->def] >= 0;
         vmap[i] = keep ? nv++ : -1;
     }
     /* values */

@@ -339,6 +339,10 @@ static inline ir_node *ir_nd(const ir_graph *g, int id) { return g->nodes.v[id];
 
 /* Declares an input, param or state value. */
 int ir_declare(ir_graph *g, ir_value_kind kind, const char *name, const ir_type *t, kl_loc loc);
+/* Drops the declaration of v (an input, param or state nobody reads); the
+ * value goes at the next ir_compact, which must come before any use of
+ * the graph. */
+void ir_undeclare(ir_graph *g, int v);
 /* Appends a node whose results get the given types (and names, which may be
  * NULL for automatic ones). Returns the node. */
 ir_node *ir_add_node(ir_graph *g, ir_op op, const int *in, int nin, const ir_attrs *attrs,

@@ -927,6 +927,27 @@ int ir_shape_collective(ir_infer *inf)
     }
 }
 
+/* (s, x1..xk): s is f32[ceil(sum numel(x_i) / ranks)], the x_i float
+ * (shard_copy, shard_gather in ops.def). */
+int ir_shape_shard(ir_infer *inf)
+{
+    const char *name = ir_op_name(inf->op);
+    int64_t ranks = ir_attr_int(inf->attrs, "ranks", 0);
+    if (ranks < 1 || ranks > 1 << 20)
+        return ir_infer_error(inf, "%s: ranks must be between 1 and %d", name, 1 << 20);
+    int64_t n = 0;
+    for (int i = 1; i < inf->nin; i++) {
+        if (!ir_dtype_is_float(inf->in[i].dtype) || inf->in[i].dtype == IR_F64)
+            return ir_infer_error(inf, "%s: operand %d must be f32, bf16 or f16", name, i + 1);
+        n += ir_type_numel(&inf->in[i]);
+    }
+    const ir_type *s = &inf->in[0];
+    if (s->dtype != IR_F32 || s->rank != 1 || s->dim[0] != (n + ranks - 1) / ranks)
+        return ir_infer_error(inf, "%s: the shard must be f32[%lld] (%lld elements over %lld ranks)", name,
+                              (long long)((n + ranks - 1) / ranks), (long long)n, (long long)ranks);
+    return 0;
+}
+
 /* (dout, q, k, v, out, lse) -> dq (attention_grad_q) or dk, dv
  * (attention_grad_kv), each like its forward operand. */
 int ir_shape_attention_grad(ir_infer *inf)

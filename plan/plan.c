@@ -109,15 +109,26 @@ static void make_inplace(kl_plan *p, const cg_group *grp, kir_kernel *k)
 
 static void add_collective_step(kl_plan *p, const ir_node *n)
 {
-    /* Only all_reduce runs so far: the shard pass emits nothing else. */
-    if (n->op != IR_OP_ALL_REDUCE)
-        kl_panic("%s has no runtime step yet (only all_reduce runs; zero1/2/3 are not built)", ir_op_name(n->op));
+    /* Every collective is one step of the operand and the result (the
+     * runtime: session.c). */
+    if (n->op == IR_OP_SHARD_COPY || n->op == IR_OP_SHARD_GATHER) {
+        /* The shard, then the values it is a slice of, all in place. */
+        kl_step s = {.kind = KL_STEP_COLLECTIVE, .phase = n->phase, .node = n->id, .nargs = n->in.n};
+        kl_check(n->in.n <= IR_KERNEL_MAX_BUFS);
+        for (int i = 0; i < n->in.n; i++) {
+            s.args[i] = plan_buffer_of(p, n->in.v[i]);
+            s.rw[i] = ir_op_mutates(n->op, i) ? KL_ARG_WRITE : KL_ARG_READ;
+            s.bytes += ir_type_bytes(&ir_val(p->g, n->in.v[i])->type);
+        }
+        kl_vec_push(p->steps, s);
+        return;
+    }
     kl_step s = {.kind = KL_STEP_COLLECTIVE, .phase = n->phase, .node = n->id, .nargs = 2};
     s.args[0] = plan_buffer_of(p, n->in.v[0]);
     s.args[1] = plan_buffer_of(p, n->out.v[0]);
     s.rw[0] = KL_ARG_READ;
     s.rw[1] = KL_ARG_WRITE | KL_ARG_WRITE_FIRST;
-    s.bytes = 2 * ir_type_bytes(&ir_val(p->g, n->out.v[0])->type);
+    s.bytes = ir_type_bytes(&ir_val(p->g, n->in.v[0])->type) + ir_type_bytes(&ir_val(p->g, n->out.v[0])->type);
     kl_vec_push(p->steps, s);
 }
 

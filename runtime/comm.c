@@ -21,10 +21,13 @@ typedef struct mpi_api {
     int (*Comm_size)(mpi_handle, int *);
     int (*Comm_set_errhandler)(mpi_handle, mpi_handle);
     int (*Allreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
+    int (*Reduce_scatter_block)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
+    int (*Allgather)(const void *, int, mpi_handle, void *, int, mpi_handle, mpi_handle);
+    int (*Bcast)(void *, int, mpi_handle, int, mpi_handle);
     int (*Error_string)(int, char *, int *);
     int (*Abort)(mpi_handle, int);
     int (*Finalize)(void);
-    mpi_handle world, errors_return, f32, f64, i64, sum, max;
+    mpi_handle world, errors_return, f32, f64, i64, u16, sum, max;
 } mpi_api;
 
 struct kl_comm {
@@ -73,6 +76,9 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(Comm_size, "MPI_Comm_size")
     SYM(Comm_set_errhandler, "MPI_Comm_set_errhandler")
     SYM(Allreduce, "MPI_Allreduce")
+    SYM(Reduce_scatter_block, "MPI_Reduce_scatter_block")
+    SYM(Allgather, "MPI_Allgather")
+    SYM(Bcast, "MPI_Bcast")
     SYM(Error_string, "MPI_Error_string")
     SYM(Abort, "MPI_Abort")
     SYM(Finalize, "MPI_Finalize")
@@ -81,6 +87,7 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(f32, "ompi_mpi_float")
     SYM(f64, "ompi_mpi_double")
     SYM(i64, "ompi_mpi_int64_t")
+    SYM(u16, "ompi_mpi_uint16_t")
     SYM(sum, "ompi_mpi_op_sum")
     SYM(max, "ompi_mpi_op_max")
 #undef SYM
@@ -198,6 +205,83 @@ void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_re
     if (half(dt)) {
         narrow(buf, p, count, dt);
         free(p);
+    }
+}
+
+/* A count one MPI call carries (an int), or the job ends with the reason:
+ * reduce_scatter's and all_gather's blocks are not cut in pieces. */
+static int block_count(kl_comm *c, int64_t count, const char *coll, const char *what, ir_dtype dt)
+{
+    if (count <= INT32_MAX)
+        return (int)count;
+    kl_error("rank %d of %d: %s of %s: a block of %lld %s elements is over MPI's int count", c->rank, c->world, coll, what,
+             (long long)count, ir_dtype_name(dt));
+    kl_comm_abort(c, 1);
+}
+
+int64_t kl_comm_shard_count(int64_t count, int ranks) { return ranks > 1 ? (count + ranks - 1) / ranks : count; }
+
+void kl_comm_reduce_scatter(kl_comm *c, const void *in, int64_t count, void *out, ir_dtype dt, const char *what)
+{
+    kl_check(dt == IR_F32 || half(dt));
+    int world = c->world;
+    int64_t shard = kl_comm_shard_count(count, world);
+    size_t esz = (size_t)ir_dtype_size(dt);
+    if (!c->mpi) {
+        memcpy(out, in, (size_t)count * esz);
+        return;
+    }
+    if (shard == 0)
+        return;
+    /* The operand padded with zeros to world x shard, in f32 (16-bit
+     * floats are summed in f32 and rounded once, as by all_reduce). */
+    float *pad = kl_xcalloc((size_t)(shard * world), sizeof *pad);
+    if (half(dt)) {
+        float *w = widen(in, count, dt);
+        memcpy(pad, w, (size_t)count * sizeof *pad);
+        free(w);
+    } else {
+        memcpy(pad, in, (size_t)count * sizeof *pad);
+    }
+    float *mine = half(dt) ? kl_xmalloc((size_t)shard * sizeof *mine) : out;
+    int k = block_count(c, shard, "reduce_scatter", what, dt);
+    int rc = c->mpi->Reduce_scatter_block(pad, mine, k, c->mpi->f32, c->mpi->sum, c->mpi->world);
+    check(c, rc, "MPI_Reduce_scatter_block", "reduce_scatter sum", what, count, dt);
+    if (half(dt)) {
+        narrow(out, mine, shard, dt);
+        free(mine);
+    }
+    free(pad);
+}
+
+void kl_comm_all_gather(kl_comm *c, const void *in, int64_t count, void *out, ir_dtype dt, const char *what)
+{
+    kl_check(dt == IR_F32 || half(dt));
+    size_t bytes = (size_t)count * (size_t)ir_dtype_size(dt);
+    if (!c->mpi) {
+        memcpy(out, in, bytes);
+        return;
+    }
+    if (count == 0)
+        return;
+    int k = block_count(c, count, "all_gather", what, dt);
+    mpi_handle t = half(dt) ? c->mpi->u16 : c->mpi->f32;
+    int rc = c->mpi->Allgather(in, k, t, out, k, t, c->mpi->world);
+    check(c, rc, "MPI_Allgather", "all_gather", what, count, dt);
+}
+
+void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int root, const char *what)
+{
+    kl_check(dt == IR_F32 || half(dt) || dt == IR_F64 || dt == IR_I64);
+    if (!c->mpi || count == 0)
+        return;
+    kl_check(root >= 0 && root < c->world);
+    size_t esz = (size_t)ir_dtype_size(dt);
+    mpi_handle t = half(dt) ? c->mpi->u16 : mpi_type(c, dt);
+    for (int64_t at = 0; at < count; at += COMM_CHUNK) {
+        int64_t k = count - at < COMM_CHUNK ? count - at : COMM_CHUNK;
+        int rc = c->mpi->Bcast((char *)buf + (size_t)at * esz, (int)k, t, root, c->mpi->world);
+        check(c, rc, "MPI_Bcast", "rank_broadcast", what, count, dt);
     }
 }
 

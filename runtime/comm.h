@@ -44,6 +44,20 @@ const char *kl_comm_desc(const kl_comm *c);
  * in an error. The collectives abort the job after an error (reported),
  * so they return only when they succeeded. */
 void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_reduce_op op, const char *what);
+/* One rank's share of count elements split over ranks: ceil(count /
+ * ranks) (the last ranks' shares are padded with zeros). */
+int64_t kl_comm_shard_count(int64_t count, int ranks);
+/* reduce_scatter (sum): in (count elements, f32, bf16 or f16) is padded
+ * with zeros to world x shard (kl_comm_shard_count), summed over the
+ * ranks (16-bit floats in f32, rounded once), and rank r receives
+ * elements [r shard, (r + 1) shard) of the sum in out (shard elements).
+ * A world of one copies in to out. */
+void kl_comm_reduce_scatter(kl_comm *c, const void *in, int64_t count, void *out, ir_dtype dt, const char *what);
+/* all_gather: every rank's in (count elements, f32, bf16 or f16), rank
+ * after rank, in out (world x count elements, bits as sent). */
+void kl_comm_all_gather(kl_comm *c, const void *in, int64_t count, void *out, ir_dtype dt, const char *what);
+/* rank_broadcast: root's buf on every rank, in place (bits as sent). */
+void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int root, const char *what);
 /* Ends the job: MPI_Abort with code under a launcher (every rank stops),
  * exit(code) otherwise. */
 KL_NORETURN void kl_comm_abort(kl_comm *c, int code);

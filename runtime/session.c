@@ -182,20 +182,84 @@ void kl_exec_free(kl_exec *e)
     free(e);
 }
 
-/* all_reduce (the only collective with a step: plan.c): the operand
- * copied to the result, then reduced there in place. Host memory: exec_new
- * refuses collectives on other backends. */
+/* shard_copy and shard_gather (ops.def): the f32 shard args[0] and the
+ * values args[1..] it is this rank's slice of (flattened, one after the
+ * other, padded with zeros). */
+static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
+{
+    kl_comm *c = e->s->comm;
+    int rank = c ? kl_comm_rank(c) : 0, world = c ? kl_comm_world(c) : 1;
+    const kl_buffer *sb = &e->plan->buffers.v[st->args[0]];
+    float *shard = e->ptrs[st->args[0]];
+    int64_t m = sb->numel, total = m * world;
+    float *full = NULL;
+    if (n->op == IR_OP_SHARD_GATHER) {
+        full = kl_xmalloc((size_t)total * sizeof *full);
+        if (c)
+            kl_comm_all_gather(c, shard, m, full, IR_F32, ir_val(e->g, n->in.v[0])->name);
+        else
+            memcpy(full, shard, (size_t)m * sizeof *full);
+    }
+    int64_t at = 0, lo = (int64_t)rank * m, hi = lo + m;
+    for (int i = 1; i < st->nargs; i++) {
+        const kl_buffer *xb = &e->plan->buffers.v[st->args[i]];
+        void *x = e->ptrs[st->args[i]];
+        for (int64_t j = 0; j < xb->numel; j++, at++) {
+            if (full)
+                kl_store_as(xb->dtype, x, j, full[at]);
+            else if (at >= lo && at < hi)
+                shard[at - lo] = (float)kl_load_as(xb->dtype, x, j);
+        }
+    }
+    if (!full)
+        for (int64_t k = at > lo ? at - lo : 0; k < m; k++)
+            shard[k] = 0;
+    free(full);
+}
+
+/* The collectives (comm.h), on host memory (exec_new refuses them on
+ * other backends). all_reduce and rank_broadcast: the operand copied to
+ * the result, then combined there in place; reduce_scatter and all_gather
+ * read the operand and write the result. */
 static void run_collective(kl_exec *e, const kl_step *st)
 {
-    const kl_buffer *out = &e->plan->buffers.v[st->args[1]];
+    const kl_buffer *in = &e->plan->buffers.v[st->args[0]], *out = &e->plan->buffers.v[st->args[1]];
     const ir_node *n = ir_nd(e->g, st->node);
     void *src = e->ptrs[st->args[0]], *dst = e->ptrs[st->args[1]];
-    if (src != dst)
-        memcpy(dst, src, (size_t)out->bytes);
-    bool max = !strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "max");
-    if (e->s->comm)
-        kl_comm_all_reduce(e->s->comm, dst, out->numel, out->dtype, max ? KL_REDUCE_MAX : KL_REDUCE_SUM,
-                           ir_val(e->g, n->in.v[0])->name);
+    const char *what = ir_val(e->g, n->in.v[0])->name;
+    kl_comm *c = e->s->comm;
+    switch (n->op) {
+    case IR_OP_ALL_REDUCE:
+    case IR_OP_RANK_BROADCAST:
+        if (src != dst)
+            memcpy(dst, src, (size_t)out->bytes);
+        if (!c)
+            return;
+        if (n->op == IR_OP_RANK_BROADCAST)
+            kl_comm_broadcast(c, dst, out->numel, out->dtype, (int)ir_attr_int(&n->attrs, "root", 0), what);
+        else
+            kl_comm_all_reduce(c, dst, out->numel, out->dtype,
+                               strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "max") ? KL_REDUCE_SUM : KL_REDUCE_MAX, what);
+        return;
+    case IR_OP_REDUCE_SCATTER:
+    case IR_OP_ALL_GATHER:
+        /* Without a communicator the world is one rank (check_collectives
+         * saw ranks = 1): the result is the operand. */
+        kl_check(src != dst);
+        if (!c)
+            memcpy(dst, src, (size_t)in->bytes);
+        else if (n->op == IR_OP_REDUCE_SCATTER)
+            kl_comm_reduce_scatter(c, src, in->numel, dst, in->dtype, what);
+        else
+            kl_comm_all_gather(c, src, in->numel, dst, in->dtype, what);
+        return;
+    case IR_OP_SHARD_COPY:
+    case IR_OP_SHARD_GATHER:
+        run_shard(e, st, n);
+        return;
+    default:
+        kl_panic("run_collective: %s is not a collective", ir_op_name(n->op));
+    }
 }
 
 static void run_step(kl_exec *e, int i, const kl_kargs *args)

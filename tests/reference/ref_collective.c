@@ -36,3 +36,30 @@ void ref_RANK_BROADCAST(ref_eval *r, const ir_node *n)
     for (int64_t i = 0, m = numel(TOUT(r, n, 0)); i < m; i++)
         y[i] = x[i];
 }
+
+/* shard_copy: rank 0's slice of x1..xk flattened, padded with zeros;
+ * shard_gather: as if every rank held this s, x1..xk get ranks copies
+ * of s one after the other. */
+void ref_SHARD_COPY(ref_eval *r, const ir_node *n)
+{
+    double *s = IN(r, n, 0);
+    int64_t m = numel(TIN(r, n, 0)), at = 0;
+    for (int64_t j = 0; j < m; j++)
+        s[j] = 0;
+    for (int i = 1; i < n->in.n && at < m; i++) {
+        double *x = IN(r, n, i);
+        for (int64_t j = 0, k = numel(TIN(r, n, i)); j < k && at < m; j++)
+            s[at++] = x[j];
+    }
+}
+
+void ref_SHARD_GATHER(ref_eval *r, const ir_node *n)
+{
+    double *s = IN(r, n, 0);
+    int64_t m = numel(TIN(r, n, 0)), at = 0;
+    for (int i = 1; i < n->in.n; i++) {
+        double *x = IN(r, n, i);
+        for (int64_t j = 0, k = numel(TIN(r, n, i)); j < k; j++, at++)
+            x[j] = ref_round(TIN(r, n, i)->dtype, s[at % m]);
+    }
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# shard = zero1 (README, "Many ranks"): optimizer state partitioned across
+# the ranks, against one rank with the same global batch.
+#
+#   zero1.sh KILN CASE   CASE: mlp | cnn | resume | refused
+#
+# As tests/ranks.sh: 20 steps' losses (rtol 1e-5) and the final params and
+# optimizer state of the checkpoints (tests/ranks_compare.py, rtol 1e-5),
+# mpirun --oversubscribe, one thread per rank (lib.sh). The mlp's
+# dense.3.b has 10 elements and the buckets 235146 or 34442, none of which
+# 3 or 4 divides: the last ranks' slices are padded.
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+kiln=$1
+case_=$2
+here=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+command -v mpirun > /dev/null || { echo "FAIL: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 1; }
+export LSAN_OPTIONS="suppressions=$here/ranks.lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+mpi=(timeout 120 mpirun --allow-run-as-root --oversubscribe)
+common=(--data synthetic:600 --steps 20 --eval-every 0 --log-every 1 --quiet)
+compare() { python3 "$here/ranks_compare.py" "$@"; }
+one() { local n=$1 exe=$2; shift 2; "$exe" "${common[@]}" --metrics "$tmp/$n.json" --save "$tmp/$n.ckpt" "$@" > /dev/null; }
+ranks() {
+  local np=$1 n=$2 exe=$3; shift 3
+  "${mpi[@]}" -np "$np" "$exe" "${common[@]}" --shard zero1 --metrics "$tmp/$n.json" --save "$tmp/$n.ckpt" "$@" > /dev/null
+}
+same() {
+  local a=$1 b=$2; shift 2
+  compare losses "$tmp/$a.json" "$tmp/$b.json" 1e-5 || { echo "FAIL: losses of $a and $b differ"; exit 1; }
+  compare params "$tmp/$a.ckpt" "$tmp/$b.ckpt" 1e-5 "$@" || { echo "FAIL: final values of $a and $b differ"; exit 1; }
+}
+build() { "$kiln" build "examples/$1.kl" -o "$tmp/$1"; }
+
+case $case_ in
+mlp)
+  build mlp
+  one ref "$tmp/mlp" --batch 48
+  for np in 2 3 4; do
+    ranks "$np" z$np "$tmp/mlp" --batch $((48 / np))
+    same ref z$np
+  done
+  # Two buckets (the first weight alone, the five others), and one per
+  # param; 3 ranks.
+  [ "$("$kiln" ir examples/mlp.kl --after shard --ranks 3 --set shard=zero1 --set bucket=140000 | grep -c ' = reduce_scatter(')" -eq 2 ] ||
+    { echo "FAIL: bucket = 140000 should make two reduce-scatters of the mlp's six gradients"; exit 1; }
+  ranks 3 b140k "$tmp/mlp" --batch 16 --bucket 140000
+  same ref b140k
+  ranks 3 b0 "$tmp/mlp" --batch 16 --bucket 0
+  same ref b0
+  # Clipping by the global norm (the slices' squared norms all-reduced):
+  # clip = 0.05 changes the losses, and 3 ranks follow one.
+  one clip "$tmp/mlp" --batch 48 --set clip=0.05
+  if compare losses "$tmp/ref.json" "$tmp/clip.json" 1e-5 > /dev/null; then
+    echo "FAIL: clip = 0.05 clips nothing, so the case tests nothing"; exit 1
+  fi
+  ranks 3 zclip "$tmp/mlp" --batch 16 --set clip=0.05
+  same clip zclip
+  # accumulate 2: micro-batches of 24 on one rank, of 8 on each of 3.
+  one acc "$tmp/mlp" --batch 24 --accumulate 2
+  ranks 3 zacc "$tmp/mlp" --batch 8 --accumulate 2
+  same acc zacc
+  # The control: KILN_MPI=0 makes each process a run of its own.
+  KILN_MPI=0 ranks 2 ctl "$tmp/mlp" --batch 24
+  if compare losses "$tmp/ref.json" "$tmp/ctl.json" 1e-5 > /dev/null; then
+    echo "FAIL: independent runs match the reference: the comparison sees nothing"; exit 1
+  fi
+  ;;
+cnn)
+  # Batch norm per rank (tests/ranks.sh, cnn): the reference accumulates
+  # N micro-batches of the ranks' size; running statistics left out.
+  build fashion_cnn
+  for np in 2 3; do
+    one ref$np "$tmp/fashion_cnn" --batch 4 --accumulate "$np"
+    ranks "$np" z$np "$tmp/fashion_cnn" --batch 4
+    same ref$np z$np running_
+  done
+  ;;
+resume)
+  # Saved on 4 ranks (the file holds the usual full optimizer state: the
+  # same names and values as one rank's), resumed on 2 (zero1) and on 1
+  # (zero1, a no-op there, and dp).
+  build mlp
+  one ref "$tmp/mlp" --batch 48
+  ranks 4 full "$tmp/mlp" --batch 12
+  same ref full
+  ranks 4 half "$tmp/mlp" --batch 12 --steps 10
+  "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard zero1 --batch 24 --resume "$tmp/half.ckpt" --metrics "$tmp/on2.json" > /dev/null
+  "$tmp/mlp" "${common[@]}" --batch 48 --resume "$tmp/half.ckpt" --metrics "$tmp/on1.json" > /dev/null
+  "$tmp/mlp" "${common[@]}" --shard zero1 --batch 48 --resume "$tmp/half.ckpt" --metrics "$tmp/on1z.json" > /dev/null
+  # And a dp checkpoint resumed under zero1 on 3 ranks.
+  one dphalf "$tmp/mlp" --batch 48 --steps 10
+  "${mpi[@]}" -np 3 "$tmp/mlp" "${common[@]}" --shard zero1 --batch 16 --resume "$tmp/dphalf.ckpt" --metrics "$tmp/on3.json" > /dev/null
+  for m in on2 on1 on1z on3; do
+    compare losses "$tmp/full.json" "$tmp/$m.json" 1e-5 || { echo "FAIL: resumed $m differs from the 4-rank run"; exit 1; }
+  done
+  ;;
+refused)
+  build mlp
+  for p in bf16 fp16; do
+    if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard zero1 --precision $p > /dev/null 2> "$tmp/err.txt"; then
+      echo "FAIL: zero1 with $p was accepted"; exit 1
+    fi
+    grep -q "shard = zero1 with precision bf16 or fp16 is not built yet" "$tmp/err.txt" ||
+      { echo "FAIL: no clear error for zero1 with $p"; cat "$tmp/err.txt"; exit 1; }
+  done
+  for z in zero2 zero3; do
+    if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard $z > /dev/null 2> "$tmp/err.txt"; then
+      echo "FAIL: --shard $z was accepted"; exit 1
+    fi
+    grep -q "shard = $z is not implemented yet" "$tmp/err.txt" || { echo "FAIL: no clear error for $z"; cat "$tmp/err.txt"; exit 1; }
+  done
+  # Memory per rank at N = 4 from the plan against ZeRO's stage 1 with
+  # fp32 params and gradients, (4 + 4 + 12 / N) Psi, Psi = 235146: params
+  # and gradients whole (0.94 MB each), Adam's m and v (0.47 MB) and the
+  # fp32 master (0.24 MB) in quarters (the mlp pads 2 elements).
+  "$kiln" ir examples/mlp.kl --after memplan --ranks 4 --set shard=zero1 > "$tmp/mem.kir"
+  grep -q "^# memory per rank (4 ranks, shard zero1, optimizer state and fp32 master partitioned): params 0.94 MB, gradients 0.94 MB, optimizer state 0.47 MB, fp32 master slices 0.24 MB, total 2.59 MB; zero1 formula for fp32 params and gradients (4 + 4 + 12 / N) Psi = 2.59 MB (measured / formula 1.0000)" "$tmp/mem.kir" ||
+    { echo "FAIL: kiln ir --ranks 4, zero1: the memory per rank is not the known figures"; grep "^# memory" "$tmp/mem.kir"; exit 1; }
+  # The start-up line names the mode.
+  "${mpi[@]}" -np 2 "$tmp/mlp" --data synthetic:600 --steps 1 --eval-every 0 --shard zero1 > "$tmp/out.txt"
+  grep -q "^ranks: world 2 (mpirun (Open MPI)), shard zero1" "$tmp/out.txt" ||
+    { echo "FAIL: the start-up line does not say zero1"; grep "^ranks" "$tmp/out.txt"; exit 1; }
+  ;;
+*)
+  echo "unknown case $case_"; exit 2 ;;
+esac
+echo "zero1.$case_: ok"
