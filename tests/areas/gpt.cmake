@@ -13,3 +13,9 @@ add_test(NAME gpt.token_loader COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/toke
 add_test(NAME gpt.tokens COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/tokens.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(gpt.tokens PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# examples/gpt.kl at a tiny size: the f64 reference (fp32, bf16) and 40
+# training steps whose loss falls (fp32, bf16).
+add_test(NAME gpt.train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/gpt_train.sh ${KILN_EXE}
+         $<TARGET_FILE:reference_check> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpt.train PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
