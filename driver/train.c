@@ -1279,12 +1279,15 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (!g)
         goto done;
     kl_train_read(&g->train, &t.cfg);
-    if (load_data(&t))
+    /* --generate reads no data: it needs the checkpoint alone. */
+    if (t.opt.generate)
+        t.opt.quiet = true;
+    else if (load_data(&t))
         goto done;
     /* One optimizer step takes batch x accumulate samples: a set smaller
      * than that is refused before anything is compiled or allocated. */
     int64_t step_samples = kl_size_mul(kl_size_mul(t.cfg.batch, t.cfg.accumulate), t.world);
-    if (step_samples < 0 || step_samples > t.train_set.count) {
+    if (!t.opt.generate && (step_samples < 0 || step_samples > t.train_set.count)) {
         char ranks[32] = "";
         if (t.world > 1)
             snprintf(ranks, sizeof ranks, " x ranks %d", t.world);
@@ -1325,6 +1328,10 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;
+    if (t.opt.generate) {
+        rc = train_generate(&t, &src) ? 1 : 0;
+        goto done;
+    }
     if (t.opt.eval_only) {
         rc = run_eval_only(&t, &src, g) ? 1 : 0;
         g = NULL;

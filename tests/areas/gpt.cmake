@@ -19,3 +19,9 @@ set_tests_properties(gpt.tokens PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_B
 add_test(NAME gpt.train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/gpt_train.sh ${KILN_EXE}
          $<TARGET_FILE:reference_check> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(gpt.train PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# --generate from a checkpoint: greedy text equal to the known training
+# snippet, top_k = 1, seeds, a long prompt, bad flags.
+add_test(NAME gpt.generate COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/generate.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpt.generate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
