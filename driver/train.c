@@ -176,7 +176,7 @@ static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char
  * own). */
 static int check_token_vocab(const ir_graph *g, const kl_dataset *d, const bindings *b, const char *model)
 {
-    uint64_t vocab = ((const kl_tokens *)d->tokens)->vocab;
+    uint64_t vocab = d->tokens->vocab;
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
         if (n->dead || (n->op != IR_OP_EMBEDDING && n->op != IR_OP_CROSS_ENTROPY))
@@ -427,8 +427,7 @@ static int prepare_data(trainer *t)
         kl_dataset *d = sets[i];
         if (d->tokens && !t->opt.quiet)
             printf("data: %s: %llu tokens (vocabulary %llu), %lld %s windows of context %lld + 1 per epoch\n", d->name,
-                   (unsigned long long)((const kl_tokens *)d->tokens)->count,
-                   (unsigned long long)((const kl_tokens *)d->tokens)->vocab, (long long)d->count,
+                   (unsigned long long)d->tokens->count, (unsigned long long)d->tokens->vocab, (long long)d->count,
                    i == 0 ? "random" : "evenly spaced", (long long)d->context);
         if (!d->shards)
             continue;
@@ -1118,6 +1117,13 @@ static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t ba
     int logits = train_logits_value(g);
     if (t->opt.predict && logits < 0) {
         kl_error("--predict: the model has no cross_entropy whose logits it could write");
+        ir_graph_free(g);
+        return NULL;
+    }
+    if (t->opt.predict && t->test_set.tokens) {
+        kl_error("--predict writes one row of class scores per sample; a sample of token data has %lld positions\n"
+                 "---> evaluate with --eval-only alone, or sample text with --generate",
+                 (long long)t->test_set.context);
         ir_graph_free(g);
         return NULL;
     }

@@ -79,6 +79,8 @@ expect "input 'tokens' is i32[8,16], but the token data's context is 8 (tokens(.
   --eval-every 0 --set "data=tokens(\"$d/train.tok\", context = 8)"
 expect "context must be positive" --set "data=tokens(\"$d/train.tok\", context = 0)"
 expect "eval_every = 10, but the data has no validation file" --set "data=tokens(\"$d/train.tok\", context = 16)"
+expect "--predict writes one row of class scores per sample; a sample of token data has 16 positions" \
+  --resume "$tmp/full.ckpt" --eval-only --predict "$tmp/p.npy"
 # A model whose input names no field.
 sed 's/input tokens :/input ids :/; s/embedding(tokens,/embedding(ids,/' "$tmp/m/tiny_lm.kl" > "$tmp/m/ids.kl"
 "$kiln" build "$tmp/m/ids.kl" -o "$tmp/ids" || exit 1
