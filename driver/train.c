@@ -183,6 +183,9 @@ static int check_token_vocab(const ir_graph *g, const kl_dataset *d, const bindi
             continue;
         bool emb = n->op == IR_OP_EMBEDDING;
         int ids = emb ? n->in.v[0] : n->in.v[1];
+        /* Through reshapes (cross_entropy flattens [batch, T] labels). */
+        while (ir_val(g, ids)->def >= 0 && ir_nd(g, ir_val(g, ids)->def)->op == IR_OP_RESHAPE)
+            ids = ir_nd(g, ir_val(g, ids)->def)->in.v[0];
         const ir_type *rows = &ir_val(g, n->in.v[emb ? 1 : 0])->type;
         int64_t have = emb ? rows->dim[0] : rows->dim[rows->rank - 1];
         for (int k = 0; k < b->n; k++)

@@ -75,6 +75,15 @@ expect "$tmp/text.tok: not a Kiln token file" --set "data=tokens(\"$tmp/text.tok
 expect "$tmp/short.tok: 10 tokens, too few for one window of context 16 + 1" --set "data=tokens(\"$tmp/short.tok\", context = 16)"
 expect "$tmp/u16.tok has a vocabulary of 1000 tokens, but input 'tokens' feeds an embedding of 256 rows" \
   --eval-every 0 --set "data=tokens(\"$tmp/u16.tok\", context = 16)"
+# The same with the embedding large enough: the cross-entropy's 256 classes.
+sed 's/param table : \[256, 32\]/param table : [1000, 32]/' "$tmp/m/tiny_lm.kl" > "$tmp/m/t1000.kl"
+"$kiln" build "$tmp/m/t1000.kl" -o "$tmp/t1000" || exit 1
+if "$tmp/t1000" --steps 1 --eval-every 0 --set "data=tokens(\"$tmp/u16.tok\", context = 16)" > "$tmp/err.out" 2>&1 ||
+   ! grep -qF "$tmp/u16.tok has a vocabulary of 1000 tokens, but input 'targets' feeds a cross_entropy of 256 classes" "$tmp/err.out"; then
+  echo "FAIL: a vocabulary larger than the cross-entropy's classes:"; cat "$tmp/err.out"; fail=1
+else
+  echo "ok: a vocabulary larger than the cross-entropy's classes"
+fi
 expect "input 'tokens' is i32[8,16], but the token data's context is 8 (tokens(..., context = 8))" \
   --eval-every 0 --set "data=tokens(\"$d/train.tok\", context = 8)"
 expect "context must be positive" --set "data=tokens(\"$d/train.tok\", context = 0)"
