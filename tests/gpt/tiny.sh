@@ -1,7 +1,9 @@
 # Sourced by the gpt tests: examples/gpt.kl at a tiny size (width 32, 2
 # heads, context 16) beside token files packed from tests/gpt, as
 # $tmp/m/gpt.kl; the example's own defs, only its size line, inputs and
-# data line changed (each checked to have matched).
+# data line changed (each checked to have matched). Sourced by scripts in
+# tests/gpt, so $0's folder is this one.
+source "$(dirname "$0")/../lib.sh"
 tiny_gpt() { # KILN TMP
   local kiln=$1 dir=$2/m
   mkdir -p "$dir" "$2/text"
