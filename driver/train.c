@@ -14,6 +14,7 @@
 #include "runtime/doctor.h"
 #include "runtime/hostmetrics.h"
 #include "runtime/sampler.h"
+#include "runtime/tokens.h"
 #include "runtime/bottleneck.h"
 #include "runtime/nvtx.h"
 #include "runtime/tboard.h"
@@ -112,8 +113,10 @@ static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char
                 kl_buf_printf(&fl, "%s%s %s", k ? ", " : "", d->field[k].name, ft);
             }
             kl_error("%s: input '%s' (%s) names no field of the samples in %s (fields: %s)\n"
-                     "---> name the input after a field (image reads png, jpg or jpeg; label reads cls)",
-                     model, v->name, ts, d->name, fl.s ? fl.s : "none");
+                     "---> name the input after a field (%s)",
+                     model, v->name, ts, d->name, fl.s ? fl.s : "none",
+                     d->tokens ? "tokens reads window[0:context], targets window[1:context+1]"
+                               : "image reads png, jpg or jpeg; label reads cls");
             kl_buf_free(&fl);
             free(ts);
             return -1;
@@ -128,6 +131,13 @@ static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char
         bool int_field = fdt == IR_U8 || fdt == IR_I32 || fdt == IR_I64;
         bool dtype_ok = t->dtype == fdt || (ir_dtype_is_float(t->dtype) && (fdt == IR_U8 || ir_dtype_is_float(fdt))) ||
                         ((t->dtype == IR_I32 || t->dtype == IR_I64) && int_field);
+        if (!shape_ok && d->tokens && t->rank == 2) {
+            kl_error("%s: input '%s' is %s, but the token data's context is %lld (tokens(..., context = %lld))\n"
+                     "---> give tokens(...) the context of the model's inputs, or the inputs [batch, %lld]",
+                     model, v->name, ts, (long long)d->context, (long long)d->context, (long long)d->context);
+            free(ts);
+            return -1;
+        }
         if (!shape_ok || !dtype_ok) {
             kl_error("%s: input '%s' is %s, but field '%s' of %s is %s per sample (%s)", model, v->name, ts, fd->name,
                      d->name, ft, !shape_ok ? "the shapes differ" : "the dtype does not convert");
@@ -159,12 +169,46 @@ static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char
     return 0;
 }
 
+/* Token files: the inputs bound by bind_fields (tokens, targets) must fit
+ * the model: an embedding table with a row for every token of the
+ * vocabulary, a cross-entropy with as many classes. The context is the
+ * input's second dim (bind_fields compares it with a message of its
+ * own). */
+static int check_token_vocab(const ir_graph *g, const kl_dataset *d, const bindings *b, const char *model)
+{
+    uint64_t vocab = d->tokens->vocab;
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        if (n->dead || (n->op != IR_OP_EMBEDDING && n->op != IR_OP_CROSS_ENTROPY))
+            continue;
+        bool emb = n->op == IR_OP_EMBEDDING;
+        int ids = emb ? n->in.v[0] : n->in.v[1];
+        /* Through reshapes (cross_entropy flattens [batch, T] labels). */
+        while (ir_val(g, ids)->def >= 0 && ir_nd(g, ir_val(g, ids)->def)->op == IR_OP_RESHAPE)
+            ids = ir_nd(g, ir_val(g, ids)->def)->in.v[0];
+        const ir_type *rows = &ir_val(g, n->in.v[emb ? 1 : 0])->type;
+        int64_t have = emb ? rows->dim[0] : rows->dim[rows->rank - 1];
+        for (int k = 0; k < b->n; k++)
+            if (b->value[k] == ids && (uint64_t)have < vocab) {
+                kl_error("%s: %s has a vocabulary of %llu tokens, but input '%s' feeds %s of %lld %s\n"
+                         "---> make the model's vocabulary at least %llu",
+                         model, d->name, (unsigned long long)vocab, ir_val(g, ids)->name,
+                         emb ? "an embedding" : "a cross_entropy", (long long)have, emb ? "rows" : "classes",
+                         (unsigned long long)vocab);
+                return -1;
+            }
+    }
+    return 0;
+}
+
 static int bind_inputs(const ir_graph *g, kl_dataset *d, bindings *b, const char *model)
 {
     b->features = b->labels = -1;
     b->loss = g->loss;
     b->ce_classes = ce_classes(g);
     b->n = 0;
+    if (d->tokens)
+        return bind_fields(g, d, b, model) || check_token_vocab(g, d, b, model) ? -1 : 0;
     return d->shards ? bind_fields(g, d, b, model) : bind_image_label(g, d, b, model);
 }
 
@@ -347,6 +391,22 @@ static int load_data(trainer *t)
         }
         return 0;
     }
+    if (!strcmp(t->cfg.data_format, "tokens")) {
+        const kl_train_config *c = &t->cfg;
+        char *train = data_path(t, c->data_path), *val = c->data_test ? data_path(t, c->data_test) : NULL;
+        int rc = kl_tokens_dataset(train, c->data_context, true, 0, &t->train_set) ||
+                         (val && kl_tokens_dataset(val, c->data_context, false, c->data_val_windows, &t->test_set))
+                     ? -1
+                     : 0;
+        free(train);
+        free(val);
+        if (!rc && !val && c->eval_every > 0) {
+            kl_error("%s: eval_every = %lld, but the data has no validation file (tokens(..., val = \"...\"))", t->model,
+                     (long long)c->eval_every);
+            rc = -1;
+        }
+        return rc;
+    }
     char *dir = data_path(t, t->cfg.data_path);
     int rc = -1;
     if (kl_idx_load(dir, "train", &t->train_set) || kl_idx_load(dir, "t10k", &t->test_set))
@@ -368,6 +428,10 @@ static int prepare_data(trainer *t)
     kl_dataset *sets[2] = {&t->train_set, &t->test_set};
     for (int i = 0; i < 2; i++) {
         kl_dataset *d = sets[i];
+        if (d->tokens && !t->opt.quiet)
+            printf("data: %s: %llu tokens (vocabulary %llu), %lld %s windows of context %lld + 1 per epoch\n", d->name,
+                   (unsigned long long)d->tokens->count, (unsigned long long)d->tokens->vocab, (long long)d->count,
+                   i == 0 ? "random" : "evenly spaced", (long long)d->context);
         if (!d->shards)
             continue;
         char note[300];
@@ -1074,6 +1138,13 @@ static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t ba
         ir_graph_free(g);
         return NULL;
     }
+    if (t->opt.predict && t->test_set.tokens) {
+        kl_error("--predict writes one row of class scores per sample; a sample of token data has %lld positions\n"
+                 "---> evaluate with --eval-only alone, or sample text with --generate",
+                 (long long)t->test_set.context);
+        ir_graph_free(g);
+        return NULL;
+    }
     if (t->opt.predict && ir_val(g, logits)->type.rank != 2) {
         kl_error("--predict: the cross_entropy's logits are %s; --predict writes one row of class scores per "
                  "sample (logits [batch, classes])",
@@ -1236,12 +1307,15 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (!g)
         goto done;
     kl_train_read(&g->train, &t.cfg);
-    if (load_data(&t))
+    /* --generate reads no data: it needs the checkpoint alone. */
+    if (t.opt.generate)
+        t.opt.quiet = true;
+    else if (load_data(&t))
         goto done;
     /* One optimizer step takes batch x accumulate samples: a set smaller
      * than that is refused before anything is compiled or allocated. */
     int64_t step_samples = kl_size_mul(kl_size_mul(t.cfg.batch, t.cfg.accumulate), t.world);
-    if (step_samples < 0 || step_samples > t.train_set.count) {
+    if (!t.opt.generate && (step_samples < 0 || step_samples > t.train_set.count)) {
         char ranks[32] = "";
         if (t.world > 1)
             snprintf(ranks, sizeof ranks, " x ranks %d", t.world);
@@ -1282,6 +1356,10 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
     t.finite_value = -1;
+    if (t.opt.generate) {
+        rc = train_generate(&t, &src) ? 1 : 0;
+        goto done;
+    }
     if (t.opt.eval_only) {
         rc = run_eval_only(&t, &src, g) ? 1 : 0;
         g = NULL;

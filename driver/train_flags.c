@@ -1,6 +1,7 @@
 /* The training executable's flags: its usage text, and the flags parsed
  * into train settings (--batch 64 -> "batch" = "64") and the run's own
  * options. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,11 @@ static const char usage[] =
     "                     the evaluation line, train nothing\n"
     "  --predict FILE     with --eval-only: write each test sample's predicted\n"
     "                     class, label and logits as a .npy file (see README)\n"
+    "  --generate TEXT    with --resume (or --init): print TEXT and the bytes a\n"
+    "                     byte-level language model draws after it, train nothing\n"
+    "  --tokens N         with --generate: bytes to draw (default 200)\n"
+    "  --temperature X    with --generate: 0 takes the likeliest byte (default 0.8)\n"
+    "  --top-k K          with --generate: draw among the K likeliest (default 0: all)\n"
     "  --set KEY=VALUE    any other train setting\n"
     "  --profile          time every kernel and GEMM; print a table at the end\n"
     "  --trace FILE       write a timeline of every step, kernel, GEMM, data wait\n"
@@ -140,8 +146,34 @@ int train_add_setting(train_options *o, const char *key, const char *value)
     return add_kv(o, key, own(o, kl_xstrdup(value)));
 }
 
+/* --generate's settings need it, and it needs a checkpoint and a prompt. */
+static int check_generate_flags(const train_options *o)
+{
+    if (!o->generate) {
+        if (o->gen_settings)
+            kl_error("--tokens, --temperature and --top-k go with --generate TEXT");
+        return o->gen_settings ? -1 : 0;
+    }
+    if (!*o->generate) {
+        kl_error("--generate needs a prompt of at least one byte, e.g. --generate \"def \"");
+        return -1;
+    }
+    if (!o->resume && !o->init) {
+        kl_error("--generate needs the trained values: --resume CKPT (or --init FILE.safetensors)");
+        return -1;
+    }
+    if (o->eval_only || o->save || o->save_init || o->export_path || o->predict) {
+        kl_error("--generate trains nothing and writes no file: leave out --eval-only, --save, --save-init, "
+                 "--export and --predict");
+        return -1;
+    }
+    return 0;
+}
+
 int train_parse_flags(int argc, char **argv, train_options *o, const char *model)
 {
+    o->gen_tokens = 200;
+    o->temperature = 0.8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -206,6 +238,27 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             o->export_path = argv[++i];
         } else if (!strcmp(a, "--predict") && has) {
             o->predict = argv[++i];
+        } else if (!strcmp(a, "--generate") && has) {
+            o->generate = argv[++i];
+        } else if ((!strcmp(a, "--tokens") || !strcmp(a, "--top-k")) && has) {
+            char *end;
+            long long n = strtoll(argv[++i], &end, 10);
+            bool tokens = !strcmp(a, "--tokens");
+            if (*end || !*argv[i] || n < (tokens ? 1 : 0) || n > 1000000000) {
+                kl_error("%s needs a count %s, got '%s'", a, tokens ? "from 1" : "from 0 (0: all)", argv[i]);
+                return -1;
+            }
+            *(tokens ? &o->gen_tokens : &o->top_k) = n;
+            o->gen_settings = true;
+        } else if (!strcmp(a, "--temperature") && has) {
+            char *end;
+            double x = strtod(argv[++i], &end);
+            if (*end || !*argv[i] || !(x >= 0) || !isfinite(x)) {
+                kl_error("--temperature needs a finite number from 0 (0: the likeliest byte), got '%s'", argv[i]);
+                return -1;
+            }
+            o->temperature = x;
+            o->gen_settings = true;
         } else if (!strcmp(a, "--init-partial")) {
             o->init_partial = true;
         } else if (!strcmp(a, "--eval-only")) {
@@ -235,5 +288,5 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             return -1;
         }
     }
-    return 0;
+    return check_generate_flags(o);
 }

@@ -33,6 +33,12 @@ typedef struct train_options {
     const char *trace_path;
     const char *bf16_gemm; /* --bf16-gemm: auto (NULL), onednn, openblas */
     bool batch_auto;       /* --batch auto (driver/budget.c: kl_auto_batch) */
+    /* --generate PROMPT --tokens N --temperature X --top-k K
+     * (train_generate.c); generate is NULL without it. */
+    const char *generate;
+    int64_t gen_tokens, top_k;
+    double temperature;
+    bool gen_settings;     /* one of --tokens, --temperature, --top-k was given */
 } train_options;
 
 /* Parses argv into o; -1 after an error (reported). --help prints the
@@ -119,6 +125,9 @@ void train_prune_checkpoints(const train_options *o);
  * logits), each evaluation batch's rows, and the file written whole.
  * train_predict_begin sets t->on_eval_batch. */
 int train_logits_value(const ir_graph *g);
+/* --generate: prints the prompt and the tokens drawn after it (bytes)
+ * from the checkpoint of --resume (or --init); -1 after an error. */
+int train_generate(trainer *t, const kl_source *src);
 int train_labels_value(const ir_graph *g); /* the cross-entropy's labels, or -1 */
 void train_predict_begin(trainer *t, int64_t count, int classes);
 int train_predict_finish(trainer *t);

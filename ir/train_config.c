@@ -17,6 +17,7 @@ static const call_form data_forms[] = {
     {"idx", "path:str shuffle:int=?"},
     {"synthetic", "samples:int=4096"},
     {"shards", "path:str test:str=? workers:int=2 prefetch:int=4 shuffle_buffer:int=1000 cache:str=none on_error:str=fail"},
+    {"tokens", "path:str val:str=? context:int val_windows:int=0"},
     {NULL, NULL},
 };
 static const call_form optimizer_forms[] = {
@@ -51,7 +52,7 @@ typedef struct key_info {
 } key_info;
 
 static const key_info keys[] = {
-    {"data", K_CALL, NULL, data_forms, 0, "idx(\"/usr/share/datasets/fashion-mnist\"), shards(\"train-{000000..000009}.tar\", ...) or synthetic(samples = N)"},
+    {"data", K_CALL, NULL, data_forms, 0, "idx(\"/usr/share/datasets/fashion-mnist\"), shards(\"train-{000000..000009}.tar\", ...), tokens(\"train.tok\", val = \"val.tok\", context = 128) or synthetic(samples = N)"},
     {"batch", K_INT, NULL, NULL, 1, "samples per micro-batch"},
     {"accumulate", K_INT, NULL, NULL, 1, "micro-batches per optimizer step"},
     {"epochs", K_INT, NULL, NULL, 1, "passes over the training set"},
@@ -283,7 +284,7 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
         if (!strcmp(arg->key, "backoff") && (x <= 0 || x >= 1))
             return fail(src, al, "%s: backoff must be between 0 and 1", f->name);
         if ((!strcmp(arg->key, "lr") || !strcmp(arg->key, "every") || !strcmp(arg->key, "samples") ||
-             !strcmp(arg->key, "scale") || !strcmp(arg->key, "interval")) && x <= 0)
+             !strcmp(arg->key, "scale") || !strcmp(arg->key, "interval") || !strcmp(arg->key, "context")) && x <= 0)
             return fail(src, al, "%s: %s must be positive", f->name, arg->key);
         if (!strcmp(arg->key, "growth") && x <= 1)
             return fail(src, al, "%s: growth must be above 1", f->name);
@@ -551,6 +552,16 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
                     c->augment.std[k] = sd->kind == IR_ATTR_LIST ? sd->items[k].f : sd->f;
             }
         }
+    } else if (data && !strcmp(data->s, "tokens")) {
+        c->data_format = kl_xstrdup("tokens");
+        c->data_path = kl_xstrdup(ir_attr_str(data->args, "path", ""));
+        const char *val = ir_attr_str(data->args, "val", NULL);
+        c->data_test = val ? kl_xstrdup(val) : NULL;
+        c->data_context = arg_i(data, "context", 1);
+        c->data_val_windows = arg_i(data, "val_windows", 0);
+        c->data_shuffle = true;
+        c->data_workers = 1;
+        c->data_prefetch = 4;
     } else {
         c->data_format = kl_xstrdup("idx");
         const char *path = data && data->args ? ir_attr_str(data->args, "path", NULL) : NULL;

@@ -18,7 +18,7 @@ typedef enum { KL_PREC_FP32, KL_PREC_BF16, KL_PREC_FP16 } kl_precision;
 typedef enum { KL_SHARD_NONE, KL_SHARD_DP, KL_SHARD_ZERO1, KL_SHARD_ZERO2, KL_SHARD_ZERO3 } kl_shard;
 
 typedef struct kl_train_config {
-    char *data_format;     /* "idx", "shards" or "synthetic" */
+    char *data_format;     /* "idx", "shards", "tokens" or "synthetic" */
     char *data_path;       /* idx: the folder with the four files; shards: the training shards' pattern */
     char *data_test;       /* shards: the test shards' pattern, or NULL (no evaluation) */
     int data_workers, data_prefetch;
@@ -31,6 +31,8 @@ typedef struct kl_train_config {
         int nmean, nstd;   /* normalize(mean, std): 0 when none */
         double mean[8], std[8];
     } augment;             /* shards(augment = [...]) */
+    int64_t data_context;  /* tokens(context = T): tokens per sample's input */
+    int64_t data_val_windows; /* tokens(val_windows = N): evaluate N evenly spaced windows; 0: all */
     int64_t synthetic_samples;
     int64_t batch;
     int64_t accumulate;

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "shard_set.h"
+#include "tokens.h"
 #include "base/scalar.h"
 #include "base/support.h"
 
@@ -385,6 +386,10 @@ void kl_dataset_free(kl_dataset *d)
         free(ss->has);
         free(ss->bad);
         free(ss);
+    }
+    if (d->tokens) {
+        kl_tokens_close(d->tokens);
+        free(d->tokens);
     }
     memset(d, 0, sizeof *d);
 }

@@ -29,6 +29,7 @@ typedef struct kl_field {
 } kl_field;
 
 typedef struct kl_shard_set kl_shard_set;
+typedef struct kl_tokens kl_tokens;
 
 typedef struct kl_dataset {
     char *name;
@@ -48,6 +49,17 @@ typedef struct kl_dataset {
     int32_t max_label;
     /* Shards: the index and the reading settings; NULL otherwise. */
     kl_shard_set *shards;
+    /* Token files (tokens(...)): the mapped file; NULL otherwise. A
+     * sample is a window of context + 1 tokens, given as two fields,
+     * "tokens" (window[0:context]) and "targets" (window[1:context+1]),
+     * both i32[context]. In training, sample p of epoch e is the random
+     * window of index e * count + p (kl_tokens_window: a function of the
+     * seed and that index alone); in evaluation, sample j is the fixed
+     * window starting at (j * windows / count) * context, count evenly
+     * spaced windows out of the file's `windows`. */
+    kl_tokens *tokens;
+    int64_t context;
+    int64_t windows;
 } kl_dataset;
 
 /* Reads the IDX files of split "train" or "t10k" from dir (gzip or not):
@@ -102,6 +114,15 @@ int kl_shards_prepare(kl_dataset *d, char *note, size_t n);
  * training (on_error = skip), and the first one's reason. */
 int kl_shards_count(const kl_dataset *d);
 int64_t kl_shards_skipped(const kl_dataset *d, const char **first);
+/* A token file as a data set (see kl_dataset.tokens): train gives
+ * (count - 1) / context random windows per epoch; otherwise limit (0:
+ * all) evenly spaced fixed windows. Errors name the file (not a token
+ * file, too short for the context); returns 0 or -1. */
+int kl_tokens_dataset(const char *path, int64_t context, bool train, int64_t limit, kl_dataset *out);
+/* Copies sample `id` (its position in the epoch's order) of a token data
+ * set's epoch into tokens and targets (context i32 each, either NULL). */
+void kl_tokens_sample(const kl_dataset *d, bool train, uint64_t seed, int64_t epoch, int64_t id, int32_t *tokens,
+                      int32_t *targets);
 /* The field named name, or -1. */
 int kl_dataset_field(const kl_dataset *d, const char *name);
 
@@ -122,7 +143,7 @@ typedef struct kl_loader_opts {
     uint64_t seed;
     int depth;         /* batches ready ahead (prefetch) */
     int workers;       /* decode threads */
-    bool augment_random; /* shards' random augmentation (training) */
+    bool augment_random; /* training: shards' random augmentation; token files' random windows */
     /* One rank's share: rows [rows_first, rows_first + rows) of every
      * batch of the order above (rows = 0: all of them). The order is the
      * one global order, so N ranks with rows = batch / N see exactly the

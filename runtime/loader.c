@@ -181,6 +181,16 @@ static void fill_memory(kl_loader *l, slot *s, int64_t index)
     int64_t first, n = rank_rows(l, index, &first);
     s->b.index = index;
     s->b.size = n;
+    if (d->tokens) {
+        /* Token windows by position in the epoch: fields 0 and 1 are
+         * tokens and targets (token_data.c). */
+        int32_t *tok = d->field[0].used ? (int32_t *)s->b.field[0] : NULL;
+        int32_t *tgt = d->field[1].used ? (int32_t *)s->b.field[1] : NULL;
+        for (int64_t i = 0; i < n; i++)
+            kl_tokens_sample(d, l->o.augment_random, l->o.seed, l->epoch, first + i, tok ? tok + i * d->context : NULL,
+                             tgt ? tgt + i * d->context : NULL);
+        return;
+    }
     for (int f = 0; f < d->nfields; f++) {
         const kl_field *fd = &d->field[f];
         if (!fd->used)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# examples/gpt.kl end to end on the Python standard library: pack its .py
+# files into token files, build, train, print the validation loss curve
+# (nats per byte) with the elapsed training time at each evaluation, and
+# sample from the final checkpoint.
+#
+#   bench/gpt.sh [STDLIB] [STEPS] [THREADS]
+#     STDLIB   default /usr/lib/python3.11 (a folder of .py files without
+#              site-packages inside: python3 -c 'import sysconfig;
+#              print(sysconfig.get_paths()["stdlib"])' says where yours is)
+#     STEPS    optimizer steps (default 600, the example's)
+#     THREADS  default 1
+#   KILN=path/to/kiln (default ./build/kiln); OUT=folder (default a new
+#   temporary one, kept: the checkpoint and metrics stay there)
+set -euo pipefail
+kiln=${KILN:-./build/kiln}
+stdlib=${1:-/usr/lib/python3.11}
+steps=${2:-600}
+threads=${3:-1}
+out=${OUT:-$(mktemp -d)}
+mkdir -p examples/data
+"$kiln" pack --text "$stdlib" --text-ext .py -o examples/data/pystd
+"$kiln" build examples/gpt.kl -o "$out/gpt"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+start=$(date +%s.%N)
+"$out/gpt" --threads "$threads" --steps "$steps" --log-every 50 --metrics "$out/metrics.jsonl" \
+  --save "$out/gpt.ckpt" --save-every 100 > "$out/train.log"
+end=$(date +%s.%N)
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$out/metrics.jsonl" "$start" "$end" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+elapsed, last = 0.0, 0
+print("step  train_s  val_loss (nats/byte)")
+for r in recs:
+    if r["type"] == "train":
+        elapsed += r["ms_per_step"] / 1000 * (r["step"] - last)
+        last = r["step"]
+    elif r["type"] == "eval":
+        print(f"{r['step']:5d}  {elapsed:7.0f}  {r['loss']:.4f}")
+print(f"wall clock of the run: {float(sys.argv[3]) - float(sys.argv[2]):.0f} s")
+PY
+"$out/gpt" --threads 1 --resume "$out/gpt.ckpt" --generate "def " --tokens 200 --temperature 0.8 --top-k 40
+echo "(files in $out)"

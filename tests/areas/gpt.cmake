@@ -1,0 +1,27 @@
+# Token data, the GPT example and sampling (issue 16, deliverables 4 and
+# 5). Scripts, models and helpers live in tests/gpt/.
+add_executable(gpt_token_loader_check gpt/token_loader_check.c)
+target_link_libraries(gpt_token_loader_check PRIVATE kiln)
+
+# tokens(...) through the loader against the file's bytes: windows,
+# workers, a mid-epoch start, evaluation windows.
+add_test(NAME gpt.token_loader COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/token_loader.sh ${KILN_EXE}
+         $<TARGET_FILE:gpt_token_loader_check> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+
+# tokens(...) in a train block: relative paths, ln(256) first loss, a
+# falling loss, resume from a mid-run checkpoint, bad files and settings.
+add_test(NAME gpt.tokens COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/tokens.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpt.tokens PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# examples/gpt.kl at a tiny size: the f64 reference (fp32, bf16) and 40
+# training steps whose loss falls (fp32, bf16).
+add_test(NAME gpt.train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/gpt_train.sh ${KILN_EXE}
+         $<TARGET_FILE:reference_check> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpt.train PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# --generate from a checkpoint: greedy text equal to the known training
+# snippet, top_k = 1, seeds, a long prompt, bad flags.
+add_test(NAME gpt.generate COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/generate.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpt.generate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
