@@ -18,12 +18,16 @@
  *               declarations go);
  *             shard_gather: every rank's master slice gathered into the
  *               params.
- *           Clipping: the squared norm of the gradients is the all-reduce
- *           of the slices' squared norms (padding adds 0), so every rank
- *           clips by the global norm.
+ *           Clipping and the fp16 inf/NaN check: the squared norm of the
+ *           gradients is the all-reduce of the slices' squared norms
+ *           (padding adds 0), so every rank clips by the global norm and
+ *           skips the same steps.
  *
- * Refused with the reason: bf16/fp16 (low-precision copies of the
- * params), f64 params. Each zero1 state records the member state it is
+ * bf16/fp16: the update phase reads fp32 gradients (the precision pass
+ * casts them) and fp32 params (the master weights); the params'
+ * low-precision copies (NAME.lowp) stay whole and a second shard_gather
+ * fills them from the same updated master slices, rounded once.
+ * Refused with the reason: f64 params. Each zero1 state records the member state it is
  * a slice of ("members": names, "counts": their elements) so that a
  * checkpoint holds the usual full state (driver/train_ranks.c). */
 #include <stdlib.h>
@@ -81,6 +85,8 @@ static bool same_update(const ir_node *a, const ir_node *b)
     return true;
 }
 
+static bool is_lowp(const ir_graph *g, int v) { return !strcmp(ir_attr_str(&ir_val(g, v)->attrs, "role", ""), "lowp"); }
+
 static kl_loc u0loc(ir_node **members) { return members[0]->loc; }
 
 static void zero1_bucket(ir_graph *g, ir_node **members, int n, int ranks, int no, int *sq_total)
@@ -116,28 +122,43 @@ static void zero1_bucket(ir_graph *g, ir_node **members, int n, int ranks, int n
     args[1] = gs;
     args[2] = u0->in.v[2];
     args[3] = u0->in.v[3];
-    int olds[ZERO_MAX_MEMBERS][4], nold = nargs - 4;
+    int olds[ZERO_MAX_MEMBERS][4], nold = 0, nupd = 4;
+    /* bf16/fp16: the params' low-precision copies (role lowp, the last
+     * operand) stay whole; every rank's updated master slice is gathered
+     * into them as into the params. */
+    int lowp[ZERO_MAX_MEMBERS + 1];
+    bool has_lowp = false;
     for (int k = 4; k < nargs; k++) {
+        if (is_lowp(g, u0->in.v[k])) {
+            has_lowp = true;
+            lowp[0] = params[0];
+            for (int i = 0; i < n; i++)
+                lowp[i + 1] = members[i]->in.v[k];
+            continue;
+        }
         const char *member = ir_val(g, u0->in.v[k])->name, *dot = strrchr(member, '.');
         char *name = kl_xasprintf("%s.%s", base, dot ? dot + 1 : member);
-        args[k] = declare_shard(g, name, s, "optimizer_state");
+        args[nupd] = declare_shard(g, name, s, "optimizer_state");
         free(name);
-        ir_attrs *sa = &ir_val(g, args[k])->attrs;
+        ir_attrs *sa = &ir_val(g, args[nupd++])->attrs;
         kl_buf names = {0};
         int64_t counts[ZERO_MAX_MEMBERS];
         for (int i = 0; i < n; i++) {
             const ir_value *old = ir_val(g, members[i]->in.v[k]);
             kl_buf_printf(&names, "%s%s", i ? "," : "", old->name);
             counts[i] = ir_type_numel(&old->type);
-            olds[i][k - 4] = old->id;
+            olds[i][nold] = old->id;
         }
+        nold++;
         ir_attrs_set_str(sa, "members", names.s ? names.s : "");
         ir_attrs_set_ints(sa, "counts", counts, n);
         kl_buf_free(&names);
     }
-    ir_emit(g, u0->op, args, nargs, &u0->attrs, NULL);
+    ir_emit(g, u0->op, args, nupd, &u0->attrs, NULL);
     ir_nd(g, g->nodes.n - 1)->loc = u0->loc;
     ir_add_node(g, IR_OP_SHARD_GATHER, params, n + 1, &ra, NULL, NULL, u0loc(members));
+    if (has_lowp)
+        ir_add_node(g, IR_OP_SHARD_GATHER, lowp, n + 1, &ra, NULL, NULL, u0loc(members));
     for (int i = 0; i < n; i++)
         ir_kill_node(g, members[i]);
     for (int i = 0; i < n; i++)
@@ -155,6 +176,29 @@ static void zero1_bucket(ir_graph *g, ir_node **members, int n, int ranks, int n
     free(mname);
 }
 
+/* The squared norm of the whole gradients that clipping (grad_norm =
+ * sqrt(sq) x multiplier) and the fp16 inf/NaN check (grads_finite =
+ * isfinite(sq)) read, or -1 when neither is there. It is replaced by the
+ * all-reduced sum of the slices' squared norms: every rank clips by the
+ * global norm, and when any rank's gradients overflow every rank sees an
+ * inf or NaN, skips the step and backs off the same loss scale. */
+static int zero_old_sqnorm(const ir_graph *g)
+{
+    int norm = ir_find_value(g, "grad_norm"), finite = ir_find_value(g, "grads_finite");
+    if (norm >= 0) {
+        const ir_node *mul = ir_nd(g, ir_val(g, norm)->def);
+        const ir_node *sqrt = ir_nd(g, ir_val(g, mul->in.v[0])->def);
+        kl_check(sqrt->op == IR_OP_SQRT);
+        return sqrt->in.v[0];
+    }
+    if (finite >= 0) {
+        const ir_node *f = ir_nd(g, ir_val(g, finite)->def);
+        kl_check(f->op == IR_OP_ISFINITE);
+        return f->in.v[0];
+    }
+    return -1;
+}
+
 int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes)
 {
     int first = g->nodes.n;
@@ -165,13 +209,7 @@ int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes)
         if (n->dead || n->phase != IR_PHASE_UPDATE || (n->op != IR_OP_ADAM_UPDATE && n->op != IR_OP_SGD_UPDATE))
             continue;
         const ir_value *p = ir_val(g, n->in.v[0]), *d = ir_val(g, n->in.v[1]);
-        for (int k = 4; k < n->in.n && !rc; k++)
-            if (!strcmp(ir_attr_str(&ir_val(g, n->in.v[k])->attrs, "role", ""), "lowp")) {
-                pass_error(g, p->loc, "shard = zero1 with precision bf16 or fp16 is not built yet (the fp32 master "
-                                      "weights of %s would be partitioned)\n---> use shard = dp, or precision fp32", p->name);
-                rc = -1;
-            }
-        if (!rc && (p->type.dtype != IR_F32 || d->type.dtype != IR_F32)) {
+        if (p->type.dtype != IR_F32 || d->type.dtype != IR_F32) {
             pass_error(g, p->loc, "shard = zero1 partitions f32 params and gradients; %s is %s (gradient %s)", p->name,
                        ir_dtype_name(p->type.dtype), ir_dtype_name(d->type.dtype));
             rc = -1;
@@ -179,14 +217,7 @@ int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes)
         kl_vec_push(ups, n);
     }
     /* The clipping norm: its squared norm is replaced by the slices'. */
-    int old_sq = -1, new_sq = -1;
-    int norm = ir_find_value(g, "grad_norm");
-    if (norm >= 0) {
-        const ir_node *mul = ir_nd(g, ir_val(g, norm)->def);
-        const ir_node *sqrt = ir_nd(g, ir_val(g, mul->in.v[0])->def);
-        kl_check(sqrt->op == IR_OP_SQRT);
-        old_sq = sqrt->in.v[0];
-    }
+    int old_sq = zero_old_sqnorm(g), new_sq = -1;
     int no = 0;
     for (int i = 0; i < ups.n && !rc; i++) {
         if (!ups.v[i])
