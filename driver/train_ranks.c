@@ -280,7 +280,10 @@ void train_ranks_settle(trainer *t)
 void train_ranks_print_start(const trainer *t)
 {
     printf("ranks: %s, shard %s\n", kl_comm_desc(t->comm),
-           t->world == 1 ? "none (one rank)" : t->cfg.shard == KL_SHARD_ZERO1 ? "zero1" : "dp");
+           t->world == 1                     ? "none (one rank)"
+           : t->cfg.shard == KL_SHARD_ZERO1 ? "zero1"
+           : t->cfg.shard == KL_SHARD_ZERO2 ? "zero2"
+                                            : "dp");
     if (t->world > 1) {
         char *m = pass_rank_memory(t->train->g, t->world);
         printf("memory %s\n", m);

@@ -23,8 +23,9 @@ int pass_optimizer(ir_graph *g, const pass_ctx *cx);
 int pass_precision(ir_graph *g, const pass_ctx *cx);
 int pass_accumulate(ir_graph *g, const pass_ctx *cx);
 int pass_shard(ir_graph *g, const pass_ctx *cx);
-/* shard = zero1 on ranks > 1 ranks (passes/shard_zero.c). */
-int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes);
+/* shard = zero1 (stage 1) or zero2 (stage 2) on ranks > 1 ranks
+ * (passes/shard_zero.c). */
+int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage);
 /* Params, gradients and optimizer state per rank against ZeRO's formulas
  * for each stage, for ranks ranks; one line, caller frees. */
 char *pass_rank_memory(const ir_graph *g, int ranks);

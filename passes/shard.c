@@ -17,10 +17,10 @@
  *           skips the same steps. With one rank nothing changes.
  *
  * The train block's shard = none and shard = dp both mean this; shard =
- * zero1 is passes/shard_zero.c; zero2 and zero3 are refused by
- * ir/train_config.c until they are built. */
+ * zero1 and zero2 are passes/shard_zero.c; zero3 is refused by
+ * ir/train_config.c until it is built. The memory per rank:
+ * passes/rank_memory.c. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "passes.h"
 #include "ir/train_config.h"
@@ -130,8 +130,8 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
     int64_t bucket_bytes = cfg.bucket;
     kl_shard mode = cfg.shard;
     kl_train_config_free(&cfg);
-    if (mode == KL_SHARD_ZERO1)
-        return pass_shard_zero1(g, cx->ranks, bucket_bytes);
+    if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2)
+        return pass_shard_zero(g, cx->ranks, bucket_bytes, mode == KL_SHARD_ZERO1 ? 1 : 2);
     /* What the update reads from forward or backward, in the order of its
      * first reader. */
     int nv = g->values.n;
@@ -197,60 +197,6 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
     if (!rc)
         ir_toposort(g);
     return rc;
-}
-
-char *pass_rank_memory(const ir_graph *g, int ranks)
-{
-    int64_t psi = 0, params = 0, grads = 0, state = 0, master = 0;
-    for (int i = 0; i < g->decls.n; i++) {
-        const ir_value *v = ir_val(g, g->decls.v[i]);
-        if (v->kind == IR_VAL_PARAM) {
-            psi += ir_type_numel(&v->type);
-            params += ir_type_bytes(&v->type);
-        } else if (v->kind == IR_VAL_STATE) {
-            /* Low-precision copies are params too; accumulators gradients. */
-            const char *role = ir_attr_str(&v->attrs, "role", "");
-            if (!strcmp(role, "lowp"))
-                params += ir_type_bytes(&v->type);
-            else if (!strcmp(role, "grad_acc"))
-                grads += ir_type_bytes(&v->type);
-            else if (!strcmp(role, "zero_master"))
-                master += ir_type_bytes(&v->type);
-            else
-                state += ir_type_bytes(&v->type);
-        }
-    }
-    for (int i = 0; i < g->grads.n; i++)
-        grads += ir_type_bytes(&ir_val(g, g->grads.v[i].grad)->type);
-    double n = ranks > 1 ? (double)ranks : 1.0, mb = 1e-6, P = (double)psi;
-    int64_t total = params + grads + state + master;
-    /* ZeRO's per-rank bytes for mixed-precision Adam (K = 12): stage 0
-     * (dp) (2 + 2 + K) Psi, 1: 2 Psi + 2 Psi + K Psi / N, 2: 2 Psi +
-     * (2 + K) Psi / N, 3: (2 + 2 + K) Psi / N. */
-    char *formulas = kl_xasprintf("ZeRO formulas (K = 12, Psi = %lld params): dp 16 Psi = %.2f MB, zero1 %.2f MB, zero2 %.2f MB, "
-                                  "zero3 %.2f MB (zero2/3 not built)",
-                                  (long long)psi, 16 * P * mb, (4 * P + 12 * P / n) * mb, (2 * P + 14 * P / n) * mb,
-                                  16 * P / n * mb);
-    char *r;
-    if (master) {
-        /* zero1 (shard_zero.c) keeps params and gradients whole and
-         * partitions an fp32 master slice and the optimizer state: with
-         * fp32 params and gradients (bf16/fp16 are refused) ZeRO's stage 1
-         * is (4 + 4) Psi + K Psi / N, K = 12 for Adam (master, m, v). */
-        double formula = 8 * P + 12 * P / n;
-        r = kl_xasprintf("per rank (%d rank%s, shard zero1, optimizer state and fp32 master partitioned): params %.2f MB, "
-                         "gradients %.2f MB, optimizer state %.2f MB, fp32 master slices %.2f MB, total %.2f MB; zero1 "
-                         "formula for fp32 params and gradients (4 + 4 + 12 / N) Psi = %.2f MB (measured / formula %.4f); %s",
-                         ranks > 1 ? ranks : 1, ranks > 1 ? "s" : "", params * mb, grads * mb, state * mb, master * mb,
-                         total * mb, formula * mb, psi ? (double)total / formula : 0.0, formulas);
-    } else {
-        r = kl_xasprintf("per rank (%d rank%s, shard dp, everything replicated): params %.2f MB, gradients %.2f MB, "
-                         "optimizer and other state %.2f MB, total %.2f MB = %.2f bytes per param; %s",
-                         ranks > 1 ? ranks : 1, ranks > 1 ? "s" : "", params * mb, grads * mb, state * mb, total * mb,
-                         psi ? (double)total / P : 0.0, formulas);
-    }
-    free(formulas);
-    return r;
 }
 
 int pass_graph_ranks(const ir_graph *g)

@@ -37,6 +37,8 @@
 
 #define ZERO_MAX_MEMBERS 30
 
+typedef KL_VEC(int) zero_vals;
+
 /* The flattened gradients of a bucket, one after the other (a bucket of
  * one: the gradient itself; reduce_scatter flattens). */
 static int flat_concat(ir_graph *g, const int *vals, int n, int64_t total, const char *name)
@@ -89,24 +91,99 @@ static bool is_lowp(const ir_graph *g, int v) { return !strcmp(ir_attr_str(&ir_v
 
 static kl_loc u0loc(ir_node **members) { return members[0]->loc; }
 
-static void zero1_bucket(ir_graph *g, ir_node **members, int n, int ranks, int no, int *sq_total)
+/* Slice v records the states it is a slice of, operand k of each member
+ * update ("members": names, "counts": their elements), so that a
+ * checkpoint holds the usual full state (driver/train_ranks.c). */
+static void set_members(ir_graph *g, int v, ir_node **members, int n, int k)
+{
+    kl_buf names = {0};
+    int64_t counts[ZERO_MAX_MEMBERS];
+    for (int i = 0; i < n; i++) {
+        const ir_value *old = ir_val(g, members[i]->in.v[k]);
+        kl_buf_printf(&names, "%s%s", i ? "," : "", old->name);
+        counts[i] = ir_type_numel(&old->type);
+    }
+    ir_attrs *sa = &ir_val(g, v)->attrs;
+    ir_attrs_set_str(sa, "members", names.s ? names.s : "");
+    ir_attrs_set_ints(sa, "counts", counts, n);
+    kl_buf_free(&names);
+}
+
+static void set_phase(ir_graph *g, int from, ir_phase ph)
+{
+    for (int k = from; k < g->nodes.n; k++)
+        ir_nd(g, k)->phase = ph;
+}
+
+/* zero2: the backward-phase gradient that update operand v (a gradient,
+ * or its accumulator) is made of; an accumulator's grad_accumulate goes
+ * (*acc_steps: its steps) and the accumulator is pushed on dead_accs. */
+static int backward_grad(ir_graph *g, int v, int64_t *acc_steps, zero_vals *dead_accs)
+{
+    const ir_value *x = ir_val(g, v);
+    if (strcmp(ir_attr_str(&x->attrs, "role", ""), "grad_acc"))
+        return v;
+    for (int u = 0; u < x->uses.n; u++) {
+        ir_node *w = ir_nd(g, x->uses.v[u].node);
+        if (w->dead || w->op != IR_OP_GRAD_ACCUMULATE || x->uses.v[u].operand != 0)
+            continue;
+        int d = w->in.v[1];
+        *acc_steps = ir_attr_int(&w->attrs, "steps", 1);
+        ir_kill_node(g, w);
+        kl_vec_push(*dead_accs, v);
+        return d;
+    }
+    kl_panic("shard zero2: accumulator %s has no grad_accumulate", x->name);
+}
+
+/* One bucket: the gradients' slice, the master slice, the update of the
+ * slices, the gathers. zero2 (stage 2): the reduce-scatter (and, with
+ * accumulate > 1, the sliced accumulator's grad_accumulate) in the
+ * backward phase, recorded in *placed for the move after the last
+ * gradient's producer. */
+static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int stage, int no, int *sq_total,
+                        zero_vals *dead_accs, zero_vals *placed)
 {
     int params[ZERO_MAX_MEMBERS + 1], grads[ZERO_MAX_MEMBERS];
-    int64_t total = 0;
+    int64_t total = 0, acc_steps = 0;
     for (int i = 0; i < n; i++) {
         params[i + 1] = members[i]->in.v[0];
         grads[i] = members[i]->in.v[1];
+        if (stage >= 2)
+            grads[i] = backward_grad(g, grads[i], &acc_steps, dead_accs);
         total += ir_type_numel(&ir_val(g, params[i + 1])->type);
     }
     int64_t s = (total + ranks - 1) / ranks;
-    char *base = kl_xasprintf("zero1.%d", no);
+    char *base = kl_xasprintf("zero%d.%d", stage, no);
     ir_attrs ra = {0};
     ir_attrs_set_int(&ra, "ranks", ranks);
     /* The gradients' slice. */
+    int b0 = g->nodes.n;
     char *gname = kl_xasprintf("%s.grads", base);
     int cat = flat_concat(g, grads, n, total, gname);
     char *sname = kl_xasprintf("%s.grad", base);
     int gs = ir_emit(g, IR_OP_REDUCE_SCATTER, &cat, 1, &ra, sname);
+    if (acc_steps) {
+        /* Each micro-batch's slice summed into this rank's slice of the
+         * accumulator (the first one overwrites it). */
+        char *aname = kl_xasprintf("%s.grad_acc", base);
+        int acc = declare_shard(g, aname, s, "grad_acc");
+        free(aname);
+        set_members(g, acc, members, n, 1);
+        ir_attrs sa = {0};
+        ir_attrs_set_int(&sa, "steps", acc_steps);
+        int aargs[2] = {acc, gs};
+        ir_emit(g, IR_OP_GRAD_ACCUMULATE, aargs, 2, &sa, NULL);
+        ir_attrs_free(&sa);
+        gs = acc;
+    }
+    if (stage >= 2) {
+        set_phase(g, b0, IR_PHASE_BACKWARD);
+        for (int k = b0; k < g->nodes.n; k++)
+            kl_vec_push(*placed, k);
+        kl_vec_push(*placed, -1);
+    }
+    int u0n = g->nodes.n;
     /* The master slice, from the params. */
     char *mname = kl_xasprintf("%s.master", base);
     params[0] = declare_shard(g, mname, s, "zero_master");
@@ -140,19 +217,10 @@ static void zero1_bucket(ir_graph *g, ir_node **members, int n, int ranks, int n
         char *name = kl_xasprintf("%s.%s", base, dot ? dot + 1 : member);
         args[nupd] = declare_shard(g, name, s, "optimizer_state");
         free(name);
-        ir_attrs *sa = &ir_val(g, args[nupd++])->attrs;
-        kl_buf names = {0};
-        int64_t counts[ZERO_MAX_MEMBERS];
-        for (int i = 0; i < n; i++) {
-            const ir_value *old = ir_val(g, members[i]->in.v[k]);
-            kl_buf_printf(&names, "%s%s", i ? "," : "", old->name);
-            counts[i] = ir_type_numel(&old->type);
-            olds[i][nold] = old->id;
-        }
+        set_members(g, args[nupd++], members, n, k);
+        for (int i = 0; i < n; i++)
+            olds[i][nold] = members[i]->in.v[k];
         nold++;
-        ir_attrs_set_str(sa, "members", names.s ? names.s : "");
-        ir_attrs_set_ints(sa, "counts", counts, n);
-        kl_buf_free(&names);
     }
     ir_emit(g, u0->op, args, nupd, &u0->attrs, NULL);
     ir_nd(g, g->nodes.n - 1)->loc = u0->loc;
@@ -169,6 +237,7 @@ static void zero1_bucket(ir_graph *g, ir_node **members, int n, int ranks, int n
         int sq = ir_emit1(g, IR_OP_SUM, ir_emit2(g, IR_OP_MUL, gs, gs, NULL), NULL);
         *sq_total = *sq_total < 0 ? sq : ir_emit2(g, IR_OP_ADD, *sq_total, sq, NULL);
     }
+    set_phase(g, stage >= 2 ? u0n : b0, IR_PHASE_UPDATE);
     ir_attrs_free(&ra);
     free(base);
     free(gname);
@@ -199,7 +268,88 @@ static int zero_old_sqnorm(const ir_graph *g)
     return -1;
 }
 
-int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes)
+/* Dead code left by the rewiring (the whole gradients' squared norms),
+ * so that nothing in the update phase reads a whole gradient or an old
+ * accumulator any more. */
+static void remove_dead(ir_graph *g, int first)
+{
+    for (int i = first - 1; i >= 0; i--) {
+        ir_node *n = ir_nd(g, i);
+        if (n->dead || n->phase != IR_PHASE_UPDATE || n->out.n == 0)
+            continue;
+        bool used = false;
+        for (int k = 0; k < n->out.n && !used; k++)
+            used = ir_val(g, n->out.v[k])->uses.n > 0 || ir_is_output(g, n->out.v[k]);
+        if (!used)
+            ir_kill_node(g, n);
+    }
+}
+
+/* zero2: each bucket's backward nodes (runs in placed, ended by -1) moved
+ * to just after the last producer of the gradients they read, so that the
+ * schedule (program order among the ready nodes) reduce-scatters a bucket
+ * as soon as its gradients are complete and the whole gradients' arena
+ * lifetimes end there. */
+static void place_early(ir_graph *g, const zero_vals *placed)
+{
+    int n = g->nodes.n;
+    int *after = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), *moved = kl_xcalloc((size_t)n + 1, sizeof(int));
+    int *order = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), on = 0;
+    for (int k = 0; k < n; k++)
+        after[k] = -1;
+    /* after[anchor] = the first index in placed of a run anchored there. */
+    int *next_run = kl_xmalloc(sizeof(int) * (size_t)(placed->n + 1));
+    for (int r = 0; r < placed->n;) {
+        int anchor = -1, end = r;
+        while (placed->v[end] >= 0)
+            end++;
+        for (int k = r; k < end; k++) {
+            const ir_node *x = ir_nd(g, placed->v[k]);
+            moved[placed->v[k]] = 1;
+            for (int j = 0; j < x->in.n; j++) {
+                int d = ir_val(g, x->in.v[j])->def;
+                if (d >= 0 && ir_nd(g, d)->phase == IR_PHASE_BACKWARD && !moved[d] && d > anchor)
+                    anchor = d;
+            }
+        }
+        next_run[r] = -1;
+        if (anchor >= 0) {
+            /* Runs anchored at the same node keep their order. */
+            int *at = &after[anchor];
+            while (*at >= 0)
+                at = &next_run[*at];
+            *at = r;
+        }
+        r = end + 1;
+    }
+    for (int k = 0; k < n; k++) {
+        if (!moved[k])
+            order[on++] = k;
+        for (int r = moved[k] ? -1 : after[k]; r >= 0; r = next_run[r])
+            for (int q = r; placed->v[q] >= 0; q++)
+                order[on++] = placed->v[q];
+    }
+    /* A run without a backward anchor stays where it is. */
+    for (int r = 0; r < placed->n;) {
+        int end = r;
+        while (placed->v[end] >= 0)
+            end++;
+        bool put = false;
+        for (int q = 0; q < on && !put; q++)
+            put = order[q] == placed->v[r];
+        for (int q = r; q < end && !put; q++)
+            order[on++] = placed->v[q];
+        r = end + 1;
+    }
+    kl_check(on == n);
+    ir_reorder(g, order);
+    free(after);
+    free(moved);
+    free(order);
+    free(next_run);
+}
+
+int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
 {
     int first = g->nodes.n;
     KL_VEC(ir_node *) ups = {0};
@@ -210,15 +360,25 @@ int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes)
             continue;
         const ir_value *p = ir_val(g, n->in.v[0]), *d = ir_val(g, n->in.v[1]);
         if (p->type.dtype != IR_F32 || d->type.dtype != IR_F32) {
-            pass_error(g, p->loc, "shard = zero1 partitions f32 params and gradients; %s is %s (gradient %s)", p->name,
-                       ir_dtype_name(p->type.dtype), ir_dtype_name(d->type.dtype));
+            pass_error(g, p->loc, "shard = zero%d partitions f32 params and gradients; %s is %s (gradient %s)", stage,
+                       p->name, ir_dtype_name(p->type.dtype), ir_dtype_name(d->type.dtype));
             rc = -1;
         }
         kl_vec_push(ups, n);
     }
-    /* The clipping norm: its squared norm is replaced by the slices'. */
+    /* zero2: buckets in backward's order (the last param's gradient is
+     * the first one complete), as DDP's. */
+    if (stage >= 2)
+        for (int i = 0, j = ups.n - 1; i < j; i++, j--) {
+            ir_node *t = ups.v[i];
+            ups.v[i] = ups.v[j];
+            ups.v[j] = t;
+        }
+    /* The clipping norm and the fp16 check: their squared norm is
+     * replaced by the slices'. */
     int old_sq = zero_old_sqnorm(g), new_sq = -1;
     int no = 0;
+    zero_vals dead_accs = {0}, placed = {0};
     for (int i = 0; i < ups.n && !rc; i++) {
         if (!ups.v[i])
             continue;
@@ -237,17 +397,18 @@ int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes)
                 ups.v[j] = NULL;
         }
         ups.v[i] = NULL;
-        zero1_bucket(g, members, m, ranks, no++, old_sq >= 0 ? &new_sq : NULL);
+        zero_bucket(g, members, m, ranks, stage, no++, old_sq >= 0 ? &new_sq : NULL, &dead_accs, &placed);
     }
     free(ups.v);
-    if (rc)
-        return rc;
-    if (old_sq >= 0) {
+    if (!rc && old_sq >= 0) {
         ir_attrs a = {0};
         ir_attrs_set_str(&a, "reduce", "sum");
         ir_attrs_set_int(&a, "ranks", ranks);
-        int sum = ir_emit(g, IR_OP_ALL_REDUCE, &new_sq, 1, &a, "zero1.grad_sqnorm");
+        char *name = kl_xasprintf("zero%d.grad_sqnorm", stage);
+        int sum = ir_emit(g, IR_OP_ALL_REDUCE, &new_sq, 1, &a, name);
+        free(name);
         ir_attrs_free(&a);
+        ir_nd(g, g->nodes.n - 1)->phase = IR_PHASE_UPDATE;
         const ir_value *ov = ir_val(g, old_sq);
         for (int u = ov->uses.n - 1; u >= 0; u--) {
             ir_use use = ov->uses.v[u];
@@ -255,8 +416,17 @@ int pass_shard_zero1(ir_graph *g, int ranks, int64_t bucket_bytes)
                 ir_set_operand(g, ir_nd(g, use.node), use.operand, sum);
         }
     }
-    for (int k = first; k < g->nodes.n; k++)
-        ir_nd(g, k)->phase = IR_PHASE_UPDATE;
+    if (!rc) {
+        remove_dead(g, first);
+        for (int i = 0; i < dead_accs.n; i++)
+            ir_undeclare(g, dead_accs.v[i]);
+        if (placed.n)
+            place_early(g, &placed);
+    }
+    free(dead_accs.v);
+    free(placed.v);
+    if (rc)
+        return rc;
     ir_compact(g);
     ir_toposort(g);
     return 0;

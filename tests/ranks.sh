@@ -52,16 +52,16 @@ launch)
   fi
   echo "ok: the control (KILN_MPI=0: two independent runs) differs from the reference"
   # Settings that are not built are refused by every rank, and the job ends.
-  if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard zero2 > /dev/null 2> "$tmp/err.txt"; then
-    echo "FAIL: --shard zero2 was accepted"; exit 1
+  if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard zero3 > /dev/null 2> "$tmp/err.txt"; then
+    echo "FAIL: --shard zero3 was accepted"; exit 1
   fi
-  grep -q "shard = zero2 is not implemented yet" "$tmp/err.txt" || { echo "FAIL: no clear error for zero2"; cat "$tmp/err.txt"; exit 1; }
+  grep -q "shard = zero3 is not implemented yet" "$tmp/err.txt" || { echo "FAIL: no clear error for zero3"; cat "$tmp/err.txt"; exit 1; }
   # An error on rank 0 alone (it alone writes files) ends the job.
   if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --save "$tmp/no/such/dir/x.ckpt" > /dev/null 2> "$tmp/err.txt"; then
     echo "FAIL: an unwritable --save was accepted"; exit 1
   fi
   grep -q "no/such/dir" "$tmp/err.txt" || { echo "FAIL: the error does not name the path"; cat "$tmp/err.txt"; exit 1; }
-  echo "ok: zero2 refused; an error on rank 0 ends the job"
+  echo "ok: zero3 refused; an error on rank 0 ends the job"
   ;;
 mlp)
   # No batch norm: N ranks of batch 48/N against one rank of batch 48.

@@ -6,7 +6,7 @@ add_test(NAME zero.collectives COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zero/col
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(zero.collectives PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 # shard = zero1 (tests/zero/zero1.sh) against one rank with the same global batch.
-foreach(case mlp cnn precision resume refused)
+foreach(case mlp cnn resume refused)
   add_test(NAME zero.zero1.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/zero/zero1.sh ${KILN_EXE} ${case}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(zero.zero1.${case} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
