@@ -935,11 +935,20 @@ int ir_shape_shard(ir_infer *inf)
     int64_t ranks = ir_attr_int(inf->attrs, "ranks", 0);
     if (ranks < 1 || ranks > 1 << 20)
         return ir_infer_error(inf, "%s: ranks must be between 1 and %d", name, 1 << 20);
+    /* copies (shard_gather): x1..xk then c1..ck, each c_i as many
+     * elements as x_i. */
+    bool copies = ir_attr_int(inf->attrs, "copies", 0) != 0;
+    int k = copies ? (inf->nin - 1) / 2 : inf->nin - 1;
+    if (copies && (inf->nin - 1) % 2)
+        return ir_infer_error(inf, "%s: copies = 1 needs as many copies as values", name);
     int64_t n = 0;
     for (int i = 1; i < inf->nin; i++) {
         if (!ir_dtype_is_float(inf->in[i].dtype) || inf->in[i].dtype == IR_F64)
             return ir_infer_error(inf, "%s: operand %d must be f32, bf16 or f16", name, i + 1);
-        n += ir_type_numel(&inf->in[i]);
+        if (i > k && ir_type_numel(&inf->in[i]) != ir_type_numel(&inf->in[i - k]))
+            return ir_infer_error(inf, "%s: copy %d does not have the elements of value %d", name, i - k, i - k);
+        if (i <= k)
+            n += ir_type_numel(&inf->in[i]);
     }
     const ir_type *s = &inf->in[0];
     if (s->dtype != IR_F32 || s->rank != 1 || s->dim[0] != (n + ranks - 1) / ranks)

@@ -25,8 +25,9 @@
  *
  * bf16/fp16: the update phase reads fp32 gradients (the precision pass
  * casts them) and fp32 params (the master weights); the params'
- * low-precision copies (NAME.lowp) stay whole and a second shard_gather
- * fills them from the same updated master slices, rounded once.
+ * low-precision copies (NAME.lowp) stay whole and the shard_gather
+ * (copies = 1) fills them from the same all-gathered fp32 master slices,
+ * rounded once (a bucket holds at most 15 params then).
  * Refused with the reason: f64 params. Each zero1 state records the member state it is
  * a slice of ("members": names, "counts": their elements) so that a
  * checkpoint holds the usual full state (driver/train_ranks.c). */
@@ -36,6 +37,9 @@
 #include "passes.h"
 
 #define ZERO_MAX_MEMBERS 30
+/* A bucket of params with 16-bit copies: its shard_gather writes both
+ * (at most 31 operands). */
+#define ZERO_LOWP_MEMBERS 15
 
 typedef KL_VEC(int) zero_vals;
 
@@ -88,6 +92,14 @@ static bool same_update(const ir_node *a, const ir_node *b)
 }
 
 static bool is_lowp(const ir_graph *g, int v) { return !strcmp(ir_attr_str(&ir_val(g, v)->attrs, "role", ""), "lowp"); }
+
+static bool has_lowp_operand(const ir_graph *g, const ir_node *u)
+{
+    for (int k = 4; k < u->in.n; k++)
+        if (is_lowp(g, u->in.v[k]))
+            return true;
+    return false;
+}
 
 static kl_loc u0loc(ir_node **members) { return members[0]->loc; }
 
@@ -159,6 +171,16 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
     ir_attrs_set_int(&ra, "ranks", ranks);
     /* The gradients' slice. */
     int b0 = g->nodes.n;
+    for (int i = 0; i < n; i++)
+        if (ir_val(g, grads[i])->type.dtype != IR_F32) {
+            /* bf16/fp16 with accumulate > 1: a micro-batch's 16-bit
+             * gradient, summed across the ranks in f32 as the fp32
+             * accumulator would sum it. */
+            ir_attrs a = {0};
+            ir_attrs_set_str(&a, "to", "f32");
+            grads[i] = ir_emit(g, IR_OP_CAST, &grads[i], 1, &a, NULL);
+            ir_attrs_free(&a);
+        }
     char *gname = kl_xasprintf("%s.grads", base);
     int cat = flat_concat(g, grads, n, total, gname);
     char *sname = kl_xasprintf("%s.grad", base);
@@ -208,7 +230,6 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
     for (int k = 4; k < nargs; k++) {
         if (is_lowp(g, u0->in.v[k])) {
             has_lowp = true;
-            lowp[0] = params[0];
             for (int i = 0; i < n; i++)
                 lowp[i + 1] = members[i]->in.v[k];
             continue;
@@ -224,9 +245,20 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
     }
     ir_emit(g, u0->op, args, nupd, &u0->attrs, NULL);
     ir_nd(g, g->nodes.n - 1)->loc = u0->loc;
-    ir_add_node(g, IR_OP_SHARD_GATHER, params, n + 1, &ra, NULL, NULL, u0loc(members));
-    if (has_lowp)
-        ir_add_node(g, IR_OP_SHARD_GATHER, lowp, n + 1, &ra, NULL, NULL, u0loc(members));
+    if (has_lowp) {
+        /* One all-gather fills the params and their copies. */
+        int both[2 * ZERO_LOWP_MEMBERS + 1];
+        kl_check(n <= ZERO_LOWP_MEMBERS);
+        memcpy(both, params, sizeof(int) * (size_t)(n + 1));
+        memcpy(both + n + 1, lowp + 1, sizeof(int) * (size_t)n);
+        ir_attrs ga;
+        ir_attrs_copy(&ga, &ra);
+        ir_attrs_set_int(&ga, "copies", 1);
+        ir_add_node(g, IR_OP_SHARD_GATHER, both, 2 * n + 1, &ga, NULL, NULL, u0loc(members));
+        ir_attrs_free(&ga);
+    } else {
+        ir_add_node(g, IR_OP_SHARD_GATHER, params, n + 1, &ra, NULL, NULL, u0loc(members));
+    }
     for (int i = 0; i < n; i++)
         ir_kill_node(g, members[i]);
     for (int i = 0; i < n; i++)
@@ -385,7 +417,8 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
         ir_node *members[ZERO_MAX_MEMBERS];
         int m = 0;
         int64_t bytes = 0;
-        for (int j = i; j < ups.n && m < ZERO_MAX_MEMBERS; j++) {
+        int most = has_lowp_operand(g, ups.v[i]) ? ZERO_LOWP_MEMBERS : ZERO_MAX_MEMBERS;
+        for (int j = i; j < ups.n && m < most; j++) {
             if (!ups.v[j] || !same_update(ups.v[i], ups.v[j]))
                 continue;
             int64_t b = ir_type_bytes(&ir_val(g, ups.v[j]->in.v[0])->type);

@@ -200,8 +200,13 @@ static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
         else
             memcpy(full, shard, (size_t)m * sizeof *full);
     }
+    /* copies (shard_gather): the second half of the values gets the
+     * first half's elements again. */
+    int k = ir_attr_int(&n->attrs, "copies", 0) ? (st->nargs - 1) / 2 : st->nargs - 1;
     int64_t at = 0, lo = (int64_t)rank * m, hi = lo + m;
     for (int i = 1; i < st->nargs; i++) {
+        if (i == k + 1)
+            at = 0;
         const kl_buffer *xb = &e->plan->buffers.v[st->args[i]];
         void *x = e->ptrs[st->args[i]];
         for (int64_t j = 0; j < xb->numel; j++, at++) {

@@ -60,6 +60,11 @@ precision)
   one bf16 "$tmp/mlp" --batch 24 --precision bf16
   ranks 4 zbf16 "$tmp/mlp" --batch 6 --precision bf16
   same bf16 zbf16
+  # bf16 with accumulate 2: each micro-batch's gradient reduce-scattered
+  # into the fp32 accumulator's slice.
+  one bf16acc "$tmp/mlp" --batch 12 --accumulate 2 --precision bf16
+  ranks 4 zbf16acc "$tmp/mlp" --batch 3 --accumulate 2 --precision bf16
+  same bf16acc zbf16acc
   ls="loss_scale=dynamic(scale=1e6, interval=4)"
   one fp16 "$tmp/mlp" --batch 8 --accumulate 3 --precision fp16 --set "$ls"
   ranks 3 zfp16 "$tmp/mlp" --batch 8 --precision fp16 --set "$ls"
