@@ -8,10 +8,13 @@
 #   bench/ranks_bytes.sh [MODEL] [N...]     (default examples/mlp.kl, 2 3 4)
 #   KILN=path/to/kiln bench/ranks_bytes.sh  (default ./build/kiln)
 #   SHARD=zero1 bench/ranks_bytes.sh        (--shard; default dp)
+#   PRECISION=bf16 bench/ranks_bytes.sh     (--precision; default fp32)
 #
-# zero1 sends the same 2 (N - 1) / N x the gradients' bytes (plus the
-# padding to N slices): a reduce-scatter of the gradients, then an
-# all-gather of the updated params' slices.
+# zero1 and zero2 send the same 2 (N - 1) / N x the gradients' bytes (plus
+# the padding to N slices): a reduce-scatter of the gradients (zero2: per
+# bucket, in backward), then an all-gather of the updated fp32 master
+# slices (under bf16/fp16 the same one all-gather fills the params' 16-bit
+# copies too).
 #
 # Measured by Open MPI's monitoring component (pml_monitoring: every
 # point-to-point message a rank sends, collectives' included, per peer),
@@ -26,6 +29,7 @@
 set -euo pipefail
 kiln=${KILN:-./build/kiln}
 shard=${SHARD:-dp}
+precision=${PRECISION:-fp32}
 model=${1:-examples/mlp.kl}
 shift || true
 nps=("$@")
@@ -45,14 +49,15 @@ sent() {
   rm -f "$tmp"/prof.*
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$np" --mca pml_monitoring_enable 2 \
     --mca pml_monitoring_enable_output 3 --mca pml_monitoring_filename "$tmp/prof" "${extra[@]}" \
-    "$tmp/exe" --data synthetic:600 --batch 8 --steps "$steps" --eval-every 0 --threads 1 --quiet --shard "$shard" > /dev/null
+    "$tmp/exe" --data synthetic:600 --batch 8 --steps "$steps" --eval-every 0 --threads 1 --quiet --shard "$shard" \
+    --precision "$precision" > /dev/null
   for ((r = 0; r < np; r++)); do
     awk '$1 == "I" || $1 == "E" { b += $4 } END { printf "%d ", b }' "$tmp/prof.$r.prof"
   done
   echo
 }
 
-echo "model $model, Psi = $psi params (fp32 gradients: $((4 * psi)) bytes), shard $shard"
+echo "model $model, Psi = $psi params (fp32 gradients: $((4 * psi)) bytes), shard $shard, precision $precision"
 printf "%-4s %-8s %14s %14s %14s %8s\n" N algorithm "least/rank" "most/rank" "formula" "most/f"
 for np in "${nps[@]}"; do
   for alg in default ring; do

@@ -41,6 +41,11 @@ mlp)
   # The control: KILN_MPI=0 makes each process a run of its own.
   KILN_MPI=0 ranks 2 ctl "$tmp/mlp" --batch 24
   differ ref ctl
+  # The start-up lines name the mode and the memory per rank.
+  "${mpi[@]}" -np 2 "$tmp/mlp" --data synthetic:600 --steps 1 --eval-every 0 --shard zero2 > "$tmp/out.txt"
+  grep -q "^ranks: world 2 (mpirun (Open MPI)), shard zero2" "$tmp/out.txt" &&
+    grep -q "^memory per rank (2 ranks, shard zero2, gradients, optimizer state and fp32 master partitioned)" "$tmp/out.txt" ||
+    { echo "FAIL: the start-up lines do not say zero2"; grep -E "^(ranks|memory)" "$tmp/out.txt"; exit 1; }
   ;;
 cnn)
   # Batch norm per rank (tests/ranks.sh, cnn): the reference accumulates
