@@ -257,7 +257,12 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
         ir_add_node(g, IR_OP_SHARD_GATHER, both, 2 * n + 1, &ga, NULL, NULL, u0loc(members));
         ir_attrs_free(&ga);
     } else {
-        ir_add_node(g, IR_OP_SHARD_GATHER, params, n + 1, &ra, NULL, NULL, u0loc(members));
+        /* ir_add_node sets no defaults; the text format's reader does. */
+        ir_attrs ga;
+        ir_attrs_copy(&ga, &ra);
+        ir_attrs_set_int(&ga, "copies", 0);
+        ir_add_node(g, IR_OP_SHARD_GATHER, params, n + 1, &ga, NULL, NULL, u0loc(members));
+        ir_attrs_free(&ga);
     }
     for (int i = 0; i < n; i++)
         ir_kill_node(g, members[i]);
