@@ -39,7 +39,8 @@ void ref_RANK_BROADCAST(ref_eval *r, const ir_node *n)
 
 /* shard_copy: rank 0's slice of x1..xk flattened, padded with zeros;
  * shard_gather: as if every rank held this s, x1..xk get ranks copies
- * of s one after the other. */
+ * of s one after the other (with copies = 1, the copies c1..ck after
+ * x1..xk get the same values again). */
 void ref_SHARD_COPY(ref_eval *r, const ir_node *n)
 {
     double *s = IN(r, n, 0);
@@ -57,8 +58,11 @@ void ref_SHARD_GATHER(ref_eval *r, const ir_node *n)
 {
     double *s = IN(r, n, 0);
     int64_t m = numel(TIN(r, n, 0)), at = 0;
+    int half = ir_attr_int(&n->attrs, "copies", 0) ? (n->in.n - 1) / 2 : n->in.n - 1;
     for (int i = 1; i < n->in.n; i++) {
         double *x = IN(r, n, i);
+        if (i == half + 1)
+            at = 0;
         for (int64_t j = 0, k = numel(TIN(r, n, i)); j < k; j++, at++)
             x[j] = ref_round(TIN(r, n, i)->dtype, s[at % m]);
     }
