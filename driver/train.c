@@ -823,6 +823,7 @@ static void print_summary(trainer *t, train_loop *lp)
         printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, lp->er.metric[0], lp->best,
                (long long)lp->best_epoch);
     printf("\n");
+    train_overlap_print_summary(t, k->run_steps);
     /* The host over the whole run (CPU time over wall time, the resident
      * set's high-water mark), and the GPU's readings. */
     drain_samples(t, lp);
@@ -844,6 +845,7 @@ static void print_summary(trainer *t, train_loop *lp)
                   (long long)lp->step, (long long)k->run_steps, secs, k->run_s, lp->eval_s, ms, sps,
                   (long long)(k->run_steps - k->warm_steps), timed_ms, timed_sps);
     kl_buf_printf(&j, ", \"host_cpu_percent\": %.1f, \"host_rss_peak_bytes\": %lld", cpu, (long long)rss_peak);
+    train_overlap_json(t, k->run_steps, &j);
     if (rs->ngpu)
         kl_buf_printf(&j, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_peak_bytes\": %lld, \"gpu_memory_total_bytes\": %lld, \"gpu_power_w\": %.1f, \"gpu_throttle_reasons\": %llu",
                       rs->gpu_busy_sum / (double)rs->ngpu, (long long)rs->gpu_mem_peak, (long long)rs->gpu_mem_total,
@@ -1116,6 +1118,7 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
     printf("\n");
     free(plan);
     train_ranks_print_start(t);
+    train_overlap_print_start(t);
 }
 
 /* ---- --eval-only ---- */
@@ -1351,6 +1354,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.s->no_graphs = t.opt.no_cuda_graph;
     t.s->comm = t.comm;
+    t.s->overlap = t.cfg.overlap;
     if (t.opt.batch_auto && choose_batch(&t, &src, be, &g))
         goto done;
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);

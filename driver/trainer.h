@@ -156,4 +156,11 @@ int train_ranks_ckpt_begin(trainer *t, bool loading);
 void train_ranks_ckpt_end(trainer *t, bool loading);
 void train_ranks_free(trainer *t);
 
+/* train_overlap.c: the start-up line on the collectives' overlap (more
+ * than one rank), and at the end their time per step and the part of it
+ * hidden behind compute, as a line and as summary record fields. */
+void train_overlap_print_start(const trainer *t);
+void train_overlap_print_summary(const trainer *t, int64_t steps);
+void train_overlap_json(const trainer *t, int64_t steps, kl_buf *j);
+
 #endif
