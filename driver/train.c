@@ -690,9 +690,11 @@ static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_
     if (ws->ngpu)
         snprintf(gpu, sizeof gpu, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_bytes\": %lld, \"gpu_power_w\": %.1f",
                  busy, (long long)ws->gpu_mem_peak, power);
-    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f, \"data_wait_s\": %.4f, \"cpu_percent\": %.1f, \"rss_bytes\": %lld%s}",
+    char comm[160];
+    train_overlap_window(t, lp->win_steps, comm, sizeof comm);
+    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f, \"data_wait_s\": %.4f, \"cpu_percent\": %.1f, \"rss_bytes\": %lld%s%s}",
               (long long)epoch + 1, (long long)lp->step, loss_now, metric_name ? metric_name : "metric", m, lr,
-              t->loss_scale, (long long)t->skipped, sps, ms, win_wait, cpu, (long long)host.rss_bytes, gpu);
+              t->loss_scale, (long long)t->skipped, sps, ms, win_wait, cpu, (long long)host.rss_bytes, gpu, comm);
     if (t->tboard) {
         kl_tboard *tb = t->tboard;
         int64_t step = lp->step;

@@ -52,3 +52,16 @@ void train_overlap_json(const trainer *t, int64_t steps, kl_buf *j)
                      "\"collective_calls_per_step\": %.2f",
                   t->train->overlap ? "true" : "false", 1e3 * comm, 1e3 * waited, calls);
 }
+
+void train_overlap_window(trainer *t, int64_t steps, char *out, size_t n)
+{
+    out[0] = 0;
+    if (t->world == 1 || steps <= 0)
+        return;
+    const kl_exec *e = t->train;
+    double comm = e->comm_seconds - t->comm_logged, waited = e->comm_waited - t->waited_logged;
+    t->comm_logged = e->comm_seconds;
+    t->waited_logged = e->comm_waited;
+    snprintf(out, n, ", \"collective_ms\": %.4f, \"collective_waited_ms\": %.4f", 1e3 * comm / (double)steps,
+             1e3 * waited / (double)steps);
+}
