@@ -19,13 +19,13 @@ void train_overlap_print_start(const trainer *t)
                "waited for before their first reader)\n");
 }
 
-/* Per optimizer step of this run: collective seconds, seconds waited. */
-static void per_step(const trainer *t, int64_t steps, double *comm, double *waited, double *calls)
+/* Per optimizer step of this run: collective seconds, seconds exposed (waited for). */
+static void per_step(const trainer *t, int64_t steps, double *comm, double *exposed, double *calls)
 {
     const kl_exec *e = t->train;
     double n = steps > 0 ? (double)steps : 1.0;
     *comm = e->comm_seconds / n;
-    *waited = e->comm_waited / n;
+    *exposed = e->comm_waited / n;
     *calls = (double)e->comm_calls / n;
 }
 
@@ -33,12 +33,12 @@ void train_overlap_print_summary(const trainer *t, int64_t steps)
 {
     if (t->world == 1 || !t->train->comm_calls)
         return;
-    double comm, waited, calls;
-    per_step(t, steps, &comm, &waited, &calls);
-    double hidden = comm - waited;
-    printf("collectives: %.3f ms/step in %.0f calls/step (rank 0), %.3f ms/step waited for, %.3f ms/step (%.0f%%) "
+    double comm, exposed, calls;
+    per_step(t, steps, &comm, &exposed, &calls);
+    double hidden = comm - exposed;
+    printf("collectives: %.3f ms/step in %.0f calls/step (rank 0), %.3f ms/step exposed (waited for), %.3f ms/step (%.0f%%) "
            "hidden behind compute (overlap %s)\n",
-           1e3 * comm, calls, 1e3 * waited, 1e3 * hidden, comm > 0 ? 100 * hidden / comm : 0.0,
+           1e3 * comm, calls, 1e3 * exposed, 1e3 * hidden, comm > 0 ? 100 * hidden / comm : 0.0,
            t->train->overlap ? "on" : "off");
 }
 
@@ -46,11 +46,11 @@ void train_overlap_json(const trainer *t, int64_t steps, kl_buf *j)
 {
     if (t->world == 1)
         return;
-    double comm, waited, calls;
-    per_step(t, steps, &comm, &waited, &calls);
-    kl_buf_printf(j, ", \"overlap\": %s, \"collective_ms_per_step\": %.4f, \"collective_waited_ms_per_step\": %.4f, "
+    double comm, exposed, calls;
+    per_step(t, steps, &comm, &exposed, &calls);
+    kl_buf_printf(j, ", \"overlap\": %s, \"collective_ms_per_step\": %.4f, \"collective_exposed_ms_per_step\": %.4f, "
                      "\"collective_calls_per_step\": %.2f",
-                  t->train->overlap ? "true" : "false", 1e3 * comm, 1e3 * waited, calls);
+                  t->train->overlap ? "true" : "false", 1e3 * comm, 1e3 * exposed, calls);
 }
 
 void train_overlap_window(trainer *t, int64_t steps, char *out, size_t n)
@@ -59,9 +59,9 @@ void train_overlap_window(trainer *t, int64_t steps, char *out, size_t n)
     if (t->world == 1 || steps <= 0)
         return;
     const kl_exec *e = t->train;
-    double comm = e->comm_seconds - t->comm_logged, waited = e->comm_waited - t->waited_logged;
+    double comm = e->comm_seconds - t->comm_logged, exposed = e->comm_waited - t->waited_logged;
     t->comm_logged = e->comm_seconds;
     t->waited_logged = e->comm_waited;
-    snprintf(out, n, ", \"collective_ms\": %.4f, \"collective_waited_ms\": %.4f", 1e3 * comm / (double)steps,
-             1e3 * waited / (double)steps);
+    snprintf(out, n, ", \"collective_ms\": %.4f, \"collective_exposed_ms\": %.4f", 1e3 * comm / (double)steps,
+             1e3 * exposed / (double)steps);
 }

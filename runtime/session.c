@@ -525,7 +525,7 @@ void kl_exec_print_profile(const kl_exec *e, FILE *out, int top)
     }
     fprintf(out, "total %.1f ms over %d distinct steps\n", 1e3 * total, n);
     if (e->comm_calls)
-        fprintf(out, "collectives: %.1f ms over %lld calls (%s), %.1f ms waited for, %.1f ms (%.0f%%) hidden behind compute\n",
+        fprintf(out, "collectives: %.1f ms over %lld calls (%s), %.1f ms exposed (waited for), %.1f ms (%.0f%%) hidden behind compute\n",
                 1e3 * e->comm_seconds, (long long)e->comm_calls,
                 e->overlap ? "on the communication thread, in the total above though they overlap compute" : "in program order",
                 1e3 * e->comm_waited, 1e3 * (e->comm_seconds - e->comm_waited),

@@ -63,8 +63,9 @@ typedef struct kl_exec {
     const struct kl_exec *arena_user;
     struct kl_overlap *overlap; /* NULL: collectives run in program order */
     /* The collectives of every run: their seconds (on the communication
-     * thread, or inline), the seconds the executor waited for them (all of
-     * it without overlap) and how many ran. */
+     * thread, or inline), the part of those the executor spent waiting for
+     * them (all of it without overlap; the rest was hidden behind
+     * compute) and how many ran. */
     double comm_seconds, comm_waited;
     int64_t comm_calls;
 } kl_exec;
