@@ -690,9 +690,11 @@ static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_
     if (ws->ngpu)
         snprintf(gpu, sizeof gpu, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_bytes\": %lld, \"gpu_power_w\": %.1f",
                  busy, (long long)ws->gpu_mem_peak, power);
-    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f, \"data_wait_s\": %.4f, \"cpu_percent\": %.1f, \"rss_bytes\": %lld%s}",
+    char comm[160];
+    train_overlap_window(t, lp->win_steps, comm, sizeof comm);
+    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f, \"data_wait_s\": %.4f, \"cpu_percent\": %.1f, \"rss_bytes\": %lld%s%s}",
               (long long)epoch + 1, (long long)lp->step, loss_now, metric_name ? metric_name : "metric", m, lr,
-              t->loss_scale, (long long)t->skipped, sps, ms, win_wait, cpu, (long long)host.rss_bytes, gpu);
+              t->loss_scale, (long long)t->skipped, sps, ms, win_wait, cpu, (long long)host.rss_bytes, gpu, comm);
     if (t->tboard) {
         kl_tboard *tb = t->tboard;
         int64_t step = lp->step;
@@ -823,6 +825,7 @@ static void print_summary(trainer *t, train_loop *lp)
         printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, lp->er.metric[0], lp->best,
                (long long)lp->best_epoch);
     printf("\n");
+    train_overlap_print_summary(t, k->run_steps);
     /* The host over the whole run (CPU time over wall time, the resident
      * set's high-water mark), and the GPU's readings. */
     drain_samples(t, lp);
@@ -844,6 +847,7 @@ static void print_summary(trainer *t, train_loop *lp)
                   (long long)lp->step, (long long)k->run_steps, secs, k->run_s, lp->eval_s, ms, sps,
                   (long long)(k->run_steps - k->warm_steps), timed_ms, timed_sps);
     kl_buf_printf(&j, ", \"host_cpu_percent\": %.1f, \"host_rss_peak_bytes\": %lld", cpu, (long long)rss_peak);
+    train_overlap_json(t, k->run_steps, &j);
     if (rs->ngpu)
         kl_buf_printf(&j, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_peak_bytes\": %lld, \"gpu_memory_total_bytes\": %lld, \"gpu_power_w\": %.1f, \"gpu_throttle_reasons\": %llu",
                       rs->gpu_busy_sum / (double)rs->ngpu, (long long)rs->gpu_mem_peak, (long long)rs->gpu_mem_total,
@@ -1116,6 +1120,7 @@ static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int6
     printf("\n");
     free(plan);
     train_ranks_print_start(t);
+    train_overlap_print_start(t);
 }
 
 /* ---- --eval-only ---- */
@@ -1351,6 +1356,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.s->no_graphs = t.opt.no_cuda_graph;
     t.s->comm = t.comm;
+    t.s->overlap = t.cfg.overlap;
     if (t.opt.batch_auto && choose_batch(&t, &src, be, &g))
         goto done;
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);

@@ -33,6 +33,8 @@ static const char usage[] =
     "                     ranks of mpirun/srun); zero1/2/3 are not built yet\n"
     "  --bucket B         bytes per all-reduce of gradients across ranks (default\n"
     "                     25MiB; 0: one per gradient)\n"
+    "  --overlap on|off   run the collectives on a communication thread while\n"
+    "                     backward goes on (default on; off: in program order)\n"
     "  --memory-limit B   refuse to start when the planned memory (params, state and\n"
     "                     the arena) exceeds B bytes (or \"2GiB\", \"500MB\")\n"
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
@@ -106,7 +108,7 @@ static const struct { const char *flag, *key; } mapped[] = {
     {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
     {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
     {"--precision", "precision"}, {"--memory-limit", "memory_limit"}, {"--tensorboard", "tensorboard"},
-    {"--shard", "shard"}, {"--bucket", "bucket"},
+    {"--shard", "shard"}, {"--bucket", "bucket"}, {"--overlap", "overlap"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.
@@ -115,7 +117,7 @@ static const struct { const char *flag, *key; } mapped[] = {
 char *train_kernel_flags(const train_options *o)
 {
     static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr",
-                                         "tensorboard", "shard", "bucket"};
+                                         "tensorboard", "shard", "bucket", "overlap"};
     kl_buf b = {0};
     if (o->batch_auto)
         kl_buf_puts(&b, "--batch auto");

@@ -97,6 +97,7 @@ struct trainer {
      * averaged across ranks before evaluation and checkpoints. */
     kl_comm *comm;
     int rank, world;
+    double comm_logged, waited_logged; /* train_overlap.c: the collectives' seconds at the last progress record */
     KL_VEC(int) averaged;
     /* shard = zero1: the full optimizer state gathered from the ranks'
      * slices at the last train_ranks_settle (host memory in ptr), which
@@ -155,5 +156,15 @@ void train_ranks_print_start(const trainer *t);
 int train_ranks_ckpt_begin(trainer *t, bool loading);
 void train_ranks_ckpt_end(trainer *t, bool loading);
 void train_ranks_free(trainer *t);
+
+/* train_overlap.c: the start-up line on the collectives' overlap (more
+ * than one rank), and at the end their time per step and the part of it
+ * hidden behind compute, as a line and as summary record fields. */
+void train_overlap_print_start(const trainer *t);
+void train_overlap_print_summary(const trainer *t, int64_t steps);
+void train_overlap_json(const trainer *t, int64_t steps, kl_buf *j);
+/* The progress record's fields for the steps since the last: the
+ * collectives' ms per step and the ms waited for them ("" with one rank). */
+void train_overlap_window(trainer *t, int64_t steps, char *out, size_t n);
 
 #endif

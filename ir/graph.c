@@ -540,6 +540,11 @@ static int heap_pop(heap *h)
 
 void ir_toposort_units(ir_graph *g, const int *unit)
 {
+    ir_toposort_eager(g, unit, NULL);
+}
+
+void ir_toposort_eager(ir_graph *g, const int *unit, const bool *eager)
+{
     int n = g->nodes.n;
     /* The program order: phases in turn (startup, forward, backward,
      * update), the current order within each. A pass may append a node
@@ -643,18 +648,27 @@ void ir_toposort_units(ir_graph *g, const int *unit)
     }
     heap h = {kl_xmalloc(sizeof(int) * (size_t)(n + 1)), 0};
     int *order = kl_xmalloc(sizeof(int) * (size_t)(n + 1)), on = 0;
-    /* The heap orders units by the program position of their head. */
+    /* The heap orders ready units by the program position of their head,
+     * eager units (key below n) before all others (key n + position). The
+     * edges above use the program positions, never the keys, so eager
+     * units move only as far as their operands and in-place orders allow. */
+    int *by_key = kl_xmalloc(sizeof(int) * (size_t)(2 * n + 1));
+#define KEY(j) (eager && eager[j] ? pos[j] : n + pos[j])
+    for (int j = 0; j < n; j++)
+        by_key[KEY(j)] = j;
     for (int j = 0; j < n; j++)
         if (!g->nodes.v[j]->dead && head[j] == j && indeg[j] == 0)
-            heap_push(&h, pos[j]);
+            heap_push(&h, KEY(j));
     while (h.n) {
-        int u = by_pos[heap_pop(&h)];
+        int u = by_key[heap_pop(&h)];
         for (int k = 0; k < members[u].n; k++)
             order[on++] = members[u].v[k];
         for (int k = 0; k < succ[u].n; k++)
             if (--indeg[succ[u].v[k]] == 0)
-                heap_push(&h, pos[succ[u].v[k]]);
+                heap_push(&h, KEY(succ[u].v[k]));
     }
+#undef KEY
+    free(by_key);
     int live = 0;
     for (int j = 0; j < n; j++)
         live += !g->nodes.v[j]->dead;

@@ -372,6 +372,10 @@ void ir_toposort(ir_graph *g);
 /* The same with nodes of one unit (unit[i] >= 0 equal) kept together and
  * in their current order: fusion groups run as one kernel. */
 void ir_toposort_units(ir_graph *g, const int *unit);
+/* The same with the units whose head node j has eager[j] run as soon as
+ * their operands are ready (before any other ready unit), the others in
+ * program order: the schedule places collectives early this way. */
+void ir_toposort_eager(ir_graph *g, const int *unit, const bool *eager);
 /* Puts node order[k] at position k and renumbers. */
 void ir_reorder(ir_graph *g, const int *order);
 /* Drops dead nodes and values nobody defines or uses; renumbers. */

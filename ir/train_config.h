@@ -67,6 +67,7 @@ typedef struct kl_train_config {
     int64_t memory_limit;  /* bytes; 0: none */
     char *tensorboard;     /* a folder for event files; NULL: none */
     int64_t bucket;        /* bytes per all-reduce across ranks; 0: one per gradient */
+    bool overlap;          /* collectives on a communication thread (runtime/overlap.h) */
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.

@@ -132,19 +132,26 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
     kl_train_config_free(&cfg);
     if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2)
         return pass_shard_zero(g, cx->ranks, bucket_bytes, mode == KL_SHARD_ZERO1 ? 1 : 2);
-    /* What the update reads from forward or backward, in the order of its
-     * first reader. */
+    /* What the update reads from forward or backward, in the order it is
+     * ready (its last writer there; ties: its first reader in the update),
+     * so that a bucket fills as backward goes and its all_reduce can start
+     * while backward computes the next (the schedule places it there). */
     int nv = g->values.n;
     bool *from_backward = kl_xcalloc((size_t)nv + 1, 1), *done = kl_xcalloc((size_t)nv + 1, 1);
+    int *ready_at = kl_xcalloc((size_t)nv + 1, sizeof(int));
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
         if (n->dead || n->phase == IR_PHASE_UPDATE)
             continue;
-        for (int k = 0; k < n->out.n; k++)
+        for (int k = 0; k < n->out.n; k++) {
             from_backward[n->out.v[k]] = true;
+            ready_at[n->out.v[k]] = i;
+        }
         for (int k = 0; k < n->in.n; k++)
-            if (ir_op_mutates(n->op, k))
+            if (ir_op_mutates(n->op, k)) {
                 from_backward[n->in.v[k]] = true;
+                ready_at[n->in.v[k]] = i;
+            }
     }
     KL_VEC(int) vals = {0};
     int rc = 0;
@@ -168,6 +175,13 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             kl_vec_push(vals, v);
         }
     }
+    for (int i = 1; i < vals.n; i++) /* stable insertion sort: few values */
+        for (int j = i; j > 0 && ready_at[vals.v[j]] < ready_at[vals.v[j - 1]]; j--) {
+            int t = vals.v[j];
+            vals.v[j] = vals.v[j - 1];
+            vals.v[j - 1] = t;
+        }
+    free(ready_at);
     /* Buckets of one dtype up to bucket_bytes (a value larger than that
      * is a bucket of its own). */
     int bucket_no = 0;

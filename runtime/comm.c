@@ -17,6 +17,8 @@ typedef struct mpi_api {
     void *lib;
     int (*Initialized)(int *);
     int (*Init)(int *, char ***);
+    int (*Init_thread)(int *, char ***, int, int *);
+    int (*Query_thread)(int *);
     int (*Comm_rank)(mpi_handle, int *);
     int (*Comm_size)(mpi_handle, int *);
     int (*Comm_set_errhandler)(mpi_handle, mpi_handle);
@@ -30,8 +32,14 @@ typedef struct mpi_api {
     mpi_handle world, errors_return, f32, f64, i64, u16, sum, max;
 } mpi_api;
 
+/* Open MPI's MPI_THREAD_SERIALIZED: any thread may call MPI, one at a
+ * time (the communication thread, runtime/comm_thread.h). */
+#define MPI_THREAD_SERIALIZED_OMPI 2
+
 struct kl_comm {
     int rank, world;
+    int thread_level;           /* what MPI provides (MPI_THREAD_*) */
+    int64_t calls, fail_call;   /* collectives so far; KILN_FAULT_COLLECTIVE's (0: none) */
     char desc[96];
     mpi_api *mpi; /* NULL: a world of one */
 };
@@ -72,6 +80,8 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     }
     SYM(Initialized, "MPI_Initialized")
     SYM(Init, "MPI_Init")
+    SYM(Init_thread, "MPI_Init_thread")
+    SYM(Query_thread, "MPI_Query_thread")
     SYM(Comm_rank, "MPI_Comm_rank")
     SYM(Comm_size, "MPI_Comm_size")
     SYM(Comm_set_errhandler, "MPI_Comm_set_errhandler")
@@ -122,7 +132,9 @@ kl_comm *kl_comm_open(void)
     }
     int inited = 0, rc;
     m->Initialized(&inited);
-    if (!inited && (rc = m->Init(NULL, NULL)) != 0) {
+    if (inited)
+        m->Query_thread(&c->thread_level);
+    else if ((rc = m->Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED_OMPI, &c->thread_level)) != 0) {
         char msg[1024];
         mpi_message(m, rc, msg, sizeof msg);
         kl_error("MPI_Init under %s: %s", launcher, msg);
@@ -137,8 +149,17 @@ kl_comm *kl_comm_open(void)
     m->Comm_size(m->world, &c->world);
     c->mpi = m;
     snprintf(c->desc, sizeof c->desc, "world %d (%s)", c->world, launcher);
+    /* A fault for tests: KILN_FAULT_COLLECTIVE=R:N makes rank R's N-th
+     * collective fail as a failed MPI call would. */
+    const char *fault = getenv("KILN_FAULT_COLLECTIVE");
+    int fr = -1;
+    long long fn = 0;
+    if (fault && sscanf(fault, "%d:%lld", &fr, &fn) == 2 && fr == c->rank && fn > 0)
+        c->fail_call = fn;
     return c;
 }
+
+bool kl_comm_serialized(const kl_comm *c) { return !c->mpi || c->thread_level >= MPI_THREAD_SERIALIZED_OMPI; }
 
 int kl_comm_rank(const kl_comm *c) { return c->rank; }
 int kl_comm_world(const kl_comm *c) { return c->world; }
@@ -158,10 +179,14 @@ static mpi_handle mpi_type(const kl_comm *c, ir_dtype dt)
 
 static void check(kl_comm *c, int rc, const char *call, const char *coll, const char *what, int64_t count, ir_dtype dt)
 {
-    if (rc == 0)
+    bool injected = rc == 0 && ++c->calls == c->fail_call;
+    if (rc == 0 && !injected)
         return;
     char msg[1024];
-    mpi_message(c->mpi, rc, msg, sizeof msg);
+    if (injected)
+        snprintf(msg, sizeof msg, "a fault injected by KILN_FAULT_COLLECTIVE");
+    else
+        mpi_message(c->mpi, rc, msg, sizeof msg);
     kl_error("rank %d of %d: %s (%s of %s, %lld %s) failed: %s", c->rank, c->world, call, coll, what, (long long)count,
              ir_dtype_name(dt), msg);
     kl_comm_abort(c, 1);

@@ -36,6 +36,10 @@ const char *kl_comm_launcher(void);
 kl_comm *kl_comm_open(void);
 int kl_comm_rank(const kl_comm *c);
 int kl_comm_world(const kl_comm *c);
+/* Whether a second thread may call MPI (MPI_THREAD_SERIALIZED or more,
+ * asked for by kl_comm_open): the communication thread's condition. True
+ * for a world of one. */
+bool kl_comm_serialized(const kl_comm *c);
 /* "world 4 (mpirun (Open MPI))" or "world 1 (no MPI launcher)". */
 const char *kl_comm_desc(const kl_comm *c);
 

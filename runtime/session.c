@@ -7,6 +7,7 @@
 #include "trace.h"
 #include "data.h"
 #include "nvtx.h"
+#include "overlap.h"
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed)
 {
@@ -26,6 +27,7 @@ void kl_session_free(kl_session *s)
         free(s->persist.v[i].role);
     }
     kl_vec_free(s->persist);
+    kl_comm_thread_stop(s->comm_thread);
     free(s);
 }
 
@@ -75,6 +77,7 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
 }
 
 static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
+static void run_collective(kl_exec *e, int step, const void *src);
 
 /* A plan's collectives run on the CPU backend (NCCL for the GPU is not
  * built yet), in a world of the size they were compiled for. */
@@ -97,6 +100,24 @@ static int check_collectives(const kl_session *s, const kl_plan *p)
             return -1;
         }
     }
+    return 0;
+}
+
+/* The overlap of e's collectives, when the session asks for it and they
+ * communicate: more than one rank, and MPI lets a second thread call it
+ * (MPI_THREAD_SERIALIZED; else they run in program order, as asked by
+ * overlap = off). */
+static int start_overlap(kl_exec *e)
+{
+    kl_session *s = e->s;
+    bool any = false;
+    for (int i = 0; i < e->plan->steps.n && !any; i++)
+        any = e->plan->steps.v[i].kind == KL_STEP_COLLECTIVE;
+    if (!any || !s->overlap || !s->comm || kl_comm_world(s->comm) < 2 || !kl_comm_serialized(s->comm))
+        return 0;
+    if (!s->comm_thread && !(s->comm_thread = kl_comm_thread_start()))
+        return -1;
+    e->overlap = kl_overlap_new(e, s->comm_thread, run_collective);
     return 0;
 }
 
@@ -146,6 +167,10 @@ static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *hos
     for (int i = 0; i < p->buffers.n; i++)
         if (p->buffers.v[i].region == KL_REGION_VIEW)
             e->ptrs[i] = e->ptrs[plan_real_buffer(p, i)];
+    if (start_overlap(e)) {
+        kl_exec_free(e);
+        return NULL;
+    }
     e->args = kl_xcalloc((size_t)p->steps.n + 1, sizeof(void **));
     for (int i = 0; i < p->steps.n; i++) {
         kl_step *st = &p->steps.v[i];
@@ -162,6 +187,7 @@ void kl_exec_free(kl_exec *e)
 {
     if (!e)
         return;
+    kl_overlap_free(e->overlap);
     if (e->args)
         for (int i = 0; i < e->plan->steps.n; i++)
             free(e->args[i]);
@@ -226,11 +252,12 @@ static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
  * other backends). all_reduce and rank_broadcast: the operand copied to
  * the result, then combined there in place; reduce_scatter and all_gather
  * read the operand and write the result. */
-static void run_collective(kl_exec *e, const kl_step *st)
+static void run_collective(kl_exec *e, int step, const void *src)
 {
+    const kl_step *st = &e->plan->steps.v[step];
     const kl_buffer *in = &e->plan->buffers.v[st->args[0]], *out = &e->plan->buffers.v[st->args[1]];
     const ir_node *n = ir_nd(e->g, st->node);
-    void *src = e->ptrs[st->args[0]], *dst = e->ptrs[st->args[1]];
+    void *dst = e->ptrs[st->args[1]];
     const char *what = ir_val(e->g, n->in.v[0])->name;
     kl_comm *c = e->s->comm;
     switch (n->op) {
@@ -272,11 +299,16 @@ static void run_step(kl_exec *e, int i, const kl_kargs *args)
     kl_backend *be = e->s->be;
     kl_plan *p = e->plan;
     kl_step *st = &p->steps.v[i];
-    if (st->kind == KL_STEP_KERNEL)
+    if (st->kind == KL_STEP_KERNEL) {
         be->ops->launch(be, p, st->kernel, e->args[i], args);
-    else if (st->kind == KL_STEP_COLLECTIVE)
-        run_collective(e, st);
-    else
+    } else if (st->kind == KL_STEP_COLLECTIVE) {
+        double t0 = kl_now();
+        run_collective(e, i, e->ptrs[st->args[0]]);
+        double secs = kl_now() - t0;
+        e->comm_seconds += secs;
+        e->comm_waited += secs;
+        e->comm_calls++;
+    } else
         be->ops->gemm(be, &st->gemm, e->ptrs[st->gemm.a], e->ptrs[st->gemm.b], e->ptrs[st->gemm.c]);
 }
 
@@ -305,6 +337,19 @@ static void nvtx_enter(kl_exec *e, int i, int *phase)
     kl_nvtx_push(e->labels[i]);
 }
 
+/* With an overlap: waits for the pending collectives step i touches, and
+ * posts step i when it is a collective (true: posted, not to be run). */
+static bool overlap_step(kl_exec *e, int i)
+{
+    if (!e->overlap)
+        return false;
+    kl_overlap_before(e->overlap, i);
+    if (e->plan->steps.v[i].kind != KL_STEP_COLLECTIVE)
+        return false;
+    kl_overlap_post(e->overlap, i);
+    return true;
+}
+
 static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
 {
     kl_plan *p = e->plan;
@@ -315,10 +360,13 @@ static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
             continue;
         if (nvtx)
             nvtx_enter(e, i, &phase);
-        run_step(e, i, args);
+        if (!overlap_step(e, i))
+            run_step(e, i, args);
         if (nvtx)
             kl_nvtx_pop();
     }
+    if (e->overlap)
+        kl_overlap_drain(e->overlap);
     if (phase >= 0)
         kl_nvtx_pop();
 }
@@ -389,6 +437,12 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
             continue;
         if (nvtx)
             nvtx_enter(e, i, &phase);
+        if (overlap_step(e, i)) {
+            /* Timed and traced when it is waited for (overlap.c). */
+            if (nvtx)
+                kl_nvtx_pop();
+            continue;
+        }
         double t0 = kl_now();
         run_step(e, i, args);
         e->s->be->ops->sync(e->s->be);
@@ -403,6 +457,8 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
                                                                       : "kernel",
                            KL_TRACE_KERNELS, t0, t1);
     }
+    if (e->overlap)
+        kl_overlap_drain(e->overlap);
     if (phase >= 0)
         kl_nvtx_pop();
 }
@@ -473,6 +529,12 @@ void kl_exec_print_profile(const kl_exec *e, FILE *out, int top)
         free(rows[r].label);
     }
     fprintf(out, "total %.1f ms over %d distinct steps\n", 1e3 * total, n);
+    if (e->comm_calls)
+        fprintf(out, "collectives: %.1f ms over %lld calls (%s), %.1f ms exposed (waited for), %.1f ms (%.0f%%) hidden behind compute\n",
+                1e3 * e->comm_seconds, (long long)e->comm_calls,
+                e->overlap ? "on the communication thread, in the total above though they overlap compute" : "in program order",
+                1e3 * e->comm_waited, 1e3 * (e->comm_seconds - e->comm_waited),
+                e->comm_seconds > 0 ? 100 * (e->comm_seconds - e->comm_waited) / e->comm_seconds : 0.0);
     free(rows);
 }
 

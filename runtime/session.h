@@ -23,6 +23,12 @@ typedef struct kl_session {
     KL_VEC(kl_persist) persist;
     bool no_graphs; /* never replay runs as recorded graphs (--no-cuda-graph) */
     kl_comm *comm;  /* the collectives' communicator (not owned); NULL: one rank */
+    /* Collectives on a communication thread, overlapped with compute
+     * (runtime/overlap.h; train key overlap, on unless set off): the
+     * thread, started by the first exec with collectives in a world of
+     * more than one rank. */
+    bool overlap;
+    struct kl_comm_thread *comm_thread;
 } kl_session;
 
 /* A run recorded as a graph (on backends that record them): after
@@ -55,6 +61,13 @@ typedef struct kl_exec {
      * that one, the exec whose start-up values the arena holds now. */
     struct kl_exec *arena_host;
     const struct kl_exec *arena_user;
+    struct kl_overlap *overlap; /* NULL: collectives run in program order */
+    /* The collectives of every run: their seconds (on the communication
+     * thread, or inline), the part of those the executor spent waiting for
+     * them (all of it without overlap; the rest was hidden behind
+     * compute) and how many ran. */
+    double comm_seconds, comm_waited;
+    int64_t comm_calls;
 } kl_exec;
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed);

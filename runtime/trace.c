@@ -25,8 +25,8 @@ kl_trace *kl_trace_open(const char *path)
     t->t0 = kl_now();
     t->first = true;
     fputs("[\n", f);
-    static const char *tracks[] = {NULL, "optimizer steps", "kernels and GEMMs", "data loading"};
-    for (int i = 1; i < 4; i++)
+    static const char *tracks[] = {NULL, "optimizer steps", "kernels and GEMMs", "data loading", "communication"};
+    for (int i = 1; i < (int)KL_ARRAY_LEN(tracks); i++)
         fprintf(f, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
                 i > 1 ? ",\n" : "", i, tracks[i]);
     t->first = false;

@@ -10,7 +10,8 @@
 
 typedef struct kl_trace kl_trace;
 
-enum { KL_TRACE_STEPS = 1, KL_TRACE_KERNELS = 2, KL_TRACE_DATA = 3 }; /* tracks (tid) */
+/* tracks (tid); COMM: the collectives on the communication thread */
+enum { KL_TRACE_STEPS = 1, KL_TRACE_KERNELS = 2, KL_TRACE_DATA = 3, KL_TRACE_COMM = 4 };
 
 /* NULL after reporting why the file cannot be written. */
 kl_trace *kl_trace_open(const char *path);

@@ -1,4 +1,4 @@
-# The helpers of the many-rank test scripts (tests/ranks.sh,
+# The helpers of the many-rank test scripts (tests/ranks.sh, tests/overlap.sh,
 # tests/zero/*.sh), sourced after lib.sh:
 #   source "$(dirname "$0")/ranks_helpers.bash"   (or ../ from tests/zero)
 # The script sets kiln, here (tests/) and tmp before; shard_args (flags
