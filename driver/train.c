@@ -331,7 +331,7 @@ static ir_graph *load_with(const kl_source *src, const train_options *o, const c
 static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
 {
     /* The training plan sums the ranks' gradients (the shard pass). */
-    kl_compile_opts co = {.mode = mode, .ranks = t->world};
+    kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp};
     kl_replan rp = {src, t->opt.kv};
     kl_compiled *c = kl_compile_graph(g, &co);
     if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
@@ -1261,7 +1261,7 @@ static void print_bottleneck(const trainer *t)
 int kl_train_main(int argc, char **argv, const char *model_name, const char *model_src,
                   const kl_builtin_kernel *builtins)
 {
-    trainer t = {.model = model_name};
+    trainer t = {.model = model_name, .tp = 1};
     int rc = 1;
     kl_source src;
     kl_source_from_string(&src, model_name, model_src);
@@ -1307,6 +1307,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (!g)
         goto done;
     kl_train_read(&g->train, &t.cfg);
+    if (train_tp_setup(&t))
+        goto done;
     /* --generate reads no data: it needs the checkpoint alone. */
     if (t.opt.generate)
         t.opt.quiet = true;
@@ -1424,7 +1426,7 @@ done:
     train_ranks_free(&t);
     /* A rank that stops with an error while the others wait in a
      * collective would hang them: the job ends here instead. */
-    if (rc && t.world > 1)
+    if (rc && t.world * t.tp > 1)
         kl_comm_abort(t.comm, rc);
     kl_comm_close(t.comm);
     return rc;

@@ -106,7 +106,7 @@ static const struct { const char *flag, *key; } mapped[] = {
     {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"}, {"--accumulate", "accumulate"},
     {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
     {"--precision", "precision"}, {"--memory-limit", "memory_limit"}, {"--tensorboard", "tensorboard"},
-    {"--shard", "shard"}, {"--bucket", "bucket"},
+    {"--shard", "shard"}, {"--bucket", "bucket"}, {"--tensor-parallel", "tensor_parallel"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.

@@ -75,6 +75,7 @@ static const key_info keys[] = {
     {"memory_limit", K_BYTES, NULL, NULL, 0, "bytes, or a string such as \"2GiB\""},
     {"tensorboard", K_PATH, NULL, NULL, 0, "a folder for TensorBoard event files"},
     {"bucket", K_BYTES, NULL, NULL, 0, "bytes per all-reduce across ranks (default \"25MiB\"; 0: one per gradient)"},
+    {"tensor_parallel", K_INT, NULL, NULL, 1, "ranks per tensor-parallel group (split = column|row calls; default 1)"},
 };
 
 static const key_info *find_key(const char *key)
@@ -631,6 +632,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     const char *tb = ir_attr_str(train, "tensorboard", NULL);
     c->tensorboard = tb ? kl_xstrdup(tb) : NULL;
     c->bucket = ir_attr_int(train, "bucket", 25 << 20);
+    c->tensor_parallel = (int)ir_attr_int(train, "tensor_parallel", 1);
 }
 
 void kl_train_config_free(kl_train_config *c)

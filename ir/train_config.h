@@ -67,6 +67,7 @@ typedef struct kl_train_config {
     int64_t memory_limit;  /* bytes; 0: none */
     char *tensorboard;     /* a folder for event files; NULL: none */
     int64_t bucket;        /* bytes per all-reduce across ranks; 0: one per gradient */
+    int tensor_parallel;   /* ranks per tensor-parallel group (passes/shard_tp.c); 1: none */
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.

@@ -123,15 +123,19 @@ static void reduce_bucket(ir_graph *g, const int *vals, int n, int ranks, int *b
 
 int pass_shard(ir_graph *g, const pass_ctx *cx)
 {
-    if (cx->ranks <= 1)
-        return 0;
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     int64_t bucket_bytes = cfg.bucket;
     kl_shard mode = cfg.shard;
+    /* With tensor parallelism (passes/shard_tp.c) the data-parallel world
+     * is ranks / T groups; the executor runs these all_reduces over the
+     * ranks of equal tensor-parallel index (driver/train_tp.c). */
+    int ranks = cfg.tensor_parallel > 1 ? cx->ranks / cfg.tensor_parallel : cx->ranks;
     kl_train_config_free(&cfg);
+    if (ranks <= 1)
+        return 0;
     if (mode == KL_SHARD_ZERO1)
-        return pass_shard_zero1(g, cx->ranks, bucket_bytes);
+        return pass_shard_zero1(g, ranks, bucket_bytes);
     /* What the update reads from forward or backward, in the order of its
      * first reader. */
     int nv = g->values.n;
@@ -189,7 +193,7 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             bytes += b;
             vals.v[j] = -1;
         }
-        reduce_bucket(g, members, m, cx->ranks, &bucket_no);
+        reduce_bucket(g, members, m, ranks, &bucket_no);
     }
     free(vals.v);
     free(from_backward);
