@@ -99,6 +99,8 @@ static void mark_split(lower *L, const ast_def *d, int first, const char *split,
         lower_fail_at(L, loc, "split = %s needs exactly one matmul by a param in the call of %s, which has %d "
                       "(split a matmul itself: matmul(x, w, split = %s))", split, d->name, count, split);
     ir_attrs_set_str(&m->attrs, "split", split);
+    /* The matmul's errors (and dumps) point at the annotated call. */
+    m->loc = loc;
 }
 
 /* True when the train block's keep_fp32 lists def name. */

@@ -105,6 +105,12 @@ static int walk_region(ir_graph *g, int c, tp_split *s, bool *row_fed)
                 add_param(s, r->in.v[1], 0);
                 continue;
             }
+            if (r->op == IR_OP_MATMUL) {
+                pass_error(g, cn->loc, "split = column has no matching split = row: its result reaches the matmul at "
+                           "line %d, which is not marked split = row (as operand 1)", r->loc.line);
+                rc = -1;
+                break;
+            }
             if (!ir_op_is_pointwise(r->op) || (ir_ops[r->op].flags & IR_F_POSITIONAL) || r->op == IR_OP_DROPOUT ||
                 r->out.n != 1) {
                 pass_error(g, r->loc, "the result of the split = column matmul at line %d reaches %s, which tensor "
