@@ -33,6 +33,10 @@ static const char usage[] =
     "                     ranks of mpirun/srun); zero1/2/3 are not built yet\n"
     "  --bucket B         bytes per all-reduce of gradients across ranks (default\n"
     "                     25MiB; 0: one per gradient)\n"
+    "  --tensor-parallel T  ranks per tensor-parallel group: split = column|row\n"
+    "                     calls cut across T ranks, data parallel across groups\n"
+    "  --sync-batchnorm B true: batch norm's statistics over all data-parallel\n"
+    "                     ranks' rows (default false: each rank's own)\n"
     "  --memory-limit B   refuse to start when the planned memory (params, state and\n"
     "                     the arena) exceeds B bytes (or \"2GiB\", \"500MB\")\n"
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
@@ -107,6 +111,7 @@ static const struct { const char *flag, *key; } mapped[] = {
     {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
     {"--precision", "precision"}, {"--memory-limit", "memory_limit"}, {"--tensorboard", "tensorboard"},
     {"--shard", "shard"}, {"--bucket", "bucket"}, {"--tensor-parallel", "tensor_parallel"},
+    {"--sync-batchnorm", "sync_batchnorm"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.

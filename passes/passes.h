@@ -27,6 +27,9 @@ int pass_tp_ranks(const ir_graph *g);
  * and replicated, against one rank's; one line (caller frees), NULL when
  * g is not split. */
 char *pass_tp_memory(const ir_graph *g, int ranks);
+/* sync_batchnorm = true: batch norm's statistics all-reduced over the
+ * data-parallel ranks (passes/sync_batchnorm.c), before autodiff. */
+int pass_sync_batchnorm(ir_graph *g, const pass_ctx *cx);
 int pass_eval_mode(ir_graph *g, const pass_ctx *cx);
 int pass_autodiff(ir_graph *g, const pass_ctx *cx);
 int pass_optimizer(ir_graph *g, const pass_ctx *cx);
