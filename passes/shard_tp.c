@@ -196,9 +196,8 @@ static int split_graph(ir_graph *g, const tp_split *s, int T)
     for (int i = 0; i < s->params.n; i++) {
         ir_value *p = ir_val(g, s->params.v[i]);
         int axis = s->axes.v[i];
-        /* The column weight [k, n] is cut on axis 1; biases and row
-         * weights on axis 0 (walk_region records 0 for both; the column
-         * weight is recorded below). */
+        /* Column weights [k, n] are cut on axis 1, biases [n] and row
+         * weights [n, m] on axis 0. */
         if (p->type.dim[axis] % T) {
             pass_error(g, p->loc, "tensor_parallel = %d does not divide %s's size %lld along axis %d (split sizes are "
                        "refused, not padded)\n---> make the layer's size a multiple of %d", T, p->name,
@@ -240,6 +239,9 @@ int pass_shard_tp(ir_graph *g, const pass_ctx *cx)
     kl_train_read(&g->train, &cfg);
     int T = cfg.tensor_parallel > 1 ? cfg.tensor_parallel : 1;
     kl_shard mode = cfg.shard;
+    /* The global gradient norm and fp16's overflow check would each see
+     * only this rank's slices (the group does not sum them yet). */
+    const char *unbuilt = cfg.clip > 0 ? "clip" : cfg.precision == KL_PREC_FP16 ? "precision = fp16" : NULL;
     kl_train_config_free(&cfg);
     tp_split s = {0};
     bool *row_fed = kl_xcalloc((size_t)g->nodes.n + 1, 1);
@@ -274,6 +276,11 @@ int pass_shard_tp(ir_graph *g, const pass_ctx *cx)
         } else if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2 || mode == KL_SHARD_ZERO3) {
             pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d with a ZeRO shard mode is not built: use shard = dp "
                        "(the default) with tensor parallelism", T);
+            rc = -1;
+        } else if (unbuilt) {
+            pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d with %s is not built (the gradient norm and the fp16 "
+                       "overflow check would see only each rank's slices)\n---> use tensor_parallel = 1, or drop %s",
+                       T, unbuilt, unbuilt);
             rc = -1;
         } else if (cx->ranks > 1 && cx->ranks % T) {
             pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d does not divide the world of %d ranks", T, cx->ranks);

@@ -121,7 +121,9 @@ refused)
     '  x = relu(dense(x, 95, split = column))' '  x = relu(dense(x, 48, split = row))'
   refuse transposed "needs x @ w with w a 2-D param" '  param v : [96, 64] init = kaiming' \
     '  x = relu(matmul(x, v, transpose_b = 1, split = column))' '  x = relu(dense(x, 48, split = row))'
-  # A world T does not divide, T > 1 with a ZeRO stage, and T > 1 with no split.
+  # A world T does not divide, T > 1 with a ZeRO stage, with clip or fp16
+  # (the norm and the overflow check would see one rank's slices), and
+  # T > 1 with no split.
   if "$kiln" ir "$model" --after shard --ranks 3 --set tensor_parallel=2 > /dev/null 2> "$tmp/w.err"; then
     echo "FAIL: T = 2 on 3 ranks was accepted"; exit 1
   fi
@@ -134,7 +136,13 @@ refused)
     echo "FAIL: T = 2 without any split was accepted"; exit 1
   fi
   grep -q "no call is marked split = column|row" "$tmp/n.err" || { cat "$tmp/n.err"; exit 1; }
-  echo "ok: T not dividing the world, T with zero1, T with no split refused"
+  for set in clip=1 precision=fp16; do
+    if "$kiln" ir "$model" --after shard --ranks 2 --set tensor_parallel=2 --set "$set" > /dev/null 2> "$tmp/c.err"; then
+      echo "FAIL: T = 2 with $set was accepted"; exit 1
+    fi
+    grep -q "tensor_parallel = 2 with .* is not built" "$tmp/c.err" || { cat "$tmp/c.err"; exit 1; }
+  done
+  echo "ok: T not dividing the world, T with zero1, clip or fp16, T with no split refused"
   ;;
 syncbn)
   # sync_batchnorm: fashion_cnn (two batch norms) on 2 ranks of batch 4
