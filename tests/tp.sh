@@ -25,16 +25,19 @@ mlp)
   build_tp
   one ref "$tmp/tp" --batch 48
   # T = 2 on 2 ranks; T = 2 x data parallel 2 on 4 ranks (each group
-  # reads 24 of the 48 rows); T = 3 on 3 ranks; T = 1 x 3 (the pair
-  # unsplit, data parallel only).
+  # reads 24 of the 48 rows); T = 3 on 3 ranks (T = 1 x 3 is data
+  # parallel alone, as tests/ranks.sh).
   ranks 2 t2 "$tmp/tp" --batch 48 --tensor-parallel 2
   same ref t2
   ranks 4 t2d2 "$tmp/tp" --batch 24 --tensor-parallel 2
   same ref t2d2
   ranks 3 t3 "$tmp/tp" --batch 48 --tensor-parallel 3
   same ref t3
-  ranks 3 t1d3 "$tmp/tp" --batch 16 --tensor-parallel 1
-  same ref t1d3
+  # accumulate 2: micro-batches of 24 on one rank, of 12 on each group of
+  # T = 2 x 2 (the split params' accumulators are gathered too).
+  one acc "$tmp/tp" --batch 24 --accumulate 2
+  ranks 4 racc "$tmp/tp" --batch 12 --accumulate 2 --tensor-parallel 2
+  same acc racc
   # bf16: the row split's partial products are rounded to bf16 before
   # their all-reduce (as Megatron's), where one rank rounds the whole sum
   # once, so the runs drift apart (5e-4 at step 1, 2e-3 at step 5, 1e-2
