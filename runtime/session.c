@@ -81,8 +81,6 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
 
 static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
 
-/* A plan's collectives run on the CPU backend (NCCL for the GPU is not
- * built yet), in a world of the size they were compiled for. */
 /* The communicator of collective n: the session's, or its
  * tensor-parallel group for group = "tp" (passes/shard_tp.c). */
 static kl_comm *node_comm(kl_comm *c, const ir_node *n)
@@ -91,6 +89,8 @@ static kl_comm *node_comm(kl_comm *c, const ir_node *n)
     return group && !strcmp(group, "tp") ? kl_comm_tp(c) : c;
 }
 
+/* A plan's collectives run on the CPU backend (NCCL for the GPU is not
+ * built yet), in a world of the size they were compiled for. */
 static int check_collectives(const kl_session *s, const kl_plan *p)
 {
     for (int i = 0; i < p->steps.n; i++) {
