@@ -950,10 +950,15 @@ static int run_training(trainer *t)
         printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
                (long long)skipped, skipped == 1 ? "" : "s", first);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
-    if (!rc && t->opt.export_path &&
-        kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name, kl_precision_name(c->precision),
-                          (uint64_t)lp.step))
-        rc = -1;
+    /* Tensor-parallel params are exported whole (train_tp.c). */
+    if (!rc && t->opt.export_path) {
+        rc = train_tp_ckpt_begin(t, false) ||
+                     kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name,
+                                       kl_precision_name(c->precision), (uint64_t)lp.step)
+                 ? -1
+                 : 0;
+        train_tp_ckpt_end(t, false);
+    }
 out:
     kl_loader_free(lp.loader);
     return rc;

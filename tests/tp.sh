@@ -75,6 +75,11 @@ resume)
   "${mpi[@]}" -np 4 "$tmp/tp" "${common[@]}" --batch 24 --tensor-parallel 2 --resume "$tmp/half1.ckpt" \
     --metrics "$tmp/on4.json" --save "$tmp/on4.ckpt" > /dev/null
   same full on4
+  # --export at T = 2 writes the split params whole (64 x 96, 96 x 48).
+  "${mpi[@]}" -np 2 "$tmp/tp" "${common[@]}" --batch 48 --tensor-parallel 2 --steps 2 --export "$tmp/e.safetensors" > /dev/null
+  head -c 600 "$tmp/e.safetensors" | grep -q '"dense.2.w":{"dtype":"F32","shape":\[64,96\]' &&
+    head -c 600 "$tmp/e.safetensors" | grep -q '"dense.3.w":{"dtype":"F32","shape":\[96,48\]' ||
+    { echo "FAIL: --export at T = 2 did not write the split params whole"; head -c 600 "$tmp/e.safetensors"; exit 1; }
   ;;
 ir)
   # kiln ir shows the pair's collectives: a tp_copy before the column
