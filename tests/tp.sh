@@ -77,8 +77,8 @@ resume)
   same full on4
   # --export at T = 2 writes the split params whole (64 x 96, 96 x 48).
   "${mpi[@]}" -np 2 "$tmp/tp" "${common[@]}" --batch 48 --tensor-parallel 2 --steps 2 --export "$tmp/e.safetensors" > /dev/null
-  head -c 600 "$tmp/e.safetensors" | grep -q '"dense.2.w":{"dtype":"F32","shape":\[64,96\]' &&
-    head -c 600 "$tmp/e.safetensors" | grep -q '"dense.3.w":{"dtype":"F32","shape":\[96,48\]' ||
+  head -c 600 "$tmp/e.safetensors" | grep -aq '"dense.2.w":{"dtype":"F32","shape":\[64,96\]' &&
+    head -c 600 "$tmp/e.safetensors" | grep -aq '"dense.3.w":{"dtype":"F32","shape":\[96,48\]' ||
     { echo "FAIL: --export at T = 2 did not write the split params whole"; head -c 600 "$tmp/e.safetensors"; exit 1; }
   ;;
 ir)
