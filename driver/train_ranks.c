@@ -285,7 +285,7 @@ void train_ranks_settle(trainer *t)
 void train_ranks_print_start(const trainer *t)
 {
     printf("ranks: %s, shard %s\n", kl_comm_desc(t->comm),
-           t->world == 1 ? "none (one rank)" : t->cfg.shard == KL_SHARD_ZERO1 ? "zero1" : "dp");
+           t->world * t->tp == 1 ? "none (one rank)" : t->cfg.shard == KL_SHARD_ZERO1 ? "zero1" : "dp");
     train_tp_print_start(t);
     if (t->world * t->tp > 1) {
         char *m = pass_rank_memory(t->train->g, t->world);
