@@ -259,10 +259,14 @@ char *pass_rank_memory(const ir_graph *g, int ranks)
 
 int pass_graph_ranks(const ir_graph *g)
 {
+    /* With tensor parallelism (shard_tp.c) the world is the data-parallel
+     * collectives' ranks times the group's. */
+    int tp = pass_tp_ranks(g);
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
-        if (!n->dead && ir_ops[n->op].kclass == IR_KC_COLLECTIVE)
-            return (int)ir_attr_int(&n->attrs, "ranks", 1);
+        const char *group = ir_attr_str(&n->attrs, "group", NULL);
+        if (!n->dead && ir_ops[n->op].kclass == IR_KC_COLLECTIVE && !(group && !strcmp(group, "tp")))
+            return (int)ir_attr_int(&n->attrs, "ranks", 1) * tp;
     }
-    return 1;
+    return tp;
 }

@@ -98,8 +98,10 @@ ir)
     grep -q '^  param %dense.3.b : f32\[48\] {init = zeros} ' "$tmp/ir.txt" &&
     grep -q '^# tensor parallel: groups of 2 ranks x 2 data-parallel; params per rank 56202 = 0.225 MB (5424 split, 1/2 of 10848; 50778 replicated), one rank would hold 61626' "$tmp/ir.txt" ||
     { echo "FAIL: kiln ir --after shard --ranks 4, tensor_parallel = 2: not the expected splits and collectives"; cat "$tmp/ir.txt"; exit 1; }
-  # The dump re-reads (the IR text parser knows tp_copy and group).
-  "$kiln" ir "$tmp/ir.txt" > /dev/null
+  # The dump re-reads and reprints unchanged (the IR text parser knows
+  # tp_copy and group; the world is the buckets' 2 ranks x the group's 2).
+  "$kiln" ir "$tmp/ir.txt" --after lower -o "$tmp/re.txt"
+  cmp "$tmp/ir.txt" "$tmp/re.txt" || { echo "FAIL: the dump does not reprint unchanged"; diff "$tmp/ir.txt" "$tmp/re.txt" | head; exit 1; }
   # T = 1: the annotations change nothing.
   "$kiln" ir "$model" --after shard > "$tmp/t1.txt"
   ! grep -q 'tp_copy\|group = tp' "$tmp/t1.txt" || { echo "FAIL: T = 1 split something"; exit 1; }
