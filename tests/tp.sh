@@ -153,6 +153,11 @@ refused)
     grep -q "tensor_parallel = 2 with .* is not built" "$tmp/c.err" || { cat "$tmp/c.err"; exit 1; }
   done
   echo "ok: T not dividing the world, T with zero1, clip or fp16, T with no split refused"
+  if "$kiln" ir examples/fashion_cnn.kl --after lower --set sync_batchnorm=maybe > /dev/null 2> "$tmp/s.err"; then
+    echo "FAIL: sync_batchnorm = maybe was accepted"; exit 1
+  fi
+  grep -q "sync_batchnorm must be true or false" "$tmp/s.err" || { cat "$tmp/s.err"; exit 1; }
+  echo "ok: sync_batchnorm must be true or false"
   ;;
 syncbn)
   # sync_batchnorm: fashion_cnn (two batch norms) on 2 ranks of batch 4
