@@ -331,7 +331,7 @@ static ir_graph *load_with(const kl_source *src, const train_options *o, const c
 static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
 {
     /* The training plan sums the ranks' gradients (the shard pass). */
-    kl_compile_opts co = {.mode = mode, .ranks = t->world};
+    kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp};
     kl_replan rp = {src, t->opt.kv};
     kl_compiled *c = kl_compile_graph(g, &co);
     if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
@@ -954,10 +954,15 @@ static int run_training(trainer *t)
         printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
                (long long)skipped, skipped == 1 ? "" : "s", first);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
-    if (!rc && t->opt.export_path &&
-        kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name, kl_precision_name(c->precision),
-                          (uint64_t)lp.step))
-        rc = -1;
+    /* Tensor-parallel params are exported whole (train_tp.c). */
+    if (!rc && t->opt.export_path) {
+        rc = train_tp_ckpt_begin(t, false) ||
+                     kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name,
+                                       kl_precision_name(c->precision), (uint64_t)lp.step)
+                 ? -1
+                 : 0;
+        train_tp_ckpt_end(t, false);
+    }
 out:
     kl_loader_free(lp.loader);
     return rc;
@@ -1266,7 +1271,7 @@ static void print_bottleneck(const trainer *t)
 int kl_train_main(int argc, char **argv, const char *model_name, const char *model_src,
                   const kl_builtin_kernel *builtins)
 {
-    trainer t = {.model = model_name};
+    trainer t = {.model = model_name, .tp = 1};
     int rc = 1;
     kl_source src;
     kl_source_from_string(&src, model_name, model_src);
@@ -1312,6 +1317,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (!g)
         goto done;
     kl_train_read(&g->train, &t.cfg);
+    if (train_tp_setup(&t))
+        goto done;
     /* --generate reads no data: it needs the checkpoint alone. */
     if (t.opt.generate)
         t.opt.quiet = true;
@@ -1430,7 +1437,7 @@ done:
     train_ranks_free(&t);
     /* A rank that stops with an error while the others wait in a
      * collective would hang them: the job ends here instead. */
-    if (rc && t.world > 1)
+    if (rc && t.world * t.tp > 1)
         kl_comm_abort(t.comm, rc);
     kl_comm_close(t.comm);
     return rc;

@@ -35,6 +35,12 @@ static const char usage[] =
     "                     25MiB; 0: one per gradient)\n"
     "  --overlap on|off   run the collectives on a communication thread while\n"
     "                     backward goes on (default on; off: in program order)\n"
+    "  --tensor-parallel T\n"
+    "                     ranks per tensor-parallel group: split = column|row\n"
+    "                     calls cut across T ranks, data parallel across groups\n"
+    "  --sync-batchnorm B\n"
+    "                     true: batch norm's statistics over every data-parallel\n"
+    "                     rank's rows (default false: each rank's own)\n"
     "  --memory-limit B   refuse to start when the planned memory (params, state and\n"
     "                     the arena) exceeds B bytes (or \"2GiB\", \"500MB\")\n"
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
@@ -109,6 +115,7 @@ static const struct { const char *flag, *key; } mapped[] = {
     {"--lr", "lr"}, {"--seed", "seed"}, {"--eval-every", "eval_every"}, {"--log-every", "log_every"},
     {"--precision", "precision"}, {"--memory-limit", "memory_limit"}, {"--tensorboard", "tensorboard"},
     {"--shard", "shard"}, {"--bucket", "bucket"}, {"--overlap", "overlap"},
+    {"--tensor-parallel", "tensor_parallel"}, {"--sync-batchnorm", "sync_batchnorm"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.

@@ -143,6 +143,8 @@ static bool has_zero_state(const trainer *t)
 int train_ranks_ckpt_begin(trainer *t, bool loading)
 {
     kl_session *s = t->s;
+    if (train_tp_ckpt_begin(t, loading))
+        return -1;
     if (!has_zero_state(t))
         return 0;
     if (loading) {
@@ -202,6 +204,7 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
 void train_ranks_ckpt_end(trainer *t, bool loading)
 {
     kl_session *s = t->s;
+    train_tp_ckpt_end(t, loading);
     if (!t->zero_held.v)
         return;
     /* The full state back to the host (after a load: what was loaded). */
@@ -252,11 +255,13 @@ void train_ranks_free(trainer *t)
 {
     free_full(t);
     free(t->zero_full.v);
+    train_tp_free(t);
 }
 
 void train_ranks_settle(trainer *t)
 {
     const ir_graph *g = t->train->g;
+    train_tp_settle(t);
     if (t->world == 1)
         return;
     if (has_zero_state(t))
@@ -280,11 +285,12 @@ void train_ranks_settle(trainer *t)
 void train_ranks_print_start(const trainer *t)
 {
     printf("ranks: %s, shard %s\n", kl_comm_desc(t->comm),
-           t->world == 1                     ? "none (one rank)"
+           t->world * t->tp == 1             ? "none (one rank)"
            : t->cfg.shard == KL_SHARD_ZERO1 ? "zero1"
            : t->cfg.shard == KL_SHARD_ZERO2 ? "zero2"
                                             : "dp");
-    if (t->world > 1) {
+    train_tp_print_start(t);
+    if (t->world * t->tp > 1) {
         char *m = pass_rank_memory(t->train->g, t->world);
         printf("memory %s\n", m);
         free(m);

@@ -104,6 +104,13 @@ struct trainer {
      * rank 0's checkpoints hold in place of the slices. */
     KL_VEC(kl_persist) zero_full;
     KL_VEC(kl_persist) zero_held; /* the session's own list while swapped */
+    /* Tensor parallelism (train_tp.c): the group size (1: none) and this
+     * rank's index in its group; comm, rank and world above are then the
+     * data-parallel group's. The full split values gathered at the last
+     * settle (host memory), and the session's list while swapped. */
+    int tp, tp_rank;
+    KL_VEC(kl_persist) tp_full;
+    KL_VEC(kl_persist) tp_held;
 };
 
 typedef struct eval_result {
@@ -154,6 +161,16 @@ void train_ranks_print_start(const trainer *t);
  * takes its slice of what was loaded). Without zero1 state both do
  * nothing. -1 after an error (reported). free: the gathered state. */
 int train_ranks_ckpt_begin(trainer *t, bool loading);
+/* Tensor parallelism (train_tp.c): setup splits t->comm into groups
+ * (-1 after an error, reported); settle gathers the split values (every
+ * rank); ckpt_begin/end swap the full values in for a checkpoint and back
+ * (after a load, each rank keeps its slice). */
+int train_tp_setup(trainer *t);
+void train_tp_settle(trainer *t);
+int train_tp_ckpt_begin(trainer *t, bool loading);
+void train_tp_ckpt_end(trainer *t, bool loading);
+void train_tp_free(trainer *t);
+void train_tp_print_start(const trainer *t);
 void train_ranks_ckpt_end(trainer *t, bool loading);
 void train_ranks_free(trainer *t);
 

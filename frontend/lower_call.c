@@ -63,6 +63,46 @@ static const char *take_precision(lower *L, call_args *ca)
     return NULL;
 }
 
+/* Takes a "split = column|row" keyword out of the arguments: a
+ * tensor-parallel split of the call's matmul (passes/shard_tp.c). Returns
+ * "column" or "row" (and its location in *loc), or NULL when there is none. */
+static const char *take_split(lower *L, call_args *ca, kl_loc *loc)
+{
+    for (int i = 0; i < ca->nkw; i++) {
+        if (strcmp(ca->kw[i]->name, "split"))
+            continue;
+        const lv *v = &ca->kwval[i];
+        const char *s = v->kind == LV_STR && v->word && (!strcmp(v->s, "column") || !strcmp(v->s, "row")) ? v->s : NULL;
+        if (!s)
+            lower_fail_at(L, v->loc, "split must be column or row");
+        *loc = ca->kw[i]->loc;
+        memmove(&ca->kw[i], &ca->kw[i + 1], sizeof(ca->kw[0]) * (size_t)(ca->nkw - i - 1));
+        memmove(&ca->kwval[i], &ca->kwval[i + 1], sizeof(ca->kwval[0]) * (size_t)(ca->nkw - i - 1));
+        ca->nkw--;
+        return s;
+    }
+    return NULL;
+}
+
+/* split = column|row on a def's call: the one matmul of the inlined body
+ * whose right operand is a param (nodes [first, ...)) carries it. */
+static void mark_split(lower *L, const ast_def *d, int first, const char *split, kl_loc loc)
+{
+    ir_node *m = NULL;
+    int count = 0;
+    for (int i = first; i < L->g->nodes.n; i++) {
+        ir_node *n = ir_nd(L->g, i);
+        if (n->op == IR_OP_MATMUL && ir_val(L->g, n->in.v[1])->kind == IR_VAL_PARAM)
+            m = n, count++;
+    }
+    if (count != 1)
+        lower_fail_at(L, loc, "split = %s needs exactly one matmul by a param in the call of %s, which has %d "
+                      "(split a matmul itself: matmul(x, w, split = %s))", split, d->name, count, split);
+    ir_attrs_set_str(&m->attrs, "split", split);
+    /* The matmul's errors (and dumps) point at the annotated call. */
+    m->loc = loc;
+}
+
 /* True when the train block's keep_fp32 lists def name. */
 static bool kept_fp32(lower *L, const char *name)
 {
@@ -93,10 +133,15 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
         kl_vec_push(L->called, d);
     call_args ca;
     lower_eval_args(L, f, e, &ca);
-    bool has_precision_param = false;
-    for (const ast_param *p = d->params; p; p = p->next)
+    bool has_precision_param = false, has_split_param = false;
+    for (const ast_param *p = d->params; p; p = p->next) {
         has_precision_param |= !strcmp(p->name, "precision");
+        has_split_param |= !strcmp(p->name, "split");
+    }
     const char *precision = has_precision_param ? NULL : take_precision(L, &ca);
+    kl_loc split_loc = {0, 0};
+    const char *split = has_split_param ? NULL : take_split(L, &ca, &split_loc);
+    int first_node = L->g->nodes.n;
     int nparams = 0;
     for (const ast_param *p = d->params; p; p = p->next)
         nparams++;
@@ -161,6 +206,8 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
     lv r = lower_exec_body(L, callee, d->body);
     L->at = at;
     r.loc = e->loc;
+    if (split)
+        mark_split(L, d, first_node, split, split_loc);
     return r;
 }
 
@@ -276,6 +323,11 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
     call_args ca;
     lower_eval_args(L, f, e, &ca);
     const char *precision = take_precision(L, &ca);
+    kl_loc split_loc = {0, 0};
+    const char *split = take_split(L, &ca, &split_loc);
+    if (split && op != IR_OP_MATMUL)
+        lower_fail_at(L, split_loc, "split = %s applies to matmul and to calls of defs with one matmul (dense), not to %s",
+                      split, info->name);
     ir_dtype dt = first_float_dtype(L, &ca);
     int in[64], nin = 0;
     ir_attrs *attrs = &L->tmp_attrs;
@@ -353,6 +405,8 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
         flatten_logits(L, f, e, op, in);
     if (precision)
         ir_attrs_set_str(attrs, "_precision", precision);
+    if (split)
+        ir_attrs_set_str(attrs, "split", split);
     int v = lower_emit(L, f, op, in, nin, attrs, e->loc);
     ir_attrs_free(attrs);
     return tensor_lv(v, e->loc);

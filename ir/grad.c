@@ -359,6 +359,44 @@ static void ir_grad_reshape(ir_grad_ctx *c, ir_node *n)
         ir_grad_put(c, in(n, 0), reshape(c, dy, T(c, in(n, 0))->dim, T(c, in(n, 0))->rank));
 }
 
+/* all_reduce sum over the tensor-parallel group (group = "tp", the "g"
+ * of passes/shard_tp.c): every rank of the group computes the same loss
+ * from the sum, so the sum's gradient is each rank's own dy (Megatron's
+ * identity). Over any other group the ranks' losses add up, so the
+ * gradient is dy summed over the group. No gradient flows through max. */
+static void ir_grad_all_reduce(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy < 0)
+        return;
+    if (strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "sum"))
+        return;
+    const char *group = ir_attr_str(&n->attrs, "group", NULL);
+    if (group && !strcmp(group, "tp")) {
+        ir_grad_put(c, in(n, 0), dy);
+        return;
+    }
+    ir_attrs a = {0};
+    ir_attrs_copy(&a, &n->attrs);
+    ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_ALL_REDUCE, &dy, 1, &a));
+    ir_attrs_free(&a);
+}
+
+/* tp_copy (Megatron's "f"): x forward, dy summed over the
+ * tensor-parallel group backward (each rank's dy is its split's share). */
+static void ir_grad_tp_copy(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy < 0)
+        return;
+    ir_attrs a = {0};
+    ir_attrs_set_str(&a, "reduce", "sum");
+    ir_attrs_set_int(&a, "ranks", ir_attr_int(&n->attrs, "ranks", 1));
+    ir_attrs_set_str(&a, "group", "tp");
+    ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_ALL_REDUCE, &dy, 1, &a));
+    ir_attrs_free(&a);
+}
+
 static void ir_grad_transpose(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));

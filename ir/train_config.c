@@ -40,7 +40,7 @@ static const call_form loss_scale_forms[] = {
     {NULL, NULL},
 };
 
-typedef enum { K_INT, K_FLOAT, K_WORD, K_CALL, K_BYTES, K_RECOMPUTE, K_PATH } key_kind;
+typedef enum { K_INT, K_FLOAT, K_WORD, K_CALL, K_BYTES, K_RECOMPUTE, K_PATH, K_BOOL } key_kind;
 
 typedef struct key_info {
     const char *key;
@@ -76,6 +76,8 @@ static const key_info keys[] = {
     {"tensorboard", K_PATH, NULL, NULL, 0, "a folder for TensorBoard event files"},
     {"bucket", K_BYTES, NULL, NULL, 0, "bytes per all-reduce across ranks (default \"25MiB\"; 0: one per gradient)"},
     {"overlap", K_WORD, "on off", NULL, 0, "collectives on a communication thread, overlapped with backward (default on)"},
+    {"tensor_parallel", K_INT, NULL, NULL, 1, "ranks per tensor-parallel group (split = column|row calls; default 1)"},
+    {"sync_batchnorm", K_BOOL, NULL, NULL, 0, "batch norm's batch statistics over every data-parallel rank's rows"},
 };
 
 static const key_info *find_key(const char *key)
@@ -323,6 +325,16 @@ static int check_one(ir_attr *a, const kl_source *src)
             return fail(src, loc, "%s must be an integer of at least %lld (%s)", k->key, (long long)k->min, k->help);
         if (v->i > ((int64_t)1 << 40))
             return fail(src, loc, "%s is too large", k->key);
+        return 0;
+    case K_BOOL:
+        /* true and false are 1 and 0 in a model file; words in a flag. */
+        if (v->kind == IR_ATTR_STR && (!strcmp(v->s, "true") || !strcmp(v->s, "false"))) {
+            bool b = !strcmp(v->s, "true");
+            ir_attr_val_free(v);
+            *v = ir_attr_val_int(b);
+        }
+        if (v->kind != IR_ATTR_INT || (v->i != 0 && v->i != 1))
+            return fail(src, loc, "%s must be true or false (%s)", k->key, k->help);
         return 0;
     case K_FLOAT:
         if (v->kind == IR_ATTR_INT)
@@ -633,6 +645,8 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->tensorboard = tb ? kl_xstrdup(tb) : NULL;
     c->bucket = ir_attr_int(train, "bucket", 25 << 20);
     c->overlap = strcmp(ir_attr_str(train, "overlap", "on"), "off") != 0;
+    c->tensor_parallel = (int)ir_attr_int(train, "tensor_parallel", 1);
+    c->sync_batchnorm = ir_attr_int(train, "sync_batchnorm", 0) != 0;
 }
 
 void kl_train_config_free(kl_train_config *c)

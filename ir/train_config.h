@@ -68,6 +68,8 @@ typedef struct kl_train_config {
     char *tensorboard;     /* a folder for event files; NULL: none */
     int64_t bucket;        /* bytes per all-reduce across ranks; 0: one per gradient */
     bool overlap;          /* collectives on a communication thread (runtime/overlap.h) */
+    int tensor_parallel;   /* ranks per tensor-parallel group (passes/shard_tp.c); 1: none */
+    bool sync_batchnorm;   /* batch statistics across the data-parallel ranks (passes/sync_batchnorm.c) */
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.

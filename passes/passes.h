@@ -17,6 +17,19 @@ typedef struct pass_ctx {
     int ranks; /* the world the graph is compiled for (shard); 0 or 1: one rank */
 } pass_ctx;
 
+/* tensor_parallel: split = column|row pairs cut across tensor_parallel
+ * ranks (passes/shard_tp.c), before autodiff. */
+int pass_shard_tp(ir_graph *g, const pass_ctx *cx);
+/* The tensor-parallel group size g was split for (its params'
+ * tp_ranks), or 1. */
+int pass_tp_ranks(const ir_graph *g);
+/* Params per rank of a tensor-parallel graph for a world of ranks, split
+ * and replicated, against one rank's; one line (caller frees), NULL when
+ * g is not split. */
+char *pass_tp_memory(const ir_graph *g, int ranks);
+/* sync_batchnorm = true: batch norm's statistics all-reduced over the
+ * data-parallel ranks (passes/sync_batchnorm.c), before autodiff. */
+int pass_sync_batchnorm(ir_graph *g, const pass_ctx *cx);
 int pass_eval_mode(ir_graph *g, const pass_ctx *cx);
 int pass_autodiff(ir_graph *g, const pass_ctx *cx);
 int pass_optimizer(ir_graph *g, const pass_ctx *cx);

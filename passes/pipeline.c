@@ -8,6 +8,8 @@
 #include "pipeline.h"
 
 const pass_entry pass_table[] = {
+    {"tensor_parallel", pass_shard_tp, PASS_TRAIN | PASS_EVAL},
+    {"sync_batchnorm", pass_sync_batchnorm, PASS_TRAIN},
     {"autodiff", pass_autodiff, PASS_TRAIN},
     {"optimizer", pass_optimizer, PASS_TRAIN},
     {"eval_mode", pass_eval_mode, PASS_EVAL},

@@ -123,15 +123,19 @@ static void reduce_bucket(ir_graph *g, const int *vals, int n, int ranks, int *b
 
 int pass_shard(ir_graph *g, const pass_ctx *cx)
 {
-    if (cx->ranks <= 1)
-        return 0;
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     int64_t bucket_bytes = cfg.bucket;
     kl_shard mode = cfg.shard;
+    /* With tensor parallelism (passes/shard_tp.c) the data-parallel world
+     * is ranks / T groups; the executor runs these all_reduces over the
+     * ranks of equal tensor-parallel index (driver/train_tp.c). */
+    int ranks = cfg.tensor_parallel > 1 ? cx->ranks / cfg.tensor_parallel : cx->ranks;
     kl_train_config_free(&cfg);
+    if (ranks <= 1)
+        return 0;
     if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2)
-        return pass_shard_zero(g, cx->ranks, bucket_bytes, mode == KL_SHARD_ZERO1 ? 1 : 2);
+        return pass_shard_zero(g, ranks, bucket_bytes, mode == KL_SHARD_ZERO1 ? 1 : 2);
     /* What the update reads from forward or backward, in the order it is
      * ready (its last writer there; ties: its first reader in the update),
      * so that a bucket fills as backward goes and its all_reduce can start
@@ -203,7 +207,7 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             bytes += b;
             vals.v[j] = -1;
         }
-        reduce_bucket(g, members, m, cx->ranks, &bucket_no);
+        reduce_bucket(g, members, m, ranks, &bucket_no);
     }
     free(vals.v);
     free(from_backward);
@@ -215,10 +219,14 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
 
 int pass_graph_ranks(const ir_graph *g)
 {
+    /* With tensor parallelism (shard_tp.c) the world is the data-parallel
+     * collectives' ranks times the group's. */
+    int tp = pass_tp_ranks(g);
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
-        if (!n->dead && ir_ops[n->op].kclass == IR_KC_COLLECTIVE)
-            return (int)ir_attr_int(&n->attrs, "ranks", 1);
+        const char *group = ir_attr_str(&n->attrs, "group", NULL);
+        if (!n->dead && ir_ops[n->op].kclass == IR_KC_COLLECTIVE && !(group && !strcmp(group, "tp")))
+            return (int)ir_attr_int(&n->attrs, "ranks", 1) * tp;
     }
-    return 1;
+    return tp;
 }

@@ -22,6 +22,7 @@ typedef struct mpi_api {
     int (*Comm_rank)(mpi_handle, int *);
     int (*Comm_size)(mpi_handle, int *);
     int (*Comm_set_errhandler)(mpi_handle, mpi_handle);
+    int (*Comm_split)(mpi_handle, int, int, mpi_handle *);
     int (*Allreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
     int (*Reduce_scatter_block)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
     int (*Allgather)(const void *, int, mpi_handle, void *, int, mpi_handle, mpi_handle);
@@ -40,8 +41,12 @@ struct kl_comm {
     int rank, world;
     int thread_level;           /* what MPI provides (MPI_THREAD_*) */
     int64_t calls, fail_call;   /* collectives so far; KILN_FAULT_COLLECTIVE's (0: none) */
-    char desc[96];
+    char desc[200];
     mpi_api *mpi; /* NULL: a world of one */
+    /* kl_comm_split_tp: a data-parallel group holds its world (parent,
+     * which it closes) and its rank's tensor-parallel group (tp). */
+    kl_comm *parent, *tp;
+    bool group; /* made by split: MPI_Finalize is the world's */
 };
 
 #define MPI_IN_PLACE_OMPI ((void *)1)
@@ -85,6 +90,7 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(Comm_rank, "MPI_Comm_rank")
     SYM(Comm_size, "MPI_Comm_size")
     SYM(Comm_set_errhandler, "MPI_Comm_set_errhandler")
+    SYM(Comm_split, "MPI_Comm_split")
     SYM(Allreduce, "MPI_Allreduce")
     SYM(Reduce_scatter_block, "MPI_Reduce_scatter_block")
     SYM(Allgather, "MPI_Allgather")
@@ -310,6 +316,39 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
     }
 }
 
+/* A group of c's ranks (MPI_Comm_split by color, ordered by c's rank):
+ * its mpi_api is a copy whose world is the group's communicator, so the
+ * collectives above run in the group unchanged. */
+static kl_comm *split(kl_comm *c, int color, const char *what)
+{
+    kl_comm *g = kl_xcalloc(1, sizeof *g);
+    g->group = true;
+    g->mpi = kl_xmalloc(sizeof *g->mpi);
+    *g->mpi = *c->mpi;
+    int rc = c->mpi->Comm_split(c->mpi->world, color, c->rank, &g->mpi->world);
+    check(c, rc, "MPI_Comm_split", "split", what, 0, IR_F32);
+    g->mpi->Comm_set_errhandler(g->mpi->world, g->mpi->errors_return);
+    g->mpi->Comm_rank(g->mpi->world, &g->rank);
+    g->mpi->Comm_size(g->mpi->world, &g->world);
+    snprintf(g->desc, sizeof g->desc, "%s %d of %d", what, g->rank, g->world);
+    return g;
+}
+
+kl_comm *kl_comm_split_tp(kl_comm *c, int tp)
+{
+    kl_check(tp >= 1 && c->world % tp == 0);
+    if (!c->mpi || tp == 1)
+        return c;
+    kl_comm *dp = split(c, c->rank % tp, "data-parallel rank");
+    dp->tp = split(c, c->rank / tp, "tensor-parallel rank");
+    dp->parent = c;
+    snprintf(dp->desc, sizeof dp->desc, "%.96s, tensor-parallel groups of %d, data-parallel groups of %d", c->desc, tp,
+             dp->world);
+    return dp;
+}
+
+kl_comm *kl_comm_tp(kl_comm *c) { return c ? c->tp : NULL; }
+
 void kl_comm_abort(kl_comm *c, int code)
 {
     fflush(stdout);
@@ -323,6 +362,14 @@ void kl_comm_close(kl_comm *c)
 {
     if (!c)
         return;
+    if (c->group) {
+        /* Its communicator goes with the world's MPI_Finalize. */
+        kl_comm_close(c->tp);
+        kl_comm_close(c->parent);
+        free(c->mpi);
+        free(c);
+        return;
+    }
     if (c->mpi) {
         c->mpi->Finalize();
         /* libmpi stays open: Open MPI's atexit handlers live in it. */

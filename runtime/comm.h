@@ -62,6 +62,15 @@ void kl_comm_reduce_scatter(kl_comm *c, const void *in, int64_t count, void *out
 void kl_comm_all_gather(kl_comm *c, const void *in, int64_t count, void *out, ir_dtype dt, const char *what);
 /* rank_broadcast: root's buf on every rank, in place (bits as sent). */
 void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int root, const char *what);
+/* Tensor parallelism: c's ranks in groups of tp consecutive ranks (the
+ * tensor-parallel groups) and, across them, groups of the ranks of equal
+ * index in theirs (the data-parallel groups). Returns this rank's
+ * data-parallel group, which holds c (closed with it) and this rank's
+ * tensor-parallel group (kl_comm_tp); c itself when tp is 1 or c a world
+ * of one. tp must divide c's world. */
+kl_comm *kl_comm_split_tp(kl_comm *c, int tp);
+/* The tensor-parallel group of a data-parallel group, or NULL. */
+kl_comm *kl_comm_tp(kl_comm *c);
 /* Ends the job: MPI_Abort with code under a launcher (every rank stops),
  * exit(code) otherwise. */
 KL_NORETURN void kl_comm_abort(kl_comm *c, int code);

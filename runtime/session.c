@@ -8,6 +8,7 @@
 #include "data.h"
 #include "nvtx.h"
 #include "overlap.h"
+#include "tp.h"
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed)
 {
@@ -65,6 +66,10 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
         for (int64_t i = 0; i < ir_type_numel(&v->type); i++)
             kl_store_as(v->type.dtype, host, i, kl_load_as(m->type.dtype, mh, i));
         free(mh);
+    } else if (ir_attrs_find(&v->attrs, "tp_axis")) {
+        /* A tensor-parallel slice: this rank's share of the full param. */
+        kl_comm *tp = kl_comm_tp(s->comm);
+        kl_tp_init(v, s->seed, tp ? kl_comm_rank(tp) : 0, host);
     } else {
         kl_init_values(v, s->seed, host);
     }
@@ -79,15 +84,24 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
 static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
 static void run_collective(kl_exec *e, int step, const void *src);
 
+/* The communicator of collective n: the session's, or its
+ * tensor-parallel group for group = "tp" (passes/shard_tp.c). */
+static kl_comm *node_comm(kl_comm *c, const ir_node *n)
+{
+    const char *group = ir_attr_str(&n->attrs, "group", NULL);
+    return group && !strcmp(group, "tp") ? kl_comm_tp(c) : c;
+}
+
 /* A plan's collectives run on the CPU backend (NCCL for the GPU is not
  * built yet), in a world of the size they were compiled for. */
 static int check_collectives(const kl_session *s, const kl_plan *p)
 {
-    int world = s->comm ? kl_comm_world(s->comm) : 1;
     for (int i = 0; i < p->steps.n; i++) {
         if (p->steps.v[i].kind != KL_STEP_COLLECTIVE)
             continue;
         const ir_node *n = ir_nd(p->g, p->steps.v[i].node);
+        kl_comm *c = node_comm(s->comm, n);
+        int world = c ? kl_comm_world(c) : 1;
         int64_t ranks = ir_attr_int(&n->attrs, "ranks", 1);
         if (strcmp(s->be->ops->name, "cpu")) {
             kl_error("%s: collectives (%s) on the %s backend need NCCL, which is not built yet\n---> run with --device cpu",
@@ -259,7 +273,7 @@ static void run_collective(kl_exec *e, int step, const void *src)
     const ir_node *n = ir_nd(e->g, st->node);
     void *dst = e->ptrs[st->args[1]];
     const char *what = ir_val(e->g, n->in.v[0])->name;
-    kl_comm *c = e->s->comm;
+    kl_comm *c = node_comm(e->s->comm, n);
     switch (n->op) {
     case IR_OP_ALL_REDUCE:
     case IR_OP_RANK_BROADCAST:

@@ -255,6 +255,10 @@ static int cmd_ir(int argc, char **argv)
             /* A dump reprinted without --ranks: the world its
              * collectives were made for, so that it reprints unchanged. */
             int world = ranks > 1 ? ranks : pass_graph_ranks(g);
+            char *tpm = pass_tp_memory(g, world);
+            if (tpm)
+                kl_buf_printf(&head, "# %s\n", tpm);
+            free(tpm);
             if (precision && world > 1 && !eval) {
                 char *rm = pass_rank_memory(g, world);
                 kl_buf_printf(&head, "# memory %s\n", rm);

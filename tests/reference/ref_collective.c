@@ -37,6 +37,13 @@ void ref_RANK_BROADCAST(ref_eval *r, const ir_node *n)
         y[i] = x[i];
 }
 
+void ref_TP_COPY(ref_eval *r, const ir_node *n)
+{
+    double *x = IN(r, n, 0), *y = OUT(r, n, 0);
+    for (int64_t i = 0, m = numel(TOUT(r, n, 0)); i < m; i++)
+        y[i] = x[i];
+}
+
 /* shard_copy: rank 0's slice of x1..xk flattened, padded with zeros;
  * shard_gather: as if every rank held this s, x1..xk get ranks copies
  * of s one after the other (with copies = 1, the copies c1..ck after

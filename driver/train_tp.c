@@ -1,0 +1,192 @@
+/* Tensor parallelism in the training executable (passes/shard_tp.c cuts
+ * the params): the groups, the start-up line, and checkpoints of the
+ * full params.
+ *
+ * The world of N ranks is cut into tensor-parallel groups of T
+ * consecutive ranks; across them, the ranks of equal index form the
+ * data-parallel groups (runtime/comm.c, kl_comm_split_tp). The trainer
+ * then sees its data-parallel group as its world (t->comm, t->rank,
+ * t->world): the ranks of a tensor-parallel group read the same rows of
+ * the global batch (batch x N / T samples), report the same loss, and
+ * the gradients are all-reduced over the data-parallel group only (the
+ * shard pass compiles for N / T). Output and files stay rank 0's of the
+ * whole world (train.c silences the others before this runs).
+ *
+ * A checkpoint holds every param whole, as one rank writes it: the
+ * slices of split params and of their state ("<param>.<what>", the
+ * param's shape) are gathered from the tensor-parallel group at
+ * train_ranks_settle (every rank calls it before a save) and swapped in
+ * for the save; a load reads the whole values and keeps this rank's
+ * slice. So a run saved at T = 2 resumes at T = 1, and the reverse. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+#include "passes/passes.h"
+#include "runtime/tp.h"
+
+int train_tp_setup(trainer *t)
+{
+    int T = t->cfg.tensor_parallel > 1 ? t->cfg.tensor_parallel : 1;
+    t->tp = T;
+    if (T == 1)
+        return 0;
+    if (t->world % T) {
+        kl_error("%s: tensor_parallel = %d does not divide the world of %d rank%s\n"
+                 "---> launch a multiple of %d ranks (mpirun -np %d ...) or set --tensor-parallel to a divisor of %d",
+                 t->model, T, t->world, t->world == 1 ? "" : "s", T, T, t->world);
+        return -1;
+    }
+    t->comm = kl_comm_split_tp(t->comm, T);
+    t->tp_rank = kl_comm_rank(kl_comm_tp(t->comm));
+    t->rank = kl_comm_rank(t->comm);
+    t->world = kl_comm_world(t->comm);
+    /* Files are rank 0's of the world: tensorboard too. */
+    if (t->rank || t->tp_rank) {
+        free(t->cfg.tensorboard);
+        t->cfg.tensorboard = NULL;
+    }
+    return 0;
+}
+
+/* The axis persistent value p of the training graph is cut on (and T),
+ * or -1: a split param, or a state of one ("<param>.<what>" of its
+ * shape: optimizer moments, low-precision copies, accumulators). */
+static int split_axis(const trainer *t, const kl_persist *p, int *T)
+{
+    const ir_graph *g = t->train->g;
+    int v = ir_find_value(g, p->name);
+    if (v >= 0 && ir_val(g, v)->kind == IR_VAL_PARAM)
+        return kl_tp_axis(ir_val(g, v), T);
+    const char *dot = strrchr(p->name, '.');
+    if (!dot)
+        return -1;
+    char *param = kl_xstrndup(p->name, (size_t)(dot - p->name));
+    v = ir_find_value(g, param);
+    free(param);
+    if (v < 0 || ir_val(g, v)->kind != IR_VAL_PARAM)
+        return -1;
+    const ir_type *pt = &ir_val(g, v)->type;
+    if (pt->rank != p->type.rank || memcmp(pt->dim, p->type.dim, sizeof(int64_t) * (size_t)pt->rank))
+        return -1;
+    return kl_tp_axis(ir_val(g, v), T);
+}
+
+static void free_full(trainer *t)
+{
+    for (int i = 0; i < t->tp_full.n; i++) {
+        free(t->tp_full.v[i].name);
+        free(t->tp_full.v[i].ptr);
+    }
+    t->tp_full.n = 0;
+}
+
+void train_tp_settle(trainer *t)
+{
+    if (t->tp <= 1)
+        return;
+    kl_session *s = t->s;
+    kl_comm *tp = kl_comm_tp(t->comm);
+    free_full(t);
+    for (int i = 0; i < s->persist.n; i++) {
+        const kl_persist *p = &s->persist.v[i];
+        int T = 1, axis = split_axis(t, p, &T);
+        if (axis < 0)
+            continue;
+        int64_t m = ir_type_numel(&p->type);
+        size_t bytes = (size_t)ir_type_bytes(&p->type);
+        char *mine = kl_xmalloc(bytes + 1), *all = kl_xmalloc(bytes * (size_t)T + 1);
+        s->be->ops->copy_out(s->be, mine, p->ptr, bytes);
+        kl_comm_all_gather(tp, mine, m, all, p->type.dtype, p->name);
+        kl_persist f = {kl_xstrdup(p->name), kl_tp_full_type(&p->type, axis, T), kl_xmalloc(bytes * (size_t)T + 1), p->role};
+        for (int k = 0; k < T; k++)
+            kl_tp_copy_slice(&f.type, axis, T, k, f.ptr, all + (size_t)k * bytes, true);
+        kl_vec_push(t->tp_full, f);
+        free(mine);
+        free(all);
+    }
+}
+
+int train_tp_ckpt_begin(trainer *t, bool loading)
+{
+    kl_session *s = t->s;
+    if (t->tp <= 1)
+        return 0;
+    if (loading) {
+        free_full(t);
+        for (int i = 0; i < s->persist.n; i++) {
+            const kl_persist *p = &s->persist.v[i];
+            int T = 1, axis = split_axis(t, p, &T);
+            if (axis < 0)
+                continue;
+            kl_persist f = {kl_xstrdup(p->name), kl_tp_full_type(&p->type, axis, T), NULL, p->role};
+            f.ptr = kl_xcalloc(1, (size_t)ir_type_bytes(&f.type) + 1);
+            kl_vec_push(t->tp_full, f);
+        }
+    } else if (!t->tp_full.n) {
+        kl_error("tensor_parallel: no gathered params to save (a checkpoint before the first step, --save-init, is "
+                 "not built with tensor parallelism)");
+        return -1;
+    }
+    /* The full values in device memory, in place of the slices. */
+    KL_VEC(kl_persist) list = {0};
+    for (int i = 0; i < s->persist.n; i++) {
+        kl_persist p = s->persist.v[i];
+        for (int k = 0; k < t->tp_full.n; k++) {
+            const kl_persist *f = &t->tp_full.v[k];
+            if (strcmp(f->name, p.name))
+                continue;
+            size_t bytes = (size_t)ir_type_bytes(&f->type);
+            p.type = f->type;
+            p.ptr = s->be->ops->alloc(s->be, bytes);
+            s->be->ops->copy_in(s->be, p.ptr, f->ptr, bytes);
+        }
+        kl_vec_push(list, p);
+    }
+    t->tp_held.v = s->persist.v, t->tp_held.n = s->persist.n, t->tp_held.cap = s->persist.cap;
+    s->persist.v = list.v, s->persist.n = list.n, s->persist.cap = list.cap;
+    return 0;
+}
+
+void train_tp_ckpt_end(trainer *t, bool loading)
+{
+    kl_session *s = t->s;
+    if (!t->tp_held.v)
+        return;
+    for (int i = 0; i < s->persist.n; i++) {
+        kl_persist *p = &s->persist.v[i], *slice = &t->tp_held.v[i];
+        if (p->ptr == slice->ptr)
+            continue;
+        if (loading) {
+            /* This rank's slice of what was loaded. */
+            int T = 1, axis = split_axis(t, slice, &T);
+            size_t fb = (size_t)ir_type_bytes(&p->type), sb = (size_t)ir_type_bytes(&slice->type);
+            char *full = kl_xmalloc(fb + 1), *mine = kl_xmalloc(sb + 1);
+            s->be->ops->copy_out(s->be, full, p->ptr, fb);
+            kl_tp_copy_slice(&p->type, axis, T, t->tp_rank, full, mine, false);
+            s->be->ops->copy_in(s->be, slice->ptr, mine, sb);
+            free(full);
+            free(mine);
+        }
+        s->be->ops->free(s->be, p->ptr);
+    }
+    free(s->persist.v);
+    s->persist.v = t->tp_held.v, s->persist.n = t->tp_held.n, s->persist.cap = t->tp_held.cap;
+    t->tp_held.v = NULL, t->tp_held.n = t->tp_held.cap = 0;
+    if (loading)
+        free_full(t);
+}
+
+void train_tp_free(trainer *t)
+{
+    free_full(t);
+    free(t->tp_full.v);
+}
+
+void train_tp_print_start(const trainer *t)
+{
+    char *m = pass_tp_memory(t->train->g, t->world * t->tp);
+    if (m)
+        printf("%s\n", m);
+    free(m);
+}
