@@ -21,6 +21,7 @@
  * ir/train_config.c until it is built. The memory per rank:
  * passes/rank_memory.c. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "passes.h"
 #include "ir/train_config.h"
