@@ -11,13 +11,8 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
+enter_tmpdir
+build_example mlp
 "$kiln" counters "$here/../examples/mlp.kl" --json > c.json || exit 1
 ./mlp --data synthetic:1200 --threads 1 --steps 8 --eval-every 0 --profile --quiet > out 2>&1 || { bad "--profile run"; cat out; }
 sed -n '/^where the step/,/^verdict/p' out

@@ -13,13 +13,8 @@ set -uo pipefail
 kiln=$1
 here=$(cd "$(dirname "$0")" && pwd)
 check="python3 $here/ckpt_check.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+enter_tmpdir
+build_example mlp
 run() { ./mlp --threads 1 --quiet "$@" > /dev/null; }
 
 run --precision bf16 --steps 20 --save b20.ckpt || bad "bf16 run"

@@ -17,18 +17,11 @@ set -uo pipefail
 kiln=$1
 pydeps=$2
 here=$(cd "$(dirname "$0")" && pwd)
-bash "$here/ckpt_pydeps.sh" "$pydeps" > /dev/null; rc=$?
-[ $rc -eq 0 ] || { bash "$here/ckpt_pydeps.sh" "$pydeps"; exit $rc; }
-export PYTHONPATH=$pydeps
+pip_deps "$pydeps" "safetensors.numpy, numpy" safetensors numpy
 check="python3 $here/ckpt_check.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/fashion_cnn.kl" -o cnn || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
+enter_tmpdir
+build_example fashion_cnn cnn
+build_example mlp
 
 # ---- out: the CNN (params and batch-norm running statistics) ----
 ./cnn --threads 1 --quiet --steps 3 --eval-every 0 --save c.ckpt --export end.safetensors > /dev/null || bad "the CNN run"

@@ -8,11 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+new_tmpdir
 
 "$kiln" doctor --json > "$tmp/d.json"; rc=$?
 "$kiln" doctor > "$tmp/d.txt"; rc_text=$?

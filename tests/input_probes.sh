@@ -9,8 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
 src=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 fail=0
 # check NAME RC PATTERN CMD...: CMD must exit with RC and print PATTERN.
 check() {

@@ -15,27 +15,11 @@ set -uo pipefail
 kiln=$1
 here=$(cd "$(dirname "$0")" && pwd)
 craft="python3 $here/ckpt_craft.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+enter_tmpdir
+build_example mlp
 # expect NAME PATTERN ARGS...: the run exits 1 and prints PATTERN.
-expect() {
-  local name=$1 pattern=$2
-  shift 2
-  # timeout: a crafted step once made the loader loop forever.
-  out=$(timeout 600 ./mlp --steps 2 --quiet --threads 1 "$@" 2>&1)
-  rc=$?
-  if [ $rc -ne 1 ] || ! grep -qF -- "$pattern" <<< "$out"; then
-    bad "$name: exit $rc, expected 1 and '$pattern'; got:"
-    echo "$out" | tail -3
-  else
-    ok "$name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
-  fi
-}
+# (timeout: a crafted step once made the loader loop forever.)
+expect() { expect_error "$1" "$2" timeout 600 ./mlp --steps 2 --quiet --threads 1 "${@:3}"; }
 
 # ---- output files ----
 echo precious > victim

@@ -20,8 +20,7 @@ if [ ! -e "$deps/.installed" ]; then
   touch "$deps/.installed"
 fi
 export PYTHONPATH=$deps
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" pack --idx "$fm" --limit 600 --samples-per-shard 250 -o "$tmp/fm" > /dev/null || exit 1
 python3 "$here/pack_check.py" make-npy "$tmp/npy" || exit 1
 "$kiln" pack --npy x="$tmp/npy/train_x.npy" --npy cls="$tmp/npy/train_y.npy" --samples-per-shard 3 -o "$tmp/np" > /dev/null || exit 1

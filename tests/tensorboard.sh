@@ -16,22 +16,9 @@ set -uo pipefail
 kiln=$1
 build=$2
 here=$(cd "$(dirname "$0")" && pwd)
-deps=$build/pydeps
-if ! PYTHONPATH=$deps python3 -c "import tensorboard.backend.event_processing.event_file_loader" 2> /dev/null; then
-  if ! python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/tensorboard/', timeout=15)" 2> /dev/null; then
-    echo "SKIP: PyPI cannot be reached to install the tensorboard package"
-    exit 77
-  fi
-  python3 -m pip install --quiet --disable-pip-version-check --target "$deps" tensorboard || { echo "FAIL: pip install tensorboard"; exit 1; }
-fi
-export PYTHONPATH=$deps
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
+pip_deps "$build/pydeps" tensorboard.backend.event_processing.event_file_loader tensorboard
+enter_tmpdir
+build_example mlp
 
 # 600 samples at batch 128: 4 steps an epoch; 9 steps, a line every 2.
 ./mlp --data synthetic:600 --threads 1 --steps 9 --log-every 2 --metrics m.jsonl --tensorboard runs/a --quiet > out 2>&1 ||

@@ -14,13 +14,8 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+enter_tmpdir
+build_example mlp
 # 600 samples at batch 128: 4 steps an epoch, logged every 5 steps, so
 # progress windows span epoch boundaries (and their evaluations).
 run=(--data synthetic:600 --threads 1 --log-every 5)
