@@ -341,18 +341,9 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
     return kl_compiled_exec(t->s, c, host);
 }
 
-/* A data path of the train block, relative to the model file's folder
- * (as the model was named to kiln build); one given with --data stays
- * relative to the working folder, where the shell typed it. */
 static char *data_path(const trainer *t, const char *path)
 {
-    bool from_flag = false;
-    for (int i = 0; i + 1 < t->opt.nkv; i += 2)
-        from_flag |= !strcmp(t->opt.kv[i], "data");
-    const char *slash = strrchr(t->model, '/');
-    if (from_flag || path[0] == '/' || !slash)
-        return kl_xstrdup(path);
-    return kl_xasprintf("%.*s/%s", (int)(slash - t->model), t->model, path);
+    return kl_train_data_path(t->model, path, t->opt.kv, t->opt.nkv);
 }
 
 static int load_shards(trainer *t, const char *pattern, kl_dataset *d)

@@ -1,0 +1,8 @@
+# ---- tidy: small known bugs, each with the test that failed before its fix ----
+function(kiln_tidy_test name script)
+  add_test(NAME tidy.${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tidy/${script} ${KILN_EXE} ${ARGN}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(tidy.${name} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endfunction()
+# kiln build precompiles shards data's evaluation kernels.
+kiln_tidy_test(build_shards_eval build_shards_eval.sh)
