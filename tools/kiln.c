@@ -15,6 +15,7 @@
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
+#include "ir/train_config.h"
 #include "passes/passes.h"
 #include "runtime/outfile.h"
 
@@ -116,7 +117,7 @@ static int add_set(overrides *o, const char *arg)
     }
     char *key = kl_xstrndup(arg, (size_t)(eq - arg));
     o->owned[o->nowned++] = key;
-    return add_override(o, key, eq + 1);
+    return kl_train_check_set(key, eq + 1) ? -1 : add_override(o, key, eq + 1);
 }
 
 static void free_overrides(overrides *o)

@@ -6,3 +6,5 @@ function(kiln_tidy_test name script)
 endfunction()
 # kiln build precompiles shards data's evaluation kernels.
 kiln_tidy_test(build_shards_eval build_shards_eval.sh)
+# --set KEY=VALUE errors name --set KEY.
+kiln_tidy_test(set_labels set_labels.sh)
