@@ -920,8 +920,12 @@ static int run_training(trainer *t)
         lp.eval_s += train_evaluate(t, &lp.er);
         if (eval_data_check(t, &lp.er))
             goto out;
-        if (lp.metric_count)
+        if (lp.metric_count) {
+            /* Resumed at its end: this evaluation is the run's only
+             * one, of the epoch the last step was in. */
             lp.best = lp.er.metric[0];
+            lp.best_epoch = lp.step > 0 ? (lp.step - 1) / lp.per_epoch + 1 : 1;
+        }
     }
     print_summary(t, &lp);
     /* For --profile's bottleneck summary: the steps this run timed. */

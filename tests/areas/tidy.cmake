@@ -8,3 +8,5 @@ endfunction()
 kiln_tidy_test(build_shards_eval build_shards_eval.sh)
 # --set KEY=VALUE errors name --set KEY.
 kiln_tidy_test(set_labels set_labels.sh)
+# A run resumed at its last step reports the epoch of its evaluation.
+kiln_tidy_test(resume_at_end resume_at_end.sh)
