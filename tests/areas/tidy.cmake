@@ -10,3 +10,5 @@ kiln_tidy_test(build_shards_eval build_shards_eval.sh)
 kiln_tidy_test(set_labels set_labels.sh)
 # A run resumed at its last step reports the epoch of its evaluation.
 kiln_tidy_test(resume_at_end resume_at_end.sh)
+# An fp16 run whose last step was skipped saves, and resumes exactly.
+kiln_tidy_test(fp16_skipped_save fp16_skipped_save.sh)
