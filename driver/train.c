@@ -363,19 +363,22 @@ static int load_shards(trainer *t, const char *pattern, kl_dataset *d)
     return rc;
 }
 
+/* The training and test splits; --eval-only opens the test split alone
+ * (binding it to the model checks its samples' size and fields). */
 static int load_data(trainer *t)
 {
+    bool train = !t->opt.eval_only;
     if (!strcmp(t->cfg.data_format, "synthetic")) {
-        if (kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set) ||
+        if ((train && kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set)) ||
             kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set))
             return -1;
         return 0;
     }
     if (!strcmp(t->cfg.data_format, "shards")) {
-        if (load_shards(t, t->cfg.data_path, &t->train_set) ||
+        if ((train && load_shards(t, t->cfg.data_path, &t->train_set)) ||
             (t->cfg.data_test && load_shards(t, t->cfg.data_test, &t->test_set)))
             return -1;
-        if (!t->cfg.data_test && t->cfg.eval_every > 0) {
+        if (train && !t->cfg.data_test && t->cfg.eval_every > 0) {
             kl_error("%s: eval_every = %lld, but the data has no test split (shards(..., test = \"...\"))", t->model,
                      (long long)t->cfg.eval_every);
             return -1;
@@ -384,14 +387,14 @@ static int load_data(trainer *t)
     }
     if (!strcmp(t->cfg.data_format, "tokens")) {
         const kl_train_config *c = &t->cfg;
-        char *train = data_path(t, c->data_path), *val = c->data_test ? data_path(t, c->data_test) : NULL;
-        int rc = kl_tokens_dataset(train, c->data_context, true, 0, &t->train_set) ||
+        char *tpath = train ? data_path(t, c->data_path) : NULL, *val = c->data_test ? data_path(t, c->data_test) : NULL;
+        int rc = (tpath && kl_tokens_dataset(tpath, c->data_context, true, 0, &t->train_set)) ||
                          (val && kl_tokens_dataset(val, c->data_context, false, c->data_val_windows, &t->test_set))
                      ? -1
                      : 0;
-        free(train);
+        free(tpath);
         free(val);
-        if (!rc && !val && c->eval_every > 0) {
+        if (!rc && train && !val && c->eval_every > 0) {
             kl_error("%s: eval_every = %lld, but the data has no validation file (tokens(..., val = \"...\"))", t->model,
                      (long long)c->eval_every);
             rc = -1;
@@ -400,9 +403,9 @@ static int load_data(trainer *t)
     }
     char *dir = data_path(t, t->cfg.data_path);
     int rc = -1;
-    if (kl_idx_load(dir, "train", &t->train_set) || kl_idx_load(dir, "t10k", &t->test_set))
+    if ((train && kl_idx_load(dir, "train", &t->train_set)) || kl_idx_load(dir, "t10k", &t->test_set))
         goto done;
-    if (t->train_set.sample_bytes != t->test_set.sample_bytes) {
+    if (train && t->train_set.sample_bytes != t->test_set.sample_bytes) {
         kl_error("%s: training and test samples differ in size", dir);
         goto done;
     }
@@ -1310,7 +1313,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     /* One optimizer step takes batch x accumulate samples: a set smaller
      * than that is refused before anything is compiled or allocated. */
     int64_t step_samples = kl_size_mul(kl_size_mul(t.cfg.batch, t.cfg.accumulate), t.world);
-    if (!t.opt.generate && (step_samples < 0 || step_samples > t.train_set.count)) {
+    if (!t.opt.generate && !t.opt.eval_only && (step_samples < 0 || step_samples > t.train_set.count)) {
         char ranks[32] = "";
         if (t.world > 1)
             snprintf(ranks, sizeof ranks, " x ranks %d", t.world);

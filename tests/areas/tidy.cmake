@@ -12,3 +12,5 @@ kiln_tidy_test(set_labels set_labels.sh)
 kiln_tidy_test(resume_at_end resume_at_end.sh)
 # An fp16 run whose last step was skipped saves, and resumes exactly.
 kiln_tidy_test(fp16_skipped_save fp16_skipped_save.sh)
+# --eval-only opens the test split alone.
+kiln_tidy_test(eval_only_data eval_only_data.sh)
