@@ -14,3 +14,5 @@ kiln_tidy_test(resume_at_end resume_at_end.sh)
 kiln_tidy_test(fp16_skipped_save fp16_skipped_save.sh)
 # --eval-only opens the test split alone.
 kiln_tidy_test(eval_only_data eval_only_data.sh)
+# bench/pack_pystd.sh packs the stdlib's own .py files, not its site-packages.
+kiln_tidy_test(pack_pystd pack_pystd.sh)
