@@ -936,14 +936,12 @@ static int run_training(trainer *t)
     t->run_step_s = lp.clock.run_s;
     t->run_wait_s = kl_loader_wait_seconds(lp.loader);
     train_ranks_settle(t);
-    const char *first;
-    /* Each rank skips among its own rows: the count is the ranks' sum
-     * (the first reason is rank 0's, or the first rank 0 knows of). */
-    double nskip = (double)kl_loader_skipped(lp.loader, &first);
-    train_ranks_sums(t, &nskip, 1);
-    int64_t skipped = (int64_t)nskip;
-    if (skipped && !first)
-        first = "(on another rank)";
+    const char *own_first;
+    char first[904];
+    /* Each rank skips among its own rows: the count is the ranks' sum,
+     * the reason the lowest skipping rank's. */
+    int64_t own = kl_loader_skipped(lp.loader, &own_first);
+    int64_t skipped = train_ranks_skips(t, own, own_first, first, sizeof first);
     if (skipped)
         printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
                (long long)skipped, skipped == 1 ? "" : "s", first);
