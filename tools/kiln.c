@@ -132,12 +132,7 @@ static int write_output(const char *path, const char *text)
         fputs(text, stdout);
         return fflush(stdout) ? -1 : 0;
     }
-    /* Written whole or not at all (outfile.h). */
-    kl_outfile o;
-    if (kl_outfile_begin(&o, path))
-        return -1;
-    kl_outfile_write(&o, text, strlen(text));
-    return kl_outfile_commit(&o, 0666);
+    return kl_outfile_write_whole(path, text, strlen(text));
 }
 
 static int cmd_ir(int argc, char **argv)
