@@ -12,9 +12,8 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 pydeps=$2
-here=$(cd "$(dirname "$0")" && pwd)
 pip_deps "$pydeps" "safetensors.numpy, numpy" safetensors numpy
-check="python3 $here/ckpt_check.py"
+check="python3 $testdir/ckpt_check.py"
 enter_tmpdir
 build_example fashion_cnn cnn
 

@@ -11,8 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-craft="python3 $here/ckpt_craft.py"
+craft="python3 $testdir/ckpt_craft.py"
 enter_tmpdir
 build_example mlp
 

@@ -11,7 +11,6 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
 enter_tmpdir
 build_example mlp
 # Long enough for several samples (one every 0.25 s) on any machine.

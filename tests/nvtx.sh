@@ -10,9 +10,8 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 include=$2
-here=$(cd "$(dirname "$0")" && pwd)
 enter_tmpdir
-${CC:-cc} -shared -fPIC -O1 -I"$include" "$here/nvtx/inject.c" -o libinject.so || { echo "FAIL: cannot build the injection library"; exit 1; }
+${CC:-cc} -shared -fPIC -O1 -I"$include" "$testdir/nvtx/inject.c" -o libinject.so || { echo "FAIL: cannot build the injection library"; exit 1; }
 build_example mlp
 run=(--data synthetic:600 --threads 1 --steps 5 --log-every 1 --eval-every 0)
 NVTX_INJECTION64_PATH=$tmp/libinject.so KILN_NVTX_LOG=$tmp/ranges.log ./mlp "${run[@]}" --metrics a.jsonl > out 2>&1 || { bad "run with the tool"; cat out; }

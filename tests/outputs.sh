@@ -13,8 +13,7 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-craft="python3 $here/ckpt_craft.py"
+craft="python3 $testdir/ckpt_craft.py"
 enter_tmpdir
 build_example mlp
 # expect NAME PATTERN ARGS...: the run exits 1 and prints PATTERN.
@@ -29,7 +28,7 @@ expect "--trace through a link" "lnk: is a symbolic link" --trace lnk
 expect "--save over a link" "lnk: is a symbolic link" --save lnk
 [ "$(cat victim)" = precious ] && ok "the link's target is untouched" || bad "the link's target was written"
 for cmd in "build" "ir"; do
-  out=$("$kiln" $cmd "$here/../examples/mlp.kl" -o lnk 2>&1); rc=$?
+  out=$("$kiln" $cmd "$testdir/../examples/mlp.kl" -o lnk 2>&1); rc=$?
   [ $rc -eq 1 ] && grep -qF "lnk: is a symbolic link" <<< "$out" && ok "kiln $cmd -o refuses a link" ||
     { bad "kiln $cmd -o lnk: exit $rc"; echo "$out" | tail -2; }
 done
@@ -89,7 +88,7 @@ grep '"type": "train"' part.json | grep -o '"step": [0-9]*, "loss": [^,]*' > b
 # The scale grows every 7 clean steps, and step 10 is forced to overflow:
 # the resumed run must carry the clean-step and skipped-step counters.
 sed 's/^  seed      = 1/  seed      = 1\n  precision = fp16\n  loss_scale = dynamic(interval = 7)/' \
-  "$here/../examples/mlp.kl" > fp16.kl
+  "$testdir/../examples/mlp.kl" > fp16.kl
 "$kiln" build fp16.kl -o fp16 || exit 1
 f16="--threads 1 --log-every 1 --quiet --force-overflow 10"
 ./fp16 $f16 --steps 30 --save f_full.ckpt --metrics f_full.json > /dev/null 2>&1
@@ -119,7 +118,7 @@ else
   bad "fp16 --lr 1e6: exit $rc; got:"; echo "$out" | tail -3
 fi
 # A static scale of 1e10 overflows every step: each is skipped.
-sed 's/^  seed      = 1/  seed      = 1\n  precision = fp16\n  loss_scale = static(1e10)/' "$here/../examples/mlp.kl" > static.kl
+sed 's/^  seed      = 1/  seed      = 1\n  precision = fp16\n  loss_scale = static(1e10)/' "$testdir/../examples/mlp.kl" > static.kl
 "$kiln" build static.kl -o static || exit 1
 out=$(./static --steps 40 --threads 1 --quiet 2>&1); rc=$?
 if [ $rc -eq 1 ] && grep -qF "step 33: the last 33 steps were all skipped" <<< "$out"; then

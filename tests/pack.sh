@@ -6,8 +6,7 @@
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-check="python3 $here/pack_check.py"
+check="python3 $testdir/pack_check.py"
 fm=/usr/share/datasets/fashion-mnist
 new_tmpdir
 # expect NAME PATTERN ARGS...: kiln pack must exit 1 and print PATTERN.
