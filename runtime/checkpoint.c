@@ -72,15 +72,15 @@ static void maybe_die_in_save(uint64_t step, int entry, int count)
         raise(SIGKILL);
 }
 
-/* Values the next step writes before it reads them are saved as they
- * will be written, not as the last step left them: the loss scale is the
- * scaler's (the run state's), and the gradient accumulators, which a
- * step's first micro-batch overwrites, are zeros. After an fp16 step
- * skipped for overflow they hold inf or nan (and --force-overflow's
- * scale is inf), which the check below would take for divergence. */
+/* Values the next step writes before it reads them: the loss scale the
+ * step uses and the gradient accumulators (which a step's first
+ * micro-batch overwrites). After an fp16 step skipped for overflow they
+ * hold inf or nan (--force-overflow's scale is inf), which is no
+ * divergence: such a value is saved as the next step will see it, the
+ * scaler's scale, zeros. A finite one is saved as it is. */
 static void dead_values(const kl_persist *p, void *host, uint64_t bytes, const kl_run_state *rs)
 {
-    if (!p->role)
+    if (!p->role || first_nonfinite(p->type.dtype, host, ir_type_numel(&p->type)) < 0)
         return;
     if (!strcmp(p->role, "loss_scale") && p->type.dtype == IR_F32 && bytes == sizeof(float)) {
         float v = (float)rs->loss_scale;
