@@ -277,9 +277,10 @@ void train_ranks_free(trainer *t)
 
 void train_ranks_settle(trainer *t)
 {
-    const ir_graph *g = t->train->g;
+    /* One rank, or --eval-only (no training plan): nothing to average. */
     if (t->world == 1)
         return;
+    const ir_graph *g = t->train->g;
     if (has_zero_state(t))
         gather_zero_state(t);
     for (int i = 0; i < t->averaged.n; i++) {
