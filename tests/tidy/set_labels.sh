@@ -17,4 +17,6 @@ expect_error "--set epochs=abc" "--set epochs: error: epochs must be an integer"
 expect_error "--set bogus=1" "--set bogus is not a train setting" ./mlp --steps 1 --set bogus=1
 expect_error "kiln ir --set data=shards(...)" "--set data:1:1: error: $bogus" \
   "$kiln" ir "$testdir/../examples/mlp.kl" --set 'data=shards("x.tar", bogus = 3)'
+expect_error "kiln counters --set data=shards(...)" "--set data:1:1: error: $bogus" \
+  "$kiln" counters "$testdir/../examples/mlp.kl" --set 'data=shards("x.tar", bogus = 3)'
 exit $fail
