@@ -5,9 +5,9 @@
 # sample from the final checkpoint.
 #
 #   bench/gpt.sh [STDLIB] [STEPS] [THREADS]
-#     STDLIB   default /usr/lib/python3.11 (a folder of .py files without
-#              site-packages inside: python3 -c 'import sysconfig;
-#              print(sysconfig.get_paths()["stdlib"])' says where yours is)
+#     STDLIB   default /usr/lib/python3.11 (Debian's); its own .py files
+#              are packed, not the packages in its site-packages
+#              (bench/pack_pystd.sh)
 #     STEPS    optimizer steps (default 600, the example's)
 #     THREADS  default 1
 #   KILN=path/to/kiln (default ./build/kiln); OUT=folder (default a new
@@ -18,8 +18,7 @@ stdlib=${1:-/usr/lib/python3.11}
 steps=${2:-600}
 threads=${3:-1}
 out=${OUT:-$(mktemp -d)}
-mkdir -p examples/data
-"$kiln" pack --text "$stdlib" --text-ext .py -o examples/data/pystd
+KILN=$kiln bash "$(dirname "$0")/pack_pystd.sh" "$stdlib" examples/data/pystd
 "$kiln" build examples/gpt.kl -o "$out/gpt"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 start=$(date +%s.%N)

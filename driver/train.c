@@ -341,18 +341,9 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
     return kl_compiled_exec(t->s, c, host);
 }
 
-/* A data path of the train block, relative to the model file's folder
- * (as the model was named to kiln build); one given with --data stays
- * relative to the working folder, where the shell typed it. */
 static char *data_path(const trainer *t, const char *path)
 {
-    bool from_flag = false;
-    for (int i = 0; i + 1 < t->opt.nkv; i += 2)
-        from_flag |= !strcmp(t->opt.kv[i], "data");
-    const char *slash = strrchr(t->model, '/');
-    if (from_flag || path[0] == '/' || !slash)
-        return kl_xstrdup(path);
-    return kl_xasprintf("%.*s/%s", (int)(slash - t->model), t->model, path);
+    return kl_train_data_path(t->model, path, t->opt.kv, t->opt.nkv);
 }
 
 static int load_shards(trainer *t, const char *pattern, kl_dataset *d)
@@ -372,19 +363,22 @@ static int load_shards(trainer *t, const char *pattern, kl_dataset *d)
     return rc;
 }
 
+/* The training and test splits; --eval-only opens the test split alone
+ * (binding it to the model checks its samples' size and fields). */
 static int load_data(trainer *t)
 {
+    bool train = !t->opt.eval_only;
     if (!strcmp(t->cfg.data_format, "synthetic")) {
-        if (kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set) ||
+        if ((train && kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set)) ||
             kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set))
             return -1;
         return 0;
     }
     if (!strcmp(t->cfg.data_format, "shards")) {
-        if (load_shards(t, t->cfg.data_path, &t->train_set) ||
+        if ((train && load_shards(t, t->cfg.data_path, &t->train_set)) ||
             (t->cfg.data_test && load_shards(t, t->cfg.data_test, &t->test_set)))
             return -1;
-        if (!t->cfg.data_test && t->cfg.eval_every > 0) {
+        if (train && !t->cfg.data_test && t->cfg.eval_every > 0) {
             kl_error("%s: eval_every = %lld, but the data has no test split (shards(..., test = \"...\"))", t->model,
                      (long long)t->cfg.eval_every);
             return -1;
@@ -393,14 +387,14 @@ static int load_data(trainer *t)
     }
     if (!strcmp(t->cfg.data_format, "tokens")) {
         const kl_train_config *c = &t->cfg;
-        char *train = data_path(t, c->data_path), *val = c->data_test ? data_path(t, c->data_test) : NULL;
-        int rc = kl_tokens_dataset(train, c->data_context, true, 0, &t->train_set) ||
+        char *tpath = train ? data_path(t, c->data_path) : NULL, *val = c->data_test ? data_path(t, c->data_test) : NULL;
+        int rc = (tpath && kl_tokens_dataset(tpath, c->data_context, true, 0, &t->train_set)) ||
                          (val && kl_tokens_dataset(val, c->data_context, false, c->data_val_windows, &t->test_set))
                      ? -1
                      : 0;
-        free(train);
+        free(tpath);
         free(val);
-        if (!rc && !val && c->eval_every > 0) {
+        if (!rc && train && !val && c->eval_every > 0) {
             kl_error("%s: eval_every = %lld, but the data has no validation file (tokens(..., val = \"...\"))", t->model,
                      (long long)c->eval_every);
             rc = -1;
@@ -409,9 +403,9 @@ static int load_data(trainer *t)
     }
     char *dir = data_path(t, t->cfg.data_path);
     int rc = -1;
-    if (kl_idx_load(dir, "train", &t->train_set) || kl_idx_load(dir, "t10k", &t->test_set))
+    if ((train && kl_idx_load(dir, "train", &t->train_set)) || kl_idx_load(dir, "t10k", &t->test_set))
         goto done;
-    if (t->train_set.sample_bytes != t->test_set.sample_bytes) {
+    if (train && t->train_set.sample_bytes != t->test_set.sample_bytes) {
         kl_error("%s: training and test samples differ in size", dir);
         goto done;
     }
@@ -933,8 +927,12 @@ static int run_training(trainer *t)
         lp.eval_s += train_evaluate(t, &lp.er);
         if (eval_data_check(t, &lp.er))
             goto out;
-        if (lp.metric_count)
+        if (lp.metric_count) {
+            /* Resumed at its end: this evaluation is the run's only
+             * one, of the epoch the last step was in. */
             lp.best = lp.er.metric[0];
+            lp.best_epoch = lp.step > 0 ? (lp.step - 1) / lp.per_epoch + 1 : 1;
+        }
     }
     print_summary(t, &lp);
     /* For --profile's bottleneck summary: the steps this run timed. */
@@ -942,14 +940,12 @@ static int run_training(trainer *t)
     t->run_step_s = lp.clock.run_s;
     t->run_wait_s = kl_loader_wait_seconds(lp.loader);
     train_ranks_settle(t);
-    const char *first;
-    /* Each rank skips among its own rows: the count is the ranks' sum
-     * (the first reason is rank 0's, or the first rank 0 knows of). */
-    double nskip = (double)kl_loader_skipped(lp.loader, &first);
-    train_ranks_sums(t, &nskip, 1);
-    int64_t skipped = (int64_t)nskip;
-    if (skipped && !first)
-        first = "(on another rank)";
+    const char *own_first;
+    char first[904];
+    /* Each rank skips among its own rows: the count is the ranks' sum,
+     * the reason the lowest skipping rank's. */
+    int64_t own = kl_loader_skipped(lp.loader, &own_first);
+    int64_t skipped = train_ranks_skips(t, own, own_first, first, sizeof first);
     if (skipped)
         printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
                (long long)skipped, skipped == 1 ? "" : "s", first);
@@ -1327,7 +1323,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     /* One optimizer step takes batch x accumulate samples: a set smaller
      * than that is refused before anything is compiled or allocated. */
     int64_t step_samples = kl_size_mul(kl_size_mul(t.cfg.batch, t.cfg.accumulate), t.world);
-    if (!t.opt.generate && (step_samples < 0 || step_samples > t.train_set.count)) {
+    if (!t.opt.generate && !t.opt.eval_only && (step_samples < 0 || step_samples > t.train_set.count)) {
         char ranks[32] = "";
         if (t.world > 1)
             snprintf(ranks, sizeof ranks, " x ranks %d", t.world);

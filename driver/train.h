@@ -13,6 +13,15 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
 double kl_schedule_lr(const kl_train_config *c, double base, int64_t t, int64_t total);
 /* The batch used for evaluation of count samples. */
 int64_t kl_eval_batch(int64_t count, int64_t batch);
+/* A data path of the train block, relative to the model file's folder
+ * (as the model was named to kiln build); one given with --set data=...
+ * (in kv, nkv strings: key, value, ...) stays relative to the working
+ * folder, where the shell typed it. Caller frees (data_paths.c). */
+char *kl_train_data_path(const char *model, const char *path, const char *const *kv, int nkv);
+/* The samples of the test split (idx, shards, synthetic), or -1 where
+ * they cannot be counted before the run (tokens, no test split, data
+ * not readable yet). */
+int64_t kl_train_test_count(const char *model, const kl_train_config *c, const char *const *kv, int nkv);
 
 /* Time inside optimizer steps (train_clock.c): a window (the steps since
  * the last progress line) and the whole run (this process's steps; a

@@ -280,7 +280,8 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
                 kl_error("--set needs KEY=VALUE, got '%s'", kv);
                 return -1;
             }
-            if (add_kv(o, own(o, kl_xstrndup(kv, (size_t)(eq - kv))), eq + 1))
+            const char *key = own(o, kl_xstrndup(kv, (size_t)(eq - kv)));
+            if (kl_train_check_set(key, eq + 1) || add_kv(o, key, eq + 1))
                 return -1;
         } else if (!strcmp(a, "--no-cuda-graph")) {
             o->no_cuda_graph = true;

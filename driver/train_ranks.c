@@ -57,6 +57,27 @@ void train_ranks_sums(trainer *t, double *sums, int n)
         kl_comm_all_reduce(t->comm, sums, n, IR_F64, KL_REDUCE_SUM, "the loss and metric sums");
 }
 
+int64_t train_ranks_skips(trainer *t, int64_t own, const char *own_first, char *first, size_t n)
+{
+    snprintf(first, n, "%s", own && own_first ? own_first : "");
+    if (t->world == 1)
+        return own;
+    /* The count summed; the lowest rank that skipped (the largest of
+     * world - rank) sends its reason to the others. */
+    double v[2] = {(double)own, 0}, lowest = own ? (double)(t->world - t->rank) : 0;
+    kl_comm_all_reduce(t->comm, v, 1, IR_F64, KL_REDUCE_SUM, "the count of skipped samples");
+    kl_comm_all_reduce(t->comm, &lowest, 1, IR_F64, KL_REDUCE_MAX, "the rank that skipped first");
+    if (lowest > 0) {
+        int64_t words[113] = {0}; /* 904 bytes: a reason as the loader keeps it (900) */
+        memcpy(words, first, strlen(first) < sizeof words - 1 ? strlen(first) : sizeof words - 1);
+        kl_comm_broadcast(t->comm, words, KL_ARRAY_LEN(words), IR_I64, t->world - (int)lowest,
+                          "the first skipped sample's reason");
+        ((char *)words)[sizeof words - 1] = 0;
+        snprintf(first, n, "%s", (const char *)words);
+    }
+    return (int64_t)v[0];
+}
+
 /* shard = zero1 (passes/shard_zero.c): a state slice records the member
  * states it is a slice of ("members", "counts"); NULL for other values. */
 static const ir_value *zero_state(const trainer *t, const char *name)
@@ -260,10 +281,11 @@ void train_ranks_free(trainer *t)
 
 void train_ranks_settle(trainer *t)
 {
-    const ir_graph *g = t->train->g;
     train_tp_settle(t);
+    /* One rank, or --eval-only (no training plan): nothing to average. */
     if (t->world == 1)
         return;
+    const ir_graph *g = t->train->g;
     if (has_zero_state(t))
         gather_zero_state(t);
     for (int i = 0; i < t->averaged.n; i++) {

@@ -152,6 +152,11 @@ double train_evaluate(trainer *t, eval_result *r);
  * every rank calls them at the same point. */
 int train_ranks_prepare(trainer *t);
 void train_ranks_sums(trainer *t, double *sums, int n);
+/* on_error = skip while training: the samples the ranks skipped (own on
+ * this rank) summed, and into first (n bytes) the first reason of the
+ * lowest rank that skipped any (own_first on this rank); "" when none
+ * did. A collective on many ranks. */
+int64_t train_ranks_skips(trainer *t, int64_t own, const char *own_first, char *first, size_t n);
 void train_ranks_settle(trainer *t);
 void train_ranks_print_start(const trainer *t);
 /* shard = zero1: a checkpoint holds the usual full optimizer state, not

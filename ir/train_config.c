@@ -434,12 +434,11 @@ static bool looks_like_call(const char *text)
     return n > 0 && !isdigit((unsigned char)text[0]) && text[n] == '(' && len > n + 1 && text[len - 1] == ')';
 }
 
-int kl_train_set(ir_attrs *train, const char *key, const char *text)
+/* kl_train_set with the flag's name for messages. */
+static int train_set_as(ir_attrs *train, const char *key, const char *text, const char *flag)
 {
-    char *flag = kl_xasprintf("--%s", key);
     kl_source src;
     kl_source_from_string(&src, flag, text);
-    free(flag);
     ir_attrs tmp = {0};
     int rc;
     if (!strcmp(key, "lr")) {
@@ -457,7 +456,7 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
             rc = check_one(&tmp.v[0], &src);
         }
     } else if (!find_key(key)) {
-        kl_error("--%s is not a train setting", key);
+        kl_error("%s is not a train setting", flag);
         rc = -1;
     } else if (!strcmp(key, "data") && !strncmp(text, "synthetic:", 10)) {
         /* --data synthetic:N */
@@ -496,6 +495,26 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
     }
     ir_attrs_free(&tmp);
     kl_source_free(&src);
+    return rc;
+}
+
+int kl_train_set(ir_attrs *train, const char *key, const char *text)
+{
+    char *flag = kl_xasprintf("--%s", key);
+    int rc = train_set_as(train, key, text, flag);
+    free(flag);
+    return rc;
+}
+
+int kl_train_check_set(const char *key, const char *text)
+{
+    if (!strcmp(key, "lr"))
+        return 0;
+    char *flag = kl_xasprintf("--set %s", key);
+    ir_attrs scratch = {0};
+    int rc = train_set_as(&scratch, key, text, flag);
+    ir_attrs_free(&scratch);
+    free(flag);
     return rc;
 }
 

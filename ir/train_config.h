@@ -82,6 +82,11 @@ void kl_train_config_free(kl_train_config *cfg);
  * checks it like the train block does. Returns 0, or -1 with a message
  * naming the flag. */
 int kl_train_set(ir_attrs *train, const char *key, const char *text);
+/* Checks --set KEY=TEXT on its own, when the command line is read, so
+ * that its errors name "--set KEY" (kl_train_set's name the key's own
+ * flag). lr is left to kl_train_set: it is checked in the optimizer it
+ * belongs to. Returns 0, or -1 with the message. */
+int kl_train_check_set(const char *key, const char *text);
 /* Sets every KEY, VALUE pair of a NULL-terminated list, as the flags of
  * a command line; --lr last, whatever its place. */
 int kl_train_set_all(ir_attrs *train, const char *const *kv);

@@ -72,6 +72,24 @@ static void maybe_die_in_save(uint64_t step, int entry, int count)
         raise(SIGKILL);
 }
 
+/* Values the next step writes before it reads them: the loss scale the
+ * step uses and the gradient accumulators (which a step's first
+ * micro-batch overwrites). After an fp16 step skipped for overflow they
+ * hold inf or nan (--force-overflow's scale is inf), which is no
+ * divergence: such a value is saved as the next step will see it, the
+ * scaler's scale, zeros. A finite one is saved as it is. */
+static void dead_values(const kl_persist *p, void *host, uint64_t bytes, const kl_run_state *rs)
+{
+    if (!p->role || first_nonfinite(p->type.dtype, host, ir_type_numel(&p->type)) < 0)
+        return;
+    if (!strcmp(p->role, "loss_scale") && p->type.dtype == IR_F32 && bytes == sizeof(float)) {
+        float v = (float)rs->loss_scale;
+        memcpy(host, &v, sizeof v);
+    } else if (!strcmp(p->role, "grad_acc")) {
+        memset(host, 0, bytes);
+    }
+}
+
 int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
 {
     writer w = {.h = KL_HASH_INIT};
@@ -97,6 +115,7 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
         put(&w, &bytes, 8);
         void *host = kl_xmalloc(bytes ? bytes : 1);
         s->be->ops->copy_out(s->be, host, p->ptr, bytes);
+        dead_values(p, host, bytes, rs);
         /* A diverged run's inf or nan would make every later resume
          * diverge too: such a checkpoint is never written. */
         int64_t bad = first_nonfinite(p->type.dtype, host, ir_type_numel(&p->type));

@@ -239,3 +239,12 @@ int kl_outfile_close_log(kl_outfile *o)
     outfile_free(o);
     return e ? -1 : 0;
 }
+
+int kl_outfile_write_whole(const char *path, const void *data, size_t n)
+{
+    kl_outfile o;
+    if (kl_outfile_begin(&o, path))
+        return -1;
+    kl_outfile_write(&o, data, n);
+    return kl_outfile_commit(&o, 0666);
+}

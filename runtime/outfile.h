@@ -52,6 +52,9 @@ void kl_outfile_abort(kl_outfile *o);
 void kl_outfile_write(kl_outfile *o, const void *p, size_t n);
 /* After writes through o->f by other means (fprintf): notes a failure. */
 void kl_outfile_note(kl_outfile *o);
+/* begin, write and commit (mode 0666) in one: path gets the n bytes of
+ * data, whole or not at all. Returns 0, or -1 after an error naming path. */
+int kl_outfile_write_whole(const char *path, const void *data, size_t n);
 
 /* Opens the log at path for writing in place (o->tmp stays NULL):
  * appended to when append, emptied otherwise. Returns 0, or -1 after an

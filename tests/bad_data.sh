@@ -5,24 +5,10 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
 src=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" build examples/mlp.kl -o "$tmp/mlp" || exit 1
-fail=0
 # expect NAME PATTERN ARGS...: the run must exit 1 and print PATTERN.
-expect() {
-  local name=$1 pattern=$2
-  shift 2
-  out=$("$tmp/mlp" --steps 2 --quiet "$@" 2>&1)
-  rc=$?
-  if [ $rc -ne 1 ] || ! grep -qF -- "$pattern" <<< "$out"; then
-    echo "FAIL: $name: exit $rc, expected 1 and '$pattern'; got:"
-    echo "$out" | tail -3
-    fail=1
-  else
-    echo "ok: $name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
-  fi
-}
+expect() { expect_error "$1" "$2" "$tmp/mlp" --steps 2 --quiet "${@:3}"; }
 # A data folder with one file broken at a time.
 mk() {
   rm -rf "$tmp/d" && mkdir "$tmp/d" && cp "$src"/* "$tmp/d"/

@@ -10,15 +10,9 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
-"$kiln" counters "$here/../examples/mlp.kl" --json > c.json || exit 1
+enter_tmpdir
+build_example mlp
+"$kiln" counters "$testdir/../examples/mlp.kl" --json > c.json || exit 1
 ./mlp --data synthetic:1200 --threads 1 --steps 8 --eval-every 0 --profile --quiet > out 2>&1 || { bad "--profile run"; cat out; }
 sed -n '/^where the step/,/^verdict/p' out
 python3 - out c.json <<'PY' && ok "--profile: categories add up; GEMM FLOPs agree with kiln counters; verdict names the top" || bad "--profile summary (see above)"
@@ -60,7 +54,7 @@ for e in errs:
     print("  " + e)
 sys.exit(1 if errs else 0)
 PY
-"$kiln" bench "$here/../examples/mlp.kl" --repeats 3 --threads 1 --json > b.json 2> b.err || { bad "kiln bench"; cat b.err; }
+"$kiln" bench "$testdir/../examples/mlp.kl" --repeats 3 --threads 1 --json > b.json 2> b.err || { bad "kiln bench"; cat b.err; }
 python3 - b.json c.json <<'PY' && ok "kiln bench --json: categories, GEMM FLOPs as kiln counters, a verdict" || bad "kiln bench bottleneck (see above)"
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -82,5 +76,5 @@ for e in errs:
     print("  " + e)
 sys.exit(1 if errs else 0)
 PY
-"$kiln" bench "$here/../examples/mlp.kl" --repeats 3 --threads 1 > b.txt 2>&1 && grep -q "^verdict: " b.txt && ok "kiln bench: $(grep '^verdict' b.txt)" || { bad "kiln bench text"; cat b.txt; }
+"$kiln" bench "$testdir/../examples/mlp.kl" --repeats 3 --threads 1 > b.txt 2>&1 && grep -q "^verdict: " b.txt && ok "kiln bench: $(grep '^verdict' b.txt)" || { bad "kiln bench text"; cat b.txt; }
 exit $fail

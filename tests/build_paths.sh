@@ -7,8 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$(realpath "$1")
 root=$(pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 fail=0
 mkdir "$tmp/it's"
 for out in "it's/mlp" "x'; touch PWNED; echo '" 'y"; touch PWNED2; echo "' '$(touch PWNED3)' 'with space/m`touch PWNED4`'; do

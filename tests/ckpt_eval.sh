@@ -12,18 +12,10 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 pydeps=$2
-here=$(cd "$(dirname "$0")" && pwd)
-bash "$here/ckpt_pydeps.sh" "$pydeps" > /dev/null; rc=$?
-[ $rc -eq 0 ] || { bash "$here/ckpt_pydeps.sh" "$pydeps"; exit $rc; }
-export PYTHONPATH=$pydeps
-check="python3 $here/ckpt_check.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/fashion_cnn.kl" -o cnn || exit 1
+pip_deps "$pydeps" "safetensors.numpy, numpy" safetensors numpy
+check="python3 $testdir/ckpt_check.py"
+enter_tmpdir
+build_example fashion_cnn cnn
 
 for p in fp32 bf16; do
   ./cnn --threads 1 --precision $p --steps 12 --log-every 100 --save $p.ckpt --metrics $p.json > $p.out || bad "the $p run"
@@ -43,13 +35,7 @@ for p in fp32 bf16; do
   $check predict $p.npy "$acc" || fail=1
 done
 
-expect() {
-  local name=$1 pattern=$2
-  shift 2
-  out=$(./cnn --threads 1 "$@" 2>&1); rc=$?
-  [ $rc -eq 1 ] && grep -qF -- "$pattern" <<< "$out" && ! grep -q "^epoch\|params," <<< "$out" && ok "$name: $out" ||
-    { bad "$name: exit $rc, expected '$pattern'"; echo "$out" | tail -2; }
-}
+expect() { expect_error --not "^epoch\|params," "$1" "$2" ./cnn --threads 1 "${@:3}"; }
 expect "--eval-only alone" "--eval-only needs the values to evaluate: --resume CKPT or --init FILE.safetensors" --eval-only
 expect "--predict without --eval-only" "--predict needs --eval-only" --predict x.npy --resume fp32.ckpt
 expect "--eval-only --save" "--eval-only trains nothing" --eval-only --resume fp32.ckpt --save y.ckpt

@@ -11,15 +11,9 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-craft="python3 $here/ckpt_craft.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+craft="python3 $testdir/ckpt_craft.py"
+enter_tmpdir
+build_example mlp
 
 ./mlp --threads 1 --quiet --steps 5 --save c.ckpt > /dev/null || bad "the run failed"
 "$kiln" ckpt c.ckpt > show.txt || bad "kiln ckpt failed"

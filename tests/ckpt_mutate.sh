@@ -5,11 +5,8 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 mutate=$2
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-sed 's/dense(x, 256)/dense(x, 4)/; s/dense(x, 128)/dense(x, 3)/; s/batch     = 128/batch = 8/' "$here/../examples/mlp.kl" > tiny.kl
+enter_tmpdir
+sed 's/dense(x, 256)/dense(x, 4)/; s/dense(x, 128)/dense(x, 3)/; s/batch     = 128/batch = 8/' "$testdir/../examples/mlp.kl" > tiny.kl
 "$kiln" build tiny.kl -o tiny || exit 1
 ./tiny --threads 1 --quiet --data synthetic:64 --steps 2 --save t.ckpt > /dev/null || exit 1
 "$kiln" export t.ckpt -o t.safetensors || exit 1

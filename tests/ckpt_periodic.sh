@@ -11,14 +11,8 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+enter_tmpdir
+build_example mlp
 run() { "$tmp/mlp" --threads 1 --quiet "$@"; }
 
 # ---- --save-every 50 --keep 2 over 300 steps ----
@@ -68,18 +62,7 @@ fi
 cd .. || exit 1
 
 # ---- misuse ----
-expect() {
-  local name=$1 pattern=$2
-  shift 2
-  out=$(./mlp --steps 2 --quiet --threads 1 "$@" 2>&1)
-  rc=$?
-  if [ $rc -ne 1 ] || ! grep -qF -- "$pattern" <<< "$out" || grep -q "eval" <<< "$out"; then
-    bad "$name: exit $rc, expected 1 and '$pattern' before training; got:"
-    echo "$out" | tail -3
-  else
-    ok "$name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
-  fi
-}
+expect() { expect_error --not eval "$1" "$2" ./mlp --steps 2 --quiet --threads 1 "${@:3}"; }
 expect "--save-every without --save" "--save-every needs --save FILE" --save-every 5
 expect "--keep without --save-every" "--keep needs --save-every" --keep 2 --save x.ckpt
 expect "--save-every 0" "--save-every needs a positive count, got '0'" --save-every 0 --save x.ckpt

@@ -11,15 +11,9 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-check="python3 $here/ckpt_check.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+check="python3 $testdir/ckpt_check.py"
+enter_tmpdir
+build_example mlp
 run() { ./mlp --threads 1 --quiet "$@" > /dev/null; }
 
 run --precision bf16 --steps 20 --save b20.ckpt || bad "bf16 run"
@@ -50,7 +44,7 @@ scale=$(grep '"type": "train"' h.json | head -1 | grep -o '"loss_scale": [0-9]*'
 run --steps 22 --resume h22.ckpt --save f22.ckpt && $check same h22.ckpt f22.ckpt && ok "fp16 -> fp32" || bad "fp16 -> fp32"
 
 # ---- a checkpoint that does not fit ----
-sed 's/relu(dense(x, 256))/relu(dense(x, 200))/' "$here/../examples/mlp.kl" > mlp2.kl
+sed 's/relu(dense(x, 256))/relu(dense(x, 200))/' "$testdir/../examples/mlp.kl" > mlp2.kl
 "$kiln" build mlp2.kl -o mlp2 || exit 1
 out=$(./mlp2 --threads 1 --quiet --steps 30 --resume p20.ckpt 2>&1); rc=$?
 want="p20.ckpt: 'dense.1.w' is f32[784,256] in the checkpoint but f32[784,200] in the model; 'dense.1.b' is f32[256] in the checkpoint but f32[200] in the model; 'dense.2.w' is f32[256,128] in the checkpoint but f32[200,128] in the model"

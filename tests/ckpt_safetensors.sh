@@ -16,19 +16,11 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 pydeps=$2
-here=$(cd "$(dirname "$0")" && pwd)
-bash "$here/ckpt_pydeps.sh" "$pydeps" > /dev/null; rc=$?
-[ $rc -eq 0 ] || { bash "$here/ckpt_pydeps.sh" "$pydeps"; exit $rc; }
-export PYTHONPATH=$pydeps
-check="python3 $here/ckpt_check.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/fashion_cnn.kl" -o cnn || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
+pip_deps "$pydeps" "safetensors.numpy, numpy" safetensors numpy
+check="python3 $testdir/ckpt_check.py"
+enter_tmpdir
+build_example fashion_cnn cnn
+build_example mlp
 
 # ---- out: the CNN (params and batch-norm running statistics) ----
 ./cnn --threads 1 --quiet --steps 3 --eval-every 0 --save c.ckpt --export end.safetensors > /dev/null || bad "the CNN run"
@@ -63,7 +55,7 @@ want="kiln: --init-partial de.safetensors: kept at their initial values (not in 
 [ $rc -eq 0 ] && grep -qxF -- "$want" <<< "$out" && ok "--init-partial: $out" || { bad "--init-partial: exit $rc"; echo "$out"; }
 $check init de.safetensors p.ckpt partial || fail=1
 python3 -c "
-import sys; sys.path.insert(0, '$here')
+import sys; sys.path.insert(0, '$testdir')
 from ckpt_check import entries
 _, a, _ = entries('fresh.ckpt'); _, b, _ = entries('p.ckpt')
 assert a['dense.3.w'] == b['dense.3.w'], 'dense.3.w is not its initial value'

@@ -8,11 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+new_tmpdir
 
 "$kiln" doctor --json > "$tmp/d.json"; rc=$?
 "$kiln" doctor > "$tmp/d.txt"; rc_text=$?
@@ -69,8 +65,7 @@ fi
 
 # The training executable's start-up line: the same facts in one line;
 # --quiet hides it.
-here=$(cd "$(dirname "$0")" && pwd)
-( cd "$tmp" && "$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null ) || bad "kiln build failed"
+( cd "$tmp" && "$kiln" build "$testdir/../examples/mlp.kl" -o mlp > /dev/null ) || bad "kiln build failed"
 line=$("$tmp/mlp" --data synthetic:300 --steps 1 --eval-every 0 2> /dev/null | head -1)
 want=$(python3 -c '
 import json, sys

@@ -6,8 +6,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" build examples/mlp.kl -o "$tmp/mlp"
 
 "$tmp/mlp" --steps 300 --log-every 50 --threads 2 --metrics "$tmp/a.json" | tee "$tmp/out.txt"

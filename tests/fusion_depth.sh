@@ -13,8 +13,7 @@ source "$(dirname "$0")/lib.sh"
 set -euo pipefail
 kiln=$1
 equiv=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 model=$tmp/chain.kl
 "$(dirname "$0")/../bench/depth.sh" --model elementwise 4000 > "$model"
 

@@ -11,14 +11,8 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
+enter_tmpdir
+build_example mlp
 # Long enough for several samples (one every 0.25 s) on any machine.
 ./mlp --data synthetic:6000 --threads 1 --steps 600 --log-every 100 --eval-every 0 --trace t.json --metrics m.jsonl > out 2> err ||
   { bad "run failed"; cat out err; }

@@ -9,8 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
 src=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 fail=0
 # check NAME RC PATTERN CMD...: CMD must exit with RC and print PATTERN.
 check() {
@@ -91,7 +90,7 @@ fi
 # ---- flag values ----
 check "--set optimizer=sgd(lr=0.1)" 0 "; lr 0.1," "${exe[@]}" --set 'optimizer=sgd(lr=0.1)'
 check "--set loss_scale=static(8)" 0 "scale 8  skipped 0" "${exe[@]}" --precision fp16 --log-every 1 --set 'loss_scale=static(8)'
-check "--set with a bad call" 1 "--optimizer:1:8: error: expected a value, found ')'" "${exe[@]}" --set 'optimizer=sgd(lr=)'
+check "--set with a bad call" 1 "--set optimizer:1:8: error: expected a value, found ')'" "${exe[@]}" --set 'optimizer=sgd(lr=)'
 check "--lr before --set optimizer=sgd" 0 "; lr 0.5," "${exe[@]}" --lr 0.5 --set optimizer=sgd
 ln -s "$src" "$tmp/data"
 check "--data data (a bare folder name)" 0 "60000 train / 10000 test samples" \

@@ -13,3 +13,72 @@
 export OMP_NUM_THREADS=1
 export OPENBLAS_NUM_THREADS=1
 export CUDA_VISIBLE_DEVICES=
+
+# ---- Helpers for the test scripts (one copy, not one per script) ----
+# The folder of the tests (this file's), whichever script sources it.
+testdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# Checks print "ok: ..." or "FAIL: ..."; a FAIL sets fail, which the
+# script ends with (exit $fail).
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+# new_tmpdir: a new temporary folder in $tmp, removed when the script
+# exits. enter_tmpdir: the same, made the current folder.
+new_tmpdir() {
+  tmp=$(mktemp -d) || exit 1
+  trap 'rm -rf "$tmp"' EXIT
+}
+enter_tmpdir() {
+  new_tmpdir
+  cd "$tmp" || exit 1
+}
+
+# build_example NAME [OUT]: kiln build of examples/NAME.kl to OUT (default
+# ./NAME) with $kiln, its output kept out of the log; a failed build
+# prints the compiler's output and ends the script.
+build_example() {
+  local out=${2:-$1} log
+  log=$("$kiln" build "$testdir/../examples/$1.kl" -o "$out" 2>&1) || {
+    echo "FAIL: kiln build examples/$1.kl"
+    echo "$log"
+    exit 1
+  }
+}
+
+# pip_deps DIR MODULES PACKAGE...: Python packages from PyPI, installed
+# into DIR once (when `import MODULES` fails there), on PYTHONPATH. Ends
+# the script with 77 (ctest's skip) only when PyPI cannot be reached, 1
+# when the install fails.
+pip_deps() {
+  local dir=$1 modules=$2
+  shift 2
+  if ! PYTHONPATH=$dir python3 -c "import $modules" 2> /dev/null; then
+    if ! python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/$1/', timeout=20)" 2> /dev/null; then
+      echo "skipped: PyPI (https://pypi.org) cannot be reached to install $*"
+      exit 77
+    fi
+    python3 -m pip install --quiet --disable-pip-version-check --target "$dir" "$@" || { echo "FAIL: pip install $*"; exit 1; }
+  fi
+  export PYTHONPATH=$dir
+}
+
+# expect_error [--not REGEX] NAME PATTERN COMMAND...: COMMAND exits 1 and
+# prints PATTERN (a fixed string, on stdout or stderr), and with --not
+# prints nothing matching REGEX (e.g. a sign that training started).
+# Leaves the output in $out and the exit status in $rc.
+expect_error() {
+  local not=
+  [ "$1" = --not ] && { not=$2; shift 2; }
+  local name=$1 pattern=$2
+  shift 2
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ $rc -ne 1 ] || ! grep -qF -- "$pattern" <<< "$out" || { [ -n "$not" ] && grep -q -- "$not" <<< "$out"; }; then
+    bad "$name: exit $rc, expected 1 and '$pattern'${not:+ and no '$not'}; got:"
+    tail -3 <<< "$out"
+    return 1
+  fi
+  ok "$name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
+}

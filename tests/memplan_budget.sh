@@ -6,8 +6,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" build examples/fashion_cnn.kl -o "$tmp/cnn"
 data=(--data synthetic:600 --steps 2 --log-every 1)
 

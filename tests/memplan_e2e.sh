@@ -7,8 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 run() { # name exe args...
   local name=$1 exe=$2; shift 2
   "$exe" "$@" --log-every 1 --metrics "$tmp/$name.planned.json" --save "$tmp/$name.planned.ckpt" > "$tmp/$name.planned.txt" 2>&1

@@ -10,15 +10,9 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 include=$2
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-${CC:-cc} -shared -fPIC -O1 -I"$include" "$here/nvtx/inject.c" -o libinject.so || { echo "FAIL: cannot build the injection library"; exit 1; }
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
+enter_tmpdir
+${CC:-cc} -shared -fPIC -O1 -I"$include" "$testdir/nvtx/inject.c" -o libinject.so || { echo "FAIL: cannot build the injection library"; exit 1; }
+build_example mlp
 run=(--data synthetic:600 --threads 1 --steps 5 --log-every 1 --eval-every 0)
 NVTX_INJECTION64_PATH=$tmp/libinject.so KILN_NVTX_LOG=$tmp/ranges.log ./mlp "${run[@]}" --metrics a.jsonl > out 2>&1 || { bad "run with the tool"; cat out; }
 ./mlp "${run[@]}" --metrics b.jsonl > /dev/null 2>&1 || bad "run without"

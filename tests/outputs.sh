@@ -13,29 +13,12 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-craft="python3 $here/ckpt_craft.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+craft="python3 $testdir/ckpt_craft.py"
+enter_tmpdir
+build_example mlp
 # expect NAME PATTERN ARGS...: the run exits 1 and prints PATTERN.
-expect() {
-  local name=$1 pattern=$2
-  shift 2
-  # timeout: a crafted step once made the loader loop forever.
-  out=$(timeout 600 ./mlp --steps 2 --quiet --threads 1 "$@" 2>&1)
-  rc=$?
-  if [ $rc -ne 1 ] || ! grep -qF -- "$pattern" <<< "$out"; then
-    bad "$name: exit $rc, expected 1 and '$pattern'; got:"
-    echo "$out" | tail -3
-  else
-    ok "$name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
-  fi
-}
+# (timeout: a crafted step once made the loader loop forever.)
+expect() { expect_error "$1" "$2" timeout 600 ./mlp --steps 2 --quiet --threads 1 "${@:3}"; }
 
 # ---- output files ----
 echo precious > victim
@@ -45,7 +28,7 @@ expect "--trace through a link" "lnk: is a symbolic link" --trace lnk
 expect "--save over a link" "lnk: is a symbolic link" --save lnk
 [ "$(cat victim)" = precious ] && ok "the link's target is untouched" || bad "the link's target was written"
 for cmd in "build" "ir"; do
-  out=$("$kiln" $cmd "$here/../examples/mlp.kl" -o lnk 2>&1); rc=$?
+  out=$("$kiln" $cmd "$testdir/../examples/mlp.kl" -o lnk 2>&1); rc=$?
   [ $rc -eq 1 ] && grep -qF "lnk: is a symbolic link" <<< "$out" && ok "kiln $cmd -o refuses a link" ||
     { bad "kiln $cmd -o lnk: exit $rc"; echo "$out" | tail -2; }
 done
@@ -105,7 +88,7 @@ grep '"type": "train"' part.json | grep -o '"step": [0-9]*, "loss": [^,]*' > b
 # The scale grows every 7 clean steps, and step 10 is forced to overflow:
 # the resumed run must carry the clean-step and skipped-step counters.
 sed 's/^  seed      = 1/  seed      = 1\n  precision = fp16\n  loss_scale = dynamic(interval = 7)/' \
-  "$here/../examples/mlp.kl" > fp16.kl
+  "$testdir/../examples/mlp.kl" > fp16.kl
 "$kiln" build fp16.kl -o fp16 || exit 1
 f16="--threads 1 --log-every 1 --quiet --force-overflow 10"
 ./fp16 $f16 --steps 30 --save f_full.ckpt --metrics f_full.json > /dev/null 2>&1
@@ -135,7 +118,7 @@ else
   bad "fp16 --lr 1e6: exit $rc; got:"; echo "$out" | tail -3
 fi
 # A static scale of 1e10 overflows every step: each is skipped.
-sed 's/^  seed      = 1/  seed      = 1\n  precision = fp16\n  loss_scale = static(1e10)/' "$here/../examples/mlp.kl" > static.kl
+sed 's/^  seed      = 1/  seed      = 1\n  precision = fp16\n  loss_scale = static(1e10)/' "$testdir/../examples/mlp.kl" > static.kl
 "$kiln" build static.kl -o static || exit 1
 out=$(./static --steps 40 --threads 1 --quiet 2>&1); rc=$?
 if [ $rc -eq 1 ] && grep -qF "step 33: the last 33 steps were all skipped" <<< "$out"; then

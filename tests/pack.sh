@@ -6,26 +6,11 @@
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-check="python3 $here/pack_check.py"
+check="python3 $testdir/pack_check.py"
 fm=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+new_tmpdir
 # expect NAME PATTERN ARGS...: kiln pack must exit 1 and print PATTERN.
-expect() {
-  local name=$1 pattern=$2
-  shift 2
-  out=$("$kiln" pack "$@" 2>&1)
-  rc=$?
-  if [ $rc -ne 1 ] || ! grep -qF -- "$pattern" <<< "$out"; then
-    bad "$name: exit $rc, expected 1 and '$pattern'; got: $(tail -3 <<< "$out")"
-  else
-    ok "$name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
-  fi
-}
+expect() { expect_error "$1" "$2" "$kiln" pack "${@:3}"; }
 same_dirs() { diff -r "$1" "$2" > /dev/null; }
 
 # ---- IDX: Fashion-MNIST, 700 samples of each split, 256 per shard ----

@@ -7,7 +7,6 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
 deps=$2
-here=$(cd "$(dirname "$0")" && pwd)
 fm=/usr/share/datasets/fashion-mnist
 if [ ! -e "$deps/.installed" ]; then
   if ! python3 -m pip install --quiet --disable-pip-version-check --target "$deps" webdataset pillow numpy > "$deps.log" 2>&1; then
@@ -20,10 +19,9 @@ if [ ! -e "$deps/.installed" ]; then
   touch "$deps/.installed"
 fi
 export PYTHONPATH=$deps
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" pack --idx "$fm" --limit 600 --samples-per-shard 250 -o "$tmp/fm" > /dev/null || exit 1
-python3 "$here/pack_check.py" make-npy "$tmp/npy" || exit 1
+python3 "$testdir/pack_check.py" make-npy "$tmp/npy" || exit 1
 "$kiln" pack --npy x="$tmp/npy/train_x.npy" --npy cls="$tmp/npy/train_y.npy" --samples-per-shard 3 -o "$tmp/np" > /dev/null || exit 1
 python3 - "$tmp" "$fm" <<'PY'
 import gzip, json, os, struct, sys, warnings

@@ -14,8 +14,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 limit_mb=67.108864 # 64 MiB
 "$kiln" build examples/fashion_cnn.kl -o "$tmp/cnn"
 run() { "$tmp/cnn" --device cpu --threads 1 --data synthetic:2048 --steps 1 --eval-every 0 "$@"; }

@@ -9,8 +9,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" build examples/fashion_cnn.kl -o "$tmp/cnn"
 run() { # LIB OUT
   "$tmp/cnn" --device cpu --threads 1 --precision bf16 --data synthetic:512 --steps 6 --eval-every 0 --log-every 1 \

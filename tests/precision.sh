@@ -8,8 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 for m in mlp fashion_cnn; do
   "$kiln" ir "examples/$m.kl" --after optimizer | grep -v '^  passes' > "$tmp/a"
   "$kiln" ir "examples/$m.kl" --after precision | grep -v '^  passes\|^# memory' > "$tmp/b"

@@ -4,8 +4,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1 model=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 passes=$("$kiln" ir --help | sed -n 's/.*stages: \(.*\)$/\1/p' | tr -d ',')
 [ -n "$passes" ] || { echo "FAIL: no stage list in kiln ir --help"; exit 1; }
 for pass in $passes all; do

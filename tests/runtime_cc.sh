@@ -5,8 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 unset KILN_CC
 export KILN_CACHE_DIR=$tmp/cache # nothing compiled yet
 "$kiln" build examples/mlp.kl -o "$tmp/mlp"

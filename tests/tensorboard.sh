@@ -15,23 +15,9 @@ source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
 build=$2
-here=$(cd "$(dirname "$0")" && pwd)
-deps=$build/pydeps
-if ! PYTHONPATH=$deps python3 -c "import tensorboard.backend.event_processing.event_file_loader" 2> /dev/null; then
-  if ! python3 -c "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/tensorboard/', timeout=15)" 2> /dev/null; then
-    echo "SKIP: PyPI cannot be reached to install the tensorboard package"
-    exit 77
-  fi
-  python3 -m pip install --quiet --disable-pip-version-check --target "$deps" tensorboard || { echo "FAIL: pip install tensorboard"; exit 1; }
-fi
-export PYTHONPATH=$deps
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
+pip_deps "$build/pydeps" tensorboard.backend.event_processing.event_file_loader tensorboard
+enter_tmpdir
+build_example mlp
 
 # 600 samples at batch 128: 4 steps an epoch; 9 steps, a line every 2.
 ./mlp --data synthetic:600 --threads 1 --steps 9 --log-every 2 --metrics m.jsonl --tensorboard runs/a --quiet > out 2>&1 ||
@@ -120,7 +106,7 @@ sys.exit(0 if len(list(EventFileLoader("corrupt.tfevents").Load())) < whole else
 PY
 
 # The train key, through a model file and through --set.
-sed 's|^  seed      = 1$|  seed      = 1\n  tensorboard = "runs/key"|' "$here/../examples/mlp.kl" > keyed.kl
+sed 's|^  seed      = 1$|  seed      = 1\n  tensorboard = "runs/key"|' "$testdir/../examples/mlp.kl" > keyed.kl
 grep -q 'tensorboard = "runs/key"' keyed.kl || bad "could not add the key to the model file"
 "$kiln" build keyed.kl -o keyed > /dev/null || bad "kiln build keyed.kl"
 ./keyed --data synthetic:600 --threads 1 --steps 9 --log-every 2 --metrics k.jsonl --quiet > out 2>&1 || { bad "keyed run"; cat out; }
@@ -133,7 +119,7 @@ echo x > plainfile
 ./mlp --data synthetic:600 --steps 1 --tensorboard plainfile/sub > out 2>&1; rc=$?
 [ $rc != 0 ] && grep -qF "kiln: error: --tensorboard: cannot make the folder plainfile/sub:" out && ok "unmakeable folder: $(cat out | grep error)" ||
   { bad "unmakeable folder: rc $rc"; cat out; }
-sed 's|^  seed      = 1$|  seed      = 1\n  tensorboard = 3|' "$here/../examples/mlp.kl" > badkey.kl
+sed 's|^  seed      = 1$|  seed      = 1\n  tensorboard = 3|' "$testdir/../examples/mlp.kl" > badkey.kl
 "$kiln" build badkey.kl -o badkey > out 2>&1; rc=$?
 [ $rc != 0 ] && grep -qE "badkey.kl:[0-9]+:[0-9]+: .*tensorboard must be a path in quotes" out && ok "tensorboard = 3: $(grep tensorboard out)" ||
   { bad "tensorboard = 3: rc $rc"; cat out; }

@@ -13,14 +13,8 @@
 source "$(dirname "$0")/lib.sh"
 set -uo pipefail
 kiln=$1
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-"$kiln" build "$here/../examples/mlp.kl" -o mlp > /dev/null || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+enter_tmpdir
+build_example mlp
 # 600 samples at batch 128: 4 steps an epoch, logged every 5 steps, so
 # progress windows span epoch boundaries (and their evaluations).
 run=(--data synthetic:600 --threads 1 --log-every 5)
@@ -109,7 +103,7 @@ line=$(OMP_NUM_THREADS=3 ./mlp --data synthetic:600 --set threads=2 --steps 1 --
 [ "$line" = "cpu, 2 threads (the train block's threads)" ] && ok "train block wins: $line" || bad "threads=2: '$line'"
 
 # ---- kiln bench: the same thread rule; medians with their spread ----
-env -u OMP_NUM_THREADS "$kiln" bench "$here/../examples/mlp.kl" --repeats 5 --json > b.json 2> b.err || { bad "kiln bench failed"; cat b.err; }
+env -u OMP_NUM_THREADS "$kiln" bench "$testdir/../examples/mlp.kl" --repeats 5 --json > b.json 2> b.err || { bad "kiln bench failed"; cat b.err; }
 python3 - b.json "$want" <<'PY' && ok "kiln bench: threads by the rule, medians inside their IQR, inconclusive exactly when the ranges overlap" || bad "kiln bench (see above)"
 import json, sys
 d = json.load(open(sys.argv[1]))

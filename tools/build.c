@@ -58,27 +58,6 @@ static char *find_library(void)
     return NULL;
 }
 
-/* The number of test samples, from the labels file's header, or -1. */
-static int64_t test_count(const kl_train_config *c)
-{
-    if (!strcmp(c->data_format, "synthetic"))
-        return c->synthetic_samples / 6 + 1;
-    if (strcmp(c->data_format, "idx"))
-        return -1; /* shards: the evaluation kernels compile at run time */
-    kl_dataset d;
-    kl_diag_set_stream(fopen("/dev/null", "w"));
-    FILE *null = kl_diag_stream();
-    int rc = kl_idx_load(c->data_path, "t10k", &d);
-    kl_diag_set_stream(NULL);
-    if (null)
-        fclose(null);
-    if (rc)
-        return -1;
-    int64_t n = d.count;
-    kl_dataset_free(&d);
-    return n;
-}
-
 static void escape_c(kl_buf *b, const char *s, size_t len)
 {
     kl_buf_putc(b, '"');
@@ -230,7 +209,10 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
         kl_train_config_free(&cfg);
         goto done;
     }
-    int64_t count = test_count(&cfg);
+    int nkv = 0;
+    while (kv && kv[nkv])
+        nkv++;
+    int64_t count = kl_train_test_count(model_path, &cfg, kv, nkv);
     if (count > 0) {
         /* As the executable picks it: fitting in the training arena. */
         kl_replan rp = {&src, kv};

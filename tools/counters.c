@@ -141,7 +141,9 @@ int kl_counters_main(int argc, char **argv)
                 goto done;
             }
             owned[nowned] = kl_xstrndup(arg, (size_t)(eq - arg));
-            kv[nkv++] = owned[nowned++];
+            if (kl_train_check_set(owned[nowned++], eq + 1))
+                goto done;
+            kv[nkv++] = owned[nowned - 1];
             kv[nkv++] = eq + 1;
         } else if (a[0] == '-' && a[1]) {
             kl_error("kiln counters: unknown option or missing value: %s (see kiln counters --help)", a);

@@ -15,6 +15,7 @@
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
+#include "ir/train_config.h"
 #include "passes/passes.h"
 #include "runtime/outfile.h"
 
@@ -116,7 +117,7 @@ static int add_set(overrides *o, const char *arg)
     }
     char *key = kl_xstrndup(arg, (size_t)(eq - arg));
     o->owned[o->nowned++] = key;
-    return add_override(o, key, eq + 1);
+    return kl_train_check_set(key, eq + 1) ? -1 : add_override(o, key, eq + 1);
 }
 
 static void free_overrides(overrides *o)
@@ -131,12 +132,7 @@ static int write_output(const char *path, const char *text)
         fputs(text, stdout);
         return fflush(stdout) ? -1 : 0;
     }
-    /* Written whole or not at all (outfile.h). */
-    kl_outfile o;
-    if (kl_outfile_begin(&o, path))
-        return -1;
-    kl_outfile_write(&o, text, strlen(text));
-    return kl_outfile_commit(&o, 0666);
+    return kl_outfile_write_whole(path, text, strlen(text));
 }
 
 static int cmd_ir(int argc, char **argv)

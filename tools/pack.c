@@ -352,15 +352,6 @@ static int pack_split(const pack_opts *opt, pack_input *in, int k, const char *s
     return rc;
 }
 
-static int write_text_file(const char *path, const char *text)
-{
-    kl_outfile o;
-    if (kl_outfile_begin(&o, path))
-        return -1;
-    kl_outfile_write(&o, text, strlen(text));
-    return kl_outfile_commit(&o, 0666);
-}
-
 static int pack_shards(const pack_opts *opt, pack_input *in, const char *staging)
 {
     kl_buf m = {0};
@@ -383,7 +374,7 @@ static int pack_shards(const pack_opts *opt, pack_input *in, const char *staging
             kl_buf_printf(&m, ",\n  \"shuffle_seed\": %llu", (unsigned long long)opt->seed);
         kl_buf_puts(&m, "\n}\n");
         char *path = kl_xasprintf("%s/manifest.json", staging);
-        rc = write_text_file(path, m.s);
+        rc = kl_outfile_write_whole(path, m.s, m.len);
         free(path);
     }
     kl_buf_free(&m);
@@ -428,22 +419,8 @@ static int read_text(const char *path, const char *ext, bool top, kl_buf *text, 
     }
     if (!top && (!S_ISREG(st.st_mode) || !has_ext(path, ext)))
         return 0;
-    char why[160];
-    int fd = kl_open_regular(path, why, sizeof why);
-    if (fd < 0) {
-        kl_error("%s: %s", path, why);
+    if (pack_read_file(path, text))
         return -1;
-    }
-    char chunk[65536];
-    ssize_t got;
-    while ((got = read(fd, chunk, sizeof chunk)) > 0)
-        kl_buf_putn(text, chunk, (size_t)got);
-    int e = errno;
-    close(fd);
-    if (got < 0) {
-        kl_error("%s: %s", path, strerror(e));
-        return -1;
-    }
     (*files)++;
     return 0;
 }
@@ -485,7 +462,7 @@ static int pack_text(const pack_opts *opt, const char *staging)
     kl_buf_puts(&m, "\n  }\n}\n");
     if (!rc) {
         char *path = kl_xasprintf("%s/manifest.json", staging);
-        rc = write_text_file(path, m.s);
+        rc = kl_outfile_write_whole(path, m.s, m.len);
         free(path);
     }
     kl_buf_free(&m);

@@ -54,6 +54,9 @@ void pack_input_free(pack_input *in);
 /* Adds split name with count samples (at most limit when limit > 0). */
 void pack_add_split(pack_input *in, const char *name, int64_t count, int64_t limit);
 
+/* Appends the whole of a regular file to b; -1 after an error naming it. */
+int pack_read_file(const char *path, kl_buf *b);
+
 /* `kiln pack ARGS`: the command's exit status. */
 int kl_pack_main(int argc, char **argv);
 

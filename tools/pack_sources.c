@@ -310,8 +310,7 @@ done:
     return rc;
 }
 
-/* Reads a whole file into b; -1 after an error naming it. */
-static int read_file(const char *path, kl_buf *b)
+int pack_read_file(const char *path, kl_buf *b)
 {
     char why[160];
     int fd = kl_open_regular(path, why, sizeof why);
@@ -319,7 +318,6 @@ static int read_file(const char *path, kl_buf *b)
         kl_error("%s: %s", path, why);
         return -1;
     }
-    b->len = 0;
     char chunk[65536];
     ssize_t got;
     while ((got = read(fd, chunk, sizeof chunk)) > 0)
@@ -410,7 +408,7 @@ static int folder_sample(pack_input *in, int split, int64_t i, pack_sample *s)
     const char *ext = image_ext(f->path);
     s->n = 0;
     kl_buf *b = pack_sample_add(s, ext);
-    if (read_file(f->path, b))
+    if (pack_read_file(f->path, b))
         return -1;
     int e = !strcmp(ext, "jpg");
     int64_t shape[3];

@@ -12,8 +12,8 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+new_tmpdir
+dir=$tmp
 model() { # FORM T
   local t=$2
   cat <<KL

@@ -7,8 +7,8 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_tmpdir
+work=$tmp
 train() { # MODEL NAME [ARGS]
   local m=$1 name=$2
   shift 2

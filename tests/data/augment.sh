@@ -6,8 +6,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 check=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 src=/usr/share/datasets/fashion-mnist
 python3 tests/data/make_shards.py "$src" train "$tmp/a" --count 50 --per-shard 20 || exit 1
 python3 tests/data/augment_ref.py "$src" 50 | sort -s -k1,1n -k2,2 > "$tmp/want" || exit 1

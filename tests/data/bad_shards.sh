@@ -6,26 +6,12 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 python3 tests/data/bad_shards.py "$tmp" || exit 1
 "$kiln" build examples/mlp.kl -o "$tmp/mlp" || exit 1
-fail=0
 # expect NAME PATTERN DATA [ARGS...]: training on DATA (a shards(...) call
 # or its arguments) must exit 1 and print PATTERN.
-expect() {
-  local name=$1 pattern=$2 data=$3
-  shift 3
-  out=$("$tmp/mlp" --steps 4 --batch 4 --quiet --eval-every 0 --set "data=shards($data)" "$@" 2>&1)
-  rc=$?
-  if [ $rc -ne 1 ] || ! grep -qF -- "$pattern" <<< "$out"; then
-    echo "FAIL: $name: exit $rc, expected 1 and '$pattern'; got:"
-    echo "$out" | tail -3
-    fail=1
-  else
-    echo "ok: $name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
-  fi
-}
+expect() { expect_error "$1" "$2" "$tmp/mlp" --steps 4 --batch 4 --quiet --eval-every 0 --set "data=shards($3)" "${@:4}"; }
 at() { echo "\"$tmp/$1\", shuffle_buffer = 0"; }
 expect "corrupt PNG" "badpng.tar: member 000003.png: not a valid PNG" "$(at badpng.tar)"
 expect "truncated PNG" "cutpng.tar: member 000003.png: corrupt PNG data" "$(at cutpng.tar)"

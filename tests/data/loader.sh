@@ -5,8 +5,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 check=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 python3 tests/data/make_shards.py /usr/share/datasets/fashion-mnist train "$tmp/n" --count 1000 --per-shard 150 \
   --number-labels || exit 1
 fail=0

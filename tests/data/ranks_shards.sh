@@ -18,8 +18,7 @@ source "$(dirname "$0")/../lib.sh"
 kiln=$1
 check=$2
 here=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 command -v mpirun > /dev/null || { echo "FAIL: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 1; }
 export LSAN_OPTIONS="suppressions=$here/ranks.lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
@@ -53,16 +52,18 @@ for v in streamed cached augmented; do
   fi
 done
 # on_error = skip on ranks: each rank skips among its own rows and the
-# closing count is the ranks' sum (000003.png is rank 1's row 1 of the
-# first global batch of 4); rows that are all bad are an error, never an
-# empty batch (batch 1: the fourth batch is the bad sample alone).
+# closing count is the ranks' sum, and the reason the skipping rank's
+# (000003.png is rank 1's row 1 of the first global batch of 4: rank 0
+# skipped none, and the line once said "(on another rank)"); rows that
+# are all bad are an error, never an empty batch (batch 1: the fourth
+# batch is the bad sample alone).
 python3 tests/data/bad_shards.py "$tmp" || exit 1
 skipdata="data=shards(\"$tmp/badpng.tar\", shuffle_buffer = 0, on_error = skip)"
 out=$("${mpi[@]}" -np 2 "$tmp/mlp" --steps 3 --batch 2 --eval-every 0 --set "$skipdata" 2>&1)
-if grep -qF "data: 1 training sample skipped while reading (on_error = skip); the first: (on another rank)" <<< "$out"; then
-  echo "ok: 2 ranks, on_error = skip: the skipped sample counted once, across the ranks"
+if grep -qF "data: 1 training sample skipped while reading (on_error = skip); the first: $tmp/badpng.tar: member 000003.png: not a valid PNG" <<< "$out"; then
+  echo "ok: 2 ranks, on_error = skip: the skipped sample counted once, across the ranks, with rank 1's reason"
 else
-  echo "FAIL: 2 ranks, on_error = skip: no count of 1 skipped sample"; echo "$out" | tail -3; fail=1
+  echo "FAIL: 2 ranks, on_error = skip: no count of 1 skipped sample with its reason"; echo "$out" | tail -3; fail=1
 fi
 out=$("$tmp/mlp" --steps 5 --batch 1 --eval-every 0 --set "$skipdata" 2>&1)
 rc=$?

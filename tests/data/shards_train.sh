@@ -10,8 +10,7 @@ set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
 src=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 python3 tests/data/make_shards.py "$src" train "$tmp/train" --count 2048 --per-shard 512 || exit 1
 python3 tests/data/make_shards.py "$src" t10k "$tmp/test" --per-shard 5000 || exit 1
 # The model beside its shards: the train block's paths are relative to it.

@@ -6,8 +6,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1 check=$2 pydeps=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 if ! PYTHONPATH="$pydeps" python3 -c "import webdataset, numpy" 2> /dev/null; then
   if ! python3 -m pip install -q --disable-pip-version-check --target "$pydeps" webdataset > "$tmp/pip.log" 2>&1; then
     echo "SKIP: cannot install webdataset from PyPI:"; tail -3 "$tmp/pip.log"; exit 77

@@ -6,8 +6,7 @@ set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1 filecheck=$2 case=$3
 flags=$(sed -n '1s/^# RUN: *//p' "$case")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 # shellcheck disable=SC2086
 "$kiln" ir "$case" $flags -o "$tmp/a.kir"
 "$filecheck" --input-file "$tmp/a.kir" "$case"

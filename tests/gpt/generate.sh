@@ -11,8 +11,7 @@ set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/tiny.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 tiny_gpt "$kiln" "$tmp" || exit 1
 fail=0
 mkdir -p "$tmp/rep"
@@ -45,16 +44,7 @@ def f" --tokens 10 --temperature 0 | tail -c 11 > "$tmp/long.txt" || fail=1
 printf '(x):\n  ret\n' | cmp -s - "$tmp/long.txt" && echo "ok: a prompt longer than the context" ||
   { echo "FAIL: long prompt gave"; od -c "$tmp/long.txt"; fail=1; }
 
-expect() { # MESSAGE ARGS...
-  local msg=$1; shift
-  if "$tmp/gpt" "$@" > "$tmp/err.out" 2>&1; then
-    echo "FAIL: accepted: $*"; fail=1
-  elif ! grep -qF -- "$msg" "$tmp/err.out"; then
-    echo "FAIL: $*: expected '$msg', got:"; cat "$tmp/err.out"; fail=1
-  else
-    echo "ok: $msg"
-  fi
-}
+expect() { expect_error "$1" "$1" "$tmp/gpt" "${@:2}"; } # MESSAGE ARGS...
 expect "--generate needs the trained values: --resume CKPT" --generate "def "
 expect "--generate needs a prompt of at least one byte" --generate "" --resume "$tmp/r.ckpt"
 expect "--tokens needs a count from 1, got '0'" --generate "def " --resume "$tmp/r.ckpt" --tokens 0

@@ -7,8 +7,7 @@ set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/tiny.sh"
 kiln=$1 refcheck=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 tiny_gpt "$kiln" "$tmp" || exit 1
 fail=0
 "$refcheck" "$tmp/m/gpt.kl" --batch 2 || fail=1

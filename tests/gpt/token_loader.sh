@@ -4,7 +4,6 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1 check=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" pack --text tests/gpt -o "$tmp/data" > /dev/null || exit 1
 "$check" "$tmp/data/train.tok" 16 && "$check" "$tmp/data/val.tok" 5

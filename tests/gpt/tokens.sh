@@ -7,8 +7,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 fail=0
 mkdir -p "$tmp/text" "$tmp/m"
 cp tests/gpt/*.sh tests/gpt/*.c tests/gpt/*.kl "$tmp/text/"
@@ -44,16 +43,7 @@ fi
 cd - > /dev/null
 
 # Bad files and settings: exit 1 and the message.
-expect() { # MESSAGE ARGS...
-  local msg=$1; shift
-  if "$tmp/lm" --steps 1 --quiet "$@" > "$tmp/err.out" 2>&1; then
-    echo "FAIL: accepted: $*"; fail=1
-  elif ! grep -qF -- "$msg" "$tmp/err.out"; then
-    echo "FAIL: $*: expected '$msg', got:"; cat "$tmp/err.out"; fail=1
-  else
-    echo "ok: $msg"
-  fi
-}
+expect() { expect_error "$1" "$1" "$tmp/lm" --steps 1 --quiet "${@:2}"; } # MESSAGE ARGS...
 d=$tmp/m/data
 printf 'not a token file at all, just text: 1234567890123456789012345678901234567890123456789' > "$tmp/text.tok"
 python3 - "$tmp" <<'PY'

@@ -11,8 +11,7 @@ source "$(dirname "$0")/../lib.sh"
 set -uo pipefail
 kiln=$1
 mlp=$(cd "$(dirname "$0")/../.." && pwd)/examples/mlp.kl
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" counters "$mlp" --batch 32 --json > "$tmp/a.json" || exit 1
 "$kiln" counters "$mlp" --batch 32 --set accumulate=2 --json > "$tmp/b.json" || exit 1
 "$kiln" counters "$mlp" --batch 32 --no-fusion --json > "$tmp/c.json" || exit 1

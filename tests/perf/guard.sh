@@ -28,8 +28,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 # The cases: each example at each precision.
 cd "$root" || exit 1
 : > "$tmp/now.jsonl"

@@ -11,12 +11,7 @@ source "$(dirname "$0")/../lib.sh"
 set -uo pipefail
 kiln=$1
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+enter_tmpdir
 
 bash "$here/guard.sh" "$kiln" --accept --baseline "$tmp/now.json" > /dev/null || { bad "accept failed"; exit 1; }
 # A baseline where mlp/fp32's train.launches was lower: the current plan

@@ -6,8 +6,8 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_tmpdir
+work=$tmp
 model=tests/xformer/no_label.kl
 sed 's/^  input image : u8\[batch, 1, 28, 28\]$/&\n  input label : i32[batch]/' "$model" > "$work/with_label.kl"
 grep -q 'input label' "$work/with_label.kl" || { echo "FAIL: could not add a label input"; exit 1; }

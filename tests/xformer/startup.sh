@@ -15,8 +15,8 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_tmpdir
+work=$tmp
 model=tests/xformer/causal.kl
 for mode in "" --eval; do
   "$kiln" ir "$model" $mode --format steps > "$work/steps"
