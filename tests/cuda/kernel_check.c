@@ -382,8 +382,19 @@ static void *shadow_of(const dev_range *rs, int m, const void *h)
 static int run_launches(runner *r, const kl_kernel_src *k, void *const *bufs, const kl_kargs *ka, int cfg, char *err,
                         size_t errlen, stats *st)
 {
+    /* A kernel with a workspace (split reductions) takes it after its
+     * buffers; filled with NaN, so a partial value read before it is
+     * written shows. */
     void *args[IR_KERNEL_MAX_BUFS + 1];
+    double *ws = NULL;
     memcpy(args, bufs, sizeof(void *) * (size_t)k->cuda.nbufs);
+    if (k->cuda.workspace > 0) {
+        size_t n = (size_t)k->cuda.workspace / sizeof(double);
+        ws = kl_xmalloc(n * sizeof(double) + 1);
+        for (size_t i = 0; i < n; i++)
+            ws[i] = NAN;
+        args[k->cuda.nbufs] = ws;
+    }
     int rc = 0;
     for (int l = 0; l < k->cuda.nlaunches && !rc; l++) {
         const kir_cuda_launch *L = &k->cuda.launches[l];
@@ -411,6 +422,7 @@ static int run_launches(runner *r, const kl_kernel_src *k, void *const *bufs, co
         }
         st->launches++;
     }
+    free(ws);
     return rc;
 }
 
