@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "driver/batch_probe.h"
 #include "driver/compile.h"
 #include "runtime/data.h"
 #include "runtime/session.h"
@@ -111,25 +112,11 @@ static void time_plan_gpu(kl_exec *e, int repeats, timed *t)
     t->total = (spread){mean, mean, mean};
 }
 
-/* Realistic per-step values: an lr, Adam's bias corrections after a few
- * steps, a gradient multiplier of 1, a loss scale of 1 (else the updates
- * would skip and time nothing). */
-static void step_values(kl_exec *e)
-{
-    kl_session *s = e->s;
-    kl_persist *h = kl_session_find(s, "optimizer.hyper"), *ls = kl_session_find(s, "loss_scale");
-    float hv[4] = {1e-3f, 0.5f, 0.01f, 1.0f}, one = 1.0f;
-    if (h)
-        s->be->ops->copy_in(s->be, h->ptr, hv, sizeof hv);
-    if (ls)
-        s->be->ops->copy_in(s->be, ls->ptr, &one, sizeof one);
-}
-
 static void time_plan(kl_exec *e, int repeats, timed *t)
 {
     kl_kargs a = {1, 1};
     kl_plan *p = e->plan;
-    step_values(e);
+    kl_probe_step_values(e); /* realistic per-step values */
     for (int w = 0; w < 3; w++)
         kl_exec_run(e, KL_ALL_PHASES, &a);
     if (kl_backend_is_cuda(e->s->be)) {
