@@ -433,7 +433,7 @@ static void split_list(const kir_kernel *k, cu_phase_vec *ph, const kir_stmt *s,
  * statement reads a buffer an earlier one of them writes (the blocks do
  * not wait for each other, as the threads of one block do at its
  * barriers). */
-static bool rest_splits(const kir_kernel *k, const kir_stmt *s, const kir_stmt *end)
+static bool rest_splits(const kir_kernel *k, const kir_stmt *s, const kir_stmt *end, cu_bufset before_rd)
 {
     cu_bufset written = 0;
     for (; s && s != end; s = s->next) {
@@ -442,6 +442,10 @@ static bool rest_splits(const kir_kernel *k, const kir_stmt *s, const kir_stmt *
         if (cu_alias_closure(k, rd) & written)
             return false;
         written |= cu_alias_closure(k, wr);
+        /* Every block recomputes what comes before the rest (LETs, the
+         * chain's LETs, guards) and must not see another block's writes. */
+        if (written & cu_alias_closure(k, before_rd))
+            return false;
         switch (s->kind) {
         case KS_LET: case KS_STORE: case KS_ADDTO:
             break;
@@ -463,7 +467,7 @@ static void plan_split(const kir_kernel *k, cu_phase *p)
     const char *env = getenv("KILN_CUDA_SPLIT");
     if ((env && !strcmp(env, "0")) || p->units >= CU_SPLIT_MAX_UNITS)
         return;
-    const kir_stmt *s = p->grid ? p->chain[p->nchain - 1]->body : p->first;
+    const kir_stmt *body = p->grid ? p->chain[p->nchain - 1]->body : p->first, *s = body;
     const kir_stmt *end = p->grid ? NULL : p->end;
     while (s && s != end && s->kind == KS_LET)
         s = s->next;
@@ -479,7 +483,16 @@ static void plan_split(const kir_kernel *k, cu_phase *p)
         return;
     p->split = n;
     p->split_red = s;
-    p->split_rest = rest_splits(k, s->next, end);
+    /* What every block of the finishing launch reads before the rest: the
+     * LETs before the split loop (the loop itself becomes the partials'
+     * combine), the LETs between the chain's loops, the guards. */
+    cu_bufset before_rd = 0, wr = 0;
+    cu_stmts_rw(body, s, &before_rd, &wr);
+    for (int i = 0; i + 1 < p->nchain; i++)
+        cu_stmts_rw(p->chain[i]->body, p->chain[i + 1], &before_rd, &wr);
+    for (int g = 0; g < p->nguards; g++)
+        cu_expr_loads(p->guards[g]->a, &before_rd);
+    p->split_rest = rest_splits(k, s->next, end, before_rd);
 }
 
 /* Splits the body into phases and decides each one's mapping. */
