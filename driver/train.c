@@ -1069,6 +1069,7 @@ static int choose_batch(trainer *t, const kl_source *src, const kl_backend *be, 
     *g = load_with(src, &t->opt, NULL, NULL);
     if (!*g)
         return -1;
+    kl_train_config_free(&t->cfg); /* read again below (its strings leaked) */
     kl_train_read(&(*g)->train, &t->cfg);
     return 0;
 }
