@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cuda_map.h"
+#include "emit_cuda.h"
 
 void cu_expr_loads(const kir_expr *e, cu_bufset *rd)
 {
@@ -424,6 +425,76 @@ static void split_list(const kir_kernel *k, cu_phase_vec *ph, const kir_stmt *s,
     }
 }
 
+/* ---- split reductions ---- */
+
+/* Whether the statements after a split RED loop may run over the split's
+ * blocks: LETs, single-value writes (block 0 makes them) and block-level
+ * spread loops (sliced); no later reduction or uniform loop, and no
+ * statement reads a buffer an earlier one of them writes (the blocks do
+ * not wait for each other, as the threads of one block do at its
+ * barriers). */
+static bool rest_splits(const kir_kernel *k, const kir_stmt *s, const kir_stmt *end, cu_bufset before_rd)
+{
+    cu_bufset written = 0;
+    for (; s && s != end; s = s->next) {
+        cu_bufset rd = 0, wr = 0;
+        cu_stmts_rw(s, s->next, &rd, &wr);
+        if (cu_alias_closure(k, rd) & written)
+            return false;
+        written |= cu_alias_closure(k, wr);
+        /* Every block recomputes what comes before the rest (LETs, the
+         * chain's LETs, guards) and must not see another block's writes. */
+        if (written & cu_alias_closure(k, before_rd))
+            return false;
+        switch (s->kind) {
+        case KS_LET: case KS_STORE: case KS_ADDTO:
+            break;
+        case KS_LOOP:
+            if (cu_block_role_of(s->loop) != CU_BLOCK_SPREAD)
+                return false;
+            break;
+        case KS_SET: case KS_ACC: case KS_IF:
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Decides p's split (cu_phase.split): its body must open with LETs and
+ * then a block-level RED loop. */
+static void plan_split(const kir_kernel *k, cu_phase *p)
+{
+    const char *env = getenv("KILN_CUDA_SPLIT");
+    if ((env && !strcmp(env, "0")) || p->units >= CU_SPLIT_MAX_UNITS)
+        return;
+    const kir_stmt *body = p->grid ? p->chain[p->nchain - 1]->body : p->first, *s = body;
+    const kir_stmt *end = p->grid ? NULL : p->end;
+    while (s && s != end && s->kind == KS_LET)
+        s = s->next;
+    if (!s || s == end || s->kind != KS_LOOP || cu_block_role_of(s->loop) != CU_BLOCK_REDUCE || s->naccs == 0)
+        return;
+    const kir_stmt *chain[CU_MAX_CHAIN];
+    int64_t e = cu_chain_extent(chain, cu_build_chain(CU_CHAIN_RED, s, chain));
+    int64_t want = (CU_SPLIT_BLOCKS + p->units - 1) / p->units, most = e / CU_SPLIT_MIN_SLICE;
+    int64_t n = want < most ? want : most;
+    while (n >= 2 && p->units * n * s->naccs * (int64_t)sizeof(double) > KIR_CUDA_WORKSPACE_BYTES)
+        n--;
+    if (n < 2)
+        return;
+    p->split = n;
+    p->split_red = s;
+    /* What every block of the finishing launch reads before the rest: the
+     * LETs before the split loop (the loop itself becomes the partials'
+     * combine), the LETs between the chain's loops, the guards. */
+    cu_bufset before_rd = 0, wr = 0;
+    cu_stmts_rw(body, s, &before_rd, &wr);
+    for (int i = 0; i + 1 < p->nchain; i++)
+        cu_stmts_rw(p->chain[i]->body, p->chain[i + 1], &before_rd, &wr);
+    for (int g = 0; g < p->nguards; g++)
+        cu_expr_loads(p->guards[g]->a, &before_rd);
+    p->split_rest = rest_splits(k, s->next, end, before_rd);
+}
+
 /* Splits the body into phases and decides each one's mapping. */
 int cu_split_phases(const kir_kernel *k, cu_phase **out)
 {
@@ -437,6 +508,7 @@ int cu_split_phases(const kir_kernel *k, cu_phase **out)
             p->block = true;
             p->units = 1;
             p->inner = block_inner(p->first, p->end);
+            plan_split(k, p);
             continue;
         }
         p->nchain = cu_build_chain(CU_CHAIN_GRID, p->first, p->chain);
@@ -444,6 +516,8 @@ int cu_split_phases(const kir_kernel *k, cu_phase **out)
         const kir_stmt *body = p->chain[p->nchain - 1]->body;
         p->inner = block_inner(body, NULL);
         p->block = p->inner >= CU_BLOCK_MIN_INNER && p->units < CU_BLOCK_MAX_OUTER;
+        if (p->block)
+            plan_split(k, p);
         if (!p->block) {
             p->inner = 0;
             plan_vector(k, p);

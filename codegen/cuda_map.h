@@ -45,6 +45,17 @@
 
 #define CU_MAX_GUARDS 8
 
+/* Split reductions (cu_phase.split): a block phase of fewer than
+ * CU_SPLIT_MAX_UNITS units whose first block-level reduction has at
+ * least 2 * CU_SPLIT_MIN_SLICE elements gets about CU_SPLIT_BLOCKS
+ * blocks in all (2 blocks per SM on a 132-SM H200 is 264; 512 leaves
+ * room for an A100's 108 x 4), each reducing a slice of at least
+ * CU_SPLIT_MIN_SLICE elements. KILN_CUDA_SPLIT=0 in the environment turns
+ * it off (tests/cuda/occupancy_fails.sh: one block per output). */
+#define CU_SPLIT_MAX_UNITS 256
+#define CU_SPLIT_MIN_SLICE 2048
+#define CU_SPLIT_BLOCKS 512
+
 typedef uint64_t cu_bufset; /* a kernel has at most 64 buffers */
 
 typedef enum cu_chain_kind { CU_CHAIN_GRID, CU_CHAIN_RED, CU_CHAIN_SPREAD } cu_chain_kind;
@@ -66,6 +77,16 @@ typedef struct cu_phase {
     int vec;                     /* elements per unit; 1: none */
     cu_bufset vecbuf;               /* buffers accessed through vector registers */
     int launch;                  /* the launch it belongs to */
+    /* split reduction (block phases; cu_split_phases decides): the first
+     * block-level RED loop runs over `split` blocks per unit, each
+     * writing its accumulators' partial values to the kernel's workspace
+     * (a launch of its own), and the phase's launch combines them in a
+     * fixed order; split_rest: the statements after the loop run over the
+     * same `split` blocks per unit too (each a slice of the block-level
+     * loops, block 0 the single-value stores). split < 2: none. */
+    int64_t split;
+    const kir_stmt *split_red;
+    bool split_rest;
 } cu_phase;
 
 /* How a loop runs in block context (every thread of a block runs the

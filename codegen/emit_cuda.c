@@ -302,11 +302,37 @@ static const char *red_op(kir_acc_op op)
     return "0";
 }
 
-static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nested);
+/* A split reduction's part in the function being printed (cu_phase.split):
+ * PARTIAL runs the statements up to the split RED loop over a slice of it
+ * and writes the block's partial accumulators to the workspace; FINISH
+ * combines the partials in place of the loop and runs the rest (sliced
+ * when p->split_rest). Both functions name the slice kl_s and the unit
+ * kl_w. */
+typedef enum split_mode { SPLIT_PARTIAL, SPLIT_FINISH } split_mode;
+typedef struct split_ctx {
+    const cu_phase *p;
+    split_mode mode;
+} split_ctx;
+
+static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nested, const split_ctx *sx);
+
+/* A RED loop's accumulators combined over the block (every thread gets
+ * the result). */
+static void print_block_combine(cu *c, const kir_stmt *s)
+{
+    for (int a = 0; a < s->naccs; a++) {
+        int v = s->accs[a].var;
+        kir_type t = c->k->var_types[v];
+        line(c, "%s = kl_block_reduce(%s, %s, kl_red + %d, (%s)%s);", kir_print_var(c, v), red_op(s->accs[a].op),
+             kir_print_var(c, v), 32 * a, kir_print_ctype(c->t, t), kir_print_acc_init(c->t, s->accs[a].op, t));
+    }
+}
 
 /* A block-level loop: its (flattened) iterations over the block's threads;
- * for RED, the accumulators combined over the block afterwards. */
-static void print_block_loop(cu *c, const kir_stmt *s)
+ * for RED, the accumulators combined over the block afterwards. With
+ * slices > 1, only slice kl_s of the iterations (ceil(extent / slices)
+ * each). */
+static void print_block_loop(cu *c, const kir_stmt *s, int64_t slices)
 {
     const kir_stmt *chain[CU_MAX_CHAIN];
     bool red = cu_block_role_of(s->loop) == CU_BLOCK_REDUCE;
@@ -318,29 +344,66 @@ static void print_block_loop(cu *c, const kir_stmt *s)
         declare_accs(c, s);
     const char *q = kir_print_var(c, chain[n - 1]->var);
     bool wide = e > 0x7fffffffLL;
+    const char *ut = wide ? "unsigned long long" : "unsigned int";
     char qn[64];
     snprintf(qn, sizeof qn, "kl_t%s", q);
-    line(c, "for (%s %s = threadIdx.x; %s < %lldu; %s += blockDim.x) {", wide ? "unsigned long long" : "unsigned int", qn,
-         qn, (long long)e, qn);
+    if (slices > 1) {
+        long long len = (long long)((e + slices - 1) / slices);
+        line(c, "const %s %s_lo = (%s)kl_s * %lldu;", ut, qn, ut, len);
+        line(c, "const %s %s_hi = %s_lo + %lldu < %lldu ? %s_lo + %lldu : %lldu;", ut, qn, qn, len, (long long)e, qn, len,
+             (long long)e);
+        line(c, "for (%s %s = %s_lo + threadIdx.x; %s < %s_hi; %s += blockDim.x) {", ut, qn, qn, qn, qn, qn);
+    } else {
+        line(c, "for (%s %s = threadIdx.x; %s < %lldu; %s += blockDim.x) {", ut, qn, qn, (long long)e, qn);
+    }
     c->indent++;
     decompose(c, chain, n, qn, wide);
     chain_lets(c, chain, n);
     print_thread(c, chain[n - 1]->body, NULL);
     c->indent--;
     line(c, "}");
-    if (red) {
-        for (int a = 0; a < s->naccs; a++) {
-            int v = s->accs[a].var;
-            kir_type t = c->k->var_types[v];
-            line(c, "%s = kl_block_reduce(%s, %s, kl_red + %d, (%s)%s);", kir_print_var(c, v), red_op(s->accs[a].op),
-                 kir_print_var(c, v), 32 * a, kir_print_ctype(c->t, t), kir_print_acc_init(c->t, s->accs[a].op, t));
-        }
-    }
+    if (red)
+        print_block_combine(c, s);
 }
 
-/* Statements every thread of the block runs with the same values. */
-static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nested)
+/* PARTIAL: thread 0 writes the block's accumulators to the workspace, at
+ * ((unit * split) + slice) * naccs + a, as doubles (exact for float). */
+static void print_split_partials(cu *c, const kir_stmt *s, const cu_phase *p)
 {
+    line(c, "if (threadIdx.x == 0) {");
+    c->indent++;
+    for (int a = 0; a < s->naccs; a++)
+        line(c, "kl_ws[((unsigned long long)kl_w * %lldu + kl_s) * %du + %du] = (double)%s;", (long long)p->split, s->naccs, a,
+             kir_print_var(c, s->accs[a].var));
+    c->indent--;
+    line(c, "}");
+}
+
+/* FINISH: the split RED loop's accumulators from the unit's partials, in
+ * a fixed order (each thread its slices in order, then the block
+ * reduction), so a result does not change between runs. */
+static void print_split_combine(cu *c, const kir_stmt *s, const cu_phase *p)
+{
+    declare_accs(c, s);
+    line(c, "for (unsigned int kl_j = threadIdx.x; kl_j < %lldu; kl_j += blockDim.x) {", (long long)p->split);
+    c->indent++;
+    for (int a = 0; a < s->naccs; a++) {
+        int v = s->accs[a].var;
+        line(c, "%s = kl_combine(%s, %s, (%s)kl_ws[((unsigned long long)kl_w * %lldu + kl_j) * %du + %du]);", kir_print_var(c, v),
+             red_op(s->accs[a].op), kir_print_var(c, v), kir_print_ctype(c->t, c->k->var_types[v]), (long long)p->split,
+             s->naccs, a);
+    }
+    c->indent--;
+    line(c, "}");
+    print_block_combine(c, s);
+}
+
+/* Statements every thread of the block runs with the same values. sx:
+ * the split reduction's part (top level of a split phase's body only). */
+static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nested, const split_ctx *sx)
+{
+    /* After the split loop, in FINISH with the rest split: slices. */
+    bool sliced = false;
     while (s && s != end) {
         const kir_stmt *next = s->next;
         bool last = !next || next == end;
@@ -356,8 +419,9 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
             kl_panic("kernel %s: an accumulation outside any block-level reduction", c->k->name);
         case KS_STORE:
         case KS_ADDTO: {
-            /* Thread 0 writes; a run of writes shares one test. */
-            line(c, "if (threadIdx.x == 0) {");
+            /* Thread 0 writes (of slice 0 when sliced); a run of writes
+             * shares one test. */
+            line(c, "if (threadIdx.x == 0%s) {", sliced ? " && kl_s == 0u" : "");
             c->indent++;
             while (s && s != end && (s->kind == KS_STORE || s->kind == KS_ADDTO)) {
                 print_write(c, s);
@@ -376,27 +440,37 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
             kir_print_expr(c, s->a);
             kl_buf_puts(c->b, ") {\n");
             c->indent++;
-            print_block(c, s->body, NULL, true);
+            print_block(c, s->body, NULL, true, NULL);
             c->indent--;
             line(c, "}");
             break;
         case KS_LOOP:
+            if (sx && s == sx->p->split_red) {
+                if (sx->mode == SPLIT_PARTIAL) {
+                    print_block_loop(c, s, sx->p->split);
+                    print_split_partials(c, s, sx->p);
+                    return; /* the partials are this function's work */
+                }
+                print_split_combine(c, s, sx->p);
+                sliced = sx->p->split_rest;
+                break;
+            }
             switch (cu_block_role_of(s->loop)) {
             case CU_BLOCK_UNIFORM: {
                 const char *v = kir_print_var(c, s->var);
                 line(c, "for (long long %s = 0; %s < %lldLL; %s++) {", v, v, (long long)s->extent, v);
                 c->indent++;
-                print_block(c, s->body, NULL, true);
+                print_block(c, s->body, NULL, true, NULL);
                 c->indent--;
                 line(c, "}");
                 break;
             }
             case CU_BLOCK_SPREAD:
-                print_block_loop(c, s);
+                print_block_loop(c, s, sliced ? sx->p->split : 1);
                 barrier = true;
                 break;
             case CU_BLOCK_REDUCE:
-                print_block_loop(c, s); /* the reduction's barriers order what follows */
+                print_block_loop(c, s, 1); /* the reduction's barriers order what follows */
                 break;
             }
             break;
@@ -410,7 +484,10 @@ static void print_block(cu *c, const kir_stmt *s, const kir_stmt *end, bool nest
 
 /* ---- functions ---- */
 
-static void print_signature(cu *c, const char *fn)
+/* Every function of a kernel with a workspace (kir_cuda.workspace: split
+ * reductions) takes it after the buffers, so that all of its launches
+ * take the same arguments. */
+static void print_signature(cu *c, const char *fn, bool ws)
 {
     const kir_kernel *k = c->k;
     kl_buf_printf(c->b, "extern \"C\" __global__ void %s(", fn);
@@ -419,10 +496,13 @@ static void print_signature(cu *c, const char *fn)
         kl_buf_printf(c->b, "%s%s *%s%s, ", kb->written ? "" : "const ", kir_print_storage(c->t, kb->dtype), kb->aliased ? "" : "__restrict__ ",
                       kb->name);
     }
+    if (ws)
+        kl_buf_puts(c->b, "double *__restrict__ kl_ws, ");
     kl_buf_puts(c->b, "const kl_kargs *__restrict__ ka)\n{\n");
 }
 
-static void print_trampoline(cu *c, const char *fn)
+/* The emulation's entry: the buffers, then the workspace, in kb. */
+static void print_trampoline(cu *c, const char *fn, bool ws)
 {
     const kir_kernel *k = c->k;
     kl_buf_printf(c->b, "#ifdef KL_EMULATION\nextern \"C\" void kl_emu_%s(void *const *kb, const kl_kargs *ka)\n{\n    %s(", fn, fn);
@@ -430,6 +510,8 @@ static void print_trampoline(cu *c, const char *fn)
         const kir_buf *kb = &k->bufs[i];
         kl_buf_printf(c->b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", kir_print_storage(c->t, kb->dtype), i);
     }
+    if (ws)
+        kl_buf_printf(c->b, "(double *)kb[%d], ", k->nbufs);
     kl_buf_puts(c->b, "ka);\n}\n#endif\n");
 }
 
@@ -527,10 +609,10 @@ static void print_comment_flat(cu *c, cu_phase *const *ph, int n)
     kl_buf_puts(c->b, ", grid-stride; inner loops run serially in the thread. */\n");
 }
 
-static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *printed)
+static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *printed, bool ws)
 {
     const kir_kernel *k = c->k;
-    print_signature(c, fn);
+    print_signature(c, fn, ws);
     c->indent = 1;
     print_comment_flat(c, ph, n);
     line(c, "(void)ka;");
@@ -672,7 +754,7 @@ static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *
     c->indent--;
     line(c, "}");
     kl_buf_puts(c->b, "}\n");
-    print_trampoline(c, fn);
+    print_trampoline(c, fn, ws);
 }
 
 /* The most accumulators of a block-level RED loop in a block-context
@@ -692,43 +774,64 @@ static int block_reduce_accs(const kir_stmt *s, const kir_stmt *end)
     return most;
 }
 
-static void print_block_fn(cu *c, const cu_phase *p, const char *fn, bool *printed)
+/* A block phase's function; sx: one part of its split reduction (NULL:
+ * not split). */
+static void print_block_fn(cu *c, const cu_phase *p, const char *fn, bool *printed, const split_ctx *sx, bool ws)
 {
     const kir_kernel *k = c->k;
-    print_signature(c, fn);
+    print_signature(c, fn, ws);
     c->indent = 1;
     const kir_stmt *body = p->grid ? p->chain[p->nchain - 1]->body : p->first;
     const kir_stmt *end = p->grid ? NULL : p->end;
+    bool sliced = sx && (sx->mode == SPLIT_PARTIAL || p->split_rest);
+    int64_t units = sliced ? p->units * p->split : p->units;
     ind(c);
     kl_buf_printf(c->b, "/* %s. One block per ", k->what);
     if (p->grid) {
         for (int j = 0; j < p->nchain; j++)
             kl_buf_printf(c->b, "%s%lld", j ? " x " : "[", (long long)p->chain[j]->extent);
-        kl_buf_puts(c->b, "] (block-stride)");
+        kl_buf_puts(c->b, "]");
+        if (sliced)
+            kl_buf_printf(c->b, " x %lld slices", (long long)p->split);
+        kl_buf_puts(c->b, " (block-stride)");
+    } else if (sliced) {
+        kl_buf_printf(c->b, "slice of %lld", (long long)p->split);
     } else {
         kl_buf_puts(c->b, "kernel (one block runs it)");
     }
-    kl_buf_printf(c->b, "; every thread of it computes the block's values, the threads split the loops over up to %lld "
-                        "elements (reductions: warp shuffles, then shared memory) and thread 0 writes single values. */\n",
-                  (long long)p->inner);
+    if (sx && sx->mode == SPLIT_PARTIAL)
+        kl_buf_puts(c->b, "; the first reduction's partial values over its slice, to the workspace (a split reduction: the "
+                          "next launch combines them in slice order). */\n");
+    else
+        kl_buf_printf(c->b, "; every thread of it computes the block's values, the threads split the loops over up to %lld "
+                            "elements (reductions: warp shuffles, then shared memory) and thread 0 writes single values%s. */\n",
+                      (long long)(sliced ? (p->inner + p->split - 1) / p->split : p->inner), sx ? "; the first reduction combines the previous launch's partial values in "
+                                                "slice order" : "");
     line(c, "(void)ka;");
     int naccs = block_reduce_accs(body, end);
     if (naccs)
         line(c, "__shared__ %s kl_red[32 * %d];", kir_print_ctype(c->t, k->compute), naccs);
     print_outer_lets(c, p->top, p, printed);
     open_guards(c, p);
-    line(c, "for (unsigned int kl_o = blockIdx.x; kl_o < %lldu; kl_o += gridDim.x) {", (long long)p->units);
+    line(c, "for (unsigned int kl_o = blockIdx.x; kl_o < %lldu; kl_o += gridDim.x) {", (long long)units);
     c->indent++;
+    const char *unit = "kl_o";
+    if (sx) {
+        line(c, "const unsigned int kl_s = kl_o %% %lldu, kl_w = kl_o / %lldu;", (long long)(sliced ? p->split : 1),
+             (long long)(sliced ? p->split : 1));
+        line(c, "(void)kl_s;");
+        unit = "kl_w";
+    }
     if (p->grid) {
-        decompose(c, p->chain, p->nchain, "kl_o", false);
+        decompose(c, p->chain, p->nchain, unit, false);
         chain_lets(c, p->chain, p->nchain);
     }
-    print_block(c, body, end, false);
+    print_block(c, body, end, false, sx);
     c->indent--;
     line(c, "}");
     close_guards(c, p);
     kl_buf_puts(c->b, "}\n");
-    print_trampoline(c, fn);
+    print_trampoline(c, fn, ws);
 }
 
 static unsigned expr_needs(const kir_expr *e)
@@ -767,8 +870,10 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
     cu_phase *ph;
     int n = cu_split_phases(k, &ph);
     /* Launches: consecutive flat phases that touch disjoint buffers share
-     * one (neither writes what the other reads or writes). */
+     * one (neither writes what the other reads or writes); a split
+     * reduction's phase takes two (the partials, then the rest). */
     int nl = 0;
+    bool ws = false;
     for (int i = 0; i < n; i++) {
         bool join = false;
         if (i > 0 && !ph[i].block && !ph[i - 1].block) {
@@ -778,40 +883,61 @@ void kir_emit_cuda(const kir_kernel *k, kir_cuda *out)
                     join = false;
         }
         ph[i].launch = join ? nl - 1 : nl++;
+        if (ph[i].split > 1) {
+            nl++;
+            ws = true;
+            int64_t bytes = ph[i].units * ph[i].split * ph[i].split_red->naccs * (int64_t)sizeof(double);
+            if (bytes > out->workspace)
+                out->workspace = bytes;
+        }
     }
+    kl_check(out->workspace <= KIR_CUDA_WORKSPACE_BYTES);
     out->launches = kl_xcalloc((size_t)nl + 1, sizeof *out->launches);
     out->nlaunches = nl;
     kl_buf b = {0};
     cu c = {.t = &kir_target_cuda, .k = k, .b = &b};
     kl_buf_printf(&b, "/* %s */\n", k->what);
     bool *printed = kl_xcalloc((size_t)k->nvars + 1, 1);
-    for (int l = 0, i = 0; l < nl; l++) {
-        kir_cuda_launch *L = &out->launches[l];
-        if (nl == 1)
-            snprintf(L->fn, sizeof L->fn, "%s", k->name);
-        else
-            snprintf(L->fn, sizeof L->fn, "%s_%d", k->name, l);
+    for (int l = 0, i = 0; l < nl;) {
         cu_phase *group[64];
         int gn = 0;
         while (i < n && ph[i].launch == l && gn < 64)
             group[gn++] = &ph[i++];
-        memset(printed, 0, (size_t)k->nvars + 1);
-        if (group[0]->block) {
-            L->map = KIR_CUDA_BLOCK;
-            L->units = group[0]->units;
-            L->inner = group[0]->inner > 0 ? group[0]->inner : 1;
-            L->vector = 1;
-            print_block_fn(&c, group[0], L->fn, printed);
-        } else {
-            L->map = KIR_CUDA_FLAT;
-            L->vector = 1;
-            for (int g = 0; g < gn; g++) {
-                L->units += group[g]->units;
-                if (group[g]->vec > L->vector)
-                    L->vector = group[g]->vec;
+        int parts = group[0]->block && group[0]->split > 1 ? 2 : 1;
+        for (int part = 0; part < parts; part++) {
+            kir_cuda_launch *L = &out->launches[l + part];
+            if (nl == 1)
+                snprintf(L->fn, sizeof L->fn, "%s", k->name);
+            else
+                snprintf(L->fn, sizeof L->fn, "%s_%d", k->name, l + part);
+            memset(printed, 0, (size_t)k->nvars + 1);
+            if (group[0]->block) {
+                const cu_phase *p = group[0];
+                L->map = KIR_CUDA_BLOCK;
+                L->units = p->units;
+                L->inner = p->inner > 0 ? p->inner : 1;
+                L->vector = 1;
+                split_ctx sx = {p, part == 0 ? SPLIT_PARTIAL : SPLIT_FINISH};
+                if (parts == 2 && (part == 0 || p->split_rest)) {
+                    /* Sliced: split blocks per unit, each over a slice. */
+                    L->units = p->units * p->split;
+                    L->inner = (L->inner + p->split - 1) / p->split;
+                }
+                if (parts == 2 && part == 1 && L->inner < p->split)
+                    L->inner = p->split; /* the partials combined */
+                print_block_fn(&c, p, L->fn, printed, parts == 2 ? &sx : NULL, ws);
+            } else {
+                L->map = KIR_CUDA_FLAT;
+                L->vector = 1;
+                for (int g = 0; g < gn; g++) {
+                    L->units += group[g]->units;
+                    if (group[g]->vec > L->vector)
+                        L->vector = group[g]->vec;
+                }
+                print_flat(&c, group, gn, L->fn, printed, ws);
             }
-            print_flat(&c, group, gn, L->fn, printed);
         }
+        l += parts;
     }
     free(printed);
     free(ph);

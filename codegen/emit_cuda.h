@@ -40,8 +40,18 @@ typedef struct kir_cuda {
     kir_cuda_launch *launches; /* in launch order */
     int nlaunches;
     unsigned needs;            /* KIR_CUDA_BF16 | KIR_CUDA_F16 */
-    int nbufs;                 /* buffer parameters, then a const kl_kargs * */
+    int nbufs;                 /* buffer parameters, then (with a workspace) a
+                                  double *, then a const kl_kargs * */
+    int64_t workspace;         /* bytes of scratch its split reductions need
+                                  (0: none, and no workspace parameter);
+                                  at most KIR_CUDA_WORKSPACE_BYTES. The
+                                  runtime passes one buffer of that size,
+                                  allocated once, to every such kernel */
 } kir_cuda;
+
+/* The most workspace a kernel needs (codegen/cuda_map.h's split limits:
+ * units x slices x accumulators doubles). */
+#define KIR_CUDA_WORKSPACE_BYTES ((int64_t)1 << 20)
 
 /* Prints kernel k (named: kir_finish ran) as CUDA C. Launch names are
  * k->name, or k->name + "_<i>" when there are several. */

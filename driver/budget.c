@@ -17,7 +17,7 @@ int64_t kl_persistent_bytes(const ir_graph *g)
     return sum;
 }
 
-int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mode, int64_t *persistent)
+kl_compiled *kl_replan_compile(const kl_replan *r, const char *const *extra, kl_mode mode)
 {
     const char *kv[160];
     int n = 0;
@@ -31,7 +31,12 @@ int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mo
     }
     kv[n] = NULL;
     kl_compile_opts co = {.kv = kv, .mode = mode};
-    kl_compiled *c = kl_compile_source(r->src, &co);
+    return kl_compile_source(r->src, &co);
+}
+
+int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mode, int64_t *persistent)
+{
+    kl_compiled *c = kl_replan_compile(r, extra, mode);
     if (!c)
         return -1;
     int64_t arena = c->plan->arena_bytes;

@@ -9,6 +9,7 @@
 #include "plan/plan.h"
 #include "ir/train_config.h"
 #include "passes/pipeline.h"
+#include "compile.h"
 
 /* Bytes of g's persistent values (params and state). */
 int64_t kl_persistent_bytes(const ir_graph *g);
@@ -19,6 +20,10 @@ typedef struct kl_replan {
     const kl_source *src;
     const char *const *kv; /* NULL-terminated key/value pairs, or NULL */
 } kl_replan;
+
+/* The model compiled (driver/compile.c) with the overrides and then extra
+ * (pairs, NULL-terminated) in mode; NULL after an error (reported). */
+kl_compiled *kl_replan_compile(const kl_replan *r, const char *const *extra, kl_mode mode);
 
 /* Compiles the model with the overrides and then extra (pairs, NULL-
  * terminated) in mode (driver/compile.c): the arena bytes,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "trainer.h"
+#include "batch_probe.h"
 #include "budget.h"
 #include "runtime/checkpoint.h"
 #include "runtime/safetensors.h"
@@ -1047,9 +1048,12 @@ static int choose_batch(trainer *t, const kl_source *src, const kl_backend *be, 
     kl_auto_batch_result r;
     if (kl_auto_batch(&rp, effective, limit, &r))
         return -1;
+    kl_probe_result pr = {.n = 1, .batch = {r.batch}, .accumulate = {r.accumulate}};
+    if (t->opt.batch_probe && kl_probe_batch(&rp, (kl_backend *)be, effective, r.batch, (uint64_t)t->cfg.seed, &pr))
+        return -1;
     char bs[32], as[32];
-    snprintf(bs, sizeof bs, "%lld", (long long)r.batch);
-    snprintf(as, sizeof as, "%lld", (long long)r.accumulate);
+    snprintf(bs, sizeof bs, "%lld", (long long)pr.batch[pr.chosen]);
+    snprintf(as, sizeof as, "%lld", (long long)pr.accumulate[pr.chosen]);
     if (train_add_setting(&t->opt, "batch", bs) || train_add_setting(&t->opt, "accumulate", as))
         return -1;
     if (!t->opt.quiet) {
@@ -1063,11 +1067,14 @@ static int choose_batch(trainer *t, const kl_source *src, const kl_backend *be, 
         else
             printf(", the whole effective batch in one micro-batch");
         printf(" (%d plans, nothing run)\n", r.plans);
+        if (t->opt.batch_probe)
+            kl_probe_print(&pr, stdout);
     }
     ir_graph_free(*g);
     *g = load_with(src, &t->opt, NULL, NULL);
     if (!*g)
         return -1;
+    kl_train_config_free(&t->cfg); /* read again below (its strings leaked) */
     kl_train_read(&(*g)->train, &t->cfg);
     return 0;
 }

@@ -18,6 +18,9 @@ static const char usage[] =
     "  --batch N|auto     samples per micro-batch; auto: the largest multiple of 8\n"
     "                     whose memory plan fits --memory-limit (else the GPU's free\n"
     "                     memory), with accumulation keeping the effective batch\n"
+    "  --probe            with --batch auto: also time 3 steps at the plan's choice and\n"
+    "                     at two smaller multiples of 8 (dividing the effective batch\n"
+    "                     when they can), and keep the fastest per sample\n"
     "  --accumulate N     micro-batches per optimizer step\n"
     "  --lr X             learning rate\n"
     "  --seed N           seed of initialisation, shuffling and dropout\n"
@@ -283,6 +286,8 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             const char *key = own(o, kl_xstrndup(kv, (size_t)(eq - kv)));
             if (kl_train_check_set(key, eq + 1) || add_kv(o, key, eq + 1))
                 return -1;
+        } else if (!strcmp(a, "--probe")) {
+            o->batch_probe = true;
         } else if (!strcmp(a, "--no-cuda-graph")) {
             o->no_cuda_graph = true;
         } else if (!strcmp(a, "--tf32")) {
@@ -297,6 +302,10 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             kl_error("unknown option or missing value: %s (see --help)", a);
             return -1;
         }
+    }
+    if (o->batch_probe && !o->batch_auto) {
+        kl_error("--probe times candidate batch sizes of --batch auto\n---> add --batch auto, or drop --probe");
+        return -1;
     }
     return check_generate_flags(o);
 }

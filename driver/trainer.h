@@ -33,6 +33,7 @@ typedef struct train_options {
     const char *trace_path;
     const char *bf16_gemm; /* --bf16-gemm: auto (NULL), onednn, openblas */
     bool batch_auto;       /* --batch auto (driver/budget.c: kl_auto_batch) */
+    bool batch_probe;      /* --probe (driver/batch_probe.c: kl_probe_batch) */
     /* --generate PROMPT --tokens N --temperature X --top-k K
      * (train_generate.c); generate is NULL without it. */
     const char *generate;

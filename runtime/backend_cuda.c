@@ -102,6 +102,7 @@ typedef struct cu_kernel {
     CUmodule mod;
     cu_launch *l;
     int nl, nbufs;
+    bool split_ws; /* takes the split workspace after its buffers */
 } cu_kernel;
 
 /* A GEMM's shape: everything its cuBLASLt descriptors and algorithm
@@ -153,6 +154,9 @@ typedef struct cuda_backend {
     cublasLtHandle_t lt;
     CUdeviceptr workspace;
     size_t workspace_bytes;
+    /* Generated kernels' split reductions' partial values
+     * (KIR_CUDA_WORKSPACE_BYTES, allocated once: captured graphs keep it). */
+    CUdeviceptr split_ws;
     KL_VEC(gemm_plan) gemms;
     KL_VEC(cu_kernel) kernels;
     int *index; /* open addressing over kernels by name hash; -1 empty */
@@ -325,7 +329,7 @@ static void index_kernels(cuda_backend *cb)
 /* Loads a compiled kernel and sizes its launches for this device. */
 static int load_kernel(cuda_backend *cb, const kl_kernel_src *k, const void *image)
 {
-    cu_kernel ck = {kl_xstrdup(k->name), NULL, NULL, k->cuda.nlaunches, k->cuda.nbufs};
+    cu_kernel ck = {kl_xstrdup(k->name), NULL, NULL, k->cuda.nlaunches, k->cuda.nbufs, k->cuda.workspace > 0};
     CUresult r = api.cuModuleLoadData(&ck.mod, image);
     if (r != CUDA_SUCCESS) {
         kl_error("cannot load kernel %s (%s) for %s: %s", k->name, k->what, cb->arch, cu_error(r));
@@ -423,11 +427,14 @@ static void cuda_launch(kl_backend *be, const kl_plan *plan, int kernel, void *c
     /* While capturing, the arguments were set before (set_args). */
     if (!cb->capturing)
         upload_args(cb, args);
-    void *params[IR_KERNEL_MAX_BUFS + 1];
+    void *params[IR_KERNEL_MAX_BUFS + 2];
     kl_check(k->nbufs <= IR_KERNEL_MAX_BUFS);
     for (int i = 0; i < k->nbufs; i++)
         params[i] = (void *)&bufs[i];
-    params[k->nbufs] = &cb->kargs;
+    int np = k->nbufs;
+    if (k->split_ws)
+        params[np++] = &cb->split_ws;
+    params[np] = &cb->kargs;
     for (int i = 0; i < k->nl; i++)
         CU(api.cuLaunchKernel(k->l[i].f, k->l[i].grid, 1, 1, k->l[i].block, 1, 1, 0, cb->compute, params, NULL));
 }
@@ -636,6 +643,7 @@ static void cuda_destroy(kl_backend *be)
     if (cb->bounce)
         CU(api.cuMemFreeHost(cb->bounce));
     CU(api.cuMemFree(cb->workspace));
+    CU(api.cuMemFree(cb->split_ws));
     CU(api.cuMemFree(cb->kargs));
     CU(api.cuEventDestroy(cb->t0));
     CU(api.cuEventDestroy(cb->t1));
@@ -786,6 +794,7 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     CU(api.cuEventCreate(&cb->t0, CU_EVENT_DEFAULT));
     CU(api.cuEventCreate(&cb->t1, CU_EVENT_DEFAULT));
     CU(api.cuMemAlloc(&cb->kargs, sizeof(kl_kargs)));
+    CU(api.cuMemAlloc(&cb->split_ws, (size_t)KIR_CUDA_WORKSPACE_BYTES));
     cb->workspace_bytes = (size_t)32 << 20;
     CU(api.cuMemAlloc(&cb->workspace, cb->workspace_bytes));
     LT(api.cublasLtCreate(&cb->lt));

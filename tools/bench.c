@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_gemm.h"
+#include "driver/batch_probe.h"
 #include "driver/compile.h"
 #include "runtime/data.h"
 #include "runtime/session.h"
@@ -111,25 +113,11 @@ static void time_plan_gpu(kl_exec *e, int repeats, timed *t)
     t->total = (spread){mean, mean, mean};
 }
 
-/* Realistic per-step values: an lr, Adam's bias corrections after a few
- * steps, a gradient multiplier of 1, a loss scale of 1 (else the updates
- * would skip and time nothing). */
-static void step_values(kl_exec *e)
-{
-    kl_session *s = e->s;
-    kl_persist *h = kl_session_find(s, "optimizer.hyper"), *ls = kl_session_find(s, "loss_scale");
-    float hv[4] = {1e-3f, 0.5f, 0.01f, 1.0f}, one = 1.0f;
-    if (h)
-        s->be->ops->copy_in(s->be, h->ptr, hv, sizeof hv);
-    if (ls)
-        s->be->ops->copy_in(s->be, ls->ptr, &one, sizeof one);
-}
-
 static void time_plan(kl_exec *e, int repeats, timed *t)
 {
     kl_kargs a = {1, 1};
     kl_plan *p = e->plan;
-    step_values(e);
+    kl_probe_step_values(e); /* realistic per-step values */
     for (int w = 0; w < 3; w++)
         kl_exec_run(e, KL_ALL_PHASES, &a);
     if (kl_backend_is_cuda(e->s->be)) {
@@ -309,11 +297,15 @@ int kl_bench_main(int argc, char **argv)
     bench_opts o = {.repeats = 20};
     const char *kv[8] = {NULL};
     int nkv = 0;
+    bool gemms = false;
+    const char *files[16];
+    int nfiles = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: kiln bench FILE [--no-fusion] [--eval] [--json] [--repeats N] [--threads N] [--batch N]\n"
                    "                  [--device cpu|cuda] [--no-cuda-graph]\n"
+                   "       kiln bench --gemms FILE... [--repeats N] [--threads N] [--batch N]\n"
                    "\n"
                    "Times every kernel and GEMM of the model's training step on the CPU\n"
                    "(median of N repeats after a warm-up), with the bytes each must move\n"
@@ -330,8 +322,13 @@ int kl_bench_main(int argc, char **argv)
                    "  --device D   cpu (default) or cuda: on the GPU, times come from events\n"
                    "               on the stream (mean of N back to back) and the bandwidth\n"
                    "               is a device-to-device copy's\n"
-                   "  --no-cuda-graph  time whole steps without replaying a CUDA graph\n");
+                   "  --no-cuda-graph  time whole steps without replaying a CUDA graph\n"
+                   "  --gemms      instead: every GEMM shape of the models' fp32 training plans\n"
+                   "               as fp32 (OpenBLAS), bf16 (oneDNN) and f16, GFLOP/s and the\n"
+                   "               share of the machine's sgemm peak (tools/bench_gemm.c)\n");
             return 0;
+        } else if (!strcmp(a, "--gemms")) {
+            gemms = true;
         } else if (!strcmp(a, "--no-fusion")) {
             o.no_fusion = true;
         } else if (!strcmp(a, "--device") && i + 1 < argc) {
@@ -363,11 +360,16 @@ int kl_bench_main(int argc, char **argv)
             return 1;
         } else if (!o.file) {
             o.file = a;
+            files[nfiles++] = a;
+        } else if (gemms && nfiles < (int)KL_ARRAY_LEN(files)) {
+            files[nfiles++] = a;
         } else {
             kl_error("kiln bench: more than one input file");
             return 1;
         }
     }
+    if (gemms && o.file)
+        return kl_bench_gemms(files, nfiles, nkv ? kv : NULL, o.threads, o.repeats);
     if (!o.file) {
         kl_error("kiln bench: no input file (see kiln bench --help)");
         return 1;

@@ -16,7 +16,10 @@
  *                  launch sizes), GEMMs through cuBLASLt as well.
  *
  *   kernel_check [--emulate | --device cuda] [--batch N] [--seed N] [--threads N]
- *                [--precisions fp32,bf16,fp16] MODEL.kl...
+ *                [--precisions fp32,bf16,fp16] [--config TEXT] MODEL.kl...
+ *
+ * --config keeps the configurations whose name ("train fused fp32", ...)
+ * contains TEXT.
  *
  * Exits 77 (a skip) when no C++ compiler (--emulate) or no GPU
  * (--device cuda) is there. */
@@ -243,9 +246,45 @@ typedef struct stats {
     KL_VEC(char *) seen; /* kernel names compared */
 } stats;
 
-/* The largest difference relative to the largest magnitude of the
- * reference; NaN where exactly one side is NaN. */
-static double rel_error(ir_dtype dt, const void *got, const void *want, int64_t n)
+/* The unit roundoff of a float dtype (0 for integers). */
+static double roundoff_of(ir_dtype dt)
+{
+    switch (dt) {
+    case IR_F64: return 0x1p-53;
+    case IR_F32: return 0x1p-24;
+    case IR_BF16: return 0x1p-8;
+    case IR_F16: return 0x1p-11;
+    default: return 0;
+    }
+}
+
+/* The largest finite magnitude of a float buffer (0 for integers). */
+static double max_magnitude(ir_dtype dt, const void *p, int64_t n)
+{
+    double m = 0;
+    if (roundoff_of(dt) == 0)
+        return 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = fabs(kl_load_as(dt, p, i));
+        if (isfinite(a) && a > m)
+            m = a;
+    }
+    return m;
+}
+
+/* How far one result buffer is from the CPU's: the largest difference,
+ * relative to the larger of the reference's largest magnitude and the
+ * rounding floor (floor / bound of the dtype); NaN where exactly one side
+ * is NaN or an infinity differs. The floor is the rounding error a sum of
+ * `terms` values up to `in_max` in magnitude has in another order,
+ * 4 sqrt(terms) u in_max (random rounding errors add like a random walk;
+ * the key-bias gradient's differences are about u in_max, at 512 terms
+ * 90 times below it): a result that is zero in exact arithmetic (the
+ * gradient of an attention's key bias: softmax ignores a shift shared by a
+ * row's keys) is a sum of rounding noise that two summation orders give
+ * differently, and relative to its own magnitude that difference is of
+ * order 1. */
+static double rel_error(ir_dtype dt, const void *got, const void *want, int64_t n, double floor)
 {
     double maxabs = 0, maxdiff = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -263,7 +302,8 @@ static double rel_error(ir_dtype dt, const void *got, const void *want, int64_t 
         maxabs = fmax(maxabs, fabs(b));
         maxdiff = fmax(maxdiff, fabs(a - b));
     }
-    return maxdiff == 0 ? 0 : maxdiff / fmax(maxabs, 1e-30);
+    double scale = fmax(maxabs, bound_of(dt) > 0 ? floor / bound_of(dt) : 0);
+    return maxdiff == 0 ? 0 : maxdiff / fmax(scale, 1e-30);
 }
 
 static void *find_fn(emu_lib *libs, int nlibs, const char *fn, emu_run_fn *run)
@@ -342,13 +382,28 @@ static void *shadow_of(const dev_range *rs, int m, const void *h)
 static int run_launches(runner *r, const kl_kernel_src *k, void *const *bufs, const kl_kargs *ka, int cfg, char *err,
                         size_t errlen, stats *st)
 {
-    for (int l = 0; l < k->cuda.nlaunches; l++) {
+    /* A kernel with a workspace (split reductions) takes it after its
+     * buffers; filled with NaN, so a partial value read before it is
+     * written shows. */
+    void *args[IR_KERNEL_MAX_BUFS + 1];
+    double *ws = NULL;
+    memcpy(args, bufs, sizeof(void *) * (size_t)k->cuda.nbufs);
+    if (k->cuda.workspace > 0) {
+        size_t n = (size_t)k->cuda.workspace / sizeof(double);
+        ws = kl_xmalloc(n * sizeof(double) + 1);
+        for (size_t i = 0; i < n; i++)
+            ws[i] = NAN;
+        args[k->cuda.nbufs] = ws;
+    }
+    int rc = 0;
+    for (int l = 0; l < k->cuda.nlaunches && !rc; l++) {
         const kir_cuda_launch *L = &k->cuda.launches[l];
         emu_run_fn run = NULL;
         void *fn = find_fn(r->libs, r->nlibs, L->fn, &run);
         if (!fn) {
             snprintf(err, errlen, "no emulated function %s", L->fn);
-            return -1;
+            rc = -1;
+            break;
         }
         unsigned block, grid;
         if (cfg == 0) {
@@ -360,13 +415,15 @@ static int run_launches(runner *r, const kl_kernel_src *k, void *const *bufs, co
             grid = 3;
         }
         char e2[400];
-        if (run((void (*)(void *const *, const kl_kargs *))fn, grid, block, bufs, ka, cfg == 1, e2, sizeof e2)) {
+        if (run((void (*)(void *const *, const kl_kargs *))fn, grid, block, args, ka, cfg == 1, e2, sizeof e2)) {
             snprintf(err, errlen, "launch %s with %u x %u threads: %s", L->fn, grid, block, e2);
-            return -1;
+            rc = -1;
+            break;
         }
         st->launches++;
     }
-    return 0;
+    free(ws);
+    return rc;
 }
 
 /* The emulated launches on guarded copies of the buffers: results copied
@@ -509,10 +566,18 @@ static void check_plan(kl_exec *e, const char *where, runner *r, stats *st)
         const char *what = gemm ? "matmul" : p->kernels.v[sp->kernel].what;
         void **pre = kl_xcalloc((size_t)n, sizeof(void *)), **ref = kl_xcalloc((size_t)n, sizeof(void *));
         size_t *bytes = kl_xcalloc((size_t)n, sizeof(size_t));
+        /* The rounding floor's inputs (rel_error): the largest magnitude
+         * the step reads and its largest buffer's element count. */
+        double in_max = 0;
+        int64_t largest = 1;
         for (int a = 0; a < n; a++) {
-            bytes[a] = (size_t)p->buffers.v[ids[a]].bytes;
+            const kl_buffer *bf = &p->buffers.v[ids[a]];
+            bytes[a] = (size_t)bf->bytes;
             pre[a] = kl_xmalloc(bytes[a] + 1);
             memcpy(pre[a], ptr[a], bytes[a]);
+            in_max = fmax(in_max, max_magnitude(bf->dtype, pre[a], bf->numel));
+            if (bf->numel > largest)
+                largest = bf->numel;
         }
         if (gemm)
             be->ops->gemm(be, &sp->gemm, ptr[0], ptr[1], ptr[2]);
@@ -541,7 +606,8 @@ static void check_plan(kl_exec *e, const char *where, runner *r, stats *st)
             }
             for (int a = 0; a < n; a++) {
                 const kl_buffer *bf = &p->buffers.v[ids[a]];
-                double rel = rel_error(bf->dtype, ptr[a], ref[a], bf->numel);
+                int64_t terms = bf->numel > 0 && largest > bf->numel ? largest / bf->numel : 1;
+                double rel = rel_error(bf->dtype, ptr[a], ref[a], bf->numel, 4 * sqrt((double)terms) * roundoff_of(bf->dtype) * in_max);
                 if (rel > st->worst[bf->dtype])
                     st->worst[bf->dtype] = rel;
                 if (!(rel <= bound_of(bf->dtype))) {
@@ -564,7 +630,7 @@ static void check_plan(kl_exec *e, const char *where, runner *r, stats *st)
 
 int main(int argc, char **argv)
 {
-    const char *batch = "4", *precisions = NULL;
+    const char *batch = "4", *precisions = NULL, *only = NULL;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     uint64_t seed = 17;
     bool gpu = false;
@@ -576,6 +642,8 @@ int main(int argc, char **argv)
             precisions = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            only = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "cuda"))
@@ -613,8 +681,17 @@ int main(int argc, char **argv)
     kl_backend *be = kl_cpu_backend_new(&co);
     int failures = 0;
     for (int m = 0; m < models.n; m++) {
-        plan_config cfg[16];
-        int nc = plan_configs(cfg, precisions);
+        plan_config all[16], cfg[16];
+        int na = plan_configs(all, precisions), nc = 0;
+        for (int c = 0; c < na; c++) {
+            char cs[64];
+            if (!only || strstr(plan_config_str(&all[c], cs, sizeof cs), only))
+                cfg[nc++] = all[c];
+        }
+        if (nc == 0) {
+            printf("FAIL: no configuration matches --config \"%s\"\n", only);
+            failures++;
+        }
         kl_session *sess[16] = {0};
         kl_exec *ex[16] = {0};
         /* Every distinct kernel of every configuration, in chunks that

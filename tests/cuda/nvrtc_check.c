@@ -15,13 +15,6 @@
 #include "plans.h"
 #include "runtime/nvrtc.h"
 
-typedef struct kernel_entry {
-    char *name, *what, *where;
-    char *program;
-    char fns[16][48];
-    int nfns;
-} kernel_entry;
-
 int main(int argc, char **argv)
 {
     const char *archs = "sm_80,sm_90", *batch = NULL, *precisions = NULL;
@@ -48,44 +41,14 @@ int main(int argc, char **argv)
     }
     int major, minor;
     kl_nvrtc_version(&major, &minor);
-    KL_VEC(kernel_entry) ks = {0};
-    int plans = 0, failures = 0;
-    for (int m = 0; m < models.n; m++) {
-        plan_config cfg[16];
-        int nc = plan_configs(cfg, precisions);
-        for (int c = 0; c < nc; c++) {
-            char cs[64];
-            kl_compiled *cc = plan_config_compile(models.v[m], batch, &cfg[c]);
-            if (!cc) {
-                printf("FAIL: %s (%s): the model does not build\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
-                failures++;
-                continue;
-            }
-            const kl_plan *p = cc->plan;
-            plans++;
-            for (int k = 0; k < p->kernels.n; k++) {
-                const kl_kernel_src *src = &p->kernels.v[k];
-                bool seen = false;
-                for (int j = 0; j < ks.n && !seen; j++)
-                    seen = !strcmp(ks.v[j].name, src->name);
-                if (seen)
-                    continue;
-                kernel_entry e = {kl_xstrdup(src->name), kl_xstrdup(src->what), NULL, NULL, {{0}}, 0};
-                e.where = kl_xasprintf("%s, %s", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
-                e.program = kir_cuda_program(src->cuda.src, src->cuda.needs);
-                for (int l = 0; l < src->cuda.nlaunches && l < 16; l++)
-                    snprintf(e.fns[e.nfns++], sizeof e.fns[0], "%s", src->cuda.launches[l].fn);
-                kl_vec_push(ks, e);
-                if (print)
-                    printf("// ---- %s (%s) ----\n%s\n", e.name, e.where, src->cuda.src);
-            }
-            kl_compiled_free(cc);
-        }
-    }
+    plan_kernel_vec ks = {0};
+    int plans = 0, failures = plan_collect_kernels(models.v, models.n, batch, precisions, &ks, &plans);
+    for (int i = 0; i < ks.n && print; i++)
+        printf("// ---- %s (%s) ----\n%s\n", ks.v[i].name, ks.v[i].where, ks.v[i].src);
     kl_nvrtc_job *jobs = kl_xcalloc((size_t)ks.n + 1, sizeof *jobs);
     int functions = 0;
     for (int i = 0; i < ks.n; i++)
-        functions += ks.v[i].nfns;
+        functions += ks.v[i].nl;
     char *list = kl_xstrdup(archs);
     for (char *save = NULL, *arch = strtok_r(list, ",", &save); arch; arch = strtok_r(NULL, ",", &save)) {
         for (int i = 0; i < ks.n; i++) {
@@ -103,21 +66,22 @@ int main(int argc, char **argv)
                 continue;
             }
             cached += jobs[i].cached;
-            for (int f = 0; f < ks.v[i].nfns && !ptx; f++) {
+            for (int f = 0; f < ks.v[i].nl && !ptx; f++) {
+                const char *fn = ks.v[i].launches[f].fn;
                 kl_ptxas_info pi;
-                if (kl_ptxas_info_of(jobs[i].log, ks.v[i].fns[f], &pi)) {
-                    printf("FAIL: no ptxas report for %s (%s) on %s\n", ks.v[i].fns[f], ks.v[i].what, arch);
+                if (kl_ptxas_info_of(jobs[i].log, fn, &pi)) {
+                    printf("FAIL: no ptxas report for %s (%s) on %s\n", fn, ks.v[i].what, arch);
                     bad++;
                     continue;
                 }
                 if (pi.stack_bytes || pi.spill_stores || pi.spill_loads) {
                     printf("FAIL: %s (%s, from %s) on %s: %d bytes stack frame (local memory), %d bytes spill stores, %d bytes spill loads\n",
-                           ks.v[i].fns[f], ks.v[i].what, ks.v[i].where, arch, pi.stack_bytes, pi.spill_stores, pi.spill_loads);
+                           fn, ks.v[i].what, ks.v[i].where, arch, pi.stack_bytes, pi.spill_stores, pi.spill_loads);
                     bad++;
                 }
                 if (pi.registers > maxreg) {
                     maxreg = pi.registers;
-                    maxfn = ks.v[i].fns[f];
+                    maxfn = fn;
                 }
             }
             free(jobs[i].image);
@@ -136,13 +100,7 @@ int main(int argc, char **argv)
     printf("%d plans of %d model(s): %s\n", plans, models.n, failures ? "FAILED" : "all kernels compile without local memory or spills");
     free(list);
     free(jobs);
-    for (int i = 0; i < ks.n; i++) {
-        free(ks.v[i].name);
-        free(ks.v[i].what);
-        free(ks.v[i].where);
-        free(ks.v[i].program);
-    }
-    kl_vec_free(ks);
+    plan_kernels_free(&ks);
     kl_vec_free(models);
     return failures ? 1 : 0;
 }

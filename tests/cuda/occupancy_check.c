@@ -169,12 +169,6 @@ static int read_reasons(const char *path, reason_vec *out)
     return 0;
 }
 
-typedef struct kernel_entry {
-    char *name, *what, *where, *program;
-    kir_cuda_launch launches[16];
-    int nl;
-} kernel_entry;
-
 /* Whether "what" (op names joined by " + ") lists op. */
 static bool lists_op(const char *what, const char *op)
 {
@@ -187,7 +181,7 @@ static bool lists_op(const char *what, const char *op)
 
 /* Why launch L may leave the device part empty on g, or NULL: the check's
  * own reasons first (too little work), then the reasons file. */
-static const char *why_not(const kernel_entry *k, const kir_cuda_launch *L, const launch_fit *f,
+static const char *why_not(const plan_kernel *k, const kir_cuda_launch *L, const launch_fit *f,
                            reason_vec *reasons, char *buf, size_t n)
 {
     if (!f->work_allows && f->occupancy >= 0.5) {
@@ -234,38 +228,11 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", why);
         return 77;
     }
-    KL_VEC(kernel_entry) ks = {0};
-    int failures = 0;
-    for (int m = 0; m < models.n; m++) {
-        plan_config cfg[16];
-        int nc = plan_configs(cfg, precisions);
-        for (int c = 0; c < nc; c++) {
-            char cs[64];
-            kl_compiled *cc = plan_config_compile(models.v[m], batch, &cfg[c]);
-            if (!cc) {
-                printf("FAIL: %s (%s): the model does not build\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
-                failures++;
-                continue;
-            }
-            const kl_plan *p = cc->plan;
-            for (int k = 0; k < p->kernels.n; k++) {
-                const kl_kernel_src *src = &p->kernels.v[k];
-                bool seen = false;
-                for (int j = 0; j < ks.n && !seen; j++)
-                    seen = !strcmp(ks.v[j].name, src->name);
-                if (seen)
-                    continue;
-                if (src->cuda.nlaunches > 16)
-                    kl_panic("kernel %s has %d launches (at most 16 here)", src->name, src->cuda.nlaunches);
-                kernel_entry e = {.name = kl_xstrdup(src->name), .what = kl_xstrdup(src->what), .nl = src->cuda.nlaunches};
-                e.where = kl_xasprintf("%s, %s", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
-                e.program = kir_cuda_program(src->cuda.src, src->cuda.needs);
-                memcpy(e.launches, src->cuda.launches, sizeof e.launches[0] * (size_t)e.nl);
-                kl_vec_push(ks, e);
-            }
-            kl_compiled_free(cc);
-        }
-    }
+    plan_kernel_vec ks = {0};
+    int plans = 0, failures = plan_collect_kernels(models.v, models.n, batch, precisions, &ks, &plans);
+    for (int i = 0; i < ks.n; i++)
+        if (ks.v[i].nl > 16)
+            kl_panic("kernel %s has %d launches (at most 16 here)", ks.v[i].name, ks.v[i].nl);
     /* ptxas's report per architecture: fit[g][kernel][launch]. */
     launch_fit *fit[NGPUS];
     kl_nvrtc_job *jobs = kl_xcalloc((size_t)ks.n + 1, sizeof *jobs);
@@ -303,7 +270,7 @@ int main(int argc, char **argv)
     }
     int launches = 0, filled = 0, small = 0, stated = 0;
     for (int i = 0; i < ks.n; i++) {
-        const kernel_entry *k = &ks.v[i];
+        const plan_kernel *k = &ks.v[i];
         for (int l = 0; l < k->nl; l++) {
             const kir_cuda_launch *L = &k->launches[l];
             char verdict[400] = "fills", buf[300];
@@ -357,18 +324,12 @@ int main(int argc, char **argv)
     for (int g = 0; g < NGPUS; g++)
         free(fit[g]);
     free(jobs);
-    for (int i = 0; i < ks.n; i++) {
-        free(ks.v[i].name);
-        free(ks.v[i].what);
-        free(ks.v[i].where);
-        free(ks.v[i].program);
-    }
+    plan_kernels_free(&ks);
     for (int i = 0; i < reasons.n; i++) {
         free(reasons.v[i].match);
         free(reasons.v[i].why);
     }
     kl_vec_free(reasons);
-    kl_vec_free(ks);
     kl_vec_free(models);
     return failures ? 1 : 0;
 }

@@ -3,6 +3,7 @@
 #ifndef KILN_TESTS_CUDA_PLANS_H
 #define KILN_TESTS_CUDA_PLANS_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,69 @@ static inline int plan_configs(plan_config *out, const char *precisions)
             }
     }
     return n;
+}
+
+/* A distinct kernel (by name) of the checked plans: where it was first
+ * seen, its CUDA C (src), the NVRTC program and its launches. */
+typedef struct plan_kernel {
+    char *name, *what, *where, *src, *program;
+    kir_cuda_launch *launches;
+    int nl;
+} plan_kernel;
+typedef KL_VEC(plan_kernel) plan_kernel_vec;
+
+/* Every distinct kernel of every model in every configuration of
+ * `precisions` (plan_configs), in order of first appearance, appended to
+ * out. A model that does not build is reported and counted; returns the
+ * count. *plans: the plans made. */
+static inline int plan_collect_kernels(const char *const *models, int nmodels, const char *batch, const char *precisions,
+                                       plan_kernel_vec *out, int *plans)
+{
+    int failures = 0;
+    for (int m = 0; m < nmodels; m++) {
+        plan_config cfg[16];
+        int nc = plan_configs(cfg, precisions);
+        for (int c = 0; c < nc; c++) {
+            char cs[64];
+            kl_compiled *cc = plan_config_compile(models[m], batch, &cfg[c]);
+            if (!cc) {
+                printf("FAIL: %s (%s): the model does not build\n", models[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                failures++;
+                continue;
+            }
+            const kl_plan *p = cc->plan;
+            (*plans)++;
+            for (int k = 0; k < p->kernels.n; k++) {
+                const kl_kernel_src *src = &p->kernels.v[k];
+                bool seen = false;
+                for (int j = 0; j < out->n && !seen; j++)
+                    seen = !strcmp(out->v[j].name, src->name);
+                if (seen)
+                    continue;
+                plan_kernel e = {kl_xstrdup(src->name), kl_xstrdup(src->what), NULL, kl_xstrdup(src->cuda.src),
+                                 kir_cuda_program(src->cuda.src, src->cuda.needs), NULL, src->cuda.nlaunches};
+                e.where = kl_xasprintf("%s, %s", models[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                e.launches = kl_xcalloc((size_t)e.nl + 1, sizeof *e.launches);
+                memcpy(e.launches, src->cuda.launches, sizeof *e.launches * (size_t)e.nl);
+                kl_vec_push(*out, e);
+            }
+            kl_compiled_free(cc);
+        }
+    }
+    return failures;
+}
+
+static inline void plan_kernels_free(plan_kernel_vec *v)
+{
+    for (int i = 0; i < v->n; i++) {
+        free(v->v[i].name);
+        free(v->v[i].what);
+        free(v->v[i].where);
+        free(v->v[i].src);
+        free(v->v[i].program);
+        free(v->v[i].launches);
+    }
+    kl_vec_free(*v);
 }
 
 #endif
