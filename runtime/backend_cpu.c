@@ -356,18 +356,22 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
     cb->quiet = o && o->quiet;
     /* bf16 GEMMs: oneDNN by default where it is usable, which the
-     * description says (with the reason when it is not). */
-    const char *lib = o && o->bf16_gemm ? o->bf16_gemm : "auto";
+     * description says (with the reason when it is not). KILN_BF16_GEMM
+     * sets the same choice where no flag does (tools and tests that take
+     * no --bf16-gemm: a test forces the fallback path with it). */
+    const char *env = getenv("KILN_BF16_GEMM");
+    const char *from = o && o->bf16_gemm ? "--bf16-gemm" : env && *env ? "KILN_BF16_GEMM" : "--bf16-gemm";
+    const char *lib = o && o->bf16_gemm ? o->bf16_gemm : env && *env ? env : "auto";
     char why[200] = "", what[80] = "";
     if (strcmp(lib, "auto") && strcmp(lib, "onednn") && strcmp(lib, "openblas")) {
-        kl_error("--bf16-gemm must be auto, onednn or openblas, got '%s'", lib);
+        kl_error("%s must be auto, onednn or openblas, got '%s'", from, lib);
         cpu_destroy(&cb->base);
         return NULL;
     }
     if (strcmp(lib, "openblas"))
         cb->dnnl = kl_dnnl_open(why, sizeof why, what, sizeof what);
     if (!cb->dnnl && !strcmp(lib, "onednn")) {
-        kl_error("--bf16-gemm onednn: %s\n---> try --bf16-gemm auto (OpenBLAS on widened operands)", why);
+        kl_error("%s onednn: %s\n---> try %s auto (OpenBLAS on widened operands)", from, why, from);
         cpu_destroy(&cb->base);
         return NULL;
     }
@@ -375,6 +379,6 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
         snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: %s", what);
     else
         snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: OpenBLAS sgemm, widened%s%s%s",
-                 *why ? " (" : "", why, *why ? ")" : " (--bf16-gemm openblas)");
+                 *why ? " (" : "", why, *why ? ")" : !strcmp(from, "--bf16-gemm") ? " (--bf16-gemm openblas)" : " (KILN_BF16_GEMM=openblas)");
     return &cb->base;
 }
