@@ -52,6 +52,7 @@ static bool anchor_bn(const ir_node *n)
            is_op(n, IR_OP_LAYERNORM);
 }
 static bool anchor_bn_grad(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM_GRAD); }
+static bool anchor_ln_grad(const ir_node *n) { return is_op(n, IR_OP_LAYERNORM_GRAD); }
 static bool anchor_logits(const ir_node *n)
 {
     return is_op(n, IR_OP_CROSS_ENTROPY) || is_op(n, IR_OP_CROSS_ENTROPY_GRAD) || is_op(n, IR_OP_ACCURACY);
@@ -92,6 +93,12 @@ static const pattern patterns[] = {
     {"gemm_epilogue", anchor_gemm, false, EPI_ANCHOR_OUTPUT, NULL, 0},
     {"batchnorm", anchor_bn, true, EPI_ANCHOR_INPUT, NULL, 0},
     {"batchnorm_grad", anchor_bn_grad, true, EPI_ANCHOR_INPUT, NULL, 0},
+    /* Layer norm's backward with the residual add after it: dx plus the
+     * gradient arriving through the skip connection, summed before the
+     * single store (the pre-norm transformer's block boundary). No
+     * prologue: the kernel's second nest (dgamma, dbeta) reads dy from
+     * its buffer. */
+    {"layernorm_grad", anchor_ln_grad, false, EPI_ANCHOR_INPUT, NULL, 0},
     {"softmax_cross_entropy", anchor_logits, true, EPI_NONE, sibling_logits, 3},
     {"softmax", anchor_softmax, true, EPI_NONE, NULL, 0},
     {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0},
