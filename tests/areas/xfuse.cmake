@@ -1,0 +1,25 @@
+# Transformer fusions (issue 16 item 3; issue 17 item 3's CPU epilogues):
+# residual add + layer norm backward in one kernel (the layernorm_grad
+# pattern), GEMM bias/GELU/ReLU epilogues and their backward, the fused
+# softmax + cross-entropy + gradient. tests/grad/transformer_fusions.kl
+# checks the fused kernels' gradients by finite differences (grad.*).
+
+# The groups form, and the counters show the launches and bytes saved.
+add_test(NAME xfuse.groups COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/xfuse/groups.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+
+# Fused and unfused plans train the same, on the GPT example and the
+# causal model: fp32 within 1e-6 relative (one thread: in practice bit for
+# bit), bf16 within 2e-2 (a few bf16 roundings: fused kernels keep in f32
+# what the unfused plan stores in 16 bits).
+foreach(prec fp32 bf16)
+  if(prec STREQUAL "fp32")
+    set(bound 1e-6)
+  else()
+    set(bound 2e-2)
+  endif()
+  add_test(NAME xfuse.equiv.gpt.${prec} COMMAND fusion_equiv examples/gpt.kl 2 ${prec} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME xfuse.equiv.causal.${prec} COMMAND fusion_equiv tests/xformer/causal.kl 8 ${prec} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(xfuse.equiv.gpt.${prec} xfuse.equiv.causal.${prec} PROPERTIES
+    ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_EQUIV_BOUND=${bound};OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endforeach()
