@@ -29,6 +29,7 @@ static const char prelude[] =
     " * index): the same stream on every backend and thread count. */\n"
     KIR_SCALAR_RNG
     KIR_SCALAR_FTOI
+    KIR_SCALAR_VECMATH
     "/* Selects rather than fmaxf/fminf, which do not vectorise. NaN\n"
     " * propagates, as in PyTorch and the CUDA printer: max and min keep a\n"
     " * NaN of either operand, relu keeps a NaN, and the accumulators (max\n"
