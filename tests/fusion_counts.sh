@@ -20,7 +20,7 @@ expect 2 "batchnorm: batchnorm relu"
 expect 2 "batchnorm_grad: relu_grad batchnorm_grad"
 expect 1 "softmax_cross_entropy: cross_entropy accuracy cross_entropy_grad"
 expect 1 "gemm_epilogue: matmul add relu"
-expect 1 "gemm_epilogue: matmul relu_grad"
+expect 1 "gemm_epilogue: matmul relu_grad sum_to"
 expect 2 "pool: maxpool"
 # All ten parameter updates in two multi-tensor kernels (at most 8 each).
 updates=$(printf '%s\n' "$groups" | grep -c '^optimizer:' || true)

@@ -9,12 +9,13 @@ add_test(NAME xfuse.groups COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/xfuse/groups
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 
 # Fused and unfused plans train the same, on the GPT example and the
-# causal model: fp32 within 1e-6 relative (one thread: in practice bit for
-# bit), bf16 within 2e-2 (a few bf16 roundings: fused kernels keep in f32
-# what the unfused plan stores in 16 bits).
+# causal model, after three SGD steps: fp32 within 1e-5 relative (the
+# fused bias gradients sum their columns in another order; measured
+# 1.4e-6), bf16 within 2e-2 (a few bf16 roundings: fused kernels keep in
+# f32 what the unfused plan stores in 16 bits; measured 6.8e-3).
 foreach(prec fp32 bf16)
   if(prec STREQUAL "fp32")
-    set(bound 1e-6)
+    set(bound 1e-5)
   else()
     set(bound 2e-2)
   endif()

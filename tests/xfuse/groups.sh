@@ -18,14 +18,14 @@ printf '%s\n' "$groups"
 expect() { kiln_expect_groups "$1" "$2" "$groups"; }
 expect 1 "layernorm_grad: layernorm_grad add"
 expect 1 "gemm_epilogue: matmul add gelu"
-expect 1 "gemm_epilogue: matmul gelu_grad"
+expect 1 "gemm_epilogue: matmul gelu_grad sum_to"
 expect 1 "gemm_epilogue: matmul add add"
 expect 1 "softmax_cross_entropy: cross_entropy cast cross_entropy_grad"
 
 groups=$("$kiln" ir examples/gpt.kl | kiln_ir_groups)
 expect 8 "layernorm_grad: layernorm_grad add"
 expect 4 "gemm_epilogue: matmul add gelu"
-expect 4 "gemm_epilogue: matmul gelu_grad"
+expect 4 "gemm_epilogue: matmul gelu_grad sum_to"
 expect 1 "softmax_cross_entropy: cross_entropy cross_entropy_grad"
 
 # counter NAME: the training plan's value of counter NAME (kiln counters).
