@@ -31,3 +31,16 @@ add_executable(xfuse_vecmath_check xfuse/vecmath_check.c)
 target_include_directories(xfuse_vecmath_check PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(xfuse_vecmath_check PRIVATE m)
 add_test(NAME xfuse.vecmath COMMAND xfuse_vecmath_check)
+
+# The fused kernels' CUDA C: NVRTC compiles them (sm_80, sm_90), and the
+# CPU emulation of the CUDA kernels agrees with the CPU kernels, on a
+# pre-norm block (layernorm_grad + residual add, gemm epilogues with GELU,
+# GELU' and the bias gradient's column sums, softmax + cross-entropy).
+if(KILN_HAVE_CUDA)
+  add_test(NAME xfuse.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 tests/grad/transformer_fusions.kl tests/xfuse/block.kl
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME xfuse.cuda.emulate COMMAND kernel_check --emulate --batch 2 tests/xfuse/block.kl
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(xfuse.cuda.nvrtc xfuse.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
+    ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endif()
