@@ -109,7 +109,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
             kl_buf_printf(p->e.b, "%s schedule(static)\n", omp);
         else
             kl_buf_printf(p->e.b, "%s collapse(%d) schedule(static)\n", omp, collapse);
-    } else if (skip == 0 && leaf) {
+    } else if (skip == 0 && (leaf || s->lanes)) {
         /* A leaf RED loop without accumulators of its own feeds those of
          * the RED loop around it. */
         const kir_stmt *owner = s->naccs ? s : s->loop == KL_RED ? p->red : NULL;

@@ -3,13 +3,12 @@
  * dy) as one nest over the result, then each column sum (sum_to over
  * every dim but the last: a bias gradient) of a value that nest stored.
  *
- * The column sums walk the value row by row, W adjacent columns per
- * iteration (W accumulators, W up to 16: one 64-byte line of f32 per
- * row), so each line is read once; the unfused sum_to walks one column at
- * a time down the rows, a stride of a whole row per element (11-17 ms for
- * GPT's [2048, 512] MLP bias gradient, README "Transformer fusions").
- * Each column is summed in row order by one iteration: deterministic on
- * every thread count. The nests are separate loops of one kernel: the
+ * The column sums walk the value row by row, W adjacent columns at a time
+ * (W up to 16: one 64-byte line of f32 per row), so each line is read
+ * once; the unfused sum_to walks one column at a time down the rows, a
+ * stride of a whole row per element (11-17 ms for GPT's [2048, 512] MLP
+ * bias gradient, README "Transformer fusions"). Each column is summed in
+ * row order by one lane: deterministic on every thread count. The nests are separate loops of one kernel: the
  * sums start after every element is stored (an OpenMP barrier; a launch
  * of its own on the GPU). */
 #include <stdlib.h>
@@ -18,7 +17,11 @@
 
 #define K (b->k)
 
-/* The sums of v's columns into out, v read from its buffer. */
+/* The sums of v's columns into out, v read from its buffer: per block of
+ * W columns (W up to 16, dividing the width), W independent lanes each
+ * summing its column down the rows in order. The C printer vectorises
+ * the lanes (one W-float load per row), CUDA runs one thread per column
+ * with adjacent threads on adjacent columns. */
 static void column_sums(cg_builder *b, int v, int out)
 {
     const ir_type *t = &ir_val(b->grp->g, v)->type;
@@ -28,17 +31,16 @@ static void column_sums(cg_builder *b, int v, int out)
         w /= 2;
     int src = cg_buf(b, v), dst = cg_buf(b, out);
     int cb = kir_loop_begin(K, KL_PAR, cols / w, "cb");
-    int r = kir_loop_begin(K, KL_RED, rows, "r");
-    int acc[16];
-    for (int j = 0; j < w; j++)
-        acc[j] = kir_loop_acc(K, KA_SUM, "cs");
-    kir_expr *base = kir_iadd(K, kir_imul(K, kir_varref(K, r), cols), kir_imul(K, kir_varref(K, cb), w));
-    int at = kir_let(K, base, "at");
-    for (int j = 0; j < w; j++)
-        kir_acc_add(K, acc[j], kir_load(K, src, kir_iadd(K, kir_varref(K, at), kir_const_i(K, j))));
+    int j = kir_loop_begin(K, KL_BPAR, w, "j");
+    kir_loop_lanes(K);
+    int col = kir_let(K, kir_iadd(K, kir_imul(K, kir_varref(K, cb), w), kir_varref(K, j)), "col");
+    int acc = kir_let(K, kir_const_f(K, 0), "cs");
+    int r = kir_loop_begin(K, KL_SEQ, rows, "r");
+    kir_expr *at = kir_iadd(K, kir_imul(K, kir_varref(K, r), cols), kir_varref(K, col));
+    kir_set(K, acc, kir_bin(K, KB_ADD, kir_varref(K, acc), kir_load(K, src, at)));
     kir_loop_end(K);
-    for (int j = 0; j < w; j++)
-        kir_store(K, dst, kir_iadd(K, kir_imul(K, kir_varref(K, cb), w), kir_const_i(K, j)), kir_varref(K, acc[j]));
+    kir_store(K, dst, kir_varref(K, col), kir_varref(K, acc));
+    kir_loop_end(K);
     kir_loop_end(K);
 }
 
