@@ -108,6 +108,12 @@ void cg_build_move(cg_builder *b, const ir_node *n);
 void cg_build_reduce(cg_builder *b, const ir_node *n);
 void cg_build_norm(cg_builder *b, const ir_node *n);
 void cg_build_pool(cg_builder *b, const ir_node *n);
+/* A GEMM epilogue group holding bias gradients (codegen/k_colsum.c):
+ * the elementwise nodes as one nest, then the column sums
+ * (ir_is_column_sum) of values it computes and stores. cg_epilogue_sums:
+ * the group is one (a reduction's prologue is never stored). */
+bool cg_epilogue_sums(const cg_group *grp);
+void cg_build_epilogue_sums(cg_builder *b);
 /* attention and its two backward ops (codegen/k_attn.c) */
 void cg_build_attention(cg_builder *b, const ir_node *n);
 /* The geometry of a convolution: input [n, c, h, w], output [n, o, oh, ow],

@@ -29,6 +29,7 @@ static const char prelude[] =
     " * index): the same stream on every backend and thread count. */\n"
     KIR_SCALAR_RNG
     KIR_SCALAR_FTOI
+    KIR_SCALAR_VECMATH
     "/* Selects rather than fmaxf/fminf, which do not vectorise. NaN\n"
     " * propagates, as in PyTorch and the CUDA printer: max and min keep a\n"
     " * NaN of either operand, relu keeps a NaN, and the accumulators (max\n"
@@ -108,7 +109,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
             kl_buf_printf(p->e.b, "%s schedule(static)\n", omp);
         else
             kl_buf_printf(p->e.b, "%s collapse(%d) schedule(static)\n", omp, collapse);
-    } else if (skip == 0 && leaf) {
+    } else if (skip == 0 && (leaf || s->lanes)) {
         /* A leaf RED loop without accumulators of its own feeds those of
          * the RED loop around it. */
         const kir_stmt *owner = s->naccs ? s : s->loop == KL_RED ? p->red : NULL;

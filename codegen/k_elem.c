@@ -450,8 +450,7 @@ static kir_expr *elem_gelu_grad(const elem_args *e)
 {
     kir_kernel *k = e->k;
     kir_expr *x = e->a[1];
-    kir_expr *pdf = kir_bin(k, KB_MUL, kir_const_f(k, 0.39894228040143268),
-                            kir_un(k, KU_EXP, kir_bin(k, KB_MUL, kir_const_f(k, -0.5), kir_bin(k, KB_MUL, x, x))));
+    kir_expr *pdf = kir_un(k, KU_NPDF, x);
     return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_ADD, normal_cdf(k, x), kir_bin(k, KB_MUL, x, pdf)));
 }
 

@@ -239,6 +239,13 @@ int kir_loop_begin(kir_kernel *k, kir_loop_kind kind, int64_t extent, const char
     return s->var;
 }
 
+void kir_loop_lanes(kir_kernel *k)
+{
+    kir_stmt *s = innermost_loop(k);
+    kl_check(s->kind == KS_LOOP && s->loop == KL_BPAR);
+    s->lanes = true;
+}
+
 int kir_loop_acc(kir_kernel *k, kir_acc_op op, const char *hint)
 {
     kir_stmt *s = innermost_loop(k);

@@ -47,6 +47,7 @@ typedef enum kir_expr_kind {
 typedef enum kir_unop {
     KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_SIGMOID, KU_RELU, KU_ABS, KU_NOT,
     KU_ERF,
+    KU_NPDF, /* the standard normal density, exp(-a^2 / 2) / sqrt(2 pi) */
     KU_ROUND_BF16, KU_ROUND_F16, KU_ROUND_F32, /* round to the dtype, keep computing wide */
     KU_ISFINITE, /* 1 when finite, else 0 */
     KU_UNIFORM, /* a uniform float in [0, 1) from (seed, step, salt i, index a) */
@@ -94,6 +95,10 @@ struct kir_stmt {
     int var;          /* LOOP variable, LET/SET/ACC target */
     int64_t extent;   /* LOOP: 0 .. extent-1 */
     kir_loop_kind loop;
+    bool lanes;       /* LOOP BPAR: independent lanes even around inner SEQ
+                         loops (each carries only its own values, KS_SET on
+                         vars declared in the body): the C printer
+                         vectorises across it (kir_loop_lanes) */
     kir_acc_op accop; /* ACC: how the accumulator combines */
     kir_acc accs[16]; /* LOOP RED: declared and initialised before the loop */
     int naccs;
@@ -168,6 +173,9 @@ bool kir_expr_uses_var(const kir_expr *e, int var);
 /* Statements are appended at the insertion point; loop_begin opens a body
  * that loop_end closes. */
 int kir_loop_begin(kir_kernel *k, kir_loop_kind kind, int64_t extent, const char *hint);
+/* Marks the innermost open loop, a BPAR one, as independent lanes
+ * (kir_stmt.lanes). */
+void kir_loop_lanes(kir_kernel *k);
 /* For RED loops: declares an accumulator of the innermost open loop. */
 int kir_loop_acc(kir_kernel *k, kir_acc_op op, const char *hint);
 void kir_loop_end(kir_kernel *k);

@@ -336,6 +336,16 @@ ir_graph *ir_graph_clone(const ir_graph *g);
 
 static inline ir_value *ir_val(const ir_graph *g, int id) { return g->values.v[id]; }
 static inline ir_node *ir_nd(const ir_graph *g, int id) { return g->nodes.v[id]; }
+/* n sums a value of rank >= 2 over every dim but the last (sum_to to
+ * [C]): a bias gradient, which a GEMM's epilogue may compute (fusion.c,
+ * codegen/k_colsum.c). */
+static inline bool ir_is_column_sum(const ir_graph *g, const ir_node *n)
+{
+    if (n->op != IR_OP_SUM_TO)
+        return false;
+    const ir_type *in = &ir_val(g, n->in.v[0])->type, *out = &ir_val(g, n->out.v[0])->type;
+    return in->rank >= 2 && out->rank == 1 && out->dim[0] == in->dim[in->rank - 1];
+}
 
 /* Declares an input, param or state value. */
 int ir_declare(ir_graph *g, ir_value_kind kind, const char *name, const ir_type *t, kl_loc loc);

@@ -35,6 +35,7 @@ typedef struct pattern {
     epilogue_shape epilogue; /* absorb elementwise consumers of this shape */
     bool (*sibling)(const ir_graph *g, const ir_node *anchor, const ir_node *n);
     int max_siblings;
+    bool column_sums; /* absorb column sums (bias gradients) of stored results */
 } pattern;
 
 static bool is_op(const ir_node *n, ir_op a) { return n->op == a; }
@@ -52,6 +53,7 @@ static bool anchor_bn(const ir_node *n)
            is_op(n, IR_OP_LAYERNORM);
 }
 static bool anchor_bn_grad(const ir_node *n) { return is_op(n, IR_OP_BATCHNORM_GRAD); }
+static bool anchor_ln_grad(const ir_node *n) { return is_op(n, IR_OP_LAYERNORM_GRAD); }
 static bool anchor_logits(const ir_node *n)
 {
     return is_op(n, IR_OP_CROSS_ENTROPY) || is_op(n, IR_OP_CROSS_ENTROPY_GRAD) || is_op(n, IR_OP_ACCURACY);
@@ -89,14 +91,20 @@ static bool sibling_update(const ir_graph *g, const ir_node *a, const ir_node *n
 }
 
 static const pattern patterns[] = {
-    {"gemm_epilogue", anchor_gemm, false, EPI_ANCHOR_OUTPUT, NULL, 0},
-    {"batchnorm", anchor_bn, true, EPI_ANCHOR_INPUT, NULL, 0},
-    {"batchnorm_grad", anchor_bn_grad, true, EPI_ANCHOR_INPUT, NULL, 0},
-    {"softmax_cross_entropy", anchor_logits, true, EPI_NONE, sibling_logits, 3},
-    {"softmax", anchor_softmax, true, EPI_NONE, NULL, 0},
-    {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0},
-    {"pool", anchor_pool, false, EPI_ANCHOR_OUTPUT, NULL, 0},
-    {"optimizer", anchor_update, false, EPI_NONE, sibling_update, 8},
+    {"gemm_epilogue", anchor_gemm, false, EPI_ANCHOR_OUTPUT, NULL, 0, true},
+    {"batchnorm", anchor_bn, true, EPI_ANCHOR_INPUT, NULL, 0, false},
+    {"batchnorm_grad", anchor_bn_grad, true, EPI_ANCHOR_INPUT, NULL, 0, false},
+    /* Layer norm's backward with the residual add after it: dx plus the
+     * gradient arriving through the skip connection, summed before the
+     * single store (the pre-norm transformer's block boundary). No
+     * prologue: the kernel's second nest (dgamma, dbeta) reads dy from
+     * its buffer. */
+    {"layernorm_grad", anchor_ln_grad, false, EPI_ANCHOR_INPUT, NULL, 0, false},
+    {"softmax_cross_entropy", anchor_logits, true, EPI_NONE, sibling_logits, 3, false},
+    {"softmax", anchor_softmax, true, EPI_NONE, NULL, 0, false},
+    {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0, false},
+    {"pool", anchor_pool, false, EPI_ANCHOR_OUTPUT, NULL, 0, false},
+    {"optimizer", anchor_update, false, EPI_NONE, sibling_update, 8, false},
 };
 
 /* ---- the fusion state ---- */
@@ -437,6 +445,49 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
     }
 }
 
+/* A column sum of a value the group stores: sum_to over every dim but the
+ * last (a bias gradient), read back by the group's kernel after the
+ * elementwise nest (codegen/k_colsum.c). Only of values stored anyway
+ * (used outside the group too), so the fusion moves no extra bytes. */
+static bool column_sum_of_stored(const fuser *f, int gid, int c)
+{
+    const ir_graph *g = f->g;
+    const ir_node *cn = ir_nd(g, c);
+    if (!ir_is_column_sum(g, cn) || cn->dead || f->group[c] >= 0)
+        return false;
+    int v = cn->in.v[0];
+    if (ir_is_output(g, v))
+        return true;
+    const ir_value *val = ir_val(g, v);
+    for (int u = 0; u < val->uses.n; u++)
+        if (val->uses.v[u].node != c && f->group[val->uses.v[u].node] != gid)
+            return true;
+    return false;
+}
+
+static void grow_column_sums(fuser *f, int gid, const char *pat)
+{
+    ir_graph *g = f->g;
+    for (int m = 0; m < f->n; m++) {
+        if (f->group[m] != gid || ir_nd(g, m)->op == IR_OP_SUM_TO)
+            continue;
+        const ir_node *n = ir_nd(g, m);
+        for (int k = 0; k < n->out.n; k++) {
+            const ir_value *v = ir_val(g, n->out.v[k]);
+            for (int u = 0; u < v->uses.n; u++) {
+                int c = v->uses.v[u].node;
+                if (!column_sum_of_stored(f, gid, c))
+                    continue;
+                mark(f, c, gid); /* tentatively */
+                if (convex_with(f, gid, c) && group_fits(f, gid, c))
+                    f->pat[c] = pat;
+                else
+                    f->group[c] = -1;
+            }
+        }
+    }
+}
+
 /* KILN_FUSION_OFF=NAME[,NAME...]: a debug switch that turns single
  * patterns off (the performance guard's test injects a regression with
  * it; tests/perf/guard.sh). off[p]: pattern p is off. An unknown name is
@@ -497,6 +548,8 @@ static void apply_patterns(fuser *f, const bool *off)
                                                                        : &ir_val(g, n->out.v[0])->type;
                 grow_epilogue(f, gid, pt->name, shape);
             }
+            if (pt->column_sums)
+                grow_column_sums(f, gid, pt->name);
         }
     }
 }

@@ -123,14 +123,59 @@ static bool index_reassigned(const kir_stmt *st, const kir_expr *index)
     return false;
 }
 
+/* The one top-level statement of the kernel that touches in or stores
+ * out, when out is read only by top-level statements after it (a later
+ * nest of the kernel: the column sums of codegen/k_colsum.c read back the
+ * result their elementwise nest stored). NULL when there is none such. */
+static int touches(const kir_stmt *st, int buf);
+static bool loads_anywhere(const kir_stmt *st, int buf);
+
+/* A store to buf in st's subtree. */
+static bool stores_in(const kir_stmt *st, int buf)
+{
+    if ((st->kind == KS_STORE || st->kind == KS_ADDTO) && st->buf == buf)
+        return true;
+    for (const kir_stmt *c = (st->kind == KS_LOOP || st->kind == KS_IF) ? st->body : NULL; c; c = c->next)
+        if (stores_in(c, buf))
+            return true;
+    return false;
+}
+
+static const kir_stmt *only_nest_of(const kir_kernel *k, int in, int out)
+{
+    const kir_stmt *nest = NULL;
+    for (const kir_stmt *st = k->body; st; st = st->next) {
+        kir_stmt one = *st;
+        one.next = NULL;
+        bool mine = touches(st, in) > 0 || stores_in(st, out);
+        if (mine && nest)
+            return NULL;
+        if (mine)
+            nest = st;
+        else if (!nest && loads_anywhere(&one, out))
+            return NULL;
+    }
+    return nest;
+}
+
 bool plan_kernel_inplace_ok(const kir_kernel *k, int in, int out)
 {
     const kir_buf *bi = &k->bufs[in], *bo = &k->bufs[out];
-    if (in == out || !bi->read || bi->written || !bo->written || bo->read || bi->numel != bo->numel ||
-        bi->dtype != bo->dtype)
+    if (in == out || !bi->read || bi->written || !bo->written || bi->numel != bo->numel || bi->dtype != bo->dtype)
         return false;
+    const kir_stmt *nest = k->body;
+    kir_stmt one;
+    if (bo->read) {
+        /* Read back only after the nest that writes it, which alone reads in. */
+        const kir_stmt *only = only_nest_of(k, in, out);
+        if (!only)
+            return false;
+        one = *only;
+        one.next = NULL;
+        nest = &one;
+    }
     access_scan s = {.in = in, .out = out, .last_load = -1, .first_store = -1};
-    scan_stmts(&s, k->body);
+    scan_stmts(&s, nest);
     /* One nest visiting as many points as out has elements, each storing
      * once at an index: a correct kernel writes every element, so the
      * index is a bijection and each element of in is read by the one
@@ -251,7 +296,8 @@ int plan_inplace_pairs(const kl_plan *p, const cg_group *grp, const kir_kernel *
     int n = 0;
     for (int o = 0; o < k->nbufs && n < max; o++) {
         int ov = k->bufs[o].value;
-        if (ov < 0 || !k->bufs[o].written || k->bufs[o].read || pinned_value(p, ov))
+        /* (a result read back is checked by plan_kernel_inplace_ok) */
+        if (ov < 0 || !k->bufs[o].written || pinned_value(p, ov))
             continue;
         /* Back along operand 0 of in-place ops computed in this kernel. */
         int v = ov, hops = 0;

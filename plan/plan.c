@@ -197,7 +197,10 @@ void plan_add_kernel_step_with(kl_plan *p, const cg_group *grp, plan_kernel_buil
             cg_build_update(&b, ir_nd(g, grp->nodes[i]));
         break;
     case IR_KC_REDUCE:
-        cg_build_reduce(&b, anchor);
+        if (cg_epilogue_sums(grp)) /* a GEMM epilogue with bias gradients */
+            cg_build_epilogue_sums(&b);
+        else
+            cg_build_reduce(&b, anchor);
         break;
     case IR_KC_NORM:
         cg_build_norm(&b, anchor);

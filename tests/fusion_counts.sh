@@ -12,30 +12,15 @@ echo "kernels: fused $fused, unfused $unfused"
 
 ir=$("$kiln" ir "$model")
 # The ops of each group, by pattern: "pattern: op op op" per group.
-groups=$(printf '%s\n' "$ir" | awk '
-  / group [0-9]+ / {
-    for (i = 1; i <= NF; i++) if ($i == "group") { g = $(i + 1); p = $(i + 2) }
-    for (i = 1; i <= NF; i++) if ($i ~ /^[a-z_0-9]+\(/) { op = $i; sub(/\(.*/, "", op); break }
-    if (!(g in pat)) { order[++n] = g; pat[g] = p }
-    ops[g] = ops[g] " " op
-  }
-  END { for (k = 1; k <= n; k++) print pat[order[k]] ":" ops[order[k]] }')
+groups=$(printf '%s\n' "$ir" | kiln_ir_groups)
 printf '%s\n' "$groups"
-expect() {
-  local want=$1 line=$2
-  local got
-  got=$(printf '%s\n' "$groups" | grep -cxF "$line" || true)
-  if [ "$got" -ne "$want" ]; then
-    echo "FAIL: expected $want group(s) '$line', found $got"
-    exit 1
-  fi
-}
+expect() { kiln_expect_groups "$1" "$2" "$groups"; }
 expect 1 "elementwise: cast div sub div"
 expect 2 "batchnorm: batchnorm relu"
 expect 2 "batchnorm_grad: relu_grad batchnorm_grad"
 expect 1 "softmax_cross_entropy: cross_entropy accuracy cross_entropy_grad"
 expect 1 "gemm_epilogue: matmul add relu"
-expect 1 "gemm_epilogue: matmul relu_grad"
+expect 1 "gemm_epilogue: matmul relu_grad sum_to"
 expect 2 "pool: maxpool"
 # All ten parameter updates in two multi-tensor kernels (at most 8 each).
 updates=$(printf '%s\n' "$groups" | grep -c '^optimizer:' || true)

@@ -82,3 +82,27 @@ expect_error() {
   fi
   ok "$name: $(grep -F -- "$pattern" <<< "$out" | head -1)"
 }
+
+# The fusion groups of an IR dump (standard input), one line per group in
+# order of appearance: "pattern: op op ...".
+kiln_ir_groups() {
+  awk '
+  / group [0-9]+ / {
+    for (i = 1; i <= NF; i++) if ($i == "group") { g = $(i + 1); p = $(i + 2) }
+    for (i = 1; i <= NF; i++) if ($i ~ /^[a-z_0-9]+\(/) { op = $i; sub(/\(.*/, "", op); break }
+    if (!(g in pat)) { order[++n] = g; pat[g] = p }
+    ops[g] = ops[g] " " op
+  }
+  END { for (k = 1; k <= n; k++) print pat[order[k]] ":" ops[order[k]] }'
+}
+
+# kiln_expect_groups N LINE GROUPS: GROUPS (kiln_ir_groups' output) has
+# exactly N groups LINE; otherwise says so and exits 1.
+kiln_expect_groups() {
+  local got
+  got=$(printf '%s\n' "$3" | grep -cxF "$2" || true)
+  if [ "$got" -ne "$1" ]; then
+    echo "FAIL: expected $1 group(s) '$2', found $got"
+    exit 1
+  fi
+}
