@@ -13,3 +13,11 @@ add_test(NAME gptfast.attn_native COMMAND attn_native_check)
 add_test(NAME gptfast.attn_equiv_long COMMAND attn_equiv tests/gptfast/fused_long.kl tests/gptfast/composed_long.kl
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(gptfast.attn_equiv_long PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+# examples/gpt.kl in PyTorch (bench/gpt_torch.py, the benchmark's model)
+# with Kiln's exported weights gives Kiln's first loss (rtol 1e-4).
+# torch comes from $KILN_TORCH_PYTHON, python3, or build/torchvenv
+# (installed from PyPI once); skipped only when PyPI cannot be reached.
+add_test(NAME gptfast.torch_first_loss COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gptfast/torch_first_loss.sh ${KILN_EXE}
+         ${CMAKE_BINARY_DIR} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(gptfast.torch_first_loss PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
