@@ -11,7 +11,8 @@
 # Prints the median ms of a step (`kiln bench --json`, fused plan) and
 # the ratios, one line per (T, threads).
 #
-#   bench/attn_cpu.sh [REPEATS]      KILN=path/to/kiln (default ./build/kiln)
+#   bench/attn_cpu.sh [REPEATS]      KILN=path/to/kiln (default ./build/kiln);
+#                                    TS="128 256" (default "128 256 1024"): the T values
 set -euo pipefail
 kiln=${KILN:-./build/kiln}
 repeats=${1:-9}
@@ -40,7 +41,7 @@ step_ms() { # FILE THREADS [ENV...]
 }
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%5s %7s %11s %13s %12s %16s %16s\n' T threads native_ms generated_ms composed_ms composed/native generated/native
-for t in 128 256 1024; do
+for t in ${TS:-128 256 1024}; do
   model fused $t > "$dir/fused$t.kl"
   model composed $t > "$dir/composed$t.kl"
   for th in 1 2; do
