@@ -8,7 +8,9 @@
  * that the inner loop runs along keys and vectorises; an online softmax
  * (running maximum m and sum l per query row) rescales the output rows,
  * which live in a local accumulator, so no Tq x Tk buffer exists in
- * forward or backward, only BQ x BK per thread. Backward recomputes the
+ * forward or backward, only BQ x BK per thread. The tiles are locals: at
+ * most 160 KB of a thread's stack (grad_kv_tile), far below the 2-8 MB
+ * threads get by default. Backward recomputes the
  * probabilities from the saved lse, p = exp(s scale - lse), and is split
  * by who owns the result rows (query tiles for dq, key tiles for dk and
  * dv), so there are no atomics and no reductions across threads.
