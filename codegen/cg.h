@@ -9,6 +9,7 @@
 #ifndef KILN_CG_H
 #define KILN_CG_H
 
+#include "attn_native.h"
 #include "kir.h"
 
 typedef struct cg_group {
@@ -116,6 +117,10 @@ bool cg_epilogue_sums(const cg_group *grp);
 void cg_build_epilogue_sums(cg_builder *b);
 /* attention and its two backward ops (codegen/k_attn.c) */
 void cg_build_attention(cg_builder *b, const ir_node *n);
+/* The group's attention kernel k as a native function's description
+ * (codegen/attn_native.h): true when the group is one attention op with
+ * f32 operands and results; else out->kind is CG_ATTN_NONE. */
+bool cg_attention_native(const cg_group *grp, const kir_kernel *k, cg_attn_native *out);
 /* The geometry of a convolution: input [n, c, h, w], output [n, o, oh, ow],
  * kernel [o, c / groups, kh, kw]. */
 typedef struct cg_conv {

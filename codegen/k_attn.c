@@ -23,6 +23,7 @@
  * keeps the accumulating rows out of bf16. */
 #include <math.h>
 
+#include "attn_native.h"
 #include "cg.h"
 
 #define K (b->k)
@@ -288,4 +289,46 @@ void cg_build_attention(cg_builder *b, const ir_node *n)
     default:
         kl_panic("cg_build_attention: %s is not an attention op", ir_op_name(n->op));
     }
+}
+
+static int kernel_param_of(const kir_kernel *k, int value)
+{
+    for (int i = 0; i < k->nbufs; i++)
+        if (k->bufs[i].value == value)
+            return i;
+    return -1;
+}
+
+bool cg_attention_native(const cg_group *grp, const kir_kernel *k, cg_attn_native *out)
+{
+    *out = (cg_attn_native){.kind = CG_ATTN_NONE};
+    if (grp->n != 1)
+        return false;
+    const ir_graph *g = grp->g;
+    const ir_node *n = ir_nd(g, grp->nodes[0]);
+    cg_attn_kind kind = n->op == IR_OP_ATTENTION           ? CG_ATTN_FORWARD
+                        : n->op == IR_OP_ATTENTION_GRAD_Q  ? CG_ATTN_GRAD_Q
+                        : n->op == IR_OP_ATTENTION_GRAD_KV ? CG_ATTN_GRAD_KV
+                                                           : CG_ATTN_NONE;
+    if (kind == CG_ATTN_NONE || n->in.n + n->out.n > CG_ATTN_MAX_ARGS)
+        return false;
+    cg_attn_native a = {.kind = kind, .nargs = n->in.n + n->out.n};
+    for (int i = 0; i < a.nargs; i++) {
+        int v = i < n->in.n ? n->in.v[i] : n->out.v[i - n->in.n];
+        if (ir_val(g, v)->type.dtype != IR_F32)
+            return false;
+        a.arg[i] = kernel_param_of(k, v);
+        if (a.arg[i] < 0)
+            return false;
+    }
+    attn_geom geo = geom_of(g, n, kind == CG_ATTN_FORWARD ? 0 : 1);
+    a.batch = geo.batch;
+    a.tq = geo.tq;
+    a.tk = geo.tk;
+    a.d = geo.d;
+    a.dv = geo.dv;
+    a.causal = geo.causal;
+    a.scale = geo.scale;
+    *out = a;
+    return true;
 }

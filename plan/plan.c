@@ -76,13 +76,13 @@ int plan_buffer_of(kl_plan *p, int v)
     return p->buffers.n - 1;
 }
 
-static int add_kernel(kl_plan *p, kir_kernel *k)
+static int add_kernel(kl_plan *p, kir_kernel *k, const cg_attn_native *attn)
 {
     kir_finish(k);
     for (int i = 0; i < p->kernels.n; i++)
         if (!strcmp(p->kernels.v[i].name, k->name))
             return i;
-    kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), kir_emit_c(k), {0}};
+    kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), kir_emit_c(k), {0}, *attn};
     kir_emit_cuda(k, &s.cuda);
     kl_vec_push(p->kernels, s);
     return p->kernels.n - 1;
@@ -232,7 +232,10 @@ built:
     }
     if (!custom && p->planned)
         make_inplace(p, grp, k);
-    s.kernel = add_kernel(p, k);
+    cg_attn_native attn = {.kind = CG_ATTN_NONE};
+    if (!custom && ir_ops[anchor->op].kclass == IR_KC_ATTN)
+        cg_attention_native(grp, k, &attn);
+    s.kernel = add_kernel(p, k, &attn);
     kir_free(k);
     kl_vec_push(p->steps, s);
 }

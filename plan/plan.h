@@ -9,6 +9,7 @@
 #define KILN_PLAN_H
 
 #include "ir/ir.h"
+#include "codegen/attn_native.h"
 #include "codegen/emit_cuda.h"
 
 typedef enum kl_region {
@@ -71,6 +72,9 @@ typedef struct kl_kernel_src {
     char *what;       /* the ops it computes */
     char *c_src;      /* without the prelude */
     kir_cuda cuda;    /* the same kernel as CUDA C, with its launches */
+    cg_attn_native attn; /* an attention kernel the CPU backend may run by
+                            hand-written code (runtime/cpu_attn.c); kind
+                            CG_ATTN_NONE for every other kernel */
 } kl_kernel_src;
 
 typedef struct kl_plan {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_attn.h"
 #include "cpu_dnnl.h"
 #include "session.h"
 #include "codegen/kir.h"
@@ -33,6 +34,8 @@ typedef struct cpu_backend {
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
     kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 for OpenBLAS */
     char gemm_choice[240];      /* "bf16 GEMMs: ...", for the start-up line */
+    bool generated_attention;   /* KILN_CPU_ATTENTION=generated: attention
+                                   through the kernel IR's C, not cpu_attn.c */
 } cpu_backend;
 
 static void *cpu_alloc(kl_backend *be, size_t bytes)
@@ -123,6 +126,11 @@ static int cpu_prepare(kl_backend *be, const kl_plan *plan)
 static void cpu_launch(kl_backend *be, const kl_plan *plan, int kernel, void *const *bufs, const kl_kargs *args)
 {
     cpu_backend *cb = (cpu_backend *)be;
+    const cg_attn_native *attn = &plan->kernels.v[kernel].attn;
+    if (!cb->generated_attention && kl_cpu_attention_supported(attn)) {
+        kl_cpu_attention(attn, bufs);
+        return;
+    }
     kl_cpu_kernel_fn fn = find_kernel(cb, plan->kernels.v[kernel].name);
     kl_check(fn != NULL);
     fn(bufs, args);
@@ -355,6 +363,13 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
     cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
     cb->quiet = o && o->quiet;
+    const char *attn = getenv("KILN_CPU_ATTENTION");
+    if (attn && strcmp(attn, "native") && strcmp(attn, "generated")) {
+        kl_error("KILN_CPU_ATTENTION must be native or generated, got '%s'", attn);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    cb->generated_attention = attn && !strcmp(attn, "generated");
     /* bf16 GEMMs: oneDNN by default where it is usable, which the
      * description says (with the reason when it is not). KILN_BF16_GEMM
      * sets the same choice where no flag does (tools and tests that take

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# examples/gpt.kl in PyTorch (bench/gpt_torch.py) with Kiln's weights
+# gives Kiln's loss: the tiny GPT (tests/gpt/tiny.sh: width 32, 2 heads,
+# context 16) trained 30 steps (batch 1, lr 1e-2: loss about 0.64) on one 17-byte window (so its weights are
+# far from their initial values and the loss far from ln 256), exported
+# as safetensors; then Kiln's first loss from those weights (--init, one
+# step) against PyTorch's float32 loss of the same window: relative
+# difference at most 1e-4.
+#
+#   torch_first_loss.sh KILN BUILD_DIR
+set -uo pipefail
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../gpt/tiny.sh"
+source "$(dirname "$0")/torch_env.sh"
+kiln=$1
+# torch from PyPI brings about 2 GB of CUDA libraries: the test suite
+# does not install it. Where it is installed (KILN_TORCH_PYTHON, python3,
+# or BUILD_DIR/torchvenv, which bench/gpt_torch.sh creates), this runs.
+torch_python "$2" noinstall || exit $?
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tiny_gpt "$kiln" "$tmp" || exit 1
+# One window: 17 bytes, so every sample is the same (inputs and targets).
+python3 - "$tmp/w.tok" <<'PY' || exit 1
+import struct, sys
+toks = b"def f(x):\n  ret x"[:17]
+h = 0xcbf29ce484222325
+for b in toks:
+    h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+open(sys.argv[1], "wb").write(b"KILNTOK\0" + struct.pack("<IIQQQQ", 1, 1, len(toks), 256, h, 0) + toks)
+PY
+"$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" || exit 1
+data="data=tokens(\"$tmp/w.tok\", context = 16)"
+"$tmp/gpt" --steps 30 --epochs 30 --batch 1 --quiet --eval-every 0 --set "$data" --set 'schedule=warmup_cosine(warmup = 5)' --set 'optimizer=adamw(lr = 1e-2)' \
+  --export "$tmp/trained.safetensors" > /dev/null || exit 1
+"$tmp/gpt" --init "$tmp/trained.safetensors" --steps 1 --batch 1 --eval-every 0 --log-every 1 --set "$data" \
+  --metrics "$tmp/m.jsonl" > /dev/null || exit 1
+"$torch_py" bench/gpt_torch.py loss "$tmp/trained.safetensors" "$tmp/w.tok" 16 2 > "$tmp/torch.json" || exit 1
+python3 - "$tmp/m.jsonl" "$tmp/torch.json" <<'PY'
+import json, sys
+kiln = next(r["loss"] for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train" and r["step"] == 1)
+torch = json.load(open(sys.argv[2]))["loss"]
+rel = abs(kiln - torch) / abs(torch)
+print(f"first loss from the trained weights: kiln {kiln:.7f}, pytorch {torch:.7f}, relative difference {rel:.2e} (bound 1e-4)")
+if kiln > 4.0:
+    sys.exit("FAIL: the loss is near ln 256 = 5.545: the weights did not train, so the comparison shows nothing")
+sys.exit(0 if rel <= 1e-4 else "FAIL: PyTorch's loss differs from Kiln's")
+PY
