@@ -15,7 +15,7 @@
 # (a workplace may pin OpenBLAS to other kernels with them); the OpenBLAS
 # core Kiln's GEMMs use is printed. PyTorch brings its own BLAS. torch
 # comes from $KILN_TORCH_PYTHON, python3, or build/torchvenv (installed
-# from PyPI once: tests/gptfast/torch_env.sh). KILN=path/to/kiln
+# from PyPI once: tests/gptfast/torch_env.bash). KILN=path/to/kiln
 # (default ./build/kiln).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ steps=${1:-30}
 batch=${2:-16}
 kiln=${KILN:-./build/kiln}
 [ -x "$kiln" ] || { echo "build Kiln first: cmake -S . -B build && cmake --build build"; exit 1; }
-source tests/gptfast/torch_env.sh
+source tests/gptfast/torch_env.bash
 torch_python build || exit 1
 # The model is PyTorch's as much as Kiln's: the same loss from the same
 # weights (the check ctest runs when torch is installed).

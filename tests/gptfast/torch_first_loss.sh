@@ -11,7 +11,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/../gpt/tiny.sh"
-source "$(dirname "$0")/torch_env.sh"
+source "$(dirname "$0")/torch_env.bash"
 kiln=$1
 # torch from PyPI brings about 2 GB of CUDA libraries: the test suite
 # does not install it. Where it is installed (KILN_TORCH_PYTHON, python3,
