@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <xmmintrin.h>
 
@@ -26,7 +27,7 @@ static double cpu_seconds(void)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: kernel_ab OLD.so NEW.so REPEATS KERNEL...\n");
+        fprintf(stderr, "usage: kernel_ab OLD.so NEW.so REPEATS KERNEL|OLD:NEW...\n");
         return 2;
     }
     _mm_setcsr(_mm_getcsr() | 0x8040);
@@ -48,12 +49,19 @@ int main(int argc, char **argv)
     kargs ka = {1, 1};
     double total[2] = {0, 0};
     for (int a = 4; a < argc; a++) {
+        /* NAME, or OLD:NEW when the kernel's name changed with its code. */
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", argv[a]);
+        char *colon = strchr(buf, ':');
+        const char *name[2] = {buf, colon ? colon + 1 : buf};
+        if (colon)
+            *colon = 0;
         double best[2] = {1e30, 1e30};
         for (int r = 0; r < repeats; r++)
             for (int v = 0; v < 2; v++) {
-                kernel_fn f = (kernel_fn)dlsym(lib[v], argv[a]);
+                kernel_fn f = (kernel_fn)dlsym(lib[v], name[v]);
                 if (!f) {
-                    fprintf(stderr, "kernel_ab: %s has no %s\n", argv[1 + v], argv[a]);
+                    fprintf(stderr, "kernel_ab: %s has no %s\n", argv[1 + v], name[v]);
                     return 1;
                 }
                 double t0 = cpu_seconds();
@@ -61,7 +69,7 @@ int main(int argc, char **argv)
                 double t = cpu_seconds() - t0;
                 best[v] = t < best[v] ? t : best[v];
             }
-        printf("%-22s old %9.3f ms  new %9.3f ms  new/old %.2f\n", argv[a], best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
+        printf("%-22s old %9.3f ms  new %9.3f ms  new/old %.2f\n", name[1], best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
         total[0] += best[0], total[1] += best[1];
     }
     printf("%-22s old %9.3f ms  new %9.3f ms  new/old %.2f\n", "total", total[0] * 1e3, total[1] * 1e3, total[1] / total[0]);

@@ -6,7 +6,9 @@
 #   bench/kernel_ab.sh OLD NEW MODEL.kl [PRECISION] [OPS_REGEX] [REPEATS]
 #     (defaults: fp16, 'conv2d|maxpool|batchnorm|relu_grad|cast \+ div', 5)
 #
-# OLD and NEW are Kiln executables, or kernel files one wrote with
+# Kernels pair by name, or by position when both files hold the same
+# plan (same kernel comments in the same order; a changed kernel has a
+# new name). OLD and NEW are Kiln executables, or kernel files one wrote with
 # `kiln ir MODEL.kl --set precision=P --kernels > FILE.c` (keep one from
 # before a change). The kernels are compiled with the flags of
 # runtime/jit_cpu.c's kl_cc_flags() (repeated here).
@@ -28,6 +30,17 @@ for v in old new; do
   "${cc[@]}" "$tmp/$v.c" -o "$tmp/$v.so" -lm
 done
 cc -O2 "$(dirname "$0")/kernel_ab.c" -o "$tmp/kernel_ab" -ldl
-mapfile -t kernels < <(awk -v ops="$ops" '/^\/\* /{c=$0} /^void kk_/{n=$2; sub(/\(.*/,"",n); if (c ~ ops) print n}' "$tmp/new.c" | sort -u)
+# Kernels in file order with their comments; a kernel whose code changed
+# has a new name (a hash of its code), so when both files hold the same
+# plan (the same comments in the same order) kernels pair by position.
+list() { awk '/^\/\* /{c=$0} /^void kk_/{n=$2; sub(/\(.*/,"",n); print n "\t" c}' "$1"; }
+list "$tmp/old.c" > "$tmp/old.list"
+list "$tmp/new.c" > "$tmp/new.list"
+if cmp -s <(cut -f2 "$tmp/old.list") <(cut -f2 "$tmp/new.list"); then
+  pairs=$(paste "$tmp/old.list" "$tmp/new.list" | awk -F'\t' '{print $1 ":" $3 "\t" $2}')
+else
+  pairs=$(awk -F'\t' '{print $1 ":" $1 "\t" $2}' "$tmp/new.list")
+fi
+mapfile -t kernels < <(printf '%s\n' "$pairs" | awk -F'\t' -v ops="$ops" '$2 ~ ops {print $1}' | sort -u)
 echo "$model $prec: ${#kernels[@]} kernels matching '$ops', best of $repeats, one thread"
 OMP_NUM_THREADS=1 "$tmp/kernel_ab" "$tmp/old.so" "$tmp/new.so" "$repeats" "${kernels[@]}"

@@ -138,6 +138,13 @@ void cg_build_col2im(cg_builder *b, const cg_conv *cv, int col, int x);
  * pad copies x into a zero-bordered scratch; the forward kernel and the
  * weight gradient read it without bounds checks. */
 void cg_build_pad(cg_builder *b, const cg_conv *cv, int x, int xpad);
+/* xpad's dtype: f32 for 16-bit operands, so the pad widens each input once
+ * and the direct kernels, which read every input once per output channel,
+ * load floats (widening is exact: the same results bit for bit). */
+static inline ir_dtype cg_conv_pad_dtype(const cg_conv *cv)
+{
+    return ir_dtype_size(cv->dtype) == 2 ? IR_F32 : cv->dtype;
+}
 void cg_build_conv_direct(cg_builder *b, const cg_conv *cv, int xpad, int w, int y);
 void cg_build_conv_direct_wgrad(cg_builder *b, const cg_conv *cv, int xpad, int dy, int dw);
 /* out[j, i, k] = in[i, j, k] for in [a, b, inner] (values or scratch ids). */

@@ -262,12 +262,15 @@ void cg_build_swap_outer(cg_builder *b, int from, int to, ir_dtype dt, int64_t a
 /* ---- direct convolution, for few input taps (the first layer) ---- */
 
 /* xpad[n, c, h + p, w + p] = x[n, c, h, w], 0 in the border, so the direct
- * kernels read without bounds checks. */
+ * kernels read without bounds checks; widened to f32 for 16-bit x
+ * (cg_conv_pad_dtype): the forward and the weight gradient read each
+ * input once per output channel, and converted it each time (the weight
+ * gradient 5.5 ms bf16, 12.6 fp16 against 2.9 fp32 per call). */
 void cg_build_pad(cg_builder *b, const cg_conv *cv, int x, int xpad)
 {
     int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
     K->work = cv->n * cv->c * hp * wp;
-    int bx = cg_buf(b, x), bp = kir_buf_add(K, xpad, ir_val(b->grp->g, x)->type.dtype, cv->n * cv->c * hp * wp);
+    int bx = cg_buf(b, x), bp = kir_buf_add(K, xpad, cg_conv_pad_dtype(cv), cv->n * cv->c * hp * wp);
     int nc = kir_loop_begin(K, KL_PAR, cv->n * cv->c, "nc");
     int h = kir_loop_begin(K, KL_PAR, hp, "h");
     int w = kir_loop_begin(K, KL_PAR, wp, "w");
@@ -297,7 +300,7 @@ void cg_build_conv_direct(cg_builder *b, const cg_conv *cv, int xpad, int w, int
     int64_t taps = cv->c * cv->kh * cv->kw;
     K->work = cv->n * cv->o * cv->oh * cv->ow * taps;
     int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
-    int bp = kir_buf_add(K, xpad, cv->dtype, cv->n * cv->c * hp * wp), bw = cg_buf(b, w), by = cg_buf(b, y);
+    int bp = kir_buf_add(K, xpad, cg_conv_pad_dtype(cv), cv->n * cv->c * hp * wp), bw = cg_buf(b, w), by = cg_buf(b, y);
     int n = kir_loop_begin(K, KL_PAR, cv->n, "n");
     int o = kir_loop_begin(K, KL_PAR, cv->o, "o");
     int wt[64];
@@ -326,7 +329,7 @@ void cg_build_conv_direct_wgrad(cg_builder *b, const cg_conv *cv, int xpad, int 
     int64_t taps = cv->c * cv->kh * cv->kw;
     K->work = cv->n * cv->o * cv->oh * cv->ow * taps;
     int64_t hp = cv->h + 2 * cv->p[0], wp = cv->w + 2 * cv->p[1];
-    int bp = kir_buf_add(K, xpad, cv->dtype, cv->n * cv->c * hp * wp), bdy = cg_buf(b, dy), bdw = cg_buf(b, dw);
+    int bp = kir_buf_add(K, xpad, cg_conv_pad_dtype(cv), cv->n * cv->c * hp * wp), bdy = cg_buf(b, dy), bdw = cg_buf(b, dw);
     int o = kir_loop_begin(K, KL_PAR, cv->o, "o");
     for (int64_t t0 = 0; t0 < taps; t0 += 16) {
         int64_t nt = taps - t0 < 16 ? taps - t0 : 16;

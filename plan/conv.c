@@ -152,7 +152,7 @@ void plan_add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n)
     int64_t hw = cv.oh * cv.ow;
     if (direct_conv_fits(n, &cv)) {
         int x = n->in.v[n->op == IR_OP_CONV2D ? 0 : 1];
-        int xpad = plan_scratch(p, cv.dtype, cv.n * cv.c * (cv.h + 2 * cv.p[0]) * (cv.w + 2 * cv.p[1]));
+        int xpad = plan_scratch(p, cg_conv_pad_dtype(&cv), cv.n * cv.c * (cv.h + 2 * cv.p[0]) * (cv.w + 2 * cv.p[1]));
         direct_conv pad = {&cv, x, -1, plan_scratch_id(xpad), 0};
         plan_add_kernel_step_with(p, grp, build_direct, &pad);
         direct_conv dc = {&cv, plan_scratch_id(xpad), n->in.v[n->op == IR_OP_CONV2D ? 1 : 0], n->out.v[0],
