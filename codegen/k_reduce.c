@@ -253,8 +253,51 @@ static void build_logits(cg_builder *b)
         kir_store(k, cg_buf(b, acc->out.v[0]), kir_const_i(k, 0), kir_bin(k, KB_DIV, kir_varref(k, correct), kir_const_f(k, (double)rows)));
 }
 
+/* Full sums of several values in one kernel (the grad_norms pattern),
+ * one after the other, each over its value's elements in order: a nest
+ * of one REDUCED dim per value, its fused producers computed at each
+ * load. */
+static void build_full_sums(cg_builder *b)
+{
+    const cg_group *grp = b->grp;
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *n = ir_nd(grp->g, grp->nodes[i]);
+        if (n->op != IR_OP_SUM)
+            continue;
+        const ir_type *xt = &ir_val(grp->g, n->in.v[0])->type;
+        cg_nest nest;
+        memset(&nest, 0, sizeof nest);
+        nest.domain = *xt;
+        nest.rank = 1;
+        nest.dim[0] = ir_type_numel(xt);
+        nest.cls[0] = REDUCED;
+        b->nest = &nest;
+        b->k->work += nest.dim[0];
+        kir_acc_op op = KA_SUM;
+        int acc;
+        int inner = cg_open_class(b, REDUCED, KL_RED, &op, 1, &acc);
+        cg_reset_cache(b);
+        kir_acc_add(b->k, acc, cg_value_at(b, n->in.v[0]));
+        cg_close_loops(b, inner);
+        kir_store(b->k, cg_buf(b, n->out.v[0]), kir_const_i(b->k, 0), kir_varref(b->k, acc));
+        cg_reset_cache(b);
+    }
+}
+
+static int count_sums(const cg_group *grp)
+{
+    int c = 0;
+    for (int i = 0; i < grp->n; i++)
+        c += ir_nd(grp->g, grp->nodes[i])->op == IR_OP_SUM;
+    return c;
+}
+
 void cg_build_reduce(cg_builder *b, const ir_node *n)
 {
+    if (n->op == IR_OP_SUM && count_sums(b->grp) > 1) {
+        build_full_sums(b);
+        return;
+    }
     switch (n->op) {
     case IR_OP_SUM:
     case IR_OP_MEAN:

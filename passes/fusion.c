@@ -66,6 +66,15 @@ static bool anchor_reduce(const ir_node *n)
 {
     return is_op(n, IR_OP_SUM) || is_op(n, IR_OP_MEAN) || is_op(n, IR_OP_MAX) || is_op(n, IR_OP_SUM_TO);
 }
+/* The clipping norm's squared sums: full sums in the update phase, one
+ * per gradient, share kernels (16 gradients each) rather than one launch
+ * per parameter; each keeps its own sum, in its own fixed order. */
+static bool anchor_grad_norm(const ir_node *n) { return is_op(n, IR_OP_SUM) && n->phase == IR_PHASE_UPDATE; }
+static bool full_sum(const ir_graph *g, const ir_node *n) { return ir_type_numel(&ir_val(g, n->out.v[0])->type) == 1; }
+static bool sibling_grad_norm(const ir_graph *g, const ir_node *a, const ir_node *n)
+{
+    return anchor_grad_norm(n) && full_sum(g, a) && full_sum(g, n);
+}
 static bool anchor_pool(const ir_node *n) { return is_op(n, IR_OP_MAXPOOL) || is_op(n, IR_OP_AVGPOOL); }
 static bool anchor_update(const ir_node *n) { return ir_ops[n->op].kclass == IR_KC_UPDATE; }
 
@@ -102,6 +111,7 @@ static const pattern patterns[] = {
     {"layernorm_grad", anchor_ln_grad, false, EPI_ANCHOR_INPUT, NULL, 0, false},
     {"softmax_cross_entropy", anchor_logits, true, EPI_NONE, sibling_logits, 3, false},
     {"softmax", anchor_softmax, true, EPI_NONE, NULL, 0, false},
+    {"grad_norms", anchor_grad_norm, true, EPI_NONE, sibling_grad_norm, 16, false},
     {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0, false},
     {"pool", anchor_pool, false, EPI_ANCHOR_OUTPUT, NULL, 0, false},
     {"optimizer", anchor_update, false, EPI_NONE, sibling_update, 8, false},
