@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "trainer.h"
+#include "sample.h"
 #include "compile.h"
 #include "runtime/checkpoint.h"
 #include "runtime/safetensors.h"
@@ -96,40 +97,6 @@ static int make_model(trainer *t, const kl_source *src, gen_model *m)
     return m->e ? 0 : -1;
 }
 
-typedef struct scored {
-    double logit;
-    int token;
-} scored;
-
-/* Larger logits first; on a tie the smaller token (a fixed order). */
-static int by_logit(const void *a, const void *b)
-{
-    const scored *x = a, *y = b;
-    if (x->logit != y->logit)
-        return x->logit > y->logit ? -1 : 1;
-    return x->token - y->token;
-}
-
-/* The next token from one row of logits (see the top of the file). */
-static int pick(const float *row, int64_t vocab, double temperature, int64_t top_k, uint64_t seed, int64_t n,
-                scored *s)
-{
-    for (int64_t i = 0; i < vocab; i++)
-        s[i] = (scored){row[i], (int)i};
-    qsort(s, (size_t)vocab, sizeof *s, by_logit);
-    if (temperature == 0)
-        return s[0].token;
-    int64_t k = top_k > 0 && top_k < vocab ? top_k : vocab;
-    double sum = 0;
-    for (int64_t i = 0; i < k; i++)
-        sum += s[i].logit = exp((s[i].logit - s[0].logit) / temperature);
-    double u = (double)(kl_mix(kl_mix(seed ^ 0x67656e65726174ull) ^ (uint64_t)n) >> 11) * 0x1p-53 * sum;
-    for (int64_t i = 0; i < k; i++)
-        if ((u -= s[i].logit) < 0)
-            return s[i].token;
-    return s[k - 1].token;
-}
-
 int train_generate(trainer *t, const kl_source *src)
 {
     const train_options *o = &t->opt;
@@ -150,7 +117,7 @@ int train_generate(trainer *t, const kl_source *src)
     size_t in_bytes = (size_t)ir_type_bytes(tt), lbytes = (size_t)ir_type_bytes(lt);
     void *in = kl_xmalloc(in_bytes), *zeros = kl_xcalloc(1, in_bytes), *logits = kl_xmalloc(lbytes);
     float *row = kl_xmalloc(sizeof(float) * (size_t)V);
-    scored *s = kl_xmalloc(sizeof *s * (size_t)V);
+    train_scored *s = kl_xmalloc(sizeof *s * (size_t)V);
     kl_kargs args = {0, (uint64_t)t->cfg.seed};
     fwrite(o->generate, 1, (size_t)plen, stdout);
     for (int64_t len = plen; len < total; len++) {
@@ -166,7 +133,7 @@ int train_generate(trainer *t, const kl_source *src)
         kl_exec_read(m.e, m.logits, logits, lbytes);
         for (int64_t c = 0; c < V; c++)
             row[c] = (float)kl_load_as(lt->dtype, logits, (w - 1) * V + c);
-        seq[len] = pick(row, V, o->temperature, o->top_k, (uint64_t)t->cfg.seed, len - plen, s);
+        seq[len] = train_sample_pick(row, V, o->temperature, o->top_k, (uint64_t)t->cfg.seed, len - plen, s);
         putchar(seq[len]);
         fflush(stdout);
     }
