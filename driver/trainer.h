@@ -1,6 +1,7 @@
 /* The state of a training run, shared by the executable's files:
- * train.c (main, the inputs, the training loop), train_flags.c (the
- * flags), train_eval.c (evaluation). Private to driver/. */
+ * train.c (main, the training loop), train_flags.c (the flags),
+ * train_data.c (the data and the model's inputs), train_eval.c
+ * (evaluation). Private to driver/. */
 #ifndef KILN_TRAINER_H
 #define KILN_TRAINER_H
 
@@ -67,6 +68,16 @@ typedef struct bindings {
 void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, const kl_dataset *d);
 
 typedef struct trainer trainer;
+
+/* train_data.c: the training and test splits loaded per the train
+ * block's data (--eval-only: the test split alone); the inputs of g bound
+ * to d's fields (checked against them); after binding, shards checked and
+ * cached and the data's start-up lines printed. -1 after an error
+ * (reported). */
+int train_load_data(trainer *t);
+int train_bind_inputs(const ir_graph *g, kl_dataset *d, bindings *b, const char *model);
+int train_prepare_data(trainer *t);
+
 struct trainer {
     kl_train_config cfg;
     kl_trace *trace;
