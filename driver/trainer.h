@@ -133,6 +133,22 @@ typedef struct eval_result {
     char first_skip[900];
 } eval_result;
 
+/* The start-up (train_setup.c). load_with: the model lowered again with
+ * the flags' settings and one more (key NULL: none). open_backend: the GPU
+ * when one is usable (or asked for), else the CPU with a notice; NULL when
+ * --device cuda finds no GPU. choose_batch: --batch auto (g loaded again
+ * with the batch and accumulation chosen). make_plans: the training plan
+ * (taking g) and the evaluation plans, the inputs bound, eb_out their
+ * batch (0: no test split). check_peak: the planned memory against
+ * --memory-limit. print_start: the start-up lines. -1 (NULL) after an
+ * error (reported). */
+ir_graph *train_load_with(const kl_source *src, const train_options *o, const char *key, const char *val);
+kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co);
+int train_choose_batch(trainer *t, const kl_source *src, const kl_backend *be, ir_graph **g);
+int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_out);
+int train_check_peak(trainer *t, int64_t *peak_out);
+void train_print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak);
+
 /* Periodic checkpoints (train_ckpt.c): the checks of --save-every and
  * --keep, the path of step's checkpoint (caller frees), and the removal
  * of all but the newest --keep of them, once the newest is in place. */
