@@ -1,7 +1,8 @@
 /* The state of a training run, shared by the executable's files:
  * train.c (main, the training loop), train_flags.c (the flags),
- * train_data.c (the data and the model's inputs), train_eval.c
- * (evaluation). Private to driver/. */
+ * train_data.c (the data and the model's inputs), train_setup.c (the
+ * start-up), train_observe.c (progress, metrics, the summary; with
+ * train_loop.h), train_eval.c (evaluation) and the others named below. Private to driver/. */
 #ifndef KILN_TRAINER_H
 #define KILN_TRAINER_H
 
