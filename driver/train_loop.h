@@ -39,13 +39,11 @@ typedef struct train_loop {
 } train_loop;
 
 /* train_observe.c: what a run shows and records besides its steps.
- * json_line: one metrics record (nothing without --metrics).
  * log_progress: the progress line, its metrics record, its TensorBoard
  * scalars and the sampler's readings over the steps since the last.
  * tboard_eval: an evaluation's scalars. print_summary: the run's last
  * lines and summary record. print_profile: --profile's table of the
  * step's kernels and where its time went. */
-void train_json_line(trainer *t, const char *fmt, ...) KL_PRINTF(2, 3);
 void train_log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_now, double lr);
 void train_tboard_eval(trainer *t, const train_loop *lp);
 void train_print_summary(trainer *t, train_loop *lp);

@@ -150,6 +150,14 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
 int train_check_peak(trainer *t, int64_t *peak_out);
 void train_print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak);
 
+/* One metrics record, a line of JSON (train_observe.c; nothing without
+ * --metrics). */
+void train_json_line(trainer *t, const char *fmt, ...) KL_PRINTF(2, 3);
+/* --eval-only (train_eval_only.c): evaluates the model (g, which it
+ * takes) with the values of --resume or --init; -1 after an error
+ * (reported). */
+int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g);
+
 /* Periodic checkpoints (train_ckpt.c): the checks of --save-every and
  * --keep, the path of step's checkpoint (caller frees), and the removal
  * of all but the newest --keep of them, once the newest is in place. */
