@@ -14,6 +14,21 @@
 #include "ir/train_config.h"
 #include "passes/passes.h"
 
+/* Lowers the model again with extra overrides (a different batch). */
+ir_graph *train_load_with(const kl_source *src, const train_options *o, const char *key, const char *val)
+{
+    const char *kv[132];
+    int n = 0;
+    for (int i = 0; i < o->nkv; i++)
+        kv[n++] = o->kv[i];
+    if (key) {
+        kv[n++] = key;
+        kv[n++] = val;
+    }
+    kv[n] = NULL;
+    return kl_compile_load(src, n ? kv : NULL);
+}
+
 /* The GPU when one is usable (or asked for), else the CPU with a notice;
  * NULL when --device cuda finds no GPU (reported). */
 kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co)
@@ -90,21 +105,6 @@ int train_choose_batch(trainer *t, const kl_source *src, const kl_backend *be, i
     kl_train_config_free(&t->cfg); /* read again below (its strings leaked) */
     kl_train_read(&(*g)->train, &t->cfg);
     return 0;
-}
-
-/* Lowers the model again with extra overrides (a different batch). */
-ir_graph *train_load_with(const kl_source *src, const train_options *o, const char *key, const char *val)
-{
-    const char *kv[132];
-    int n = 0;
-    for (int i = 0; i < o->nkv; i++)
-        kv[n++] = o->kv[i];
-    if (key) {
-        kv[n++] = key;
-        kv[n++] = val;
-    }
-    kv[n] = NULL;
-    return kl_compile_load(src, n ? kv : NULL);
 }
 
 /* The pipeline and the exec of g; a training plan is checked against the
