@@ -1,239 +1,21 @@
-/* The main of a training executable: data, plans, the training loop,
- * progress lines and metrics (flags: train_flags.c; evaluation:
- * train_eval.c). `kiln build` links this with the model's source and its
- * precompiled kernels. */
+/* The main of a training executable and its training loop: steps,
+ * evaluations, checkpoints (flags: train_flags.c; data and the model's
+ * inputs: train_data.c; backend, plans and start-up lines:
+ * train_setup.c; progress lines, metrics, TensorBoard, the sampler and
+ * the summary: train_observe.c; evaluation: train_eval.c). `kiln build` links this with
+ * the model's source and its precompiled kernels. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trainer.h"
-#include "batch_probe.h"
-#include "budget.h"
+#include "train_loop.h"
 #include "runtime/checkpoint.h"
 #include "runtime/safetensors.h"
 #include "runtime/backend_cuda.h"
-#include "runtime/doctor.h"
-#include "runtime/hostmetrics.h"
-#include "runtime/sampler.h"
-#include "runtime/tokens.h"
-#include "runtime/bottleneck.h"
 #include "runtime/nvtx.h"
 #include "runtime/tboard.h"
-#include "plan/memplan.h"
-#include "compile.h"
 #include "ir/train_config.h"
-#include "passes/passes.h"
-
-/* ---- the model's inputs ---- */
-
-/* The first cross_entropy's class count, or 0. */
-static int ce_classes(const ir_graph *g)
-{
-    for (int i = 0; i < g->nodes.n; i++) {
-        const ir_node *n = ir_nd(g, i);
-        if (n->op == IR_OP_CROSS_ENTROPY && !n->dead)
-            return (int)ir_val(g, n->in.v[0])->type.dim[1];
-    }
-    return 0;
-}
-
-/* idx and synthetic: the samples' input (any shape of as many values)
- * and the labels' input (i32[batch] or i64[batch]). */
-static int bind_image_label(const ir_graph *g, const kl_dataset *d, bindings *b, const char *model)
-{
-    for (int i = 0; i < g->decls.n; i++) {
-        const ir_value *v = ir_val(g, g->decls.v[i]);
-        if (v->kind != IR_VAL_INPUT)
-            continue;
-        const ir_type *t = &v->type;
-        int64_t per = t->rank ? ir_type_numel(t) / t->dim[0] : 1;
-        if (t->rank == 1 && (t->dtype == IR_I32 || t->dtype == IR_I64) && b->labels < 0)
-            b->labels = v->id;
-        else if (per == d->sample_bytes && (t->dtype == IR_U8 || ir_dtype_is_float(t->dtype)) && b->features < 0)
-            b->features = v->id;
-        else {
-            char *ts = ir_type_str(t);
-            kl_error("%s: input '%s' (%s) matches nothing the dataset %s provides (%lld bytes per sample and a label)",
-                     model, v->name, ts, d->name, (long long)d->sample_bytes);
-            free(ts);
-            return -1;
-        }
-    }
-    /* A model without a label input (an autoencoder, a language model
-     * whose targets are its own shifted inputs) gets the samples only. */
-    if (b->features < 0) {
-        kl_error("%s: the model needs an input for the samples (%lld values each); the one for the labels "
-                 "(i32[batch]) is optional",
-                 model, (long long)d->sample_bytes);
-        return -1;
-    }
-    b->n = b->labels >= 0 ? 2 : 1;
-    b->value[0] = b->features;
-    b->field[0] = 0;
-    b->value[1] = b->labels;
-    b->field[1] = 1;
-    return 0;
-}
-
-/* The field an input named name reads: the field of that name, or
- * name.EXT (WebDataset's "input.npy"), or by the usual names: image <-
- * png, jpg or jpeg; label <- cls. -1 when none. */
-static int field_for(const kl_dataset *d, const char *name)
-{
-    int f = kl_dataset_field(d, name);
-    if (f >= 0)
-        return f;
-    size_t n = strlen(name);
-    for (int i = 0; i < d->nfields; i++)
-        if (!strncmp(d->field[i].name, name, n) && d->field[i].name[n] == '.')
-            return i;
-    static const char *const aliases[][2] = {{"image", "png"}, {"image", "jpg"}, {"image", "jpeg"}, {"label", "cls"}};
-    for (size_t a = 0; a < KL_ARRAY_LEN(aliases); a++)
-        if (!strcmp(name, aliases[a][0]) && (f = kl_dataset_field(d, aliases[a][1])) >= 0)
-            return f;
-    return -1;
-}
-
-/* Shards: each input reads the field of its name, of the same shape per
- * sample, of a dtype that converts (u8 to any float, integers to i32 or
- * i64, floats to floats). */
-static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char *model)
-{
-    for (int i = 0; i < g->decls.n; i++) {
-        const ir_value *v = ir_val(g, g->decls.v[i]);
-        if (v->kind != IR_VAL_INPUT)
-            continue;
-        const ir_type *t = &v->type;
-        char *ts = ir_type_str(t);
-        int f = field_for(d, v->name);
-        if (f < 0) {
-            kl_buf fl = {0};
-            for (int k = 0; k < d->nfields; k++) {
-                char ft[96];
-                kl_field_type_str(&d->field[k].type, ft, sizeof ft);
-                kl_buf_printf(&fl, "%s%s %s", k ? ", " : "", d->field[k].name, ft);
-            }
-            kl_error("%s: input '%s' (%s) names no field of the samples in %s (fields: %s)\n"
-                     "---> name the input after a field (%s)",
-                     model, v->name, ts, d->name, fl.s ? fl.s : "none",
-                     d->tokens ? "tokens reads window[0:context], targets window[1:context+1]"
-                               : "image reads png, jpg or jpeg; label reads cls");
-            kl_buf_free(&fl);
-            free(ts);
-            return -1;
-        }
-        kl_field *fd = &d->field[f];
-        char ft[96];
-        kl_field_type_str(&fd->type, ft, sizeof ft);
-        bool shape_ok = t->rank == fd->type.rank + 1;
-        for (int k = 0; shape_ok && k < fd->type.rank; k++)
-            shape_ok = t->dim[k + 1] == fd->type.shape[k];
-        ir_dtype fdt = fd->type.dtype;
-        bool int_field = fdt == IR_U8 || fdt == IR_I32 || fdt == IR_I64;
-        bool dtype_ok = t->dtype == fdt || (ir_dtype_is_float(t->dtype) && (fdt == IR_U8 || ir_dtype_is_float(fdt))) ||
-                        ((t->dtype == IR_I32 || t->dtype == IR_I64) && int_field);
-        if (!shape_ok && d->tokens && t->rank == 2) {
-            kl_error("%s: input '%s' is %s, but the token data's context is %lld (tokens(..., context = %lld))\n"
-                     "---> give tokens(...) the context of the model's inputs, or the inputs [batch, %lld]",
-                     model, v->name, ts, (long long)d->context, (long long)d->context, (long long)d->context);
-            free(ts);
-            return -1;
-        }
-        if (!shape_ok || !dtype_ok) {
-            kl_error("%s: input '%s' is %s, but field '%s' of %s is %s per sample (%s)", model, v->name, ts, fd->name,
-                     d->name, ft, !shape_ok ? "the shapes differ" : "the dtype does not convert");
-            free(ts);
-            return -1;
-        }
-        free(ts);
-        if (b->n == KL_MAX_FIELDS) {
-            kl_error("%s: more than %d inputs", model, KL_MAX_FIELDS);
-            return -1;
-        }
-        fd->used = true;
-        b->value[b->n] = v->id;
-        b->field[b->n++] = f;
-    }
-    if (b->n == 0) {
-        kl_error("%s: the model has no input to read %s into", model, d->name);
-        return -1;
-    }
-    /* A class label field is checked against the classes as it is read. */
-    for (int i = 0; i < g->nodes.n; i++) {
-        const ir_node *n = ir_nd(g, i);
-        if (n->op != IR_OP_CROSS_ENTROPY || n->dead)
-            continue;
-        for (int k = 0; k < b->n; k++)
-            if (b->value[k] == n->in.v[1])
-                d->field[b->field[k]].classes = ir_val(g, n->in.v[0])->type.dim[1];
-    }
-    return 0;
-}
-
-/* Token files: the inputs bound by bind_fields (tokens, targets) must fit
- * the model: an embedding table with a row for every token of the
- * vocabulary, a cross-entropy with as many classes. The context is the
- * input's second dim (bind_fields compares it with a message of its
- * own). */
-static int check_token_vocab(const ir_graph *g, const kl_dataset *d, const bindings *b, const char *model)
-{
-    uint64_t vocab = d->tokens->vocab;
-    for (int i = 0; i < g->nodes.n; i++) {
-        const ir_node *n = ir_nd(g, i);
-        if (n->dead || (n->op != IR_OP_EMBEDDING && n->op != IR_OP_CROSS_ENTROPY))
-            continue;
-        bool emb = n->op == IR_OP_EMBEDDING;
-        int ids = emb ? n->in.v[0] : n->in.v[1];
-        /* Through reshapes (cross_entropy flattens [batch, T] labels). */
-        while (ir_val(g, ids)->def >= 0 && ir_nd(g, ir_val(g, ids)->def)->op == IR_OP_RESHAPE)
-            ids = ir_nd(g, ir_val(g, ids)->def)->in.v[0];
-        const ir_type *rows = &ir_val(g, n->in.v[emb ? 1 : 0])->type;
-        int64_t have = emb ? rows->dim[0] : rows->dim[rows->rank - 1];
-        for (int k = 0; k < b->n; k++)
-            if (b->value[k] == ids && (uint64_t)have < vocab) {
-                kl_error("%s: %s has a vocabulary of %llu tokens, but input '%s' feeds %s of %lld %s\n"
-                         "---> make the model's vocabulary at least %llu",
-                         model, d->name, (unsigned long long)vocab, ir_val(g, ids)->name,
-                         emb ? "an embedding" : "a cross_entropy", (long long)have, emb ? "rows" : "classes",
-                         (unsigned long long)vocab);
-                return -1;
-            }
-    }
-    return 0;
-}
-
-static int bind_inputs(const ir_graph *g, kl_dataset *d, bindings *b, const char *model)
-{
-    b->features = b->labels = -1;
-    b->loss = g->loss;
-    b->ce_classes = ce_classes(g);
-    b->n = 0;
-    if (d->tokens)
-        return bind_fields(g, d, b, model) || check_token_vocab(g, d, b, model) ? -1 : 0;
-    return d->shards ? bind_fields(g, d, b, model) : bind_image_label(g, d, b, model);
-}
-
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, const kl_dataset *d)
-{
-    for (int k = 0; k < b->n; k++) {
-        const ir_type *t = &ir_val(e->g, b->value[k])->type;
-        const kl_field *fd = &d->field[b->field[k]];
-        const uint8_t *src = batch->field[b->field[k]];
-        int64_t n = t->dim[0], per = t->rank ? ir_type_numel(t) / n : 1;
-        size_t bytes = (size_t)ir_type_bytes(t);
-        uint8_t *h = kl_xmalloc(bytes);
-        for (int64_t i = 0; i < n; i++) {
-            const uint8_t *px = src + ((first + i) % batch->size) * fd->bytes;
-            if (t->dtype == fd->type.dtype)
-                memcpy(h + i * per * ir_dtype_size(t->dtype), px, (size_t)(per * ir_dtype_size(t->dtype)));
-            else
-                for (int64_t j = 0; j < per; j++)
-                    kl_store_as(t->dtype, h, i * per + j, kl_load_as(fd->type.dtype, px, j));
-        }
-        kl_exec_write(e, b->value[k], h, bytes);
-        free(h);
-    }
-}
 
 /* ---- the learning-rate schedule ---- */
 
@@ -311,166 +93,6 @@ static void adjust_loss_scale(trainer *t)
     }
 }
 
-/* Lowers the model again with extra overrides (a different batch). */
-static ir_graph *load_with(const kl_source *src, const train_options *o, const char *key, const char *val)
-{
-    const char *kv[132];
-    int n = 0;
-    for (int i = 0; i < o->nkv; i++)
-        kv[n++] = o->kv[i];
-    if (key) {
-        kv[n++] = key;
-        kv[n++] = val;
-    }
-    kv[n] = NULL;
-    return kl_compile_load(src, n ? kv : NULL);
-}
-
-/* The pipeline and the exec of g; a training plan is checked against the
- * memory limit before it allocates anything; an evaluation plan runs in
- * the training plan's arena (host) when it fits there. */
-static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
-{
-    /* The training plan sums the ranks' gradients (the shard pass). */
-    kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp};
-    kl_replan rp = {src, t->opt.kv};
-    kl_compiled *c = kl_compile_graph(g, &co);
-    if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
-        kl_compiled_free(c);
-        return NULL;
-    }
-    return kl_compiled_exec(t->s, c, host);
-}
-
-static char *data_path(const trainer *t, const char *path)
-{
-    return kl_train_data_path(t->model, path, t->opt.kv, t->opt.nkv);
-}
-
-static int load_shards(trainer *t, const char *pattern, kl_dataset *d)
-{
-    const kl_train_config *c = &t->cfg;
-    char *path = data_path(t, pattern);
-    kl_shards_opts o = {.pattern = path, .workers = c->data_workers, .prefetch = c->data_prefetch,
-                        .shuffle_buffer = c->data_shuffle_buffer, .cache = c->data_cache, .skip = c->data_skip};
-    o.augment.crop_pad = c->augment.crop_pad;
-    o.augment.hflip = c->augment.hflip;
-    o.augment.nmean = c->augment.nmean;
-    o.augment.nstd = c->augment.nstd;
-    memcpy(o.augment.mean, c->augment.mean, sizeof o.augment.mean);
-    memcpy(o.augment.std, c->augment.std, sizeof o.augment.std);
-    int rc = kl_shards_load(&o, d);
-    free(path);
-    return rc;
-}
-
-/* The training and test splits; --eval-only opens the test split alone
- * (binding it to the model checks its samples' size and fields). */
-static int load_data(trainer *t)
-{
-    bool train = !t->opt.eval_only;
-    if (!strcmp(t->cfg.data_format, "synthetic")) {
-        if ((train && kl_synthetic(t->cfg.synthetic_samples, (uint64_t)t->cfg.seed, &t->train_set)) ||
-            kl_synthetic(t->cfg.synthetic_samples / 6 + 1, (uint64_t)t->cfg.seed + 7, &t->test_set))
-            return -1;
-        return 0;
-    }
-    if (!strcmp(t->cfg.data_format, "shards")) {
-        if ((train && load_shards(t, t->cfg.data_path, &t->train_set)) ||
-            (t->cfg.data_test && load_shards(t, t->cfg.data_test, &t->test_set)))
-            return -1;
-        if (train && !t->cfg.data_test && t->cfg.eval_every > 0) {
-            kl_error("%s: eval_every = %lld, but the data has no test split (shards(..., test = \"...\"))", t->model,
-                     (long long)t->cfg.eval_every);
-            return -1;
-        }
-        return 0;
-    }
-    if (!strcmp(t->cfg.data_format, "tokens")) {
-        const kl_train_config *c = &t->cfg;
-        char *tpath = train ? data_path(t, c->data_path) : NULL, *val = c->data_test ? data_path(t, c->data_test) : NULL;
-        int rc = (tpath && kl_tokens_dataset(tpath, c->data_context, true, 0, &t->train_set)) ||
-                         (val && kl_tokens_dataset(val, c->data_context, false, c->data_val_windows, &t->test_set))
-                     ? -1
-                     : 0;
-        free(tpath);
-        free(val);
-        if (!rc && train && !val && c->eval_every > 0) {
-            kl_error("%s: eval_every = %lld, but the data has no validation file (tokens(..., val = \"...\"))", t->model,
-                     (long long)c->eval_every);
-            rc = -1;
-        }
-        return rc;
-    }
-    char *dir = data_path(t, t->cfg.data_path);
-    int rc = -1;
-    if ((train && kl_idx_load(dir, "train", &t->train_set)) || kl_idx_load(dir, "t10k", &t->test_set))
-        goto done;
-    if (train && t->train_set.sample_bytes != t->test_set.sample_bytes) {
-        kl_error("%s: training and test samples differ in size", dir);
-        goto done;
-    }
-    rc = 0;
-done:
-    free(dir);
-    return rc;
-}
-
-/* After binding: shards check every sample has its fields and fill their
- * cache; the start-up line says what they did. */
-static int prepare_data(trainer *t)
-{
-    kl_dataset *sets[2] = {&t->train_set, &t->test_set};
-    for (int i = 0; i < 2; i++) {
-        kl_dataset *d = sets[i];
-        if (d->tokens && !t->opt.quiet)
-            printf("data: %s: %llu tokens (vocabulary %llu), %lld %s windows of context %lld + 1 per epoch\n", d->name,
-                   (unsigned long long)d->tokens->count, (unsigned long long)d->tokens->vocab, (long long)d->count,
-                   i == 0 ? "random" : "evenly spaced", (long long)d->context);
-        if (!d->shards)
-            continue;
-        char note[300];
-        if (kl_shards_prepare(d, note, sizeof note))
-            return -1;
-        if (!t->opt.quiet) {
-            printf("data: %s: %lld samples in %d shard%s; ", d->name, (long long)d->count, kl_shards_count(d),
-                   kl_shards_count(d) == 1 ? "" : "s");
-            for (int f = 0, k = 0; f < d->nfields; f++) {
-                if (!d->field[f].used)
-                    continue;
-                char ft[96];
-                kl_field_type_str(&d->field[f].type, ft, sizeof ft);
-                printf("%s%s %s", k++ ? ", " : "", d->field[f].name, ft);
-            }
-            printf("; %s", note);
-            if (i == 0)
-                printf("; %d workers, prefetch %d, shuffle buffer %lld", t->cfg.data_workers, t->cfg.data_prefetch,
-                       (long long)t->cfg.data_shuffle_buffer);
-            printf("\n");
-        }
-        const char *first;
-        int64_t skipped = kl_shards_skipped(d, &first);
-        if (skipped)
-            fprintf(stderr, "kiln: %s: %lld sample%s left out (on_error = skip); the first: %s\n", d->name,
-                    (long long)skipped, skipped == 1 ? "" : "s", first);
-    }
-    return 0;
-}
-
-static void json_line(trainer *t, const char *fmt, ...) KL_PRINTF(2, 3);
-static void json_line(trainer *t, const char *fmt, ...)
-{
-    if (!t->metrics.f)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(t->metrics.f, fmt, ap);
-    va_end(ap);
-    fputc('\n', t->metrics.f);
-    fflush(t->metrics.f);
-    kl_outfile_note(&t->metrics);
-}
-
 static int save_checkpoint(trainer *t, const char *path, int64_t step)
 {
     kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
@@ -500,37 +122,6 @@ static int save_periodic(trainer *t, int64_t step)
 }
 
 /* ---- the training loop ---- */
-
-/* What the loop carries from step to step. */
-typedef struct train_loop {
-    kl_loader *loader;
-    int64_t per_epoch, total; /* optimizer steps in an epoch, in the run */
-    int64_t step;             /* optimizer steps done */
-    int64_t first_step;       /* at the start: rates count the steps this process ran */
-    kl_kargs args;
-    /* The first report is the metric shown (internal ones start with _). */
-    int metric_count;
-    const char *metric_name;
-    double t_start;
-    /* Time inside steps alone, for the rates; time in evaluation. */
-    kl_step_clock clock;
-    double eval_s;
-    /* The steps since the last progress line: their loss and metric. */
-    double win_loss, win_metric;
-    int64_t win_steps;
-    eval_result er;
-    double best;
-    int64_t best_epoch;
-    bool evaluated_at_end;
-    /* At the last progress line: the loader's total wait and the process's
-     * CPU time, for the window's data wait and CPU utilisation. */
-    double win_wait;
-    kl_host_sample win_host;
-    /* The sampler's readings: since the last progress line, and the run's
-     * (from its start: CPU time and wall time for the run's CPU mean). */
-    kl_sample_stats win_samples, run_samples;
-    kl_host_sample run_host;
-} train_loop;
 
 /* The run's length: its epochs, or --steps when that ends it earlier. */
 static int count_steps(trainer *t, train_loop *lp)
@@ -623,115 +214,6 @@ static void time_step(trainer *t, train_loop *lp, double st0)
     }
 }
 
-/* The sampler's readings since the last drain: each into the trace's
- * counter tracks and the window's and the run's statistics. */
-static void drain_samples(trainer *t, train_loop *lp)
-{
-    kl_sample *v;
-    int n = kl_sampler_drain(t->sampler, &v);
-    for (int i = 0; i < n; i++) {
-        const kl_sample *x = &v[i];
-        kl_sample_stats_add(&lp->win_samples, x);
-        kl_sample_stats_add(&lp->run_samples, x);
-        if (!t->trace)
-            continue;
-        kl_trace_counter(t->trace, "host CPU %", x->t, x->cpu_percent);
-        kl_trace_counter(t->trace, "host RSS MB", x->t, (double)x->rss_bytes / 1e6);
-        if (!x->gpu)
-            continue;
-        kl_trace_counter(t->trace, "GPU busy %", x->t, x->gpu_busy);
-        kl_trace_counter(t->trace, "GPU memory busy %", x->t, x->gpu_memory_busy);
-        kl_trace_counter(t->trace, "GPU memory GiB", x->t, (double)x->gpu_mem_used / 1073741824.0);
-        kl_trace_counter(t->trace, "GPU power W", x->t, x->power_w);
-        kl_trace_counter(t->trace, "GPU temperature C", x->t, x->temp_c);
-        kl_trace_counter(t->trace, "GPU SM clock MHz", x->t, x->sm_clock_mhz);
-        kl_trace_counter(t->trace, "GPU memory clock MHz", x->t, x->mem_clock_mhz);
-        kl_trace_counter(t->trace, "GPU throttle reasons", x->t, (double)x->throttle);
-    }
-    free(v);
-}
-
-/* The progress line (and metrics record) over the steps since the last. */
-static void log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_now, double lr)
-{
-    const kl_train_config *c = &t->cfg;
-    double ms, sps;
-    kl_step_clock_window(&lp->clock, c->batch * c->accumulate * t->world, &ms, &sps);
-    double m = lp->win_metric / (double)(lp->win_steps * c->accumulate);
-    const char *metric_name = lp->metric_name;
-    if (!t->opt.quiet) {
-        printf("epoch %lld/%lld  step %6lld/%lld  loss %.4f", (long long)epoch + 1, (long long)c->epochs,
-               (long long)lp->step, (long long)lp->total, loss_now);
-        if (metric_name)
-            printf("  %s %.4f", metric_name, m);
-        printf("  lr %.2e", lr);
-        if (t->finite_value >= 0)
-            printf("  scale %.0f  skipped %lld", t->loss_scale, (long long)t->skipped);
-        printf("  %.0f samples/s  %.2f ms/step\n", sps, ms);
-        fflush(stdout);
-    }
-    /* The window's data wait, CPU utilisation and resident memory. */
-    double wait = kl_loader_wait_seconds(lp->loader), win_wait = wait - lp->win_wait;
-    kl_host_sample host;
-    kl_host_sample_now(&host);
-    double cpu = kl_host_cpu_percent(&lp->win_host, &host);
-    lp->win_wait = wait;
-    lp->win_host = host;
-    /* The GPU's readings over the window, where NVML gives them. */
-    drain_samples(t, lp);
-    const kl_sample_stats *ws = &lp->win_samples;
-    char gpu[200] = "";
-    double busy = ws->ngpu ? ws->gpu_busy_sum / (double)ws->ngpu : 0, power = ws->ngpu ? ws->power_sum / (double)ws->ngpu : 0;
-    if (ws->ngpu)
-        snprintf(gpu, sizeof gpu, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_bytes\": %lld, \"gpu_power_w\": %.1f",
-                 busy, (long long)ws->gpu_mem_peak, power);
-    char comm[160];
-    train_overlap_window(t, lp->win_steps, comm, sizeof comm);
-    json_line(t, "{\"type\": \"train\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"lr\": %.6g, \"loss_scale\": %.9g, \"skipped\": %lld, \"samples_per_s\": %.1f, \"ms_per_step\": %.3f, \"data_wait_s\": %.4f, \"cpu_percent\": %.1f, \"rss_bytes\": %lld%s%s}",
-              (long long)epoch + 1, (long long)lp->step, loss_now, metric_name ? metric_name : "metric", m, lr,
-              t->loss_scale, (long long)t->skipped, sps, ms, win_wait, cpu, (long long)host.rss_bytes, gpu, comm);
-    if (t->tboard) {
-        kl_tboard *tb = t->tboard;
-        int64_t step = lp->step;
-        kl_tboard_scalar(tb, "train/loss", step, loss_now);
-        if (metric_name) {
-            char tag[96];
-            snprintf(tag, sizeof tag, "train/%s", metric_name);
-            kl_tboard_scalar(tb, tag, step, m);
-        }
-        kl_tboard_scalar(tb, "train/lr", step, lr);
-        kl_tboard_scalar(tb, "train/loss_scale", step, t->loss_scale);
-        kl_tboard_scalar(tb, "train/skipped_steps", step, (double)t->skipped);
-        kl_tboard_scalar(tb, "perf/samples_per_s", step, sps);
-        kl_tboard_scalar(tb, "perf/ms_per_step", step, ms);
-        kl_tboard_scalar(tb, "perf/data_wait_s", step, win_wait);
-        kl_tboard_scalar(tb, "memory/plan_peak_mb", step, (double)t->peak_bytes / 1e6);
-        kl_tboard_scalar(tb, "memory/host_rss_mb", step, (double)host.rss_bytes / 1e6);
-        kl_tboard_scalar(tb, "host/cpu_percent", step, cpu);
-        if (ws->ngpu) {
-            kl_tboard_scalar(tb, "gpu/busy_percent", step, busy);
-            kl_tboard_scalar(tb, "gpu/memory_gib", step, (double)ws->gpu_mem_peak / 1073741824.0);
-            kl_tboard_scalar(tb, "gpu/power_w", step, power);
-        }
-    }
-    memset(&lp->win_samples, 0, sizeof lp->win_samples);
-    lp->win_loss = lp->win_metric = 0;
-    lp->win_steps = 0;
-}
-
-/* An evaluation's scalars, at the step it followed. */
-static void tboard_eval(trainer *t, const train_loop *lp)
-{
-    if (!t->tboard)
-        return;
-    kl_tboard_scalar(t->tboard, "eval/loss", lp->step, lp->er.loss);
-    if (lp->metric_name) {
-        char tag[96];
-        snprintf(tag, sizeof tag, "eval/%s", lp->metric_name);
-        kl_tboard_scalar(t->tboard, tag, lp->step, lp->er.metric[0]);
-    }
-}
-
 /* Bad test data stops the run (on_error = fail); skipped samples are
  * reported. -1 after an error. */
 static int eval_data_check(trainer *t, eval_result *r)
@@ -758,9 +240,9 @@ static int eval_between_steps(trainer *t, train_loop *lp)
     if (!t->opt.quiet)
         printf("step %lld  eval  loss %.4f  %s %.4f\n", (long long)lp->step, lp->er.loss, metric_name ? metric_name : "",
                lp->er.metric[0]);
-    json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g}", (long long)lp->step, lp->er.loss,
+    train_json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g}", (long long)lp->step, lp->er.loss,
               metric_name ? metric_name : "metric", lp->er.metric[0]);
-    tboard_eval(t, lp);
+    train_tboard_eval(t, lp);
     return 0;
 }
 
@@ -788,72 +270,13 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
         printf("  %s %.4f", metric_name, lp->er.metric[0]);
     printf("  (%lld samples)  epoch %.1f s, eval %.2f s\n", (long long)lp->er.samples, epoch_s, eval_s);
     fflush(stdout);
-    json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"epoch_s\": %.3f}",
+    train_json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"epoch_s\": %.3f}",
               (long long)epoch + 1, (long long)lp->step, lp->er.loss, metric_name ? metric_name : "metric",
               lp->er.metric[0], epoch_s);
-    tboard_eval(t, lp);
+    train_tboard_eval(t, lp);
     if (t->opt.save && save_checkpoint(t, t->opt.save, lp->step))
         return -1;
     return 0;
-}
-
-/* The run's last line and summary record. */
-static void print_summary(trainer *t, train_loop *lp)
-{
-    const kl_train_config *c = &t->cfg;
-    const char *metric_name = lp->metric_name;
-    double secs = kl_now() - lp->t_start;
-    /* The rates count the steps this process ran (a resumed run starts
-     * past 0; one resumed at its end runs none) over their own time:
-     * evaluation, start-up and checkpoints are not in it. */
-    const kl_step_clock *k = &lp->clock;
-    int64_t per_step = c->batch * c->accumulate * t->world;
-    double ms, sps, timed_ms, timed_sps;
-    kl_step_clock_run(k, per_step, &ms, &sps);
-    kl_step_clock_timed(k, per_step, &timed_ms, &timed_sps);
-    printf("done: %lld steps", (long long)lp->step);
-    if (lp->first_step)
-        printf(" (%lld in this run)", (long long)k->run_steps);
-    printf(" in %.1f s: steps %.1f s (%.2f ms/step, %.0f samples/s, data wait %.2f s), evaluation %.1f s", secs,
-           k->run_s, ms, sps, kl_loader_wait_seconds(lp->loader), lp->eval_s);
-    if (metric_name && lp->er.samples)
-        printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, lp->er.metric[0], lp->best,
-               (long long)lp->best_epoch);
-    printf("\n");
-    train_overlap_print_summary(t, k->run_steps);
-    /* The host over the whole run (CPU time over wall time, the resident
-     * set's high-water mark), and the GPU's readings. */
-    drain_samples(t, lp);
-    kl_host_sample end;
-    kl_host_sample_now(&end);
-    double cpu = kl_host_cpu_percent(&lp->run_host, &end);
-    int64_t rss_peak = kl_host_rss_peak();
-    const kl_sample_stats *rs = &lp->run_samples;
-    printf("host: CPU %.0f%% of one core over the run, peak resident memory %.1f MB", cpu, (double)rss_peak / 1e6);
-    if (rs->ngpu)
-        printf("; GPU busy %.0f%%, peak memory %.1f GiB of %.1f GiB, %.0f W mean%s", rs->gpu_busy_sum / (double)rs->ngpu,
-               (double)rs->gpu_mem_peak / 1073741824.0, (double)rs->gpu_mem_total / 1073741824.0,
-               rs->power_sum / (double)rs->ngpu, rs->throttle_any & ~1ull ? ", clocks throttled" : "");
-    else if (kl_sampler_has_gpu(t->sampler))
-        printf("; no GPU reading yet (the run was shorter than the sampling interval)");
-    printf("\n");
-    kl_buf j = {0};
-    kl_buf_printf(&j, "{\"type\": \"summary\", \"steps\": %lld, \"run_steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"eval_seconds\": %.3f, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"timed_steps\": %lld, \"timed_ms_per_step\": %.3f, \"timed_samples_per_s\": %.1f",
-                  (long long)lp->step, (long long)k->run_steps, secs, k->run_s, lp->eval_s, ms, sps,
-                  (long long)(k->run_steps - k->warm_steps), timed_ms, timed_sps);
-    kl_buf_printf(&j, ", \"host_cpu_percent\": %.1f, \"host_rss_peak_bytes\": %lld", cpu, (long long)rss_peak);
-    train_overlap_json(t, k->run_steps, &j);
-    if (rs->ngpu)
-        kl_buf_printf(&j, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_peak_bytes\": %lld, \"gpu_memory_total_bytes\": %lld, \"gpu_power_w\": %.1f, \"gpu_throttle_reasons\": %llu",
-                      rs->gpu_busy_sum / (double)rs->ngpu, (long long)rs->gpu_mem_peak, (long long)rs->gpu_mem_total,
-                      rs->power_sum / (double)rs->ngpu, (unsigned long long)rs->throttle_any);
-    if (lp->er.samples)
-        kl_buf_printf(&j, ", \"final_%s\": %.6g, \"best_%s\": %.6g", metric_name ? metric_name : "metric",
-                      lp->er.metric[0], metric_name ? metric_name : "metric", lp->best);
-    kl_buf_puts(&j, "}");
-    char *js = kl_buf_take(&j);
-    json_line(t, "%s", js);
-    free(js);
 }
 
 /* The loop: epochs of steps, each step logged every log_every and checked
@@ -915,7 +338,7 @@ static int run_training(trainer *t)
                 goto out;
             }
             if (lp.step % c->log_every == 0 || lp.step == lp.total)
-                log_progress(t, &lp, epoch, loss_now, lr);
+                train_log_progress(t, &lp, epoch, loss_now, lr);
             if (c->eval_every > 0 && lp.step % c->eval_every == 0 && eval_between_steps(t, &lp))
                 goto out;
             if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step))
@@ -935,7 +358,7 @@ static int run_training(trainer *t)
             lp.best_epoch = lp.step > 0 ? (lp.step - 1) / lp.per_epoch + 1 : 1;
         }
     }
-    print_summary(t, &lp);
+    train_print_summary(t, &lp);
     /* For --profile's bottleneck summary: the steps this run timed. */
     t->run_steps = lp.clock.run_steps;
     t->run_step_s = lp.clock.run_s;
@@ -963,312 +386,6 @@ static int run_training(trainer *t)
 out:
     kl_loader_free(lp.loader);
     return rc;
-}
-
-/* The training plan (g, which it takes), then the evaluation plans: the
- * largest evaluation batch that fits in the training plan's arena, and
- * one for the test set's remainder. */
-static int make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_out)
-{
-    const char *model_name = t->model;
-    t->train = make_exec(t, src, g, KL_MODE_TRAIN, NULL);
-    if (!t->train || bind_inputs(t->train->g, &t->train_set, &t->tb, model_name))
-        return -1;
-    for (int i = 0; i < t->train->g->reports.n; i++)
-        if (!strcmp(t->train->g->reports.v[i].name, "_grads_finite"))
-            t->finite_value = t->train->g->reports.v[i].value;
-    /* No test split: no evaluation. */
-    *eb_out = 0;
-    if (t->test_set.count == 0)
-        return prepare_data(t);
-    /* Evaluation shares the training plan's arena: its batch is the
-     * largest that fits there. */
-    kl_replan rp = {src, t->opt.kv};
-    int64_t eb = kl_eval_batch_within(&rp, t->test_set.count, t->cfg.batch, kl_eval_batch(t->test_set.count, t->cfg.batch),
-                                      t->train->plan->arena_bytes);
-    *eb_out = eb;
-    char num[32];
-    snprintf(num, sizeof num, "%lld", (long long)eb);
-    t->eval = make_exec(t, src, load_with(src, &t->opt, "batch", num), KL_MODE_EVAL, t->train);
-    if (!t->eval || bind_inputs(t->eval->g, &t->test_set, &t->eb, model_name))
-        return -1;
-    if (t->test_set.count % eb) {
-        snprintf(num, sizeof num, "%lld", (long long)(t->test_set.count % eb));
-        t->eval_tail = make_exec(t, src, load_with(src, &t->opt, "batch", num), KL_MODE_EVAL, t->train);
-        if (!t->eval_tail || bind_inputs(t->eval_tail->g, &t->test_set, &t->etb, model_name))
-            return -1;
-    }
-    int32_t max_label = t->train_set.max_label > t->test_set.max_label ? t->train_set.max_label : t->test_set.max_label;
-    if (t->tb.ce_classes && max_label >= t->tb.ce_classes) {
-        kl_error("%s: label %d is out of range for the model's %d classes", t->cfg.data_path ? t->cfg.data_path : "data",
-                 max_label, t->tb.ce_classes);
-        return -1;
-    }
-    return prepare_data(t);
-}
-
-/* The memory plan: one arena for training and evaluation (which has one
- * of its own only when it does not fit there), with the params and state,
- * against --memory-limit. */
-static int check_peak(trainer *t, int64_t *peak_out)
-{
-    int64_t peak = kl_persistent_bytes(t->train->g) + t->train->plan->arena_bytes;
-    if (t->eval && !t->eval->arena_shared)
-        peak += t->eval->plan->arena_bytes;
-    if (t->eval_tail && !t->eval_tail->arena_shared)
-        peak += t->eval_tail->plan->arena_bytes;
-    *peak_out = peak;
-    if (t->cfg.memory_limit > 0 && peak > t->cfg.memory_limit) {
-        kl_error("%s: training and evaluation need %.2f MB, over the memory limit of %.2f MB (the evaluation plan does "
-                 "not fit in the training arena)\n---> try a smaller --batch", t->model, (double)peak / 1e6,
-                 (double)t->cfg.memory_limit / 1e6);
-        return -1;
-    }
-    return 0;
-}
-
-/* --batch auto (driver/budget.h): the micro-batch from the memory plan
- * and the accumulation that keeps the effective batch, then the graph
- * loaded again with both. The limit: --memory-limit (or the train key),
- * else the GPU's free memory. Says what it chose and why. */
-static int choose_batch(trainer *t, const kl_source *src, const kl_backend *be, ir_graph **g)
-{
-    int64_t limit = t->cfg.memory_limit;
-    const char *from = "--memory-limit";
-    if (limit <= 0 && be->ops->free_bytes) {
-        limit = be->ops->free_bytes((kl_backend *)be);
-        from = "the GPU's free memory";
-    }
-    if (limit <= 0) {
-        kl_error("--batch auto needs a memory budget on the CPU\n---> add --memory-limit B (e.g. 2GiB)");
-        return -1;
-    }
-    int64_t effective = kl_size_mul(t->cfg.batch, t->cfg.accumulate);
-    kl_replan rp = {src, t->opt.kv};
-    kl_auto_batch_result r;
-    if (kl_auto_batch(&rp, effective, limit, &r))
-        return -1;
-    kl_probe_result pr = {.n = 1, .batch = {r.batch}, .accumulate = {r.accumulate}};
-    if (t->opt.batch_probe && kl_probe_batch(&rp, (kl_backend *)be, effective, r.batch, (uint64_t)t->cfg.seed, &pr))
-        return -1;
-    char bs[32], as[32];
-    snprintf(bs, sizeof bs, "%lld", (long long)pr.batch[pr.chosen]);
-    snprintf(as, sizeof as, "%lld", (long long)pr.accumulate[pr.chosen]);
-    if (train_add_setting(&t->opt, "batch", bs) || train_add_setting(&t->opt, "accumulate", as))
-        return -1;
-    if (!t->opt.quiet) {
-        printf("batch auto: micro-batch %lld x accumulate %lld = effective batch %lld", (long long)r.batch,
-               (long long)r.accumulate, (long long)(r.batch * r.accumulate));
-        if (r.batch * r.accumulate != effective)
-            printf(" (asked: %lld, not a multiple of %lld)", (long long)effective, (long long)r.batch);
-        printf("; its training plan needs %.2f MB of %.2f MB (%s)", (double)r.bytes / 1e6, (double)limit / 1e6, from);
-        if (r.next_batch)
-            printf(", micro-batch %lld would need %.2f MB", (long long)r.next_batch, (double)r.next_bytes / 1e6);
-        else
-            printf(", the whole effective batch in one micro-batch");
-        printf(" (%d plans, nothing run)\n", r.plans);
-        if (t->opt.batch_probe)
-            kl_probe_print(&pr, stdout);
-    }
-    ir_graph_free(*g);
-    *g = load_with(src, &t->opt, NULL, NULL);
-    if (!*g)
-        return -1;
-    kl_train_config_free(&t->cfg); /* read again below (its strings leaked) */
-    kl_train_read(&(*g)->train, &t->cfg);
-    return 0;
-}
-
-/* The start-up lines: the machine, the model, the batch and learning
- * rate, memory. */
-static void print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak)
-{
-    const kl_train_config *c = &t->cfg;
-    /* What it runs on, in one line (the same facts as kiln doctor). */
-    kl_doctor_facts *f = kl_xcalloc(1, sizeof *f);
-    kl_doctor_probe(f, false, !(t->opt.device && !strcmp(t->opt.device, "cpu")));
-    char *machine = kl_doctor_oneline(f);
-    printf("%s\n", machine);
-    free(machine);
-    free(f);
-    int64_t params = 0;
-    for (int i = 0; i < t->train->g->decls.n; i++) {
-        const ir_value *v = ir_val(t->train->g, t->train->g->decls.v[i]);
-        if (v->kind == IR_VAL_PARAM)
-            params += ir_type_numel(&v->type);
-    }
-    const char *gemm = kl_cpu_gemm_choice(be);
-    printf("%s: %lld params, %s, %s%s%s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
-           kl_precision_name(c->precision), be->desc, gemm ? ", " : "", gemm ? gemm : "", (long long)t->train_set.count,
-           (long long)t->test_set.count);
-    int64_t eff = c->batch * c->accumulate * t->world, base = c->base_batch ? c->base_batch : c->batch;
-    printf("effective batch %lld (batch %lld x accumulate %lld", (long long)eff, (long long)c->batch,
-           (long long)c->accumulate);
-    if (t->world > 1)
-        printf(" x ranks %d", t->world);
-    printf("); lr %.4g", t->scaled_lr);
-    if (c->lr_scaling != KL_LRS_NONE)
-        printf(" (%s scaling of %.4g from base batch %lld)", c->lr_scaling == KL_LRS_LINEAR ? "linear" : "sqrt",
-               c->opt.lr, (long long)base);
-    if (c->sched.warmup > 0)
-        printf(", warmup %lld steps", (long long)c->sched.warmup);
-    printf("\n");
-    char *mem = pass_memory_summary(t->train->g);
-    printf("memory: %s\n", mem);
-    free(mem);
-    char *plan = plan_summary(t->train->plan);
-    if (t->eval)
-        printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
-               t->eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
-    else
-        printf("memory plan: %s; no evaluation (no test split); peak %.2f MB with params and state", plan,
-               (double)peak / 1e6);
-    if (c->memory_limit > 0)
-        printf(" (limit %.2f MB)", (double)c->memory_limit / 1e6);
-    printf("\n");
-    free(plan);
-    train_ranks_print_start(t);
-    train_overlap_print_start(t);
-}
-
-/* ---- --eval-only ---- */
-
-/* An evaluation plan of batch rows in an arena of its own; with
- * --predict, the plan keeps the logits for reading after each run. */
-static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t batch, bindings *b)
-{
-    char num[32];
-    snprintf(num, sizeof num, "%lld", (long long)batch);
-    ir_graph *g = load_with(src, &t->opt, "batch", num);
-    kl_compile_opts co = {.mode = KL_MODE_EVAL, .stop_after = "passes"};
-    kl_compiled *c = g ? kl_compile_graph(g, &co) : NULL;
-    if (!c)
-        return NULL;
-    g = kl_compiled_take_graph(c);
-    int logits = train_logits_value(g);
-    if (t->opt.predict && logits < 0) {
-        kl_error("--predict: the model has no cross_entropy whose logits it could write");
-        ir_graph_free(g);
-        return NULL;
-    }
-    if (t->opt.predict && t->test_set.tokens) {
-        kl_error("--predict writes one row of class scores per sample; a sample of token data has %lld positions\n"
-                 "---> evaluate with --eval-only alone, or sample text with --generate",
-                 (long long)t->test_set.context);
-        ir_graph_free(g);
-        return NULL;
-    }
-    if (t->opt.predict && ir_val(g, logits)->type.rank != 2) {
-        kl_error("--predict: the cross_entropy's logits are %s; --predict writes one row of class scores per "
-                 "sample (logits [batch, classes])",
-                 ir_type_str(&ir_val(g, logits)->type));
-        ir_graph_free(g);
-        return NULL;
-    }
-    kl_plan_opts po = {.keep = &logits, .nkeep = 1};
-    co.stop_after = NULL;
-    co.plan = t->opt.predict ? &po : NULL;
-    c = kl_compile_graph(g, &co);
-    kl_exec *e = c ? kl_compiled_exec(t->s, c, NULL) : NULL;
-    if (!e || bind_inputs(e->g, &t->test_set, b, t->model)) {
-        kl_exec_free(e);
-        return NULL;
-    }
-    return e;
-}
-
-/* --eval-only: the evaluation plans alone, at the batch a training run
- * evaluates with (the largest that fits the training plan's arena, which
- * is compiled for its size alone): the same batches give the same sums,
- * so the line is the training run's. The values come from --resume (the
- * model's alone; the optimizer state is skipped) or --init. */
-static int run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
-{
-    kl_compile_opts co = {.mode = KL_MODE_TRAIN};
-    kl_compiled *c = kl_compile_graph(g, &co);
-    if (!c)
-        return -1;
-    int64_t arena = c->plan->arena_bytes;
-    kl_compiled_free(c);
-    kl_replan rp = {src, t->opt.kv};
-    int64_t n = t->test_set.count;
-    if (n == 0) {
-        kl_error("%s: --eval-only: the data has no test split to evaluate (shards(..., test = \"...\"))", t->model);
-        return -1;
-    }
-    int64_t eb = kl_eval_batch_within(&rp, n, t->cfg.batch, kl_eval_batch(n, t->cfg.batch), arena);
-    if (!(t->eval = make_eval_only_exec(t, src, eb, &t->eb)))
-        return -1;
-    if (n % eb && !(t->eval_tail = make_eval_only_exec(t, src, n % eb, &t->etb)))
-        return -1;
-    if (t->eb.ce_classes && t->test_set.max_label >= t->eb.ce_classes) {
-        kl_error("%s: label %d is out of range for the model's %d classes", t->cfg.data_path ? t->cfg.data_path : "data",
-                 t->test_set.max_label, t->eb.ce_classes);
-        return -1;
-    }
-    kl_run_state rs = {0};
-    if (t->opt.resume ? kl_checkpoint_load_held(t->s, t->opt.resume, &rs)
-                      : kl_st_init_session(t->s, t->opt.init, t->opt.init_partial, false))
-        return -1;
-    if (t->opt.predict)
-        train_predict_begin(t, n, (int)ir_val(t->eval->g, train_logits_value(t->eval->g))->type.dim[1]);
-    eval_result er;
-    train_evaluate(t, &er);
-    const ir_graph *eg = t->eval->g;
-    const char *metric = eg->reports.n && eg->reports.v[0].name[0] != '_' ? eg->reports.v[0].name : NULL;
-    printf("eval  loss %.4f", er.loss);
-    if (metric)
-        printf("  %s %.4f", metric, er.metric[0]);
-    printf("  (%lld samples)\n", (long long)er.samples);
-    fflush(stdout);
-    json_line(t, "{\"type\": \"eval\", \"step\": %llu, \"loss\": %.6g, \"%s\": %.6g}", (unsigned long long)rs.step,
-              er.loss, metric ? metric : "metric", er.metric[0]);
-    return t->opt.predict ? train_predict_finish(t) : 0;
-}
-
-/* The GPU when one is usable (or asked for), else the CPU with a notice;
- * NULL when --device cuda finds no GPU (reported). */
-static kl_backend *open_backend(const train_options *o, const kl_cpu_options *co)
-{
-    bool cpu = o->device && !strcmp(o->device, "cpu"), cuda = o->device && !strcmp(o->device, "cuda");
-    if (!cpu) {
-        char why[600];
-        kl_cuda_options cuo = {.tf32 = o->tf32, .quiet = o->quiet};
-        kl_backend *be = kl_cuda_backend_new(&cuo, why, sizeof why);
-        if (be && o->bf16_gemm) {
-            kl_error("--bf16-gemm chooses the CPU backend's bf16 GEMMs; this run is on the GPU\n---> add --device cpu");
-            be->ops->destroy(be);
-            return NULL;
-        }
-        if (be)
-            return be;
-        if (cuda) {
-            kl_error("--device cuda: %s", why);
-            return NULL;
-        }
-        if (!o->quiet)
-            fprintf(stderr, "kiln: no usable GPU (%s); training on the CPU\n", why);
-    }
-    return kl_cpu_backend_new(co);
-}
-
-/* --profile: where the optimizer step's time went, by category, against
- * peaks measured now (after training, so they do not slow it). */
-static void print_bottleneck(const trainer *t)
-{
-    const kl_exec *e = t->train;
-    if (!e->step_seconds || t->run_steps <= 0)
-        return;
-    kl_backend *be = t->s->be;
-    bool gpu = kl_backend_is_cuda(be);
-    kl_bottleneck b = {.peak_gbs = gpu ? kl_cuda_copy_bandwidth(be) : kl_copy_bandwidth(),
-                       .peak_gflops = gpu ? 0 : kl_gemm_peak_gflops(), .data_known = true};
-    for (int i = 0; i < e->plan->steps.n; i++)
-        kl_bottleneck_add(&b, e->plan, i, e->step_seconds[i], (double)e->step_runs[i]);
-    double n = (double)t->run_steps;
-    kl_bottleneck_finish(&b, n, t->run_step_s / n, t->run_wait_s / n);
-    printf("\n");
-    kl_bottleneck_print(&b, stdout);
 }
 
 int kl_train_main(int argc, char **argv, const char *model_name, const char *model_src,
@@ -1316,7 +433,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         (t.opt.metrics && kl_outfile_check(t.opt.metrics, "--metrics")) ||
         (t.opt.trace_path && kl_outfile_check(t.opt.trace_path, "--trace")))
         goto done;
-    g = load_with(&src, &t.opt, NULL, NULL);
+    g = train_load_with(&src, &t.opt, NULL, NULL);
     if (!g)
         goto done;
     kl_train_read(&g->train, &t.cfg);
@@ -1325,7 +442,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     /* --generate reads no data: it needs the checkpoint alone. */
     if (t.opt.generate)
         t.opt.quiet = true;
-    else if (load_data(&t))
+    else if (train_load_data(&t))
         goto done;
     /* One optimizer step takes batch x accumulate samples: a set smaller
      * than that is refused before anything is compiled or allocated. */
@@ -1359,7 +476,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
                          .quiet = t.opt.quiet,
                          .jit_reason = jit_reason,
                          .bf16_gemm = t.opt.bf16_gemm};
-    kl_backend *be = open_backend(&t.opt, &co);
+    kl_backend *be = train_open_backend(&t.opt, &co);
     free(jit_reason);
     if (!be)
         goto done;
@@ -1367,7 +484,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.s->no_graphs = t.opt.no_cuda_graph;
     t.s->comm = t.comm;
     t.s->overlap = t.cfg.overlap;
-    if (t.opt.batch_auto && choose_batch(&t, &src, be, &g))
+    if (t.opt.batch_auto && train_choose_batch(&t, &src, be, &g))
         goto done;
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);
     t.loss_scale = t.cfg.precision == KL_PREC_FP16 ? t.cfg.loss_scale.init : 1.0;
@@ -1377,16 +494,16 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     }
     if (t.opt.eval_only) {
-        rc = run_eval_only(&t, &src, g) ? 1 : 0;
+        rc = train_run_eval_only(&t, &src, g) ? 1 : 0;
         g = NULL;
         goto done;
     }
 
     /* The training plan, then the evaluation plans (same params). */
     int64_t eb, peak;
-    int made = make_plans(&t, &src, g, &eb);
+    int made = train_make_plans(&t, &src, g, &eb);
     g = NULL;
-    if (made || check_peak(&t, &peak) || train_ranks_prepare(&t))
+    if (made || train_check_peak(&t, &peak) || train_ranks_prepare(&t))
         goto done;
     t.peak_bytes = peak;
     /* Host readings, and the GPU's through NVML on a GPU run. */
@@ -1395,7 +512,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (t.rank == 0 && t.cfg.tensorboard && !(t.tboard = kl_tboard_open(t.cfg.tensorboard)))
         goto done;
     if (!t.opt.quiet)
-        print_start(&t, be, eb, peak);
+        train_print_start(&t, be, eb, peak);
     if (t.opt.init && kl_st_init_session(t.s, t.opt.init, t.opt.init_partial, false))
         goto done;
     if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
@@ -1408,11 +525,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         kl_exec_trace(t.train, t.trace);
     }
     rc = run_training(&t) ? 1 : 0;
-    if (t.opt.profile) {
-        printf("\nprofile of the training step:\n");
-        kl_exec_print_profile(t.train, stdout, 30);
-        print_bottleneck(&t);
-    }
+    if (t.opt.profile)
+        train_print_profile(&t);
 done:
     ir_graph_free(g);
     kl_sampler_stop(t.sampler);

@@ -1,6 +1,8 @@
 /* The state of a training run, shared by the executable's files:
- * train.c (main, the inputs, the training loop), train_flags.c (the
- * flags), train_eval.c (evaluation). Private to driver/. */
+ * train.c (main, the training loop), train_flags.c (the flags),
+ * train_data.c (the data and the model's inputs), train_setup.c (the
+ * start-up), train_observe.c (progress, metrics, the summary; with
+ * train_loop.h), train_eval.c (evaluation) and the others named below. Private to driver/. */
 #ifndef KILN_TRAINER_H
 #define KILN_TRAINER_H
 
@@ -67,6 +69,16 @@ typedef struct bindings {
 void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, const kl_dataset *d);
 
 typedef struct trainer trainer;
+
+/* train_data.c: the training and test splits loaded per the train
+ * block's data (--eval-only: the test split alone); the inputs of g bound
+ * to d's fields (checked against them); after binding, shards checked and
+ * cached and the data's start-up lines printed. -1 after an error
+ * (reported). */
+int train_load_data(trainer *t);
+int train_bind_inputs(const ir_graph *g, kl_dataset *d, bindings *b, const char *model);
+int train_prepare_data(trainer *t);
+
 struct trainer {
     kl_train_config cfg;
     kl_trace *trace;
@@ -121,6 +133,30 @@ typedef struct eval_result {
     int64_t skipped;      /* test samples skipped (on_error = skip) */
     char first_skip[900];
 } eval_result;
+
+/* The start-up (train_setup.c). load_with: the model lowered again with
+ * the flags' settings and one more (key NULL: none). open_backend: the GPU
+ * when one is usable (or asked for), else the CPU with a notice; NULL when
+ * --device cuda finds no GPU. choose_batch: --batch auto (g loaded again
+ * with the batch and accumulation chosen). make_plans: the training plan
+ * (taking g) and the evaluation plans, the inputs bound, eb_out their
+ * batch (0: no test split). check_peak: the planned memory against
+ * --memory-limit. print_start: the start-up lines. -1 (NULL) after an
+ * error (reported). */
+ir_graph *train_load_with(const kl_source *src, const train_options *o, const char *key, const char *val);
+kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co);
+int train_choose_batch(trainer *t, const kl_source *src, const kl_backend *be, ir_graph **g);
+int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_out);
+int train_check_peak(trainer *t, int64_t *peak_out);
+void train_print_start(const trainer *t, const kl_backend *be, int64_t eb, int64_t peak);
+
+/* One metrics record, a line of JSON (train_observe.c; nothing without
+ * --metrics). */
+void train_json_line(trainer *t, const char *fmt, ...) KL_PRINTF(2, 3);
+/* --eval-only (train_eval_only.c): evaluates the model (g, which it
+ * takes) with the values of --resume or --init; -1 after an error
+ * (reported). */
+int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g);
 
 /* Periodic checkpoints (train_ckpt.c): the checks of --save-every and
  * --keep, the path of step's checkpoint (caller frees), and the removal

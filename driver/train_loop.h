@@ -1,0 +1,52 @@
+/* What the training loop carries from step to step, shared by the loop
+ * (train.c) and its observers (train_observe.c). Private to driver/. */
+#ifndef KILN_TRAIN_LOOP_H
+#define KILN_TRAIN_LOOP_H
+
+#include "trainer.h"
+#include "runtime/hostmetrics.h"
+#include "runtime/sampler.h"
+
+/* What the loop carries from step to step. */
+typedef struct train_loop {
+    kl_loader *loader;
+    int64_t per_epoch, total; /* optimizer steps in an epoch, in the run */
+    int64_t step;             /* optimizer steps done */
+    int64_t first_step;       /* at the start: rates count the steps this process ran */
+    kl_kargs args;
+    /* The first report is the metric shown (internal ones start with _). */
+    int metric_count;
+    const char *metric_name;
+    double t_start;
+    /* Time inside steps alone, for the rates; time in evaluation. */
+    kl_step_clock clock;
+    double eval_s;
+    /* The steps since the last progress line: their loss and metric. */
+    double win_loss, win_metric;
+    int64_t win_steps;
+    eval_result er;
+    double best;
+    int64_t best_epoch;
+    bool evaluated_at_end;
+    /* At the last progress line: the loader's total wait and the process's
+     * CPU time, for the window's data wait and CPU utilisation. */
+    double win_wait;
+    kl_host_sample win_host;
+    /* The sampler's readings: since the last progress line, and the run's
+     * (from its start: CPU time and wall time for the run's CPU mean). */
+    kl_sample_stats win_samples, run_samples;
+    kl_host_sample run_host;
+} train_loop;
+
+/* train_observe.c: what a run shows and records besides its steps.
+ * log_progress: the progress line, its metrics record, its TensorBoard
+ * scalars and the sampler's readings over the steps since the last.
+ * tboard_eval: an evaluation's scalars. print_summary: the run's last
+ * lines and summary record. print_profile: --profile's table of the
+ * step's kernels and where its time went. */
+void train_log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_now, double lr);
+void train_tboard_eval(trainer *t, const train_loop *lp);
+void train_print_summary(trainer *t, train_loop *lp);
+void train_print_profile(const trainer *t);
+
+#endif
