@@ -21,8 +21,7 @@ source "$(dirname "$0")/lib.sh"
 kiln=$1
 case_=$2
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 source "$here/ranks_helpers.bash"
 build mlp
 small=(--batch 8 --bucket 64KiB --steps 8)
