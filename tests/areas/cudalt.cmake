@@ -9,3 +9,18 @@
 # (golden).
 add_test(NAME cudalt.golden COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cudalt/epilogues.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+
+# The CUDA plan with the Lt epilogues applied by a host stand-in of each
+# CUBLASLT_EPILOGUE_* (tests/cuda/lt_emu.h, on runtime/cuda_lt.h's
+# description of the call) against the CPU backend's GEMM + epilogue
+# kernel, every configuration (train/eval, fused/unfused, fp32/bf16/fp16;
+# cuda.emulate.mlp does the same for the MLP example's relu_bias and bias);
+# and the tanh GELU kernels through NVRTC.
+if(KILN_HAVE_CUDA)
+  add_test(NAME cudalt.cuda.emulate COMMAND kernel_check --emulate --batch 16 tests/cudalt/epilogues.kl
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME cudalt.cuda.nvrtc COMMAND nvrtc_check --arch sm_90 --precisions fp32,bf16 tests/cudalt/epilogues.kl
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cudalt.cuda.emulate cudalt.cuda.nvrtc PROPERTIES SKIP_RETURN_CODE 77
+    ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endif()
