@@ -38,6 +38,27 @@ const char *plan_lt_epi_name(kl_lt_epi e)
     return e >= 0 && e < KL_LT_NEPI ? names[e] : "?";
 }
 
+char *plan_lt_summary(const kl_plan *p)
+{
+    int count[KL_LT_NEPI] = {0}, gemms = 0, with = 0;
+    for (int i = 0; i < p->steps.n; i++) {
+        const kl_step *s = &p->steps.v[i];
+        if (s->kind != KL_STEP_GEMM)
+            continue;
+        gemms++;
+        with += s->gemm.epi.kind != KL_LT_NONE;
+        count[s->gemm.epi.kind]++;
+    }
+    if (!with)
+        return NULL;
+    kl_buf b = {0};
+    for (int e = KL_LT_NONE + 1; e < KL_LT_NEPI; e++)
+        if (count[e])
+            kl_buf_printf(&b, "%s%s %d", b.len ? ", " : "", plan_lt_epi_name((kl_lt_epi)e), count[e]);
+    kl_buf_printf(&b, " (%d of %d GEMM steps)", with, gemms);
+    return kl_buf_take(&b);
+}
+
 typedef struct matcher {
     const ir_graph *g;
     const cg_group *grp;

@@ -159,6 +159,9 @@ char *plan_steps_text(const kl_plan *p);
  * epilogue's buffers (which a backend may write in the GEMM step).
  * Returns how many. */
 int plan_step_buffers(const kl_step *st, int *bufs);
+/* The GEMM epilogues a library may do, for start-up lines: "relu_bias 2,
+ * bias 1 (3 of 5 GEMM steps)", or NULL when the plan has none. */
+char *plan_lt_summary(const kl_plan *p);
 /* The buffer backing value v, following views to the real one. */
 int plan_real_buffer(const kl_plan *p, int buf);
 

@@ -24,3 +24,14 @@ if(KILN_HAVE_CUDA)
   set_tests_properties(cudalt.cuda.emulate cudalt.cuda.nvrtc PROPERTIES SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
+
+# Training through the session with the epilogues done in the GEMM step (a
+# CPU backend with the host stand-in as its gemm_epilogue) against the plain
+# CPU backend: the covered kernel steps are skipped, and the memory plan
+# keeps what the epilogue writes early apart from what is live (losses and
+# parameters within 1e-5 over 5 SGD steps).
+add_executable(lt_session ${CMAKE_CURRENT_SOURCE_DIR}/cudalt/lt_session.c)
+target_include_directories(lt_session PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(lt_session PRIVATE kiln m)
+add_test(NAME cudalt.session COMMAND lt_session tests/cudalt/epilogues.kl 5 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cudalt.session PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;OMP_NUM_THREADS=1")
