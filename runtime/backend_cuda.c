@@ -603,6 +603,9 @@ static bool run_gemm(cuda_backend *cb, const kl_gemm *g, int64_t batch, int64_t 
         key.align_bias = x->bias ? alignment(x->bias) : 0;
         key.align_aux = x->aux ? alignment(x->aux) : 0;
         pd = x->d;
+        /* C and D share a layout and the alignment preference. */
+        if (alignment(pd) < key.align_c)
+            key.align_c = alignment(pd);
     }
     gemm_plan *gp = gemm_plan_of(cb, &key, g, x);
     if (!gp->ok)
