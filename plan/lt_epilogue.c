@@ -102,11 +102,17 @@ static bool internal(matcher *m, int v)
     return !cg_value_escapes(m->grp, v);
 }
 
-/* The real buffer of v, which has one (a value the kernel step stores
- * or reads), or -1 for none (v < 0). */
+/* The buffer of v, which has one (a value the kernel step stores or
+ * reads), or -1 for none (v < 0). */
 static int buf(kl_plan *p, int v)
 {
-    return v < 0 ? -1 : plan_real_buffer(p, plan_buffer_of(p, v));
+    return v < 0 ? -1 : plan_buffer_of(p, v);
+}
+
+/* Whether buffers a and b (-1: none) share memory. */
+static bool same_memory(kl_plan *p, int a, int b)
+{
+    return a >= 0 && b >= 0 && plan_real_buffer(p, a) == plan_real_buffer(p, b);
 }
 
 /* The forward epilogues: [add(C, bias)] then [relu | tanh gelu]. The
@@ -201,7 +207,7 @@ void plan_match_lt_epilogue(kl_plan *p, int gemm, int kernel, const cg_group *gr
     if (e.kind == KL_LT_NONE || m.used != grp->n)
         return;
     e.d = buf(p, e.d), e.aux = buf(p, e.aux), e.bias = buf(p, e.bias);
-    if (e.d == e.aux || e.d == e.bias || (e.aux >= 0 && e.aux == e.bias))
+    if (same_memory(p, e.d, e.aux) || same_memory(p, e.d, e.bias) || same_memory(p, e.aux, e.bias))
         return;
     gm->epi = e;
     p->steps.v[kernel].lt_covered = true;
