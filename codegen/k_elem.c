@@ -405,8 +405,25 @@ static kir_expr *normal_cdf(kir_kernel *k, kir_expr *x)
     return kir_bin(k, KB_MUL, kir_const_f(k, 0.5), kir_bin(k, KB_ADD, kir_const_f(k, 1), erf));
 }
 
-/* x * Phi(x) */
-static kir_expr *elem_gelu(const elem_args *e) { return kir_bin(e->k, KB_MUL, e->a[0], normal_cdf(e->k, e->a[0])); }
+/* GPT-2's tanh form: t = tanh(sqrt(2 / pi) (x + 0.044715 x^3)), and
+ * gelu(x) ~ x (1 + t) / 2 (what cuBLASLt's GELU epilogues compute). */
+#define GELU_TANH_C 0.7978845608028654 /* sqrt(2 / pi) */
+#define GELU_TANH_A 0.044715
+static kir_expr *gelu_tanh_t(kir_kernel *k, kir_expr *x)
+{
+    kir_expr *x3 = kir_bin(k, KB_MUL, kir_const_f(k, GELU_TANH_A), kir_bin(k, KB_MUL, x, kir_bin(k, KB_MUL, x, x)));
+    return kir_un(k, KU_TANH, kir_bin(k, KB_MUL, kir_const_f(k, GELU_TANH_C), kir_bin(k, KB_ADD, x, x3)));
+}
+
+/* x * Phi(x), or its tanh form */
+static kir_expr *elem_gelu(const elem_args *e)
+{
+    kir_kernel *k = e->k;
+    if (!ir_gelu_is_tanh(&e->n->attrs))
+        return kir_bin(k, KB_MUL, e->a[0], normal_cdf(k, e->a[0]));
+    kir_expr *half = kir_bin(k, KB_MUL, kir_const_f(k, 0.5), kir_bin(k, KB_ADD, kir_const_f(k, 1), gelu_tanh_t(k, e->a[0])));
+    return kir_bin(k, KB_MUL, e->a[0], half);
+}
 
 static kir_expr *elem_cast(const elem_args *e)
 {
@@ -445,11 +462,22 @@ static kir_expr *elem_sigmoid_grad(const elem_args *e)
     return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_MUL, e->a[1], kir_bin(k, KB_SUB, one(e), e->a[1])));
 }
 
-/* d/dx x Phi(x) = Phi(x) + x phi(x) */
+/* d/dx x Phi(x) = Phi(x) + x phi(x); of the tanh form,
+ * (1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 0.044715 x^2) / 2 */
 static kir_expr *elem_gelu_grad(const elem_args *e)
 {
     kir_kernel *k = e->k;
     kir_expr *x = e->a[1];
+    if (ir_gelu_is_tanh(&e->n->attrs)) {
+        kir_expr *t = gelu_tanh_t(k, x);
+        kir_expr *du = kir_bin(k, KB_MUL, kir_const_f(k, GELU_TANH_C),
+                               kir_bin(k, KB_ADD, kir_const_f(k, 1),
+                                       kir_bin(k, KB_MUL, kir_const_f(k, 3 * GELU_TANH_A), kir_bin(k, KB_MUL, x, x))));
+        kir_expr *sech2 = kir_bin(k, KB_SUB, kir_const_f(k, 1), kir_bin(k, KB_MUL, t, t));
+        kir_expr *d = kir_bin(k, KB_ADD, kir_bin(k, KB_ADD, kir_const_f(k, 1), t),
+                              kir_bin(k, KB_MUL, x, kir_bin(k, KB_MUL, sech2, du)));
+        return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_MUL, kir_const_f(k, 0.5), d));
+    }
     kir_expr *pdf = kir_un(k, KU_NPDF, x);
     return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_ADD, normal_cdf(k, x), kir_bin(k, KB_MUL, x, pdf)));
 }

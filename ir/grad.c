@@ -213,7 +213,15 @@ static void ir_grad_neg(ir_grad_ctx *c, ir_node *n)
 }
 
 static void ir_grad_relu(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_RELU_GRAD, out(n, 0)); }
-static void ir_grad_gelu(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_GELU_GRAD, in(n, 0)); }
+/* gelu_grad takes gelu's form (approximate) with it. */
+static void ir_grad_gelu(ir_grad_ctx *c, ir_node *n)
+{
+    int dy = ir_grad_get(c, out(n, 0));
+    if (dy < 0)
+        return;
+    int args[2] = {dy, in(n, 0)};
+    ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_GELU_GRAD, args, 2, &n->attrs));
+}
 static void ir_grad_tanh(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_TANH_GRAD, out(n, 0)); }
 static void ir_grad_sigmoid(ir_grad_ctx *c, ir_node *n) { unary_via(c, n, IR_OP_SIGMOID_GRAD, out(n, 0)); }
 

@@ -122,6 +122,9 @@ void ir_attrs_remove(ir_attrs *a, const char *key);
 int64_t ir_attr_int(const ir_attrs *a, const char *key, int64_t dflt);
 double ir_attr_float(const ir_attrs *a, const char *key, double dflt);
 const char *ir_attr_str(const ir_attrs *a, const char *key, const char *dflt);
+/* gelu's and gelu_grad's form: approximate = "tanh" (GPT-2's), not the
+ * erf (approximate = "none", the default). */
+bool ir_gelu_is_tanh(const ir_attrs *a);
 /* Reads an integer list into out (at most max); returns its length or -1. */
 int ir_attr_ints(const ir_attrs *a, const char *key, int64_t *out, int max);
 ir_attr_val ir_attr_val_int(int64_t i);

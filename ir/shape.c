@@ -162,6 +162,22 @@ int ir_shape_unary(ir_infer *inf)
     return 0;
 }
 
+/* gelu: unary, and its form is one GELU's users know by name: "none"
+ * (x Phi(x), with the erf) or "tanh" (GPT-2's approximation), as
+ * PyTorch's gelu(approximate=) spells them. */
+int ir_shape_gelu(ir_infer *inf)
+{
+    const char *a = ir_attr_str(inf->attrs, "approximate", "none");
+    if (strcmp(a, "none") && strcmp(a, "tanh"))
+        return ir_infer_error(inf, "gelu: approximate must be \"none\" or \"tanh\", not \"%s\"", a);
+    return ir_shape_unary(inf);
+}
+
+bool ir_gelu_is_tanh(const ir_attrs *a)
+{
+    return !strcmp(ir_attr_str(a, "approximate", "none"), "tanh");
+}
+
 int ir_shape_binary(ir_infer *inf)
 {
     if (same_dtype(inf, 0, 1))

@@ -351,15 +351,10 @@ void plan_liveness(kl_plan *p)
     for (int b = 0; b < p->buffers.n; b++)
         p->buffers.v[b].first = p->buffers.v[b].last = -1;
     for (int i = 0; i < p->steps.n; i++) {
-        const kl_step *s = &p->steps.v[i];
-        if (s->kind != KL_STEP_GEMM) {
-            for (int k = 0; k < s->nargs; k++)
-                touch(p, s->args[k], i);
-        } else {
-            touch(p, s->gemm.a, i);
-            touch(p, s->gemm.b, i);
-            touch(p, s->gemm.c, i);
-        }
+        int bufs[IR_KERNEL_MAX_BUFS + 8];
+        int n = plan_step_buffers(&p->steps.v[i], bufs);
+        for (int k = 0; k < n; k++)
+            touch(p, bufs[k], i);
     }
     int end = p->steps.n > 0 ? p->steps.n - 1 : 0;
     for (int b = 0; b < p->buffers.n; b++) {

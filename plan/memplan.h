@@ -79,7 +79,9 @@ char *plan_buffer_name(const kl_plan *p, int b);
  * (forward and backward each, the update with the last, the inputs
  * written before each) finds every read of an arena buffer after a write
  * of the same data in that run, and the pinned values intact after each
- * run. Returns the number of problems; the first few are described in
+ * run; with GEMM epilogues, once more as the CUDA backend runs them (D,
+ * aux and the bias gradient written in the GEMM step, apart from what it
+ * reads, the covered kernel steps skipped). Returns the number of problems; the first few are described in
  * why (when not NULL). */
 int plan_check(const kl_plan *p, int micro_batches, kl_buf *why);
 

@@ -267,10 +267,54 @@ static void write_cells(checker *c, int b)
     c->written[d] = true;
 }
 
+/* A library call reads its operands while it writes its results (a GEMM
+ * step, with its epilogue on the GPU): the memory of result w must not
+ * be that of operand r. */
+static void check_apart(checker *c, int step, int w, int r)
+{
+    if (w < 0 || r < 0 || !in_arena(c->p, w) || !in_arena(c->p, r))
+        return;
+    int64_t wl, wh, rl, rh;
+    cells(c->p, w, &wl, &wh);
+    cells(c->p, r, &rl, &rh);
+    if (wl >= rh || rl >= wh)
+        return;
+    char sn[256];
+    step_name(c->p, step, sn, sizeof sn);
+    char *wn = plan_buffer_name(c->p, w), *rn = plan_buffer_name(c->p, r);
+    problem(c, "%s writes %s over %s, which it reads at the same time", sn, wn, rn);
+    free(wn);
+    free(rn);
+}
+
+/* GEMM step i with its epilogue done by the library (lt: the CUDA
+ * backend's cuBLASLt epilogues): it reads A, B and the bias or aux it
+ * takes and writes D (not C) and the aux or bias gradient it makes, all
+ * at once; the kernel step after it does not run. */
+static void simulate_lt_gemm(checker *c, int i)
+{
+    const kl_gemm *g = &c->p->steps.v[i].gemm;
+    const kl_gemm_epilogue *e = &g->epi;
+    bool bias_in = e->kind == KL_LT_BIAS || e->kind == KL_LT_RELU_BIAS || e->kind == KL_LT_GELU_BIAS ||
+                   e->kind == KL_LT_GELU_AUX_BIAS;
+    bool aux_in = e->kind == KL_LT_DGELU || e->kind == KL_LT_DGELU_BGRAD;
+    int reads[4] = {g->a, g->b, bias_in ? e->bias : -1, aux_in ? e->aux : -1};
+    int writes[3] = {e->d, aux_in ? -1 : e->aux, bias_in ? -1 : e->bias};
+    for (int r = 0; r < 4; r++)
+        if (reads[r] >= 0)
+            check_read(c, i, reads[r]);
+    for (int w = 0; w < 3; w++)
+        for (int r = 0; r < 4; r++)
+            check_apart(c, i, writes[w], reads[r]);
+    for (int w = 0; w < 3; w++)
+        if (writes[w] >= 0)
+            write_cells(c, writes[w]);
+}
+
 /* One run of the steps whose phase is in mask, after the start-up steps
  * (which the runtime runs before the first run; that their results stay
  * intact through every run is checked below: they are pinned). */
-static void simulate(checker *c, unsigned mask)
+static void simulate(checker *c, unsigned mask, bool lt)
 {
     const kl_plan *p = c->p;
     mask |= 1u << IR_PHASE_STARTUP;
@@ -283,6 +327,12 @@ static void simulate(checker *c, unsigned mask)
         const kl_step *s = &p->steps.v[i];
         if (!(mask & (1u << s->phase)))
             continue;
+        if (lt && s->kind == KL_STEP_GEMM && s->gemm.epi.kind != KL_LT_NONE && i + 1 < p->steps.n &&
+            p->steps.v[i + 1].lt_covered) {
+            simulate_lt_gemm(c, i);
+            i++;
+            continue;
+        }
         if (s->kind == KL_STEP_GEMM) {
             check_read(c, i, s->gemm.a);
             check_read(c, i, s->gemm.b);
@@ -378,7 +428,15 @@ int plan_check(const kl_plan *p, int micro_batches, kl_buf *why)
      * run 1, and three runs (fb, fb, fb+update) check any count. */
     int runs = micro_batches > 3 ? 3 : micro_batches > 1 ? micro_batches : 1;
     for (int m = 0; m < runs; m++)
-        simulate(&c, m == runs - 1 ? fb | (1u << IR_PHASE_UPDATE) : fb);
+        simulate(&c, m == runs - 1 ? fb | (1u << IR_PHASE_UPDATE) : fb, false);
+    /* The same plan as the CUDA backend runs it with cuBLASLt epilogues:
+     * their results written in the GEMM step, the kernel steps they
+     * cover skipped. */
+    bool epilogues = false;
+    for (int i = 0; i < p->steps.n && !epilogues; i++)
+        epilogues = p->steps.v[i].kind == KL_STEP_GEMM && p->steps.v[i].gemm.epi.kind != KL_LT_NONE;
+    for (int m = 0; epilogues && m < runs; m++)
+        simulate(&c, m == runs - 1 ? fb | (1u << IR_PHASE_UPDATE) : fb, true);
     free(c.owner);
     free(c.written);
     return c.problems;

@@ -37,6 +37,27 @@ int plan_real_buffer(const kl_plan *p, int buf)
     return buf;
 }
 
+int plan_step_buffers(const kl_step *st, int *bufs)
+{
+    if (st->kind != KL_STEP_GEMM) {
+        memcpy(bufs, st->args, sizeof(int) * (size_t)st->nargs);
+        return st->nargs;
+    }
+    const kl_gemm_epilogue *e = &st->gemm.epi;
+    int n = 0;
+    bufs[n++] = st->gemm.a;
+    bufs[n++] = st->gemm.b;
+    bufs[n++] = st->gemm.c;
+    if (e->kind != KL_LT_NONE) {
+        bufs[n++] = e->d;
+        if (e->bias >= 0)
+            bufs[n++] = e->bias;
+        if (e->aux >= 0)
+            bufs[n++] = e->aux;
+    }
+    return n;
+}
+
 /* A scratch buffer (not an IR value); its kernel-side id is -2 - index. */
 int plan_scratch(kl_plan *p, ir_dtype dt, int64_t numel)
 {
@@ -479,7 +500,7 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
         }
         /* GEMM-like anchors: the library call, then the rest of the group
          * (bias, activation) as one elementwise kernel over its result. */
-        int lib = -1;
+        int lib = -1, gemm_step = -1;
         for (int k = 0; k < cnt; k++) {
             ir_op op = ir_nd(g, members[k])->op;
             if (op == IR_OP_MATMUL || ir_ops[op].kclass == IR_KC_CONV)
@@ -488,9 +509,11 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
         if (lib >= 0) {
             const ir_node *a = ir_nd(g, members[lib]);
             cg_group one = {g, &members[lib], 1};
-            if (a->op == IR_OP_MATMUL)
+            if (a->op == IR_OP_MATMUL) {
+                int before = p->steps.n;
                 add_gemm_step(p, a);
-            else
+                gemm_step = p->steps.n == before + 1 ? before : -1; /* one GEMM, not per broadcast item */
+            } else
                 plan_add_conv_steps(p, &one, a);
             memmove(&members[lib], &members[lib + 1], sizeof(int) * (size_t)(cnt - lib - 1));
             cnt--;
@@ -499,6 +522,8 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
         }
         cg_group grp = {g, members, cnt};
         add_kernel_step(p, &grp);
+        if (gemm_step >= 0)
+            plan_match_lt_epilogue(p, gemm_step, p->steps.n - 1, &grp);
     }
     free(members);
     free(done);
@@ -563,6 +588,10 @@ char *plan_steps_text(const kl_plan *p)
         kl_buf_printf(&b, "%4d %-8s %s", i, ir_phase_name(s->phase), s->kind == KL_STEP_GEMM ? "matmul" : p->kernels.v[s->kernel].what);
         if (n->loc.line > 0)
             kl_buf_printf(&b, " @%d:%d", n->loc.line, n->loc.col);
+        if (s->kind == KL_STEP_GEMM && s->gemm.epi.kind != KL_LT_NONE)
+            kl_buf_printf(&b, " [cuBLASLt epilogue %s]", plan_lt_epi_name(s->gemm.epi.kind));
+        if (s->lt_covered)
+            kl_buf_puts(&b, " [in the GEMM's epilogue on the GPU]");
         kl_buf_putc(&b, '\n');
     }
     return kl_buf_take(&b);

@@ -36,6 +36,34 @@ typedef struct kl_buffer {
  * args[0] (read) into args[1] (written). */
 typedef enum kl_step_kind { KL_STEP_KERNEL, KL_STEP_GEMM, KL_STEP_COLLECTIVE } kl_step_kind;
 
+/* The elementwise work after a GEMM that cuBLASLt's epilogue can do in
+ * the GEMM's own store (plan/lt_epilogue.c): one name per
+ * CUBLASLT_EPILOGUE_*. The kernel step right after the GEMM step computes
+ * the same thing; a backend that applies the epilogue skips that step, any
+ * other runs it (the CPU backend always does). */
+typedef enum kl_lt_epi {
+    KL_LT_NONE,
+    KL_LT_BIAS,          /* D = C + bias[col] */
+    KL_LT_RELU,          /* D = relu(C) */
+    KL_LT_RELU_BIAS,     /* D = relu(C + bias[col]) */
+    KL_LT_GELU,          /* D = gelu_tanh(C) */
+    KL_LT_GELU_BIAS,     /* D = gelu_tanh(C + bias[col]) */
+    KL_LT_GELU_AUX,      /* D = gelu_tanh(C), aux = C */
+    KL_LT_GELU_AUX_BIAS, /* D = gelu_tanh(C + bias[col]), aux = C + bias[col] */
+    KL_LT_DGELU,         /* D = C gelu_tanh'(aux) */
+    KL_LT_DGELU_BGRAD,   /* the same, and bias = the column sums of D */
+    KL_LT_NEPI
+} kl_lt_epi;
+
+/* Buffers are -1 where the epilogue has none. Row-major: bias has one
+ * element per column of C (n of them), aux is [m, n] like D. */
+typedef struct kl_gemm_epilogue {
+    kl_lt_epi kind;
+    int bias; /* read (bias), or written (BGRAD: the bias gradient) */
+    int aux;  /* written (GELU_AUX), or read (DGELU): GELU's operand */
+    int d;    /* the epilogue's result, stored instead of C */
+} kl_gemm_epilogue;
+
 /* C[b] = alpha op(A[b]) op(B[b]) + beta C[b], row-major, for b < batch. */
 typedef struct kl_gemm {
     ir_dtype dtype;     /* of A and B */
@@ -48,7 +76,11 @@ typedef struct kl_gemm {
     bool accumulate;                      /* batch items sum into one C (beta 1 after the first) */
     double alpha, beta;
     int a, b, c;                          /* buffers */
+    kl_gemm_epilogue epi;                 /* kind KL_LT_NONE: none */
 } kl_gemm;
+
+/* "gelu_aux_bias": the CUBLASLT_EPILOGUE_* name, lower case. */
+const char *plan_lt_epi_name(kl_lt_epi e);
 
 /* How a kernel uses an argument; WRITE_FIRST: every element is written
  * before the kernel reads any (a zero fill, then sums into it). */
@@ -62,6 +94,8 @@ typedef struct kl_step {
     uint8_t rw[IR_KERNEL_MAX_BUFS]; /* KERNEL, COLLECTIVE: per argument, KL_ARG_* */
     int nargs;
     kl_gemm gemm;
+    bool lt_covered;  /* KERNEL: the GEMM step before it has an epilogue
+                         (kl_gemm.epi) that computes what it does */
     int node;         /* the group's first IR node (labels, profiling) */
     int64_t bytes;    /* bytes the step must move at least */
     double flops;
@@ -120,6 +154,14 @@ char *plan_step_label(const kl_plan *p, const kl_step *s);
  * before the first step; forward, backward: every micro-batch; update:
  * once per optimizer step) and its label (kiln ir --format steps). */
 char *plan_steps_text(const kl_plan *p);
+/* The buffers step st touches (at most IR_KERNEL_MAX_BUFS): a kernel's
+ * arguments, a collective's operands, or a GEMM's A, B, C and its
+ * epilogue's buffers (which a backend may write in the GEMM step).
+ * Returns how many. */
+int plan_step_buffers(const kl_step *st, int *bufs);
+/* The GEMM epilogues a library may do, for start-up lines: "relu_bias 2,
+ * bias 1 (3 of 5 GEMM steps)", or NULL when the plan has none. */
+char *plan_lt_summary(const kl_plan *p);
 /* The buffer backing value v, following views to the real one. */
 int plan_real_buffer(const kl_plan *p, int buf);
 

@@ -22,4 +22,9 @@ void plan_add_kernel_step_with(kl_plan *p, const cg_group *grp, plan_kernel_buil
  * gradients), which grp holds alone (conv.c). */
 void plan_add_conv_steps(kl_plan *p, const cg_group *grp, const ir_node *n);
 
+/* Records in GEMM step `gemm` the cuBLASLt epilogue that computes what
+ * kernel step `kernel` (right after it, computing grp) does, when there
+ * is one (lt_epilogue.c). */
+void plan_match_lt_epilogue(kl_plan *p, int gemm, int kernel, const cg_group *grp);
+
 #endif

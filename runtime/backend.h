@@ -28,6 +28,12 @@ typedef struct kl_builtin_kernel {
 
 typedef struct kl_backend kl_backend;
 
+/* Where a GEMM's epilogue (kl_gemm.epi) reads and writes: D, the bias
+ * (or its gradient) and aux; NULL where it has none. */
+typedef struct kl_epi_ptrs {
+    void *d, *bias, *aux;
+} kl_epi_ptrs;
+
 typedef struct kl_backend_ops {
     const char *name;
     void *(*alloc)(kl_backend *be, size_t bytes);
@@ -39,6 +45,11 @@ typedef struct kl_backend_ops {
     int (*prepare)(kl_backend *be, const kl_plan *plan);
     void (*launch)(kl_backend *be, const kl_plan *plan, int kernel, void *const *bufs, const kl_kargs *args);
     void (*gemm)(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c);
+    /* Optional: the GEMM with its epilogue g->epi done in the library's
+     * store (the CUDA backend: cuBLASLt); true when it did both, and the
+     * kernel step the epilogue covers must not run; false when it did
+     * nothing (then the caller runs gemm and that kernel step). */
+    bool (*gemm_epilogue)(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c, const kl_epi_ptrs *x);
     void (*sync)(kl_backend *be);
     void (*destroy)(kl_backend *be);
     /* Optional (NULL where a backend has no use for them). set_args: the

@@ -21,6 +21,7 @@
 
 #include "backend_cuda.h"
 #include "cuda_launch.h"
+#include "cuda_lt.h"
 #include "nvrtc.h"
 
 #define STR_(x) #x
@@ -112,6 +113,7 @@ typedef struct gemm_key {
     int64_t m, n, k, batch, stride_a, stride_b, stride_c;
     int align_a, align_b, align_c;
     int beta_zero;
+    int epi, align_bias, align_aux; /* kl_lt_epi; KL_LT_NONE: none */
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -119,6 +121,7 @@ typedef struct gemm_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    bool ok; /* cuBLASLt has an algorithm (always, without an epilogue) */
 } gemm_plan;
 
 /* A pinned host buffer and a device staging buffer for one copy in
@@ -152,6 +155,7 @@ typedef struct cuda_backend {
     kl_kargs kargs_now;
     bool kargs_set, capturing;
     cublasLtHandle_t lt;
+    bool lt_epilogues; /* apply the plan's GEMM epilogues (KILN_CUDA_LT_EPILOGUE, default 1) */
     CUdeviceptr workspace;
     size_t workspace_bytes;
     /* Generated kernels' split reductions' partial values
@@ -395,6 +399,11 @@ static int cuda_prepare(kl_backend *be, const kl_plan *plan)
     }
     kl_vec_free(missing);
     index_kernels(cb);
+    char *lt = plan_lt_summary(plan);
+    if (!rc && lt && !cb->o.quiet)
+        fprintf(stderr, "kiln: cuBLASLt GEMM epilogues: %s%s\n", lt,
+                cb->lt_epilogues ? "" : "; off (KILN_CUDA_LT_EPILOGUE=0): the generated kernels do them");
+    free(lt);
     return rc;
 }
 
@@ -478,8 +487,39 @@ static cublasLtMatrixLayout_t layout(cudaDataType t, int64_t rows, int64_t cols,
     return l;
 }
 
-/* The descriptors and algorithm of a shape, made on first use. */
-static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key)
+/* The epilogue's descriptor attributes (runtime/cuda_lt.h): the kind,
+ * then the bias and aux pointers and aux's leading dimension, which are
+ * set again before each call (the heuristic reads their alignment). */
+static cublasLtEpilogue_t lt_epilogue_of(kl_lt_epi e)
+{
+    switch (e) {
+    case KL_LT_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case KL_LT_RELU: return CUBLASLT_EPILOGUE_RELU;
+    case KL_LT_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case KL_LT_GELU: return CUBLASLT_EPILOGUE_GELU;
+    case KL_LT_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case KL_LT_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case KL_LT_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case KL_LT_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    case KL_LT_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
+static void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const kl_lt_call *lc, const kl_epi_ptrs *x)
+{
+    if (lc->bias_read || lc->bias_written)
+        LT(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias, sizeof x->bias));
+    if (lc->aux_read || lc->aux_written) {
+        int64_t ld = lc->aux_ld;
+        LT(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x->aux, sizeof x->aux));
+        LT(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+}
+
+/* The descriptors and algorithm of a shape, made on first use; with an
+ * epilogue (x), ok is false when cuBLASLt has no algorithm for it. */
+static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key, const kl_gemm *g, const kl_epi_ptrs *x)
 {
     for (int i = 0; i < cb->gemms.n; i++)
         if (!memcmp(&cb->gemms.v[i].key, key, sizeof *key))
@@ -496,6 +536,12 @@ static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key)
     cublasOperation_t opa = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    if (key->epi != KL_LT_NONE) {
+        kl_lt_call lc = kl_lt_describe(g);
+        uint32_t epi = (uint32_t)lt_epilogue_of((kl_lt_epi)key->epi);
+        LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        set_epilogue_pointers(gp.desc, &lc, x);
+    }
     int64_t m = key->m, n = key->n, k = key->k;
     /* A' = B: stored [k, n] (or [n, k] when tb), read column-major. */
     gp.la = key->tb ? layout(ab, k, n, k, key->batch, key->stride_b) : layout(ab, n, k, n, key->batch, key->stride_b);
@@ -515,16 +561,25 @@ static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key)
     int found = 0;
     LT(api.cublasLtMatmulAlgoGetHeuristic(cb->lt, gp.desc, gp.la, gp.lb, gp.lc, gp.lc, pref, 1, &res, &found));
     LT(api.cublasLtMatmulPreferenceDestroy(pref));
-    if (found < 1)
+    gp.ok = found >= 1;
+    if (!gp.ok && key->epi != KL_LT_NONE) {
+        if (!cb->o.quiet)
+            fprintf(stderr, "kiln: cuBLASLt has no algorithm for epilogue %s on a %lld x %lld x %lld GEMM: the generated kernel does it\n",
+                    plan_lt_epi_name((kl_lt_epi)key->epi), (long long)m, (long long)n, (long long)k);
+    } else if (!gp.ok)
         kl_panic("cuBLASLt has no algorithm for a %s x %s -> %s GEMM of %lld x %lld x %lld (batch %lld)",
                  ir_dtype_name((ir_dtype)key->dtype), ir_dtype_name((ir_dtype)key->dtype),
                  ir_dtype_name((ir_dtype)key->out_dtype), (long long)m, (long long)n, (long long)k, (long long)key->batch);
-    gp.algo = res.algo;
+    if (gp.ok)
+        gp.algo = res.algo;
     kl_vec_push(cb->gemms, gp);
     return &cb->gemms.v[cb->gemms.n - 1];
 }
 
-static void run_gemm(cuda_backend *cb, const kl_gemm *g, int64_t batch, int64_t item, double beta, void *a, void *b, void *c)
+/* One cublasLtMatmul; with an epilogue (x not NULL), D is x->d, and
+ * false (nothing done) when cuBLASLt has no algorithm for it. */
+static bool run_gemm(cuda_backend *cb, const kl_gemm *g, int64_t batch, int64_t item, double beta, void *a, void *b, void *c,
+                     const kl_epi_ptrs *x)
 {
     size_t ea = (size_t)ir_dtype_size(g->dtype), ec = (size_t)ir_dtype_size(g->out_dtype);
     const char *pa = (const char *)a + (size_t)(g->off_a + item * g->stride_a) * ea;
@@ -542,13 +597,30 @@ static void run_gemm(cuda_backend *cb, const kl_gemm *g, int64_t batch, int64_t 
         key.stride_a = g->stride_a, key.stride_b = g->stride_b, key.stride_c = g->stride_c;
     key.align_a = alignment(pa), key.align_b = alignment(pb), key.align_c = alignment(pc);
     key.beta_zero = beta == 0;
-    gemm_plan *gp = gemm_plan_of(cb, &key);
+    void *pd = pc;
+    if (x) {
+        key.epi = g->epi.kind;
+        key.align_bias = x->bias ? alignment(x->bias) : 0;
+        key.align_aux = x->aux ? alignment(x->aux) : 0;
+        pd = x->d;
+        /* C and D share a layout and the alignment preference. */
+        if (alignment(pd) < key.align_c)
+            key.align_c = alignment(pd);
+    }
+    gemm_plan *gp = gemm_plan_of(cb, &key, g, x);
+    if (!gp->ok)
+        return false;
+    if (x) {
+        kl_lt_call lc = kl_lt_describe(g);
+        set_epilogue_pointers(gp->desc, &lc, x);
+    }
     double alpha_d = g->alpha, beta_d = beta;
     float alpha_f = (float)g->alpha, beta_f = (float)beta;
     bool f64 = g->dtype == IR_F64;
     LT(api.cublasLtMatmul(cb->lt, gp->desc, f64 ? (const void *)&alpha_d : (const void *)&alpha_f, pb, gp->la, pa, gp->lb,
-                          f64 ? (const void *)&beta_d : (const void *)&beta_f, pc, gp->lc, pc, gp->lc, &gp->algo,
+                          f64 ? (const void *)&beta_d : (const void *)&beta_f, pc, gp->lc, pd, gp->lc, &gp->algo,
                           (void *)(uintptr_t)cb->workspace, cb->workspace_bytes, cb->compute));
+    return true;
 }
 
 static void cuda_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
@@ -558,11 +630,23 @@ static void cuda_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *
      * per item (shared operands, and accumulate: items sum into one C,
      * beta 1 after the first). */
     if (g->batch == 1 || (!g->accumulate && g->stride_a && g->stride_b && g->stride_c)) {
-        run_gemm(cb, g, g->batch, 0, g->beta, a, b, c);
+        run_gemm(cb, g, g->batch, 0, g->beta, a, b, c, NULL);
         return;
     }
     for (int64_t i = 0; i < g->batch; i++)
-        run_gemm(cb, g, 1, i, g->accumulate && i > 0 ? 1.0 : g->beta, a, b, c);
+        run_gemm(cb, g, 1, i, g->accumulate && i > 0 ? 1.0 : g->beta, a, b, c, NULL);
+}
+
+/* The GEMM with its epilogue in cuBLASLt's store (plan/lt_epilogue.c
+ * chose it; the plan's lt_epilogue steps only have batch 1): false, and
+ * nothing done, when Lt epilogues are off or cuBLASLt has no algorithm
+ * for this one; the caller then runs the GEMM and the epilogue kernel. */
+static bool cuda_gemm_epilogue(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c, const kl_epi_ptrs *x)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!cb->lt_epilogues || g->epi.kind == KL_LT_NONE || g->batch != 1)
+        return false;
+    return run_gemm(cb, g, 1, 0, g->beta, a, b, c, x);
 }
 
 /* ---- graphs ---- */
@@ -670,6 +754,7 @@ static const kl_backend_ops cuda_ops = {
     .prepare = cuda_prepare,
     .launch = cuda_launch,
     .gemm = cuda_gemm,
+    .gemm_epilogue = cuda_gemm_epilogue,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
     .set_args = cuda_set_args,
@@ -771,9 +856,17 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
         snprintf(why, n, "%s has compute capability %d.%d; Kiln needs 7.0 or newer", name, major, minor);
         return NULL;
     }
+    /* KILN_CUDA_LT_EPILOGUE=0: the generated kernels do every GEMM
+     * epilogue (to compare; tests/gpu/run.sh times both). */
+    const char *lte = getenv("KILN_CUDA_LT_EPILOGUE");
+    if (lte && strcmp(lte, "0") && strcmp(lte, "1")) {
+        snprintf(why, n, "KILN_CUDA_LT_EPILOGUE must be 0 or 1, not '%.40s'", lte);
+        return NULL;
+    }
     cuda_backend *cb = kl_xcalloc(1, sizeof *cb);
     cb->base.ops = &cuda_ops;
     cb->o = opts;
+    cb->lt_epilogues = !lte || !strcmp(lte, "1");
     cb->dev = dev;
     cb->sms = sms;
     cb->base.threads = sms;

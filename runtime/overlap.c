@@ -39,19 +39,6 @@ static range buffer_range(const kl_exec *e, int b)
     return (range){p, p + e->plan->buffers.v[r].bytes};
 }
 
-/* The buffers step i touches. */
-static int step_buffers(const kl_step *st, int *bufs)
-{
-    if (st->kind == KL_STEP_GEMM) {
-        bufs[0] = st->gemm.a;
-        bufs[1] = st->gemm.b;
-        bufs[2] = st->gemm.c;
-        return 3;
-    }
-    memcpy(bufs, st->args, sizeof(int) * (size_t)st->nargs);
-    return st->nargs;
-}
-
 static void run_job(void *arg)
 {
     pending *p = arg;
@@ -115,7 +102,7 @@ void kl_overlap_before(kl_overlap *o, int i)
 {
     if (!o->posted.n)
         return;
-    int bufs[IR_KERNEL_MAX_BUFS], nb = step_buffers(&o->e->plan->steps.v[i], bufs);
+    int bufs[IR_KERNEL_MAX_BUFS], nb = plan_step_buffers(&o->e->plan->steps.v[i], bufs);
     range mem[IR_KERNEL_MAX_BUFS];
     for (int k = 0; k < nb; k++)
         mem[k] = buffer_range(o->e, bufs[k]);

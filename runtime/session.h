@@ -50,6 +50,8 @@ typedef struct kl_exec {
     bool arena_shared; /* another exec's arena (kl_exec_new_sharing) */
     void **ptrs;   /* per plan buffer */
     void ***args;  /* per step: kernel argument pointers */
+    bool *lt_done; /* per step: the GEMM step before it did its work in
+                      the GEMM's epilogue (kl_step.lt_covered) this run */
     double *step_seconds; /* per step, summed over runs, when profiling */
     int64_t *step_runs;
     struct kl_trace *trace; /* timeline of every step, when tracing */

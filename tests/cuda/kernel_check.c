@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lt_emu.h"
 #include "plans.h"
 #include "runtime/backend_cuda.h"
 #include "runtime/cuda_launch.h"
@@ -242,6 +243,7 @@ static double bound_of(ir_dtype dt)
 
 typedef struct stats {
     int kernels, gemms, launches, runs, failures;
+    int lt_epilogues, lt_fallbacks; /* GEMM steps checked with their cuBLASLt epilogue; not taken on the GPU */
     double worst[IR_NDTYPES];
     KL_VEC(char *) seen; /* kernel names compared */
 } stats;
@@ -535,6 +537,122 @@ static int run_cuda_version(runner *r, kl_exec *e, int i, int cfg, const kl_karg
     return 0;
 }
 
+/* GEMM step i with its cuBLASLt epilogue (kl_gemm.epi), against the CPU
+ * backend's GEMM and the epilogue kernel of step i + 1, which the epilogue
+ * replaces: D, and aux and the bias gradient where the epilogue writes
+ * them. --emulate applies the epilogue with the host stand-in
+ * (lt_emu.h) to the CPU's product; --device cuda runs the CUDA
+ * backend's gemm_epilogue (cuBLASLt). Afterwards every buffer holds the
+ * CPU's result, as after the two steps. */
+static void check_lt_step(kl_exec *e, int i, const char *where, runner *r, stats *st)
+{
+    kl_backend *be = e->s->be;
+    kl_plan *p = e->plan;
+    const kl_gemm *g = &p->steps.v[i].gemm;
+    const kl_step *ks = &p->steps.v[i + 1];
+    kl_lt_call lc = kl_lt_describe(g);
+    kl_kargs ka = {1, 3};
+    int ids[8];
+    int n = plan_step_buffers(&p->steps.v[i], ids);
+    void *host[8];
+    size_t bytes[8];
+    for (int a = 0; a < n; a++) {
+        host[a] = e->ptrs[ids[a]];
+        bytes[a] = (size_t)p->buffers.v[ids[a]].bytes;
+    }
+    dev_range rs[8];
+    int m = merge_ranges(host, bytes, n, rs);
+    void *pre[8], *ref[8];
+    for (int k = 0; k < m; k++) {
+        size_t len = (size_t)(rs[k].hi - rs[k].lo);
+        pre[k] = kl_xmalloc(len + 1);
+        memcpy(pre[k], rs[k].lo, len);
+    }
+    /* The rounding floor's input scale: what the step reads (A, B, a
+     * bias, aux), not C or the results (whatever a last run left). */
+    double in_max = 0;
+    int reads[4] = {g->a, g->b, lc.bias_read ? g->epi.bias : -1, lc.aux_read ? g->epi.aux : -1};
+    for (int a = 0; a < 4; a++)
+        if (reads[a] >= 0)
+            in_max = fmax(in_max, max_magnitude(p->buffers.v[reads[a]].dtype, e->ptrs[reads[a]], p->buffers.v[reads[a]].numel));
+    be->ops->gemm(be, g, e->ptrs[g->a], e->ptrs[g->b], e->ptrs[g->c]);
+    be->ops->launch(be, p, ks->kernel, e->args[i + 1], &ka);
+    for (int k = 0; k < m; k++) {
+        size_t len = (size_t)(rs[k].hi - rs[k].lo);
+        ref[k] = kl_xmalloc(len + 1);
+        memcpy(ref[k], rs[k].lo, len);
+        memcpy(rs[k].lo, pre[k], len);
+    }
+    kl_epi_ptrs x = {e->ptrs[g->epi.d], g->epi.bias >= 0 ? e->ptrs[g->epi.bias] : NULL,
+                     g->epi.aux >= 0 ? e->ptrs[g->epi.aux] : NULL};
+    const char *name = plan_lt_epi_name(g->epi.kind);
+    st->runs++;
+    if (!r->gpu) {
+        void *acc = kl_xmalloc((size_t)p->buffers.v[g->c].bytes + 1);
+        be->ops->gemm(be, g, e->ptrs[g->a], e->ptrs[g->b], acc);
+        lt_emu_apply(&lc, g->out_dtype, acc, x.d, x.bias, x.aux);
+        free(acc);
+    } else {
+        void *dev[8];
+        dev_range drs[8];
+        int dm = to_device(r->gpu, host, bytes, n, dev, drs);
+        kl_epi_ptrs dx = {dev[3], NULL, NULL};
+        for (int a = 4; a < n; a++) {
+            if (ids[a] == g->epi.bias)
+                dx.bias = dev[a];
+            if (ids[a] == g->epi.aux)
+                dx.aux = dev[a];
+        }
+        if (!r->gpu->ops->gemm_epilogue(r->gpu, g, dev[0], dev[1], dev[2], &dx)) {
+            /* Not taken (no algorithm): the GEMM and the kernel, as the
+             * session does. */
+            st->lt_fallbacks++;
+            printf("note: %s: cuBLASLt took no %s epilogue for the %lld x %lld x %lld GEMM\n", where, name,
+                   (long long)g->m, (long long)g->n, (long long)g->k);
+            r->gpu->ops->gemm(r->gpu, g, dev[0], dev[1], dev[2]);
+            void *kargs[IR_KERNEL_MAX_BUFS];
+            for (int a = 0; a < ks->nargs; a++) {
+                kargs[a] = NULL;
+                for (int k = 0; k < dm; k++)
+                    if ((char *)e->args[i + 1][a] >= drs[k].lo && (char *)e->args[i + 1][a] < drs[k].hi)
+                        kargs[a] = (char *)drs[k].dev + ((char *)e->args[i + 1][a] - drs[k].lo);
+                if (!kargs[a])
+                    kl_panic("an epilogue kernel argument outside the GEMM step's buffers");
+            }
+            r->gpu->ops->launch(r->gpu, p, ks->kernel, kargs, &ka);
+        }
+        from_device(r->gpu, drs, dm);
+    }
+    /* The results the epilogue writes, against the CPU's. */
+    int outs[3] = {g->epi.d, lc.aux_written ? g->epi.aux : -1, lc.bias_written ? g->epi.bias : -1};
+    for (int o = 0; o < 3; o++) {
+        if (outs[o] < 0)
+            continue;
+        const kl_buffer *bf = &p->buffers.v[outs[o]];
+        const void *got = e->ptrs[outs[o]], *want = NULL;
+        for (int k = 0; k < m && !want; k++)
+            if ((const char *)got >= rs[k].lo && (const char *)got < rs[k].hi)
+                want = (const char *)ref[k] + ((const char *)got - rs[k].lo);
+        int64_t terms = o == 2 ? g->m : 1; /* the bias gradient sums m rows */
+        double rel = rel_error(bf->dtype, got, want, bf->numel, 4 * sqrt((double)(terms * g->k)) * roundoff_of(bf->dtype) * in_max);
+        if (rel > st->worst[bf->dtype])
+            st->worst[bf->dtype] = rel;
+        if (!(rel <= bound_of(bf->dtype))) {
+            printf("FAIL: gemm + cuBLASLt epilogue %s (%s): %s (%s, %lld elements) differs from the CPU's GEMM and kernel by %.3g relative (bound %.1g)\n",
+                   name, where, o == 0 ? "D" : o == 1 ? "aux" : "the bias gradient", ir_dtype_name(bf->dtype),
+                   (long long)bf->numel, rel, bound_of(bf->dtype));
+            st->failures++;
+        }
+    }
+    for (int k = 0; k < m; k++) {
+        memcpy(rs[k].lo, ref[k], (size_t)(rs[k].hi - rs[k].lo));
+        free(pre[k]);
+        free(ref[k]);
+    }
+    st->gemms++;
+    st->lt_epilogues++;
+}
+
 /* One training (or evaluation) step of e with every kernel (and, on the
  * GPU, every GEMM) checked. */
 static void check_plan(kl_exec *e, const char *where, runner *r, stats *st)
@@ -550,6 +668,11 @@ static void check_plan(kl_exec *e, const char *where, runner *r, stats *st)
     for (int i = 0; i < p->steps.n; i++) {
         kl_step *sp = &p->steps.v[i];
         bool gemm = sp->kind == KL_STEP_GEMM;
+        if (gemm && sp->gemm.epi.kind != KL_LT_NONE && i + 1 < p->steps.n && p->steps.v[i + 1].lt_covered) {
+            check_lt_step(e, i, where, r, st);
+            i++; /* the kernel step the epilogue replaces */
+            continue;
+        }
         if (gemm && !r->gemms) {
             be->ops->gemm(be, &sp->gemm, e->ptrs[sp->gemm.a], e->ptrs[sp->gemm.b], e->ptrs[sp->gemm.c]);
             continue;
@@ -759,6 +882,11 @@ int main(int argc, char **argv)
                    models.v[m], st.seen.n, st.kernels, gpu ? " and their GEMMs" : "", nc, batch,
                    gpu ? "on the GPU" : "emulated twice each", st.runs, st.launches, st.worst[IR_F64], st.worst[IR_F32], st.worst[IR_BF16],
                    st.worst[IR_F16], st.failures, gpu ? "setup " : "compile ", t1 - t0, kl_now() - t1);
+            if (st.lt_epilogues)
+                printf("%s: %d GEMM steps with their cuBLASLt epilogue (%s) against the CPU's GEMM and epilogue kernel; "
+                       "%d not taken by cuBLASLt (the kernel ran)\n",
+                       models.v[m], st.lt_epilogues, gpu ? "cuBLASLt on the GPU" : "the host stand-in, tests/cuda/lt_emu.h",
+                       st.lt_fallbacks);
             failures += st.failures;
             for (int i = 0; i < st.seen.n; i++)
                 free(st.seen.v[i]);

@@ -122,6 +122,7 @@ fi
 
 # ---- scripts and models ----
 cp examples/*.kl "$kit/examples/"
+mkdir -p "$kit/tests/cudalt" && cp tests/cudalt/epilogues.kl "$kit/tests/cudalt/" # run.sh 6b
 cp tests/gpu/run.sh tests/gpu/report.py tests/gpu/torch_gpu.py tests/gpu/base-libs.txt "$kit/tests/gpu/"
 cp bench/torch_compare.py "$kit/bench/"
 cat > "$kit/run.sh" <<'EOF'

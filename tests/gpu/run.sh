@@ -32,7 +32,11 @@
 #      the trace's GPU counter tracks
 #   5. kiln bench on the GPU: fused elementwise and batch-norm kernels'
 #      share of a device-to-device copy's bandwidth (goal 80%), fusion gain
-#   6. step time with and without CUDA graphs
+#   6. step time with and without CUDA graphs; 6b. cuBLASLt GEMM epilogues:
+#      tests/cudalt/epilogues.kl's GEMM steps with their epilogues (bias,
+#      ReLU, tanh GELU and their backward) in cuBLASLt against the CPU
+#      (kernel_check), and the MLP's step time with and without them
+#      (KILN_CUDA_LT_EPILOGUE=0)
 #   7. the same models in PyTorch eager and torch.compile, same batch,
 #      optimizer and initial weights (goal: Kiln faster than torch.compile),
 #      with the machine's own python3
@@ -407,6 +411,39 @@ else
       "$err$(py -c "print('%.3f / %.3f' % (128e3 / $sps_g, 128e3 / $sps_n))" 2>/dev/null || echo n/a)" "" "$([ -n "$err" ] && echo FAIL)"
     echo "$m $sps_g" >> "$out/kiln_sps.txt"
   done
+fi
+
+# ---- 6b. cuBLASLt GEMM epilogues ----
+lt_model=tests/cudalt/epilogues.kl
+[ -n "$kit" ] && lt_model=$kit/tests/cudalt/epilogues.kl
+if [ $quick = 1 ] || [ ! -f "$lt_model" ]; then
+  row "cuBLASLt epilogues vs CPU" "skipped ($([ $quick = 1 ] && echo '--quick: ctest runs cudalt.cuda.emulate' || echo "no $lt_model"))"
+else
+  mode="--device cuda"
+  [ $cpu_only = 1 ] && mode=--emulate
+  log "6b. kernel_check $mode on $lt_model: GEMM epilogues in cuBLASLt against the CPU"
+  limited 120 "$check" $mode --batch $check_batch "$lt_model" > "$out/lt_epilogues.log" 2>&1
+  rc=$?
+  line=$(grep -E 'GEMM steps with their cuBLASLt epilogue' "$out/lt_epilogues.log" | tail -1 | sed -E 's/^[^:]*: //')
+  if [ $rc = 0 ] && [ -n "$line" ]; then v=ok; else v=FAIL; fi
+  row "cuBLASLt epilogues vs CPU (batch $check_batch)" "$(why $rc "$out/lt_epilogues.log")${line:-no summary; see lt_epilogues.log}" "0 failures" $v
+fi
+if [ $cpu_only = 1 ]; then
+  row "mlp: ms per step with / without cuBLASLt epilogues" "n/a (--cpu-only)"
+else
+  log "6b. mlp step time with and without cuBLASLt epilogues ($graph_steps steps)"
+  err=""
+  for lt in 1 0; do
+    KILN_CUDA_LT_EPILOGUE=$lt limited 120 "$exes/mlp" --device cuda --steps $graph_steps --data "$data" \
+      --metrics "$out/mlp.lt$lt.json" > "$out/mlp.lt$lt.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] || err="$err KILN_CUDA_LT_EPILOGUE=$lt: $(why $rc "$out/mlp.lt$lt.log")"
+  done
+  sps_1=$(report summary "$out/mlp.lt1.json" timed_samples_per_s 2>/dev/null | cut -f2)
+  sps_0=$(report summary "$out/mlp.lt0.json" timed_samples_per_s 2>/dev/null | cut -f2)
+  used=$(grep -m1 -o 'cuBLASLt GEMM epilogues: .*' "$out/mlp.lt1.log")
+  row "mlp: ms per step (batch 128), Lt epilogues on / off" \
+    "$err$(py -c "print('%.3f / %.3f' % (128e3 / $sps_1, 128e3 / $sps_0))" 2>/dev/null || echo n/a); ${used:-no start-up line}" "" "$([ -n "$err" ] && echo FAIL)"
 fi
 
 # ---- 7. PyTorch eager and torch.compile (the machine's own python3) ----

@@ -104,7 +104,9 @@ void ref_WHERE(ref_eval *r, const ir_node *n)
 void ref_ISFINITE(ref_eval *r, const ir_node *n) { unary(r, n, f_isfinite); }
 void ref_NEG(ref_eval *r, const ir_node *n) { unary(r, n, f_neg); }
 void ref_RELU(ref_eval *r, const ir_node *n) { unary(r, n, f_relu); }
-void ref_GELU(ref_eval *r, const ir_node *n) { unary(r, n, f_gelu); }
+/* GPT-2's form, gelu(x, approximate = "tanh") */
+static double f_gelu_tanh(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+void ref_GELU(ref_eval *r, const ir_node *n) { unary(r, n, ir_gelu_is_tanh(&n->attrs) ? f_gelu_tanh : f_gelu); }
 void ref_TANH(ref_eval *r, const ir_node *n) { unary(r, n, tanh); }
 void ref_SIGMOID(ref_eval *r, const ir_node *n) { unary(r, n, f_sigmoid); }
 void ref_SOFTPLUS(ref_eval *r, const ir_node *n) { unary(r, n, f_softplus); }
@@ -154,7 +156,12 @@ static double d_sigmoid(double y) { return y * (1 - y); }
 static double d_gelu(double x) { return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI); }
 
 void ref_RELU_GRAD(ref_eval *r, const ir_node *n) { grad_elem(r, n, d_relu); }
-void ref_GELU_GRAD(ref_eval *r, const ir_node *n) { grad_elem(r, n, d_gelu); }
+static double d_gelu_tanh(double x)
+{
+    double c = sqrt(2 / M_PI), t = tanh(c * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+}
+void ref_GELU_GRAD(ref_eval *r, const ir_node *n) { grad_elem(r, n, ir_gelu_is_tanh(&n->attrs) ? d_gelu_tanh : d_gelu); }
 void ref_TANH_GRAD(ref_eval *r, const ir_node *n) { grad_elem(r, n, d_tanh); }
 void ref_SIGMOID_GRAD(ref_eval *r, const ir_node *n) { grad_elem(r, n, d_sigmoid); }
 
