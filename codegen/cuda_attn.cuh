@@ -32,7 +32,7 @@
 /* Rows [row0, row0 + R) of a row-major [n, W] matrix into sh[R][LD],
  * zeros past row n. */
 template <int R, int W, int LD>
-__device__ __forceinline__ void kl_fa_rows(float *sh, const float *g, long long row0, long long n)
+__device__ __forceinline__ void kl_fa_rows(float *sh, const float *g, int row0, int n)
 {
     for (int e = threadIdx.x; e < R * W; e += blockDim.x) {
         const int r = e / W, c = e % W;
@@ -43,7 +43,7 @@ __device__ __forceinline__ void kl_fa_rows(float *sh, const float *g, long long 
 /* Rows [row0, row0 + KL_FA_BK) of a [n, W] matrix transposed into
  * sh[W][KL_FA_LDT], zeros past row n. */
 template <int W>
-__device__ __forceinline__ void kl_fa_cols(float *sh, const float *g, long long row0, long long n)
+__device__ __forceinline__ void kl_fa_cols(float *sh, const float *g, int row0, int n)
 {
     for (int e = threadIdx.x; e < KL_FA_BK * W; e += blockDim.x) {
         const int r = e / W, c = e % W;
@@ -61,7 +61,6 @@ __device__ __forceinline__ void kl_fa_dots(float *s, const float *A, const float
 #pragma unroll
     for (int i = 0; i < RW / 2; i++)
         s[i] = 0.0f;
-#pragma unroll 4
     for (int c = 0; c < W; c++) {
         const float b = Bt[c * KL_FA_LDT + t];
 #pragma unroll
@@ -79,6 +78,7 @@ __device__ __forceinline__ void kl_fa_accumulate(float (*acc)[U], const float *P
 #pragma unroll
     for (int r = 0; r < RW; r++) {
         const float *pr = P + (w * RW + r) * KL_FA_BK;
+#pragma unroll
         for (int j = 0; j < KL_FA_BK; j++) {
             const float p = pr[j];
 #pragma unroll
@@ -119,8 +119,8 @@ __device__ __forceinline__ float kl_fa_warp_dot(const float *x, const float *y)
 /* Forward: (q [B, tq, D], k [B, tk, D], v [B, tk, DV]) -> (out [B, tq, DV],
  * lse [B, tq]). A block per tile of 64 queries. */
 template <int D, int DV, bool CAUSAL>
-__device__ void kl_fa_forward(const float *q, const float *k, const float *v, float *out, float *lse, long long batch,
-                              long long tq, long long tk, float scale)
+__device__ void kl_fa_forward(const float *q, const float *k, const float *v, float *out, float *lse, int batch,
+                              int tq, int tk, float scale)
 {
     constexpr int R = 64, RW = R / KL_FA_WARPS, U = (DV + 31) / 32;
     constexpr int KVN = D * KL_FA_LDT > DV * KL_FA_LDT ? D * KL_FA_LDT : DV * KL_FA_LDT;
@@ -129,9 +129,10 @@ __device__ void kl_fa_forward(const float *q, const float *k, const float *v, fl
     __shared__ float Ps[R * KL_FA_BK];/* probabilities of the key tile */
     __shared__ float As[R];           /* per row: the rescale of its output, then 1 / l */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, t = lane & 15, h = lane >> 4;
-    const long long tiles = (tq + R - 1) / R;
-    for (long long unit = blockIdx.x; unit < batch * tiles; unit += gridDim.x) {
-        const long long bh = unit / tiles, i0 = unit % tiles * R;
+    const int tiles = (tq + R - 1) / R;
+    for (int unit = blockIdx.x; unit < batch * tiles; unit += gridDim.x) {
+        const long long bh = unit / tiles; /* 32-bit division: no call */
+        const int i0 = (int)(unit % tiles) * R;
         __syncthreads(); /* the previous tile's readers are done */
         kl_fa_rows<R, D, D + 1>(Qs, q + bh * tq * D, i0, tq);
         float m[RW / 2], l[RW / 2], o[RW][U];
@@ -144,8 +145,8 @@ __device__ void kl_fa_forward(const float *q, const float *k, const float *v, fl
             for (int u = 0; u < U; u++)
                 o[r][u] = 0.0f;
         /* Causal: keys after the tile's last query are hidden from all of it. */
-        const long long kend = CAUSAL && i0 + R < tk ? i0 + R : tk;
-        for (long long j0 = 0; j0 < kend; j0 += KL_FA_BK) {
+        const int kend = CAUSAL && i0 + R < tk ? i0 + R : tk;
+        for (int j0 = 0; j0 < kend; j0 += KL_FA_BK) {
             __syncthreads(); /* the previous V^T's readers are done */
             kl_fa_cols<D>(KV, k + bh * tk * D, j0, tk);
             __syncthreads();
@@ -154,7 +155,7 @@ __device__ void kl_fa_forward(const float *q, const float *k, const float *v, fl
 #pragma unroll
             for (int i = 0; i < RW / 2; i++) {
                 const int rr = w * RW + 2 * i + h;
-                const long long key = j0 + t;
+                const int key = j0 + t;
                 const bool seen = key < tk && (!CAUSAL || key <= i0 + rr);
                 const float x = seen ? s[i] * scale : -KL_INF;
                 /* Key 0 is visible to every row, so mn is finite from the
@@ -190,7 +191,7 @@ __device__ void kl_fa_forward(const float *q, const float *k, const float *v, fl
         __syncwarp();
 #pragma unroll
         for (int r = 0; r < RW; r++) {
-            const long long row = i0 + w * RW + r;
+            const int row = i0 + w * RW + r;
             if (row < tq)
 #pragma unroll
                 for (int u = 0; u < U; u++)
@@ -204,7 +205,7 @@ __device__ void kl_fa_forward(const float *q, const float *k, const float *v, fl
  * there) and D = dout . out, each warp its own rows. */
 template <int R, int DV>
 __device__ __forceinline__ void kl_fa_row_stats(float *Ls, float *Dd, const float *dout, const float *out,
-                                                const float *lse, long long row0, long long n)
+                                                const float *lse, int row0, int n)
 {
     for (int r = threadIdx.x >> 5; r < R; r += KL_FA_WARPS) {
         const bool in = row0 + r < n;
@@ -223,7 +224,7 @@ __device__ __forceinline__ void kl_fa_row_stats(float *Ls, float *Dd, const floa
 /* dq [B, tq, D] from (dout, q, k, v, out, lse): a block per query tile. */
 template <int D, int DV, bool CAUSAL>
 __device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, const float *v, const float *out,
-                             const float *lse, float *dq, long long batch, long long tq, long long tk, float scale)
+                             const float *lse, float *dq, int batch, int tq, int tk, float scale)
 {
     constexpr int R = KL_FA_BWD_ROWS(D, DV), RW = R / KL_FA_WARPS, U = (D + 31) / 32;
     constexpr int KVN = D > DV ? D * KL_FA_LDT : DV * KL_FA_LDT;
@@ -233,9 +234,10 @@ __device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, 
     __shared__ float Ss[R * KL_FA_BK]; /* the score gradients of the key tile */
     __shared__ float Ls[R], Dd[R];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, t = lane & 15, h = lane >> 4;
-    const long long tiles = (tq + R - 1) / R;
-    for (long long unit = blockIdx.x; unit < batch * tiles; unit += gridDim.x) {
-        const long long bh = unit / tiles, i0 = unit % tiles * R;
+    const int tiles = (tq + R - 1) / R;
+    for (int unit = blockIdx.x; unit < batch * tiles; unit += gridDim.x) {
+        const long long bh = unit / tiles; /* 32-bit division: no call */
+        const int i0 = (int)(unit % tiles) * R;
         __syncthreads();
         kl_fa_rows<R, D, D + 1>(Qs, q + bh * tq * D, i0, tq);
         kl_fa_rows<R, DV, DV + 1>(Gs, dout + bh * tq * DV, i0, tq);
@@ -246,8 +248,8 @@ __device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, 
 #pragma unroll
             for (int u = 0; u < U; u++)
                 g[r][u] = 0.0f;
-        const long long kend = CAUSAL && i0 + R < tk ? i0 + R : tk;
-        for (long long j0 = 0; j0 < kend; j0 += KL_FA_BK) {
+        const int kend = CAUSAL && i0 + R < tk ? i0 + R : tk;
+        for (int j0 = 0; j0 < kend; j0 += KL_FA_BK) {
             __syncthreads(); /* the previous K^T's readers are done */
             kl_fa_cols<DV>(KV, v + bh * tk * DV, j0, tk);
             __syncthreads();
@@ -260,7 +262,7 @@ __device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, 
 #pragma unroll
             for (int i = 0; i < RW / 2; i++) {
                 const int rr = w * RW + 2 * i + h;
-                const long long key = j0 + t;
+                const int key = j0 + t;
                 const bool seen = key < tk && (!CAUSAL || key <= i0 + rr);
                 const float p = seen ? expf(s[i] * scale - Ls[rr]) : 0.0f;
                 Ss[rr * KL_FA_BK + t] = p * (dp[i] - Dd[rr]) * scale;
@@ -270,7 +272,7 @@ __device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, 
         }
 #pragma unroll
         for (int r = 0; r < RW; r++) {
-            const long long row = i0 + w * RW + r;
+            const int row = i0 + w * RW + r;
             if (row < tq)
 #pragma unroll
                 for (int u = 0; u < U; u++)
@@ -287,7 +289,7 @@ __device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, 
  * per key tile; the query tiles that see it stream through. */
 template <int D, int DV, bool CAUSAL>
 __device__ void kl_fa_grad_kv(const float *dout, const float *q, const float *k, const float *v, const float *out,
-                              const float *lse, float *dk, float *dv, long long batch, long long tq, long long tk,
+                              const float *lse, float *dk, float *dv, int batch, int tq, int tk,
                               float scale)
 {
     constexpr int R = KL_FA_KV_ROWS(D, DV), RW = R / KL_FA_WARPS, UK = (D + 31) / 32, UV = (DV + 31) / 32;
@@ -296,9 +298,10 @@ __device__ void kl_fa_grad_kv(const float *dout, const float *q, const float *k,
     __shared__ float Ps[R * KL_FA_BK], Ss[R * KL_FA_BK];   /* its p and score gradients */
     __shared__ float Ls[KL_FA_BK], Dd[KL_FA_BK];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, t = lane & 15, h = lane >> 4;
-    const long long tiles = (tk + R - 1) / R;
-    for (long long unit = blockIdx.x; unit < batch * tiles; unit += gridDim.x) {
-        const long long bh = unit / tiles, j0 = unit % tiles * R;
+    const int tiles = (tk + R - 1) / R;
+    for (int unit = blockIdx.x; unit < batch * tiles; unit += gridDim.x) {
+        const long long bh = unit / tiles; /* 32-bit division: no call */
+        const int j0 = (int)(unit % tiles) * R;
         __syncthreads();
         kl_fa_rows<R, D, D + 1>(Ks, k + bh * tk * D, j0, tk);
         kl_fa_rows<R, DV, DV + 1>(Vs, v + bh * tk * DV, j0, tk);
@@ -313,7 +316,7 @@ __device__ void kl_fa_grad_kv(const float *dout, const float *q, const float *k,
                 gv[r][u] = 0.0f;
         }
         /* Causal: queries before the tile's first key see none of it. */
-        for (long long i0 = CAUSAL ? j0 / KL_FA_BK * KL_FA_BK : 0; i0 < tq; i0 += KL_FA_BK) {
+        for (int i0 = CAUSAL ? j0 / KL_FA_BK * KL_FA_BK : 0; i0 < tq; i0 += KL_FA_BK) {
             __syncthreads(); /* the previous query tile's readers are done */
             kl_fa_cols<D>(Qt, q + bh * tq * D, i0, tq);
             kl_fa_cols<DV>(Gt, dout + bh * tq * DV, i0, tq);
@@ -325,7 +328,7 @@ __device__ void kl_fa_grad_kv(const float *dout, const float *q, const float *k,
 #pragma unroll
             for (int i = 0; i < RW / 2; i++) {
                 const int rr = w * RW + 2 * i + h;
-                const long long key = j0 + rr, qi = i0 + t;
+                const int key = j0 + rr, qi = i0 + t;
                 const bool seen = qi < tq && key < tk && (!CAUSAL || key <= qi);
                 const float p = seen ? expf(s[i] * scale - Ls[t]) : 0.0f;
                 Ps[rr * KL_FA_BK + t] = p;
@@ -337,7 +340,7 @@ __device__ void kl_fa_grad_kv(const float *dout, const float *q, const float *k,
         }
 #pragma unroll
         for (int r = 0; r < RW; r++) {
-            const long long key = j0 + w * RW + r;
+            const int key = j0 + w * RW + r;
             if (key >= tk)
                 continue;
 #pragma unroll
