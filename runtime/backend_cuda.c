@@ -770,6 +770,11 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
         opts = *o;
     if (!opts.builtins)
         opts.builtins = registered_builtins;
+    const char *attn = getenv("KILN_CUDA_ATTENTION");
+    if (attn && strcmp(attn, "tiled") && strcmp(attn, "generated")) {
+        snprintf(why, n, "KILN_CUDA_ATTENTION must be tiled or generated, got '%s'", attn);
+        return NULL;
+    }
     if (open_api(why, n))
         return NULL;
     CUresult r = api.cuInit(0);
@@ -784,11 +789,6 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     }
     if (opts.device < 0 || opts.device >= count) {
         snprintf(why, n, "no GPU %d (%d present)", opts.device, count);
-        return NULL;
-    }
-    const char *attn = getenv("KILN_CUDA_ATTENTION");
-    if (attn && strcmp(attn, "tiled") && strcmp(attn, "generated")) {
-        snprintf(why, n, "KILN_CUDA_ATTENTION must be tiled or generated, got '%s'", attn);
         return NULL;
     }
     char nvwhy[600];

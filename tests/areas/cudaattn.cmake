@@ -7,7 +7,7 @@
 set(KILN_CUDAATTN_MODELS tests/cudaattn/causal_t70_d32.kl tests/cudaattn/full_d64_dv48.kl
     tests/cudaattn/causal_d128.kl tests/cudaattn/causal_uneven.kl)
 add_test(NAME cudaattn.choice COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cudaattn/choice.sh ${KILN_EXE}
-         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+         $<$<BOOL:${KILN_HAVE_CUDA}>:cuda> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 foreach(m ${KILN_CUDAATTN_MODELS})
   get_filename_component(name ${m} NAME_WE)
   add_test(NAME cudaattn.reference.${name} COMMAND reference_check ${m} --batch 1 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

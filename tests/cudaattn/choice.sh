@@ -1,7 +1,9 @@
 # Which attention kernel the CUDA backend gets (codegen/cuda_attn.c): the
 # tiled one for f32 heads up to 128, the generated one for a head of 129
 # and for f64, and for every kernel under KILN_CUDA_ATTENTION=generated.
-#   bash tests/cudaattn/choice.sh KILN
+# With the CUDA backend built (second argument `cuda`), a bad
+# KILN_CUDA_ATTENTION is refused when the backend starts.
+#   bash tests/cudaattn/choice.sh KILN [cuda]
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
 new_tmpdir
@@ -34,4 +36,8 @@ expect "f32, d = 129 (generated)" 0 "$(tiled "$tmp/d129.kl")"
 expect "f64 (generated)" 0 "$(tiled "$tmp/f64.kl")"
 expect "KILN_CUDA_ATTENTION=generated" 0 "$(KILN_CUDA_ATTENTION=generated tiled "$tmp/d128.kl")"
 if grep -q 'kl_fa_' "$tmp/cuda.txt"; then bad "KILN_CUDA_ATTENTION=generated: the program still calls the tiled templates"; fi
+if [ "${2:-}" = cuda ]; then
+    KILN_CUDA_ATTENTION=flash expect_error "KILN_CUDA_ATTENTION=flash" \
+        "KILN_CUDA_ATTENTION must be tiled or generated, got 'flash'" "$kiln" bench "$tmp/d128.kl" --device cuda --repeats 1
+fi
 exit $fail
