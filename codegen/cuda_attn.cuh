@@ -104,18 +104,6 @@ __device__ __forceinline__ float kl_fa_half_sum(float v)
     return v;
 }
 
-/* sum over c < W of x[c] * y[c], over the warp (every lane gets it). */
-template <int W>
-__device__ __forceinline__ float kl_fa_warp_dot(const float *x, const float *y)
-{
-    float v = 0.0f;
-    for (int c = threadIdx.x & 31; c < W; c += 32)
-        v += x[c] * y[c];
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* Forward: (q [B, tq, D], k [B, tk, D], v [B, tk, DV]) -> (out [B, tq, DV],
  * lse [B, tq]). A block per tile of 64 queries. */
 template <int D, int DV, bool CAUSAL>
@@ -202,18 +190,21 @@ __device__ void kl_fa_forward(const float *q, const float *k, const float *v, fl
 }
 
 /* Per row of a tile of R rows from row0: lse (+inf past n, so that p = 0
- * there) and D = dout . out, each warp its own rows. */
+ * there) and D = dout . out, a thread per row summing in increasing c (the
+ * CPU's order: D's rounding reaches every score gradient of the row, and
+ * where softmax is nearly one-hot dq is mostly that rounding). */
 template <int R, int DV>
 __device__ __forceinline__ void kl_fa_row_stats(float *Ls, float *Dd, const float *dout, const float *out,
                                                 const float *lse, int row0, int n)
 {
-    for (int r = threadIdx.x >> 5; r < R; r += KL_FA_WARPS) {
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
         const bool in = row0 + r < n;
-        const float dd = in ? kl_fa_warp_dot<DV>(dout + (row0 + r) * DV, out + (row0 + r) * DV) : 0.0f;
-        if ((threadIdx.x & 31) == 0) {
-            Dd[r] = dd;
-            Ls[r] = in ? lse[row0 + r] : KL_INF;
-        }
+        float dd = 0.0f;
+        if (in)
+            for (int c = 0; c < DV; c++)
+                dd += dout[(row0 + r) * DV + c] * out[(row0 + r) * DV + c];
+        Dd[r] = dd;
+        Ls[r] = in ? lse[row0 + r] : KL_INF;
     }
 }
 
