@@ -8,6 +8,7 @@
 #define KILN_CODEGEN_ATTN_NATIVE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum cg_attn_kind {
@@ -30,5 +31,17 @@ typedef struct cg_attn_native {
     int arg[CG_ATTN_MAX_ARGS];
     int nargs;
 } cg_attn_native;
+
+/* The CUDA backend's tiled attention (codegen/cuda_attn.cuh, instantiated
+ * by codegen/cuda_attn.c) in place of the generated kernel. */
+typedef struct kir_cuda kir_cuda;
+
+/* Whether the tiled kernel runs attention kernel a: true, or false with
+ * the reason in why (not f32, a head wider than 128, or
+ * KILN_CUDA_ATTENTION=generated). */
+bool cg_cuda_attention_fits(const cg_attn_native *a, int nbufs, char *why, size_t n);
+/* Replaces *c (the generated kernel `name`, of nbufs buffers) by the tiled
+ * kernel when it fits; returns whether it did. */
+bool cg_cuda_attention(const cg_attn_native *a, const char *name, kir_cuda *c);
 
 #endif

@@ -31,6 +31,9 @@ typedef struct kir_cuda_launch {
     int64_t inner;     /* BLOCK: the largest block-level loop (threads that
                           have work); FLAT: 0 */
     int vector;        /* FLAT: elements per unit when vectorised, else 1 */
+    int threads;       /* BLOCK: the block size a hand-written kernel is
+                          written for (codegen/cuda_attn.c); 0: chosen at
+                          launch (runtime/cuda_launch.h) */
 } kir_cuda_launch;
 
 enum { KIR_CUDA_BF16 = 1, KIR_CUDA_F16 = 2 };

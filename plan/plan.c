@@ -105,6 +105,8 @@ static int add_kernel(kl_plan *p, kir_kernel *k, const cg_attn_native *attn)
             return i;
     kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), kir_emit_c(k), {0}, *attn};
     kir_emit_cuda(k, &s.cuda);
+    if (attn->kind != CG_ATTN_NONE) /* the tiled kernel where it fits */
+        cg_cuda_attention(attn, k->name, &s.cuda);
     kl_vec_push(p->kernels, s);
     return p->kernels.n - 1;
 }

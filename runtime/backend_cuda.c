@@ -330,6 +330,24 @@ static void index_kernels(cuda_backend *cb)
     }
 }
 
+/* Whether a built-in image has every launch's function: an image built
+ * with the other KILN_CUDA_ATTENTION choice has the other attention
+ * kernel (the tiled one's function ends in _tiled), and is compiled
+ * afresh instead. */
+static bool image_has_launches(const kl_kernel_src *k, const void *image)
+{
+    CUmodule mod;
+    if (api.cuModuleLoadData(&mod, image) != CUDA_SUCCESS)
+        return false;
+    bool all = true;
+    for (int i = 0; i < k->cuda.nlaunches && all; i++) {
+        CUfunction f;
+        all = api.cuModuleGetFunction(&f, mod, k->cuda.launches[i].fn) == CUDA_SUCCESS;
+    }
+    CU(api.cuModuleUnload(mod));
+    return all;
+}
+
 /* Loads a compiled kernel and sizes its launches for this device. */
 static int load_kernel(cuda_backend *cb, const kl_kernel_src *k, const void *image)
 {
@@ -356,10 +374,27 @@ static int load_kernel(cuda_backend *cb, const kl_kernel_src *k, const void *ima
     return 0;
 }
 
+/* Says, once per attention kernel, whether the tiled kernel
+ * (codegen/cuda_attn.cuh) or the generated one runs it, and why. */
+static void say_attention(cuda_backend *cb, const kl_plan *plan)
+{
+    for (int i = 0; i < plan->kernels.n && !cb->o.quiet; i++) {
+        const kl_kernel_src *k = &plan->kernels.v[i];
+        char why[160] = "";
+        if (k->attn.kind == CG_ATTN_NONE || find_kernel(cb, k->name))
+            continue;
+        bool tiled = k->cuda.nlaunches == 1 && k->cuda.launches[0].threads > 0;
+        if (!tiled)
+            cg_cuda_attention_fits(&k->attn, k->cuda.nbufs, why, sizeof why);
+        fprintf(stderr, "kiln: %s (%s): %s%s\n", k->what, k->name, tiled ? "tiled CUDA kernel" : "generated kernel: ", why);
+    }
+}
+
 static int cuda_prepare(kl_backend *be, const kl_plan *plan)
 {
     cuda_backend *cb = cb_of(be);
     int rc = 0;
+    say_attention(cb, plan);
     KL_VEC(int) missing = {0};
     for (int i = 0; i < plan->kernels.n && !rc; i++) {
         const kl_kernel_src *k = &plan->kernels.v[i];
@@ -373,7 +408,7 @@ static int cuda_prepare(kl_backend *be, const kl_plan *plan)
         const kl_cuda_builtin *b = cb->o.builtins;
         while (b && b->name && !(strcmp(b->name, k->name) == 0 && strcmp(b->arch, cb->arch) == 0))
             b++;
-        if (b && b->name)
+        if (b && b->name && (k->attn.kind == CG_ATTN_NONE || image_has_launches(k, b->image)))
             rc = load_kernel(cb, k, b->image);
         else
             kl_vec_push(missing, i);
@@ -820,6 +855,11 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
         opts = *o;
     if (!opts.builtins)
         opts.builtins = registered_builtins;
+    const char *attn = getenv("KILN_CUDA_ATTENTION");
+    if (attn && strcmp(attn, "tiled") && strcmp(attn, "generated")) {
+        snprintf(why, n, "KILN_CUDA_ATTENTION must be tiled or generated, got '%s'", attn);
+        return NULL;
+    }
     if (open_api(why, n))
         return NULL;
     CUresult r = api.cuInit(0);

@@ -20,6 +20,8 @@
  * function; max_threads: the most it can launch with (registers). */
 static inline unsigned kl_cuda_block_size(const kir_cuda_launch *l, int sms, int flat_block, int max_threads)
 {
+    if (l->threads > 0)
+        return (unsigned)l->threads; /* hand-written: its __launch_bounds__ */
     int limit = max_threads / 32 * 32;
     if (limit < 32)
         limit = 32;

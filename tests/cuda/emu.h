@@ -40,6 +40,7 @@ using std::isfinite;
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__ static
+#define __launch_bounds__(...)
 
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
@@ -139,6 +140,14 @@ template <typename T> static T __shfl_xor_sync(unsigned mask, T v, int lanemask)
     memcpy(&r, &kl_emu.xchg[(tid & ~31u) | ((tid & 31u) ^ (unsigned)lanemask)], sizeof r);
     kl_emu_yield(KL_EMU_WARP); /* every lane has read */
     return r;
+}
+
+/* A warp barrier: released, like a shuffle, when all 32 lanes wait. */
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    if (mask != 0xffffffffu && !kl_emu.error[0])
+        snprintf(kl_emu.error, sizeof kl_emu.error, "__syncwarp with a partial mask %#x", mask);
+    kl_emu_yield(KL_EMU_WARP);
 }
 
 static void kl_emu_entry(void)

@@ -413,7 +413,8 @@ static int run_launches(runner *r, const kl_kernel_src *k, void *const *bufs, co
             block = kl_cuda_block_size(L, 4, 128, 256);
             grid = kl_cuda_grid_size(L, block, 4, 2);
         } else {
-            block = L->map == KIR_CUDA_BLOCK ? 96 : 64;
+            /* Odd sizes, except a hand-written kernel's own block. */
+            block = L->threads > 0 ? (unsigned)L->threads : L->map == KIR_CUDA_BLOCK ? 96 : 64;
             grid = 3;
         }
         char e2[400];

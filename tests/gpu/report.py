@@ -6,6 +6,7 @@ print the closing table. Standard library only.
     report.py summary RUN.json KEY...          values of a run's summary line
     report.py bench BENCH.json                 kernels' share of copy bandwidth (kiln bench --json)
     report.py torch TORCH.json                 samples/s and ms/step of a PyTorch run
+    report.py attention BENCH.json             the attention kernels' times (kiln bench --json)
     report.py table RESULTS.tsv                the table (stage, result, goal, verdict)
     report.py json RESULTS.tsv OUT.json [KEY=VALUE...]   the same rows as JSON, with KEY=VALUE beside them
 
@@ -115,6 +116,25 @@ def cmd_bench(path):
     return 0
 
 
+def cmd_attention(path):
+    """Milliseconds per step of each attention kernel, and of the step."""
+    with open(path) as f:
+        data = json.load(f)
+    by = {}
+    for s in data["steps"]:
+        op = s["ops"].split(" @")[0].strip()
+        if op in ("attention", "attention_grad_q", "attention_grad_kv"):
+            by[op] = by.get(op, 0.0) + s["ms"]
+    if not by:
+        print("attention\tno attention kernel in the bench")
+        return 1
+    for op in ("attention", "attention_grad_q", "attention_grad_kv"):
+        print("%s_ms\t%.3f" % (op, by.get(op, 0.0)))
+    print("attention_total_ms\t%.3f" % sum(by.values()))
+    print("step_ms\t%.3f" % data["step_ms"])
+    return 0
+
+
 def cmd_torch(path):
     with open(path) as f:
         r = json.load(f)
@@ -166,7 +186,7 @@ def main():
         print(__doc__)
         return 2
     cmd, args = sys.argv[1], sys.argv[2:]
-    return {"losses": cmd_losses, "summary": cmd_summary, "bench": cmd_bench, "torch": cmd_torch,
+    return {"losses": cmd_losses, "summary": cmd_summary, "bench": cmd_bench, "attention": cmd_attention, "torch": cmd_torch,
             "table": cmd_table, "json": cmd_json}[cmd](*args)
 
 

@@ -31,7 +31,10 @@
 #      traced steps: the sampler's NVML readings in the summary and as
 #      the trace's GPU counter tracks
 #   5. kiln bench on the GPU: fused elementwise and batch-norm kernels'
-#      share of a device-to-device copy's bandwidth (goal 80%), fusion gain
+#      share of a device-to-device copy's bandwidth (goal 80%), fusion gain;
+#      5b. GPT-2 124M's causal attention ([4, 12, 1024, 64]): the tiled
+#      kernels against the CPU, and their time per step against the
+#      generated kernels' (KILN_CUDA_ATTENTION=generated)
 #   6. step time with and without CUDA graphs; 6b. cuBLASLt GEMM epilogues:
 #      tests/cudalt/epilogues.kl's GEMM steps with their epilogues (bias,
 #      ReLU, tanh GELU and their backward) in cuBLASLt against the CPU
@@ -389,6 +392,51 @@ for m in fashion_cnn mlp; do
     row "$m: kiln bench" "$(why $rc "$out/bench_$m.log")see bench_$m.log" "" FAIL
   fi
 done
+
+# ---- 5b. the tiled attention kernels (codegen/cuda_attn.cuh) ----
+# GPT-2 124M's attention shapes (quick: small ones): the tiled kernels
+# against the CPU backend (kernel_check), then each attention kernel's time
+# per step, tiled against the generated kernels (KILN_CUDA_ATTENTION).
+attn_shape="4, 12, 1024, 64"
+[ $quick = 1 ] && attn_shape="2, 4, 128, 32"
+cat > "$out/attention.kl" <<KL
+# tests/gpu/run.sh: causal attention of shape [$attn_shape], a training step
+model m {
+  param q : f32[$attn_shape] init = normal(std = 1)
+  param k : f32[$attn_shape] init = normal(std = 1)
+  param v : f32[$attn_shape] init = normal(std = 1)
+  param r : f32[$attn_shape] init = normal(std = 1)
+  loss = mean(attention(q, k, v) * r)
+}
+KL
+log "5b. attention [$attn_shape], causal: tiled vs generated kernels"
+if [ -n "$kit" ] && [ $cpu_only = 1 ]; then
+  row "attention kernels vs CPU" "n/a (--cpu-only from a kit: the emulation needs a checkout's tests/cuda)"
+else
+  mode="--device cuda"
+  [ $cpu_only = 1 ] && mode=--emulate
+  limited 120 "$check" $mode --batch 1 --precisions fp32 --config "train fused" "$out/attention.kl" > "$out/attention_check.log" 2>&1
+  rc=$?
+  worst=$(grep -oE 'worst relative error [^;]*' "$out/attention_check.log" | tail -1)
+  fails=$(grep -oE '[0-9]+ failures' "$out/attention_check.log" | tail -1)
+  row "attention [$attn_shape] kernels vs CPU" "$(why $rc "$out/attention_check.log")${fails:-no summary}; ${worst:-see attention_check.log}" "0 failures (f32 1e-4)" $([ $rc = 0 ] && echo ok || echo FAIL)
+fi
+attn_row=""
+for choice in tiled generated; do
+  # (--cpu-only: the CPU's hand-written kernels against its generated ones)
+  cpu_choice=native
+  [ $choice = generated ] && cpu_choice=generated
+  KILN_CUDA_ATTENTION=$choice KILN_CPU_ATTENTION=$cpu_choice limited 120 "$kiln" bench "$out/attention.kl" --device $dev --repeats $bench_repeats --json \
+    > "$out/attention_$choice.json" 2> "$out/attention_$choice.log"
+  rc=$?
+  if [ $rc = 0 ] && report attention "$out/attention_$choice.json" > "$out/attention_$choice.tsv"; then
+    attn_row="$attn_row$choice: forward $(get attention_ms "$out/attention_$choice.tsv") ms, grad_q $(get attention_grad_q_ms "$out/attention_$choice.tsv"), grad_kv $(get attention_grad_kv_ms "$out/attention_$choice.tsv"), all $(get attention_total_ms "$out/attention_$choice.tsv") ms; "
+  else
+    attn_row="$attn_row$choice: $(why $rc "$out/attention_$choice.log")see attention_$choice.log; "
+  fi
+done
+speedup=$(py -c "print('%.2fx' % (float('$(get attention_total_ms "$out/attention_generated.tsv" 2>/dev/null)') / float('$(get attention_total_ms "$out/attention_tiled.tsv" 2>/dev/null)')))" 2>/dev/null)
+row "attention [$attn_shape], causal, per step" "${attn_row}tiled speedup ${speedup:-n/a}$([ $cpu_only = 1 ] && echo ' (CPU: runtime/cpu_attn.c against the generated C)')" "tiled faster than generated"
 
 # ---- 6. CUDA graphs ----
 if [ $cpu_only = 1 ]; then
