@@ -49,6 +49,48 @@ pad)
   ! grep -q tp_mask "$tmp/t3.txt" || { echo "FAIL: the checkpoint holds a mask"; exit 1; }
   echo "ok: T = 2, 3, 4 and 2 x 2, accumulate 2: one rank's losses and values; checkpoints unpadded"
   ;;
+clip)
+  # clip = 0.2 clips every step here (the global norm is above it): the
+  # norm is the whole model's on every rank (split params' squares summed
+  # over the group, replicated ones once), so T = 3 and 2 x 2 clip as one
+  # rank does; without clip the losses differ from step 3.
+  build_tp
+  one ref "$tmp/tp" --batch 48 --set clip=0.2
+  ranks 3 t3 "$tmp/tp" --batch 48 --tensor-parallel 3 --set clip=0.2
+  same ref t3
+  ranks 4 t2d2 "$tmp/tp" --batch 24 --tensor-parallel 2 --set clip=0.2
+  same ref t2d2
+  one noclip "$tmp/tp" --batch 48
+  differ ref noclip
+  ;;
+fp16)
+  # fp16 with a loss scale that overflows at first (steps are skipped):
+  # every rank of T = 3 and of 2 x 2 skips the steps one rank skips (the
+  # inf/NaN check reads the group's summed squared norm), with accumulate
+  # 2 too. As in tests/ranks.sh, a data-parallel rank overflows on its own
+  # micro-batch, so the reference for 2 data-parallel groups accumulates
+  # 2 micro-batches of the groups' size. The row split's partial products are rounded to fp16 (bf16)
+  # before their all-reduce, where one rank rounds the whole sum once
+  # (as Megatron's), so the losses agree within rtol 1e-3 over 20 steps
+  # in fp16 (largest difference measured 2.3e-4 at T = 3) and 1e-2 over 5
+  # in bf16 (tests/tp.sh); the skipped counts agree exactly.
+  build_tp
+  ls="loss_scale=dynamic(scale=1e6, interval=4)"
+  one ref "$tmp/tp" --batch 48 --precision fp16 --set "$ls"
+  ranks 3 t3 "$tmp/tp" --batch 48 --tensor-parallel 3 --precision fp16 --set "$ls"
+  compare losses "$tmp/ref.json" "$tmp/t3.json" 1e-3 || { echo "FAIL: fp16 at T = 3: losses or skipped steps differ"; exit 1; }
+  one acc2 "$tmp/tp" --batch 24 --accumulate 2 --precision fp16 --set "$ls"
+  ranks 4 t2d2 "$tmp/tp" --batch 24 --tensor-parallel 2 --precision fp16 --set "$ls"
+  compare losses "$tmp/acc2.json" "$tmp/t2d2.json" 1e-3 || { echo "FAIL: fp16 at T = 2 x 2: losses or skipped steps differ"; exit 1; }
+  ranks 3 t3acc "$tmp/tp" --batch 24 --accumulate 2 --tensor-parallel 3 --precision fp16 --set "$ls"
+  compare losses "$tmp/acc2.json" "$tmp/t3acc.json" 1e-3 || { echo "FAIL: fp16, accumulate 2 at T = 3 differs"; exit 1; }
+  skipped=$(grep '"type": "train"' "$tmp/t3.json" | tail -1 | sed 's/.*"skipped": \([0-9]*\).*/\1/')
+  [ "$skipped" -gt 0 ] || { echo "FAIL: the fp16 case skipped no step, so it tests nothing"; exit 1; }
+  echo "ok: fp16 skipped $skipped steps on every rank, as one rank did"
+  one bf16 "$tmp/tp" --batch 48 --precision bf16 --steps 5
+  ranks 3 rbf16 "$tmp/tp" --batch 48 --tensor-parallel 3 --precision bf16 --steps 5
+  compare losses "$tmp/bf16.json" "$tmp/rbf16.json" 1e-2 || { echo "FAIL: bf16 at T = 3: losses differ"; exit 1; }
+  ;;
 *)
   echo "unknown case $case_"; exit 2 ;;
 esac
