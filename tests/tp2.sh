@@ -91,6 +91,24 @@ fp16)
   ranks 3 rbf16 "$tmp/tp" --batch 48 --tensor-parallel 3 --precision bf16 --steps 5
   compare losses "$tmp/bf16.json" "$tmp/rbf16.json" 1e-2 || { echo "FAIL: bf16 at T = 3: losses differ"; exit 1; }
   ;;
+resume)
+  # Saved at T = 4 on 4 ranks at step 10 (the pair padded to 100), resumed
+  # at T = 2 on 2 ranks (no padding) and on one rank: steps 11-20 and the
+  # final values as an uninterrupted 4-rank run's; and saved at T = 3
+  # (padded to 102), resumed at T = 2 x 2.
+  build_tp
+  ranks 4 full "$tmp/tp" --batch 48 --tensor-parallel 4
+  ranks 4 half "$tmp/tp" --batch 48 --tensor-parallel 4 --steps 10
+  "${mpi[@]}" -np 2 "$tmp/tp" "${common[@]}" --batch 48 --tensor-parallel 2 --resume "$tmp/half.ckpt" \
+    --metrics "$tmp/on2.json" --save "$tmp/on2.ckpt" > /dev/null
+  same full on2
+  "$tmp/tp" "${common[@]}" --batch 48 --resume "$tmp/half.ckpt" --metrics "$tmp/on1.json" --save "$tmp/on1.ckpt" > /dev/null
+  same full on1
+  ranks 3 half3 "$tmp/tp" --batch 48 --tensor-parallel 3 --steps 10
+  "${mpi[@]}" -np 4 "$tmp/tp" "${common[@]}" --batch 24 --tensor-parallel 2 --resume "$tmp/half3.ckpt" \
+    --metrics "$tmp/on22.json" --save "$tmp/on22.ckpt" > /dev/null
+  same full on22
+  ;;
 *)
   echo "unknown case $case_"; exit 2 ;;
 esac
