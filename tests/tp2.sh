@@ -109,6 +109,22 @@ resume)
     --metrics "$tmp/on22.json" --save "$tmp/on22.ckpt" > /dev/null
   same full on22
   ;;
+cnn)
+  # tests/tp2_cnn.kl (examples/fashion_cnn.kl with a split dense head; T =
+  # 3 pads its 128 units to 129) at T = 2 and 3 against one rank; at T =
+  # 2 x data parallel 2 batch norm normalises over each group's own rows
+  # (as tests/ranks.sh cnn), so the reference accumulates 2 micro-batches
+  # of the groups' size and the running statistics are left out.
+  "$kiln" build tests/tp2_cnn.kl -o "$tmp/cnn"
+  one ref "$tmp/cnn" --batch 8
+  ranks 2 t2 "$tmp/cnn" --batch 8 --tensor-parallel 2
+  same ref t2
+  ranks 3 t3 "$tmp/cnn" --batch 8 --tensor-parallel 3
+  same ref t3
+  one acc "$tmp/cnn" --batch 4 --accumulate 2
+  ranks 4 t2d2 "$tmp/cnn" --batch 4 --tensor-parallel 2
+  same acc t2d2 running_
+  ;;
 *)
   echo "unknown case $case_"; exit 2 ;;
 esac
