@@ -228,6 +228,77 @@ void train_tp_ckpt_end(trainer *t, bool loading)
         free_full(t);
 }
 
+/* ZeRO's optimizer state gathered over the data-parallel group
+ * (driver/train_ranks.c, t->zero_full: "<param>.<what>" of the param's
+ * shape) is this rank's tensor-parallel slice for split params; these
+ * turn it into the whole value a checkpoint holds and back. */
+void train_tp_zero_gather(trainer *t)
+{
+    if (t->tp <= 1)
+        return;
+    kl_comm *tp = kl_comm_tp(t->comm);
+    for (int i = 0; i < t->zero_full.n; i++) {
+        kl_persist *f = &t->zero_full.v[i];
+        int T = 1;
+        int64_t size = 0;
+        int axis = split_axis(t, f->name, &f->type, &T, &size);
+        if (axis < 0)
+            continue;
+        size_t bytes = (size_t)ir_type_bytes(&f->type);
+        char *all = kl_xmalloc(bytes * (size_t)T + 1);
+        kl_comm_all_gather(tp, f->ptr, ir_type_numel(&f->type), all, f->type.dtype, f->name);
+        ir_type full;
+        void *real = join_slices(&f->type, axis, T, size, all, &full);
+        free(all);
+        free(f->ptr);
+        f->ptr = real;
+        f->type = full;
+    }
+}
+
+void train_tp_zero_widen(trainer *t)
+{
+    if (t->tp <= 1)
+        return;
+    for (int i = 0; i < t->zero_full.n; i++) {
+        kl_persist *f = &t->zero_full.v[i];
+        int T = 1;
+        int64_t size = 0;
+        int axis = split_axis(t, f->name, &f->type, &T, &size);
+        if (axis < 0)
+            continue;
+        f->type.dim[axis] = size;
+        free(f->ptr);
+        f->ptr = kl_xcalloc(1, (size_t)ir_type_bytes(&f->type) + 1);
+    }
+}
+
+void train_tp_zero_cut(trainer *t)
+{
+    if (t->tp <= 1)
+        return;
+    const ir_graph *g = t->train->g;
+    for (int i = 0; i < t->zero_full.n; i++) {
+        kl_persist *f = &t->zero_full.v[i];
+        /* The whole value's param: f is "<param>.<what>". */
+        const char *dot = strrchr(f->name, '.');
+        char *param = kl_xstrndup(f->name, dot ? (size_t)(dot - f->name) : strlen(f->name));
+        int v = ir_find_value(g, param);
+        free(param);
+        int T = 1;
+        int axis = v >= 0 && ir_val(g, v)->kind == IR_VAL_PARAM ? kl_tp_axis(ir_val(g, v), &T) : -1;
+        if (axis < 0)
+            continue;
+        ir_type st = ir_val(g, v)->type;
+        st.dtype = f->type.dtype;
+        void *mine = kl_xmalloc((size_t)ir_type_bytes(&st) + 1);
+        cut_slice(&st, axis, T, kl_tp_size(ir_val(g, v)), t->tp_rank, f->ptr, mine);
+        free(f->ptr);
+        f->ptr = mine;
+        f->type = st;
+    }
+}
+
 void train_tp_free(trainer *t)
 {
     free_full(t);

@@ -323,9 +323,9 @@ int pass_shard_tp(ir_graph *g, const pass_ctx *cx)
             pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d, but no call is marked split = column|row (e.g. "
                        "dense(x, 1024, split = column))", T);
             rc = -1;
-        } else if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2 || mode == KL_SHARD_ZERO3) {
-            pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d with a ZeRO shard mode is not built: use shard = dp "
-                       "(the default) with tensor parallelism", T);
+        } else if (mode == KL_SHARD_ZERO3) {
+            pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d with shard = zero3 is not built: use shard = dp, "
+                       "zero1 or zero2 with tensor parallelism", T);
             rc = -1;
         } else if (cx->ranks > 1 && cx->ranks % T) {
             pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d does not divide the world of %d ranks", T, cx->ranks);
@@ -357,7 +357,9 @@ char *pass_tp_memory(const ir_graph *g, int ranks)
     int T = pass_tp_ranks(g);
     if (T <= 1)
         return NULL;
-    int64_t split = 0, whole = 0, split_bytes = 0, whole_bytes = 0;
+    /* Per rank: the slices (padding included) and the replicated params;
+     * one rank holds the real sizes. */
+    int64_t split = 0, whole = 0, split_bytes = 0, whole_bytes = 0, real = 0;
     for (int i = 0; i < g->decls.n; i++) {
         const ir_value *v = ir_val(g, g->decls.v[i]);
         if (v->kind != IR_VAL_PARAM)
@@ -365,11 +367,19 @@ char *pass_tp_memory(const ir_graph *g, int ranks)
         bool cut = ir_attrs_find(&v->attrs, "tp_axis") != NULL;
         *(cut ? &split : &whole) += ir_type_numel(&v->type);
         *(cut ? &split_bytes : &whole_bytes) += ir_type_bytes(&v->type);
+        if (cut) {
+            int axis = (int)ir_attr_int(&v->attrs, "tp_axis", 0);
+            int64_t size = ir_attr_int(&v->attrs, "tp_size", v->type.dim[axis] * T);
+            real += ir_type_numel(&v->type) / v->type.dim[axis] * size;
+        }
     }
+    char pad[64] = "";
+    if (real != split * T)
+        snprintf(pad, sizeof pad, ", %lld padded to it", (long long)real);
     return kl_xasprintf("tensor parallel: groups of %d ranks x %d data-parallel; params per rank %lld = %.3f MB (%lld "
-                        "split, 1/%d of %lld; %lld replicated), one rank would hold %lld",
+                        "split, 1/%d of %lld%s; %lld replicated), one rank would hold %lld",
                         T, ranks > T ? ranks / T : 1, (long long)(split + whole), (double)(split_bytes + whole_bytes) * 1e-6,
-                        (long long)split, T, (long long)(split * T), (long long)whole, (long long)(split * T + whole));
+                        (long long)split, T, (long long)(split * T), pad, (long long)whole, (long long)(real + whole));
 }
 
 bool pass_tp_is_split(const ir_graph *g, int v) { return ir_attrs_find(&ir_val(g, v)->attrs, "tp_axis") != NULL; }

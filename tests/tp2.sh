@@ -10,7 +10,7 @@
 # (rtol 1e-5) and the final params and optimizer state of the
 # checkpoints, which hold the split params whole and unpadded (rtol 1e-5),
 # mpirun --oversubscribe, one thread per rank. tests/tp2_mlp.kl's pair
-# has 98 units: T = 3 pads them to 102 (34 a rank), T = 4 to 100.
+# has 98 units: T = 3 pads them to 99 (33 a rank), T = 4 to 100.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
@@ -95,7 +95,7 @@ resume)
   # Saved at T = 4 on 4 ranks at step 10 (the pair padded to 100), resumed
   # at T = 2 on 2 ranks (no padding) and on one rank: steps 11-20 and the
   # final values as an uninterrupted 4-rank run's; and saved at T = 3
-  # (padded to 102), resumed at T = 2 x 2.
+  # (padded to 99), resumed at T = 2 x 2.
   build_tp
   ranks 4 full "$tmp/tp" --batch 48 --tensor-parallel 4
   ranks 4 half "$tmp/tp" --batch 48 --tensor-parallel 4 --steps 10
@@ -124,6 +124,75 @@ cnn)
   one acc "$tmp/cnn" --batch 4 --accumulate 2
   ranks 4 t2d2 "$tmp/cnn" --batch 4 --tensor-parallel 2
   same acc t2d2 running_
+  ;;
+zero)
+  # zero1 and zero2 on the data-parallel rest: T = 2 x 2 on 4 ranks (the
+  # optimizer state of each group's slices partitioned over its 2
+  # data-parallel ranks), with clip (the norm summed over both), with
+  # accumulate 2; zero2 saved at 2 x 2 (the state gathered over both
+  # groups, whole and unpadded) resumed on one rank and at T = 3 (padded).
+  build_tp
+  one ref "$tmp/tp" --batch 48
+  one clip "$tmp/tp" --batch 48 --set clip=0.2
+  one acc "$tmp/tp" --batch 24 --accumulate 2
+  for z in zero1 zero2; do
+    ranks 4 $z "$tmp/tp" --batch 24 --tensor-parallel 2 --shard $z
+    same ref $z
+    ranks 4 ${z}clip "$tmp/tp" --batch 24 --tensor-parallel 2 --shard $z --set clip=0.2
+    same clip ${z}clip
+    ranks 4 ${z}acc "$tmp/tp" --batch 12 --accumulate 2 --tensor-parallel 2 --shard $z
+    same acc ${z}acc
+  done
+  ranks 4 half "$tmp/tp" --batch 24 --tensor-parallel 2 --shard zero2 --steps 10
+  "$tmp/tp" "${common[@]}" --batch 48 --resume "$tmp/half.ckpt" --metrics "$tmp/on1.json" --save "$tmp/on1.ckpt" > /dev/null
+  same ref on1
+  ranks 3 on3 "$tmp/tp" --batch 48 --tensor-parallel 3 --resume "$tmp/half.ckpt"
+  same ref on3
+  # and back: saved at T = 3 (padded), resumed at T = 2 x 2 with zero1.
+  ranks 3 half3 "$tmp/tp" --batch 48 --tensor-parallel 3 --steps 10
+  ranks 4 on4 "$tmp/tp" --batch 24 --tensor-parallel 2 --shard zero1 --resume "$tmp/half3.ckpt"
+  same ref on4
+  ;;
+memory)
+  # The memory per rank counts a rank's share: tp2_mlp has 50778
+  # replicated params and a pair of 64 x 98 + 98 + 98 x 48 = 11074 split
+  # ones; at T = 2, 5537 a rank, so Psi = 56315 and ZeRO partitions over
+  # the N = 2 data-parallel ranks: zero1 (4 + 4 + 12 / 2) Psi and zero2
+  # (4 + 16 / 2) Psi bytes, measured within 5% (printed: 1.0000). At T =
+  # 3 the pair is padded to 11187 (3729 a rank). No MPI: kiln ir.
+  for z in zero1 zero2; do
+    "$kiln" ir "$model" --after shard --ranks 4 --set tensor_parallel=2 --set shard=$z > "$tmp/$z.txt"
+    grep -q "^# tensor parallel: groups of 2 ranks x 2 data-parallel; params per rank 56315 = 0.225 MB (5537 split, 1/2 of 11074; 50778 replicated), one rank would hold 61852$" "$tmp/$z.txt" ||
+      { echo "FAIL: $z: not the expected tensor-parallel line"; grep '^#' "$tmp/$z.txt"; exit 1; }
+    line=$(grep "^# memory per rank (4 ranks, shard $z" "$tmp/$z.txt") || { echo "FAIL: $z: no memory line"; exit 1; }
+    echo "$line" | grep -q "Psi = 56315 params on this rank of a tensor-parallel group of 2, N = 2 data-parallel ranks" ||
+      { echo "FAIL: $z: the formulas do not count the rank's share over N = 2: $line"; exit 1; }
+    ratio=$(echo "$line" | sed 's/.*measured \/ formula \([0-9.]*\).*/\1/')
+    python3 -c "import sys; sys.exit(abs($ratio - 1) > 0.05)" || { echo "FAIL: $z: measured / formula $ratio"; exit 1; }
+    echo "ok: $z at T = 2 x 2: measured / formula $ratio"
+  done
+  "$kiln" ir "$model" --after shard --ranks 3 --set tensor_parallel=3 > "$tmp/t3.txt"
+  grep -q "params per rank 54507 = 0.218 MB (3729 split, 1/3 of 11187, 11074 padded to it; 50778 replicated), one rank would hold 61852$" "$tmp/t3.txt" ||
+    { echo "FAIL: T = 3: not the expected padded line"; grep '^#' "$tmp/t3.txt"; exit 1; }
+  grep -q '^  state %dense.3.w.tp_mask : f32\[33\] {init = ones, role = tp_mask, tp_axis = 0, tp_ranks = 3, tp_size = 98}' "$tmp/t3.txt" &&
+    grep -q '^  param %dense.2.w : f32\[64,33\] .*tp_size = 98, tp_axis = 1, tp_ranks = 3' "$tmp/t3.txt" &&
+    grep -q '= mul(%t[0-9]*, %dense.3.w.tp_mask)' "$tmp/t3.txt" ||
+    { echo "FAIL: T = 3: the padded pair and its mask are not as expected"; cat "$tmp/t3.txt"; exit 1; }
+  # The dump re-reads and reprints unchanged (tp_size, the mask).
+  "$kiln" ir "$tmp/t3.txt" --after lower -o "$tmp/re.txt"
+  cmp "$tmp/t3.txt" "$tmp/re.txt" || { echo "FAIL: the padded dump does not reprint unchanged"; diff "$tmp/t3.txt" "$tmp/re.txt" | head; exit 1; }
+  # The norm and fp16's check read the group's sum (with zero2: after the
+  # data-parallel sum of the slices').
+  "$kiln" ir "$model" --after shard --ranks 4 --set tensor_parallel=2 --set shard=zero2 --set clip=1 --set precision=fp16 > "$tmp/n.txt"
+  grep -q 'update %tp_grad_sqnorm[.0-9]* : f32\[\] = all_reduce(%zero2.grad_sqnorm) {reduce = sum, ranks = 2, group = tp}' "$tmp/n.txt" &&
+    grep -q 'update %grads_finite : f32\[\] = isfinite(%tp_grad_sqnorm[.0-9]*)' "$tmp/n.txt" ||
+    { echo "FAIL: the gradient norm is not summed over the group"; grep 'sqnorm\|finite' "$tmp/n.txt"; exit 1; }
+  # zero3 with T > 1 is refused, naming both.
+  if "$kiln" ir "$model" --after shard --ranks 4 --set tensor_parallel=2 --set shard=zero3 > /dev/null 2> "$tmp/z3.err"; then
+    echo "FAIL: T = 2 with zero3 was accepted"; exit 1
+  fi
+  grep -q "zero3" "$tmp/z3.err" || { cat "$tmp/z3.err"; exit 1; }
+  echo "ok: $(head -1 "$tmp/z3.err")"
   ;;
 *)
   echo "unknown case $case_"; exit 2 ;;
