@@ -47,7 +47,22 @@ pad)
       { echo "FAIL: the T = 3 checkpoint does not hold $v"; cat "$tmp/t3.txt"; exit 1; }
   done
   ! grep -q tp_mask "$tmp/t3.txt" || { echo "FAIL: the checkpoint holds a mask"; exit 1; }
-  echo "ok: T = 2, 3, 4 and 2 x 2, accumulate 2: one rank's losses and values; checkpoints unpadded"
+  # --export at T = 3 writes the pair whole and unpadded; evaluation at
+  # T = 3 equals one rank's.
+  "$tmp/tp" "${loud[@]}" --batch 48 --eval-every 20 > "$tmp/e1.txt"
+  "${mpi[@]}" -np 3 "$tmp/tp" "${loud[@]}" --batch 48 --tensor-parallel 3 --eval-every 20 --export "$tmp/e.safetensors" > "$tmp/e3.txt"
+  e1=$(grep -o 'eval  loss [0-9.]*  accuracy [0-9.]*' "$tmp/e1.txt" | tail -1)
+  e3=$(grep -o 'eval  loss [0-9.]*  accuracy [0-9.]*' "$tmp/e3.txt" | tail -1)
+  [ -n "$e1" ] && [ "$e1" = "$e3" ] || { echo "FAIL: evaluation: one rank '$e1', T = 3 '$e3'"; exit 1; }
+  python3 - "$tmp/e.safetensors" <<'PY' || { echo "FAIL: --export at T = 3"; exit 1; }
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+shapes = {k: v["shape"] for k, v in h.items() if k != "__metadata__"}
+want = {"dense.2.w": [64, 98], "dense.2.b": [98], "dense.3.w": [98, 48]}
+assert all(shapes.get(k) == v for k, v in want.items()) and not any("tp_mask" in k for k in shapes), shapes
+PY
+  echo "ok: T = 2, 3, 4 and 2 x 2, accumulate 2: one rank's losses and values; checkpoints and --export unpadded; $e3 at T = 3 as on one rank"
   ;;
 clip)
   # clip = 0.2 clips every step here (the global norm is above it): the
