@@ -87,7 +87,7 @@ fp16)
   # 2 micro-batches of the groups' size. The row split's partial products are rounded to fp16 (bf16)
   # before their all-reduce, where one rank rounds the whole sum once
   # (as Megatron's), so the losses agree within rtol 1e-3 over 20 steps
-  # in fp16 (largest difference measured 2.3e-4 at T = 3) and 1e-2 over 5
+  # in fp16 (largest difference measured 3.0e-4 at T = 3) and 1e-2 over 5
   # in bf16 (tests/tp.sh); the skipped counts agree exactly.
   build_tp
   ls="loss_scale=dynamic(scale=1e6, interval=4)"
