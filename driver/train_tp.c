@@ -52,30 +52,35 @@ int train_tp_setup(trainer *t)
     return 0;
 }
 
-/* The axis persistent value p of the training graph is cut on (*T: the
+/* The param a persistent value belongs to: the param name itself, or
+ * the param of a state "<param>.<what>"; NULL when there is none. */
+static const ir_value *owner_param(const trainer *t, const char *name)
+{
+    const ir_graph *g = t->train->g;
+    int v = ir_find_value(g, name);
+    if (v >= 0 && ir_val(g, v)->kind == IR_VAL_PARAM)
+        return ir_val(g, v);
+    const char *dot = strrchr(name, '.');
+    if (!dot)
+        return NULL;
+    char *param = kl_xstrndup(name, (size_t)(dot - name));
+    v = ir_find_value(g, param);
+    free(param);
+    return v >= 0 && ir_val(g, v)->kind == IR_VAL_PARAM ? ir_val(g, v) : NULL;
+}
+
+/* The axis persistent value `name` of type `type` is cut on (*T: the
  * group, *size: the real full size along it), or -1: a split param, or a
  * state of one ("<param>.<what>" of its shape: optimizer moments,
  * low-precision copies, accumulators). */
 static int split_axis(const trainer *t, const char *name, const ir_type *type, int *T, int64_t *size)
 {
-    const ir_graph *g = t->train->g;
-    int v = ir_find_value(g, name);
-    if (v < 0 || ir_val(g, v)->kind != IR_VAL_PARAM) {
-        const char *dot = strrchr(name, '.');
-        if (!dot)
-            return -1;
-        char *param = kl_xstrndup(name, (size_t)(dot - name));
-        v = ir_find_value(g, param);
-        free(param);
-        if (v < 0 || ir_val(g, v)->kind != IR_VAL_PARAM)
-            return -1;
-        const ir_type *pt = &ir_val(g, v)->type;
-        if (pt->rank != type->rank || memcmp(pt->dim, type->dim, sizeof(int64_t) * (size_t)pt->rank))
-            return -1;
-    }
-    int axis = kl_tp_axis(ir_val(g, v), T);
+    const ir_value *pv = owner_param(t, name);
+    if (!pv || pv->type.rank != type->rank || memcmp(pv->type.dim, type->dim, sizeof(int64_t) * (size_t)type->rank))
+        return -1;
+    int axis = kl_tp_axis(pv, T);
     if (axis >= 0)
-        *size = kl_tp_size(ir_val(g, v));
+        *size = kl_tp_size(pv);
     return axis;
 }
 
@@ -277,22 +282,18 @@ void train_tp_zero_cut(trainer *t)
 {
     if (t->tp <= 1)
         return;
-    const ir_graph *g = t->train->g;
     for (int i = 0; i < t->zero_full.n; i++) {
         kl_persist *f = &t->zero_full.v[i];
-        /* The whole value's param: f is "<param>.<what>". */
-        const char *dot = strrchr(f->name, '.');
-        char *param = kl_xstrndup(f->name, dot ? (size_t)(dot - f->name) : strlen(f->name));
-        int v = ir_find_value(g, param);
-        free(param);
+        /* f is whole here: its param's slice is the shape to cut. */
+        const ir_value *pv = owner_param(t, f->name);
         int T = 1;
-        int axis = v >= 0 && ir_val(g, v)->kind == IR_VAL_PARAM ? kl_tp_axis(ir_val(g, v), &T) : -1;
+        int axis = pv ? kl_tp_axis(pv, &T) : -1;
         if (axis < 0)
             continue;
-        ir_type st = ir_val(g, v)->type;
+        ir_type st = pv->type;
         st.dtype = f->type.dtype;
         void *mine = kl_xmalloc((size_t)ir_type_bytes(&st) + 1);
-        cut_slice(&st, axis, T, kl_tp_size(ir_val(g, v)), t->tp_rank, f->ptr, mine);
+        cut_slice(&st, axis, T, kl_tp_size(pv), t->tp_rank, f->ptr, mine);
         free(f->ptr);
         f->ptr = mine;
         f->type = st;
