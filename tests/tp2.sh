@@ -158,6 +158,10 @@ zero)
     ranks 4 ${z}acc "$tmp/tp" --batch 12 --accumulate 2 --tensor-parallel 2 --shard $z
     same acc ${z}acc
   done
+  # Padded slices under ZeRO: T = 3 (99 units) x data parallel 2 on 6
+  # ranks, zero2 with clip.
+  ranks 6 t3z2 "$tmp/tp" --batch 24 --tensor-parallel 3 --shard zero2 --set clip=0.2
+  same clip t3z2
   ranks 4 half "$tmp/tp" --batch 24 --tensor-parallel 2 --shard zero2 --steps 10
   "$tmp/tp" "${common[@]}" --batch 48 --resume "$tmp/half.ckpt" --metrics "$tmp/on1.json" --save "$tmp/on1.ckpt" > /dev/null
   same ref on1
