@@ -190,6 +190,7 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
                 c += len + (end ? 1 : 0);
             }
         }
+        train_tp_zero_widen(t);
     } else if (!t->zero_full.n) {
         kl_error("shard = zero1: no gathered optimizer state to save (a checkpoint before the first step, "
                  "--save-init, is not built on many ranks)");
@@ -222,10 +223,19 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
     return 0;
 }
 
+/* In the reverse order of train_ranks_ckpt_begin: ZeRO's state, then
+ * the tensor-parallel values. */
+static void zero_ckpt_end(trainer *t, bool loading);
+
 void train_ranks_ckpt_end(trainer *t, bool loading)
 {
-    kl_session *s = t->s;
+    zero_ckpt_end(t, loading);
     train_tp_ckpt_end(t, loading);
+}
+
+static void zero_ckpt_end(trainer *t, bool loading)
+{
+    kl_session *s = t->s;
     if (!t->zero_held.v)
         return;
     /* The full state back to the host (after a load: what was loaded). */
@@ -243,6 +253,7 @@ void train_ranks_ckpt_end(trainer *t, bool loading)
     t->zero_held.v = NULL, t->zero_held.n = t->zero_held.cap = 0;
     if (!loading)
         return;
+    train_tp_zero_cut(t);
     /* Each rank's slice of the loaded state (padding: zeros). */
     for (int i = 0; i < s->persist.n; i++) {
         const kl_persist *p = &s->persist.v[i];
@@ -286,8 +297,10 @@ void train_ranks_settle(trainer *t)
     if (t->world == 1)
         return;
     const ir_graph *g = t->train->g;
-    if (has_zero_state(t))
+    if (has_zero_state(t)) {
         gather_zero_state(t);
+        train_tp_zero_gather(t);
+    }
     for (int i = 0; i < t->averaged.n; i++) {
         int v = t->averaged.v[i];
         const ir_type *ty = &ir_val(g, v)->type;
@@ -313,7 +326,7 @@ void train_ranks_print_start(const trainer *t)
                                             : "dp");
     train_tp_print_start(t);
     if (t->world * t->tp > 1) {
-        char *m = pass_rank_memory(t->train->g, t->world);
+        char *m = pass_rank_memory(t->train->g, t->world * t->tp);
         printf("memory %s\n", m);
         free(m);
     }

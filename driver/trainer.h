@@ -211,6 +211,12 @@ int train_tp_setup(trainer *t);
 void train_tp_settle(trainer *t);
 int train_tp_ckpt_begin(trainer *t, bool loading);
 void train_tp_ckpt_end(trainer *t, bool loading);
+/* With ZeRO (t->zero_full, train_ranks.c): split params' state gathered
+ * whole over the group after ZeRO's gather; widened to the whole shape
+ * before a load; cut to this rank's slice after it. */
+void train_tp_zero_gather(trainer *t);
+void train_tp_zero_widen(trainer *t);
+void train_tp_zero_cut(trainer *t);
 void train_tp_free(trainer *t);
 void train_tp_print_start(const trainer *t);
 void train_ranks_ckpt_end(trainer *t, bool loading);

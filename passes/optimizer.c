@@ -51,8 +51,10 @@ static int update_scale(ir_graph *g, const kl_train_config *c, int hyper)
             ir_attrs_free(&a);
         }
         int sq = ir_emit1(g, IR_OP_SUM, ir_emit2(g, IR_OP_MUL, d, d, NULL), NULL);
+        sq = pass_tp_norm_share(g, sq, g->grads.v[i].param);
         total = total < 0 ? sq : ir_emit2(g, IR_OP_ADD, total, sq, NULL);
     }
+    total = pass_tp_norm_sum(g, total);
     int scale = -1;
     if (clip) {
         ir_attrs a = {0};

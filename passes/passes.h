@@ -27,6 +27,16 @@ int pass_tp_ranks(const ir_graph *g);
  * and replicated, against one rank's; one line (caller frees), NULL when
  * g is not split. */
 char *pass_tp_memory(const ir_graph *g, int ranks);
+/* Whether value v is cut by tensor parallelism (a split param's slice). */
+bool pass_tp_is_split(const ir_graph *g, int v);
+/* The gradients' squared norm over a tensor-parallel group (clip, fp16's
+ * inf/NaN check): each rank sums its split params' squares and 1/T of its
+ * replicated params' (equal on every rank of the group, so counted once in
+ * all), then pass_tp_norm_sum all-reduces the total over the group. Both
+ * return their operand unchanged when g is not split. sq: the squared
+ * norm of param's gradient (or of a slice of such). */
+int pass_tp_norm_share(ir_graph *g, int sq, int param);
+int pass_tp_norm_sum(ir_graph *g, int total);
 /* sync_batchnorm = true: batch norm's statistics all-reduced over the
  * data-parallel ranks (passes/sync_batchnorm.c), before autodiff. */
 int pass_sync_batchnorm(ir_graph *g, const pass_ctx *cx);

@@ -14,6 +14,9 @@
  *   - params stay fp32 (master weights); an op that wants one in low
  *     precision reads a low-precision copy (state NAME.lowp) that the
  *     optimizer update writes after each step;
+ *   - tensor parallelism's partial products (a GEMM whose result the
+ *     group all-reduces) are returned in fp32, summed in fp32 and rounded
+ *     once after the all-reduce, as one rank's GEMM rounds its sum;
  *   - casts are inserted only at the boundaries (one per value and dtype),
  *     for the fusion pass to fold into their neighbours;
  *   - an op annotated _precision = f32 (precision = fp32 on a call in the
@@ -151,11 +154,37 @@ static void retype(ir_graph *g, ir_node *n)
     n->attrs = a;
 }
 
+/* Tensor parallelism's partial products (passes/shard_tp.c: a row
+ * matmul's forward, a column matmul's input gradient): the GEMM returns
+ * fp32, the group sums in fp32 and the sum is rounded once, after, as one
+ * rank's GEMM rounds its whole sum; its readers read the rounded sum. */
+static bool tp_sum_f32(prec *P, ir_node *n)
+{
+    ir_graph *g = P->g;
+    const char *group = ir_attr_str(&n->attrs, "group", NULL);
+    if (n->op != IR_OP_ALL_REDUCE || !group || strcmp(group, "tp"))
+        return false;
+    const ir_value *x = ir_val(g, n->in.v[0]);
+    if (x->def < 0 || !is_low(P, x->type.dtype) || x->uses.n != 1)
+        return false;
+    ir_node *d = ir_nd(g, x->def);
+    if (d->op != IR_OP_MATMUL || d->out.n != 1)
+        return false;
+    ir_attrs_set_str(&d->attrs, "out", "f32");
+    retype(g, d);
+    retype(g, n);
+    int sum = n->out.v[0];
+    int c = as_dtype(P, sum, P->low);
+    ir_replace_uses(g, sum, c);
+    ir_set_operand(g, ir_nd(g, ir_val(g, c)->def), 0, sum);
+    return true;
+}
+
 static void assign(prec *P, ir_node *n)
 {
     ir_graph *g = P->g;
     mode m = mode_of(P, n);
-    if (m == MODE_SKIP)
+    if (m == MODE_SKIP || tp_sum_f32(P, n))
         return;
     if (m == MODE_NORM) {
         /* The data keeps its dtype (statistics are fp32 inside the

@@ -37,6 +37,8 @@ static rank_bytes count(const ir_graph *g)
         } else if (v->kind == IR_VAL_STATE) {
             /* Low-precision copies are params too; accumulators gradients. */
             const char *role = ir_attr_str(&v->attrs, "role", "");
+            if (!strcmp(role, "tp_mask"))
+                continue; /* a padded split's mask: a constant of its size */
             if (!strcmp(role, "lowp")) {
                 r.params += ir_type_bytes(&v->type);
                 r.lowp = true;
@@ -78,12 +80,19 @@ static rank_bytes count(const ir_graph *g)
 char *pass_rank_memory(const ir_graph *g, int ranks)
 {
     rank_bytes r = count(g);
-    double n = ranks > 1 ? (double)ranks : 1.0, mb = 1e-6, P = (double)r.psi;
+    /* With tensor parallelism (shard_tp.c) a rank's Psi is its share:
+     * the split params' slices and the replicated params, and ZeRO
+     * partitions over the ranks / T data-parallel ranks of its slices. */
+    int T = pass_tp_ranks(g), dp = ranks > T ? ranks / T : 1;
+    double n = (double)dp, mb = 1e-6, P = (double)r.psi;
     int64_t total = r.params + r.grads + r.state + r.master;
-    char *formulas = kl_xasprintf("ZeRO formulas (K = 12, Psi = %lld params): dp 16 Psi = %.2f MB, zero1 %.2f MB, zero2 %.2f MB, "
-                                  "zero3 %.2f MB (zero3 not built)",
-                                  (long long)r.psi, 16 * P * mb, (4 * P + 12 * P / n) * mb, (2 * P + 14 * P / n) * mb,
+    char *tp = T > 1 ? kl_xasprintf(" on this rank of a tensor-parallel group of %d, N = %d data-parallel ranks", T, dp)
+                     : kl_xstrdup("");
+    char *formulas = kl_xasprintf("ZeRO formulas (K = 12, Psi = %lld params%s): dp 16 Psi = %.2f MB, zero1 %.2f MB, zero2 "
+                                  "%.2f MB, zero3 %.2f MB (zero3 not built)",
+                                  (long long)r.psi, tp, 16 * P * mb, (4 * P + 12 * P / n) * mb, (2 * P + 14 * P / n) * mb,
                                   16 * P / n * mb);
+    free(tp);
     char *out;
     if (r.stage == 0) {
         out = kl_xasprintf("per rank (%d rank%s, shard dp, everything replicated): params %.2f MB, gradients %.2f MB, "

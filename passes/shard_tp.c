@@ -17,14 +17,20 @@
  *           rank i of a group holds slice i of the full param along
  *           tp_axis (runtime/tp.c). The same structure is checked with
  *           T = 1, where nothing changes (a model runs on any world).
+ *           A split size T does not divide is padded with zero units to
+ *           the next multiple of T (tp_size: the real size; the mask
+ *           NAME.tp_mask zeroes the padded units before the row matmul,
+ *           so that their gradients are 0 and they stay 0).
+ *           For the optimizer: pass_tp_norm_share and pass_tp_norm_sum
+ *           make the gradients' squared norm (clip, fp16's inf/NaN
+ *           check) the whole model's on every rank.
  *
  * Refused, with the call's location: a split on a matmul whose right
  * operand is not a 2-D param (or is transposed), a column split whose
  * result reaches anything other than elementwise ops and a row split (or
  * leaves the graph), a row split that no column split feeds, dropout or
  * positional ops between the two (their values depend on the element's
- * index), sizes T does not divide (refused, not padded), and T > 1 without
- * any split. The data-parallel rest of the world (ranks / T groups) is the
+ * index), and T > 1 without any split. The data-parallel rest of the world (ranks / T groups) is the
  * shard pass's (passes/shard.c). */
 #include <stdlib.h>
 #include <string.h>
@@ -191,20 +197,36 @@ static int emit_named(ir_graph *g, ir_op op, int x, const ir_attrs *a, const cha
     return v;
 }
 
+/* The mask of a padded split: the state NAME.tp_mask, f32[n' / T], cut
+ * as the params (1 on this rank's real units, 0 on padding: runtime/tp.c
+ * initialises the full [n] of ones and pads it with zeros). */
+static int declare_mask(ir_graph *g, const ir_value *w, int64_t padded, int64_t size, int T)
+{
+    char *name = kl_xasprintf("%s.tp_mask", w->name);
+    ir_type t = {IR_F32, 1, {padded / T}};
+    int m = ir_declare(g, IR_VAL_STATE, name, &t, w->loc);
+    free(name);
+    ir_attrs *a = &ir_val(g, m)->attrs;
+    ir_attrs_set_str(a, "init", "ones");
+    ir_attrs_set_str(a, "role", "tp_mask");
+    ir_attrs_set_int(a, "tp_axis", 0);
+    ir_attrs_set_int(a, "tp_ranks", T);
+    ir_attrs_set_int(a, "tp_size", size);
+    return m;
+}
+
 static int split_graph(ir_graph *g, const tp_split *s, int T)
 {
     for (int i = 0; i < s->params.n; i++) {
         ir_value *p = ir_val(g, s->params.v[i]);
         int axis = s->axes.v[i];
         /* Column weights [k, n] are cut on axis 1, biases [n] and row
-         * weights [n, m] on axis 0. */
-        if (p->type.dim[axis] % T) {
-            pass_error(g, p->loc, "tensor_parallel = %d does not divide %s's size %lld along axis %d (split sizes are "
-                       "refused, not padded)\n---> make the layer's size a multiple of %d", T, p->name,
-                       (long long)p->type.dim[axis], axis, T);
-            return -1;
-        }
-        p->type.dim[axis] /= T;
+         * weights [n, m] on axis 0; a size T does not divide is padded
+         * with zeros to the next multiple (tp_size: the real size). */
+        int64_t size = p->type.dim[axis], padded = (size + T - 1) / T * T;
+        if (padded != size)
+            ir_attrs_set_int(&p->attrs, "tp_size", size);
+        p->type.dim[axis] = padded / T;
         ir_attrs_set_int(&p->attrs, "tp_axis", axis);
         ir_attrs_set_int(&p->attrs, "tp_ranks", T);
     }
@@ -230,7 +252,38 @@ static int split_graph(ir_graph *g, const tp_split *s, int T)
     }
     ir_attrs_free(&a);
     ir_toposort(g);
-    return retype(g);
+    if (retype(g))
+        return -1;
+    int before = g->nodes.n;
+    /* Padding: the padded units' weights and biases start at zero; the
+     * row matmul's input is multiplied by the mask, so that the padded
+     * units read 0 whatever the elementwise ops between make of a zero
+     * (sigmoid(0) = 0.5): every padded unit's gradient is exactly 0, so
+     * its weights stay 0 under any optimizer (weight decay of 0 is 0),
+     * and it adds nothing to the gradient norm. */
+    for (int i = 0; i < before; i++) {
+        ir_node *r = ir_nd(g, i);
+        const char *sp = split_of(r);
+        if (r->dead || !sp || strcmp(sp, "row"))
+            continue;
+        const ir_value *w = ir_val(g, r->in.v[1]);
+        int64_t size = ir_attr_int(&w->attrs, "tp_size", 0);
+        if (!size)
+            continue;
+        kl_loc loc = r->loc;
+        int h = r->in.v[0];
+        int mask = declare_mask(g, w, w->type.dim[0] * T, size, T);
+        char *base = kl_xasprintf("%s.tp_masked", ir_val(g, h)->name);
+        char *name = ir_unique_name(g, base);
+        int y = ir_emit2(g, IR_OP_MUL, h, mask, name);
+        ir_nd(g, g->nodes.n - 1)->loc = loc;
+        free(name);
+        free(base);
+        ir_set_operand(g, ir_nd(g, i), 0, y);
+    }
+    if (g->nodes.n > before)
+        ir_toposort(g);
+    return 0;
 }
 
 int pass_shard_tp(ir_graph *g, const pass_ctx *cx)
@@ -239,9 +292,6 @@ int pass_shard_tp(ir_graph *g, const pass_ctx *cx)
     kl_train_read(&g->train, &cfg);
     int T = cfg.tensor_parallel > 1 ? cfg.tensor_parallel : 1;
     kl_shard mode = cfg.shard;
-    /* The global gradient norm and fp16's overflow check would each see
-     * only this rank's slices (the group does not sum them yet). */
-    const char *unbuilt = cfg.clip > 0 ? "clip" : cfg.precision == KL_PREC_FP16 ? "precision = fp16" : NULL;
     kl_train_config_free(&cfg);
     tp_split s = {0};
     bool *row_fed = kl_xcalloc((size_t)g->nodes.n + 1, 1);
@@ -273,14 +323,9 @@ int pass_shard_tp(ir_graph *g, const pass_ctx *cx)
             pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d, but no call is marked split = column|row (e.g. "
                        "dense(x, 1024, split = column))", T);
             rc = -1;
-        } else if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2 || mode == KL_SHARD_ZERO3) {
-            pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d with a ZeRO shard mode is not built: use shard = dp "
-                       "(the default) with tensor parallelism", T);
-            rc = -1;
-        } else if (unbuilt) {
-            pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d with %s is not built (the gradient norm and the fp16 "
-                       "overflow check would see only each rank's slices)\n---> use tensor_parallel = 1, or drop %s",
-                       T, unbuilt, unbuilt);
+        } else if (mode == KL_SHARD_ZERO3) {
+            pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d with shard = zero3 is not built: use shard = dp, "
+                       "zero1 or zero2 with tensor parallelism", T);
             rc = -1;
         } else if (cx->ranks > 1 && cx->ranks % T) {
             pass_error(g, (kl_loc){0, 0}, "tensor_parallel = %d does not divide the world of %d ranks", T, cx->ranks);
@@ -312,7 +357,9 @@ char *pass_tp_memory(const ir_graph *g, int ranks)
     int T = pass_tp_ranks(g);
     if (T <= 1)
         return NULL;
-    int64_t split = 0, whole = 0, split_bytes = 0, whole_bytes = 0;
+    /* Per rank: the slices (padding included) and the replicated params;
+     * one rank holds the real sizes. */
+    int64_t split = 0, whole = 0, split_bytes = 0, whole_bytes = 0, real = 0;
     for (int i = 0; i < g->decls.n; i++) {
         const ir_value *v = ir_val(g, g->decls.v[i]);
         if (v->kind != IR_VAL_PARAM)
@@ -320,9 +367,41 @@ char *pass_tp_memory(const ir_graph *g, int ranks)
         bool cut = ir_attrs_find(&v->attrs, "tp_axis") != NULL;
         *(cut ? &split : &whole) += ir_type_numel(&v->type);
         *(cut ? &split_bytes : &whole_bytes) += ir_type_bytes(&v->type);
+        if (cut) {
+            int axis = (int)ir_attr_int(&v->attrs, "tp_axis", 0);
+            int64_t size = ir_attr_int(&v->attrs, "tp_size", v->type.dim[axis] * T);
+            real += ir_type_numel(&v->type) / v->type.dim[axis] * size;
+        }
     }
+    char pad[64] = "";
+    if (real != split * T)
+        snprintf(pad, sizeof pad, ", %lld padded to it", (long long)real);
     return kl_xasprintf("tensor parallel: groups of %d ranks x %d data-parallel; params per rank %lld = %.3f MB (%lld "
-                        "split, 1/%d of %lld; %lld replicated), one rank would hold %lld",
+                        "split, 1/%d of %lld%s; %lld replicated), one rank would hold %lld",
                         T, ranks > T ? ranks / T : 1, (long long)(split + whole), (double)(split_bytes + whole_bytes) * 1e-6,
-                        (long long)split, T, (long long)(split * T), (long long)whole, (long long)(split * T + whole));
+                        (long long)split, T, (long long)(split * T), pad, (long long)whole, (long long)(real + whole));
+}
+
+bool pass_tp_is_split(const ir_graph *g, int v) { return ir_attrs_find(&ir_val(g, v)->attrs, "tp_axis") != NULL; }
+
+int pass_tp_norm_share(ir_graph *g, int sq, int param)
+{
+    int T = pass_tp_ranks(g);
+    if (T <= 1 || pass_tp_is_split(g, param))
+        return sq;
+    return ir_emit2(g, IR_OP_MUL, sq, ir_emit_const(g, 1.0 / T, IR_F32), NULL);
+}
+
+int pass_tp_norm_sum(ir_graph *g, int total)
+{
+    int T = pass_tp_ranks(g);
+    if (T <= 1)
+        return total;
+    ir_attrs a = {0};
+    ir_attrs_set_str(&a, "reduce", "sum");
+    ir_attrs_set_int(&a, "ranks", T);
+    ir_attrs_set_str(&a, "group", "tp");
+    int sum = ir_emit(g, IR_OP_ALL_REDUCE, &total, 1, &a, "tp_grad_sqnorm");
+    ir_attrs_free(&a);
+    return sum;
 }

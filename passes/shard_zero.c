@@ -21,7 +21,9 @@
  *           Clipping and the fp16 inf/NaN check: the squared norm of the
  *           gradients is the all-reduce of the slices' squared norms
  *           (padding adds 0), so every rank clips by the global norm and
- *           skips the same steps.
+ *           skips the same steps. With tensor parallelism a bucket holds
+ *           split params or replicated ones, not both, and the sum goes
+ *           on over the group (pass_tp_norm_share, pass_tp_norm_sum).
  *
  * bf16/fp16: the update phase reads fp32 gradients (the precision pass
  * casts them) and fp32 params (the master weights); the params'
@@ -272,6 +274,7 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
     /* This slice's part of the squared norm. */
     if (sq_total) {
         int sq = ir_emit1(g, IR_OP_SUM, ir_emit2(g, IR_OP_MUL, gs, gs, NULL), NULL);
+        sq = pass_tp_norm_share(g, sq, params[1]);
         *sq_total = *sq_total < 0 ? sq : ir_emit2(g, IR_OP_ADD, *sq_total, sq, NULL);
     }
     set_phase(g, stage >= 2 ? u0n : b0, IR_PHASE_UPDATE);
@@ -424,7 +427,8 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
         int64_t bytes = 0;
         int most = has_lowp_operand(g, ups.v[i]) ? ZERO_LOWP_MEMBERS : ZERO_MAX_MEMBERS;
         for (int j = i; j < ups.n && m < most; j++) {
-            if (!ups.v[j] || !same_update(ups.v[i], ups.v[j]))
+            if (!ups.v[j] || !same_update(ups.v[i], ups.v[j]) ||
+                pass_tp_is_split(g, ups.v[i]->in.v[0]) != pass_tp_is_split(g, ups.v[j]->in.v[0]))
                 continue;
             int64_t b = ir_type_bytes(&ir_val(g, ups.v[j]->in.v[0])->type);
             if (m > 0 && (bucket_bytes == 0 || bytes + b > bucket_bytes))
@@ -446,6 +450,8 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
         int sum = ir_emit(g, IR_OP_ALL_REDUCE, &new_sq, 1, &a, name);
         free(name);
         ir_attrs_free(&a);
+        ir_nd(g, g->nodes.n - 1)->phase = IR_PHASE_UPDATE;
+        sum = pass_tp_norm_sum(g, sum);
         ir_nd(g, g->nodes.n - 1)->phase = IR_PHASE_UPDATE;
         const ir_value *ov = ir_val(g, old_sq);
         for (int u = ov->uses.n - 1; u >= 0; u--) {

@@ -40,14 +40,52 @@ void kl_tp_copy_slice(const ir_type *full, int axis, int ranks, int index, void 
     }
 }
 
+int64_t kl_tp_size(const ir_value *v)
+{
+    int ranks = 1, axis = kl_tp_axis(v, &ranks);
+    if (axis < 0)
+        return -1;
+    return ir_attr_int(&v->attrs, "tp_size", v->type.dim[axis] * ranks);
+}
+
+void kl_tp_pad(const ir_type *padded, int axis, int64_t size, void *paddedp, void *realp, bool to_padded)
+{
+    /* padded as [outer, P, inner], real as [outer, size, inner]; the
+     * padding (the last P - size units) is zeros. */
+    int64_t outer = 1, inner = 1, d = padded->dim[axis];
+    kl_check(size <= d);
+    for (int k = 0; k < axis; k++)
+        outer *= padded->dim[k];
+    for (int k = axis + 1; k < padded->rank; k++)
+        inner *= padded->dim[k];
+    size_t esz = (size_t)ir_dtype_size(padded->dtype), run = (size_t)(size * inner) * esz,
+           gap = (size_t)((d - size) * inner) * esz;
+    for (int64_t o = 0; o < outer; o++) {
+        char *p = (char *)paddedp + (size_t)(o * d * inner) * esz;
+        char *r = (char *)realp + (size_t)o * run;
+        if (to_padded) {
+            memcpy(p, r, run);
+            memset(p + run, 0, gap);
+        } else {
+            memcpy(r, p, run);
+        }
+    }
+}
+
 void kl_tp_init(const ir_value *v, uint64_t seed, int index, void *host)
 {
     int ranks = 1;
     int axis = kl_tp_axis(v, &ranks);
     ir_value whole = *v;
     whole.type = kl_tp_full_type(&v->type, axis, ranks);
-    void *full = kl_xcalloc(1, (size_t)ir_type_bytes(&whole.type) + 1);
-    kl_init_values(&whole, seed, full);
-    kl_tp_copy_slice(&whole.type, axis, ranks, index, full, host, false);
+    ir_type padded = whole.type;
+    /* The real size initialised as one rank would (fans included). */
+    whole.type.dim[axis] = kl_tp_size(v);
+    void *real = kl_xcalloc(1, (size_t)ir_type_bytes(&whole.type) + 1);
+    void *full = kl_xcalloc(1, (size_t)ir_type_bytes(&padded) + 1);
+    kl_init_values(&whole, seed, real);
+    kl_tp_pad(&padded, axis, whole.type.dim[axis], full, real, true);
+    kl_tp_copy_slice(&padded, axis, ranks, index, full, host, false);
+    free(real);
     free(full);
 }

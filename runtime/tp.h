@@ -14,8 +14,17 @@ ir_type kl_tp_full_type(const ir_type *t, int axis, int ranks);
 /* Slice index of full (type full, cut on axis into ranks slices) into
  * slice, or, with to_full, slice into its place in full. */
 void kl_tp_copy_slice(const ir_type *full, int axis, int ranks, int index, void *fullp, void *slicep, bool to_full);
-/* A split param's initial values: the full param initialised as on one
- * rank (same seed, name and fans), then slice index. */
+/* The real (unpadded) full size of split value v along its axis: the
+ * pass pads a size T does not divide with zero units up to a multiple of
+ * T (attribute tp_size); -1 when v is whole. */
+int64_t kl_tp_size(const ir_value *v);
+/* Between padded (cut axis of size >= size, padding last) and real (the
+ * same with size units on axis): real into padded (padding zeroed) with
+ * to_padded, else padded's real units into real. */
+void kl_tp_pad(const ir_type *padded, int axis, int64_t size, void *paddedp, void *realp, bool to_padded);
+/* A split value's initial values: the real full value initialised as on
+ * one rank (same seed, name and fans), padded with zeros, then slice
+ * index. */
 void kl_tp_init(const ir_value *v, uint64_t seed, int index, void *host);
 
 #endif

@@ -37,14 +37,15 @@ mlp)
   one acc "$tmp/tp" --batch 24 --accumulate 2
   ranks 4 racc "$tmp/tp" --batch 12 --accumulate 2 --tensor-parallel 2
   same acc racc
-  # bf16: the row split's partial products are rounded to bf16 before
-  # their all-reduce (as Megatron's), where one rank rounds the whole sum
-  # once, so the runs drift apart (5e-4 at step 1, 2e-3 at step 5, 1e-2
-  # by step 12 under Adam): 5 steps' losses within rtol 1e-2 (without
-  # tp_copy's backward all-reduce, step 2 is 2.07928 against 2.27021).
-  one bf16 "$tmp/tp" --batch 48 --precision bf16 --steps 5
-  ranks 2 rbf16 "$tmp/tp" --batch 48 --tensor-parallel 2 --precision bf16 --steps 5
-  compare losses "$tmp/bf16.json" "$tmp/rbf16.json" 1e-2 || { echo "FAIL: bf16 losses differ"; exit 1; }
+  # bf16: the row split's partial products are summed over the group in
+  # fp32 and rounded once, as one rank's GEMM rounds its whole sum
+  # (passes/precision.c, tp_sum_f32), so only the GEMMs' summation order
+  # differs: 20 steps within rtol 2e-3 (measured: equal at T = 2; with the
+  # partial products rounded to bf16 before the all-reduce, as Megatron
+  # does, 2e-3 by step 5 and 1e-2 by step 12).
+  one bf16 "$tmp/tp" --batch 48 --precision bf16
+  ranks 2 rbf16 "$tmp/tp" --batch 48 --tensor-parallel 2 --precision bf16
+  compare losses "$tmp/bf16.json" "$tmp/rbf16.json" 2e-3 || { echo "FAIL: bf16 losses differ"; exit 1; }
   # With KILN_MPI=0 each process is a world of one, where T = 2 is
   # refused; and evaluation on 2 x 2 ranks equals one rank's.
   if KILN_MPI=0 "${mpi[@]}" -np 2 "$tmp/tp" "${common[@]}" --tensor-parallel 2 > /dev/null 2> "$tmp/err.txt"; then
@@ -126,32 +127,19 @@ refused)
   refuse bad_word "split must be column or row" '  x = relu(dense(x, 96, split = rows))'
   refuse softmax_between "reaches softmax, which tensor parallelism cannot split" \
     '  x = softmax(dense(x, 96, split = column))' '  x = relu(dense(x, 48, split = row))'
-  refuse not_divisible "tensor_parallel = 2 does not divide dense.2.w's size 95 along axis 1" \
-    '  x = relu(dense(x, 95, split = column))' '  x = relu(dense(x, 48, split = row))'
   refuse transposed "needs x @ w with w a 2-D param" '  param v : [96, 64] init = kaiming' \
     '  x = relu(matmul(x, v, transpose_b = 1, split = column))' '  x = relu(dense(x, 48, split = row))'
-  # A world T does not divide, T > 1 with a ZeRO stage, with clip or fp16
-  # (the norm and the overflow check would see one rank's slices), and
-  # T > 1 with no split.
+  # A world T does not divide and T > 1 with no split (sizes T does not
+  # divide, clip, fp16, zero1/2 and zero3's refusal: tests/tp2.sh).
   if "$kiln" ir "$model" --after shard --ranks 3 --set tensor_parallel=2 > /dev/null 2> "$tmp/w.err"; then
     echo "FAIL: T = 2 on 3 ranks was accepted"; exit 1
   fi
   grep -q "tensor_parallel = 2 does not divide the world of 3 ranks" "$tmp/w.err" || { cat "$tmp/w.err"; exit 1; }
-  if "$kiln" ir "$model" --after shard --ranks 4 --set tensor_parallel=2 --set shard=zero1 > /dev/null 2> "$tmp/z.err"; then
-    echo "FAIL: T = 2 with zero1 was accepted"; exit 1
-  fi
-  grep -q "tensor_parallel = 2 with a ZeRO shard mode is not built" "$tmp/z.err" || { cat "$tmp/z.err"; exit 1; }
   if "$kiln" ir examples/mlp.kl --after shard --ranks 2 --set tensor_parallel=2 > /dev/null 2> "$tmp/n.err"; then
     echo "FAIL: T = 2 without any split was accepted"; exit 1
   fi
   grep -q "no call is marked split = column|row" "$tmp/n.err" || { cat "$tmp/n.err"; exit 1; }
-  for set in clip=1 precision=fp16; do
-    if "$kiln" ir "$model" --after shard --ranks 2 --set tensor_parallel=2 --set "$set" > /dev/null 2> "$tmp/c.err"; then
-      echo "FAIL: T = 2 with $set was accepted"; exit 1
-    fi
-    grep -q "tensor_parallel = 2 with .* is not built" "$tmp/c.err" || { cat "$tmp/c.err"; exit 1; }
-  done
-  echo "ok: T not dividing the world, T with zero1, clip or fp16, T with no split refused"
+  echo "ok: T not dividing the world, T with no split refused"
   if "$kiln" ir examples/fashion_cnn.kl --after lower --set sync_batchnorm=maybe > /dev/null 2> "$tmp/s.err"; then
     echo "FAIL: sync_batchnorm = maybe was accepted"; exit 1
   fi
