@@ -129,6 +129,31 @@ static void gather(ir_graph *g, const zero3_bucket *b, int ranks, ir_phase ph, i
     }
 }
 
+/* Where a run placed before node at goes: before the nodes just before
+ * at, in its phase, that fusion may make one kernel with it (which runs
+ * where its first node is): pointwise producers of at (relu_grad before
+ * batchnorm_grad), and a matmul before its pointwise epilogue (the bias
+ * add). */
+static int unit_start(const ir_graph *g, int at)
+{
+    const ir_node *a = ir_nd(g, at);
+    int k = at;
+    while (k > 0) {
+        const ir_node *p = ir_nd(g, k - 1);
+        bool fusable = ir_op_is_pointwise(p->op) || (ir_ops[p->op].kclass == IR_KC_GEMM && ir_op_is_pointwise(a->op));
+        bool feeds = p->dead;
+        for (int o = 0; o < p->out.n && !feeds && p->phase == a->phase && fusable; o++) {
+            const ir_value *x = ir_val(g, p->out.v[o]);
+            for (int u = 0; u < x->uses.n && !feeds; u++)
+                feeds = x->uses.v[u].node == at;
+        }
+        if (!feeds)
+            break;
+        k--;
+    }
+    return k;
+}
+
 typedef struct run {
     int anchor, lo, hi; /* nodes [lo, hi) go just before node anchor */
 } run;
@@ -163,7 +188,7 @@ int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
             continue;
         int lo = g->nodes.n;
         gather(g, &b[i], ranks, IR_PHASE_FORWARD, first);
-        runs[nruns++] = (run){at, lo, g->nodes.n};
+        runs[nruns++] = (run){unit_start(g, at), lo, g->nodes.n};
     }
     /* Backward: buckets in the order backward first reads them, each
      * gathered before the first read of the one before it. */
@@ -180,7 +205,7 @@ int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
     for (int j = 0; j < nby; j++) {
         int lo = g->nodes.n;
         gather(g, &b[by[j]], ranks, IR_PHASE_BACKWARD, first);
-        runs[nruns++] = (run){fb[by[j > 0 ? j - 1 : 0]], lo, g->nodes.n};
+        runs[nruns++] = (run){unit_start(g, fb[by[j > 0 ? j - 1 : 0]]), lo, g->nodes.n};
     }
     free(fb);
     free(by);
