@@ -45,6 +45,20 @@ plan)
       done
     done
   done
+  # The checker's controls: the first gather moved after its reader (to
+  # the end of forward), and a forward gather's buffer kept into backward.
+  awk '/= all_gather\(/ && !moved { held = $0; moved = 1; next } /^  backward / && held { print held; held = "" } { print }' \
+    "$tmp/s.kir" > "$tmp/late.kir"
+  if python3 "$here/zero/zero3_plan.py" "$tmp/late.kir" "$tmp/steps.txt" "$tmp/timeline.txt" > "$tmp/ctl.txt"; then
+    echo "FAIL: a gather after its reader passes the check"; exit 1
+  fi
+  grep -q "before its gather" "$tmp/ctl.txt" || { cat "$tmp/ctl.txt"; exit 1; }
+  sed -E 's/^( +[0-9]+ +[0-9]+ +[0-9]+)\.\.[0-9]+( .*%zero3\.[0-9]+\.gathered)$/\1..998\2/' "$tmp/timeline.txt" > "$tmp/late.txt"
+  if python3 "$here/zero/zero3_plan.py" "$tmp/s.kir" "$tmp/steps.txt" "$tmp/late.txt" > "$tmp/ctl.txt"; then
+    echo "FAIL: a forward gather freed in backward passes the check"; exit 1
+  fi
+  grep -q "not freed after forward" "$tmp/ctl.txt" || { cat "$tmp/ctl.txt"; exit 1; }
+  echo "ok: the checker refuses a gather after its reader and a forward gather freed late"
   # kiln ir --after shard shows them; no param is left in the graph.
   "$kiln" ir examples/mlp.kl --after shard --ranks 3 --set shard=zero3 > "$tmp/shard.kir"
   [ "$(grep -c '= all_gather(%zero3\.0\.master)' "$tmp/shard.kir")" -eq 2 ] ||
