@@ -236,8 +236,9 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
             }
         }
     } else if (!t->zero_full.n) {
-        kl_error("shard = zero1: no gathered optimizer state to save (a checkpoint before the first step, "
-                 "--save-init, is not built on many ranks)");
+        kl_error("shard = %s: no gathered optimizer state to save (a checkpoint before the first step, "
+                 "--save-init, is not built on many ranks)",
+                 t->cfg.shard == KL_SHARD_ZERO3 ? "zero3" : t->cfg.shard == KL_SHARD_ZERO2 ? "zero2" : "zero1");
         return -1;
     }
     /* The full state in device memory, in place of the slices. */

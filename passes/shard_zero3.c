@@ -97,12 +97,17 @@ static void gather(ir_graph *g, const zero3_bucket *b, int ranks, ir_phase ph, i
     for (int i = 0; i < b->n; i++) {
         const ir_value *x = ir_val(g, read_value(b, i));
         int64_t numel = ir_type_numel(&x->type);
-        ir_attrs a = {0};
-        ir_attrs_set_int(&a, "axis", 0);
-        ir_attrs_set_int(&a, "start", at);
-        ir_attrs_set_int(&a, "end", at + numel);
-        int piece = ir_emit(g, IR_OP_SLICE, &all, 1, &a, NULL);
-        ir_attrs_free(&a);
+        int piece = all;
+        if (numel != ir_type_numel(&ir_val(g, all)->type)) {
+            /* Several members, or padding: a copy (a whole gather is
+             * reshaped in place, a view). */
+            ir_attrs a = {0};
+            ir_attrs_set_int(&a, "axis", 0);
+            ir_attrs_set_int(&a, "start", at);
+            ir_attrs_set_int(&a, "end", at + numel);
+            piece = ir_emit(g, IR_OP_SLICE, &all, 1, &a, NULL);
+            ir_attrs_free(&a);
+        }
         at += numel;
         x = ir_val(g, read_value(b, i));
         ir_attrs r = {0};

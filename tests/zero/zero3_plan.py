@@ -51,10 +51,10 @@ def main():
     if not gathers:
         fail("no zero3 gathers in the plan")
     # The gathered params: slices and reshapes of a gather, and its bucket.
-    bucket_of = {}
+    bucket_of = {g: g for g in gathers}  # read whole (one member, no padding)
     for n in nodes:
-        if n[3] in ("slice", "reshape") and n[4] and (n[4][0] in gathers or n[4][0] in bucket_of):
-            bucket_of[n[2]] = n[4][0] if n[4][0] in gathers else bucket_of[n[4][0]]
+        if n[3] in ("slice", "reshape") and n[4] and n[4][0] in bucket_of:
+            bucket_of[n[2]] = bucket_of[n[4][0]]
     readers = {}
     for n in nodes:
         for v in n[4]:
