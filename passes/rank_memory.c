@@ -85,6 +85,8 @@ static rank_bytes count(const ir_graph *g)
     return r;
 }
 
+int64_t pass_param_count(const ir_graph *g) { return count(g).psi; }
+
 char *pass_rank_memory(const ir_graph *g, int ranks)
 {
     rank_bytes r = count(g);
