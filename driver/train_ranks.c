@@ -16,6 +16,7 @@
 #include "trainer.h"
 #include "passes/passes.h"
 #include "runtime/checkpoint.h"
+#include "runtime/safetensors.h"
 #include "runtime/zero3.h"
 
 /* State written outside the update and not read by it (batch norm's
@@ -346,6 +347,16 @@ static void fill_eval_copies(trainer *t)
         if (c)
             kl_checkpoint_rebuild_copy(s, c);
     }
+}
+
+int train_ranks_init(trainer *t)
+{
+    /* zero3: the file's params go into the slices, as a checkpoint's. */
+    if (train_ranks_ckpt_begin(t, true))
+        return -1;
+    int rc = kl_st_init_session(t->s, t->opt.init, t->opt.init_partial, false);
+    train_ranks_ckpt_end(t, true);
+    return rc;
 }
 
 void train_ranks_free(trainer *t)

@@ -99,6 +99,18 @@ runtime)
   diff <(evals "$tmp/eval1.txt") <(evals "$tmp/eval3.txt") ||
     { echo "FAIL: zero3's evaluations differ from one rank's"; exit 1; }
   [ "$(evals "$tmp/eval3.txt" | wc -l)" -ge 2 ] || { echo "FAIL: no evaluation to compare"; exit 1; }
+  # --export writes the params whole and --init fills the slices: one
+  # rank's export and 3 zero3 ranks' start the same 5-step runs, on one
+  # rank and on 3 zero3 ranks (the control: a run from the init differs).
+  one e1 "$tmp/mlp" --batch 48 --steps 10 --export "$tmp/e1.safetensors"
+  ranks 3 e3 "$tmp/mlp" --batch 16 --steps 10 --export "$tmp/e3.safetensors"
+  one i1 "$tmp/mlp" --batch 48 --steps 5 --init "$tmp/e1.safetensors"
+  one i3 "$tmp/mlp" --batch 48 --steps 5 --init "$tmp/e3.safetensors"
+  same i1 i3
+  ranks 3 z3i1 "$tmp/mlp" --batch 16 --steps 5 --init "$tmp/e1.safetensors"
+  same i1 z3i1
+  one fresh "$tmp/mlp" --batch 48 --steps 5
+  differ i1 fresh
   # One rank: zero3 is a no-op there (dp).
   "$tmp/mlp" "${common[@]}" --batch 48 --shard zero3 --metrics "$tmp/one.json" > /dev/null
   compare losses "$tmp/ref.json" "$tmp/one.json" 1e-5 || { echo "FAIL: zero3 on one rank is not dp"; exit 1; }
