@@ -16,6 +16,12 @@
 # slices (under bf16/fp16 the same one all-gather fills the params' 16-bit
 # copies too).
 #
+# zero3 sends 3 (N - 1) / N x Psi elements, ZeRO's "3 Psi": the
+# reduce-scatter of the fp32 gradients and two all-gathers of the params'
+# slices a step (forward, then backward again); under bf16/fp16 the
+# gathers carry the 16-bit slices (2 bytes an element, the
+# reduce-scatter 4).
+#
 # Measured by Open MPI's monitoring component (pml_monitoring: every
 # point-to-point message a rank sends, collectives' included, per peer),
 # over S = 10 steps: (bytes of an 11-step run - bytes of a 1-step run) / 10,
@@ -70,6 +76,11 @@ for np in "${nps[@]}"; do
       ((per > most)) && most=$per
     done
     formula=$((2 * (np - 1) * 4 * psi / np))
+    if [ "$shard" = zero3 ]; then
+      gather_bytes=4
+      [ "$precision" = fp32 ] || gather_bytes=2
+      formula=$(((np - 1) * (4 + 2 * gather_bytes) * psi / np))
+    fi
     printf "%-4s %-8s %14d %14d %14d %8s\n" "$np" "$alg" "$least" "$most" "$formula" \
       "$(awk -v a="$most" -v b="$formula" 'BEGIN { printf "%.4f", a / b }')"
   done

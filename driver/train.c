@@ -374,14 +374,15 @@ static int run_training(trainer *t)
         printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
                (long long)skipped, skipped == 1 ? "" : "s", first);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
-    /* Tensor-parallel params are exported whole (train_tp.c). */
+    /* Tensor-parallel params and zero3's slices are exported whole
+     * (train_tp.c, train_ranks.c). */
     if (!rc && t->opt.export_path) {
-        rc = train_tp_ckpt_begin(t, false) ||
+        rc = train_ranks_ckpt_begin(t, false) ||
                      kl_session_export(t->s, t->opt.export_path, IR_NONE, t->train->g->name,
                                        kl_precision_name(c->precision), (uint64_t)lp.step)
                  ? -1
                  : 0;
-        train_tp_ckpt_end(t, false);
+        train_ranks_ckpt_end(t, false);
     }
 out:
     kl_loader_free(lp.loader);
@@ -513,7 +514,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     if (!t.opt.quiet)
         train_print_start(&t, be, eb, peak);
-    if (t.opt.init && kl_st_init_session(t.s, t.opt.init, t.opt.init_partial, false))
+    if (t.opt.init && train_ranks_init(&t))
         goto done;
     if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
         goto done;

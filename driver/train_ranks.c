@@ -15,6 +15,9 @@
 
 #include "trainer.h"
 #include "passes/passes.h"
+#include "runtime/checkpoint.h"
+#include "runtime/safetensors.h"
+#include "runtime/zero3.h"
 
 /* State written outside the update and not read by it (batch norm's
  * running statistics) is each rank's own, from its own samples. It is
@@ -91,10 +94,53 @@ static const ir_value *zero_state(const trainer *t, const char *name)
 
 static bool zero_master(const kl_persist *p) { return p->role && !strcmp(p->role, "zero_master"); }
 
-/* The type of member state name ("dense.1.w.adam_m"): its param's shape
- * ("dense.1.w"), f32. */
-static ir_type member_type(const trainer *t, const char *name, int64_t count)
+/* zero3 (passes/shard_zero3.c): the master slices are the params' only
+ * storage. */
+static bool zero3_master(const kl_persist *p) { return p->role && !strcmp(p->role, "zero3_master"); }
+
+/* Whether name is in the comma-separated list. */
+static bool in_list(const char *list, const char *name, size_t len)
 {
+    for (const char *c = list; *c;) {
+        const char *end = strchr(c, ',');
+        size_t n = end ? (size_t)(end - c) : strlen(c);
+        if (n == len && !strncmp(c, name, len))
+            return true;
+        c += n + (end ? 1 : 0);
+    }
+    return false;
+}
+
+/* zero3: a value the checkpoint leaves out: a 16-bit slice (rebuilt from
+ * its master slice), or an evaluation plan's copy of a param (or of its
+ * 16-bit copy), which train_ranks_settle fills from the slices. */
+static bool zero3_shadow(const trainer *t, const char *name)
+{
+    size_t len = strlen(name);
+    if (len > 5 && !strcmp(name + len - 5, ".lowp"))
+        len -= 5;
+    for (int i = 0; i < t->s->persist.n; i++) {
+        const kl_persist *p = &t->s->persist.v[i];
+        if (!zero3_master(p))
+            continue;
+        if (strlen(p->name) == len && !strncmp(p->name, name, len) && name[len])
+            return true;
+        const ir_value *zv = zero_state(t, p->name);
+        if (zv && in_list(ir_attr_str(&zv->attrs, "members", ""), name, len))
+            return true;
+    }
+    return false;
+}
+
+/* The type of member k of slice zv, state name ("dense.1.w.adam_m"): its
+ * param's shape ("dense.1.w"), f32; zero3 slices name their members'
+ * shapes. */
+static ir_type member_type(const trainer *t, const ir_value *zv, int k, const char *name, int64_t count)
+{
+    char key[32];
+    snprintf(key, sizeof key, "shape_%d", k);
+    if (ir_attrs_find(&zv->attrs, key))
+        return kl_zero3_member_type(zv, k, count);
     const char *dot = strrchr(name, '.');
     char *param = kl_xstrndup(name, dot ? (size_t)(dot - name) : strlen(name));
     int v = ir_find_value(t->train->g, param);
@@ -141,8 +187,8 @@ static void gather_zero_state(trainer *t)
             size_t len = end ? (size_t)(end - c) : strlen(c);
             int64_t n = k < ncounts ? counts[k] : 0;
             kl_persist f = {kl_xstrndup(c, len), {0}, kl_xmalloc((size_t)n * sizeof(float) + 1),
-                            kl_xstrdup(p->role ? p->role : "optimizer_state")};
-            f.type = member_type(t, f.name, n);
+                            kl_xstrdup(zero3_master(p) ? "param" : p->role ? p->role : "optimizer_state")};
+            f.type = member_type(t, zv, k, f.name, n);
             memcpy(f.ptr, all + at, (size_t)n * sizeof(float));
             at += n;
             kl_vec_push(t->zero_full, f);
@@ -156,7 +202,7 @@ static void gather_zero_state(trainer *t)
 static bool has_zero_state(const trainer *t)
 {
     for (int i = 0; i < t->s->persist.n; i++)
-        if (zero_master(&t->s->persist.v[i]))
+        if (zero_master(&t->s->persist.v[i]) || zero3_master(&t->s->persist.v[i]))
             return true;
     return false;
 }
@@ -184,16 +230,17 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
                 size_t len = end ? (size_t)(end - c) : strlen(c);
                 int64_t n = k < ncounts ? counts[k] : 0;
                 kl_persist f = {kl_xstrndup(c, len), {0}, kl_xcalloc((size_t)n + 1, sizeof(float)),
-                                kl_xstrdup(p->role ? p->role : "optimizer_state")};
-                f.type = member_type(t, f.name, n);
+                                kl_xstrdup(zero3_master(p) ? "param" : p->role ? p->role : "optimizer_state")};
+                f.type = member_type(t, zv, k, f.name, n);
                 kl_vec_push(t->zero_full, f);
                 c += len + (end ? 1 : 0);
             }
         }
         train_tp_zero_widen(t);
     } else if (!t->zero_full.n) {
-        kl_error("shard = zero1: no gathered optimizer state to save (a checkpoint before the first step, "
-                 "--save-init, is not built on many ranks)");
+        kl_error("shard = %s: no gathered optimizer state to save (a checkpoint before the first step, "
+                 "--save-init, is not built on many ranks)",
+                 t->cfg.shard == KL_SHARD_ZERO3 ? "zero3" : t->cfg.shard == KL_SHARD_ZERO2 ? "zero2" : "zero1");
         return -1;
     }
     /* The full state in device memory, in place of the slices. */
@@ -201,7 +248,7 @@ int train_ranks_ckpt_begin(trainer *t, bool loading)
     bool placed = false;
     for (int i = 0; i < s->persist.n; i++) {
         const kl_persist *p = &s->persist.v[i];
-        if (zero_master(p))
+        if (zero_master(p) || zero3_shadow(t, p->name))
             continue;
         if (!zero_state(t, p->name)) {
             kl_vec_push(list, *p);
@@ -280,7 +327,47 @@ static void zero_ckpt_end(trainer *t, bool loading)
         s->be->ops->copy_in(s->be, p->ptr, mine, (size_t)m * sizeof *mine);
         free(mine);
     }
+    /* zero3: the 16-bit slices from the loaded master slices. */
+    for (int i = 0; i < s->persist.n; i++) {
+        kl_persist *p = &s->persist.v[i];
+        if (p->role && !strcmp(p->role, "lowp") && zero3_shadow(t, p->name) && strlen(p->name) > 5) {
+            char *master = kl_xstrndup(p->name, strlen(p->name) - 5);
+            kl_persist *m = kl_session_find(s, master);
+            free(master);
+            if (m && zero3_master(m))
+                kl_checkpoint_rebuild_copy(s, p);
+        }
+    }
     free_full(t);
+}
+
+/* zero3: an evaluation plan reads the params whole: its copies (and
+ * their 16-bit copies) get the gathered slices. */
+static void fill_eval_copies(trainer *t)
+{
+    kl_session *s = t->s;
+    for (int k = 0; k < t->zero_full.n; k++) {
+        const kl_persist *f = &t->zero_full.v[k];
+        kl_persist *p = strcmp(f->role, "param") ? NULL : kl_session_find(s, f->name);
+        if (!p || ir_type_numel(&p->type) != ir_type_numel(&f->type) || p->type.dtype != IR_F32)
+            continue;
+        s->be->ops->copy_in(s->be, p->ptr, f->ptr, (size_t)ir_type_bytes(&f->type));
+        char *lowp = kl_xasprintf("%s.lowp", f->name);
+        kl_persist *c = kl_session_find(s, lowp);
+        free(lowp);
+        if (c)
+            kl_checkpoint_rebuild_copy(s, c);
+    }
+}
+
+int train_ranks_init(trainer *t)
+{
+    /* zero3: the file's params go into the slices, as a checkpoint's. */
+    if (train_ranks_ckpt_begin(t, true))
+        return -1;
+    int rc = kl_st_init_session(t->s, t->opt.init, t->opt.init_partial, false);
+    train_ranks_ckpt_end(t, true);
+    return rc;
 }
 
 void train_ranks_free(trainer *t)
@@ -300,6 +387,7 @@ void train_ranks_settle(trainer *t)
     if (has_zero_state(t)) {
         gather_zero_state(t);
         train_tp_zero_gather(t);
+        fill_eval_copies(t);
     }
     for (int i = 0; i < t->averaged.n; i++) {
         int v = t->averaged.v[i];
@@ -323,6 +411,7 @@ void train_ranks_print_start(const trainer *t)
            t->world * t->tp == 1             ? "none (one rank)"
            : t->cfg.shard == KL_SHARD_ZERO1 ? "zero1"
            : t->cfg.shard == KL_SHARD_ZERO2 ? "zero2"
+           : t->cfg.shard == KL_SHARD_ZERO3 ? "zero3"
                                             : "dp");
     train_tp_print_start(t);
     if (t->world * t->tp > 1) {

@@ -197,12 +197,7 @@ void train_print_start(const trainer *t, const kl_backend *be, int64_t eb, int64
     printf("%s\n", machine);
     free(machine);
     free(f);
-    int64_t params = 0;
-    for (int i = 0; i < t->train->g->decls.n; i++) {
-        const ir_value *v = ir_val(t->train->g, t->train->g->decls.v[i]);
-        if (v->kind == IR_VAL_PARAM)
-            params += ir_type_numel(&v->type);
-    }
+    int64_t params = pass_param_count(t->train->g);
     const char *gemm = kl_cpu_gemm_choice(be);
     printf("%s: %lld params, %s, %s%s%s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
            kl_precision_name(c->precision), be->desc, gemm ? ", " : "", gemm ? gemm : "", (long long)t->train_set.count,

@@ -203,6 +203,9 @@ void train_ranks_print_start(const trainer *t);
  * takes its slice of what was loaded). Without zero1 state both do
  * nothing. -1 after an error (reported). free: the gathered state. */
 int train_ranks_ckpt_begin(trainer *t, bool loading);
+/* --init FILE.safetensors into the session, zero3's slices included (-1
+ * after an error, reported). */
+int train_ranks_init(trainer *t);
 /* Tensor parallelism (train_tp.c): setup splits t->comm into groups
  * (-1 after an error, reported); settle gathers the split values (every
  * rank); ckpt_begin/end swap the full values in for a checkpoint and back

@@ -350,12 +350,6 @@ static int check_one(ir_attr *a, const kl_source *src)
             kl_buf_free(&w);
             return -1;
         }
-        /* A setting the program accepts must work: ZeRO's stage 3 is not
-         * built yet (README, "Many ranks"). */
-        if (!strcmp(k->key, "shard") && !strcmp(v->s, "zero3"))
-            return fail(src, loc, "shard = %s is not implemented yet (built: none and dp, which are the same: every rank "
-                        "holds all params and optimizer state, gradients are all-reduced; zero1: optimizer state "
-                        "partitioned; zero2: gradients partitioned too)", v->s);
         return 0;
     case K_CALL:
         return check_call(a, k, src);

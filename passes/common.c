@@ -54,8 +54,8 @@ char *pass_memory_summary(const ir_graph *g)
     for (int i = 0; i < g->values.n; i++) {
         const ir_value *v = ir_val(g, i);
         const char *role = ir_attr_str(&v->attrs, "role", "");
-        if (v->kind == IR_VAL_PARAM) {
-            add_bytes(params, v);
+        if (v->kind == IR_VAL_PARAM || (v->kind == IR_VAL_STATE && !strcmp(role, "zero3_master"))) {
+            add_bytes(params, v); /* zero3: the params' slices */
         } else if (v->kind == IR_VAL_STATE) {
             add_bytes(!strcmp(role, "lowp") ? copies : state, v);
         } else if (v->kind == IR_VAL_TEMP && v->def >= 0) {

@@ -52,6 +52,8 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage);
 /* Params, gradients and optimizer state per rank against ZeRO's formulas
  * for each stage, for ranks ranks; one line, caller frees. */
 char *pass_rank_memory(const ir_graph *g, int ranks);
+/* The model's params (elements), whole or (zero3) as the slices hold them. */
+int64_t pass_param_count(const ir_graph *g);
 /* The ranks g's collectives were made for (their ranks attribute), or 1
  * when it has none: what a dump says about its world. */
 int pass_graph_ranks(const ir_graph *g);

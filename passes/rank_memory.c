@@ -12,8 +12,10 @@
  * same formula with Kiln's bytes: P bytes of params and G of gradients
  * per param held whole or partitioned as the stage says, and the state
  * S per param (Adam's m, v: 8; and the fp32 master slice under ZeRO: 4)
- * over N: zero1 (P + G) Psi + S Psi / N, zero2 P Psi + (G + S) Psi / N.
- * Both formulas are printed. */
+ * over N: zero1 (P + G) Psi + S Psi / N, zero2 P Psi + (G + S) Psi / N,
+ * zero3 (P + G + S') Psi / N, where the fp32 master slice is the param
+ * (S' = the optimizer's state alone: Adam 8). Both formulas are
+ * printed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +23,7 @@
 
 typedef struct rank_bytes {
     int64_t psi, params, grads, state, master;
-    int stage;    /* 0: dp, 1: zero1, 2: zero2 */
+    int stage;    /* 0: dp, 1: zero1, 2: zero2, 3: zero3 */
     bool lowp;    /* 16-bit copies of the params (bf16, fp16) */
     int k;        /* the formula's fp32 state bytes per param: master 4, Adam's m, v 8 (SGD: momentum 4) */
 } rank_bytes;
@@ -48,6 +50,14 @@ static rank_bytes count(const ir_graph *g)
             else if (!strcmp(role, "zero_master")) {
                 r.master += ir_type_bytes(&v->type);
                 r.stage = r.stage ? r.stage : 1;
+            } else if (!strcmp(role, "zero3_master")) {
+                /* The params' slices (passes/shard_zero3.c). */
+                int64_t counts[32];
+                int nc = ir_attr_ints(&v->attrs, "counts", counts, 32);
+                for (int k = 0; k < nc; k++)
+                    r.psi += counts[k];
+                r.params += ir_type_bytes(&v->type);
+                r.stage = 3;
             } else
                 r.state += ir_type_bytes(&v->type);
         }
@@ -64,7 +74,7 @@ static rank_bytes count(const ir_graph *g)
         else if (!n->dead && n->op == IR_OP_SGD_UPDATE && r.k < 12)
             r.k = n->in.n >= 5 && !strcmp(ir_attr_str(&ir_val(g, n->in.v[4])->attrs, "role", ""), "optimizer_state") ? 8 : 4;
         if (!n->dead && n->op == IR_OP_REDUCE_SCATTER && n->phase == IR_PHASE_BACKWARD) {
-            r.stage = 2;
+            r.stage = r.stage == 3 ? 3 : 2;
             slices += ir_type_bytes(&ir_val(g, n->out.v[0])->type);
         }
     }
@@ -76,6 +86,8 @@ static rank_bytes count(const ir_graph *g)
         r.grads = slices;
     return r;
 }
+
+int64_t pass_param_count(const ir_graph *g) { return count(g).psi; }
 
 char *pass_rank_memory(const ir_graph *g, int ranks)
 {
@@ -89,7 +101,7 @@ char *pass_rank_memory(const ir_graph *g, int ranks)
     char *tp = T > 1 ? kl_xasprintf(" on this rank of a tensor-parallel group of %d, N = %d data-parallel ranks", T, dp)
                      : kl_xstrdup("");
     char *formulas = kl_xasprintf("ZeRO formulas (K = 12, Psi = %lld params%s): dp 16 Psi = %.2f MB, zero1 %.2f MB, zero2 "
-                                  "%.2f MB, zero3 %.2f MB (zero3 not built)",
+                                  "%.2f MB, zero3 %.2f MB",
                                   (long long)r.psi, tp, 16 * P * mb, (4 * P + 12 * P / n) * mb, (2 * P + 14 * P / n) * mb,
                                   16 * P / n * mb);
     free(tp);
@@ -102,19 +114,26 @@ char *pass_rank_memory(const ir_graph *g, int ranks)
     } else {
         /* Kiln's bytes per param: fp32 params (and their 16-bit copies),
          * fp32 gradients, the fp32 state (master and the optimizer's). */
-        double bp = r.lowp ? 6 : 4, bg = 4, bs = r.k;
-        double formula = r.stage == 1 ? (bp + bg) * P + bs * P / n : bp * P + (bg + bs) * P / n;
-        char *kf = r.stage == 1 ? kl_xasprintf("(%.0f + %.0f + %.0f / N) Psi", bp, bg, bs)
-                                : kl_xasprintf("(%.0f + (%.0f + %.0f) / N) Psi", bp, bg, bs);
-        out = kl_xasprintf("per rank (%d rank%s, shard zero%d, %s): params %.2f MB, gradients %.2f MB, optimizer state "
-                           "%.2f MB, fp32 master slices %.2f MB, total %.2f MB; zero%d formula with Kiln's bytes %s = "
+        double bp = r.lowp ? 6 : 4, bg = 4, bs = r.stage == 3 ? r.k - 4 : r.k;
+        double formula = r.stage == 1   ? (bp + bg) * P + bs * P / n
+                         : r.stage == 2 ? bp * P + (bg + bs) * P / n
+                                        : (bp + bg + bs) * P / n;
+        char *kf = r.stage == 1   ? kl_xasprintf("(%.0f + %.0f + %.0f / N) Psi", bp, bg, bs)
+                   : r.stage == 2 ? kl_xasprintf("(%.0f + (%.0f + %.0f) / N) Psi", bp, bg, bs)
+                                  : kl_xasprintf("(%.0f + %.0f + %.0f) Psi / N", bp, bg, bs);
+        char *master = r.stage == 3 ? kl_xstrdup("") : kl_xasprintf(", fp32 master slices %.2f MB", r.master * mb);
+        out = kl_xasprintf("per rank (%d rank%s, shard zero%d, %s): %s %.2f MB, gradients %.2f MB, optimizer state "
+                           "%.2f MB%s, total %.2f MB; zero%d formula with Kiln's bytes %s = "
                            "%.2f MB (measured / formula %.4f); %s",
                            ranks > 1 ? ranks : 1, ranks > 1 ? "s" : "", r.stage,
-                           r.stage == 1 ? "optimizer state and fp32 master partitioned"
-                                        : "gradients, optimizer state and fp32 master partitioned",
-                           r.params * mb, r.grads * mb, r.state * mb, r.master * mb, total * mb, r.stage, kf, formula * mb,
+                           r.stage == 1   ? "optimizer state and fp32 master partitioned"
+                           : r.stage == 2 ? "gradients, optimizer state and fp32 master partitioned"
+                                          : "params, gradients and optimizer state partitioned",
+                           r.stage == 3 ? "param slices (fp32 masters)" : "params", r.params * mb, r.grads * mb,
+                           r.state * mb, master, total * mb, r.stage, kf, formula * mb,
                            r.psi ? (double)total / formula : 0.0, formulas);
         free(kf);
+        free(master);
     }
     free(formulas);
     return out;

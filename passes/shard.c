@@ -17,9 +17,9 @@
  *           skips the same steps. With one rank nothing changes.
  *
  * The train block's shard = none and shard = dp both mean this; shard =
- * zero1 and zero2 are passes/shard_zero.c; zero3 is refused by
- * ir/train_config.c until it is built. The memory per rank:
- * passes/rank_memory.c. */
+ * zero1, zero2 and zero3 are passes/shard_zero.c (zero3's gathers:
+ * passes/shard_zero3.c; with tensor_parallel > 1 it is refused). The
+ * memory per rank: passes/rank_memory.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,12 +131,18 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
     /* With tensor parallelism (passes/shard_tp.c) the data-parallel world
      * is ranks / T groups; the executor runs these all_reduces over the
      * ranks of equal tensor-parallel index (driver/train_tp.c). */
-    int ranks = cfg.tensor_parallel > 1 ? cx->ranks / cfg.tensor_parallel : cx->ranks;
+    int tp = cfg.tensor_parallel, ranks = tp > 1 ? cx->ranks / tp : cx->ranks;
     kl_train_config_free(&cfg);
     if (ranks <= 1)
         return 0;
-    if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2)
-        return pass_shard_zero(g, ranks, bucket_bytes, mode == KL_SHARD_ZERO1 ? 1 : 2);
+    if (mode == KL_SHARD_ZERO3 && tp > 1) {
+        /* Its slices would cut tensor-parallel slices again. */
+        pass_error(g, (kl_loc){0, 0}, "shard = zero3 with tensor_parallel = %d is not built\n---> use shard = zero2 with "
+                   "tensor parallelism, or zero3 without it", tp);
+        return -1;
+    }
+    if (mode == KL_SHARD_ZERO1 || mode == KL_SHARD_ZERO2 || mode == KL_SHARD_ZERO3)
+        return pass_shard_zero(g, ranks, bucket_bytes, mode == KL_SHARD_ZERO1 ? 1 : mode == KL_SHARD_ZERO2 ? 2 : 3);
     /* What the update reads from forward or backward, in the order it is
      * ready (its last writer there; ties: its first reader in the update),
      * so that a bucket fills as backward goes and its all_reduce can start

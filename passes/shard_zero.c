@@ -37,8 +37,8 @@
 #include <string.h>
 
 #include "passes.h"
+#include "shard_zero.h"
 
-#define ZERO_MAX_MEMBERS 30
 /* A bucket of params with 16-bit copies: its shard_gather writes both
  * (at most 31 operands). */
 #define ZERO_LOWP_MEMBERS 15
@@ -108,7 +108,7 @@ static kl_loc u0loc(ir_node **members) { return members[0]->loc; }
 /* Slice v records the states it is a slice of, operand k of each member
  * update ("members": names, "counts": their elements), so that a
  * checkpoint holds the usual full state (driver/train_ranks.c). */
-static void set_members(ir_graph *g, int v, ir_node **members, int n, int k)
+static void set_members(ir_graph *g, int v, ir_node **members, int n, int k, int stage)
 {
     kl_buf names = {0};
     int64_t counts[ZERO_MAX_MEMBERS];
@@ -121,6 +121,10 @@ static void set_members(ir_graph *g, int v, ir_node **members, int n, int k)
     ir_attrs_set_str(sa, "members", names.s ? names.s : "");
     ir_attrs_set_ints(sa, "counts", counts, n);
     kl_buf_free(&names);
+    /* zero3: the params are gone from the graph, so the slice names
+     * their shapes (a checkpoint's full values have them). */
+    for (int i = 0; stage == 3 && i < n; i++)
+        zero3_set_shape(g, v, i, members[i]->in.v[0]);
 }
 
 static void set_phase(ir_graph *g, int from, ir_phase ph)
@@ -156,7 +160,7 @@ static int backward_grad(ir_graph *g, int v, int64_t *acc_steps, zero_vals *dead
  * backward phase, recorded in *placed for the move after the last
  * gradient's producer. */
 static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int stage, int no, int *sq_total,
-                        zero_vals *dead_accs, zero_vals *placed)
+                        zero_vals *dead_accs, zero_vals *placed, zero3_bucket *z3)
 {
     int params[ZERO_MAX_MEMBERS + 1], grads[ZERO_MAX_MEMBERS];
     int64_t total = 0, acc_steps = 0;
@@ -193,7 +197,7 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
         char *aname = kl_xasprintf("%s.grad_acc", base);
         int acc = declare_shard(g, aname, s, "grad_acc");
         free(aname);
-        set_members(g, acc, members, n, 1);
+        set_members(g, acc, members, n, 1, stage);
         ir_attrs sa = {0};
         ir_attrs_set_int(&sa, "steps", acc_steps);
         int aargs[2] = {acc, gs};
@@ -208,12 +212,18 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
         kl_vec_push(*placed, -1);
     }
     int u0n = g->nodes.n;
-    /* The master slice, from the params. */
+    /* The master slice, from the params (zero3: the params' only
+     * storage, initialised with this rank's slice of their inits). */
     char *mname = kl_xasprintf("%s.master", base);
-    params[0] = declare_shard(g, mname, s, "zero_master");
-    /* No results, and more operands than ir_emit infers: added as they
-     * are (the verifier checks their shape rule). */
-    ir_add_node(g, IR_OP_SHARD_COPY, params, n + 1, &ra, NULL, NULL, u0loc(members));
+    params[0] = declare_shard(g, mname, s, stage == 3 ? "zero3_master" : "zero_master");
+    if (stage == 3) {
+        set_members(g, params[0], members, n, 0, stage);
+        zero3_set_init(g, params[0], params + 1, n);
+    } else {
+        /* No results, and more operands than ir_emit infers: added as
+         * they are (the verifier checks their shape rule). */
+        ir_add_node(g, IR_OP_SHARD_COPY, params, n + 1, &ra, NULL, NULL, u0loc(members));
+    }
     /* The update of the slice; the state slices replace the params'. */
     const ir_node *u0 = members[0];
     int args[8];
@@ -240,14 +250,38 @@ static void zero_bucket(ir_graph *g, ir_node **members, int n, int ranks, int st
         char *name = kl_xasprintf("%s.%s", base, dot ? dot + 1 : member);
         args[nupd] = declare_shard(g, name, s, "optimizer_state");
         free(name);
-        set_members(g, args[nupd++], members, n, k);
+        set_members(g, args[nupd++], members, n, k, stage);
         for (int i = 0; i < n; i++)
             olds[i][nold] = members[i]->in.v[k];
         nold++;
     }
+    if (stage == 3) {
+        /* The params go (shard_zero3.c gathers them where they are
+         * read); the 16-bit copies are sliced as the masters are, the
+         * update writes this rank's slice. */
+        z3->n = n;
+        z3->master = params[0];
+        z3->lowp_slice = -1;
+        for (int i = 0; i < n; i++) {
+            z3->params[i] = params[i + 1];
+            z3->lowp[i] = has_lowp ? lowp[i + 1] : -1;
+        }
+        if (has_lowp) {
+            char *lname = kl_xasprintf("%s.lowp", mname);
+            ir_type lt = {ir_val(g, lowp[1])->type.dtype, 1, {s}};
+            z3->lowp_slice = ir_declare(g, IR_VAL_STATE, lname, &lt, (kl_loc){0, 0});
+            free(lname);
+            ir_attrs_set_str(&ir_val(g, z3->lowp_slice)->attrs, "role", "lowp");
+            zero3_set_init(g, z3->lowp_slice, params + 1, n);
+            args[nupd++] = z3->lowp_slice;
+        }
+        has_lowp = false;
+    }
     ir_emit(g, u0->op, args, nupd, &u0->attrs, NULL);
     ir_nd(g, g->nodes.n - 1)->loc = u0->loc;
-    if (has_lowp) {
+    if (stage == 3) {
+        /* Nothing gathered after the update. */
+    } else if (has_lowp) {
         /* One all-gather fills the params and their copies. */
         int both[2 * ZERO_LOWP_MEMBERS + 1];
         kl_check(n <= ZERO_LOWP_MEMBERS);
@@ -419,6 +453,7 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
     int old_sq = zero_old_sqnorm(g), new_sq = -1;
     int no = 0;
     zero_vals dead_accs = {0}, placed = {0};
+    KL_VEC(zero3_bucket) z3 = {0};
     for (int i = 0; i < ups.n && !rc; i++) {
         if (!ups.v[i])
             continue;
@@ -439,7 +474,10 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
                 ups.v[j] = NULL;
         }
         ups.v[i] = NULL;
-        zero_bucket(g, members, m, ranks, stage, no++, old_sq >= 0 ? &new_sq : NULL, &dead_accs, &placed);
+        zero3_bucket b = {0};
+        zero_bucket(g, members, m, ranks, stage, no++, old_sq >= 0 ? &new_sq : NULL, &dead_accs, &placed, &b);
+        if (stage == 3)
+            kl_vec_push(z3, b);
     }
     free(ups.v);
     if (!rc && old_sq >= 0) {
@@ -466,7 +504,10 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
             ir_undeclare(g, dead_accs.v[i]);
         if (placed.n)
             place_early(g, &placed);
+        if (stage == 3)
+            rc = pass_zero3_gathers(g, z3.v, z3.n, ranks);
     }
+    free(z3.v);
     free(dead_accs.v);
     free(placed.v);
     if (rc)

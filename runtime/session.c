@@ -9,6 +9,7 @@
 #include "nvtx.h"
 #include "overlap.h"
 #include "tp.h"
+#include "zero3.h"
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed)
 {
@@ -66,6 +67,10 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
         for (int64_t i = 0; i < ir_type_numel(&v->type); i++)
             kl_store_as(v->type.dtype, host, i, kl_load_as(m->type.dtype, mh, i));
         free(mh);
+    } else if (ir_attrs_find(&v->attrs, "params")) {
+        /* A zero3 slice (passes/shard_zero3.c): this rank's share of the
+         * params' inits. */
+        kl_zero3_init(v, s->seed, s->comm ? kl_comm_rank(s->comm) : 0, host);
     } else if (ir_attrs_find(&v->attrs, "tp_axis")) {
         /* A tensor-parallel slice: this rank's share of the full param. */
         kl_comm *tp = kl_comm_tp(s->comm);

@@ -95,7 +95,7 @@ check "--lr before --set optimizer=sgd" 0 "; lr 0.5," "${exe[@]}" --lr 0.5 --set
 ln -s "$src" "$tmp/data"
 check "--data data (a bare folder name)" 0 "60000 train / 10000 test samples" \
   bash -c "cd '$tmp' && ./mlp --steps 1 --threads 1 --data data"
-check "--set shard=zero3" 1 "shard = zero3 is not implemented yet" "${exe[@]}" --set shard=zero3
+check "--set shard=zero4" 1 "shard must be none, dp, zero1, zero2 or zero3" "${exe[@]}" --set shard=zero4
 # Resuming a finished run: the summary is valid JSON (no inf).
 "${exe[@]}" --quiet --save "$tmp/done.ckpt" > /dev/null 2>&1 || { echo "FAIL: cannot save"; fail=1; }
 "${exe[@]}" --quiet --resume "$tmp/done.ckpt" --metrics "$tmp/m.json" > /dev/null 2>&1

@@ -51,10 +51,11 @@ launch)
   fi
   echo "ok: the control (KILN_MPI=0: two independent runs) differs from the reference"
   # Settings that are not built are refused by every rank, and the job ends.
-  if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard zero3 > /dev/null 2> "$tmp/err.txt"; then
-    echo "FAIL: --shard zero3 was accepted"; exit 1
+  if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --tensor-parallel 2 > /dev/null 2> "$tmp/err.txt"; then
+    echo "FAIL: --tensor-parallel 2 without a split was accepted"; exit 1
   fi
-  grep -q "shard = zero3 is not implemented yet" "$tmp/err.txt" || { echo "FAIL: no clear error for zero3"; cat "$tmp/err.txt"; exit 1; }
+  grep -q "tensor_parallel = 2, but no call is marked split" "$tmp/err.txt" ||
+    { echo "FAIL: no clear error for --tensor-parallel 2"; cat "$tmp/err.txt"; exit 1; }
   # An error on rank 0 alone (it alone writes files) ends the job.
   if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --save "$tmp/no/such/dir/x.ckpt" > /dev/null 2> "$tmp/err.txt"; then
     echo "FAIL: an unwritable --save was accepted"; exit 1

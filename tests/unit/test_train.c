@@ -206,7 +206,8 @@ static void test_flag_values(void **state)
     assert_string_equal(c.data_format, "idx");
     assert_string_equal(c.data_path, "data");
     kl_train_config_free(&c);
-    assert_int_equal(kl_train_set(&a, "shard", "zero3"), -1);
+    assert_int_equal(kl_train_set(&a, "shard", "zero4"), -1);
+    assert_int_equal(kl_train_set(&a, "shard", "zero3"), 0);
     assert_int_equal(kl_train_set(&a, "shard", "zero2"), 0);
     assert_int_equal(kl_train_set(&a, "shard", "zero1"), 0);
     assert_int_equal(kl_train_set(&a, "shard", "none"), 0);

@@ -110,12 +110,11 @@ precision)
   ;;
 refused)
   build mlp
-  for z in zero3; do
-    if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard $z > /dev/null 2> "$tmp/err.txt"; then
-      echo "FAIL: --shard $z was accepted"; exit 1
-    fi
-    grep -q "shard = $z is not implemented yet" "$tmp/err.txt" || { echo "FAIL: no clear error for $z"; cat "$tmp/err.txt"; exit 1; }
-  done
+  # A stage that does not exist, refused by every rank.
+  if "${mpi[@]}" -np 2 "$tmp/mlp" "${common[@]}" --shard zero4 > /dev/null 2> "$tmp/err.txt"; then
+    echo "FAIL: --shard zero4 was accepted"; exit 1
+  fi
+  grep -q "shard must be none, dp, zero1, zero2 or zero3" "$tmp/err.txt" || { echo "FAIL: no clear error for zero4"; cat "$tmp/err.txt"; exit 1; }
   # Memory per rank at N = 4 from the plan against ZeRO's stage 1 with
   # fp32 params and gradients, (4 + 4 + 12 / N) Psi, Psi = 235146: params
   # and gradients whole (0.94 MB each), Adam's m and v (0.47 MB) and the
