@@ -92,11 +92,13 @@ static void finish(kl_overlap *o, int i)
     /* Not hidden: the part of its run the executor spent waiting (the
      * wait may also cover time it sat in the queue, not its own). */
     double lo = t0 > p->job.start ? t0 : p->job.start, hi = t0 + waited < p->job.end ? t0 + waited : p->job.end;
+    double exposed = waited > 0 && hi > lo ? hi - lo : 0;
     e->comm_seconds += secs;
-    e->comm_waited += waited > 0 && hi > lo ? hi - lo : 0;
+    e->comm_waited += exposed;
     e->comm_calls++;
     if (e->step_seconds) {
         e->step_seconds[i] += secs;
+        e->step_hidden[i] += secs - exposed;
         e->step_runs[i]++;
     }
     if (e->trace) {

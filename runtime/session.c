@@ -212,6 +212,7 @@ void kl_exec_free(kl_exec *e)
         free(e->labels[i]);
     free(e->labels);
     free(e->step_runs);
+    free(e->step_hidden);
     for (int i = 0; i < e->ngraphs; i++)
         if (e->graphs[i].graph)
             e->s->be->ops->graph_free(e->s->be, e->graphs[i].graph);
@@ -489,6 +490,7 @@ void kl_exec_profile(kl_exec *e)
     if (!e->step_seconds) {
         e->step_seconds = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(double));
         e->step_runs = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(int64_t));
+        e->step_hidden = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(double));
     }
 }
 
