@@ -20,3 +20,8 @@ if(KILN_NCCL_INCLUDE AND TARGET kiln)
            $<TARGET_FILE:fake_nccl> $<TARGET_FILE:fake_nccl_partial> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(comm.nccl PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# Overlap under accumulation: the schedule and bit-identical training.
+add_test(NAME comm.accum COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/comm/accum.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(comm.accum PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
