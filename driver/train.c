@@ -477,6 +477,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
                          .jit_reason = jit_reason,
                          .bf16_gemm = t.opt.bf16_gemm};
     kl_backend *be = train_open_backend(&t.opt, &co, t.comm);
+    be = train_agree_backend(be, t.comm);
     free(jit_reason);
     if (!be)
         goto done;

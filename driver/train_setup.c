@@ -62,6 +62,21 @@ kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co,
     return kl_cpu_backend_new(co);
 }
 
+kl_backend *train_agree_backend(kl_backend *be, kl_comm *comm)
+{
+    int world = kl_comm_world(comm);
+    if (world < 2 || !be)
+        return be;
+    int64_t gpus = kl_comm_sum_startup(comm, kl_backend_is_cuda(be), "the ranks' devices");
+    if (gpus == 0 || gpus == world)
+        return be;
+    kl_error("rank %d of %d: %lld of the %d ranks found a GPU; all ranks must train on the same kind of device\n"
+             "---> add --device cpu, or start at most one rank per GPU on each machine",
+             kl_comm_rank(comm), world, (long long)gpus, world);
+    be->ops->destroy(be);
+    return NULL;
+}
+
 /* --batch auto (driver/budget.h): the micro-batch from the memory plan
  * and the accumulation that keeps the effective batch, then the graph
  * loaded again with both. The limit: --memory-limit (or the train key),

@@ -337,6 +337,16 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
     }
 }
 
+int64_t kl_comm_sum_startup(kl_comm *c, int64_t mine, const char *what)
+{
+    int64_t calls = c->calls, fail = c->fail_call;
+    c->fail_call = 0;
+    kl_comm_all_reduce(c, &mine, 1, IR_I64, KL_REDUCE_SUM, what);
+    c->calls = calls;
+    c->fail_call = fail;
+    return mine;
+}
+
 void kl_comm_run(const kl_coll *k)
 {
     size_t bytes = (size_t)k->count * (size_t)ir_dtype_size(k->dt);

@@ -94,6 +94,10 @@ kl_comm *kl_comm_tp(kl_comm *c);
 /* Ends the job: MPI_Abort with code under a launcher (every rank stops),
  * exit(code) otherwise. */
 KL_NORETURN void kl_comm_abort(kl_comm *c, int code);
+/* The sum over the ranks of mine: a start-up agreement (checked like the
+ * collectives, but not numbered for KILN_FAULT_COLLECTIVE, which counts
+ * the training's collectives). mine itself for a world of one. */
+int64_t kl_comm_sum_startup(kl_comm *c, int64_t mine, const char *what);
 /* Runs k on host memory with the calls above (the CPU backend's
  * collective). */
 void kl_comm_run(const kl_coll *k);
