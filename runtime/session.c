@@ -272,8 +272,9 @@ static void run_shard_host(kl_exec *e, const kl_step *st, const ir_node *n, void
 }
 
 /* shard_copy and shard_gather: in place on the CPU; a device backend's
- * operands go through host memory (they run at start-up and around
- * checkpoints, not per step). */
+ * operands go through host memory, the gather's all_gather through MPI
+ * (correct, but a copy each way in every zero1/zero2 update on the GPU:
+ * device kernels and NCCL's all_gather for them are not built yet). */
 static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
 {
     kl_backend *be = e->s->be;
