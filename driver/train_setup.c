@@ -30,13 +30,14 @@ ir_graph *train_load_with(const kl_source *src, const train_options *o, const ch
 }
 
 /* The GPU when one is usable (or asked for), else the CPU with a notice;
- * NULL when --device cuda finds no GPU (reported). */
-kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co)
+ * NULL when --device cuda finds no GPU (reported). Under a launcher each
+ * rank takes the GPU of its index among the ranks on its machine. */
+kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co, const kl_comm *comm)
 {
     bool cpu = o->device && !strcmp(o->device, "cpu"), cuda = o->device && !strcmp(o->device, "cuda");
     if (!cpu) {
         char why[600];
-        kl_cuda_options cuo = {.tf32 = o->tf32, .quiet = o->quiet};
+        kl_cuda_options cuo = {.tf32 = o->tf32, .quiet = o->quiet, .device = kl_comm_local_rank(comm)};
         kl_backend *be = kl_cuda_backend_new(&cuo, why, sizeof why);
         if (be && o->bf16_gemm) {
             kl_error("--bf16-gemm chooses the CPU backend's bf16 GEMMs; this run is on the GPU\n---> add --device cpu");
@@ -45,6 +46,12 @@ kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co)
         }
         if (be)
             return be;
+        if (cuda && kl_comm_local_size(comm) > 1) {
+            kl_error("--device cuda: rank %d of %d (local rank %d of %d on this machine): %s\n"
+                     "---> start at most one rank per GPU",
+                     kl_comm_rank(comm), kl_comm_world(comm), kl_comm_local_rank(comm), kl_comm_local_size(comm), why);
+            return NULL;
+        }
         if (cuda) {
             kl_error("--device cuda: %s", why);
             return NULL;
@@ -53,6 +60,21 @@ kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co)
             fprintf(stderr, "kiln: no usable GPU (%s); training on the CPU\n", why);
     }
     return kl_cpu_backend_new(co);
+}
+
+kl_backend *train_agree_backend(kl_backend *be, kl_comm *comm)
+{
+    int world = kl_comm_world(comm);
+    if (world < 2 || !be)
+        return be;
+    int64_t gpus = kl_comm_sum_startup(comm, kl_backend_is_cuda(be), "the ranks' devices");
+    if (gpus == 0 || gpus == world)
+        return be;
+    kl_error("rank %d of %d: %lld of the %d ranks found a GPU; all ranks must train on the same kind of device\n"
+             "---> add --device cpu, or start at most one rank per GPU on each machine",
+             kl_comm_rank(comm), world, (long long)gpus, world);
+    be->ops->destroy(be);
+    return NULL;
 }
 
 /* --batch auto (driver/budget.h): the micro-batch from the memory plan

@@ -144,7 +144,12 @@ typedef struct eval_result {
  * --memory-limit. print_start: the start-up lines. -1 (NULL) after an
  * error (reported). */
 ir_graph *train_load_with(const kl_source *src, const train_options *o, const char *key, const char *val);
-kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co);
+kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co, const kl_comm *comm);
+/* Every rank on the same kind of device (NCCL and MPI do not meet): be,
+ * or NULL (be destroyed, reported) when some ranks found a GPU and others
+ * did not. A rank whose be is NULL takes no part: its error ends the job
+ * (kl_train_main aborts every rank). */
+kl_backend *train_agree_backend(kl_backend *be, kl_comm *comm);
 int train_choose_batch(trainer *t, const kl_source *src, const kl_backend *be, ir_graph **g);
 int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_out);
 int train_check_peak(trainer *t, int64_t *peak_out);

@@ -93,10 +93,36 @@ static bool sibling_logits(const ir_graph *g, const ir_node *a, const ir_node *n
     (void)g;
     return anchor_logits(n) && logits_of(n) == logits_of(a) && labels_of(n) == labels_of(a);
 }
+/* The collective that reads value v, directly or through update-phase
+ * nodes that assemble its operand (reshapes, a bucket's concat), other than
+ * v's in-place writers; -1 when none does. */
+static int collective_reading(const ir_graph *g, int v, int depth)
+{
+    const ir_value *x = ir_val(g, v);
+    for (int u = 0; u < x->uses.n; u++) {
+        int m = x->uses.v[u].node;
+        const ir_node *nd = ir_nd(g, m);
+        if (nd->dead || ir_op_mutates(nd->op, x->uses.v[u].operand))
+            continue;
+        if (ir_ops[nd->op].kclass == IR_KC_COLLECTIVE)
+            return m;
+        for (int k = 0; depth > 0 && nd->phase == IR_PHASE_UPDATE && k < nd->out.n; k++) {
+            int c = collective_reading(g, nd->out.v[k], depth - 1);
+            if (c >= 0)
+                return c;
+        }
+    }
+    return -1;
+}
+/* Optimizer updates of one op share kernels; gradient accumulators share
+ * one only when the same collective reads them (their bucket), so that at
+ * the accumulation boundary each bucket's collective starts as soon as
+ * its own accumulators are written (schedule), not after every one is. */
 static bool sibling_update(const ir_graph *g, const ir_node *a, const ir_node *n)
 {
-    (void)g;
-    return anchor_update(n) && n->op == a->op;
+    if (!anchor_update(n) || n->op != a->op)
+        return false;
+    return n->op != IR_OP_GRAD_ACCUMULATE || collective_reading(g, a->in.v[0], 4) == collective_reading(g, n->in.v[0], 4);
 }
 
 static const pattern patterns[] = {

@@ -11,7 +11,11 @@
  *           results is produced: the runtime posts it to its communication
  *           thread there and backward goes on (runtime/session.c). It
  *           stays in the update phase, so that with accumulation it runs
- *           once per step, in the last micro-batch's backward.
+ *           once per step, in the last micro-batch's backward; there the
+ *           accumulators it reads (grad_accumulate, one kernel per bucket:
+ *           fusion) are also written as soon as their gradients are
+ *           ready, so the first bucket's collective starts before the
+ *           last gradient is computed.
  */
 #include <stdlib.h>
 
@@ -49,6 +53,21 @@ static bool *eager_nodes(const ir_graph *g)
         }
     }
     free(early);
+    /* With accumulation, what they read at the boundary is an accumulator
+     * that backward writes in place (grad_accumulate): those writers run
+     * eagerly too, so that each bucket's collective waits for its own
+     * accumulators only (fusion keeps one kernel per bucket). */
+    for (int i = 0; i < n; i++) {
+        const ir_node *nd = ir_nd(g, i);
+        for (int k = 0; eager[i] && k < nd->in.n; k++) {
+            const ir_value *v = ir_val(g, nd->in.v[k]);
+            for (int u = 0; v->def < 0 && u < v->uses.n; u++) {
+                const ir_node *w = ir_nd(g, v->uses.v[u].node);
+                if (!w->dead && w->phase == IR_PHASE_BACKWARD && ir_op_mutates(w->op, v->uses.v[u].operand))
+                    eager[v->uses.v[u].node] = true;
+            }
+        }
+    }
     return eager;
 }
 

@@ -587,7 +587,10 @@ char *plan_steps_text(const kl_plan *p)
     for (int i = 0; i < p->steps.n; i++) {
         const kl_step *s = &p->steps.v[i];
         const ir_node *n = ir_nd(p->g, s->node);
-        kl_buf_printf(&b, "%4d %-8s %s", i, ir_phase_name(s->phase), s->kind == KL_STEP_GEMM ? "matmul" : p->kernels.v[s->kernel].what);
+        kl_buf_printf(&b, "%4d %-8s %s", i, ir_phase_name(s->phase),
+                      s->kind == KL_STEP_GEMM         ? "matmul"
+                      : s->kind == KL_STEP_COLLECTIVE ? ir_op_name(n->op)
+                                                      : p->kernels.v[s->kernel].what);
         if (n->loc.line > 0)
             kl_buf_printf(&b, " @%d:%d", n->loc.line, n->loc.col);
         if (s->kind == KL_STEP_GEMM && s->gemm.epi.kind != KL_LT_NONE)

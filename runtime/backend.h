@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm.h"
 #include "plan/plan.h"
 
 typedef struct kl_kargs {
@@ -65,6 +66,14 @@ typedef struct kl_backend_ops {
     void (*graph_free)(kl_backend *be, void *graph);
     /* Optional: the device memory free now, in bytes (--batch auto). */
     int64_t (*free_bytes)(kl_backend *be);
+    /* Collectives on the backend's memory (comm.h's kl_coll): the CPU's
+     * call MPI at once (kl_comm_run); the CUDA backend's enqueue NCCL on
+     * its communication stream, after the compute work queued so far.
+     * collective_wait (NULL: nothing to wait for) makes later compute
+     * wait for every collective enqueued so far. collective NULL: this
+     * build of the backend has none. */
+    void (*collective)(kl_backend *be, const kl_coll *k);
+    void (*collective_wait)(kl_backend *be);
 } kl_backend_ops;
 
 struct kl_backend {

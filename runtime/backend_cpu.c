@@ -324,6 +324,13 @@ static void cpu_destroy(kl_backend *be)
     free(cb);
 }
 
+/* MPI on host memory, at once (runtime/comm.h). */
+static void cpu_collective(kl_backend *be, const kl_coll *k)
+{
+    (void)be;
+    kl_comm_run(k);
+}
+
 static const kl_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -336,6 +343,7 @@ static const kl_backend_ops cpu_ops = {
     .gemm = cpu_gemm,
     .sync = cpu_sync,
     .destroy = cpu_destroy,
+    .collective = cpu_collective,
 };
 
 const char *kl_cpu_gemm_choice(const kl_backend *be)

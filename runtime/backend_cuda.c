@@ -12,7 +12,14 @@
  * into a device staging buffer, so the transfer overlaps the work already
  * queued on the compute stream; the compute stream then waits for it (an
  * event) and copies it into place. Kernel arguments (step, seed) live in
- * device memory, so a captured graph reads the current ones. */
+ * device memory, so a captured graph reads the current ones.
+ *
+ * Collectives (NCCL, runtime/nccl.h) run on a third stream, the
+ * communication stream: each starts after the compute work queued before
+ * it (an event), and the compute stream waits for them (another event)
+ * only where the executor says a later step needs their memory
+ * (collective_wait), so they overlap the rest of backward as the CPU's
+ * communication thread does. */
 #include <cublasLt.h>
 #include <cuda.h>
 #include <dlfcn.h>
@@ -23,6 +30,9 @@
 #include "cuda_launch.h"
 #include "cuda_lt.h"
 #include "nvrtc.h"
+#ifdef KILN_HAVE_NCCL
+#include "nccl.h"
+#endif
 
 #define STR_(x) #x
 #define STR(x) STR_(x) /* the name after macro expansion: cuMemAlloc -> "cuMemAlloc_v2" */
@@ -150,7 +160,17 @@ typedef struct cuda_backend {
     CUcontext ctx;
     int sms;
     char arch[16];
-    CUstream compute, copy;
+    CUstream compute, copy, comm;
+    /* comm_ready: recorded on compute before a collective; comm_done: on
+     * comm after it (comm_pending: not yet waited for by compute). */
+    CUevent comm_ready, comm_done;
+    bool comm_pending;
+    /* NCCL communicators, one per kl_comm used (the world, a
+     * tensor-parallel group), made on first use; reduce_scatter's padded
+     * operand. */
+    KL_VEC(struct kl_nccl *) nccl;
+    CUdeviceptr comm_pad;
+    size_t comm_pad_bytes;
     CUdeviceptr kargs;
     kl_kargs kargs_now;
     bool kargs_set, capturing;
@@ -727,6 +747,80 @@ static void cuda_graph_free(kl_backend *be, void *graph)
     CU(api.cuGraphExecDestroy((CUgraphExec)graph));
 }
 
+/* ---- collectives (NCCL) ---- */
+
+#ifdef KILN_HAVE_NCCL
+static struct kl_nccl *nccl_of(cuda_backend *cb, kl_comm *c)
+{
+    for (int i = 0; i < cb->nccl.n; i++)
+        if (kl_nccl_comm(cb->nccl.v[i]) == c)
+            return cb->nccl.v[i];
+    kl_vec_push(cb->nccl, kl_nccl_open(c));
+    return cb->nccl.v[cb->nccl.n - 1];
+}
+
+/* reduce_scatter's operand padded with zeros to world x shard, in
+ * comm_pad (grown before graphs are recorded: the first runs are not). */
+static const void *pad_operand(cuda_backend *cb, const kl_coll *k, int64_t padded)
+{
+    size_t esz = (size_t)ir_dtype_size(k->dt), bytes = (size_t)padded * esz;
+    if (bytes > cb->comm_pad_bytes) {
+        CU(api.cuStreamSynchronize(cb->comm));
+        if (cb->comm_pad)
+            CU(api.cuMemFree(cb->comm_pad));
+        CU(api.cuMemAlloc(&cb->comm_pad, bytes));
+        cb->comm_pad_bytes = bytes;
+    }
+    CU(api.cuMemsetD8Async(cb->comm_pad, 0, bytes, cb->comm));
+    CU(api.cuMemcpyDtoDAsync(cb->comm_pad, dptr(k->in), (size_t)k->count * esz, cb->comm));
+    return (const void *)(uintptr_t)cb->comm_pad;
+}
+
+static void cuda_collective(kl_backend *be, const kl_coll *k)
+{
+    cuda_backend *cb = cb_of(be);
+    CU(api.cuEventRecord(cb->comm_ready, cb->compute));
+    CU(api.cuStreamWaitEvent(cb->comm, cb->comm_ready, 0));
+    size_t bytes = (size_t)k->count * (size_t)ir_dtype_size(k->dt);
+    if (!k->comm) {
+        /* A world of one: the result is the operand. */
+        if (k->in != k->out && bytes)
+            CU(api.cuMemcpyDtoDAsync(dptr(k->out), dptr(k->in), bytes, cb->comm));
+    } else if (k->count > 0) {
+        struct kl_nccl *nc = nccl_of(cb, k->comm);
+        int world = kl_comm_world(k->comm);
+        switch (k->kind) {
+        case KL_COLL_ALL_REDUCE:
+            kl_nccl_all_reduce(nc, k->in, k->out, k->count, k->dt, k->op, cb->comm, k->what);
+            break;
+        case KL_COLL_BROADCAST:
+            kl_nccl_broadcast(nc, k->in, k->out, k->count, k->dt, k->root, cb->comm, k->what);
+            break;
+        case KL_COLL_REDUCE_SCATTER: {
+            int64_t shard = kl_comm_shard_count(k->count, world);
+            const void *in = shard * world == k->count ? k->in : pad_operand(cb, k, shard * world);
+            kl_nccl_reduce_scatter(nc, in, k->out, shard, k->dt, cb->comm, k->what);
+            break;
+        }
+        case KL_COLL_ALL_GATHER:
+            kl_nccl_all_gather(nc, k->in, k->out, k->count, k->dt, cb->comm, k->what);
+            break;
+        }
+    }
+    CU(api.cuEventRecord(cb->comm_done, cb->comm));
+    cb->comm_pending = true;
+}
+
+static void cuda_collective_wait(kl_backend *be)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!cb->comm_pending)
+        return;
+    CU(api.cuStreamWaitEvent(cb->compute, cb->comm_done, 0));
+    cb->comm_pending = false;
+}
+#endif
+
 /* ---- lifetime ---- */
 
 static void cuda_destroy(kl_backend *be)
@@ -734,6 +828,16 @@ static void cuda_destroy(kl_backend *be)
     cuda_backend *cb = cb_of(be);
     CU(api.cuStreamSynchronize(cb->compute));
     CU(api.cuStreamSynchronize(cb->copy));
+    CU(api.cuStreamSynchronize(cb->comm));
+#ifdef KILN_HAVE_NCCL
+    for (int i = 0; i < cb->nccl.n; i++)
+        kl_nccl_close(cb->nccl.v[i]);
+#endif
+    kl_vec_free(cb->nccl);
+    if (cb->comm_pad)
+        CU(api.cuMemFree(cb->comm_pad));
+    CU(api.cuEventDestroy(cb->comm_ready));
+    CU(api.cuEventDestroy(cb->comm_done));
     for (int i = 0; i < cb->kernels.n; i++) {
         CU(api.cuModuleUnload(cb->kernels.v[i].mod));
         free(cb->kernels.v[i].name);
@@ -768,6 +872,7 @@ static void cuda_destroy(kl_backend *be)
     CU(api.cuEventDestroy(cb->t1));
     CU(api.cuStreamDestroy(cb->compute));
     CU(api.cuStreamDestroy(cb->copy));
+    CU(api.cuStreamDestroy(cb->comm));
     CU(api.cuDevicePrimaryCtxRelease(cb->dev));
     free(cb);
 }
@@ -798,6 +903,10 @@ static const kl_backend_ops cuda_ops = {
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
     .free_bytes = cuda_free_bytes,
+#ifdef KILN_HAVE_NCCL
+    .collective = cuda_collective,
+    .collective_wait = cuda_collective_wait,
+#endif
 };
 
 bool kl_backend_is_cuda(const kl_backend *be)
@@ -920,6 +1029,9 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     }
     CU(api.cuStreamCreate(&cb->compute, CU_STREAM_NON_BLOCKING));
     CU(api.cuStreamCreate(&cb->copy, CU_STREAM_NON_BLOCKING));
+    CU(api.cuStreamCreate(&cb->comm, CU_STREAM_NON_BLOCKING));
+    CU(api.cuEventCreate(&cb->comm_ready, CU_EVENT_DISABLE_TIMING));
+    CU(api.cuEventCreate(&cb->comm_done, CU_EVENT_DISABLE_TIMING));
     for (int i = 0; i < NSLOTS; i++) {
         CU(api.cuEventCreate(&cb->slots[i].copied, CU_EVENT_DISABLE_TIMING));
         CU(api.cuEventCreate(&cb->slots[i].done, CU_EVENT_DISABLE_TIMING));

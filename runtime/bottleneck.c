@@ -49,11 +49,12 @@ kl_category kl_step_category(const kl_plan *p, const kl_step *s)
     }
 }
 
-void kl_bottleneck_add(kl_bottleneck *b, const kl_plan *p, int i, double seconds, double runs)
+void kl_bottleneck_add(kl_bottleneck *b, const kl_plan *p, int i, double seconds, double hidden, double runs)
 {
     const kl_step *s = &p->steps.v[i];
     kl_category c = kl_step_category(p, s);
-    b->seconds[c] += seconds;
+    b->seconds[c] += seconds - hidden;
+    b->hidden_s += hidden;
     b->bytes[c] += (double)s->bytes * runs;
     b->flops[c] += s->flops * runs;
     b->launches += runs;
@@ -71,8 +72,10 @@ void kl_bottleneck_finish(kl_bottleneck *b, double steps, double step_s, double 
         if (c != KL_CAT_DATA_WAIT && c != KL_CAT_HOST)
             in_kernels += b->seconds[c];
     }
-    if (steps > 0)
+    if (steps > 0) {
         b->launches /= steps;
+        b->hidden_s /= steps;
+    }
     b->step_s = step_s;
     b->seconds[KL_CAT_DATA_WAIT] = data_wait_s;
     double host = step_s - in_kernels - data_wait_s;
@@ -107,7 +110,8 @@ const char *kl_bottleneck_verdict(const kl_bottleneck *b, char *buf, size_t n)
         return buf;
     }
     if (share(b, KL_CAT_COLLECTIVE) >= bound) {
-        snprintf(buf, n, "communication-bound: %.0f%% of the step in collectives", 100 * share(b, KL_CAT_COLLECTIVE));
+        snprintf(buf, n, "communication-bound: %.0f%% of the step waits for collectives (exposed: not hidden behind compute)",
+                 100 * share(b, KL_CAT_COLLECTIVE));
         return buf;
     }
     if (share(b, KL_CAT_HOST) >= bound) {
@@ -151,6 +155,8 @@ void kl_bottleneck_print(const kl_bottleneck *b, FILE *out)
             fprintf(out, " = %3.0f%% of peak", 100 * r);
         fputc('\n', out);
     }
+    if (b->hidden_s > 0)
+        fprintf(out, "  (collectives hidden behind compute: %.3f ms a step, in no row above)\n", 1e3 * b->hidden_s);
     char v[400];
     fprintf(out, "verdict: %s\n", kl_bottleneck_verdict(b, v, sizeof v));
 }

@@ -34,6 +34,10 @@ typedef struct kl_bottleneck {
     double peak_gbs;          /* measured copy bandwidth (0: unknown) */
     double peak_gflops;       /* measured GEMM throughput (0: unknown) */
     double launches;          /* kernel launches and GEMM calls per step */
+    /* Collective seconds per step hidden behind compute (on the
+     * communication thread while backward ran): in no category, since the
+     * step did not wait for them; the collectives row is the exposed part. */
+    double hidden_s;
     bool data_known;          /* data wait measured (a training run, not bench) */
 } kl_bottleneck;
 
@@ -41,8 +45,9 @@ typedef struct kl_bottleneck {
 kl_category kl_step_category(const kl_plan *p, const kl_step *s);
 const char *kl_category_name(kl_category c);
 /* Adds seconds spent in plan step i (and its bytes and FLOPs times runs)
- * to b. */
-void kl_bottleneck_add(kl_bottleneck *b, const kl_plan *p, int i, double seconds, double runs);
+ * to b; hidden of them (a collective's, overlapped with compute) go to
+ * hidden_s, not to its category. */
+void kl_bottleneck_add(kl_bottleneck *b, const kl_plan *p, int i, double seconds, double hidden, double runs);
 /* Per step: divides what was added by steps, sets the step time and data
  * wait (per step), and host overhead as what is left. */
 void kl_bottleneck_finish(kl_bottleneck *b, double steps, double step_s, double data_wait_s);

@@ -23,6 +23,8 @@ typedef struct mpi_api {
     int (*Comm_size)(mpi_handle, int *);
     int (*Comm_set_errhandler)(mpi_handle, mpi_handle);
     int (*Comm_split)(mpi_handle, int, int, mpi_handle *);
+    int (*Comm_split_type)(mpi_handle, int, int, mpi_handle, mpi_handle *);
+    int (*Comm_free)(mpi_handle *);
     int (*Allreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
     int (*Reduce_scatter_block)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
     int (*Allgather)(const void *, int, mpi_handle, void *, int, mpi_handle, mpi_handle);
@@ -30,15 +32,18 @@ typedef struct mpi_api {
     int (*Error_string)(int, char *, int *);
     int (*Abort)(mpi_handle, int);
     int (*Finalize)(void);
-    mpi_handle world, errors_return, f32, f64, i64, u16, sum, max;
+    mpi_handle world, errors_return, f32, f64, i64, u16, sum, max, info_null;
 } mpi_api;
 
 /* Open MPI's MPI_THREAD_SERIALIZED: any thread may call MPI, one at a
  * time (the communication thread, runtime/comm_thread.h). */
 #define MPI_THREAD_SERIALIZED_OMPI 2
+/* Open MPI's MPI_COMM_TYPE_SHARED: the ranks that share memory (a node). */
+#define MPI_COMM_TYPE_SHARED_OMPI 0
 
 struct kl_comm {
     int rank, world;
+    int local_rank, local_size; /* among the ranks on this machine */
     int thread_level;           /* what MPI provides (MPI_THREAD_*) */
     int64_t calls, fail_call;   /* collectives so far; KILN_FAULT_COLLECTIVE's (0: none) */
     char desc[200];
@@ -91,6 +96,8 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(Comm_size, "MPI_Comm_size")
     SYM(Comm_set_errhandler, "MPI_Comm_set_errhandler")
     SYM(Comm_split, "MPI_Comm_split")
+    SYM(Comm_split_type, "MPI_Comm_split_type")
+    SYM(Comm_free, "MPI_Comm_free")
     SYM(Allreduce, "MPI_Allreduce")
     SYM(Reduce_scatter_block, "MPI_Reduce_scatter_block")
     SYM(Allgather, "MPI_Allgather")
@@ -106,6 +113,7 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(u16, "ompi_mpi_uint16_t")
     SYM(sum, "ompi_mpi_op_sum")
     SYM(max, "ompi_mpi_op_max")
+    SYM(info_null, "ompi_mpi_info_null")
 #undef SYM
     return 0;
 }
@@ -122,7 +130,7 @@ static void mpi_message(const mpi_api *m, int rc, char *msg, size_t n)
 kl_comm *kl_comm_open(void)
 {
     kl_comm *c = kl_xcalloc(1, sizeof *c);
-    c->world = 1;
+    c->world = c->local_size = 1;
     const char *launcher = kl_comm_launcher();
     if (!launcher) {
         snprintf(c->desc, sizeof c->desc, "world 1 (no MPI launcher)");
@@ -154,6 +162,17 @@ kl_comm *kl_comm_open(void)
     m->Comm_rank(m->world, &c->rank);
     m->Comm_size(m->world, &c->world);
     c->mpi = m;
+    /* The ranks on this machine: local rank -> GPU. */
+    mpi_handle node;
+    if ((rc = m->Comm_split_type(m->world, MPI_COMM_TYPE_SHARED_OMPI, c->rank, m->info_null, &node)) != 0) {
+        char msg[1024];
+        mpi_message(m, rc, msg, sizeof msg);
+        kl_error("rank %d of %d: MPI_Comm_split_type (the ranks on this machine) failed: %s", c->rank, c->world, msg);
+        kl_comm_abort(c, 1);
+    }
+    m->Comm_rank(node, &c->local_rank);
+    m->Comm_size(node, &c->local_size);
+    m->Comm_free(&node);
     snprintf(c->desc, sizeof c->desc, "world %d (%s)", c->world, launcher);
     /* A fault for tests: KILN_FAULT_COLLECTIVE=R:N makes rank R's N-th
      * collective fail as a failed MPI call would. */
@@ -169,6 +188,8 @@ bool kl_comm_serialized(const kl_comm *c) { return !c->mpi || c->thread_level >=
 
 int kl_comm_rank(const kl_comm *c) { return c->rank; }
 int kl_comm_world(const kl_comm *c) { return c->world; }
+int kl_comm_local_rank(const kl_comm *c) { return c->local_rank; }
+int kl_comm_local_size(const kl_comm *c) { return c->local_size; }
 const char *kl_comm_desc(const kl_comm *c) { return c->desc; }
 
 static mpi_handle mpi_type(const kl_comm *c, ir_dtype dt)
@@ -313,6 +334,44 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
         int64_t k = count - at < COMM_CHUNK ? count - at : COMM_CHUNK;
         int rc = c->mpi->Bcast((char *)buf + (size_t)at * esz, (int)k, t, root, c->mpi->world);
         check(c, rc, "MPI_Bcast", "rank_broadcast", what, count, dt);
+    }
+}
+
+int64_t kl_comm_sum_startup(kl_comm *c, int64_t mine, const char *what)
+{
+    int64_t calls = c->calls, fail = c->fail_call;
+    c->fail_call = 0;
+    kl_comm_all_reduce(c, &mine, 1, IR_I64, KL_REDUCE_SUM, what);
+    c->calls = calls;
+    c->fail_call = fail;
+    return mine;
+}
+
+void kl_comm_run(const kl_coll *k)
+{
+    size_t bytes = (size_t)k->count * (size_t)ir_dtype_size(k->dt);
+    switch (k->kind) {
+    case KL_COLL_ALL_REDUCE:
+    case KL_COLL_BROADCAST:
+        if (k->in != k->out)
+            memcpy(k->out, k->in, bytes);
+        if (!k->comm)
+            return;
+        if (k->kind == KL_COLL_BROADCAST)
+            kl_comm_broadcast(k->comm, k->out, k->count, k->dt, k->root, k->what);
+        else
+            kl_comm_all_reduce(k->comm, k->out, k->count, k->dt, k->op, k->what);
+        return;
+    case KL_COLL_REDUCE_SCATTER:
+    case KL_COLL_ALL_GATHER:
+        kl_check(k->in != k->out);
+        if (!k->comm)
+            memcpy(k->out, k->in, bytes);
+        else if (k->kind == KL_COLL_REDUCE_SCATTER)
+            kl_comm_reduce_scatter(k->comm, k->in, k->count, k->out, k->dt, k->what);
+        else
+            kl_comm_all_gather(k->comm, k->in, k->count, k->out, k->dt, k->what);
+        return;
     }
 }
 

@@ -26,6 +26,26 @@ typedef enum kl_reduce_op { KL_REDUCE_SUM, KL_REDUCE_MAX } kl_reduce_op;
 
 typedef struct kl_comm kl_comm;
 
+/* One collective of a plan, as the backends run it (backend.h's
+ * collective): in and out are the backend's memory (host memory for the
+ * CPU, device memory for CUDA). all_reduce and broadcast: out gets in
+ * combined over the ranks (in == out: in place); reduce_scatter: out gets
+ * this rank's shard (kl_comm_shard_count) of the padded sum; all_gather:
+ * out gets every rank's in, rank after rank. comm NULL: a world of one
+ * (out gets in). */
+typedef enum kl_coll_kind { KL_COLL_ALL_REDUCE, KL_COLL_REDUCE_SCATTER, KL_COLL_ALL_GATHER, KL_COLL_BROADCAST } kl_coll_kind;
+typedef struct kl_coll {
+    kl_coll_kind kind;
+    kl_comm *comm;
+    const void *in;
+    void *out;
+    int64_t count; /* elements of in */
+    ir_dtype dt;
+    kl_reduce_op op; /* all_reduce */
+    int root;        /* broadcast */
+    const char *what; /* the operand's name, for errors */
+} kl_coll;
+
 /* The launcher whose variables are in the environment ("mpirun (Open
  * MPI)", "srun/mpiexec (PMI)", "srun (PMIx)"), or NULL: then the process
  * is one rank. KILN_MPI=0 makes it NULL whatever the environment says. */
@@ -74,6 +94,18 @@ kl_comm *kl_comm_tp(kl_comm *c);
 /* Ends the job: MPI_Abort with code under a launcher (every rank stops),
  * exit(code) otherwise. */
 KL_NORETURN void kl_comm_abort(kl_comm *c, int code);
+/* The sum over the ranks of mine: a start-up agreement (checked like the
+ * collectives, but not numbered for KILN_FAULT_COLLECTIVE, which counts
+ * the training's collectives). mine itself for a world of one. */
+int64_t kl_comm_sum_startup(kl_comm *c, int64_t mine, const char *what);
+/* Runs k on host memory with the calls above (the CPU backend's
+ * collective). */
+void kl_comm_run(const kl_coll *k);
+/* This rank's index among the ranks on its machine
+ * (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)), and how many they are: the
+ * GPU a rank takes. 0 and 1 for a world of one. */
+int kl_comm_local_rank(const kl_comm *c);
+int kl_comm_local_size(const kl_comm *c);
 /* MPI_Finalize under a launcher; frees c. */
 void kl_comm_close(kl_comm *c);
 

@@ -73,17 +73,27 @@ static void finish(kl_overlap *o, int i)
 {
     kl_exec *e = o->e;
     pending *p = &o->by_step[i];
+    if (!o->t) {
+        /* The compute stream waits; the device's clock is not the host's,
+         * so no time is counted. */
+        e->s->be->ops->collective_wait(e->s->be);
+        p->posted = false;
+        e->comm_calls++;
+        return;
+    }
     double t0 = kl_now(), waited = kl_comm_thread_wait(o->t, &p->job);
     p->posted = false;
     double secs = p->job.end - p->job.start;
     /* Not hidden: the part of its run the executor spent waiting (the
      * wait may also cover time it sat in the queue, not its own). */
     double lo = t0 > p->job.start ? t0 : p->job.start, hi = t0 + waited < p->job.end ? t0 + waited : p->job.end;
+    double exposed = waited > 0 && hi > lo ? hi - lo : 0;
     e->comm_seconds += secs;
-    e->comm_waited += waited > 0 && hi > lo ? hi - lo : 0;
+    e->comm_waited += exposed;
     e->comm_calls++;
     if (e->step_seconds) {
         e->step_seconds[i] += secs;
+        e->step_hidden[i] += secs - exposed;
         e->step_runs[i]++;
     }
     if (e->trace) {
@@ -136,6 +146,15 @@ void kl_overlap_post(kl_overlap *o, int i)
     p->nmem = 0;
     const kl_buffer *in = &e->plan->buffers.v[st->args[0]];
     void *src = e->ptrs[st->args[0]], *dst = e->ptrs[st->args[1]];
+    if (!o->t) {
+        /* Enqueued now on the device's communication stream. */
+        for (int k = 0; k < st->nargs; k++)
+            p->mem[p->nmem++] = buffer_range(e, st->args[k]);
+        o->run(e, i, src);
+        p->posted = true;
+        kl_vec_push(o->posted, i);
+        return;
+    }
     switch (n->op) {
     case IR_OP_ALL_REDUCE:
     case IR_OP_RANK_BROADCAST:

@@ -11,7 +11,13 @@
  * rank_broadcast copy their operand into their result first (then work
  * there in place), reduce_scatter and all_gather read a copy of theirs.
  * The values are those of the synchronous path, bit for bit: the same
- * MPI calls on the same bytes in the same order on every rank. */
+ * MPI calls on the same bytes in the same order on every rank.
+ *
+ * Without a thread (t NULL: a device backend, whose collectives run on
+ * its communication stream), a collective is enqueued at once, reading its
+ * operand in place, so the memory of both its operand and its result is
+ * pending until a step that touches either makes the compute stream wait
+ * (the backend's collective_wait). */
 #ifndef KILN_OVERLAP_H
 #define KILN_OVERLAP_H
 

@@ -97,8 +97,8 @@ static kl_comm *node_comm(kl_comm *c, const ir_node *n)
     return group && !strcmp(group, "tp") ? kl_comm_tp(c) : c;
 }
 
-/* A plan's collectives run on the CPU backend (NCCL for the GPU is not
- * built yet), in a world of the size they were compiled for. */
+/* A plan's collectives need the backend's (MPI on the CPU, NCCL on the
+ * GPU), in a world of the size they were compiled for. */
 static int check_collectives(const kl_session *s, const kl_plan *p)
 {
     for (int i = 0; i < p->steps.n; i++) {
@@ -108,8 +108,9 @@ static int check_collectives(const kl_session *s, const kl_plan *p)
         kl_comm *c = node_comm(s->comm, n);
         int world = c ? kl_comm_world(c) : 1;
         int64_t ranks = ir_attr_int(&n->attrs, "ranks", 1);
-        if (strcmp(s->be->ops->name, "cpu")) {
-            kl_error("%s: collectives (%s) on the %s backend need NCCL, which is not built yet\n---> run with --device cpu",
+        if (!s->be->ops->collective) {
+            kl_error("%s: collectives (%s) on the %s backend need NCCL, which this build lacks (no nccl.h when it was "
+                     "built)\n---> run with --device cpu, or rebuild with NCCL's headers",
                      p->g->name, ir_op_name(n->op), s->be->ops->name);
             return -1;
         }
@@ -132,7 +133,15 @@ static int start_overlap(kl_exec *e)
     bool any = false;
     for (int i = 0; i < e->plan->steps.n && !any; i++)
         any = e->plan->steps.v[i].kind == KL_STEP_COLLECTIVE;
-    if (!any || !s->overlap || !s->comm || kl_comm_world(s->comm) < 2 || !kl_comm_serialized(s->comm))
+    if (!any || !s->overlap || !s->comm || kl_comm_world(s->comm) < 2)
+        return 0;
+    /* A device backend's collectives run on its communication stream:
+     * the overlap orders them, no thread needed. */
+    if (s->be->ops->collective_wait) {
+        e->overlap = kl_overlap_new(e, NULL, run_collective);
+        return 0;
+    }
+    if (!kl_comm_serialized(s->comm))
         return 0;
     if (!s->comm_thread && !(s->comm_thread = kl_comm_thread_start()))
         return -1;
@@ -219,6 +228,7 @@ void kl_exec_free(kl_exec *e)
         free(e->labels[i]);
     free(e->labels);
     free(e->step_runs);
+    free(e->step_hidden);
     for (int i = 0; i < e->ngraphs; i++)
         if (e->graphs[i].graph)
             e->s->be->ops->graph_free(e->s->be, e->graphs[i].graph);
@@ -229,16 +239,16 @@ void kl_exec_free(kl_exec *e)
     free(e);
 }
 
-/* shard_copy and shard_gather (ops.def): the f32 shard args[0] and the
- * values args[1..] it is this rank's slice of (flattened, one after the
- * other, padded with zeros). */
-static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
+/* shard_copy and shard_gather (ops.def), on host memory: the f32 shard
+ * x[0] (m elements) and the values x[1..] (their plan buffers args[1..])
+ * it is this rank's slice of (flattened, one after the other, padded with
+ * zeros). */
+static void run_shard_host(kl_exec *e, const kl_step *st, const ir_node *n, void *const *x, int64_t m)
 {
     kl_comm *c = e->s->comm;
     int rank = c ? kl_comm_rank(c) : 0, world = c ? kl_comm_world(c) : 1;
-    const kl_buffer *sb = &e->plan->buffers.v[st->args[0]];
-    float *shard = e->ptrs[st->args[0]];
-    int64_t m = sb->numel, total = m * world;
+    float *shard = x[0];
+    int64_t total = m * world;
     float *full = NULL;
     if (n->op == IR_OP_SHARD_GATHER) {
         full = kl_xmalloc((size_t)total * sizeof *full);
@@ -255,12 +265,11 @@ static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
         if (i == k + 1)
             at = 0;
         const kl_buffer *xb = &e->plan->buffers.v[st->args[i]];
-        void *x = e->ptrs[st->args[i]];
         for (int64_t j = 0; j < xb->numel; j++, at++) {
             if (full)
-                kl_store_as(xb->dtype, x, j, full[at]);
+                kl_store_as(xb->dtype, x[i], j, full[at]);
             else if (at >= lo && at < hi)
-                shard[at - lo] = (float)kl_load_as(xb->dtype, x, j);
+                shard[at - lo] = (float)kl_load_as(xb->dtype, x[i], j);
         }
     }
     if (!full)
@@ -269,43 +278,56 @@ static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
     free(full);
 }
 
-/* The collectives (comm.h), on host memory (exec_new refuses them on
- * other backends). all_reduce and rank_broadcast: the operand copied to
- * the result, then combined there in place; reduce_scatter and all_gather
- * read the operand and write the result. */
+/* shard_copy and shard_gather: in place on the CPU; a device backend's
+ * operands go through host memory, the gather's all_gather through MPI
+ * (correct, but a copy each way in every zero1/zero2 update on the GPU:
+ * device kernels and NCCL's all_gather for them are not built yet). */
+static void run_shard(kl_exec *e, const kl_step *st, const ir_node *n)
+{
+    kl_backend *be = e->s->be;
+    int64_t m = e->plan->buffers.v[st->args[0]].numel;
+    void *x[IR_KERNEL_MAX_BUFS];
+    bool host = !strcmp(be->ops->name, "cpu");
+    for (int i = 0; i < st->nargs; i++) {
+        const kl_buffer *b = &e->plan->buffers.v[st->args[i]];
+        x[i] = host ? e->ptrs[st->args[i]] : kl_xmalloc((size_t)b->bytes + 1);
+        if (!host) {
+            be->ops->collective_wait(be);
+            be->ops->copy_out(be, x[i], e->ptrs[st->args[i]], (size_t)b->bytes);
+        }
+    }
+    run_shard_host(e, st, n, x, m);
+    for (int i = 0; !host && i < st->nargs; i++) {
+        be->ops->copy_in(be, e->ptrs[st->args[i]], x[i], (size_t)e->plan->buffers.v[st->args[i]].bytes);
+        free(x[i]);
+    }
+}
+
+/* The collectives, by the backend (backend.h: MPI on host memory, NCCL on
+ * the GPU's). src: what the collective reads in place of its operand (the
+ * communication thread's staged copy). */
 static void run_collective(kl_exec *e, int step, const void *src)
 {
     const kl_step *st = &e->plan->steps.v[step];
-    const kl_buffer *in = &e->plan->buffers.v[st->args[0]], *out = &e->plan->buffers.v[st->args[1]];
+    const kl_buffer *in = &e->plan->buffers.v[st->args[0]];
     const ir_node *n = ir_nd(e->g, st->node);
-    void *dst = e->ptrs[st->args[1]];
-    const char *what = ir_val(e->g, n->in.v[0])->name;
-    kl_comm *c = node_comm(e->s->comm, n);
+    kl_coll k = {.comm = node_comm(e->s->comm, n), .in = src, .out = e->ptrs[st->args[1]], .count = in->numel,
+                 .dt = in->dtype, .what = ir_val(e->g, n->in.v[0])->name};
     switch (n->op) {
     case IR_OP_ALL_REDUCE:
+        k.kind = KL_COLL_ALL_REDUCE;
+        k.op = strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "max") ? KL_REDUCE_SUM : KL_REDUCE_MAX;
+        break;
     case IR_OP_RANK_BROADCAST:
-        if (src != dst)
-            memcpy(dst, src, (size_t)out->bytes);
-        if (!c)
-            return;
-        if (n->op == IR_OP_RANK_BROADCAST)
-            kl_comm_broadcast(c, dst, out->numel, out->dtype, (int)ir_attr_int(&n->attrs, "root", 0), what);
-        else
-            kl_comm_all_reduce(c, dst, out->numel, out->dtype,
-                               strcmp(ir_attr_str(&n->attrs, "reduce", "sum"), "max") ? KL_REDUCE_SUM : KL_REDUCE_MAX, what);
-        return;
+        k.kind = KL_COLL_BROADCAST;
+        k.root = (int)ir_attr_int(&n->attrs, "root", 0);
+        break;
     case IR_OP_REDUCE_SCATTER:
+        k.kind = KL_COLL_REDUCE_SCATTER;
+        break;
     case IR_OP_ALL_GATHER:
-        /* Without a communicator the world is one rank (check_collectives
-         * saw ranks = 1): the result is the operand. */
-        kl_check(src != dst);
-        if (!c)
-            memcpy(dst, src, (size_t)in->bytes);
-        else if (n->op == IR_OP_REDUCE_SCATTER)
-            kl_comm_reduce_scatter(c, src, in->numel, dst, in->dtype, what);
-        else
-            kl_comm_all_gather(c, src, in->numel, dst, in->dtype, what);
-        return;
+        k.kind = KL_COLL_ALL_GATHER;
+        break;
     case IR_OP_SHARD_COPY:
     case IR_OP_SHARD_GATHER:
         run_shard(e, st, n);
@@ -313,6 +335,7 @@ static void run_collective(kl_exec *e, int step, const void *src)
     default:
         kl_panic("run_collective: %s is not a collective", ir_op_name(n->op));
     }
+    e->s->be->ops->collective(e->s->be, &k);
 }
 
 /* A GEMM step: with its epilogue in the library's store where the
@@ -348,6 +371,9 @@ static bool run_step(kl_exec *e, int i, const kl_kargs *args)
     } else if (st->kind == KL_STEP_COLLECTIVE) {
         double t0 = kl_now();
         run_collective(e, i, e->ptrs[st->args[0]]);
+        /* In program order: later steps see its result. */
+        if (be->ops->collective_wait)
+            be->ops->collective_wait(be);
         double secs = kl_now() - t0;
         e->comm_seconds += secs;
         e->comm_waited += secs;
@@ -524,6 +550,7 @@ void kl_exec_profile(kl_exec *e)
     if (!e->step_seconds) {
         e->step_seconds = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(double));
         e->step_runs = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(int64_t));
+        e->step_hidden = kl_xcalloc((size_t)e->plan->steps.n + 1, sizeof(double));
     }
 }
 

@@ -54,6 +54,10 @@ typedef struct kl_exec {
                       the GEMM's epilogue (kl_step.lt_covered) this run */
     double *step_seconds; /* per step, summed over runs, when profiling */
     int64_t *step_runs;
+    /* Per step, when profiling: the part of step_seconds a collective on
+     * the communication thread ran hidden behind compute (not waited for);
+     * step_seconds - step_hidden is its exposed time. 0 for other steps. */
+    double *step_hidden;
     struct kl_trace *trace; /* timeline of every step, when tracing */
     char **labels;          /* per step, for the timeline */
     kl_exec_graph graphs[8]; /* per phase mask run */

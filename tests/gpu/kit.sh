@@ -13,6 +13,8 @@
 # models where it finds them in a checkout:
 #   run.sh                      the launcher (tests/gpu/run.sh --kit KIT)
 #   bin/kiln bin/kernel_check   stripped
+#   bin/nccl_check              NCCL's collectives on the GPU (tests/comm/nccl_check.c),
+#                               when the build has NCCL's header
 #   bin/mlp bin/fashion_cnn     the examples built with --cuda-arch: their
 #                               train and eval kernels as CUBINs (no NVRTC at start)
 #   lib/SONAME.xz               every shared library the binaries load that
@@ -56,7 +58,7 @@ if [ $reuse = 0 ]; then
   blog=$build/kit-build.log
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release > "$blog" 2>&1 || { tail -20 "$blog"; die "cmake failed (see $blog)"; }
   # The two tools, else everything (should their target names change).
-  cmake --build "$build" -j"$(nproc)" --target kiln_cli kernel_check >> "$blog" 2>&1 ||
+  cmake --build "$build" -j"$(nproc)" --target kiln_cli kernel_check nccl_check >> "$blog" 2>&1 ||
     cmake --build "$build" -j"$(nproc)" >> "$blog" 2>&1 || { tail -20 "$blog"; die "build failed (see $blog)"; }
 fi
 [ -d "$build" ] || die "$build: no such build folder"
@@ -72,6 +74,8 @@ mkdir -p "$out.tmp"/{bin,lib,data,licenses,examples,bench,tests/gpu}
 kit=$(cd "$out.tmp" && pwd)
 strip -o "$kit/bin/kiln" "$kiln"
 strip -o "$kit/bin/kernel_check" "$check"
+nccl_check=$(find_exe nccl_check)
+[ -z "$nccl_check" ] || strip -o "$kit/bin/nccl_check" "$nccl_check"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work" "$kit"' EXIT

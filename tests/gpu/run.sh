@@ -26,6 +26,10 @@
 #      inputs, relative-error bounds per dtype (kernel_check --device cuda)
 #   3. 20 training steps of each example (fp32 and bf16) on the CPU and on
 #      the GPU, the per-step losses compared
+#   3b. NCCL: every collective (f32/bf16/f16) through the CUDA backend's
+#      NCCL path on one GPU, bit-exact (nccl_check device); then, where
+#      mpirun exists, mlp under mpirun -np 1 on the GPU with shard dp and
+#      zero2, its losses against stage 3's CPU run
 #   4. fashion_cnn trained to the end on the GPU: test accuracy (goal 0.92;
 #      needs Fashion-MNIST, else synthetic data and no accuracy); 4b. 300
 #      traced steps: the sampler's NVML readings in the summary and as
@@ -349,6 +353,37 @@ for m in $models; do
     row "$m $prec: $steps20 steps, CPU vs $dev" "${err}losses $(get last_loss "$t") at the end; max relative difference $(get max_rel_diff "$t")" "$bound" $v
   done
 done
+
+# ---- 3b. NCCL: the collectives' GPU path, and mpirun -np 1 ----
+if [ $cpu_only = 1 ]; then
+  row "NCCL collectives on the GPU" "n/a (--cpu-only)"
+else
+  log "3b. NCCL: collectives on the GPU; mlp under mpirun -np 1"
+  if [ -n "$kit" ]; then nccl_check=$kit/bin/nccl_check; else nccl_check=$(find_exe nccl_check); fi
+  # libnccl: the loader's path or the toolkit, else PyTorch's nvidia-nccl.
+  p=$(find_lib libnccl.so.2) || p=$(pip_nvidia libnccl.so.2) || p=""
+  [ -n "$p" ] && export KILN_NCCL_LIB=$p
+  if [ ! -x "${nccl_check:-/}" ]; then
+    row "NCCL collectives on the GPU" "no nccl_check (the build had no nccl.h)" "" FAIL
+  else
+    limited 120 "$nccl_check" device > "$out/nccl.log" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then v=ok; else v=FAIL; fi
+    row "NCCL collectives on the GPU" "$(why $rc "$out/nccl.log")libnccl ${p:-not found}; $(tail -1 "$out/nccl.log")" "f32/bf16/f16 bit-exact (1 rank)" $v
+  fi
+  if command -v mpirun > /dev/null; then
+    for shard in dp zero2; do
+      limited 120 mpirun --allow-run-as-root --oversubscribe -np 1 "$exes/mlp" --device cuda --shard $shard --steps $steps20 \
+        --log-every 1 --seed 1 --data "$data" --quiet --metrics "$out/mlp.mpi.$shard.json" > "$out/mlp.mpi.$shard.log" 2>&1
+      rc=$?
+      t=$out/mlp.mpi.$shard.losses.tsv
+      if [ $rc = 0 ] && report losses "$out/mlp.fp32.cpu.steps.json" "$out/mlp.mpi.$shard.json" 1e-2 > "$t" 2>&1; then v=ok; else v=FAIL; fi
+      row "mlp: mpirun -np 1 --device cuda --shard $shard vs CPU" "$(why $rc "$out/mlp.mpi.$shard.log")losses $(get last_loss "$t") at the end; max relative difference $(get max_rel_diff "$t")" "1e-2" $v
+    done
+  else
+    row "mlp under mpirun -np 1 on the GPU" "n/a: no mpirun on this machine"
+  fi
+fi
 
 # ---- 4. fashion_cnn to the end on the GPU ----
 if [ $cpu_only = 1 ] || [ $real_data = 0 ]; then
