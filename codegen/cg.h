@@ -115,6 +115,14 @@ void cg_build_pool(cg_builder *b, const ir_node *n);
  * the group is one (a reduction's prologue is never stored). */
 bool cg_epilogue_sums(const cg_group *grp);
 void cg_build_epilogue_sums(cg_builder *b);
+/* A sum over leading axes (the nest collapsed to [REDUCED, KEPT], at least
+ * 4 columns in lanes): cg_column_lanes_fit says whether the nest is one;
+ * cg_build_column_lanes stores y = the column sums of x (over divisor: a
+ * mean), x read row by row W columns at a time, each column summed in row
+ * order by one lane (codegen/k_colsum.c). The reduction builder uses it
+ * as the kernel's host body (kir_begin_host_body): the CPU's form. */
+bool cg_column_lanes_fit(const cg_nest *nest);
+void cg_build_column_lanes(cg_builder *b, int x, int y, double divisor);
 /* attention and its two backward ops (codegen/k_attn.c) */
 void cg_build_attention(cg_builder *b, const ir_node *n);
 /* The group's attention kernel k as a native function's description
