@@ -16,9 +16,13 @@
  * dv), so there are no atomics and no reductions across threads.
  *
  * Every sum runs in one fixed order (vector lanes are along an output
- * index, never along a sum; this file is built with -ffp-contract=off):
- * the same bits for any thread count and on every x86-64 CPU, whether the
- * AVX-512, AVX2 or baseline clone runs. */
+ * index, never along a sum): the same bits for any thread count. This
+ * file is built with -ffp-contract=fast, so a product added to a sum is
+ * one FMA (1.2-1.5x faster than a multiply and an add, README "CPU
+ * attention kernels"): the x86-64-v4 (AVX-512) and x86-64-v3 (AVX2 and
+ * FMA) clones give the same bits; the baseline clone, for CPUs without
+ * FMA, rounds each product and differs in the last bits
+ * (gptfast2.attn_isa checks both). */
 #include "cpu_attn.h"
 
 #include <math.h>
@@ -33,9 +37,13 @@ enum {
     DMAX = 128 /* the largest head size these kernels take (d and dv) */
 };
 
-/* AVX-512F, not arch=skylake-avx512: the resolver picks that one on Intel
- * CPUs of that family only, and AMD's with AVX-512 would get AVX2. */
-#define KL_ATTN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+/* ISA levels, not CPU models (arch=skylake-avx512 is picked on Intel CPUs
+ * of that family only; AMD's with AVX-512 would miss it), and levels that
+ * hold FMA (plain "avx2" does not). A test builds this file with one
+ * target of its own in place of the clones (tests/gptfast2). */
+#ifndef KL_ATTN_CLONES
+#define KL_ATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 bool kl_cpu_attention_supported(const cg_attn_native *a)
 {
