@@ -14,7 +14,11 @@ wrote (Kiln's names: gpt.1.block.N.dense.M.w, stored [in, out]).
     gpt_torch.py speed WEIGHTS TOKENS CONTEXT HEADS BATCH STEPS THREADS MODE
         trains STEPS steps (AdamW as the example's train block) on random
         windows of the token file and prints tokens/s over the steps after
-        the warm-up, as JSON; MODE eager or compile (torch.compile)
+        the warm-up (and the process's CPU time per step), as JSON; MODE
+        eager or compile (torch.compile)
+    gpt_torch.py profile WEIGHTS TOKENS CONTEXT HEADS BATCH STEPS THREADS
+        the same eager steps under torch.profiler after the warm-up: a
+        table of operators by self CPU time
 
 Used by bench/gpt_torch.sh and the test gptfast.torch_first_loss.
 """
@@ -106,7 +110,7 @@ def first_loss(weights, tokens, context, heads):
     print(json.dumps({"loss": loss.item()}))
 
 
-def speed(weights, tokens, context, heads, batch, steps, threads, mode):
+def speed(weights, tokens, context, heads, batch, steps, threads, mode, profile=False):
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)  # as Kiln's CPU backend does
     torch.manual_seed(0)
@@ -140,13 +144,22 @@ def speed(weights, tokens, context, heads, batch, steps, threads, mode):
     t_compile = time.perf_counter()
     for _ in range(warm):
         step()
-    t0 = time.perf_counter()
+    if profile:
+        # Where an eager step's time goes, by operator (self CPU time):
+        # to set beside Kiln's `kiln bench` table.
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        return
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         last = step()
-    secs = time.perf_counter() - t0
+    secs, cpu_secs = time.perf_counter() - t0, time.process_time() - c0
     print(json.dumps({"framework": "pytorch %s" % torch.__version__, "mode": mode, "threads": threads,
                       "cpu": torch.backends.cpu.get_cpu_capability(), "steps": steps, "warmup_steps": warm,
                       "warmup_s": t0 - t_compile, "ms_per_step": 1e3 * secs / steps,
+                      "cpu_ms_per_step": 1e3 * cpu_secs / steps,
                       "tokens_per_s": steps * batch * context / secs, "last_loss": last}))
 
 
@@ -154,8 +167,10 @@ def main():
     a = sys.argv[1:]
     if a and a[0] == "loss" and len(a) == 5:
         first_loss(a[1], a[2], int(a[3]), int(a[4]))
-    elif a and a[0] == "speed" and len(a) == 9:
+    elif a and a[0] == "speed" and len(a) == 9 and a[8] in ("eager", "compile"):
         speed(a[1], a[2], int(a[3]), int(a[4]), int(a[5]), int(a[6]), int(a[7]), a[8])
+    elif a and a[0] == "profile" and len(a) == 8:
+        speed(a[1], a[2], int(a[3]), int(a[4]), int(a[5]), int(a[6]), int(a[7]), "eager", profile=True)
     else:
         sys.exit(__doc__)
 

@@ -5,7 +5,9 @@
 # config (4 layers, 4 heads, width 128, context 128), the same initial
 # weights (Kiln's --save-init, exported as safetensors, loaded by
 # PyTorch), the same batch, AdamW with clipping, and the same threads
-# (1, then 2). Prints one line per (threads, framework) and the ratios.
+# (1, then 2). Prints one line per (threads, framework) and the ratios:
+# of tokens/s (wall time), and at one thread also of the CPU time a step
+# costs (which a shared machine's load changes far less).
 #
 #   bench/gpt_torch.sh [STEPS] [BATCH]      (defaults: 30 16)
 #
@@ -45,22 +47,52 @@ print(lib.openblas_get_corename().decode())' 2> /dev/null || echo unknown)
 echo "OpenBLAS core (Kiln's GEMMs): $core (OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset)"
 echo "$("$torch_py" -c 'import torch; print("torch", torch.__version__, "CPU capability", torch.backends.cpu.get_cpu_capability())')"
 echo "batch $batch x context 128, $steps timed steps; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%7s %-16s %10s %12s\n' threads framework tokens/s ms/step
+# The CPU seconds (user + system) of a command's process and its threads.
+cpu_seconds() {
+  python3 -c '
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime)' "$@"
+}
+# CPU ms per step: at one thread the time a step costs whatever else the
+# machine runs (Kiln: a run of STEPS + 5 steps less one of 5, so start-up
+# and warm-up cancel; PyTorch: process time over its timed steps). At 2
+# threads both spin in OpenMP barriers, so only wall time is printed.
+printf '%7s %-16s %10s %12s %12s\n' threads framework tokens/s ms/step cpu-ms/step
+kiln_run() { # THREADS STEPS [ARGS...]
+  local th=$1 n=$2
+  shift 2
+  "$tmp/gpt" --steps "$n" --threads "$th" --batch "$batch" --eval-every 0 --quiet --init "$tmp/init.safetensors" "$@"
+}
 for th in 1 2; do
-  "$tmp/gpt" --steps $((steps + 5)) --threads $th --batch "$batch" --eval-every 0 --quiet --init "$tmp/init.safetensors" \
-    --metrics "$tmp/kiln$th.jsonl" > /dev/null 2>&1
+  kiln_cpu=-
+  if [ "$th" = 1 ]; then
+    long=$(cpu_seconds "$tmp/gpt" --steps $((steps + 5)) --threads 1 --batch "$batch" --eval-every 0 --quiet \
+      --init "$tmp/init.safetensors" --metrics "$tmp/kiln$th.jsonl")
+    short=$(cpu_seconds "$tmp/gpt" --steps 5 --threads 1 --batch "$batch" --eval-every 0 --quiet --init "$tmp/init.safetensors")
+    kiln_cpu=$(python3 -c "print('%.1f' % (1e3 * ($long - $short) / $steps))")
+  else
+    kiln_run "$th" $((steps + 5)) --metrics "$tmp/kiln$th.jsonl" > /dev/null 2>&1
+  fi
   kiln_tps=$(python3 -c "
 import json, sys
 s = [r for r in map(json.loads, open('$tmp/kiln$th.jsonl')) if r['type'] == 'summary'][-1]
 print(s['timed_samples_per_s'] * 128, s['timed_ms_per_step'])")
   set -- $kiln_tps
-  printf '%7d %-16s %10.0f %12.1f\n' $th kiln "$1" "$2"
+  printf '%7d %-16s %10.0f %12.1f %12s\n' $th kiln "$1" "$2" "$kiln_cpu"
   k=$1
   for mode in eager compile; do
     out=$("$torch_py" bench/gpt_torch.py speed "$tmp/init.safetensors" examples/data/pystd/train.tok 128 4 "$batch" "$steps" $th $mode 2> "$tmp/torch.err") ||
       { cat "$tmp/torch.err"; exit 1; }
-    set -- $(python3 -c "import json; r = json.loads('''$out'''); print(r['tokens_per_s'], r['ms_per_step'])")
-    printf '%7d %-16s %10.0f %12.1f   kiln / %s = %.2fx\n' $th "pytorch $mode" "$1" "$2" $mode "$(python3 -c "print($k / $1)")"
+    set -- $(python3 -c "import json; r = json.loads('''$out'''); print(r['tokens_per_s'], r['ms_per_step'], r['cpu_ms_per_step'])")
+    line=$(printf '%7d %-16s %10.0f %12.1f' $th "pytorch $mode" "$1" "$2")
+    if [ "$th" = 1 ]; then
+      printf '%s %12.1f   kiln / %s = %.2fx (wall), %.2fx (CPU time)\n' "$line" "$3" $mode \
+        "$(python3 -c "print($k / $1)")" "$(python3 -c "print($3 / $kiln_cpu)")"
+    else
+      printf '%s %12s   kiln / %s = %.2fx (wall)\n' "$line" - $mode "$(python3 -c "print($k / $1)")"
+    fi
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -115,6 +115,23 @@ void cg_build_pool(cg_builder *b, const ir_node *n);
  * the group is one (a reduction's prologue is never stored). */
 bool cg_epilogue_sums(const cg_group *grp);
 void cg_build_epilogue_sums(cg_builder *b);
+/* A sum over leading axes (the nest collapsed to [REDUCED, KEPT], at least
+ * 4 columns in lanes): cg_column_lanes_fit says whether the nest is one;
+ * cg_build_column_lanes stores y = the column sums of x (over divisor: a
+ * mean), x read row by row W columns at a time, each column summed in row
+ * order by one lane (codegen/k_colsum.c). The reduction builder uses it
+ * as the kernel's host body (kir_begin_host_body): the CPU's form. */
+bool cg_column_lanes_fit(const cg_nest *nest);
+/* The lanes for cols columns: up to 16, a power of two dividing cols. */
+int cg_lane_width(int64_t cols);
+/* The column-lanes skeleton itself: nsum (up to 4) sums over rows of
+ * [rows, cols] terms, stored (over divisor) into the buffers dst[i] at
+ * the column; element sets the nsum terms at row r, column col (loop
+ * variables). */
+typedef void (*cg_lane_terms)(cg_builder *b, int r, int col, void *arg, kir_expr **out);
+void cg_column_lanes(cg_builder *b, int64_t rows, int64_t cols, int nsum, const int *dst, double divisor,
+                     cg_lane_terms element, void *arg);
+void cg_build_column_lanes(cg_builder *b, int x, int y, double divisor);
 /* attention and its two backward ops (codegen/k_attn.c) */
 void cg_build_attention(cg_builder *b, const ir_node *n);
 /* The group's attention kernel k as a native function's description

@@ -223,7 +223,7 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
  * stays out of the nest (it gets simd) unless it is the only loop. */
 static int parallel_depth(const kir_kernel *k, const kir_stmt *s)
 {
-    if (k->work < KIR_PARALLEL_MIN_WORK || has_addto(k->body))
+    if (k->work < KIR_PARALLEL_MIN_WORK || has_addto(kir_host_stmts(k)))
         return 0;
     int depth = 0;
     int64_t iters = 1;
@@ -299,7 +299,7 @@ char *kir_emit_c(const kir_kernel *k)
 {
     kl_buf b = {0};
     int nests = 0;
-    bool region = fits_region(k, k->body, &nests) && nests > 0;
+    bool region = fits_region(k, kir_host_stmts(k), &nests) && nests > 0;
     printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region};
     const char *name = k->name ? k->name : "KERNEL";
     kl_buf_printf(&b, "/* %s */\n", k->what);
@@ -314,7 +314,7 @@ char *kir_emit_c(const kir_kernel *k)
     for (int i = 0; i < k->nbufs; i++)
         if (!k->bufs[i].read && !k->bufs[i].written)
             kl_buf_printf(&b, "    (void)%s;\n", k->bufs[i].name);
-    print_top(&p, k->body);
+    print_top(&p, kir_host_stmts(k));
     kl_buf_puts(&b, "}\n\n");
     kl_buf_printf(&b, "void %s(void *const *restrict kb, const kl_kargs *restrict ka)\n{\n", name);
     if (region)

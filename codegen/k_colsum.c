@@ -17,31 +17,94 @@
 
 #define K (b->k)
 
-/* The sums of v's columns into out, v read from its buffer: per block of
- * W columns (W up to 16, dividing the width), W independent lanes each
- * summing its column down the rows in order. The C printer vectorises
- * the lanes (one W-float load per row), CUDA runs one thread per column
- * with adjacent threads on adjacent columns. */
-static void column_sums(cg_builder *b, int v, int out)
+/* The lane width for summing cols columns: up to 16 (one 64-byte line of
+ * f32 per row), a power of two dividing cols. */
+int cg_lane_width(int64_t cols)
 {
-    const ir_type *t = &ir_val(b->grp->g, v)->type;
-    int64_t cols = t->dim[t->rank - 1], rows = ir_type_numel(t) / cols;
     int w = 16;
     while (cols % w)
         w /= 2;
-    int src = cg_buf(b, v), dst = cg_buf(b, out);
+    return w;
+}
+
+/* The skeleton of every column sum: per block of W columns (W up to 16,
+ * dividing the width), W independent lanes each summing its column down
+ * the rows in order, then storing sum / divisor into each dst. element(b,
+ * r, col, arg, out) sets out[0 .. nsum - 1] to the terms at row r,
+ * column col (loop variables; it may emit LETs). The C printer
+ * vectorises the lanes (one W-float load per row), CUDA runs one thread
+ * per column with adjacent threads on adjacent columns. */
+void cg_column_lanes(cg_builder *b, int64_t rows, int64_t cols, int nsum, const int *dst, double divisor,
+                     cg_lane_terms element, void *arg)
+{
+    enum { MAXSUM = 4 };
+    kl_check(nsum >= 1 && nsum <= MAXSUM);
+    int w = cg_lane_width(cols);
     int cb = kir_loop_begin(K, KL_PAR, cols / w, "cb");
     int j = kir_loop_begin(K, KL_BPAR, w, "j");
     kir_loop_lanes(K);
     int col = kir_let(K, kir_iadd(K, kir_imul(K, kir_varref(K, cb), w), kir_varref(K, j)), "col");
-    int acc = kir_let(K, kir_const_f(K, 0), "cs");
+    int acc[MAXSUM];
+    for (int i = 0; i < nsum; i++)
+        acc[i] = kir_let(K, kir_const_f(K, 0), "cs");
     int r = kir_loop_begin(K, KL_SEQ, rows, "r");
-    kir_expr *at = kir_iadd(K, kir_imul(K, kir_varref(K, r), cols), kir_varref(K, col));
-    kir_set(K, acc, kir_bin(K, KB_ADD, kir_varref(K, acc), kir_load(K, src, at)));
+    kir_expr *term[MAXSUM];
+    element(b, r, col, arg, term);
+    for (int i = 0; i < nsum; i++)
+        kir_set(K, acc[i], kir_bin(K, KB_ADD, kir_varref(K, acc[i]), term[i]));
     kir_loop_end(K);
-    kir_store(K, dst, kir_varref(K, col), kir_varref(K, acc));
+    for (int i = 0; i < nsum; i++) {
+        kir_expr *sum = kir_varref(K, acc[i]);
+        if (divisor != 1)
+            sum = kir_bin(K, KB_DIV, sum, kir_const_f(K, divisor));
+        kir_store(K, dst[i], kir_varref(K, col), sum);
+    }
     kir_loop_end(K);
     kir_loop_end(K);
+}
+
+typedef struct stored {
+    int src;
+    int64_t cols;
+} stored;
+
+static void stored_element(cg_builder *b, int r, int col, void *arg, kir_expr **out)
+{
+    const stored *s = arg;
+    out[0] = kir_load(K, s->src, kir_iadd(K, kir_imul(K, kir_varref(K, r), s->cols), kir_varref(K, col)));
+}
+
+/* The sums of v's columns into out, v read from its buffer. */
+static void column_sums(cg_builder *b, int v, int out)
+{
+    const ir_type *t = &ir_val(b->grp->g, v)->type;
+    int64_t cols = t->dim[t->rank - 1], rows = ir_type_numel(t) / cols;
+    stored s = {cg_buf(b, v), cols};
+    int dst = cg_buf(b, out);
+    cg_column_lanes(b, rows, cols, 1, &dst, 1, stored_element, &s);
+}
+
+/* The element of x at the nest position (row r, column col of a nest
+ * collapsed to [REDUCED, KEPT]): elementwise producers fused into the
+ * group are computed in place of the load. */
+static void nest_element(cg_builder *b, int r, int col, void *arg, kir_expr **out)
+{
+    b->nest->var[0] = r;
+    b->nest->var[1] = col;
+    cg_reset_cache(b);
+    out[0] = cg_value_at(b, *(int *)arg);
+}
+
+bool cg_column_lanes_fit(const cg_nest *nest)
+{
+    return nest->rank == 2 && nest->cls[0] == CG_REDUCED && nest->cls[1] == CG_KEPT && cg_lane_width(nest->dim[1]) >= 4;
+}
+
+void cg_build_column_lanes(cg_builder *b, int x, int y, double divisor)
+{
+    const cg_nest *nest = b->nest;
+    int dst = cg_buf(b, y);
+    cg_column_lanes(b, nest->dim[0], nest->dim[1], 1, &dst, divisor, nest_element, &x);
 }
 
 bool cg_epilogue_sums(const cg_group *grp)

@@ -166,14 +166,14 @@ static void layernorm_forward(cg_builder *b, const ir_node *n)
     cg_close_loops(b, outer);
 }
 
-/* dx = invstd / D (D g - sum g - xhat sum(g xhat)), g = dy gamma; then
- * dgamma = sum over rows of dy xhat, dbeta = sum over rows of dy. */
-static void layernorm_backward(cg_builder *b, const ir_node *n)
+/* dx = invstd / D (D g - sum g - xhat sum(g xhat)), g = dy gamma: a nest
+ * over rows. */
+static void layernorm_backward_rows(cg_builder *b, const ir_node *n)
 {
     const ir_graph *g = b->grp->g;
     int dy = n->in.v[0], x = n->in.v[1], gamma = n->in.v[2], mean = n->in.v[3], invstd = n->in.v[4];
     const ir_type *xt = &ir_val(g, x)->type;
-    int64_t dim = xt->dim[xt->rank - 1], rows = ir_type_numel(xt) / dim;
+    int64_t dim = xt->dim[xt->rank - 1];
     cg_nest nest;
     norm_nest(b, &nest, xt, false);
     int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
@@ -197,23 +197,55 @@ static void layernorm_backward(cg_builder *b, const ir_node *n)
     cg_emit_epilogue(b, n->out.v[0], dx);
     cg_close_loops(b, inner);
     cg_close_loops(b, outer);
+}
 
-    /* dgamma, dbeta: per feature, summed over rows (a second nest). */
+typedef struct param_terms {
+    int dy, x, mean, invstd; /* buffers */
+    int64_t dim;
+} param_terms;
+
+/* dy and dy xhat at row r, feature col: the terms of dbeta and dgamma. */
+static void layernorm_param_terms(cg_builder *b, int r, int col, void *arg, kir_expr **out)
+{
+    const param_terms *t = arg;
+    kir_expr *idx = kir_iadd(K, kir_imul(K, VAR(r), t->dim), VAR(col));
+    int dyv = kir_let(K, kir_load(K, t->dy, idx), "dy");
+    kir_expr *xh = BIN(KB_MUL, BIN(KB_SUB, kir_load(K, t->x, idx), kir_load(K, t->mean, VAR(r))), kir_load(K, t->invstd, VAR(r)));
+    out[0] = BIN(KB_MUL, VAR(dyv), xh);
+    out[1] = VAR(dyv);
+}
+
+/* dx (layernorm_backward_rows); then dgamma = sum over rows of dy xhat,
+ * dbeta = sum over rows of dy (a second nest): a reduction per feature,
+ * and on the CPU (the host body) the rows streamed with a vector lane per
+ * feature, as sum_to over leading axes (codegen/k_colsum.c). */
+static void layernorm_backward(cg_builder *b, const ir_node *n)
+{
+    const ir_graph *g = b->grp->g;
+    int dy = n->in.v[0], x = n->in.v[1], mean = n->in.v[3], invstd = n->in.v[4];
+    const ir_type *xt = &ir_val(g, x)->type;
+    int64_t dim = xt->dim[xt->rank - 1], rows = ir_type_numel(xt) / dim;
+    layernorm_backward_rows(b, n);
     int dgb = cg_buf(b, n->out.v[1]), dbb = cg_buf(b, n->out.v[2]);
     int bdy = cg_buf(b, dy), bx = cg_buf(b, x), bmean = cg_buf(b, mean), binv = cg_buf(b, invstd);
+    param_terms t = {bdy, bx, bmean, binv, dim};
     int dv = kir_loop_begin(K, KL_PAR, dim, "d");
     int r = kir_loop_begin(K, KL_RED, rows, "r");
     int sg = kir_loop_acc(K, KA_SUM, "sg"), sb = kir_loop_acc(K, KA_SUM, "sb");
-    kir_expr *idx = kir_iadd(K, kir_imul(K, VAR(r), dim), VAR(dv));
-    int dyv = kir_let(K, kir_load(K, bdy, idx), "dy");
-    kir_expr *xh = BIN(KB_MUL, BIN(KB_SUB, kir_load(K, bx, kir_iadd(K, kir_imul(K, VAR(r), dim), VAR(dv))), kir_load(K, bmean, VAR(r))),
-                       kir_load(K, binv, VAR(r)));
-    kir_acc_add(K, sg, BIN(KB_MUL, VAR(dyv), xh));
-    kir_acc_add(K, sb, VAR(dyv));
+    kir_expr *term[2];
+    layernorm_param_terms(b, r, dv, &t, term);
+    kir_acc_add(K, sg, term[0]);
+    kir_acc_add(K, sb, term[1]);
     kir_loop_end(K);
     kir_store(K, dgb, VAR(dv), VAR(sg));
     kir_store(K, dbb, VAR(dv), VAR(sb));
     kir_loop_end(K);
+    if (cg_lane_width(dim) >= 4) {
+        kir_begin_host_body(K);
+        layernorm_backward_rows(b, n);
+        int dst[2] = {dgb, dbb};
+        cg_column_lanes(b, rows, dim, 2, dst, 1, layernorm_param_terms, &t);
+    }
 }
 
 void cg_build_norm(cg_builder *b, const ir_node *n)

@@ -46,6 +46,14 @@ static void build_axes_reduce(cg_builder *b, const ir_node *n)
         r = kir_bin(b->k, KB_DIV, r, kir_const_f(b->k, (double)cg_class_size(&nest, REDUCED)));
     kir_store(b->k, cg_buf(b, y), cg_kept_index(b), r);
     cg_close_loops(b, outer);
+    if (n->op != IR_OP_MAX && cg_column_lanes_fit(&nest)) {
+        /* Over leading axes, on the CPU: the rows streamed, a vector lane
+         * per column, where the form above reads a column at a time (a
+         * stride of a row per element). The GPU keeps the form above: a
+         * block (split: codegen/cuda_map.c) per output. */
+        kir_begin_host_body(b->k);
+        cg_build_column_lanes(b, x, y, n->op == IR_OP_MEAN ? (double)cg_class_size(&nest, REDUCED) : 1);
+    }
 }
 
 /* softmax, log_softmax and their gradients along one axis. */

@@ -322,6 +322,17 @@ void kir_addto(kir_kernel *k, int buf, kir_expr *index, kir_expr *value)
     k->bufs[buf].read = true;
 }
 
+void kir_begin_host_body(kir_kernel *k)
+{
+    kl_check(k->depth == 0 && !k->host_body && k->body);
+    k->tail = &k->host_body;
+}
+
+const kir_stmt *kir_host_stmts(const kir_kernel *k)
+{
+    return k->host_body ? k->host_body : k->body;
+}
+
 bool kir_expr_uses_var(const kir_expr *e, int var)
 {
     if (!e)

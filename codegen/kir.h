@@ -136,6 +136,14 @@ typedef struct kir_kernel {
                           const), else -1 */
     int nvars, capvars;
     kir_stmt *body;
+    /* When set, the C printer's body instead of body: the same computation
+     * (same buffers read and written, same values stored) in a form that
+     * suits a CPU, built after body (kir_begin_host_body); the CUDA
+     * printer, the memory planner and every analysis read body. E.g. a
+     * sum over leading axes: body reduces each column (one GPU block per
+     * column, split), host_body streams the rows with a vector lane per
+     * column (codegen/k_colsum.c). */
+    kir_stmt *host_body;
     kir_type compute;  /* KT_F32 or KT_F64 */
     int64_t work;      /* elements touched, for thread heuristics */
     /* The builder's insertion point: the statement list being appended. */
@@ -186,6 +194,12 @@ void kir_set(kir_kernel *k, int var, kir_expr *value);
 void kir_acc_add(kir_kernel *k, int var, kir_expr *value);
 void kir_store(kir_kernel *k, int buf, kir_expr *index, kir_expr *value);
 void kir_addto(kir_kernel *k, int buf, kir_expr *index, kir_expr *value);
+
+/* Starts the host body (kir_kernel.host_body): the statements appended
+ * from here on, at the top level, are the C printer's instead of body. */
+void kir_begin_host_body(kir_kernel *k);
+/* The statements the C printer prints: host_body when set, else body. */
+const kir_stmt *kir_host_stmts(const kir_kernel *k);
 
 /* ---- printing ---- */
 

@@ -16,14 +16,20 @@
  * dv), so there are no atomics and no reductions across threads.
  *
  * Every sum runs in one fixed order (vector lanes are along an output
- * index, never along a sum; this file is built with -ffp-contract=off):
- * the same bits for any thread count and on every x86-64 CPU, whether the
- * AVX-512, AVX2 or baseline clone runs. */
+ * index, never along a sum): the same bits for any thread count. This
+ * file is built with -ffp-contract=fast, so a product added to a sum is
+ * one FMA (1.2-1.5x faster than a multiply and an add, README "CPU
+ * attention kernels"): the x86-64-v4 (AVX-512) and x86-64-v3 (AVX2 and
+ * FMA) clones give the same bits; the baseline clone, for CPUs without
+ * FMA, rounds each product and differs in the last bits
+ * (gptfast2.attn_isa checks both). */
 #include "cpu_attn.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "base/scalar.h"
 
 enum {
     BQ = 32,   /* query rows per tile */
@@ -31,41 +37,26 @@ enum {
     DMAX = 128 /* the largest head size these kernels take (d and dv) */
 };
 
-/* AVX-512F, not arch=skylake-avx512: the resolver picks that one on Intel
- * CPUs of that family only, and AMD's with AVX-512 would get AVX2. */
-#define KL_ATTN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+/* ISA levels, not CPU models (arch=skylake-avx512 is picked on Intel CPUs
+ * of that family only; AMD's with AVX-512 would miss it), and levels that
+ * hold FMA (plain "avx2" does not). A test builds this file with one
+ * target of its own in place of the clones (tests/gptfast2). */
+#ifndef KL_ATTN_CLONES
+#define KL_ATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 bool kl_cpu_attention_supported(const cg_attn_native *a)
 {
     return a->kind != CG_ATTN_NONE && a->d > 0 && a->dv > 0 && a->d <= DMAX && a->dv <= DMAX && a->tq > 0 && a->tk > 0;
 }
 
-/* exp(x) for x <= 88, as Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2,
- * exp(r) by its minimax polynomial, times 2^n built in the exponent bits.
- * Relative error below 2 ulp; inputs below -87 give exp(-87) (1.6e-38),
- * not 0, which no sum of probabilities (each row has one of 1) can see.
- * Branch-free, so a loop of it vectorises. */
-static inline float exp_poly(float x)
-{
-    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic;
-    union { float f; int32_t i; } ut = {t}, um = {magic}, pow2;
-    int32_t ni = ut.i - um.i;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    pow2.i = (ni + 127) << 23;
-    return p * pow2.f;
-}
+/* The exponentials are base/scalar.h's kl_exp_nonpos (Cephes' expf,
+ * branch-free, so a loop of it vectorises; within 1.5 ulp): every
+ * argument here is at most 0 in exact arithmetic (a score less the
+ * running maximum or less the row's lse) and rounding can leave it only
+ * a few ulp above 0, where the polynomial is still exact to float
+ * precision; below -87 it gives 0, so exp(-inf - m), the first tile's
+ * rescale of an empty row, is 0. */
 
 /* 16 floats, lane by lane: one AVX-512 register, two AVX2 ones or four
  * SSE ones, whichever clone runs; loads and stores need no alignment. */
@@ -228,12 +219,12 @@ KL_ATTN_CLONES static void forward_tile(const cg_attn_native *a, const float *q,
                 row[j] *= scale;
                 mx = row[j] > mx ? row[j] : mx;
             }
-            /* m is -inf before the first key: alpha is then ~0 and scales
+            /* m is -inf before the first key: alpha is then 0 and scales
              * an accumulator and a sum that are still 0. */
-            float alpha = exp_poly(m[i] - mx), sum = 0;
+            float alpha = kl_exp_nonpos(m[i] - mx), sum = 0;
 #pragma omp simd
             for (int j = 0; j < nv; j++)
-                row[j] = exp_poly(row[j] - mx);
+                row[j] = kl_exp_nonpos(row[j] - mx);
             for (int j = 0; j < nv; j++)
                 sum += row[j];
             l[i] = l[i] * alpha + sum;
@@ -258,7 +249,7 @@ static inline void score_grads(float *restrict s, float *restrict dp, int nv, in
 {
 #pragma omp simd
     for (int j = 0; j < nv; j++) {
-        float p = exp_poly(s[j] * scale - lse);
+        float p = kl_exp_nonpos(s[j] * scale - lse);
         s[j] = p;
         dp[j] = p * (dp[j] - dd) * scale;
     }
