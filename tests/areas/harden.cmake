@@ -9,3 +9,15 @@
 add_test(NAME harden.reference.gpt_batch2 COMMAND reference_check examples/gpt.kl --batch 2
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(harden.reference.gpt_batch2 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# New users' models: ops in combinations the examples and the per-op
+# gradient models leave out (tests/harden/models/*.kl, f64): finite
+# differences (gradcheck) and the f64 reference (reference_check).
+file(GLOB KILN_HARDEN_MODELS RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests/harden/models/*.kl)
+foreach(case ${KILN_HARDEN_MODELS})
+  get_filename_component(name ${case} NAME_WE)
+  add_test(NAME harden.grad.${name} COMMAND gradcheck ${case} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME harden.reference.${name} COMMAND reference_check ${case} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(harden.grad.${name} harden.reference.${name} PROPERTIES
+    ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endforeach()
