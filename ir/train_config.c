@@ -474,6 +474,9 @@ static int train_set_as(ir_attrs *train, const char *key, const char *text, cons
             ir_attrs_set(&tmp, key, v);
             rc = check_one(&tmp.v[0], &src);
         }
+    } else if (!strcmp(key, "data") && !text[strspn(text, " \t")]) {
+        kl_error("%s: needs a data folder, a .tar shard path or synthetic:N; got an empty value", flag);
+        rc = -1;
     } else if (!strcmp(key, "data")) {
         /* --data DIR: a path, even one that reads as a name or a number;
          * a .tar path is a shard (pattern). */
@@ -500,7 +503,11 @@ static int train_set_as(ir_attrs *train, const char *key, const char *text, cons
 
 int kl_train_set(ir_attrs *train, const char *key, const char *text)
 {
+    /* The key's own flag: --eval-every for eval_every. */
     char *flag = kl_xasprintf("--%s", key);
+    for (char *c = flag; *c; c++)
+        if (*c == '_')
+            *c = '-';
     int rc = train_set_as(train, key, text, flag);
     free(flag);
     return rc;

@@ -21,3 +21,10 @@ foreach(case ${KILN_HARDEN_MODELS})
   set_tests_properties(harden.grad.${name} harden.reference.${name} PROPERTIES
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endforeach()
+
+# What the fuzzer (tests/fuzz/cli_fuzz.py) found, as regression tests:
+# flags named as typed, an empty --data, a label out of range named by
+# file and sample, a KILN_MARCH that is not one word.
+add_test(NAME harden.inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/harden/inputs.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(harden.inputs PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

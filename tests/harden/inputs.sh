@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Reproducers of what tests/fuzz/cli_fuzz.py found: each bad input gets an
+# error naming the file or the flag (as the user wrote it), exit status 1.
+set -uo pipefail
+source "$(dirname "$0")/../lib.sh"
+kiln=$1
+src=/usr/share/datasets/fashion-mnist
+new_tmpdir
+fail=0
+"$kiln" build examples/mlp.kl -o "$tmp/mlp" || exit 1
+exe=("$tmp/mlp" --steps 1 --threads 1 --quiet)
+
+# A flag that sets a train key is named as typed (--eval-every), not by
+# its key (--eval_every, which is no flag).
+expect_error "--eval-every -inf" "--eval-every: error: eval_every must be an integer" \
+  "${exe[@]}" --data synthetic:64 --eval-every -inf
+expect_error "--log-every 0" "--log-every: error:" "${exe[@]}" --data synthetic:64 --log-every 0
+expect_error "--memory-limit abc" "--memory-limit: error:" "${exe[@]}" --data synthetic:64 --memory-limit abc
+# An empty --data was read as the folder '' ("kiln: error: : cannot read
+# the data folder").
+expect_error "--data ''" "--data: needs a data folder, a .tar shard path or synthetic:N; got an empty value" \
+  "${exe[@]}" --data ''
+# A label out of range names the label file and the sample, not the folder.
+mkdir "$tmp/d" && cp "$src"/* "$tmp/d"/
+gzip -dc "$src/t10k-labels-idx1-ubyte.gz" |
+  python3 -c "import sys; d=bytearray(sys.stdin.buffer.read()); d[8+92]=42; sys.stdout.buffer.write(d)" |
+  gzip > "$tmp/d/t10k-labels-idx1-ubyte.gz"
+expect_error "label out of range" \
+  "$tmp/d/t10k-labels-idx1-ubyte.gz: sample 92: label 42 is out of range for the model's 10 classes" \
+  "${exe[@]}" --data "$tmp/d"
+# KILN_MARCH (the -march of generated C) must be one word: a value that
+# would smuggle other compiler flags in is refused.
+KILN_MARCH='x86-64 -O0' expect_error "KILN_MARCH with a space" "KILN_MARCH='x86-64 -O0' is not a -march value" \
+  "$kiln" build examples/mlp.kl -o "$tmp/m2"
+exit $fail
