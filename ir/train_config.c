@@ -1,5 +1,6 @@
 /* The train block's table of settings, its checks and its typed form. */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,6 +362,9 @@ static int check_one(ir_attr *a, const kl_source *src)
         return check_call(a, k, src);
     case K_BYTES: {
         int64_t b = v->kind == IR_ATTR_INT ? v->i : v->kind == IR_ATTR_STR ? parse_bytes(v->s) : -1;
+        /* 1e9 from a command line arrives as a float. */
+        if (v->kind == IR_ATTR_FLOAT && v->f >= 0 && v->f < 9e18 && v->f == floor(v->f))
+            b = (int64_t)v->f;
         if (b < 0)
             return fail(src, loc, "%s must be a byte count such as 2000000000 or \"2GiB\"", k->key);
         ir_attr_val_free(v);
@@ -415,8 +419,11 @@ static ir_attr_val value_from_text(const char *text)
         return list;
     }
     char *end;
+    errno = 0;
     long long i = strtoll(text, &end, 10);
-    if (*text && !*end)
+    /* Past i64 strtoll saturates: such a number is read as a float, which
+     * an integer setting refuses, instead of as 2^63 - 1. */
+    if (*text && !*end && errno != ERANGE)
         return ir_attr_val_int(i);
     double f = strtod(text, &end);
     if (*text && !*end)

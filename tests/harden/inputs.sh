@@ -16,6 +16,14 @@ expect_error "--eval-every -inf" "--eval-every: error: eval_every must be an int
   "${exe[@]}" --data synthetic:64 --eval-every -inf
 expect_error "--log-every 0" "--log-every: error:" "${exe[@]}" --data synthetic:64 --log-every 0
 expect_error "--memory-limit abc" "--memory-limit: error:" "${exe[@]}" --data synthetic:64 --memory-limit abc
+# A number past i64 was read as 2^63 - 1 (strtoll saturates) and accepted.
+expect_error "--steps 2^64+" "--steps: error: steps must be an integer" \
+  "${exe[@]}" --data synthetic:64 --batch 8 --steps 99999999999999999999
+expect_error "--memory-limit 2^63" "--memory-limit: error: memory_limit must be a byte count" \
+  "${exe[@]}" --data synthetic:64 --batch 8 --memory-limit 9223372036854775808
+# ... while 1e9 bytes, which arrives as a float, was refused.
+out=$("${exe[@]}" --data synthetic:64 --batch 8 --memory-limit 1e9 2>&1) && grep -q '^done: 1 steps' <<< "$out" &&
+  ok "--memory-limit 1e9 runs" || bad "--memory-limit 1e9: $(tail -2 <<< "$out")"
 # An empty --data was read as the folder '' ("kiln: error: : cannot read
 # the data folder").
 expect_error "--data ''" "--data: needs a data folder, a .tar shard path or synthetic:N; got an empty value" \
