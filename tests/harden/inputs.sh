@@ -24,6 +24,10 @@ expect_error "--memory-limit 2^63" "--memory-limit: error: memory_limit must be 
 # ... while 1e9 bytes, which arrives as a float, was refused.
 out=$("${exe[@]}" --data synthetic:64 --batch 8 --memory-limit 1e9 2>&1) && grep -q '^done: 1 steps' <<< "$out" &&
   ok "--memory-limit 1e9 runs" || bad "--memory-limit 1e9: $(tail -2 <<< "$out")"
+# A --batch that makes an input too large: the message shows the shape
+# with the batch in it (it said "an input is too large" at the model line).
+expect_error "kiln ir --batch 2^31" "mlp.kl:12:34: error: an input is too large: [2147483648, 1, 28, 28] passes 2^40 elements" \
+  "$kiln" ir examples/mlp.kl --batch 2147483648
 # An empty --data was read as the folder '' ("kiln: error: : cannot read
 # the data folder").
 expect_error "--data ''" "--data: needs a data folder, a .tar shard path or synthetic:N; got an empty value" \
