@@ -2,7 +2,7 @@
 """Mutation fuzzer over Kiln's real binaries: every input a user hands Kiln.
 
   tests/fuzz/cli_fuzz.py --kiln BUILD/kiln [--seconds N] [--out DIR]
-                         [--seed S] [--targets model,flags,data,ckpt,tokens]
+                         [--seed S] [--targets model,flags,data,npy,ckpt,tokens]
 
 Best run on a sanitizer build (cmake -DKILN_SANITIZE=ON), whose `kiln build`
 links the training executables with the sanitizers too. Each target makes
@@ -19,6 +19,7 @@ timeout:
           `kiln pack`, and --set keys, with values negative, zero, huge,
           fractional, non-numeric, empty, nan, inf
   data    IDX files with mutated headers and bodies (gzip and raw)
+  npy     .npy arrays for `kiln pack --npy` (header text and bytes)
   ckpt    checkpoints with bytes changed, inserted or cut and the checksum
           made valid again, so that the loader's own checks are exercised;
           safetensors files mutated the same way (--init)
@@ -362,6 +363,32 @@ class Fuzzer:
                 data[r.randrange(min(len(data), 16))] = r.randrange(256)
         return data
 
+    # ---- .npy arrays for kiln pack ----
+    def fuzz_npy(self, deadline):
+        good = open(self.small_npy(), "rb").read()
+        labels = os.path.join(self.work, "y.npy")
+        header = "{'descr': '<i4', 'fortran_order': False, 'shape': (10,), }"
+        header += " " * (63 - len(header) % 64) + "\n"
+        with open(labels, "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + bytes(40))
+        mut = os.path.join(self.work, "mut.npy")
+        out = os.path.join(self.work, "npy-out")
+        r = self.rng
+        while time.time() < deadline:
+            data = bytearray(good)
+            if r.random() < 0.5:  # the header's text
+                text = data[10:10 + struct.unpack_from("<H", data, 8)[0]].decode("latin-1")
+                text = text.replace(r.choice(["<f4", "(10, 3)", "False", "descr", "shape"]),
+                                    r.choice(["<f8", ">f4", "|u1", "<i8", "(10, 3, 0)", "(0,)", "(-1, 3)",
+                                              "(99999999999, 3)", "()", "True", "", "(10, 3", "'x'"]), 1)
+                data[10:10 + struct.unpack_from("<H", data, 8)[0]] = text.encode("latin-1")
+            else:
+                data = self.mutate_bytes(data, 128 if r.random() < 0.8 else len(data))
+            with open(mut, "wb") as f:
+                f.write(data)
+            shutil.rmtree(out, ignore_errors=True)
+            self.run("npy", [self.kiln, "pack", "--npy", "x=" + mut, "--npy", "y=" + labels, "-o", out], ["mut.npy"], [mut])
+
     # ---- checkpoints and safetensors ----
     @staticmethod
     def fnv1a(data):
@@ -407,10 +434,11 @@ class Fuzzer:
         """Changes, inserts or cuts bytes, mostly within the first span
         bytes (the header)."""
         r = self.rng
-        span = max(1, min(span, len(data)))
         for _ in range(r.randint(1, 3)):
+            if not data:
+                break
             what = r.randrange(5)
-            i = r.randrange(span)
+            i = r.randrange(max(1, min(span, len(data))))
             if what == 0:
                 data[i] = r.randrange(256)
             elif what == 1:
@@ -463,7 +491,7 @@ def main():
     ap.add_argument("--out", default="/tmp/kiln-cli-fuzz")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=60)
-    ap.add_argument("--targets", default="model,flags,data,ckpt,tokens")
+    ap.add_argument("--targets", default="model,flags,data,npy,ckpt,tokens")
     args = ap.parse_args()
     fz = Fuzzer(args)
     targets = args.targets.split(",")
