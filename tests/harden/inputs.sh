@@ -40,6 +40,23 @@ gzip -dc "$src/t10k-labels-idx1-ubyte.gz" |
 expect_error "label out of range" \
   "$tmp/d/t10k-labels-idx1-ubyte.gz: sample 92: label 42 is out of range for the model's 10 classes" \
   "${exe[@]}" --data "$tmp/d"
+# A checkpoint or safetensors file with a NaN in it (checksum valid) was
+# loaded, and the first step said "training diverged (try a lower --lr)".
+"${exe[@]}" --data synthetic:64 --batch 8 --save "$tmp/c.ckpt" --export "$tmp/c.safetensors" > /dev/null 2>&1 ||
+  bad "saving a checkpoint"
+python3 tests/ckpt_craft.py "$tmp/c.ckpt" "$tmp/nan.ckpt" nan dense.1.w 5
+expect_error "NaN in a checkpoint" "nan.ckpt: element 5 of 'dense.1.w' is not finite; Kiln never saves inf or nan" \
+  "${exe[@]}" --data synthetic:64 --batch 8 --steps 2 --resume "$tmp/nan.ckpt"
+python3 - "$tmp/c.safetensors" "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+(n,) = struct.unpack_from("<Q", data)
+start = 8 + n + json.loads(data[8:8 + n])["dense.1.w"]["data_offsets"][0]
+struct.pack_into("<f", data, start + 4 * 7, float("inf"))
+open(sys.argv[2], "wb").write(data)
+PY
+expect_error "inf in safetensors" "nan.safetensors: element 7 of 'dense.1.w' is not finite (inf or nan)" \
+  "${exe[@]}" --data synthetic:64 --batch 8 --init "$tmp/nan.safetensors"
 # KILN_MARCH (the -march of generated C) must be one word: a value that
 # would smuggle other compiler flags in is refused.
 KILN_MARCH='x86-64 -O0' expect_error "KILN_MARCH with a space" "KILN_MARCH='x86-64 -O0' is not a -march value" \
