@@ -224,7 +224,7 @@ class Fuzzer:
     # ---- flags ----
     EXE_FLAGS = {  # flag: the values it must refuse among FLAG_VALUES (None: judge by name only)
         "--epochs": "count", "--steps": "count", "--batch": "count", "--accumulate": "count",
-        "--lr": "positive", "--seed": "integer", "--threads": "count", "--eval-every": "count0",
+        "--lr": "positive", "--seed": "integer", "--threads": "count0", "--eval-every": "count0",
         "--log-every": "count", "--memory-limit": "count", "--save-every": "count", "--keep": "count",
         "--tokens": "count", "--temperature": "positive", "--top-k": "count", "--precision": "word",
         "--device": "word", "--bf16-gemm": "word", "--data": None,
@@ -232,7 +232,7 @@ class Fuzzer:
     IR_FLAGS = {"--batch": "count", "--ranks": "count"}
     PACK_FLAGS = {"--shard-size": "count", "--samples-per-shard": "count", "--limit": "count",
                   "--shuffle": "integer"}
-    SET_KEYS = {"batch": "count", "accumulate": "count", "epochs": "count", "threads": "count",
+    SET_KEYS = {"batch": "count", "accumulate": "count", "epochs": "count", "threads": "count0",
                 "clip": "positive", "eval_every": "count0", "log_every": "count", "seed": "integer",
                 "tensor_parallel": "count", "memory_limit": "count"}
 
@@ -294,7 +294,8 @@ class Fuzzer:
             elif which == 2:
                 flag = r.choice(sorted(self.IR_FLAGS))
                 argv = [self.kiln, "ir", os.path.join(ROOT, "examples", "mlp.kl"), "--after", "memplan", flag, value]
-                self.run("flags", argv, [flag], bad_value=self.refused(self.IR_FLAGS[flag], value))
+                # An error at the model's line that shows the value is clear too.
+                self.run("flags", argv, [flag, "mlp.kl:"], bad_value=self.refused(self.IR_FLAGS[flag], value))
             else:
                 flag = r.choice(sorted(self.PACK_FLAGS))
                 out = os.path.join(self.work, "pack-out")
