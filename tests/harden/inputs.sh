@@ -28,6 +28,17 @@ out=$("${exe[@]}" --data synthetic:64 --batch 8 --memory-limit 1e9 2>&1) && grep
 # with the batch in it (it said "an input is too large" at the model line).
 expect_error "kiln ir --batch 2^31" "mlp.kl:12:34: error: an input is too large: [2147483648, 1, 28, 28] passes 2^40 elements" \
   "$kiln" ir examples/mlp.kl --batch 2147483648
+# A plan larger than the machine names the file (it named the model alone).
+cat > "$tmp/big.kl" <<'KL'
+model huge {
+  input x : f32[batch, 784]
+  input label : i32[batch]
+  param w : [784, 1000000000]
+  loss = mean(x @ w)
+}
+train { batch = 2 }
+KL
+expect_error "plan larger than memory" "big.kl: model huge: the plan (params and state" "$kiln" ir "$tmp/big.kl"
 # An empty --data was read as the folder '' ("kiln: error: : cannot read
 # the data folder").
 expect_error "--data ''" "--data: needs a data folder, a .tar shard path or synthetic:N; got an empty value" \
