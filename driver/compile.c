@@ -71,8 +71,9 @@ static int check_plan_size(const ir_graph *g, const kl_plan *p, int64_t batch)
         return 0;
     char what[256], hint[160], ps[32];
     kl_format_bytes(ps, sizeof ps, persistent);
-    snprintf(what, sizeof what, "%s: the plan (params and state %s + the arena of batch %lld)", g->name, ps,
-             (long long)batch);
+    /* The file first, as every error about a model file names it. */
+    snprintf(what, sizeof what, "%s: model %s: the plan (params and state %s + the arena of batch %lld)",
+             g->source ? g->source : "(no file)", g->name, ps, (long long)batch);
     int64_t room = machine - persistent, fit = p->arena_bytes > 0 ? (int64_t)((double)batch * (double)room / (double)p->arena_bytes) : 0;
     if (room <= 0)
         snprintf(hint, sizeof hint, "the params and optimizer state alone do not fit: make the model smaller");

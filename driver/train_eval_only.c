@@ -76,11 +76,8 @@ int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
         return -1;
     if (n % eb && !(t->eval_tail = make_eval_only_exec(t, src, n % eb, &t->etb)))
         return -1;
-    if (t->eb.ce_classes && t->test_set.max_label >= t->eb.ce_classes) {
-        kl_error("%s: label %d is out of range for the model's %d classes", t->cfg.data_path ? t->cfg.data_path : "data",
-                 t->test_set.max_label, t->eb.ce_classes);
+    if (kl_dataset_check_labels(&t->test_set, t->eb.ce_classes))
         return -1;
-    }
     kl_run_state rs = {0};
     if (t->opt.resume ? kl_checkpoint_load_held(t->s, t->opt.resume, &rs)
                       : kl_st_init_session(t->s, t->opt.init, t->opt.init_partial, false))

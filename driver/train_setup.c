@@ -178,12 +178,9 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
         if (!t->eval_tail || train_bind_inputs(t->eval_tail->g, &t->test_set, &t->etb, model_name))
             return -1;
     }
-    int32_t max_label = t->train_set.max_label > t->test_set.max_label ? t->train_set.max_label : t->test_set.max_label;
-    if (t->tb.ce_classes && max_label >= t->tb.ce_classes) {
-        kl_error("%s: label %d is out of range for the model's %d classes", t->cfg.data_path ? t->cfg.data_path : "data",
-                 max_label, t->tb.ce_classes);
+    if (kl_dataset_check_labels(&t->train_set, t->tb.ce_classes) ||
+        kl_dataset_check_labels(&t->test_set, t->tb.ce_classes))
         return -1;
-    }
     return train_prepare_data(t);
 }
 

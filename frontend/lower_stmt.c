@@ -33,8 +33,15 @@ static void eval_type(lower *L, frame *f, const ast_type *t, ir_dtype dflt, ir_t
         if (d.kind == LV_STR && d.word)
             lower_fail_at(L, d.loc, "unknown dimension '%s'", d.s);
         int64_t n = lower_as_dim(L, &d, "a dimension");
-        if (total > ((int64_t)1 << 40) / n)
-            lower_fail_at(L, a->loc, "%s is too large", what);
+        if (total > ((int64_t)1 << 40) / n) {
+            /* Name the dimensions: one may come from a flag (--batch). */
+            char dims[IR_MAX_RANK * 24 + 8] = "";
+            size_t len = 0;
+            for (int d = 0; d < out->rank; d++)
+                len += (size_t)snprintf(dims + len, sizeof dims - len, "%lld, ", (long long)out->dim[d]);
+            snprintf(dims + len, sizeof dims - len, "%lld%s", (long long)n, a->next ? ", ..." : "");
+            lower_fail_at(L, a->loc, "%s is too large: [%s] passes 2^40 elements", what, dims);
+        }
         total *= n;
         out->dim[out->rank++] = n;
     }

@@ -211,5 +211,25 @@ int ir_spec_normalize(const char *specstr, const char *what, ir_attrs *attrs, ch
 
 int ir_attrs_normalize(ir_op op, ir_attrs *attrs, char *err, size_t errlen)
 {
-    return ir_spec_normalize(ir_ops[op].attr_spec, ir_ops[op].name, attrs, err, errlen);
+    /* Positional arguments after an op's tensor operands fill its
+     * attributes; too many are counted as the call wrote them, operands
+     * included ("transpose takes at most 0 arguments" read as wrong). */
+    ir_attr_spec spec[12];
+    int n = spec_parse(ir_ops[op].attr_spec, spec, 12), positional = 0;
+    for (int i = 0; i < attrs->n; i++)
+        positional += !attrs->v[i].key[0];
+    const ir_op_info *o = &ir_ops[op];
+    if (positional > n && o->max_in >= 0) {
+        char operands[48];
+        if (o->min_in == o->max_in)
+            snprintf(operands, sizeof operands, "%d tensor operand%s", o->max_in, o->max_in == 1 ? "" : "s");
+        else
+            snprintf(operands, sizeof operands, "%d to %d tensor operands", o->min_in, o->max_in);
+        if (n)
+            return attr_err(err, errlen, "%s takes %s, then at most %d argument%s; the call gives %d more", o->name,
+                            operands, n, n == 1 ? "" : "s", positional);
+        return attr_err(err, errlen, "%s takes %s and no other arguments; the call gives %d more", o->name, operands,
+                        positional);
+    }
+    return ir_spec_normalize(o->attr_spec, o->name, attrs, err, errlen);
 }

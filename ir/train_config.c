@@ -1,5 +1,6 @@
 /* The train block's table of settings, its checks and its typed form. */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,6 +356,9 @@ static int check_one(ir_attr *a, const kl_source *src)
         return check_call(a, k, src);
     case K_BYTES: {
         int64_t b = v->kind == IR_ATTR_INT ? v->i : v->kind == IR_ATTR_STR ? parse_bytes(v->s) : -1;
+        /* 1e9 from a command line arrives as a float. */
+        if (v->kind == IR_ATTR_FLOAT && v->f >= 0 && v->f < 9e18 && v->f == floor(v->f))
+            b = (int64_t)v->f;
         if (b < 0)
             return fail(src, loc, "%s must be a byte count such as 2000000000 or \"2GiB\"", k->key);
         ir_attr_val_free(v);
@@ -409,8 +413,11 @@ static ir_attr_val value_from_text(const char *text)
         return list;
     }
     char *end;
+    errno = 0;
     long long i = strtoll(text, &end, 10);
-    if (*text && !*end)
+    /* Past i64 strtoll saturates: such a number is read as a float, which
+     * an integer setting refuses, instead of as 2^63 - 1. */
+    if (*text && !*end && errno != ERANGE)
         return ir_attr_val_int(i);
     double f = strtod(text, &end);
     if (*text && !*end)
@@ -468,6 +475,9 @@ static int train_set_as(ir_attrs *train, const char *key, const char *text, cons
             ir_attrs_set(&tmp, key, v);
             rc = check_one(&tmp.v[0], &src);
         }
+    } else if (!strcmp(key, "data") && !text[strspn(text, " \t")]) {
+        kl_error("%s: needs a data folder, a .tar shard path or synthetic:N; got an empty value", flag);
+        rc = -1;
     } else if (!strcmp(key, "data")) {
         /* --data DIR: a path, even one that reads as a name or a number;
          * a .tar path is a shard (pattern). */
@@ -494,7 +504,11 @@ static int train_set_as(ir_attrs *train, const char *key, const char *text, cons
 
 int kl_train_set(ir_attrs *train, const char *key, const char *text)
 {
+    /* The key's own flag: --eval-every for eval_every. */
     char *flag = kl_xasprintf("--%s", key);
+    for (char *c = flag; *c; c++)
+        if (*c == '_')
+            *c = '-';
     int rc = train_set_as(train, key, text, flag);
     free(flag);
     return rc;

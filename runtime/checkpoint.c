@@ -51,17 +51,6 @@ static void put_str(writer *w, const char *s)
     put(w, s, len);
 }
 
-/* The index of the first non-finite element of n values, or -1. */
-static int64_t first_nonfinite(ir_dtype dt, const void *p, int64_t n)
-{
-    if (!ir_dtype_is_float(dt))
-        return -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(kl_load_as(dt, p, i)))
-            return i;
-    return -1;
-}
-
 /* A test hook: KILN_TEST_KILL_IN_SAVE=STEP kills the process (SIGKILL)
  * half way through writing the checkpoint of that step, as a crash or
  * kill -9 would, so the tests can check the previous one survives. */
@@ -80,7 +69,7 @@ static void maybe_die_in_save(uint64_t step, int entry, int count)
  * scaler's scale, zeros. A finite one is saved as it is. */
 static void dead_values(const kl_persist *p, void *host, uint64_t bytes, const kl_run_state *rs)
 {
-    if (!p->role || first_nonfinite(p->type.dtype, host, ir_type_numel(&p->type)) < 0)
+    if (!p->role || kl_first_nonfinite(p->type.dtype, host, ir_type_numel(&p->type)) < 0)
         return;
     if (!strcmp(p->role, "loss_scale") && p->type.dtype == IR_F32 && bytes == sizeof(float)) {
         float v = (float)rs->loss_scale;
@@ -118,7 +107,7 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
         dead_values(p, host, bytes, rs);
         /* A diverged run's inf or nan would make every later resume
          * diverge too: such a checkpoint is never written. */
-        int64_t bad = first_nonfinite(p->type.dtype, host, ir_type_numel(&p->type));
+        int64_t bad = kl_first_nonfinite(p->type.dtype, host, ir_type_numel(&p->type));
         if (bad >= 0) {
             kl_error("%s: not saved: element %lld of '%s' is %g; training diverged (try a lower --lr)", path,
                      (long long)bad, p->name, kl_load_as(p->type.dtype, host, bad));
@@ -453,6 +442,22 @@ static int load(kl_session *s, const char *path, uint64_t max_step, bool only_he
     /* Check everything before changing anything. */
     if (match_entries(s, &c, only_held, fill))
         goto done;
+    /* No checkpoint is written with inf or nan in it (kl_checkpoint_save):
+     * one that holds some is corrupt or not Kiln's, and would make the
+     * run "diverge" at its first step. Values the next step overwrites
+     * before reading them (dead_values) may hold anything. */
+    for (int i = 0; i < c.n; i++) {
+        const char *role = fill[i] >= 0 ? s->persist.v[fill[i]].role : NULL;
+        bool dead = role && (!strcmp(role, "loss_scale") || !strcmp(role, "grad_acc"));
+        int64_t bad = fill[i] >= 0 && !dead
+                          ? kl_first_nonfinite(c.v[i].type.dtype, c.v[i].data, ir_type_numel(&c.v[i].type))
+                          : -1;
+        if (bad >= 0) {
+            kl_error("%s: element %lld of '%s' is not finite; Kiln never saves inf or nan (a corrupt or foreign file)",
+                     path, (long long)bad, c.v[i].name);
+            goto done;
+        }
+    }
     bool *filled = kl_xcalloc((size_t)s->persist.n + 1, sizeof *filled);
     for (int i = 0; i < c.n; i++)
         if (fill[i] >= 0) {

@@ -317,6 +317,8 @@ int kl_idx_load(const char *dir, const char *split, kl_dataset *out)
             out->max_label = labels[i];
     }
     image_label_fields(out);
+    out->label_path = lab;
+    lab = NULL;
     rc = 0;
 done:
     free(images);
@@ -367,9 +369,22 @@ int kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out)
     return 0;
 }
 
+int kl_dataset_check_labels(const kl_dataset *d, int classes)
+{
+    if (!classes || d->max_label < classes || !d->labels)
+        return 0;
+    int64_t i = 0;
+    while (i < d->count - 1 && d->labels[i] < classes)
+        i++;
+    kl_error("%s: sample %lld: label %d is out of range for the model's %d classes",
+             d->label_path ? d->label_path : d->name ? d->name : "data", (long long)i, d->labels[i], classes);
+    return -1;
+}
+
 void kl_dataset_free(kl_dataset *d)
 {
     free(d->name);
+    free(d->label_path);
     for (int f = 0; f < d->nfields; f++) {
         free(d->field[f].name);
         free(d->data[f]);

@@ -47,6 +47,7 @@ typedef struct kl_dataset {
     uint8_t *features;
     int32_t *labels;
     int32_t max_label;
+    char *label_path; /* the file the labels came from (idx), for errors */
     /* Shards: the index and the reading settings; NULL otherwise. */
     kl_shard_set *shards;
     /* Token files (tokens(...)): the mapped file; NULL otherwise. A
@@ -71,6 +72,9 @@ int kl_idx_load(const char *dir, const char *split, kl_dataset *out);
  * when count samples do not fit in memory. */
 int kl_synthetic(int64_t count, uint64_t seed, kl_dataset *out);
 void kl_dataset_free(kl_dataset *d);
+/* 0 when every label is below classes (0: no classes to check); else
+ * prints which file, sample and label, and returns -1. */
+int kl_dataset_check_labels(const kl_dataset *d, int classes);
 
 /* shards(augment = [...]): applied to every image field (u8[C, H, W])
  * in the loader, after decoding (and after the cache): a random crop of

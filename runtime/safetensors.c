@@ -527,6 +527,16 @@ int kl_st_init_session(kl_session *s, const char *path, bool partial, bool quiet
         fprintf(stderr, "kiln: --init-partial %s: %s\n", path, b.s);
         kl_buf_free(&b);
     }
+    /* Weights with inf or nan would make the first step "diverge":
+     * refused before anything is loaded. */
+    for (int i = 0; i < s->persist.n; i++) {
+        int64_t bad = src[i] ? kl_first_nonfinite(src[i]->type.dtype, src[i]->data, ir_type_numel(&src[i]->type)) : -1;
+        if (bad >= 0) {
+            kl_error("%s: element %lld of '%s' is not finite (inf or nan): no run can start from it", path,
+                     (long long)bad, src[i]->name);
+            goto done;
+        }
+    }
     for (int i = 0; i < s->persist.n; i++) {
         kl_persist *p = &s->persist.v[i];
         const kl_st_tensor *t = src[i];

@@ -706,6 +706,20 @@ double kl_load_as(ir_dtype dt, const void *src, int64_t i)
     }
 }
 
+int64_t kl_first_nonfinite(ir_dtype dt, const void *src, int64_t n)
+{
+    if (!ir_dtype_is_float(dt))
+        return -1;
+    size_t size = (size_t)ir_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++) {
+        double one[1]; /* aligned for every dtype */
+        memcpy(one, (const unsigned char *)src + (size_t)i * size, size);
+        if (!isfinite(kl_load_as(dt, one, 0)))
+            return i;
+    }
+    return -1;
+}
+
 /* ---- initialisers ---- */
 
 static uint64_t mix64(uint64_t x)

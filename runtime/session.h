@@ -131,5 +131,8 @@ void kl_init_values(const ir_value *v, uint64_t seed, void *host);
 /* Writes x as dtype dt at dst (float dtypes and integers). */
 void kl_store_as(ir_dtype dt, void *dst, int64_t i, double x);
 double kl_load_as(ir_dtype dt, const void *src, int64_t i);
+/* The index of the first inf or nan among n values of dtype dt at src
+ * (any alignment: a file's bytes), or -1; -1 for an integer dtype. */
+int64_t kl_first_nonfinite(ir_dtype dt, const void *src, int64_t n);
 
 #endif

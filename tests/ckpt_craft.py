@@ -12,6 +12,7 @@ refuses it.
   ckpt_craft.py IN OUT version N         the version field alone
   ckpt_craft.py IN OUT dtype NAME N      NAME's dtype field (version 3)
   ckpt_craft.py IN OUT rank NAME N       NAME's rank field (version 3; dims unchanged)
+  ckpt_craft.py IN OUT nan NAME I        NAME's element I (f32) made a NaN
   ckpt_craft.py IN OUT show              print the run state (no OUT written)
 """
 import struct
@@ -108,6 +109,11 @@ def main():
         for e in entries:
             if e[0] == args[0]:
                 e[2] = e[2] + b"\0" * delta if delta > 0 else e[2][: len(e[2]) + delta]
+    elif op == "nan":
+        for e in entries:
+            if e[0] == args[0]:
+                i = 4 * int(args[1])
+                e[2] = e[2][:i] + struct.pack("<f", float("nan")) + e[2][i + 4 :]
     elif op == "version":
         version = int(args[0])
     elif op in ("dtype", "rank"):

@@ -89,3 +89,48 @@ void ref_run(ref_eval *r, unsigned phase_mask)
                 round_value(r, n->out.v[k]);
     }
 }
+
+double *ref_mass(ref_eval *r, const ir_node *n)
+{
+    /* Linear in each operand with non-negative coefficients (matmul:
+     * bilinear), so the same op over |operands| sums |terms|. */
+    switch (n->op) {
+    case IR_OP_SUM:
+    case IR_OP_MEAN:
+    case IR_OP_SUM_TO:
+    case IR_OP_ADD:
+    case IR_OP_MATMUL:
+        break;
+    default:
+        return NULL;
+    }
+    if (n->out.n != 1)
+        return NULL;
+    int out = n->out.v[0];
+    double *keep_out = r->v[out], **keep_in = kl_xcalloc((size_t)n->in.n + 1, sizeof *keep_in);
+    for (int k = 0; k < n->in.n; k++) {
+        int v = n->in.v[k];
+        keep_in[k] = r->v[v];
+        if (!keep_in[k])
+            continue;
+        int64_t m = numel(T(r, v));
+        r->v[v] = kl_xmalloc(sizeof(double) * (size_t)(m + 1));
+        for (int64_t i = 0; i < m; i++)
+            r->v[v][i] = fabs(keep_in[k][i]);
+    }
+    bool complete = true;
+    for (int k = 0; k < n->in.n; k++)
+        complete = complete && keep_in[k];
+    r->v[out] = NULL;
+    if (complete)
+        ref_table[n->op](r, n);
+    double *mass = r->v[out];
+    for (int k = n->in.n - 1; k >= 0; k--)
+        if (r->v[n->in.v[k]] != keep_in[k]) {
+            free(r->v[n->in.v[k]]);
+            r->v[n->in.v[k]] = keep_in[k];
+        }
+    r->v[out] = keep_out;
+    free(keep_in);
+    return mass;
+}

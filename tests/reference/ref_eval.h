@@ -29,6 +29,15 @@ void ref_set(ref_eval *r, int v, const double *x);
  * in graph order. Persistent operands an op mutates are written in
  * place. Panics on an operand that has no value. */
 void ref_run(ref_eval *r, unsigned phase_mask);
+/* The size of the terms a value of a sum (sum, mean, sum_to, add,
+ * matmul) is made of: node n run again on the absolute values of its
+ * operands, so that mass[i] >= |value[i]|. Rounding in the kernels (f32
+ * partial sums) errs in proportion to the terms, not to the result: a
+ * gradient that cancels to exactly zero in exact arithmetic (a key bias:
+ * softmax ignores a shift shared by every key) comes out at the terms'
+ * rounding noise, which its own size cannot bound. The caller frees;
+ * NULL for every other op. */
+double *ref_mass(ref_eval *r, const ir_node *n);
 /* x rounded to dtype dt as storage would round it. */
 double ref_round(ir_dtype dt, double x);
 

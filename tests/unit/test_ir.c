@@ -406,7 +406,7 @@ static void test_attrs_normalize(void **state)
         {IR_OP_RESHAPE, "shape=big", NULL, "argument 'shape' of reshape must be an integer or a list of integers"},
         {IR_OP_DROPOUT, "p=half", NULL, "argument 'p' of dropout must be a number"},
         {IR_OP_SLICE, "axis=0", NULL, "slice needs argument 'start'"},
-        {IR_OP_SOFTMAX, "=1; =2", NULL, "softmax takes at most 1 argument"},
+        {IR_OP_SOFTMAX, "=1; =2", NULL, "softmax takes 1 tensor operand, then at most 1 argument; the call gives 2 more"},
         {IR_OP_SOFTMAX, "=1; axis=0", NULL, "softmax: argument 'axis' given twice"},
     };
     for (size_t i = 0; i < KL_ARRAY_LEN(rows); i++) {
