@@ -14,7 +14,7 @@
 #   accum.sh KILN
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-source "$here/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 kiln=$1
 new_tmpdir
 source "$here/ranks_helpers.bash"
