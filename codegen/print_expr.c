@@ -309,9 +309,26 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
     }
 }
 
+/* A 16-bit float stored as loaded from a buffer of its own dtype (im2col,
+ * transposes, padding copies) moves its bits: widening and narrowing back
+ * would give the same bits for every value but NaN (the narrowing makes
+ * NaNs quiet, f16's canonical) and cost two conversions per element,
+ * which in f16 are most of such a copy's time. */
+static bool print_copy16(kir_printer *p, ir_dtype dt, const kir_expr *value)
+{
+    if (value->kind != KE_LOAD || p->k->bufs[value->buf].dtype != dt || ((p->lanes >> value->buf) & 1))
+        return false;
+    kl_buf_printf(p->b, "%s[", p->k->bufs[value->buf].name);
+    kir_print_expr(p, value->a);
+    kl_buf_putc(p->b, ']');
+    return true;
+}
+
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
     const char *store = dt > IR_NONE && dt < IR_NDTYPES ? p->t->store[dt] : NULL;
+    if (store && print_copy16(p, dt, value))
+        return;
     if (store) {
         kl_buf_printf(p->b, "%s((float)(", store);
         kir_print_expr(p, value);

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A 16-bit value copied into a buffer of its own dtype (im2col, the
+# GEMMs' transposes) moves its bits: no store in the CNN's bf16 and fp16
+# kernels narrows a value it has just widened from a buffer (the round
+# trip cost two conversions per element, and made NaNs quiet). The
+# copies' values are checked against the f64 reference by
+# bf16speed.reference.fashion_cnn.bf16 and reference.examples.fashion_cnn.fp16.
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+kiln=$1
+new_tmpdir
+for p in bf16:bf16 fp16:f16; do
+  prec=${p%%:*} t=${p#*:}
+  "$kiln" ir examples/fashion_cnn.kl --set precision="$prec" --kernels > "$tmp/$prec.c"
+  trips=$(grep -c "kl_f32_to_${t}((float)(kl_${t}_to_f32(b[0-9]*\[[^;]*\])));" "$tmp/$prec.c" || true)
+  copies=$(grep -c '^ *b[0-9]*\[[^=]*\] = b[0-9]*\[[^;]*\];$' "$tmp/$prec.c" || true)
+  if [ "$trips" = 0 ] && [ "$copies" -ge 8 ]; then
+    ok "$prec: $copies raw 16-bit copies, no widen-and-narrow round trip"
+  else
+    bad "$prec: $trips round trips and $copies raw copies (expected 0 and at least 8)"
+  fi
+done
+exit $fail
