@@ -46,6 +46,7 @@ const kir_target kir_target_c = {
     .load = {[IR_U8] = "(int64_t)", [IR_I32] = "(int64_t)", [IR_I64] = "(int64_t)", [IR_F16] = "kl_f16_to_f32",
              [IR_BF16] = "kl_bf16_to_f32", [IR_F32] = "", [IR_F64] = ""},
     .store = {[IR_F16] = "kl_f32_to_f16", [IR_BF16] = "kl_f32_to_bf16"},
+    .load_scalar = {[IR_F16] = "kl_f16_to_f32_f16c"},
     .nan = {"(float)NAN", "NAN"},
     .inf = {"(float)INFINITY", "INFINITY"},
     .ninf = {"-(float)INFINITY", "-INFINITY"},
@@ -270,6 +271,8 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
     case KE_LOAD: {
         const kir_buf *kb = &p->k->bufs[e->buf];
         const char *conv = kb->dtype > IR_NONE && kb->dtype < IR_NDTYPES ? p->t->load[kb->dtype] : NULL;
+        if (conv && p->k->scalar_f16 && p->t->load_scalar[kb->dtype])
+            conv = p->t->load_scalar[kb->dtype];
         if (!conv)
             kl_panic("cannot load %s", ir_dtype_name(kb->dtype));
         if ((p->lanes >> e->buf) & 1) {

@@ -5,6 +5,9 @@
 # trip cost two conversions per element, and made NaNs quiet). The
 # copies' values are checked against the f64 reference by
 # bf16speed.reference.fashion_cnn.bf16 and reference.examples.fashion_cnn.fp16.
+# And the fp16 max-pooling gradients widen with F16C (kir_kernel's
+# scalar_f16; prec3.unit.f16c_widen checks that widening), other kernels
+# with kl_f16_to_f32.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
@@ -20,4 +23,12 @@ for p in bf16:bf16 fp16:f16; do
     bad "$prec: $trips round trips and $copies raw copies (expected 0 and at least 8)"
   fi
 done
+# "KIND NAME-OF-WIDENING" for each kernel's f16 loads
+awk '/^\/\* /{c=$2} /kl_f16_to_f32(_f16c)?\(b/{n=match($0, /kl_f16_to_f32_f16c\(b/) ? "f16c" : "plain"; print c, n}' "$tmp/fp16.c" | sort -u > "$tmp/widen"
+if grep -qx 'maxpool_grad f16c' "$tmp/widen" && ! grep -q '^maxpool_grad plain' "$tmp/widen" &&
+   ! grep -v '^maxpool_grad' "$tmp/widen" | grep -q f16c; then
+  ok "fp16: the max-pooling gradients widen with F16C, no other kernel does"
+else
+  bad "fp16: widenings by kernel kind: $(tr '\n' ',' < "$tmp/widen")"
+fi
 exit $fail
