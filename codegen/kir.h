@@ -146,6 +146,11 @@ typedef struct kir_kernel {
     kir_stmt *host_body;
     kir_type compute;  /* KT_F32 or KT_F64 */
     int64_t work;      /* elements touched, for thread heuristics */
+    bool scalar_f16;   /* a kernel GCC leaves scalar, whose f16 loads only
+                          meet arithmetic, comparisons and narrowing: the C
+                          printer widens them with the CPU's F16C instruction
+                          (kir_target.load_scalar), whose one difference, a
+                          signalling NaN made quiet, none of those can show */
     /* The builder's insertion point: the statement list being appended. */
     kir_stmt **tail;
     kir_stmt **tail_stack[16];

@@ -46,6 +46,7 @@ const kir_target kir_target_c = {
     .load = {[IR_U8] = "(int64_t)", [IR_I32] = "(int64_t)", [IR_I64] = "(int64_t)", [IR_F16] = "kl_f16_to_f32",
              [IR_BF16] = "kl_bf16_to_f32", [IR_F32] = "", [IR_F64] = ""},
     .store = {[IR_F16] = "kl_f32_to_f16", [IR_BF16] = "kl_f32_to_bf16"},
+    .load_scalar = {[IR_F16] = "kl_f16_to_f32_f16c"},
     .nan = {"(float)NAN", "NAN"},
     .inf = {"(float)INFINITY", "INFINITY"},
     .ninf = {"-(float)INFINITY", "-INFINITY"},
@@ -270,6 +271,8 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
     case KE_LOAD: {
         const kir_buf *kb = &p->k->bufs[e->buf];
         const char *conv = kb->dtype > IR_NONE && kb->dtype < IR_NDTYPES ? p->t->load[kb->dtype] : NULL;
+        if (conv && p->k->scalar_f16 && p->t->load_scalar[kb->dtype])
+            conv = p->t->load_scalar[kb->dtype];
         if (!conv)
             kl_panic("cannot load %s", ir_dtype_name(kb->dtype));
         if ((p->lanes >> e->buf) & 1) {
@@ -309,9 +312,26 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
     }
 }
 
+/* A 16-bit float stored as loaded from a buffer of its own dtype (im2col,
+ * transposes, padding copies) moves its bits: widening and narrowing back
+ * would give the same bits for every value but NaN (the narrowing makes
+ * NaNs quiet, f16's canonical) and cost two conversions per element,
+ * which in f16 are most of such a copy's time. */
+static bool print_copy16(kir_printer *p, ir_dtype dt, const kir_expr *value)
+{
+    if (value->kind != KE_LOAD || p->k->bufs[value->buf].dtype != dt || ((p->lanes >> value->buf) & 1))
+        return false;
+    kl_buf_printf(p->b, "%s[", p->k->bufs[value->buf].name);
+    kir_print_expr(p, value->a);
+    kl_buf_putc(p->b, ']');
+    return true;
+}
+
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
     const char *store = dt > IR_NONE && dt < IR_NDTYPES ? p->t->store[dt] : NULL;
+    if (store && print_copy16(p, dt, value))
+        return;
     if (store) {
         kl_buf_printf(p->b, "%s((float)(", store);
         kir_print_expr(p, value);

@@ -29,6 +29,7 @@ typedef struct kir_target {
     const char *storage[IR_NDTYPES];  /* a buffer's element type */
     const char *load[IR_NDTYPES];     /* applied to a loaded element: widens it to its compute type */
     const char *store[IR_NDTYPES];    /* applied to a value stored as bf16/f16 (from f32) */
+    const char *load_scalar[IR_NDTYPES]; /* load's, in kernels marked scalar_f16 (NULL: load's) */
     const char *nan[2], *inf[2], *ninf[2]; /* [0] f32, [1] f64 */
     const char *not_cond;             /* NOT of a condition (0 or 1) */
     const char *cond_and, *cond_or;   /* AND/OR of two conditions when the right one does not load */
