@@ -88,6 +88,16 @@ static int split_axis(const trainer *t, const char *name, const ir_type *type, i
  * checkpoint. */
 static bool is_mask(const kl_persist *p) { return p->role && !strcmp(p->role, "tp_mask"); }
 
+/* The split axis of a persistent value of the session (-1 when it is
+ * replicated); a param's mask is never split, though it is the param's
+ * shape. */
+static int persist_split_axis(const trainer *t, const kl_persist *p, int *T, int64_t *size)
+{
+    *T = 1;
+    *size = 0;
+    return is_mask(p) ? -1 : split_axis(t, p->name, &p->type, T, size);
+}
+
 static void free_full(trainer *t)
 {
     for (int i = 0; i < t->tp_full.n; i++) {
@@ -134,9 +144,9 @@ void train_tp_settle(trainer *t)
     free_full(t);
     for (int i = 0; i < s->persist.n; i++) {
         const kl_persist *p = &s->persist.v[i];
-        int T = 1;
-        int64_t size = 0;
-        int axis = is_mask(p) ? -1 : split_axis(t, p->name, &p->type, &T, &size);
+        int T;
+        int64_t size;
+        int axis = persist_split_axis(t, p, &T, &size);
         if (axis < 0)
             continue;
         int64_t m = ir_type_numel(&p->type);
@@ -161,9 +171,9 @@ int train_tp_ckpt_begin(trainer *t, bool loading)
         free_full(t);
         for (int i = 0; i < s->persist.n; i++) {
             const kl_persist *p = &s->persist.v[i];
-            int T = 1;
-            int64_t size = 0;
-            int axis = is_mask(p) ? -1 : split_axis(t, p->name, &p->type, &T, &size);
+            int T;
+            int64_t size;
+            int axis = persist_split_axis(t, p, &T, &size);
             if (axis < 0)
                 continue;
             kl_persist f = {kl_xstrdup(p->name), p->type, NULL, p->role};
