@@ -476,7 +476,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
                          .builtins = builtins,
                          .quiet = t.opt.quiet,
                          .jit_reason = jit_reason,
-                         .bf16_gemm = t.opt.bf16_gemm};
+                         .bf16_gemm = t.opt.bf16_gemm,
+                         .fp32_gemm = t.opt.fp32_gemm};
     kl_backend *be = train_open_backend(&t.opt, &co, t.comm);
     be = train_agree_backend(be, t.comm);
     free(jit_reason);

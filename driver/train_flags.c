@@ -52,7 +52,10 @@ static const char usage[] =
     "  --no-cuda-graph    launch each step's kernels instead of replaying a CUDA graph\n"
     "  --tf32             fp32 GEMMs on TF32 tensor cores (GPU)\n"
     "  --bf16-gemm L      auto, onednn or openblas: who runs bf16 GEMMs on the CPU\n"
-    "                     (default auto: oneDNN where the CPU has bf16 instructions)\n"
+    "                     (default auto: oneDNN where the CPU has bf16 instructions;\n"
+    "                     openblas: operands widened to fp32 for the fp32 GEMMs)\n"
+    "  --fp32-gemm L      auto, onednn or openblas: who runs fp32 GEMMs on the CPU\n"
+    "                     (default auto: oneDNN's sgemm where the CPU has AVX-512)\n"
     "  --metrics FILE     write metrics as JSON lines (appended to with --resume)\n"
     "  --save FILE        write a checkpoint at the end (and each epoch)\n"
     "  --save-every N     also write a checkpoint every N steps, to FILE.step-N\n"
@@ -230,6 +233,8 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             o->device = argv[++i];
         } else if (!strcmp(a, "--bf16-gemm") && has) {
             o->bf16_gemm = argv[++i];
+        } else if (!strcmp(a, "--fp32-gemm") && has) {
+            o->fp32_gemm = argv[++i];
         } else if (!strcmp(a, "--metrics") && has) {
             o->metrics = argv[++i];
         } else if (!strcmp(a, "--save") && has) {

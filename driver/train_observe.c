@@ -203,7 +203,7 @@ static void print_bottleneck(const trainer *t)
     kl_backend *be = t->s->be;
     bool gpu = kl_backend_is_cuda(be);
     kl_bottleneck b = {.peak_gbs = gpu ? kl_cuda_copy_bandwidth(be) : kl_copy_bandwidth(),
-                       .peak_gflops = gpu ? 0 : kl_gemm_peak_gflops(), .data_known = true};
+                       .peak_gflops = gpu ? 0 : kl_gemm_peak_gflops(be), .data_known = true};
     for (int i = 0; i < e->plan->steps.n; i++)
         kl_bottleneck_add(&b, e->plan, i, e->step_seconds[i], e->step_hidden[i], (double)e->step_runs[i]);
     double n = (double)t->run_steps;

@@ -39,8 +39,9 @@ kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co,
         char why[600];
         kl_cuda_options cuo = {.tf32 = o->tf32, .quiet = o->quiet, .device = kl_comm_local_rank(comm)};
         kl_backend *be = kl_cuda_backend_new(&cuo, why, sizeof why);
-        if (be && o->bf16_gemm) {
-            kl_error("--bf16-gemm chooses the CPU backend's bf16 GEMMs; this run is on the GPU\n---> add --device cpu");
+        if (be && (o->bf16_gemm || o->fp32_gemm)) {
+            kl_error("%s chooses the CPU backend's %s GEMMs; this run is on the GPU\n---> add --device cpu",
+                     o->bf16_gemm ? "--bf16-gemm" : "--fp32-gemm", o->bf16_gemm ? "bf16" : "fp32");
             be->ops->destroy(be);
             return NULL;
         }

@@ -34,6 +34,7 @@ typedef struct train_options {
     bool quiet, profile, no_cuda_graph, tf32;
     const char *trace_path;
     const char *bf16_gemm; /* --bf16-gemm: auto (NULL), onednn, openblas */
+    const char *fp32_gemm; /* --fp32-gemm: auto (NULL), onednn, openblas */
     bool batch_auto;       /* --batch auto (driver/budget.c: kl_auto_batch) */
     bool batch_probe;      /* --probe (driver/batch_probe.c: kl_probe_batch) */
     /* --generate PROMPT --tokens N --temperature X --top-k K

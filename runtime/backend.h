@@ -90,6 +90,7 @@ typedef struct kl_cpu_options {
     bool quiet;                         /* no notice when compiling kernels */
     const char *jit_reason;             /* what makes kernels missing ("--batch 64"), for messages; may be NULL */
     const char *bf16_gemm;              /* auto (NULL), onednn or openblas: who runs bf16 GEMMs (runtime/cpu_dnnl.h) */
+    const char *fp32_gemm;              /* auto (NULL), onednn or openblas: who runs fp32 GEMMs (runtime/cpu_dnnl.h) */
 } kl_cpu_options;
 
 /* The CPU backend's f16 conversions of GEMM operands and results (F16C

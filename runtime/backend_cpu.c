@@ -1,5 +1,5 @@
 /* The CPU backend: host memory, generated C kernels (linked in or compiled
- * at run time), OpenBLAS for GEMMs, OpenMP threads. */
+ * at run time), OpenBLAS or oneDNN for GEMMs (cpu_dnnl.h), OpenMP threads. */
 #include <cblas.h>
 #include <immintrin.h>
 #include <dlfcn.h>
@@ -32,8 +32,9 @@ typedef struct cpu_backend {
     bool quiet;
     KL_VEC(cpu_kernel) kernels; /* every kernel resolved so far, by name */
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
-    kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 for OpenBLAS */
-    char gemm_choice[240];      /* "bf16 GEMMs: ...", for the start-up line */
+    kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 */
+    kl_dnnl *dnnl_f32;          /* fp32 GEMMs (widened ones too) through oneDNN's sgemm; NULL: OpenBLAS */
+    char gemm_choice[720];      /* "fp32 GEMMs: ..., bf16 GEMMs: ...", for the start-up line */
     bool generated_attention;   /* KILN_CPU_ATTENTION=generated: attention
                                    through the kernel IR's C, not cpu_attn.c */
 } cpu_backend;
@@ -244,7 +245,7 @@ static int64_t extent(int64_t off, int64_t stride, int64_t batch, int64_t each)
     return off + stride * (batch - 1) + each;
 }
 
-static void cpu_gemm_wide(const kl_gemm *g, const void *a, const void *b, void *c);
+static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c);
 
 static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
 {
@@ -252,7 +253,7 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     /* An f64 GEMM writes f64: any other result would be overrun. */
     kl_check(g->dtype != IR_F64 || g->out_dtype == IR_F64);
     if (g->dtype == IR_F64 || (g->dtype == IR_F32 && g->out_dtype == IR_F32)) {
-        cpu_gemm_wide(g, a, b, c);
+        cpu_gemm_wide(cb, g, a, b, c);
         return;
     }
     /* Low precision: the products in fp32 (as on the GPU: low-precision
@@ -273,7 +274,7 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     bool gaps = g->batch > 1 && g->stride_c != g->m * g->n;
     float *fc = wide_c ? widen(cb, 2, g->out_dtype, c, nc, g->beta != 0 || g->accumulate || gaps) : c;
     w.dtype = w.out_dtype = IR_F32;
-    cpu_gemm_wide(&w, fa, fb, fc);
+    cpu_gemm_wide(cb, &w, fa, fb, fc);
     if (wide_c) {
         /* Only the elements the GEMM wrote: from the offset on. */
         if (g->out_dtype == IR_BF16)
@@ -283,8 +284,12 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     }
 }
 
-static void cpu_gemm_wide(const kl_gemm *g, const void *a, const void *b, void *c)
+static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c)
 {
+    if (cb->dnnl_f32 && g->dtype == IR_F32) {
+        kl_dnnl_sgemm(cb->dnnl_f32, g, a, b, c);
+        return;
+    }
     CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     /* Row-major leading dimensions: the stored row length of each matrix. */
     int lda = (int)(g->ta ? g->m : g->k), ldb = (int)(g->tb ? g->k : g->n), ldc = (int)g->n;
@@ -321,6 +326,7 @@ static void cpu_destroy(kl_backend *be)
     for (int i = 0; i < 3; i++)
         free(cb->wide[i]);
     kl_dnnl_close(cb->dnnl);
+    kl_dnnl_close(cb->dnnl_f32);
     free(cb);
 }
 
@@ -351,6 +357,46 @@ const char *kl_cpu_gemm_choice(const kl_backend *be)
     return be && be->ops == &cpu_ops ? ((const cpu_backend *)be)->gemm_choice : NULL;
 }
 
+/* One GEMM library choice: FLAG's value, else the environment variable
+ * ENV, else auto. Opens oneDNN for USE into *d unless openblas (NULL: the
+ * OpenBLAS path) and writes what runs into text: oneDNN's name, or, on the
+ * OpenBLAS path, "OpenBLAS sgemm" for fp32 and for bf16 " (why)". Returns
+ * -1 on a refused setting (reported). */
+static int choose_dnnl(kl_dnnl **d, kl_dnnl_use use, const char *flag, const char *value, const char *env_name,
+                       char *text, size_t len)
+{
+    const char *env = getenv(env_name);
+    const char *from = value ? flag : env && *env ? env_name : flag;
+    const char *lib = value ? value : env && *env ? env : "auto";
+    char why[200] = "", what[80] = "";
+    if (strcmp(lib, "auto") && strcmp(lib, "onednn") && strcmp(lib, "openblas")) {
+        kl_error("%s must be auto, onednn or openblas, got '%s'", from, lib);
+        return -1;
+    }
+    if (strcmp(lib, "openblas"))
+        *d = kl_dnnl_open(use, why, sizeof why, what, sizeof what);
+    if (!*d && !strcmp(lib, "onednn")) {
+        kl_error("%s onednn: %s\n---> try %s auto (%s)", from, why, from,
+                 use == KL_DNNL_F32 ? "OpenBLAS's sgemm" : "operands widened to fp32");
+        return -1;
+    }
+    /* Why the OpenBLAS path, when it is: the reason, or the setting. */
+    char because[208];
+    if (*why)
+        snprintf(because, sizeof because, " (%s)", why);
+    else if (!strcmp(from, flag))
+        snprintf(because, sizeof because, " (%s openblas)", flag);
+    else
+        snprintf(because, sizeof because, " (%s=openblas)", env_name);
+    if (*d)
+        snprintf(text, len, "%s", what);
+    else if (use == KL_DNNL_F32)
+        snprintf(text, len, "OpenBLAS sgemm%s", because);
+    else
+        snprintf(text, len, "%s", because);
+    return 0;
+}
+
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
 {
     cpu_backend *cb = kl_xcalloc(1, sizeof *cb);
@@ -378,30 +424,23 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
         return NULL;
     }
     cb->generated_attention = attn && !strcmp(attn, "generated");
-    /* bf16 GEMMs: oneDNN by default where it is usable, which the
-     * description says (with the reason when it is not). KILN_BF16_GEMM
-     * sets the same choice where no flag does (tools and tests that take
-     * no --bf16-gemm: a test forces the fallback path with it). */
-    const char *env = getenv("KILN_BF16_GEMM");
-    const char *from = o && o->bf16_gemm ? "--bf16-gemm" : env && *env ? "KILN_BF16_GEMM" : "--bf16-gemm";
-    const char *lib = o && o->bf16_gemm ? o->bf16_gemm : env && *env ? env : "auto";
-    char why[200] = "", what[80] = "";
-    if (strcmp(lib, "auto") && strcmp(lib, "onednn") && strcmp(lib, "openblas")) {
-        kl_error("%s must be auto, onednn or openblas, got '%s'", from, lib);
-        cpu_destroy(&cb->base);
-        return NULL;
-    }
-    if (strcmp(lib, "openblas"))
-        cb->dnnl = kl_dnnl_open(why, sizeof why, what, sizeof what);
-    if (!cb->dnnl && !strcmp(lib, "onednn")) {
-        kl_error("%s onednn: %s\n---> try %s auto (OpenBLAS on widened operands)", from, why, from);
+    /* GEMM libraries: oneDNN by default where it is usable, which the
+     * description says (with the reason when it is not). KILN_FP32_GEMM
+     * and KILN_BF16_GEMM set the same choices where no flag does (tools
+     * and tests that take no flag: a test forces a fallback path with
+     * them). fp32 first: the widened bf16 path runs on its choice. */
+    char f32[300], b16[300];
+    if (choose_dnnl(&cb->dnnl_f32, KL_DNNL_F32, "--fp32-gemm", o ? o->fp32_gemm : NULL, "KILN_FP32_GEMM", f32,
+                    sizeof f32) ||
+        choose_dnnl(&cb->dnnl, KL_DNNL_BF16, "--bf16-gemm", o ? o->bf16_gemm : NULL, "KILN_BF16_GEMM", b16,
+                    sizeof b16)) {
         cpu_destroy(&cb->base);
         return NULL;
     }
     if (cb->dnnl)
-        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: %s", what);
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "fp32 GEMMs: %s, bf16 GEMMs: %s", f32, b16);
     else
-        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "bf16 GEMMs: OpenBLAS sgemm, widened%s%s%s",
-                 *why ? " (" : "", why, *why ? ")" : !strcmp(from, "--bf16-gemm") ? " (--bf16-gemm openblas)" : " (KILN_BF16_GEMM=openblas)");
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "fp32 GEMMs: %s, bf16 GEMMs: %s sgemm, widened%s", f32,
+                 cb->dnnl_f32 ? "oneDNN" : "OpenBLAS", b16);
     return &cb->base;
 }

@@ -1,4 +1,5 @@
-/* bf16 GEMMs through oneDNN's matmul (see cpu_dnnl.h). One primitive per
+/* bf16 GEMMs through oneDNN's matmul, fp32 GEMMs through its sgemm (see
+ * cpu_dnnl.h). One matmul primitive per
  * distinct GEMM shape (dims, transposes, dtypes, alpha, beta), made on
  * first use and kept; each call sets the memory objects' data pointers
  * and runs it on the calling thread's OpenMP team (oneDNN here uses the
@@ -14,8 +15,9 @@
 
 #ifndef KILN_HAVE_DNNL
 
-kl_dnnl *kl_dnnl_open(char *why, size_t why_len, char *what, size_t what_len)
+kl_dnnl *kl_dnnl_open(kl_dnnl_use use, char *why, size_t why_len, char *what, size_t what_len)
 {
+    (void)use;
     (void)what;
     (void)what_len;
     snprintf(why, why_len, "this build has no oneDNN support (libdnnl-dev was missing when it was configured)");
@@ -26,6 +28,12 @@ void kl_dnnl_gemm(kl_dnnl *d, const kl_gemm *g, const void *a, const void *b, vo
 {
     (void)d, (void)g, (void)a, (void)b, (void)c;
     kl_panic("oneDNN GEMM called in a build without oneDNN");
+}
+
+void kl_dnnl_sgemm(kl_dnnl *d, const kl_gemm *g, const float *a, const float *b, float *c)
+{
+    (void)d, (void)g, (void)a, (void)b, (void)c;
+    kl_panic("oneDNN sgemm called in a build without oneDNN");
 }
 
 void kl_dnnl_close(kl_dnnl *d)
@@ -45,7 +53,8 @@ void kl_dnnl_close(kl_dnnl *d)
     X(dnnl_primitive_attr_set_output_scales) X(dnnl_primitive_attr_set_post_ops) X(dnnl_post_ops_create)              \
     X(dnnl_post_ops_destroy) X(dnnl_post_ops_append_sum) X(dnnl_primitive_desc_create)                                \
     X(dnnl_primitive_desc_destroy) X(dnnl_primitive_desc_query) X(dnnl_primitive_create) X(dnnl_primitive_destroy)    \
-    X(dnnl_primitive_execute) X(dnnl_memory_create) X(dnnl_memory_destroy) X(dnnl_memory_set_data_handle)
+    X(dnnl_primitive_execute) X(dnnl_memory_create) X(dnnl_memory_destroy) X(dnnl_memory_set_data_handle)              \
+    X(dnnl_sgemm)
 
 typedef struct dnnl_fns {
 #define FIELD(name) __typeof__(name) *name;
@@ -78,7 +87,7 @@ struct kl_dnnl {
             kl_panic("oneDNN: %s failed (status %d) at %s:%d", #call, (int)st_, __FILE__, __LINE__);                 \
     } while (0)
 
-kl_dnnl *kl_dnnl_open(char *why, size_t why_len, char *what, size_t what_len)
+kl_dnnl *kl_dnnl_open(kl_dnnl_use use, char *why, size_t why_len, char *what, size_t what_len)
 {
     void *lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
@@ -99,6 +108,18 @@ kl_dnnl *kl_dnnl_open(char *why, size_t why_len, char *what, size_t what_len)
                            : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 ? "AVX512_BF16"
                                                                                                     : NULL;
     const dnnl_version_t *v = d->f.dnnl_version();
+    if (use == KL_DNNL_F32) {
+        /* sgemm needs no engine: AVX-512 or nothing (the rule: measured
+         * faster than OpenBLAS there, cpu_dnnl.h). */
+        if ((isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core) {
+            snprintf(why, why_len, "the CPU has no AVX-512 (oneDNN %d.%d.%d sees ISA 0x%x)", v->major, v->minor,
+                     v->patch, (unsigned)isa);
+            goto fail;
+        }
+        if (what)
+            snprintf(what, what_len, "oneDNN %d.%d.%d sgemm (AVX-512)", v->major, v->minor, v->patch);
+        return d;
+    }
     if (!isa_name) {
         snprintf(why, why_len, "the CPU has no bf16 instructions (oneDNN %d.%d.%d sees ISA 0x%x)", v->major, v->minor,
                  v->patch, (unsigned)isa);
@@ -192,6 +213,19 @@ void kl_dnnl_gemm(kl_dnnl *d, const kl_gemm *g, const void *a, const void *b, vo
     DNNL_CHECK(d, dnnl_stream_wait(d->stream));
 }
 
+void kl_dnnl_sgemm(kl_dnnl *d, const kl_gemm *g, const float *a, const float *b, float *c)
+{
+    kl_check(g->dtype == IR_F32 && g->out_dtype == IR_F32);
+    /* Row-major leading dimensions: the stored row length of each matrix. */
+    int64_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n, ldc = g->n;
+    for (int64_t i = 0; i < g->batch; i++) {
+        double beta = g->accumulate && i > 0 ? 1.0 : g->beta;
+        int64_t oa = g->off_a + i * g->stride_a, ob = g->off_b + i * g->stride_b, oc = g->off_c + i * g->stride_c;
+        DNNL_CHECK(d, dnnl_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, (float)g->alpha, a + oa, lda,
+                                 b + ob, ldb, (float)beta, c + oc, ldc));
+    }
+}
+
 void kl_dnnl_close(kl_dnnl *d)
 {
     if (!d)
@@ -202,8 +236,10 @@ void kl_dnnl_close(kl_dnnl *d)
         d->f.dnnl_primitive_destroy(d->prims.v[i].prim);
     }
     kl_vec_free(d->prims);
-    d->f.dnnl_stream_destroy(d->stream);
-    d->f.dnnl_engine_destroy(d->engine);
+    if (d->stream)
+        d->f.dnnl_stream_destroy(d->stream);
+    if (d->engine)
+        d->f.dnnl_engine_destroy(d->engine);
     dlclose(d->lib);
     free(d);
 }

@@ -197,7 +197,7 @@ static void json_str(FILE *f, const char *s)
  * rest of the whole step's median as host overhead; no data loading. */
 static kl_bottleneck bottleneck(const kl_exec *e, const timed *t, double bw, const bench_opts *o)
 {
-    kl_bottleneck b = {.peak_gbs = bw, .peak_gflops = o->gpu ? 0 : kl_gemm_peak_gflops()};
+    kl_bottleneck b = {.peak_gbs = bw, .peak_gflops = o->gpu ? 0 : kl_gemm_peak_gflops(e->s->be)};
     for (int i = 0; i < e->plan->steps.n; i++)
         kl_bottleneck_add(&b, e->plan, i, t->step_ms[i] / 1e3, 0, 1);
     kl_bottleneck_finish(&b, 1, t->total.median / 1e3, 0);

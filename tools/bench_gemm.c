@@ -135,10 +135,14 @@ int kl_bench_gemms(const char *const *models, int nmodels, const char *const *kv
             kl_vec_free(shapes);
             return 1;
         }
-    kl_cpu_options co = {.threads = threads, .quiet = true, .bf16_gemm = "openblas"};
+    kl_cpu_options co = {.threads = threads, .quiet = true, .bf16_gemm = "openblas", .fp32_gemm = "openblas"};
     kl_backend *be = kl_cpu_backend_new(&co);
     kl_cpu_options cd = {.threads = threads, .quiet = true, .bf16_gemm = "onednn"};
     kl_backend *dnnl = kl_cpu_backend_new(&cd);
+    kl_cpu_options cs = {.threads = threads, .quiet = true, .fp32_gemm = "onednn"};
+    kl_backend *d32 = kl_cpu_backend_new(&cs);
+    /* The f16 path as a run takes it: widened for the fp32 choice's sgemm. */
+    kl_backend *wide = d32 ? d32 : be;
     if (!be) {
         kl_vec_free(shapes);
         return 1;
@@ -147,22 +151,29 @@ int kl_bench_gemms(const char *const *models, int nmodels, const char *const *kv
     kl_gemm sq = {.dtype = IR_F32, .out_dtype = IR_F32, .m = 2048, .n = 2048, .k = 2048, .batch = 1, .alpha = 1,
                   .a = 0, .b = 1, .c = 2};
     double peak = time_gemm(be, &sq, IR_F32, 5);
-    printf("kiln bench --gemms: %s; OpenBLAS core %s; %s; sgemm peak %.1f GFLOP/s (2048 x 2048 x 2048, median of 5)\n\n",
-           be->desc, openblas_get_corename(), dnnl ? kl_cpu_gemm_choice(dnnl) : "bf16 GEMMs: no oneDNN with bf16 here", peak);
+    printf("kiln bench --gemms: %s; OpenBLAS core %s; oneDNN: %s; OpenBLAS sgemm peak %.1f GFLOP/s (2048 x 2048 x 2048, "
+           "median of 5)\n\n",
+           be->desc, openblas_get_corename(),
+           dnnl  ? kl_cpu_gemm_choice(dnnl)
+           : d32 ? kl_cpu_gemm_choice(d32)
+                 : "neither bf16 GEMMs nor sgemm here (no oneDNN, or no AVX-512)",
+           peak);
     printf("Each GEMM shape of the fp32 training plans (median of %d calls after a warm-up, %s; operands in the "
            "column's dtype, fp32 result; %% of the sgemm peak):\n\n",
            repeats, be->threads == 1 ? "CPU time of the process" : "wall clock");
-    printf("| model | op | m x n x k | batch | calls/step | FLOP/call | fp32 OpenBLAS sgemm | bf16 oneDNN | f16 (the CPU backend's "
-           "path) |\n|---|---|---|---|---|---|---|---|---|\n");
-    double total = 0, t32 = 0, tbf = 0, t16 = 0;
+    printf("| model | op | m x n x k | batch | calls/step | FLOP/call | fp32 OpenBLAS sgemm | fp32 oneDNN sgemm | bf16 oneDNN "
+           "| f16 (the CPU backend's path) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    double total = 0, t32 = 0, td32 = 0, tbf = 0, t16 = 0;
     for (int i = 0; i < shapes.n; i++) {
         const gemm_shape *s = &shapes.v[i];
         double f32 = time_gemm(be, &s->g, IR_F32, repeats);
+        double fd32 = d32 ? time_gemm(d32, &s->g, IR_F32, repeats) : -1;
         double bf = dnnl ? time_gemm(dnnl, &s->g, IR_BF16, repeats) : -1;
-        double f16 = time_gemm(be, &s->g, IR_F16, repeats);
+        double f16 = time_gemm(wide, &s->g, IR_F16, repeats);
         double fl = flops_of(&s->g) * s->calls;
         total += fl;
         t32 += fl / (f32 * 1e9);
+        td32 += fd32 > 0 ? fl / (fd32 * 1e9) : 0;
         tbf += bf > 0 ? fl / (bf * 1e9) : 0;
         t16 += fl / (f16 * 1e9);
         const char *slash = strrchr(s->model, '/');
@@ -170,17 +181,21 @@ int kl_bench_gemms(const char *const *models, int nmodels, const char *const *kv
                (long long)s->g.m, (long long)s->g.n, (long long)s->g.k, s->g.ta ? " (A^T)" : "", s->g.tb ? " (B^T)" : "",
                (long long)s->g.batch, s->g.accumulate ? " summed" : "", s->calls, flops_of(&s->g));
         cell(f32, peak);
+        cell(fd32, peak);
         cell(bf, peak);
         cell(f16, peak);
         printf("\n");
     }
     printf("| all | | | | | %.0f (x calls) |", total);
     cell(total / t32 / 1e9, peak);
+    cell(d32 ? total / td32 / 1e9 : -1, peak);
     cell(dnnl ? total / tbf / 1e9 : -1, peak);
     cell(total / t16 / 1e9, peak);
     printf("\n");
     if (dnnl)
         dnnl->ops->destroy(dnnl);
+    if (d32)
+        d32->ops->destroy(d32);
     be->ops->destroy(be);
     kl_vec_free(shapes);
     return 0;

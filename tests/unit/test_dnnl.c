@@ -1,6 +1,7 @@
 /* bf16 GEMMs on the CPU backend, through oneDNN (--bf16-gemm onednn) and
- * through OpenBLAS on widened operands (--bf16-gemm openblas), each against
- * an f64 reference computed from the same bf16 operands:
+ * through OpenBLAS on widened operands (--bf16-gemm openblas), and fp32
+ * GEMMs through OpenBLAS's and oneDNN's sgemm (--fp32-gemm), each against
+ * an f64 reference computed from the same operands:
  *  - every transpose pair, batches with strides, a shared operand (stride
  *    0), offsets, alpha and beta, accumulation over batch items, bf16 and
  *    fp32 results; shapes with odd sizes and one GEMM of the CNN's;
@@ -8,9 +9,11 @@
  *    an ulp of the result's dtype; a wrong transpose, stride or beta is
  *    off by far more;
  *  - the same call twice gives the same bits (one thread).
- * Exits 77 (skipped) where oneDNN cannot run bf16 GEMMs here (no
- * libdnnl.so.2, or a CPU without bf16 instructions), after checking the
- * OpenBLAS path and that --bf16-gemm onednn is refused with the reason. */
+ * The fp32 shapes are the same with fp32 operands and results. Exits 77
+ * (skipped) where oneDNN cannot run bf16 GEMMs here (no libdnnl.so.2, or a
+ * CPU without bf16 instructions), after checking the OpenBLAS path and
+ * that --bf16-gemm onednn is refused with the reason; oneDNN's sgemm is
+ * checked where the CPU has AVX-512. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,21 +49,32 @@ static int64_t extent(int64_t off, int64_t stride, int64_t batch, int64_t each)
     return off + stride * (batch - 1) + each;
 }
 
-/* Runs shape s on backend be; returns 0 when every element is within the
- * bound, else prints the first bad one. */
-static int check_shape(kl_backend *be, const shape *s, const char *who)
+/* Runs shape s on backend be with operands of dtype in (bf16, or f32 with
+ * an f32 result); returns 0 when every element is within the bound, else
+ * prints the first bad one. */
+static int check_shape(kl_backend *be, const shape *shp, ir_dtype in, const char *who)
 {
+    shape f32 = *shp;
+    f32.out = IR_F32;
+    const shape *s = in == IR_F32 ? &f32 : shp;
+    size_t isize = in == IR_F32 ? 4 : 2;
     int64_t na = extent(s->off_a, s->stride_a, s->batch, s->m * s->k);
     int64_t nb = extent(s->off_b, s->stride_b, s->batch, s->k * s->n);
     int64_t nc = extent(s->off_c, s->stride_c, s->accumulate ? 1 : s->batch, s->m * s->n);
-    uint16_t *a = malloc(2 * (size_t)na), *b = malloc(2 * (size_t)nb);
+    void *a = malloc(isize * (size_t)na), *b = malloc(isize * (size_t)nb);
     size_t csize = s->out == IR_F32 ? 4 : 2;
     void *c = malloc(csize * (size_t)nc), *c2 = malloc(csize * (size_t)nc);
     double *ref = malloc(8 * (size_t)nc), *mag = malloc(8 * (size_t)nc);
     for (int64_t i = 0; i < na; i++)
-        a[i] = kl_f32_to_bf16(uniform());
+        if (in == IR_F32)
+            ((float *)a)[i] = uniform();
+        else
+            ((uint16_t *)a)[i] = kl_f32_to_bf16(uniform());
     for (int64_t i = 0; i < nb; i++)
-        b[i] = kl_f32_to_bf16(uniform());
+        if (in == IR_F32)
+            ((float *)b)[i] = uniform();
+        else
+            ((uint16_t *)b)[i] = kl_f32_to_bf16(uniform());
     for (int64_t i = 0; i < nc; i++) {
         float v = uniform();
         if (s->out == IR_F32)
@@ -81,7 +95,8 @@ static int check_shape(kl_backend *be, const shape *s, const char *who)
                 for (int64_t p = 0; p < s->k; p++) {
                     int64_t ia = s->off_a + t * s->stride_a + (s->ta ? p * s->m + i : i * s->k + p);
                     int64_t ib = s->off_b + t * s->stride_b + (s->tb ? j * s->k + p : p * s->n + j);
-                    double x = kl_bf16_to_f32(a[ia]), y = kl_bf16_to_f32(b[ib]);
+                    double x = in == IR_F32 ? ((float *)a)[ia] : kl_bf16_to_f32(((uint16_t *)a)[ia]);
+                    double y = in == IR_F32 ? ((float *)b)[ib] : kl_bf16_to_f32(((uint16_t *)b)[ib]);
                     sum += x * y;
                     abs_sum += fabs(x * y);
                 }
@@ -90,7 +105,7 @@ static int check_shape(kl_backend *be, const shape *s, const char *who)
                 mag[e] += fabs(s->alpha) * abs_sum;
             }
     }
-    kl_gemm g = {.dtype = IR_BF16, .out_dtype = s->out, .ta = s->ta, .tb = s->tb, .m = s->m, .n = s->n, .k = s->k,
+    kl_gemm g = {.dtype = in, .out_dtype = s->out, .ta = s->ta, .tb = s->tb, .m = s->m, .n = s->n, .k = s->k,
                  .batch = s->batch, .stride_a = s->stride_a, .stride_b = s->stride_b, .stride_c = s->stride_c,
                  .off_a = s->off_a, .off_b = s->off_b, .off_c = s->off_c, .accumulate = s->accumulate,
                  .alpha = s->alpha, .beta = s->beta};
@@ -133,21 +148,22 @@ static const shape shapes[] = {
     {0, 0, 64, 196, 288, 2, 0, 288 * 196, 64 * 196, 0, 0, 0, false, 1, 0, IR_BF16},
 };
 
-static kl_backend *backend(const char *lib)
+static kl_backend *backend(const char *lib, const char *fp32)
 {
-    kl_cpu_options co = {.threads = 1, .quiet = true, .bf16_gemm = lib};
+    kl_cpu_options co = {.threads = 1, .quiet = true, .bf16_gemm = lib, .fp32_gemm = fp32};
     return kl_cpu_backend_new(&co);
 }
 
 static void test_openblas_path(void **state)
 {
     (void)state;
-    kl_backend *be = backend("openblas");
+    kl_backend *be = backend("openblas", "openblas");
     assert_non_null(be);
-    assert_non_null(strstr(kl_cpu_gemm_choice(be), "bf16 GEMMs: OpenBLAS"));
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "fp32 GEMMs: OpenBLAS sgemm (--fp32-gemm openblas)"));
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "bf16 GEMMs: OpenBLAS sgemm, widened (--bf16-gemm openblas)"));
     int bad = 0;
     for (size_t i = 0; i < KL_ARRAY_LEN(shapes); i++)
-        bad |= check_shape(be, &shapes[i], "openblas");
+        bad |= check_shape(be, &shapes[i], IR_BF16, "openblas") | check_shape(be, &shapes[i], IR_F32, "openblas");
     be->ops->destroy(be);
     assert_int_equal(bad, 0);
 }
@@ -155,13 +171,29 @@ static void test_openblas_path(void **state)
 static void test_onednn_path(void **state)
 {
     (void)state;
-    kl_backend *be = backend("onednn");
+    kl_backend *be = backend("onednn", "openblas");
     if (!be)
         skip();
     assert_non_null(strstr(kl_cpu_gemm_choice(be), "bf16 GEMMs: oneDNN"));
     int bad = 0;
     for (size_t i = 0; i < KL_ARRAY_LEN(shapes); i++)
-        bad |= check_shape(be, &shapes[i], "onednn");
+        bad |= check_shape(be, &shapes[i], IR_BF16, "onednn");
+    be->ops->destroy(be);
+    assert_int_equal(bad, 0);
+}
+
+/* oneDNN's sgemm: fp32 GEMMs, and bf16 ones widened for it. */
+static void test_onednn_sgemm(void **state)
+{
+    (void)state;
+    kl_backend *be = backend("openblas", "onednn");
+    if (!be)
+        skip();
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "fp32 GEMMs: oneDNN"));
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "bf16 GEMMs: oneDNN sgemm, widened (--bf16-gemm openblas)"));
+    int bad = 0;
+    for (size_t i = 0; i < KL_ARRAY_LEN(shapes); i++)
+        bad |= check_shape(be, &shapes[i], IR_F32, "onednn sgemm") | check_shape(be, &shapes[i], IR_BF16, "widened");
     be->ops->destroy(be);
     assert_int_equal(bad, 0);
 }
@@ -169,7 +201,8 @@ static void test_onednn_path(void **state)
 static void test_unknown_library_is_refused(void **state)
 {
     (void)state;
-    assert_null(backend("mkl"));
+    assert_null(backend("mkl", NULL));
+    assert_null(backend(NULL, "mkl"));
 }
 
 int main(void)
@@ -177,6 +210,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_openblas_path),
         cmocka_unit_test(test_onednn_path),
+        cmocka_unit_test(test_onednn_sgemm),
         cmocka_unit_test(test_unknown_library_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
