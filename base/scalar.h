@@ -158,6 +158,7 @@ static inline float kl_exp_nonpos(float x)
 static inline float kl_npdf(float x) { return 0.398942280401432678f * kl_exp_nonpos(-0.5f * (x * x)); }
 static inline double kl_erf_d(double x) { return erf(x); }
 static inline double kl_npdf_d(double x) { return 0.398942280401432678 * exp(-0.5 * (x * x)); }
+static inline double kl_exp_nonpos_d(double x) { return exp(x); }
 /* @end */
 #endif
 

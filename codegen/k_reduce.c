@@ -81,13 +81,13 @@ static void build_softmax(cg_builder *b, const ir_node *n)
         cg_close_loops(b, inner);
         inner = cg_open_class(b, REDUCED, KL_RED, &sum, 1, &s);
         cg_reset_cache(b);
-        kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, x), kir_varref(k, m))));
+        kir_acc_add(k, s, kir_un(k, KU_EXP_NONPOS, kir_bin(k, KB_SUB, cg_value_at(b, x), kir_varref(k, m))));
         cg_close_loops(b, inner);
         int ls = kir_let(k, kir_un(k, KU_LOG, kir_varref(k, s)), "logsum");
         inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
         cg_reset_cache(b);
         kir_expr *shifted = kir_bin(k, KB_SUB, cg_value_at(b, x), kir_varref(k, m));
-        kir_expr *r = n->op == IR_OP_SOFTMAX ? kir_bin(k, KB_DIV, kir_un(k, KU_EXP, shifted), kir_varref(k, s))
+        kir_expr *r = n->op == IR_OP_SOFTMAX ? kir_bin(k, KB_DIV, kir_un(k, KU_EXP_NONPOS, shifted), kir_varref(k, s))
                                              : kir_bin(k, KB_SUB, shifted, kir_varref(k, ls));
         kir_store(k, by, cg_index(b, xt), r);
         cg_close_loops(b, inner);
@@ -104,7 +104,7 @@ static void build_softmax(cg_builder *b, const ir_node *n)
         cg_close_loops(b, inner);
         inner = cg_open_class(b, REDUCED, KL_BPAR, NULL, 0, NULL);
         cg_reset_cache(b);
-        kir_expr *r = lsm ? kir_bin(k, KB_SUB, cg_value_at(b, dy), kir_bin(k, KB_MUL, kir_un(k, KU_EXP, cg_value_at(b, yv)), kir_varref(k, s)))
+        kir_expr *r = lsm ? kir_bin(k, KB_SUB, cg_value_at(b, dy), kir_bin(k, KB_MUL, kir_un(k, KU_EXP_NONPOS, cg_value_at(b, yv)), kir_varref(k, s)))
                           : kir_bin(k, KB_MUL, cg_value_at(b, yv), kir_bin(k, KB_SUB, cg_value_at(b, dy), kir_varref(k, s)));
         kir_store(k, by, cg_index(b, xt), r);
         cg_close_loops(b, inner);
@@ -200,7 +200,7 @@ static void build_logits(cg_builder *b)
         s = kir_loop_acc(k, KA_SUM, "s");
         nest.var[1] = c;
         cg_reset_cache(b);
-        kir_acc_add(k, s, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))));
+        kir_acc_add(k, s, kir_un(k, KU_EXP_NONPOS, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))));
         kir_loop_end(k);
     }
     if (ce) { /* loss_n = log sum exp - x[label] */
@@ -242,7 +242,7 @@ static void build_logits(cg_builder *b)
         c = kir_loop_begin(k, KL_BPAR, classes, "c");
         nest.var[1] = c;
         cg_reset_cache(b);
-        kir_expr *p = kir_bin(k, KB_MUL, kir_un(k, KU_EXP, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))),
+        kir_expr *p = kir_bin(k, KB_MUL, kir_un(k, KU_EXP_NONPOS, kir_bin(k, KB_SUB, cg_value_at(b, logits), kir_varref(k, m))),
                               kir_varref(k, inv));
         kir_expr *hot = kir_select(k, kir_bin(k, KB_EQ, kir_varref(k, c), kir_varref(k, label)), kir_const_f(k, 1),
                                    kir_const_f(k, 0));

@@ -48,6 +48,7 @@ typedef enum kir_unop {
     KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_SIGMOID, KU_RELU, KU_ABS, KU_NOT,
     KU_ERF,
     KU_NPDF, /* the standard normal density, exp(-a^2 / 2) / sqrt(2 pi) */
+    KU_EXP_NONPOS, /* exp(a) where a <= 0 (a value less a maximum): the C target's vectorising exp */
     KU_ROUND_BF16, KU_ROUND_F16, KU_ROUND_F32, /* round to the dtype, keep computing wide */
     KU_ISFINITE, /* 1 when finite, else 0 */
     KU_UNIFORM, /* a uniform float in [0, 1) from (seed, step, salt i, index a) */

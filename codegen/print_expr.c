@@ -22,6 +22,7 @@ static const char *const un_shared[KIR_NUNOPS] = {
     [KU_NOT] = "(!%a)",
     [KU_ERF] = "erf%f(%a)",
     [KU_NPDF] = "(0.3989422804014327%f * exp%f(-0.5%f * ((%a) * (%a))))",
+    [KU_EXP_NONPOS] = "exp%f(%a)",
     [KU_ROUND_F32] = "(%T)(float)(%a)",
     [KU_ISFINITE] = "(%T)(isfinite(%a) ? 1 : 0)",
     [KU_UNIFORM] = "(%T)kl_rand(ka->seed, ka->step, %iull, (%u)(%a))",
@@ -59,8 +60,11 @@ const kir_target kir_target_c = {
     .cond_or = "(%a | %b)",
     /* Selects in the prelude: they vectorise (fmaxf's NaN rule does not)
      * and keep NaN, as in PyTorch. */
-    /* GELU's erf and density: base/scalar.h's vectorisable versions. */
-    .un = {[KU_RELU] = "kl_relu%d(%a)", [KU_ERF] = "kl_erf%d(%a)", [KU_NPDF] = "kl_npdf%d(%a)"},
+    /* GELU's erf and density, and exp of a value less its maximum
+     * (softmax, cross-entropy): base/scalar.h's vectorisable versions
+     * (glibc's expf is a call that keeps the loop scalar). */
+    .un = {[KU_RELU] = "kl_relu%d(%a)", [KU_ERF] = "kl_erf%d(%a)", [KU_NPDF] = "kl_npdf%d(%a)",
+           [KU_EXP_NONPOS] = "kl_exp_nonpos%d(%a)"},
     .bin = {[KB_MAX] = "kl_max%d(%a, %b)", [KB_MIN] = "kl_min%d(%a, %b)"},
 };
 
