@@ -44,7 +44,7 @@ import ctypes, ctypes.util
 lib = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
 lib.openblas_get_corename.restype = ctypes.c_char_p
 print(lib.openblas_get_corename().decode())' 2> /dev/null || echo unknown)
-gemms=$("$tmp/gpt" --steps 1 --threads 1 --eval-every 0 2>&1 | grep -o -m1 'fp32 GEMMs: [^,]*' || echo "fp32 GEMMs: unknown")
+gemms=$("$tmp/gpt" --steps 1 --threads 1 --eval-every 0 2>&1 | grep -o 'fp32 GEMMs: [^,]*' || true)
 echo "Kiln's $gemms; OpenBLAS core $core (OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset)"
 echo "$("$torch_py" -c 'import torch; print("torch", torch.__version__, "CPU capability", torch.backends.cpu.get_cpu_capability())')"
 echo "batch $batch x context 128, $steps timed steps; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
