@@ -104,6 +104,9 @@ void cg_emit_epilogue(cg_builder *b, int v, kir_expr *e);
 
 /* Kernel builders by kernel class; each fills b->k. */
 void cg_build_elementwise(cg_builder *b);
+/* The domain an elementwise group's nest covers: its largest result shape
+ * (every result broadcasts to it). */
+ir_type cg_elementwise_domain(const cg_group *grp);
 void cg_build_update(cg_builder *b, const ir_node *n);
 void cg_build_move(cg_builder *b, const ir_node *n);
 void cg_build_reduce(cg_builder *b, const ir_node *n);

@@ -12,6 +12,7 @@
  * sums start after every element is stored (an OpenMP barrier; a launch
  * of its own on the GPU). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cg.h"
 
@@ -117,6 +118,146 @@ bool cg_epilogue_sums(const cg_group *grp)
     return false;
 }
 
+/* The host body's arguments: the part's values to store and the buffers
+ * the column sums read, in order. */
+typedef struct one_pass {
+    const int *sums; /* values summed, one per column sum */
+    int nsum;
+    int64_t cols;
+} one_pass;
+
+/* At (row r, column col): every value of the elementwise part that
+ * escapes it, stored as the body's nest stores it; then the terms, read
+ * back from the buffers just written (so a low-precision buffer's
+ * rounding is in the sum, as in the body). */
+static void one_pass_element(cg_builder *b, int r, int col, void *arg, kir_expr **out)
+{
+    const one_pass *o = arg;
+    const cg_group *part = b->grp;
+    b->nest->var[0] = r;
+    b->nest->var[1] = col;
+    cg_reset_cache(b);
+    for (int i = 0; i < part->n; i++) {
+        const ir_node *n = ir_nd(part->g, part->nodes[i]);
+        for (int k = 0; k < n->out.n; k++)
+            if (cg_value_escapes(part, n->out.v[k]))
+                cg_store_at(b, n->out.v[k], cg_value_at(b, n->out.v[k]));
+    }
+    for (int i = 0; i < o->nsum; i++)
+        out[i] = kir_load(K, cg_buf(b, o->sums[i]),
+                          kir_iadd(K, kir_imul(K, kir_varref(K, r), o->cols), kir_varref(K, col)));
+}
+
+/* The row-streaming skeleton of the one-pass form: per chunk of columns
+ * (up to 256, a multiple of the lane width), the sums start at 0 in
+ * their fp32 buffers dst[i], then row by row every column of the chunk
+ * (one vector loop, contiguous in memory) computes its terms and adds
+ * each to its column's sum in dst[i], which stays in L1. Each column is
+ * summed in row order from 0, as by a lane of cg_column_lanes: the same
+ * bits, with the rows read in order. */
+static int64_t column_chunk(int64_t cols)
+{
+    int64_t chunk = cg_lane_width(cols);
+    while (chunk * 2 <= 256 && cols % (chunk * 2) == 0)
+        chunk *= 2;
+    return chunk;
+}
+
+static int64_t column_chunks(int64_t cols)
+{
+    return cols / column_chunk(cols);
+}
+
+static void column_rows(cg_builder *b, int64_t rows, int64_t cols, int nsum, const int *dst, cg_lane_terms element,
+                        void *arg)
+{
+    int64_t chunk = column_chunk(cols);
+    int cb = kir_loop_begin(K, KL_PAR, cols / chunk, "cb");
+    int z = kir_loop_begin(K, KL_BPAR, chunk, "j");
+    kir_expr *zcol = kir_iadd(K, kir_imul(K, kir_varref(K, cb), chunk), kir_varref(K, z));
+    for (int i = 0; i < nsum; i++)
+        kir_store(K, dst[i], zcol, kir_const_f(K, 0));
+    kir_loop_end(K);
+    int r = kir_loop_begin(K, KL_SEQ, rows, "r");
+    int j = kir_loop_begin(K, KL_BPAR, chunk, "j");
+    int col = kir_let(K, kir_iadd(K, kir_imul(K, kir_varref(K, cb), chunk), kir_varref(K, j)), "col");
+    kir_expr *term[4];
+    element(b, r, col, arg, term);
+    for (int i = 0; i < nsum; i++)
+        kir_store(K, dst[i], kir_varref(K, col),
+                  kir_bin(K, KB_ADD, kir_load(K, dst[i], kir_varref(K, col)), term[i]));
+    kir_loop_end(K);
+    kir_loop_end(K);
+    kir_loop_end(K);
+}
+
+/* The CPU's form of an epilogue with column sums (the kernel's host body,
+ * kir_begin_host_body), when every sum reads a value over the whole
+ * domain of the elementwise part, with the column sums' own [rows, cols]
+ * shape: one pass over the lanes skeleton, each row computing and storing
+ * the part's values and adding them to the sums, so the values are not
+ * stored and then read back from memory (GELU's gradient with its bias
+ * gradient in the GPT: [2048, 512], 4 MB read again). The same values
+ * are stored and each column is summed in row order by one lane: the
+ * same bits as the body. Returns false (nothing built) where the shapes
+ * do not allow it. */
+static bool one_pass_host_body(cg_builder *b, const cg_group *part, const ir_type *domain, const int *sums, int nsum,
+                               const int *outs)
+{
+    const ir_graph *g = part->g;
+    if (nsum < 1 || nsum > 4 || domain->rank < 2)
+        return false;
+    int dst[4];
+    for (int i = 0; i < nsum; i++) {
+        /* The sums accumulate in their buffers: fp32 ones only. */
+        if (ir_val(g, outs[i])->type.dtype != IR_F32)
+            return false;
+        dst[i] = cg_buf(b, outs[i]);
+    }
+    for (int i = 0; i < nsum; i++) {
+        const ir_type *t = &ir_val(g, sums[i])->type;
+        if (t->rank != domain->rank || memcmp(t->dim, domain->dim, sizeof(int64_t) * (size_t)t->rank))
+            return false;
+    }
+    int cls[IR_MAX_RANK];
+    for (int k = 0; k < domain->rank; k++)
+        cls[k] = k < domain->rank - 1 ? CG_REDUCED : CG_KEPT;
+    const cg_group *whole = b->grp;
+    cg_nest *body_nest = b->nest;
+    b->grp = part;
+    cg_nest nest;
+    cg_nest_init(b, &nest, domain, cls);
+    bool fit = cg_column_lanes_fit(&nest);
+    if (fit) {
+        int64_t cols = domain->dim[domain->rank - 1];
+        one_pass o = {sums, nsum, cols};
+        kir_begin_host_body(K);
+        cg_reset_cache(b);
+        /* column_rows shares out chunks of up to 256 columns; with more
+         * threads than chunks, the two passes of the body (every element
+         * in parallel, then 16-column lanes), which keep them all busy. */
+        kir_expr *few = kir_bin(K, KB_LE, kir_arg(K, 2), kir_const_i(K, column_chunks(cols)));
+        kir_if_begin(K, few);
+        column_rows(b, ir_type_numel(domain) / cols, cols, nsum, dst, one_pass_element, &o);
+        kir_if_end(K);
+        b->grp = part;
+        b->nest = body_nest;
+        cg_reset_cache(b);
+        kir_if_begin(K, kir_un(K, KU_NOT, few));
+        cg_build_elementwise(b);
+        cg_reset_cache(b);
+        for (int i = 0; i < nsum; i++) {
+            stored s = {cg_buf(b, sums[i]), cols};
+            cg_column_lanes(b, ir_type_numel(domain) / cols, cols, 1, &dst[i], 1, stored_element, &s);
+        }
+        kir_if_end(K);
+    }
+    b->grp = whole;
+    b->nest = body_nest;
+    cg_reset_cache(b);
+    return fit;
+}
+
 void cg_build_epilogue_sums(cg_builder *b)
 {
     const cg_group *grp = b->grp;
@@ -134,10 +275,21 @@ void cg_build_epilogue_sums(cg_builder *b)
         b->grp = grp;
         cg_reset_cache(b);
     }
+    int sums[4], outs[4], nsum = 0;
     for (int i = 0; i < grp->n; i++) {
         const ir_node *n = ir_nd(g, grp->nodes[i]);
-        if (ir_is_column_sum(g, n))
+        if (ir_is_column_sum(g, n)) {
             column_sums(b, n->in.v[0], n->out.v[0]);
+            if (nsum < 4) {
+                sums[nsum] = n->in.v[0];
+                outs[nsum] = n->out.v[0];
+            }
+            nsum++;
+        }
+    }
+    if (ne) {
+        ir_type domain = cg_elementwise_domain(&part);
+        one_pass_host_body(b, &part, &domain, sums, nsum, outs);
     }
     free(elem);
 }

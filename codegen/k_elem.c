@@ -550,11 +550,10 @@ void cg_emit_epilogue(cg_builder *b, int v, kir_expr *e)
 
 /* ---- fused elementwise chains ---- */
 
-void cg_build_elementwise(cg_builder *b)
+ir_type cg_elementwise_domain(const cg_group *grp)
 {
-    const cg_group *grp = b->grp;
     const ir_graph *g = grp->g;
-    /* The domain: the largest result shape (every result broadcasts to it). */
+    /* The largest result shape (every result broadcasts to it). */
     ir_type domain = {0};
     int64_t best = -1;
     for (int i = 0; i < grp->n; i++) {
@@ -565,6 +564,14 @@ void cg_build_elementwise(cg_builder *b)
                 best = ir_type_numel(t), domain = *t;
         }
     }
+    return domain;
+}
+
+void cg_build_elementwise(cg_builder *b)
+{
+    const cg_group *grp = b->grp;
+    const ir_graph *g = grp->g;
+    ir_type domain = cg_elementwise_domain(grp);
     cg_nest nest;
     cg_nest_init(b, &nest, &domain, NULL);
     b->k->work = ir_type_numel(&domain);

@@ -41,7 +41,8 @@ typedef enum kir_expr_kind {
     KE_BIN,    /* a op b */
     KE_SELECT, /* a ? b : c */
     KE_CAST,   /* (type) a */
-    KE_ARG,    /* a runtime scalar argument: 0 step, 1 seed */
+    KE_ARG,    /* a runtime scalar argument: 0 step, 1 seed, 2 the threads
+                  running the kernel (C: the OpenMP team's size; CUDA: 1) */
 } kir_expr_kind;
 
 typedef enum kir_unop {

@@ -269,6 +269,8 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
     case KE_ARG:
         if (e->var == 0)
             kl_buf_puts(b, "ka->step");
+        else if (e->var == 2)
+            kl_buf_printf(b, p->t == &kir_target_c ? "(%s)omp_get_num_threads()" : "(%s)1", p->t->i64);
         else
             kl_buf_printf(b, "(%s)ka->seed", p->t->i64);
         return;

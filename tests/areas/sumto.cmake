@@ -14,3 +14,9 @@ add_test(NAME sumto.grad_norms COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sumto/gr
 add_test(NAME sumto.reference.clip COMMAND reference_check tests/sumto/leading_sums.kl --set clip=0.05
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(sumto.reference.clip PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# The one-pass CPU form of a GEMM epilogue with bias gradients against
+# the two-pass form, bit for bit (codegen/k_colsum.c one_pass_host_body).
+add_test(NAME sumto.one_pass COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sumto/one_pass.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(sumto.one_pass PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
