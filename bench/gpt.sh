@@ -18,6 +18,7 @@ stdlib=${1:-/usr/lib/python3.11}
 steps=${2:-2400}
 threads=${3:-1}
 out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
 KILN=$kiln bash "$(dirname "$0")/pack_pystd.sh" "$stdlib" examples/data/pystd
 "$kiln" build examples/gpt.kl -o "$out/gpt"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
