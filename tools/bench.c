@@ -298,13 +298,14 @@ int kl_bench_main(int argc, char **argv)
     const char *kv[8] = {NULL};
     int nkv = 0;
     bool gemms = false;
+    const char *fp32_gemm = NULL, *bf16_gemm = NULL;
     const char *files[16];
     int nfiles = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: kiln bench FILE [--no-fusion] [--eval] [--json] [--repeats N] [--threads N] [--batch N]\n"
-                   "                  [--device cpu|cuda] [--no-cuda-graph]\n"
+                   "                  [--device cpu|cuda] [--no-cuda-graph] [--fp32-gemm L] [--bf16-gemm L]\n"
                    "       kiln bench --gemms FILE... [--repeats N] [--threads N] [--batch N]\n"
                    "\n"
                    "Times every kernel and GEMM of the model's training step on the CPU\n"
@@ -323,9 +324,11 @@ int kl_bench_main(int argc, char **argv)
                    "               on the stream (mean of N back to back) and the bandwidth\n"
                    "               is a device-to-device copy's\n"
                    "  --no-cuda-graph  time whole steps without replaying a CUDA graph\n"
+                   "  --fp32-gemm L, --bf16-gemm L  auto, onednn or openblas: the CPU's GEMM\n"
+                   "               libraries, as for a training run (printed)\n"
                    "  --gemms      instead: every GEMM shape of the models' fp32 training plans\n"
-                   "               as fp32 (OpenBLAS), bf16 (oneDNN) and f16, GFLOP/s and the\n"
-                   "               share of the machine's sgemm peak (tools/bench_gemm.c)\n");
+                   "               as fp32 (OpenBLAS and oneDNN), bf16 (oneDNN) and f16, GFLOP/s\n"
+                   "               and the share of OpenBLAS's sgemm peak (tools/bench_gemm.c)\n");
             return 0;
         } else if (!strcmp(a, "--gemms")) {
             gemms = true;
@@ -340,6 +343,10 @@ int kl_bench_main(int argc, char **argv)
             o.gpu = !strcmp(d, "cuda");
         } else if (!strcmp(a, "--no-cuda-graph")) {
             o.no_graph = true;
+        } else if (!strcmp(a, "--fp32-gemm") && i + 1 < argc) {
+            fp32_gemm = argv[++i];
+        } else if (!strcmp(a, "--bf16-gemm") && i + 1 < argc) {
+            bf16_gemm = argv[++i];
         } else if (!strcmp(a, "--json")) {
             o.json = true;
         } else if (!strcmp(a, "--eval")) {
@@ -368,6 +375,11 @@ int kl_bench_main(int argc, char **argv)
             return 1;
         }
     }
+    if ((fp32_gemm || bf16_gemm) && (gemms || o.gpu)) {
+        kl_error("kiln bench: %s chooses the CPU's GEMM library for a step's timing; %s", fp32_gemm ? "--fp32-gemm" : "--bf16-gemm",
+                 gemms ? "--gemms times every library itself" : "this run is on the GPU");
+        return 1;
+    }
     if (gemms && o.file)
         return kl_bench_gemms(files, nfiles, nkv ? kv : NULL, o.threads, o.repeats);
     if (!o.file) {
@@ -375,7 +387,7 @@ int kl_bench_main(int argc, char **argv)
         return 1;
     }
     o.kv = nkv ? kv : NULL;
-    kl_cpu_options co = {.threads = o.threads};
+    kl_cpu_options co = {.threads = o.threads, .fp32_gemm = fp32_gemm, .bf16_gemm = bf16_gemm};
     kl_backend *be;
     if (o.gpu) {
         char why[600];
@@ -384,8 +396,8 @@ int kl_bench_main(int argc, char **argv)
             kl_error("kiln bench --device cuda: %s", why);
             return 1;
         }
-    } else {
-        be = kl_cpu_backend_new(&co);
+    } else if (!(be = kl_cpu_backend_new(&co))) {
+        return 1; /* a refused GEMM library (reported) */
     }
     kl_session *s = kl_session_new(be, 1);
     s->no_graphs = o.no_graph;
@@ -397,8 +409,8 @@ int kl_bench_main(int argc, char **argv)
             printf("kiln bench %s: %s; copy bandwidth %.1f GB/s (device-to-device copy of 256 MiB, read + write)%s\n\n",
                    o.file, be->desc, bw, o.no_graph ? "; no CUDA graphs" : "");
         else if (!o.json)
-            printf("kiln bench %s: %s; copy bandwidth %.2f GB/s (memcpy of 64 MiB, read + write)\n\n", o.file,
-                   be->desc, bw);
+            printf("kiln bench %s: %s, %s; copy bandwidth %.2f GB/s (memcpy of 64 MiB, read + write)\n\n", o.file,
+                   be->desc, kl_cpu_gemm_choice(be), bw);
         timed tf = {0}, tu = {0};
         time_plan(fused, o.repeats, &tf);
         if (unfused)

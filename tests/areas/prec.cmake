@@ -15,3 +15,9 @@ set_tests_properties(prec.reference.fashion_cnn.bf16_fallback PROPERTIES
 add_test(NAME prec.bf16_gemm_env COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/prec/bf16_gemm_env.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(prec.bf16_gemm_env PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# --fp32-gemm / KILN_FP32_GEMM: who runs fp32 GEMMs (OpenBLAS or oneDNN's
+# sgemm), in the training executable and in kiln bench.
+add_test(NAME prec.fp32_gemm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/prec/fp32_gemm.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(prec.fp32_gemm PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
