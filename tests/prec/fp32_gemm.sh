@@ -7,8 +7,8 @@
 #    sgemm and the losses are within 1e-4 of OpenBLAS's (sums in another
 #    order); elsewhere an error naming the reason, non-zero exit;
 #  - auto: oneDNN exactly where onednn is accepted;
-#  - bad values, and the flag on the GPU-only or --gemms paths of kiln
-#    bench, are refused with non-zero exits.
+#  - bad values (kiln bench crashed on a bad KILN_BF16_GEMM), and the flag
+#    on kiln bench's --gemms path, are refused with non-zero exits.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
@@ -33,6 +33,8 @@ refused "KILN_FP32_GEMM=mkl" "KILN_FP32_GEMM must be auto, onednn or openblas, g
   env KILN_FP32_GEMM=mkl "$tmp/mlp" --device cpu --steps 1 --data synthetic:512
 refused "kiln bench --fp32-gemm mkl" "--fp32-gemm must be auto, onednn or openblas" \
   "$kiln" bench examples/mlp.kl --repeats 1 --fp32-gemm mkl
+refused "kiln bench with KILN_BF16_GEMM=mkl" "KILN_BF16_GEMM must be auto, onednn or openblas, got 'mkl'" \
+  env KILN_BF16_GEMM=mkl "$kiln" bench examples/mlp.kl --repeats 1
 refused "kiln bench --gemms --fp32-gemm" "--gemms times every library itself" \
   "$kiln" bench --gemms examples/mlp.kl --fp32-gemm openblas
 
