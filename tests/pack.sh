@@ -106,6 +106,8 @@ expect "two inputs" "needs one input" --idx "$fm" --text "$tmp/text.txt" -o "$tm
 expect "no output" "needs one input (--idx, --images, --npy or --text) and -o DIR" --idx "$fm"
 expect "bad shard size" "--shard-size needs a size of at least 10240 bytes" --idx "$fm" --shard-size 12parsecs -o "$tmp/x"
 expect "bad count" "--samples-per-shard needs a whole number of at least 1, got '0'" --idx "$fm" --samples-per-shard 0 -o "$tmp/x"
+expect "spaced seed" "--shuffle needs a whole number of at least 0, got ' 3'" --idx "$fm" --shuffle " 3" -o "$tmp/x"
+expect "signed seed" "--shuffle needs a whole number of at least 0, got '+3'" --idx "$fm" --shuffle "+3" -o "$tmp/x"
 expect "flag for text only" "--text-ext and --val-fraction apply to --text only" --idx "$fm" --val-fraction 0.2 -o "$tmp/x"
 expect "flag not for text" "--limit, --shuffle, --shard-size and --samples-per-shard do not apply" --text "$tmp/text.txt" --limit 3 -o "$tmp/x"
 expect "bad val fraction" "--val-fraction needs a number from 0 up to (not including) 1, got '1.5'" --text "$tmp/text.txt" --val-fraction 1.5 -o "$tmp/x"

@@ -477,7 +477,8 @@ static int parse_count(const char *flag, const char *s, int64_t min, int64_t *ou
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno || v < min) {
+    /* Digits only (strtoll would take leading spaces and a sign). */
+    if (end == s || *end || errno || v < min || !(*s >= '0' && *s <= '9')) {
         kl_error("kiln pack: %s needs a whole number of at least %lld, got '%s'", flag, (long long)min, s);
         return -1;
     }
