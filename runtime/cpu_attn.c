@@ -9,7 +9,7 @@
  * (running maximum m and sum l per query row) rescales the output rows,
  * which live in a local accumulator, so no Tq x Tk buffer exists in
  * forward or backward, only BQ x BK per thread. The tiles are locals: at
- * most 160 KB of a thread's stack (grad_kv_tile), far below the 2-8 MB
+ * most 144 KB of a thread's stack (grad_kv_tile), far below the 2-8 MB
  * threads get by default. Backward recomputes the
  * probabilities from the saved lse, p = exp(s scale - lse), and is split
  * by who owns the result rows (query tiles for dq, key tiles for dk and
@@ -117,12 +117,15 @@ static inline __attribute__((always_inline)) void tile_scores(float *restrict s,
     }
 }
 
-/* acc[i * lda + c] += sum over j < ny (in order) of p[i * ldp + j] *
+/* acc[i * lda + c] += sum over j < ny (in order) of p[i * ldp + j * sp] *
  * rows[j * ldr + c] for i < nx, c < n: weights times rows, accumulated
  * into rows of acc, 4 rows x 2 vectors in registers over j; columns past
- * the last whole vector one at a time, in the same order. */
+ * the last whole vector one at a time, in the same order. Each weight is
+ * a broadcast scalar, so a transposed p (sp = its row length, ldp = 1)
+ * costs nothing: grad_kv reads the score tile that way instead of
+ * transposing it. */
 static inline __attribute__((always_inline)) void tile_accumulate(float *restrict acc, int64_t lda, int nx,
-                                                                   const float *restrict p, int ldp, int ny,
+                                                                   const float *restrict p, int ldp, int sp, int ny,
                                                                    const float *restrict rows, int64_t ldr, int64_t n)
 {
     int64_t nv = n / W * W;
@@ -143,7 +146,7 @@ static inline __attribute__((always_inline)) void tile_accumulate(float *restric
                 const float *y = rows + j * ldr + c;
                 v16 y0 = *(const v16 *)y, y1 = two ? *(const v16 *)(y + W) : y0;
                 for (int r = 0; r < 4; r++) {
-                    float w = pr[r][j];
+                    float w = pr[r][j * sp];
                     a[r][0] += w * y0;
                     a[r][1] += w * y1;
                 }
@@ -159,7 +162,7 @@ static inline __attribute__((always_inline)) void tile_accumulate(float *restric
             for (int64_t c = nv; c < n; c++) {
                 float t = acc[(i + r) * lda + c];
                 for (int j = 0; j < ny; j++)
-                    t += pr[r][j] * rows[j * ldr + c];
+                    t += pr[r][j * sp] * rows[j * ldr + c];
                 acc[(i + r) * lda + c] = t;
             }
     }
@@ -233,7 +236,7 @@ KL_ATTN_CLONES static void forward_tile(const cg_attn_native *a, const float *q,
             for (int64_t c = 0; c < dv; c++)
                 o[c] *= alpha;
         }
-        tile_accumulate(acc, dv, nq, s, BK, nk, vb + j0 * dv, dv, dv);
+        tile_accumulate(acc, dv, nq, s, BK, 1, nk, vb + j0 * dv, dv, dv);
     }
     for (int i = 0; i < nq; i++) {
         float inv = 1.0f / l[i], *o = out + (bh * a->tq + i0 + i) * dv;
@@ -278,17 +281,9 @@ KL_ATTN_CLONES static void grad_q_tile(const cg_attn_native *a, float *const *t,
         tile_scores(dp, dout + r0 * dv, dv, nq, vt, nk, dv);
         for (int i = 0; i < nq; i++)
             score_grads(s + i * BK, dp + i * BK, visible_keys(a, i0 + i, j0, nk), nk, scale, lse[r0 + i], dd[i]);
-        tile_accumulate(acc, d, nq, dp, BK, nk, kb + j0 * d, d, d);
+        tile_accumulate(acc, d, nq, dp, BK, 1, nk, kb + j0 * d, d, d);
     }
     memcpy(dq + r0 * d, acc, sizeof(float) * (size_t)(nq * d));
-}
-
-/* dst[j * BQ + i] = src[i * BK + j] for i < rows, j < cols. */
-static inline void transpose_scores(float *restrict dst, const float *restrict src, int rows, int cols)
-{
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++)
-            dst[j * BQ + i] = src[i * BK + j];
 }
 
 KL_ATTN_CLONES static void grad_kv_tile(const cg_attn_native *a, float *const *t, int64_t bh, int64_t j0, int nk)
@@ -298,7 +293,7 @@ KL_ATTN_CLONES static void grad_kv_tile(const cg_attn_native *a, float *const *t
     const int64_t d = a->d, dv = a->dv;
     const float scale = (float)a->scale;
     const int64_t rk = bh * a->tk + j0, rq = bh * a->tq;
-    float kt[DMAX * BK], vt[DMAX * BK], s[BQ * BK], dp[BQ * BK], pt[BK * BQ], dst[BK * BQ];
+    float kt[DMAX * BK], vt[DMAX * BK], s[BQ * BK], dp[BQ * BK];
     float acck[BK * DMAX], accv[BK * DMAX];
     transpose_tile(kt, k + rk * d, nk, d);
     transpose_tile(vt, v + rk * dv, nk, dv);
@@ -315,10 +310,10 @@ KL_ATTN_CLONES static void grad_kv_tile(const cg_attn_native *a, float *const *t
             float dd = dot(dot_ + i * dv, out + (rq + i0 + i) * dv, dv);
             score_grads(s + i * BK, dp + i * BK, visible_keys(a, i0 + i, j0, nk), nk, scale, lse[rq + i0 + i], dd);
         }
-        transpose_scores(pt, s, nq, nk);
-        transpose_scores(dst, dp, nq, nk);
-        tile_accumulate(accv, dv, nk, pt, BQ, nq, dot_, dv, dv);
-        tile_accumulate(acck, d, nk, dst, BQ, nq, qt, d, d);
+        /* p^T and ds^T: the key tile's rows of s and dp read down
+         * their columns (stride BK), no transposed copies. */
+        tile_accumulate(accv, dv, nk, s, 1, BK, nq, dot_, dv, dv);
+        tile_accumulate(acck, d, nk, dp, 1, BK, nq, qt, d, d);
     }
     memcpy(dk + rk * d, acck, sizeof(float) * (size_t)(nk * d));
     memcpy(dvo + rk * dv, accv, sizeof(float) * (size_t)(nk * dv));
