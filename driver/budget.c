@@ -51,6 +51,15 @@ static double mb(int64_t bytes)
     return (double)bytes / 1e6;
 }
 
+const char *kl_limit_text(char *buf, size_t n, int64_t bytes)
+{
+    if (bytes >= 10000)
+        snprintf(buf, n, "%.2f MB", mb(bytes));
+    else
+        snprintf(buf, n, "%lld byte%s", (long long)bytes, bytes == 1 ? "" : "s");
+    return buf;
+}
+
 int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const kl_plan *p, int64_t limit)
 {
     if (limit <= 0)
@@ -92,9 +101,10 @@ int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const kl_pla
                       (long long)smallest_batch, mb(smallest));
     else if (!hint.len)
         kl_buf_puts(&hint, "nothing smaller fits; raise --memory-limit");
+    char lim[40];
     kl_error("%s: the training step needs %.2f MB (params and state %.2f MB + arena %.2f MB, whose lower bound is "
-             "%.2f MB), over the memory limit of %.2f MB\n---> %s", train->name, mb(persistent + arena), mb(persistent),
-             mb(arena), mb(lb), mb(limit), hint.s);
+             "%.2f MB), over the memory limit of %s\n---> %s", train->name, mb(persistent + arena), mb(persistent),
+             mb(arena), mb(lb), kl_limit_text(lim, sizeof lim, limit), hint.s);
     kl_buf_free(&hint);
     return -1;
 }
@@ -165,9 +175,10 @@ int kl_auto_batch(const kl_replan *r, int64_t effective, int64_t limit, kl_auto_
             hi = mid, need_hi = need;
     }
     if (lo == 0) {
-        kl_error("--batch auto: even micro-batch 8 needs %.2f MB, over the memory limit of %.2f MB\n"
+        char lim[40];
+        kl_error("--batch auto: even micro-batch 8 needs %.2f MB, over the memory limit of %s\n"
                  "---> raise --memory-limit, or try --set recompute=auto",
-                 mb(need_hi), mb(limit));
+                 mb(need_hi), kl_limit_text(lim, sizeof lim, limit));
         return -1;
     }
     out->batch = 8 * lo;

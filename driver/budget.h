@@ -14,6 +14,10 @@
 /* Bytes of g's persistent values (params and state). */
 int64_t kl_persistent_bytes(const ir_graph *g);
 
+/* A memory limit as the errors print it: "2.00 MB", or "1 byte", "512
+ * bytes" below 10 kB (which "0.00 MB" would hide). Writes into buf. */
+const char *kl_limit_text(char *buf, size_t n, int64_t bytes);
+
 /* The model again, with the run's train overrides, to plan it with other
  * settings (another batch, recomputation). */
 typedef struct kl_replan {

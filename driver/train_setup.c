@@ -197,9 +197,10 @@ int train_check_peak(trainer *t, int64_t *peak_out)
         peak += t->eval_tail->plan->arena_bytes;
     *peak_out = peak;
     if (t->cfg.memory_limit > 0 && peak > t->cfg.memory_limit) {
-        kl_error("%s: training and evaluation need %.2f MB, over the memory limit of %.2f MB (the evaluation plan does "
+        char lim[40];
+        kl_error("%s: training and evaluation need %.2f MB, over the memory limit of %s (the evaluation plan does "
                  "not fit in the training arena)\n---> try a smaller --batch", t->model, (double)peak / 1e6,
-                 (double)t->cfg.memory_limit / 1e6);
+                 kl_limit_text(lim, sizeof lim, t->cfg.memory_limit));
         return -1;
     }
     return 0;

@@ -43,6 +43,9 @@ for bad in 1 lots; do
   set -e
   [ "$rc" -eq 1 ] || { echo "FAIL: --memory-limit $bad: exit status $rc"; cat "$tmp/bad.txt"; exit 1; }
   grep -q 'error:' "$tmp/bad.txt" || { echo "FAIL: --memory-limit $bad: no error message"; exit 1; }
+  if [ "$bad" = 1 ]; then # a tiny limit says what it is, not "0.00 MB"
+    grep -q 'over the memory limit of 1 byte$' "$tmp/bad.txt" || { echo "FAIL: --memory-limit 1 not named"; cat "$tmp/bad.txt"; exit 1; }
+  fi
 done
 # Between the peak with recomputation and without: recompute = auto is
 # suggested, and with the limit it recomputes until the plan fits.
