@@ -286,10 +286,6 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
 
 static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c)
 {
-    if (cb->dnnl_f32 && g->dtype == IR_F32) {
-        kl_dnnl_sgemm(cb->dnnl_f32, g, a, b, c);
-        return;
-    }
     CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     /* Row-major leading dimensions: the stored row length of each matrix. */
     int lda = (int)(g->ta ? g->m : g->k), ldb = (int)(g->tb ? g->k : g->n), ldc = (int)g->n;
@@ -299,6 +295,9 @@ static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, cons
         if (g->dtype == IR_F64)
             cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (const double *)a + oa, lda,
                         (const double *)b + ob, ldb, beta, (double *)c + oc, ldc);
+        else if (g->dtype == IR_F32 && cb->dnnl_f32)
+            kl_dnnl_sgemm(cb->dnnl_f32, g->ta, g->tb, g->m, g->n, g->k, (float)g->alpha, (const float *)a + oa, lda,
+                          (const float *)b + ob, ldb, (float)beta, (float *)c + oc, ldc);
         else if (g->dtype == IR_F32)
             cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, (const float *)a + oa,
                         lda, (const float *)b + ob, ldb, (float)beta, (float *)c + oc, ldc);

@@ -30,9 +30,11 @@ void kl_dnnl_gemm(kl_dnnl *d, const kl_gemm *g, const void *a, const void *b, vo
     kl_panic("oneDNN GEMM called in a build without oneDNN");
 }
 
-void kl_dnnl_sgemm(kl_dnnl *d, const kl_gemm *g, const float *a, const float *b, float *c)
+void kl_dnnl_sgemm(kl_dnnl *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    (void)d, (void)g, (void)a, (void)b, (void)c;
+    (void)d, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)beta, (void)c, (void)ldc;
     kl_panic("oneDNN sgemm called in a build without oneDNN");
 }
 
@@ -213,17 +215,10 @@ void kl_dnnl_gemm(kl_dnnl *d, const kl_gemm *g, const void *a, const void *b, vo
     DNNL_CHECK(d, dnnl_stream_wait(d->stream));
 }
 
-void kl_dnnl_sgemm(kl_dnnl *d, const kl_gemm *g, const float *a, const float *b, float *c)
+void kl_dnnl_sgemm(kl_dnnl *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    kl_check(g->dtype == IR_F32 && g->out_dtype == IR_F32);
-    /* Row-major leading dimensions: the stored row length of each matrix. */
-    int64_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n, ldc = g->n;
-    for (int64_t i = 0; i < g->batch; i++) {
-        double beta = g->accumulate && i > 0 ? 1.0 : g->beta;
-        int64_t oa = g->off_a + i * g->stride_a, ob = g->off_b + i * g->stride_b, oc = g->off_c + i * g->stride_c;
-        DNNL_CHECK(d, dnnl_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, (float)g->alpha, a + oa, lda,
-                                 b + ob, ldb, (float)beta, c + oc, ldc));
-    }
+    DNNL_CHECK(d, dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
 }
 
 void kl_dnnl_close(kl_dnnl *d)

@@ -33,9 +33,11 @@ kl_dnnl *kl_dnnl_open(kl_dnnl_use use, char *why, size_t why_len, char *what, si
 /* C = alpha op(A) op(B) + beta C for a bf16 GEMM (any batch, strides,
  * accumulation). */
 void kl_dnnl_gemm(kl_dnnl *d, const kl_gemm *g, const void *a, const void *b, void *c);
-/* The same for an fp32 GEMM (fp32 C) through dnnl_sgemm, on a handle
- * opened for KL_DNNL_F32. */
-void kl_dnnl_sgemm(kl_dnnl *d, const kl_gemm *g, const float *a, const float *b, float *c);
+/* One row-major fp32 GEMM, as cblas_sgemm's arguments (the CPU backend's
+ * batch loop calls it per item), through dnnl_sgemm on a handle opened for
+ * KL_DNNL_F32. */
+void kl_dnnl_sgemm(kl_dnnl *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void kl_dnnl_close(kl_dnnl *d);
 
 #endif
