@@ -148,13 +148,24 @@ static void one_pass_element(cg_builder *b, int r, int col, void *arg, kir_expr 
                           kir_iadd(K, kir_imul(K, kir_varref(K, r), o->cols), kir_varref(K, col)));
 }
 
-/* The row-streaming skeleton of the one-pass form: per chunk of columns
- * (up to 256, a multiple of the lane width), the sums start at 0 in
- * their fp32 buffers dst[i], then row by row every column of the chunk
- * (one vector loop, contiguous in memory) computes its terms and adds
- * each to its column's sum in dst[i], which stays in L1. Each column is
- * summed in row order from 0, as by a lane of cg_column_lanes: the same
- * bits, with the rows read in order. */
+/* The body's form: the elementwise part's nest (every element, stored
+ * where it escapes the part), then each column sum reading back what the
+ * nest stored, 16-column lanes down the rows. */
+static void two_passes(cg_builder *b, const cg_group *part, const int *sums, const int *outs, int nsum)
+{
+    const cg_group *whole = b->grp;
+    if (part->n) {
+        b->grp = part;
+        cg_build_elementwise(b);
+        b->grp = whole;
+        cg_reset_cache(b);
+    }
+    for (int i = 0; i < nsum; i++)
+        column_sums(b, sums[i], outs[i]);
+}
+
+/* The columns the one-pass form shares out as one task: up to 256, a
+ * multiple of the lane width. */
 static int64_t column_chunk(int64_t cols)
 {
     int64_t chunk = cg_lane_width(cols);
@@ -163,11 +174,12 @@ static int64_t column_chunk(int64_t cols)
     return chunk;
 }
 
-static int64_t column_chunks(int64_t cols)
-{
-    return cols / column_chunk(cols);
-}
-
+/* The row-streaming skeleton of the one-pass form: per chunk of columns
+ * (column_chunk), the sums start at 0 in their fp32 buffers dst[i], then
+ * row by row every column of the chunk (one vector loop, contiguous in
+ * memory) computes its terms and adds each to its column's sum in dst[i],
+ * which stays in L1. Each column is summed in row order from 0, as by a
+ * lane of cg_column_lanes: the same bits, with the rows read in order. */
 static void column_rows(cg_builder *b, int64_t rows, int64_t cols, int nsum, const int *dst, cg_lane_terms element,
                         void *arg)
 {
@@ -192,70 +204,55 @@ static void column_rows(cg_builder *b, int64_t rows, int64_t cols, int nsum, con
 }
 
 /* The CPU's form of an epilogue with column sums (the kernel's host body,
- * kir_begin_host_body), when every sum reads a value over the whole
- * domain of the elementwise part, with the column sums' own [rows, cols]
- * shape: one pass over the lanes skeleton, each row computing and storing
- * the part's values and adding them to the sums, so the values are not
- * stored and then read back from memory (GELU's gradient with its bias
- * gradient in the GPT: [2048, 512], 4 MB read again). The same values
- * are stored and each column is summed in row order by one lane: the
- * same bits as the body. Returns false (nothing built) where the shapes
- * do not allow it. */
-static bool one_pass_host_body(cg_builder *b, const cg_group *part, const ir_type *domain, const int *sums, int nsum,
-                               const int *outs)
+ * kir_begin_host_body), when the part is not empty and every sum (at
+ * most 4, into fp32 buffers) reads a value over the part's whole domain:
+ * with no more threads than column chunks, one pass (column_rows), each
+ * row computing and storing the part's values and adding them to the
+ * sums, so the values are not stored and then read back from memory
+ * (GELU's gradient with its bias gradient in the GPT: [2048, 512], 4 MB
+ * read again); with more threads, the body's two passes, which keep them
+ * all busy. The same values are stored and each column is summed in row
+ * order: the same bits either way. Builds nothing where the shapes do
+ * not allow it. */
+static void one_pass_host_body(cg_builder *b, const cg_group *part, const int *sums, const int *outs, int nsum)
 {
     const ir_graph *g = part->g;
-    if (nsum < 1 || nsum > 4 || domain->rank < 2)
-        return false;
+    ir_type domain = cg_elementwise_domain(part);
+    if (!part->n || nsum < 1 || nsum > 4 || domain.rank < 2)
+        return;
     int dst[4];
     for (int i = 0; i < nsum; i++) {
+        const ir_type *t = &ir_val(g, sums[i])->type;
         /* The sums accumulate in their buffers: fp32 ones only. */
-        if (ir_val(g, outs[i])->type.dtype != IR_F32)
-            return false;
+        if (ir_val(g, outs[i])->type.dtype != IR_F32 || t->rank != domain.rank ||
+            memcmp(t->dim, domain.dim, sizeof(int64_t) * (size_t)t->rank))
+            return;
         dst[i] = cg_buf(b, outs[i]);
     }
-    for (int i = 0; i < nsum; i++) {
-        const ir_type *t = &ir_val(g, sums[i])->type;
-        if (t->rank != domain->rank || memcmp(t->dim, domain->dim, sizeof(int64_t) * (size_t)t->rank))
-            return false;
-    }
     int cls[IR_MAX_RANK];
-    for (int k = 0; k < domain->rank; k++)
-        cls[k] = k < domain->rank - 1 ? CG_REDUCED : CG_KEPT;
+    for (int k = 0; k < domain.rank; k++)
+        cls[k] = k < domain.rank - 1 ? CG_REDUCED : CG_KEPT;
     const cg_group *whole = b->grp;
-    cg_nest *body_nest = b->nest;
     b->grp = part;
     cg_nest nest;
-    cg_nest_init(b, &nest, domain, cls);
-    bool fit = cg_column_lanes_fit(&nest);
-    if (fit) {
-        int64_t cols = domain->dim[domain->rank - 1];
+    cg_nest_init(b, &nest, &domain, cls);
+    if (cg_column_lanes_fit(&nest)) {
+        int64_t cols = domain.dim[domain.rank - 1];
         one_pass o = {sums, nsum, cols};
         kir_begin_host_body(K);
         cg_reset_cache(b);
-        /* column_rows shares out chunks of up to 256 columns; with more
-         * threads than chunks, the two passes of the body (every element
-         * in parallel, then 16-column lanes), which keep them all busy. */
-        kir_expr *few = kir_bin(K, KB_LE, kir_arg(K, 2), kir_const_i(K, column_chunks(cols)));
+        kir_expr *few = kir_bin(K, KB_LE, kir_arg(K, 2), kir_const_i(K, cols / column_chunk(cols)));
         kir_if_begin(K, few);
-        column_rows(b, ir_type_numel(domain) / cols, cols, nsum, dst, one_pass_element, &o);
+        column_rows(b, ir_type_numel(&domain) / cols, cols, nsum, dst, one_pass_element, &o);
         kir_if_end(K);
-        b->grp = part;
-        b->nest = body_nest;
+        b->grp = whole;
         cg_reset_cache(b);
         kir_if_begin(K, kir_un(K, KU_NOT, few));
-        cg_build_elementwise(b);
-        cg_reset_cache(b);
-        for (int i = 0; i < nsum; i++) {
-            stored s = {cg_buf(b, sums[i]), cols};
-            cg_column_lanes(b, ir_type_numel(domain) / cols, cols, 1, &dst[i], 1, stored_element, &s);
-        }
+        two_passes(b, part, sums, outs, nsum);
         kir_if_end(K);
     }
     b->grp = whole;
-    b->nest = body_nest;
     cg_reset_cache(b);
-    return fit;
 }
 
 void cg_build_epilogue_sums(cg_builder *b)
@@ -264,32 +261,19 @@ void cg_build_epilogue_sums(cg_builder *b)
     const ir_graph *g = grp->g;
     /* The elementwise part, as a group of its own: a value a column sum
      * reads escapes it, so the nest stores it. */
-    int *elem = kl_xmalloc(sizeof(int) * (size_t)(grp->n + 1)), ne = 0;
-    for (int i = 0; i < grp->n; i++)
-        if (!ir_is_column_sum(g, ir_nd(g, grp->nodes[i])))
-            elem[ne++] = grp->nodes[i];
-    cg_group part = {g, elem, ne};
-    if (ne) {
-        b->grp = &part;
-        cg_build_elementwise(b);
-        b->grp = grp;
-        cg_reset_cache(b);
-    }
-    int sums[4], outs[4], nsum = 0;
+    int *elem = kl_xmalloc(sizeof(int) * (size_t)(3 * grp->n + 1)), ne = 0, nsum = 0;
+    int *sums = elem + grp->n, *outs = sums + grp->n;
     for (int i = 0; i < grp->n; i++) {
         const ir_node *n = ir_nd(g, grp->nodes[i]);
-        if (ir_is_column_sum(g, n)) {
-            column_sums(b, n->in.v[0], n->out.v[0]);
-            if (nsum < 4) {
-                sums[nsum] = n->in.v[0];
-                outs[nsum] = n->out.v[0];
-            }
-            nsum++;
+        if (!ir_is_column_sum(g, n)) {
+            elem[ne++] = grp->nodes[i];
+        } else {
+            sums[nsum] = n->in.v[0];
+            outs[nsum++] = n->out.v[0];
         }
     }
-    if (ne) {
-        ir_type domain = cg_elementwise_domain(&part);
-        one_pass_host_body(b, &part, &domain, sums, nsum, outs);
-    }
+    cg_group part = {g, elem, ne};
+    two_passes(b, &part, sums, outs, nsum);
+    one_pass_host_body(b, &part, sums, outs, nsum);
     free(elem);
 }
