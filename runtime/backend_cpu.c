@@ -218,17 +218,23 @@ KL_VECTOR_CLONES static void narrow_bf16(uint16_t *restrict h, const float *rest
         h[i] = kl_f32_to_bf16(w[i]);
 }
 
-/* An fp32 view of n elements of a low-precision (or fp32) buffer. */
-static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int64_t n, bool copy)
+/* The fp32 staging buffer of a slot, at least n elements. */
+static float *staging(cpu_backend *cb, int slot, int64_t n)
 {
-    if (dt == IR_F32)
-        return (float *)src;
     if (cb->wide_len[slot] < (size_t)n) {
         free(cb->wide[slot]);
         cb->wide[slot] = kl_xmalloc(sizeof(float) * (size_t)n);
         cb->wide_len[slot] = (size_t)n;
     }
-    float *w = cb->wide[slot];
+    return cb->wide[slot];
+}
+
+/* An fp32 view of n elements of a low-precision (or fp32) buffer. */
+static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int64_t n, bool copy)
+{
+    if (dt == IR_F32)
+        return (float *)src;
+    float *w = staging(cb, slot, n);
     if (copy) {
         if (dt == IR_BF16)
             widen_bf16(w, src, n);
@@ -246,6 +252,107 @@ static int64_t extent(int64_t off, int64_t stride, int64_t batch, int64_t each)
 }
 
 static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c);
+
+/* rows x cols of a 16-bit matrix whose rows are ld apart, to fp32 rows
+ * packed cols apart; and back. */
+static void widen_rows(ir_dtype dt, float *w, const uint16_t *h, int64_t rows, int64_t cols, int64_t ld)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        if (dt == IR_BF16)
+            widen_bf16(w + r * cols, h + r * ld, cols);
+        else
+            kl_cpu_f16_widen(w + r * cols, h + r * ld, cols);
+    }
+}
+
+static void narrow_rows(ir_dtype dt, uint16_t *h, int64_t ld, const float *w, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        if (dt == IR_BF16)
+            narrow_bf16(h + r * ld, w + r * cols, cols);
+        else
+            kl_cpu_f16_narrow(h + r * ld, w + r * cols, cols);
+    }
+}
+
+/* fp32 elements of one widened panel: 512 kB, which stays in L2. */
+#define PANEL_FLOATS (128 * 1024)
+
+/* A widened 16-bit GEMM whose large operand (or result) is widened one
+ * panel at a time, so that the fp32 copy the sgemm reads (or writes)
+ * stays in cache rather than going out to memory and back: the columns
+ * of B and C in panels when N is the long dimension (a convolution's
+ * forward and input gradient), K in chunks summed into an fp32 C when K
+ * is (its weight gradient). The same fp32 products summed in fp32; the
+ * K chunks add their partial sums to C in chunk order, so the rounding
+ * can differ in the last bits from one GEMM over all of K. One matrix
+ * (batch 1); false when the operands are small or the GEMM is not of
+ * this shape. */
+static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c)
+{
+    int64_t m = g->m, n = g->n, k = g->k;
+    if (g->batch != 1 || !(g->dtype == IR_BF16 || g->dtype == IR_F16) ||
+        !(g->out_dtype == IR_F32 || g->out_dtype == g->dtype))
+        return false;
+    const uint16_t *ha = (const uint16_t *)a + g->off_a, *hb = (const uint16_t *)b + g->off_b;
+    ir_dtype dt = g->dtype, odt = g->out_dtype;
+    kl_gemm w = {.dtype = IR_F32, .out_dtype = IR_F32, .ta = g->ta, .tb = g->tb, .m = m, .batch = 1, .alpha = g->alpha};
+    if (n >= k && k * n > 2 * PANEL_FLOATS) {
+        int64_t nb = PANEL_FLOATS / k / 16 * 16;
+        nb = nb < 16 ? 16 : nb;
+        float *fa = widen(cb, 0, dt, ha, m * k, true);
+        float *pb = staging(cb, 1, k * nb), *pc = staging(cb, 2, m * nb);
+        w.k = k;
+        w.beta = g->beta;
+        for (int64_t j0 = 0; j0 < n; j0 += nb) {
+            w.n = n - j0 < nb ? n - j0 : nb;
+            if (g->tb) /* B is n x k: the panel's rows are contiguous */
+                widen_rows(dt, pb, hb + j0 * k, 1, w.n * k, 0);
+            else
+                widen_rows(dt, pb, hb + j0, k, w.n, n);
+            if (g->beta != 0) {
+                if (odt == IR_F32)
+                    for (int64_t r = 0; r < m; r++)
+                        memcpy(pc + r * w.n, (float *)c + g->off_c + r * n + j0, sizeof(float) * (size_t)w.n);
+                else
+                    widen_rows(odt, pc, (uint16_t *)c + g->off_c + j0, m, w.n, n);
+            }
+            cpu_gemm_wide(cb, &w, fa, pb, pc);
+            if (odt == IR_F32)
+                for (int64_t r = 0; r < m; r++)
+                    memcpy((float *)c + g->off_c + r * n + j0, pc + r * w.n, sizeof(float) * (size_t)w.n);
+            else
+                narrow_rows(odt, (uint16_t *)c + g->off_c + j0, n, pc, m, w.n);
+        }
+        return true;
+    }
+    int64_t mn = m > n ? m : n;
+    if (k > mn && k * mn > 2 * PANEL_FLOATS) {
+        int64_t kb = PANEL_FLOATS / mn / 16 * 16;
+        kb = kb < 16 ? 16 : kb;
+        float *pa = staging(cb, 0, m * kb), *pb = staging(cb, 1, kb * n);
+        float *fc = odt == IR_F32 ? (float *)c + g->off_c
+                                  : widen(cb, 2, odt, (uint16_t *)c + g->off_c, m * n, g->beta != 0);
+        w.n = n;
+        for (int64_t k0 = 0; k0 < k; k0 += kb) {
+            w.k = k - k0 < kb ? k - k0 : kb;
+            w.beta = k0 == 0 ? g->beta : 1.0;
+            if (g->ta) /* A is k x m: the chunk's rows are contiguous */
+                widen_rows(dt, pa, ha + k0 * m, 1, w.k * m, 0);
+            else
+                widen_rows(dt, pa, ha + k0, m, w.k, k);
+            if (g->tb)
+                widen_rows(dt, pb, hb + k0, n, w.k, k);
+            else
+                widen_rows(dt, pb, hb + k0 * n, 1, w.k * n, 0);
+            cpu_gemm_wide(cb, &w, pa, pb, fc);
+        }
+        if (odt != IR_F32)
+            narrow_rows(odt, (uint16_t *)c + g->off_c, 0, fc, 1, m * n);
+        return true;
+    }
+    return false;
+}
 
 static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
 {
@@ -265,6 +372,8 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
         kl_dnnl_gemm(cb->dnnl, g, a, b, c);
         return;
     }
+    if (cpu_gemm_panels(cb, g, a, b, c))
+        return;
     kl_gemm w = *g;
     int64_t na = extent(g->off_a, g->stride_a, g->batch, g->m * g->k);
     int64_t nb = extent(g->off_b, g->stride_b, g->batch, g->k * g->n);

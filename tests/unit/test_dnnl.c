@@ -8,7 +8,9 @@
  *  - the bound: fp32 accumulation error (k * 2^-23 * sum |a b|) plus half
  *    an ulp of the result's dtype; a wrong transpose, stride or beta is
  *    off by far more;
- *  - the same call twice gives the same bits (one thread).
+ *  - the same call twice gives the same bits (one thread);
+ *  - widened bf16 and f16 GEMMs large enough to be widened a panel at a
+ *    time, on both sgemms.
  * The fp32 shapes are the same with fp32 operands and results. Exits 77
  * (skipped) where oneDNN cannot run bf16 GEMMs here (no libdnnl.so.2, or a
  * CPU without bf16 instructions), after checking the OpenBLAS path and
@@ -49,14 +51,25 @@ static int64_t extent(int64_t off, int64_t stride, int64_t batch, int64_t each)
     return off + stride * (batch - 1) + each;
 }
 
-/* Runs shape s on backend be with operands of dtype in (bf16, or f32 with
- * an f32 result); returns 0 when every element is within the bound, else
- * prints the first bad one. */
+static uint16_t to16(ir_dtype dt, float v)
+{
+    return dt == IR_F16 ? kl_f32_to_f16(v) : kl_f32_to_bf16(v);
+}
+
+static float from16(ir_dtype dt, uint16_t h)
+{
+    return dt == IR_F16 ? kl_f16_to_f32(h) : kl_bf16_to_f32(h);
+}
+
+/* Runs shape s on backend be with operands of dtype in (bf16 or f16, the
+ * result fp32 or of dtype in as the shape says; or f32 with an f32
+ * result); returns 0 when every element is within the bound, else prints
+ * the first bad one. */
 static int check_shape(kl_backend *be, const shape *shp, ir_dtype in, const char *who)
 {
-    shape f32 = *shp;
-    f32.out = IR_F32;
-    const shape *s = in == IR_F32 ? &f32 : shp;
+    shape wide = *shp;
+    wide.out = in == IR_F32 || shp->out == IR_F32 ? IR_F32 : in;
+    const shape *s = &wide;
     size_t isize = in == IR_F32 ? 4 : 2;
     int64_t na = extent(s->off_a, s->stride_a, s->batch, s->m * s->k);
     int64_t nb = extent(s->off_b, s->stride_b, s->batch, s->k * s->n);
@@ -69,19 +82,19 @@ static int check_shape(kl_backend *be, const shape *shp, ir_dtype in, const char
         if (in == IR_F32)
             ((float *)a)[i] = uniform();
         else
-            ((uint16_t *)a)[i] = kl_f32_to_bf16(uniform());
+            ((uint16_t *)a)[i] = to16(in, uniform());
     for (int64_t i = 0; i < nb; i++)
         if (in == IR_F32)
             ((float *)b)[i] = uniform();
         else
-            ((uint16_t *)b)[i] = kl_f32_to_bf16(uniform());
+            ((uint16_t *)b)[i] = to16(in, uniform());
     for (int64_t i = 0; i < nc; i++) {
         float v = uniform();
         if (s->out == IR_F32)
             ((float *)c)[i] = v;
         else
-            ((uint16_t *)c)[i] = kl_f32_to_bf16(v);
-        ref[i] = s->out == IR_F32 ? v : kl_bf16_to_f32(((uint16_t *)c)[i]);
+            ((uint16_t *)c)[i] = to16(s->out, v);
+        ref[i] = s->out == IR_F32 ? v : from16(s->out, ((uint16_t *)c)[i]);
         mag[i] = fabs(ref[i] * s->beta);
     }
     /* The reference, in the order the GEMM means: C = alpha AB + beta C,
@@ -95,8 +108,8 @@ static int check_shape(kl_backend *be, const shape *shp, ir_dtype in, const char
                 for (int64_t p = 0; p < s->k; p++) {
                     int64_t ia = s->off_a + t * s->stride_a + (s->ta ? p * s->m + i : i * s->k + p);
                     int64_t ib = s->off_b + t * s->stride_b + (s->tb ? j * s->k + p : p * s->n + j);
-                    double x = in == IR_F32 ? ((float *)a)[ia] : kl_bf16_to_f32(((uint16_t *)a)[ia]);
-                    double y = in == IR_F32 ? ((float *)b)[ib] : kl_bf16_to_f32(((uint16_t *)b)[ib]);
+                    double x = in == IR_F32 ? ((float *)a)[ia] : from16(in, ((uint16_t *)a)[ia]);
+                    double y = in == IR_F32 ? ((float *)b)[ib] : from16(in, ((uint16_t *)b)[ib]);
                     sum += x * y;
                     abs_sum += fabs(x * y);
                 }
@@ -116,9 +129,9 @@ static int check_shape(kl_backend *be, const shape *shp, ir_dtype in, const char
     if (bad)
         print_error("%s: %lldx%lldx%lld: the same GEMM twice gave different bits\n", who, (long long)s->m,
                     (long long)s->n, (long long)s->k);
-    double eps_out = s->out == IR_F32 ? 0x1p-24 : 0x1p-8;
+    double eps_out = s->out == IR_F32 ? 0x1p-24 : s->out == IR_F16 ? 0x1p-11 : 0x1p-8;
     for (int64_t e = s->off_c; e < nc && !bad; e++) {
-        double got = s->out == IR_F32 ? ((float *)c)[e] : kl_bf16_to_f32(((uint16_t *)c)[e]);
+        double got = s->out == IR_F32 ? ((float *)c)[e] : from16(s->out, ((uint16_t *)c)[e]);
         double bound = (double)(s->k * s->batch + 2) * 0x1p-23 * mag[e] + eps_out * fabs(ref[e]) + 1e-30;
         if (fabs(got - ref[e]) > bound) {
             print_error("%s: %lldx%lldx%lld ta %d tb %d batch %lld acc %d alpha %g beta %g out %s: C[%lld] = %.9g, "
@@ -146,6 +159,22 @@ static const shape shapes[] = {
     {1, 0, 6, 6, 20, 3, 6 * 20, 6 * 20, 0, 0, 0, 0, true, 1, 0, IR_BF16},
     /* The CNN's second convolution, one image: 64 x (14*14) x (32*9). */
     {0, 0, 64, 196, 288, 2, 0, 288 * 196, 64 * 196, 0, 0, 0, false, 1, 0, IR_BF16},
+};
+
+/* Widened GEMMs large enough to be widened a panel at a time
+ * (runtime/backend_cpu.c cpu_gemm_panels): columns of B and C in panels
+ * (N long; the last panel short), K in chunks (K long; the last chunk
+ * short); every transpose, offsets, beta, 16-bit and fp32 results. The
+ * bound above holds for any summation order. */
+static const shape panel_shapes[] = {
+    {0, 0, 20, 1500, 300, 1, 0, 0, 0, 3, 5, 7, false, 1, 0.5, IR_BF16},
+    {1, 1, 17, 1203, 250, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
+    {0, 1, 9, 2100, 130, 1, 0, 0, 0, 1, 0, 2, false, 0.5, 1, IR_F32},
+    {1, 0, 5, 3000, 100, 1, 0, 0, 0, 0, 0, 0, false, 1, 1, IR_BF16},
+    {0, 1, 24, 40, 9000, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
+    {1, 0, 33, 20, 8500, 1, 0, 0, 0, 4, 6, 9, false, 1, 0.25, IR_BF16},
+    {0, 0, 7, 35, 12000, 1, 0, 0, 0, 0, 0, 0, false, 1, 1, IR_F32},
+    {1, 1, 40, 9, 10000, 1, 0, 0, 0, 0, 0, 0, false, 2, 0, IR_BF16},
 };
 
 static kl_backend *backend(const char *lib, const char *fp32)
@@ -198,6 +227,25 @@ static void test_onednn_sgemm(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* The panels, bf16 and f16, on OpenBLAS's sgemm and (with AVX-512)
+ * oneDNN's. */
+static void test_panels(void **state)
+{
+    (void)state;
+    int bad = 0;
+    const char *fp32[] = {"openblas", "onednn"};
+    for (int l = 0; l < 2; l++) {
+        kl_backend *be = backend("openblas", fp32[l]);
+        if (!be)
+            continue;
+        for (size_t i = 0; i < KL_ARRAY_LEN(panel_shapes); i++)
+            bad |= check_shape(be, &panel_shapes[i], IR_BF16, fp32[l]) |
+                   check_shape(be, &panel_shapes[i], IR_F16, fp32[l]);
+        be->ops->destroy(be);
+    }
+    assert_int_equal(bad, 0);
+}
+
 static void test_unknown_library_is_refused(void **state)
 {
     (void)state;
@@ -211,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_openblas_path),
         cmocka_unit_test(test_onednn_path),
         cmocka_unit_test(test_onednn_sgemm),
+        cmocka_unit_test(test_panels),
         cmocka_unit_test(test_unknown_library_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
