@@ -2,6 +2,7 @@
  * two target descriptions. */
 #include <string.h>
 
+#include "base/scalar.h"
 #include "print_expr.h"
 
 /* ---- the targets ---- */
@@ -333,11 +334,68 @@ static bool print_copy16(kir_printer *p, ir_dtype dt, const kir_expr *value)
     return true;
 }
 
+/* The statement in list s (and the lists inside it) that declares var v,
+ * or NULL; *assigned: v is also set or accumulated somewhere. */
+static const kir_stmt *find_let(const kir_stmt *s, int v, bool *assigned)
+{
+    const kir_stmt *found = NULL;
+    for (; s; s = s->next) {
+        if (s->var == v && (s->kind == KS_SET || s->kind == KS_ACC))
+            *assigned = true;
+        for (int a = 0; s->kind == KS_LOOP && a < s->naccs; a++)
+            *assigned |= s->accs[a].var == v;
+        if (s->kind == KS_LET && s->var == v)
+            found = s;
+        const kir_stmt *inner = s->kind == KS_LOOP || s->kind == KS_IF ? find_let(s->body, v, assigned) : NULL;
+        found = inner ? inner : found;
+    }
+    return found;
+}
+
+/* Whether value is a bf16 value in float: a bf16 load, a constant bf16
+ * holds, or a maximum, minimum, relu, negation or select of such values
+ * (through the lets that name them). Its bf16 narrowing is its top half:
+ * the same bits as rounding for every value but a NaN, which keeps its
+ * payload rather than being made quiet (as 16-bit copies do). The
+ * rounding's NaN test and carry kept max pooling's short rows scalar. */
+static bool exact_bf16(const kir_printer *p, const kir_expr *e, int depth)
+{
+    if (depth > 16)
+        return false;
+    switch (e->kind) {
+    case KE_LOAD:
+        return p->k->bufs[e->buf].dtype == IR_BF16;
+    case KE_CONST: {
+        float f = (float)e->f;
+        return e->type != KT_I64 && e->type != KT_BOOL && (double)f == e->f && kl_bf16_to_f32(kl_f32_to_bf16(f)) == f;
+    }
+    case KE_SELECT:
+        return exact_bf16(p, e->b, depth + 1) && exact_bf16(p, e->c, depth + 1);
+    case KE_BIN:
+        return (e->op == KB_MAX || e->op == KB_MIN) && exact_bf16(p, e->a, depth + 1) && exact_bf16(p, e->b, depth + 1);
+    case KE_UN:
+        return (e->op == KU_RELU || e->op == KU_NEG) && exact_bf16(p, e->a, depth + 1);
+    case KE_VAR: {
+        bool assigned = false;
+        const kir_stmt *let = find_let(p->k->host_body ? p->k->host_body : p->k->body, e->var, &assigned);
+        return let && !assigned && exact_bf16(p, let->a, depth + 1);
+    }
+    default:
+        return false;
+    }
+}
+
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
     const char *store = dt > IR_NONE && dt < IR_NDTYPES ? p->t->store[dt] : NULL;
     if (store && print_copy16(p, dt, value))
         return;
+    if (store && dt == IR_BF16 && p->t == &kir_target_c && exact_bf16(p, value, 0)) {
+        kl_buf_puts(p->b, "kl_bf16_trunc((float)(");
+        kir_print_expr(p, value);
+        kl_buf_puts(p->b, "))");
+        return;
+    }
     if (store) {
         kl_buf_printf(p->b, "%s((float)(", store);
         kir_print_expr(p, value);

@@ -34,4 +34,17 @@ if grep -qx 'maxpool_grad f16c' "$tmp/widen" && ! grep -q '^maxpool_grad plain' 
 else
   bad "fp16: widenings by kernel kind: $(tr '\n' ',' < "$tmp/widen")"
 fi
+# bf16 stores of values that are bf16 already (maxima and selects of bf16
+# loads and constants) take the top half (kl_bf16_trunc) instead of
+# rounding: the max poolings and their gradients, relu's gradient, the
+# padding zeros of the convolutions' copies; never a value computed by
+# float arithmetic (batch norm, add, the convolutions' sums).
+awk '/^\/\* /{c=$2} /kl_bf16_trunc\(\(float\)/{print c}' "$tmp/bf16.c" | sort -u > "$tmp/trunc"
+if grep -qx maxpool "$tmp/trunc" && grep -qx maxpool_grad "$tmp/trunc" && grep -qx relu_grad "$tmp/trunc" &&
+   ! grep -qvx 'maxpool\|maxpool_grad\|relu_grad\|conv2d\|conv2d_grad_weight' "$tmp/trunc" &&
+   ! grep -q 'kl_bf16_trunc((float)([^;]*\( \* \| + \| / \)' "$tmp/bf16.c"; then
+  ok "bf16: exact stores take the top half in $(tr '\n' ' ' < "$tmp/trunc")"
+else
+  bad "bf16: kernels storing with kl_bf16_trunc: $(tr '\n' ',' < "$tmp/trunc")"
+fi
 exit $fail
