@@ -36,7 +36,7 @@ static const char prelude[] =
     "static inline float kl_f16_to_f32_f16c(uint16_t h) { return kl_f16_to_f32(h); }\n"
     "#endif\n"
     "/* bf16 narrowing of a float that is already a bf16 value (a maximum of\n"
-    " * bf16 loads: the C printer's kir_exact_bf16): its top half. */\n"
+    " * bf16 loads: codegen/print_expr.c exact_bf16): its top half. */\n"
     "static inline uint16_t kl_bf16_trunc(float f) { uint32_t u; memcpy(&u, &f, 4); return (uint16_t)(u >> 16); }\n"
     "/* Counter-based RNG (splitmix64 finaliser over seed, step, salt and\n"
     " * index): the same stream on every backend and thread count. */\n"
