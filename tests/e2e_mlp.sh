@@ -10,8 +10,8 @@ new_tmpdir
 "$kiln" build examples/mlp.kl -o "$tmp/mlp"
 
 "$tmp/mlp" --steps 300 --log-every 50 --threads 2 --metrics "$tmp/a.json" | tee "$tmp/out.txt"
-first=$(grep '"type": "train"' "$tmp/a.json" | head -1 | sed 's/.*"loss": \([^,]*\),.*/\1/')
-last=$(grep '"type": "train"' "$tmp/a.json" | tail -1 | sed 's/.*"loss": \([^,]*\),.*/\1/')
+first=$(train_losses "$tmp/a.json" | head -1)
+last=$(train_losses "$tmp/a.json" | tail -1)
 acc=$(grep '"type": "summary"' "$tmp/a.json" | sed 's/.*"final_accuracy": \([^,]*\),.*/\1/')
 echo "first window loss $first, last window loss $last, test accuracy $acc"
 awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.6 * f) }' || { echo "FAIL: the loss did not fall enough"; exit 1; }

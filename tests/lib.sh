@@ -47,6 +47,12 @@ build_example() {
   }
 }
 
+# train_losses FILE: the loss of each "train" line of a --metrics file,
+# one per line, as printed there.
+train_losses() {
+  grep '"type": "train"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'
+}
+
 # pip_deps DIR MODULES PACKAGE...: Python packages from PyPI, installed
 # into DIR once (when `import MODULES` fails there), on PYTHONPATH. Ends
 # the script with 77 (ctest's skip) only when PyPI cannot be reached, 1

@@ -14,7 +14,7 @@ new_tmpdir
 run() { # LIB OUT
   "$tmp/cnn" --device cpu --threads 1 --precision bf16 --data synthetic:512 --steps 6 --eval-every 0 --log-every 1 \
     --bf16-gemm "$1" --metrics "$2.json" > "$2.log" 2>&1
-  grep '"type": "train"' "$2.json" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$2.loss"
+  train_losses "$2.json" > "$2.loss"
 }
 
 if "$tmp/cnn" --device cpu --steps 1 --bf16-gemm mkl > "$tmp/bad.log" 2>&1; then

@@ -26,8 +26,8 @@ echo "fp16: the forced overflow skipped exactly step 5 and halved the scale"
 
 for p in bf16 fp16; do
   "$tmp/mlp" --precision "$p" --steps 60 --log-every 20 --metrics "$tmp/$p.json" > /dev/null
-  first=$(grep '"type": "train"' "$tmp/$p.json" | head -1 | sed 's/.*"loss": \([^,]*\),.*/\1/')
-  last=$(grep '"type": "train"' "$tmp/$p.json" | tail -1 | sed 's/.*"loss": \([^,]*\),.*/\1/')
+  first=$(train_losses "$tmp/$p.json" | head -1)
+  last=$(train_losses "$tmp/$p.json" | tail -1)
   echo "$p: loss $first -> $last"
   awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.7 * f) }' || { echo "FAIL: $p training did not lower the loss"; exit 1; }
 done

@@ -14,7 +14,7 @@ train() { # MODEL NAME [ARGS]
   shift 2
   "$kiln" run "$m" --threads 1 --eval-every 0 --log-every 1 --quiet --metrics "$work/$name.json" "$@" > "$work/$name.out" 2>&1 ||
     { echo "FAIL: $m did not train"; cat "$work/$name.out"; exit 1; }
-  grep '"type": "train"' "$work/$name.json" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$work/$name.loss"
+  train_losses "$work/$name.json" > "$work/$name.loss"
 }
 train tests/xformer/causal.kl composed
 train tests/attn/causal_fused.kl fused

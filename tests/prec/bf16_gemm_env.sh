@@ -8,14 +8,13 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" build examples/fashion_cnn.kl -o "$tmp/cnn"
 run() { # OUT ARGS...
   local out=$1; shift
   "$tmp/cnn" --device cpu --threads 1 --precision bf16 --data synthetic:256 --steps 3 --eval-every 0 --log-every 1 \
     --metrics "$out.json" "$@" > "$out.log" 2>&1
-  grep '"type": "train"' "$out.json" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$out.loss"
+  train_losses "$out.json" > "$out.loss"
 }
 
 if KILN_BF16_GEMM=mkl "$tmp/cnn" --device cpu --steps 1 --data synthetic:256 > "$tmp/bad.log" 2>&1; then

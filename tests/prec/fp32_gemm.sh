@@ -12,14 +12,13 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 "$kiln" build examples/mlp.kl -o "$tmp/mlp"
 run() { # OUT ARGS...
   local out=$1; shift
   "$tmp/mlp" --device cpu --threads 1 --data synthetic:512 --steps 5 --eval-every 0 --log-every 1 \
     --metrics "$out.json" "$@" > "$out.log" 2>&1
-  grep '"type": "train"' "$out.json" | sed 's/.*"loss": \([^,]*\),.*/\1/' > "$out.loss"
+  train_losses "$out.json" > "$out.loss"
 }
 refused() { # WHAT EXPECTED-TEXT COMMAND...
   local what=$1 text=$2; shift 2

@@ -16,9 +16,8 @@ for m in "$model" "$work/with_label.kl"; do
   "$kiln" run "$m" --threads 1 --eval-every 0 --log-every 1 --quiet --metrics "$work/$name.json" > "$work/$name.out" 2>&1 ||
     { echo "FAIL: $m did not train"; cat "$work/$name.out"; exit 1; }
 done
-losses() { grep '"type": "train"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
-losses "$work/no_label.json" > "$work/a"
-losses "$work/with_label.json" > "$work/b"
+train_losses "$work/no_label.json" > "$work/a"
+train_losses "$work/with_label.json" > "$work/b"
 [ "$(wc -l < "$work/a")" -eq 8 ] || { echo "FAIL: expected 8 steps"; cat "$work/a"; exit 1; }
 diff "$work/a" "$work/b" || { echo "FAIL: losses differ without the label input (< without, > with)"; exit 1; }
 first=$(head -1 "$work/a") last=$(tail -1 "$work/a")
