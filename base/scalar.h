@@ -78,6 +78,26 @@ static inline uint16_t kl_f32_to_f16(float f)
 }
 /* @end */
 
+/* @text keys16 */
+/* 16-bit floats compared, maximised and selected in their own bits, for
+ * kernels whose stored values are their loads' (max pooling and its
+ * gradient: codegen/print_expr.c print_bits16), so that f16, whose
+ * widening and narrowing are a dozen instructions each in software, pays
+ * neither. A key orders as the float does: sign and magnitude made a
+ * signed integer, -0 and +0 the same key, every NaN (of either sign)
+ * the one key above +inf, as kl_max keeps a NaN of either operand. Back
+ * from a key: the float's bits, +0 for a zero, 0x7fff (a quiet NaN in
+ * f16 and bf16) for a NaN. Integer selects only: they vectorise. */
+static inline int32_t kl_f16_key(uint32_t h) { int32_t m = (int32_t)(h & 0x7fffu); return m > 0x7c00 ? 0x7fff : (h & 0x8000u) ? -m : m; }
+static inline int32_t kl_bf16_key(uint32_t h) { int32_t m = (int32_t)(h & 0x7fffu); return m > 0x7f80 ? 0x7fff : (h & 0x8000u) ? -m : m; }
+static inline int32_t kl_kmax(int32_t a, int32_t b) { return a > b ? a : b; }
+static inline uint16_t kl_unkey16(int32_t k) { return (uint16_t)(k < 0 ? 0x8000u | (uint32_t)-k : (uint32_t)k); }
+/* a == b as floats: the same key and not NaN. */
+static inline int kl_f16_eq(uint32_t a, uint32_t b) { return (kl_f16_key(a) == kl_f16_key(b)) & ((a & 0x7fffu) <= 0x7c00u); }
+static inline int kl_bf16_eq(uint32_t a, uint32_t b) { return (kl_bf16_key(a) == kl_bf16_key(b)) & ((a & 0x7fffu) <= 0x7f80u); }
+/* c ? a : b on bits, without a branch (c is 0 or 1). */
+static inline uint32_t kl_sel16(int c, uint32_t a, uint32_t b) { return b ^ ((a ^ b) & (uint32_t)-c); }
+/* @end */
 /* The emulation leaves out the rest: the CUDA program it runs brings its
  * own (CUDA-spelled) copy of these lines. */
 #ifndef KL_SCALAR_HALVES_ONLY

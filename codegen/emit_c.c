@@ -8,6 +8,7 @@
  * Expressions, loads and stores print through the shared printer
  * (print_expr.c, target kir_target_c); the prelude's bf16/f16, RNG and
  * float-to-integer helpers are base/scalar.h's own lines. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "print_expr.h"
@@ -26,6 +27,7 @@ static const char prelude[] =
     "typedef struct kl_kargs { int64_t step; uint64_t seed; } kl_kargs;\n"
     "\n"
     KIR_SCALAR_HALVES
+    KIR_SCALAR_KEYS16
     "/* f16 widening with F16C for kernels GCC leaves scalar (kir_kernel's\n"
     " * scalar_f16): one instruction where kl_f16_to_f32 is a dozen, the same\n"
     " * float but for a signalling NaN, which comes out quiet. */\n"
@@ -182,6 +184,8 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             print_loop(p, s, collapse, skip);
             break;
         case KS_LET:
+            if (p->e.dead && p->e.dead[s->var])
+                break;
             ind(p);
             kl_buf_printf(p->e.b, "%s%s %s = ", k->var_acc[s->var] == -2 ? "" : "const ",
                           kir_print_ctype(&kir_target_c, k->var_types[s->var]), k->var_names[s->var]);
@@ -324,12 +328,44 @@ static bool fits_region(const kir_kernel *k, const kir_stmt *s, int *nests)
  * parallel region into a function that sees only plain pointers, so the
  * region opens in the entry function around the call, and the body's
  * nests are `omp for`, shared out within it. */
+/* Lets that no statement prints by name once their uses print their
+ * value instead (print_expr.c's 16-bit bits: max pooling's dy and y, as
+ * floats, would be dead code): found by printing the body until no more
+ * lets die. Returns the per-variable dead flags (the caller frees). */
+static uint8_t *dead_lets(const printer *p)
+{
+    const kir_kernel *k = p->e.k;
+    uint8_t *dead = kl_xcalloc((size_t)k->nvars + 1, 1), *used = kl_xcalloc((size_t)k->nvars + 1, 1);
+    uint8_t *reprinted = kl_xcalloc((size_t)k->nvars + 1, 1);
+    for (bool more = true; more;) {
+        printer q = *p;
+        kl_buf scratch = {0};
+        q.e.b = &scratch;
+        q.e.used = used;
+        q.e.reprinted = reprinted;
+        q.e.dead = dead;
+        memset(used, 0, (size_t)k->nvars);
+        print_top(&q, kir_host_stmts(k));
+        kl_buf_free(&scratch);
+        more = false;
+        for (int v = 0; v < k->nvars; v++) {
+            if (reprinted[v] && !used[v] && !dead[v])
+                dead[v] = 1, more = true;
+        }
+    }
+    free(used);
+    free(reprinted);
+    return dead;
+}
+
 char *kir_emit_c(const kir_kernel *k)
 {
     kl_buf b = {0};
     int nests = 0;
     bool region = fits_region(k, kir_host_stmts(k), &nests) && nests > 0;
     printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region};
+    uint8_t *dead = dead_lets(&p);
+    p.e.dead = dead;
     const char *name = k->name ? k->name : "KERNEL";
     kl_buf_printf(&b, "/* %s */\n", k->what);
     kl_buf_printf(&b, "static inline void %s_body(", name);
@@ -354,5 +390,6 @@ char *kir_emit_c(const kir_kernel *k)
         kl_buf_printf(&b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", kir_print_storage(&kir_target_c, kb->dtype), i);
     }
     kl_buf_puts(&b, "ka);\n}\n");
+    free(dead);
     return kl_buf_take(&b);
 }

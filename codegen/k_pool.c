@@ -61,10 +61,8 @@ static void pool_forward(cg_builder *b, const ir_node *n)
     window wd;
     window_of(n, &wd);
     K->work = ir_type_numel(xt);
-    /* Rows shorter than an 8-lane vector GCC keeps scalar, where F16C's
-     * widening costs the least (the CNN's 7-wide fp16 max pooling 7.6 ->
-     * 5.3 ms; its 14-wide one, vectorised, 7.0 -> 8.8 ms with it). */
-    K->scalar_f16 = is_max && yt->dim[3] < 8;
+    /* fp16 max pooling widens nothing on the CPU: its maximum and store
+     * are on the 16-bit patterns (codegen/print_expr.c print_bits16). */
     int bx = cg_buf(b, x);
     int nc, oh, ow;
     open_planes(b, yt, &nc, &oh, &ow);
@@ -147,9 +145,11 @@ static void pool_grad_begin(cg_builder *b, const ir_node *n, pool_grad *pg)
     pg->bdy = cg_buf(b, n->in.v[0]);
     pg->bx = pg->is_max ? cg_buf(b, n->in.v[1]) : -1;
     pg->by = pg->is_max ? cg_buf(b, n->in.v[2]) : -1;
-    /* Max pooling's backward compares x with y and narrows dy: GCC keeps
-     * its short stride-2 rows scalar, where F16C's widening costs the
-     * least (the CNN's two fp16 max-pooling gradients 0.37x the time). */
+    /* Max pooling's backward compares x with y and stores dy: on the
+     * CPU in fp16 on the 16-bit patterns (print_bits16) where it stores
+     * dy's own bits (non-overlapping windows); where windows overlap it
+     * sums dy in floats, widened with F16C (GCC keeps these loops
+     * scalar, where F16C costs the least). */
     K->scalar_f16 = pg->is_max;
 }
 

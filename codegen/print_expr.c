@@ -107,6 +107,8 @@ const char *kir_print_storage(const kir_target *t, ir_dtype dt)
 
 const char *kir_print_var(const kir_printer *p, int v)
 {
+    if (p->used)
+        p->used[v] = 1;
     return p->rename && p->rename[v] ? p->rename[v] : p->k->var_names[v];
 }
 
@@ -238,8 +240,12 @@ static void print_un(kir_printer *p, const kir_expr *e)
     print_format(p, fmt, e, t);
 }
 
+static bool print_eq16(kir_printer *p, const kir_expr *e);
+
 static void print_bin(kir_printer *p, const kir_expr *e)
 {
+    if (print_eq16(p, e))
+        return;
     kir_type t = e->type;
     const char *fmt = p->t->bin[e->op] ? p->t->bin[e->op] : bin_shared[e->op];
     if (t == KT_I64 && (e->op == KB_MAX || e->op == KB_MIN))
@@ -385,11 +391,202 @@ static bool exact_bf16(const kir_printer *p, const kir_expr *e, int depth)
     }
 }
 
+/* ---- f16 values in their own bits (C target) ----
+ *
+ * A value that is one of its loads (a maximum, relu, negation or select
+ * of f16 loads and constants f16 holds) is stored, and two loads are
+ * compared, on the 16-bit patterns: base/scalar.h's keys16 (an integer
+ * that orders as the float does), with no widening or narrowing, which
+ * in f16 are software and most of max pooling's time. Lets are printed
+ * again where they are used (the float let is then dead code) when that
+ * means the same there: never set, reading no buffer the kernel writes
+ * and no variable that is set. bf16 keeps floats: its widening is a
+ * shift, and exact_bf16's store a truncation. */
+
+static bool bits16_dtype(const kir_printer *p, ir_dtype dt)
+{
+    return (dt == IR_F16) && p->t == &kir_target_c && !p->lanes;
+}
+
+/* Whether e reads only buffers the kernel does not write and variables
+ * no statement sets. */
+static bool stable_expr(const kir_printer *p, const kir_expr *e)
+{
+    switch (e->kind) {
+    case KE_LOAD: return !p->k->bufs[e->buf].written && stable_expr(p, e->a);
+    case KE_VAR: return p->k->var_acc[e->var] == -1;
+    case KE_UN:
+    case KE_CAST: return stable_expr(p, e->a);
+    case KE_BIN: return stable_expr(p, e->a) && stable_expr(p, e->b);
+    case KE_SELECT: return stable_expr(p, e->a) && stable_expr(p, e->b) && stable_expr(p, e->c);
+    case KE_CONST:
+    case KE_ARG: return true;
+    }
+    return false;
+}
+
+/* The value of var v's let when it may be printed in v's place. */
+static const kir_expr *reprintable_let(const kir_printer *p, int v)
+{
+    bool assigned = false;
+    const kir_stmt *let = find_let(p->k->host_body ? p->k->host_body : p->k->body, v, &assigned);
+    return let && !assigned && p->k->var_acc[v] == -1 && stable_expr(p, let->a) ? let->a : NULL;
+}
+
+static bool exact16_const(ir_dtype dt, double f)
+{
+    float x = (float)f;
+    return (double)x == f && (dt == IR_F16 ? kl_f16_to_f32(kl_f32_to_f16(x)) : kl_bf16_to_f32(kl_f32_to_bf16(x))) == x;
+}
+
+static unsigned bits16_of(ir_dtype dt, double f)
+{
+    return dt == IR_F16 ? kl_f32_to_f16((float)f) : kl_f32_to_bf16((float)f);
+}
+
+/* Whether e is one of its f16 loads (see above); *keyed: it takes a
+ * maximum or relu, so its bits come through a key. */
+static bool exact16(const kir_printer *p, ir_dtype dt, const kir_expr *e, int depth, bool *keyed)
+{
+    if (depth > 16)
+        return false;
+    switch (e->kind) {
+    case KE_LOAD: return p->k->bufs[e->buf].dtype == dt;
+    case KE_CONST: return e->type != KT_I64 && e->type != KT_BOOL && exact16_const(dt, e->f);
+    case KE_SELECT: return exact16(p, dt, e->b, depth + 1, keyed) && exact16(p, dt, e->c, depth + 1, keyed);
+    case KE_BIN:
+        *keyed = true;
+        return e->op == KB_MAX && exact16(p, dt, e->a, depth + 1, keyed) && exact16(p, dt, e->b, depth + 1, keyed);
+    case KE_UN:
+        *keyed |= e->op == KU_RELU;
+        return (e->op == KU_RELU || e->op == KU_NEG) && exact16(p, dt, e->a, depth + 1, keyed);
+    case KE_VAR: {
+        const kir_expr *v = reprintable_let(p, e->var);
+        return v && exact16(p, dt, v, depth + 1, keyed);
+    }
+    default: return false;
+    }
+}
+
+static void print_key16(kir_printer *p, ir_dtype dt, const kir_expr *e);
+
+/* The bits of e, exact16 in dt, as a uint32_t expression. */
+static void print_bits16(kir_printer *p, ir_dtype dt, const kir_expr *e)
+{
+    switch (e->kind) {
+    case KE_LOAD:
+        kl_buf_printf(p->b, "%s[", p->k->bufs[e->buf].name);
+        kir_print_expr(p, e->a);
+        kl_buf_putc(p->b, ']');
+        return;
+    case KE_CONST: kl_buf_printf(p->b, "0x%04xu", bits16_of(dt, e->f)); return;
+    case KE_SELECT:
+        kl_buf_puts(p->b, "kl_sel16(");
+        kir_print_expr(p, e->a);
+        kl_buf_puts(p->b, ", ");
+        print_bits16(p, dt, e->b);
+        kl_buf_puts(p->b, ", ");
+        print_bits16(p, dt, e->c);
+        kl_buf_putc(p->b, ')');
+        return;
+    case KE_UN:
+        if (e->op == KU_NEG) {
+            kl_buf_putc(p->b, '(');
+            print_bits16(p, dt, e->a);
+            kl_buf_puts(p->b, " ^ 0x8000u)");
+            return;
+        }
+        break;
+    case KE_VAR:
+        if (p->reprinted)
+            p->reprinted[e->var] = 1;
+        print_bits16(p, dt, reprintable_let(p, e->var));
+        return;
+    default: break;
+    }
+    kl_buf_puts(p->b, "kl_unkey16(");
+    print_key16(p, dt, e);
+    kl_buf_putc(p->b, ')');
+}
+
+/* The key of e, exact16 in dt, as an int32_t expression. */
+static void print_key16(kir_printer *p, ir_dtype dt, const kir_expr *e)
+{
+    if (e->kind == KE_VAR) {
+        if (p->reprinted)
+            p->reprinted[e->var] = 1;
+        print_key16(p, dt, reprintable_let(p, e->var));
+    } else if ((e->kind == KE_BIN && e->op == KB_MAX) || (e->kind == KE_UN && e->op == KU_RELU)) {
+        kl_buf_puts(p->b, "kl_kmax(");
+        print_key16(p, dt, e->a);
+        kl_buf_puts(p->b, ", ");
+        if (e->kind == KE_BIN)
+            print_key16(p, dt, e->b);
+        else
+            kl_buf_putc(p->b, '0');
+        kl_buf_putc(p->b, ')');
+    } else {
+        kl_buf_puts(p->b, dt == IR_F16 ? "kl_f16_key(" : "kl_bf16_key(");
+        print_bits16(p, dt, e);
+        kl_buf_putc(p->b, ')');
+    }
+}
+
+/* The dtype of a 16-bit float load in e (through reprintable lets), or
+ * IR_NONE. */
+static ir_dtype load16_dtype(const kir_printer *p, const kir_expr *e, int depth)
+{
+    if (depth > 16)
+        return IR_NONE;
+    switch (e->kind) {
+    case KE_LOAD: {
+        ir_dtype dt = p->k->bufs[e->buf].dtype;
+        return dt == IR_F16 || dt == IR_BF16 ? dt : IR_NONE;
+    }
+    case KE_VAR: {
+        const kir_expr *v = reprintable_let(p, e->var);
+        return v ? load16_dtype(p, v, depth + 1) : IR_NONE;
+    }
+    case KE_SELECT: {
+        ir_dtype dt = load16_dtype(p, e->b, depth + 1);
+        return dt != IR_NONE ? dt : load16_dtype(p, e->c, depth + 1);
+    }
+    case KE_UN: return load16_dtype(p, e->a, depth + 1);
+    default: return IR_NONE;
+    }
+}
+
+/* a == b or a != b of two 16-bit values that need no key (loads,
+ * constants, selects of them): kl_f16_eq or kl_bf16_eq on their bits. */
+static bool print_eq16(kir_printer *p, const kir_expr *e)
+{
+    if ((e->op != KB_EQ && e->op != KB_NE) || (e->a->type != KT_F32 && e->a->type != KT_F64))
+        return false;
+    ir_dtype dt = load16_dtype(p, e->a, 0);
+    dt = dt != IR_NONE ? dt : load16_dtype(p, e->b, 0);
+    bool ka = false, kb = false;
+    if (dt == IR_NONE || !bits16_dtype(p, dt) || !exact16(p, dt, e->a, 0, &ka) || !exact16(p, dt, e->b, 0, &kb) || ka || kb)
+        return false;
+    kl_buf_puts(p->b, e->op == KB_EQ ? "" : "(1 - ");
+    kl_buf_puts(p->b, dt == IR_F16 ? "kl_f16_eq(" : "kl_bf16_eq(");
+    print_bits16(p, dt, e->a);
+    kl_buf_puts(p->b, ", ");
+    print_bits16(p, dt, e->b);
+    kl_buf_puts(p->b, e->op == KB_EQ ? ")" : "))");
+    return true;
+}
+
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
     const char *store = dt > IR_NONE && dt < IR_NDTYPES ? p->t->store[dt] : NULL;
     if (store && print_copy16(p, dt, value))
         return;
+    bool keyed = false;
+    if (store && bits16_dtype(p, dt) && exact16(p, dt, value, 0, &keyed)) {
+        kl_buf_puts(p->b, "(uint16_t)");
+        print_bits16(p, dt, value);
+        return;
+    }
     if (store && dt == IR_BF16 && p->t == &kir_target_c && exact_bf16(p, value, 0)) {
         kl_buf_puts(p->b, "kl_bf16_trunc((float)(");
         kir_print_expr(p, value);

@@ -47,6 +47,11 @@ typedef struct kir_printer {
     const char **rename; /* per variable: the name to print instead (NULL: none) */
     uint64_t lanes;      /* buffers read through lane registers kl_l<name>.v[kl_j]
                             (the CUDA printer's vector units) */
+    /* Per variable, when set: used, it was printed by name; reprinted, a
+     * use of it printed its let's value instead (print_expr.c's 16-bit
+     * bits); dead, its let is left out (codegen/emit_c.c). */
+    uint8_t *used, *reprinted;
+    const uint8_t *dead;
 } kir_printer;
 
 void kir_print_expr(kir_printer *p, const kir_expr *e);

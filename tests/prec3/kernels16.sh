@@ -5,11 +5,6 @@
 # trip cost two conversions per element, and made NaNs quiet). The
 # copies' values are checked against the f64 reference by
 # bf16speed.reference.fashion_cnn.bf16 and reference.examples.fashion_cnn.fp16.
-# And the fp16 max-pooling gradients and the max pooling with rows under
-# 8 outputs (the CNN's second, 7 wide; its first, 14 wide, GCC
-# vectorises) widen with F16C (kir_kernel's scalar_f16;
-# prec3.unit.f16c_widen checks that widening), other kernels with
-# kl_f16_to_f32.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
@@ -25,14 +20,23 @@ for p in bf16:bf16 fp16:f16; do
     bad "$prec: $trips round trips and $copies raw copies (expected 0 and at least 8)"
   fi
 done
-# "KIND NAME-OF-WIDENING" for each kernel's f16 loads
-awk '/^\/\* /{c=$2} /kl_f16_to_f32(_f16c)?\(b/{n=match($0, /kl_f16_to_f32_f16c\(b/) ? "f16c" : "plain"; print c, n}' "$tmp/fp16.c" | sort -u > "$tmp/widen"
-if grep -qx 'maxpool_grad f16c' "$tmp/widen" && ! grep -q '^maxpool_grad plain' "$tmp/widen" &&
-   grep -qx 'maxpool f16c' "$tmp/widen" && grep -qx 'maxpool plain' "$tmp/widen" &&
-   ! grep -v '^maxpool' "$tmp/widen" | grep -q f16c; then
-  ok "fp16: the max-pooling gradients and the 7-wide max pooling widen with F16C, no other kernel does"
+# fp16 max pooling and its gradient work on the 16-bit patterns
+# (base/scalar.h keys16, codegen/print_expr.c print_bits16; their values
+# are checked against the f64 reference by prec4.reference.pools16.fp16):
+# no f16 widening or narrowing in them, maxima stored through kl_unkey16,
+# the gradients' comparisons through kl_f16_eq and their stores (dy or 0)
+# through kl_sel16, as relu's gradient's. Every other f16 kernel widens
+# with kl_f16_to_f32 (F16C's kl_f16_to_f32_f16c is for the gathering
+# max-pooling gradient of overlapping windows, not in the CNN).
+kinds() { awk -v pat="$1" '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} c != "" && $0 ~ pat {print c}' "$tmp/fp16.c" | sort -u | tr '\n' ' '; }
+conv=$(kinds 'kl_f16_to_f32(_f16c)?\\(b|kl_f32_to_f16\\(')
+f16c=$(kinds 'kl_f16_to_f32_f16c\\(b')
+unkey=$(kinds 'kl_unkey16\\(') eq=$(kinds 'kl_f16_eq\\(') sel=$(kinds 'kl_sel16\\(')
+if [ "$unkey" = "maxpool " ] && [ "$eq" = "maxpool_grad " ] && [ "$sel" = "maxpool_grad relu_grad " ] &&
+   [ -z "$f16c" ] && ! grep -qw 'maxpool\|maxpool_grad' <<< "$conv"; then
+  ok "fp16: max pooling and its gradient keep 16-bit patterns; conversions only in $conv"
 else
-  bad "fp16: widenings by kernel kind: $(tr '\n' ',' < "$tmp/widen")"
+  bad "fp16: kernels that maximise in keys: '$unkey', compare bits: '$eq', select bits: '$sel', widen with F16C: '$f16c', convert: '$conv'"
 fi
 # bf16 stores of values that are bf16 already (maxima and selects of bf16
 # loads and constants) take the top half (kl_bf16_trunc) instead of

@@ -17,6 +17,7 @@
 
 #include "codegen/kir.h"
 #include "runtime/backend.h"
+#include "prelude_jit.h"
 
 static const char checker_text[] =
     "#include <xmmintrin.h>\n"
@@ -39,14 +40,7 @@ typedef long (*check_fn)(int flush, uint32_t *first);
 
 static void check(int flush)
 {
-    kl_buf src = {0};
-    kl_buf_puts(&src, kir_c_prelude());
-    kl_buf_puts(&src, checker_text);
-    void *lib = kl_cpu_jit(src.s, NULL, true, NULL);
-    kl_buf_free(&src);
-    assert_non_null(lib);
-    check_fn fn = (check_fn)dlsym(lib, "check_all");
-    assert_non_null(fn);
+    check_fn fn = (check_fn)prelude_jit_symbol(checker_text, "check_all");
     uint32_t first = 0;
     long bad = fn(flush, &first);
     if (bad)

@@ -29,6 +29,7 @@
 #include "codegen/kir.h"
 #include "base/scalar.h"
 #include "runtime/backend.h"
+#include "prelude_jit.h"
 
 /* The reference, one branch per case: compiled here (for the runtime's
  * check) and, as text, into the kernels' checker. */
@@ -114,14 +115,7 @@ typedef long (*check_fn)(int flush, uint64_t stride, uint32_t *first, int *kind)
 /* stride 1: every float. */
 static void check_kernels(int flush, uint64_t stride)
 {
-    kl_buf src = {0};
-    kl_buf_puts(&src, kir_c_prelude());
-    kl_buf_puts(&src, checker_text);
-    void *lib = kl_cpu_jit(src.s, NULL, true, NULL);
-    kl_buf_free(&src);
-    assert_non_null(lib);
-    check_fn check = (check_fn)dlsym(lib, "check_all");
-    assert_non_null(check);
+    check_fn check = (check_fn)prelude_jit_symbol(checker_text, "check_all");
     uint32_t first = 0;
     int kind = 0;
     long bad = check(flush, stride, &first, &kind);

@@ -1,0 +1,20 @@
+# ---- CPU fp16 step time, fifth round (issue 17: prec4) ----
+# fp16 max pooling, its gradients and relu's gradient compare, maximise
+# and store 16-bit patterns (base/scalar.h keys16, codegen/print_expr.c
+# print_bits16) instead of widening and narrowing each element.
+add_executable(test_keys16 unit/test_keys16.c)
+target_include_directories(test_keys16 PRIVATE ${CMOCKA_INCLUDE_DIR})
+target_link_libraries(test_keys16 PRIVATE kiln ${CMOCKA_LIBRARIES})
+add_test(NAME prec4.unit.keys16 COMMAND test_keys16)
+set_tests_properties(prec4.unit.keys16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# Max pooling in each form (tiled and gathering backward, padding, rows
+# under and over 8) trained one step at fp16 and bf16 against the f64
+# reference evaluator.
+foreach(p bf16 fp16)
+  add_test(NAME prec4.reference.pools16.${p}
+           COMMAND reference_check tests/prec4/pools16.kl --batch 4 --set precision=${p}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(prec4.reference.pools16.${p} PROPERTIES
+    ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endforeach()
