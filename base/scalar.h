@@ -98,6 +98,67 @@ static inline int kl_bf16_eq(uint32_t a, uint32_t b) { return (kl_bf16_key(a) ==
 /* c ? a : b on bits, without a branch (c is 0 or 1). */
 static inline uint32_t kl_sel16(int c, uint32_t a, uint32_t b) { return b ^ ((a ^ b) & (uint32_t)-c); }
 /* @end */
+/* @text rows16 */
+/* Rows of f16 to f32 and back with F16C, 8 at a time: the same bits as
+ * kl_f16_to_f32 and kl_f32_to_f16 for every input but NaN, with or
+ * without flush-to-zero (F16C keeps NaN payload bits and quiets
+ * signalling NaNs, so a block with an inf or NaN is done again by the
+ * scalar conversions; unit.halves checks every float and every 16-bit
+ * pattern). Defined where the compiler targets AVX2 and F16C (the
+ * kernels, built for the machine) or where KL_ROWS16_TARGET names the
+ * target attribute to build them with (the CPU backend, which chooses at
+ * load time). */
+#if !defined(KL_ROWS16_TARGET) && defined(__F16C__) && defined(__AVX2__)
+#define KL_ROWS16_TARGET
+#endif
+#ifdef KL_ROWS16_TARGET
+#include <immintrin.h>
+KL_ROWS16_TARGET static inline void kl_f16_widen8_f16c(float *restrict w, const uint16_t *restrict h)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)h);
+    _mm256_storeu_ps(w, _mm256_cvtph_ps(x));
+    const __m128i exp_mask = _mm_set1_epi16(0x7c00);
+    if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(x, exp_mask), exp_mask)))
+        for (int j = 0; j < 8; j++)
+            w[j] = kl_f16_to_f32(h[j]);
+}
+KL_ROWS16_TARGET static inline void kl_f16_narrow8_f16c(uint16_t *restrict h, const float *restrict w)
+{
+    __m256 x = _mm256_loadu_ps(w);
+    _mm_storeu_si128((__m128i *)h, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+        for (int j = 0; j < 8; j++)
+            h[j] = kl_f32_to_f16(w[j]);
+}
+/* Rows of 8 or more end with a block that overlaps the one before
+ * (the same values written again); shorter ones convert one at a time,
+ * inf and NaN in software. */
+KL_ROWS16_TARGET static inline void kl_f16_widen_row_f16c(float *restrict w, const uint16_t *restrict h, int64_t n)
+{
+    if (n < 8) {
+        for (int64_t i = 0; i < n; i++)
+            w[i] = (h[i] & 0x7c00u) == 0x7c00u ? kl_f16_to_f32(h[i]) : _cvtsh_ss(h[i]);
+        return;
+    }
+    for (int64_t i = 0; i + 8 <= n; i += 8)
+        kl_f16_widen8_f16c(w + i, h + i);
+    if (n % 8)
+        kl_f16_widen8_f16c(w + n - 8, h + n - 8);
+}
+KL_ROWS16_TARGET static inline void kl_f16_narrow_row_f16c(uint16_t *restrict h, const float *restrict w, int64_t n)
+{
+    if (n < 8) {
+        for (int64_t i = 0; i < n; i++)
+            h[i] = w[i] != w[i] ? kl_f32_to_f16(w[i]) : (uint16_t)_cvtss_sh(w[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        return;
+    }
+    for (int64_t i = 0; i + 8 <= n; i += 8)
+        kl_f16_narrow8_f16c(h + i, w + i);
+    if (n % 8)
+        kl_f16_narrow8_f16c(h + n - 8, w + n - 8);
+}
+#endif
+/* @end */
 /* The emulation leaves out the rest: the CUDA program it runs brings its
  * own (CUDA-spelled) copy of these lines. */
 #ifndef KL_SCALAR_HALVES_ONLY

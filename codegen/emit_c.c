@@ -28,6 +28,26 @@ static const char prelude[] =
     "\n"
     KIR_SCALAR_HALVES
     KIR_SCALAR_KEYS16
+    KIR_SCALAR_ROWS16
+    "/* f16 rows widened before and narrowed after a vectorised loop\n"
+    " * (codegen/emit_c.c staged rows): F16C where the kernels' target has\n"
+    " * it, else the conversions in a loop the compiler vectorises. */\n"
+    "static inline void kl_f16_widen_row(float *restrict w, const uint16_t *restrict h, int64_t n)\n"
+    "{\n"
+    "#ifdef KL_ROWS16_TARGET\n"
+    "    kl_f16_widen_row_f16c(w, h, n);\n"
+    "#else\n"
+    "    for (int64_t i = 0; i < n; i++) w[i] = kl_f16_to_f32(h[i]);\n"
+    "#endif\n"
+    "}\n"
+    "static inline void kl_f16_narrow_row(uint16_t *restrict h, const float *restrict w, int64_t n)\n"
+    "{\n"
+    "#ifdef KL_ROWS16_TARGET\n"
+    "    kl_f16_narrow_row_f16c(h, w, n);\n"
+    "#else\n"
+    "    for (int64_t i = 0; i < n; i++) h[i] = kl_f32_to_f16(w[i]);\n"
+    "#endif\n"
+    "}\n"
     "/* f16 widening with F16C for kernels GCC leaves scalar (kir_kernel's\n"
     " * scalar_f16): one instruction where kl_f16_to_f32 is a dozen, the same\n"
     " * float but for a signalling NaN, which comes out quiet. */\n"
@@ -71,10 +91,40 @@ const char *kir_c_prelude(void)
     return prelude;
 }
 
+/* ---- staged f16 rows ----
+ *
+ * GCC 12 vectorises neither F16C's conversions nor _Float16's, only the
+ * software ones (a dozen instructions an element each way). So a leaf
+ * loop's f16 loads and stores whose index is a base the loop does not
+ * change plus the loop's variable widen and narrow whole rows with F16C
+ * (kl_f16_widen_row, kl_f16_narrow_row: one instruction per 8 elements)
+ * before and after the loop, into float arrays on the stack that the
+ * loop reads and writes. Legal when the loop does not both load and store
+ * a buffer it stages, stores a staged buffer once, and no buffer shares
+ * memory with another (in-place results). */
+#define STAGE_MIN 8         /* shorter rows: the calls cost more than they save */
+#define STAGE_FLOATS 16384  /* floats in all of a loop's rows, on the stack */
+#define STAGE_ROWS 16
+#define STAGE_LOADS 64
+
+typedef struct staging {
+    int var;                            /* the loop's variable */
+    int64_t extent;
+    int nrows;
+    const kir_expr *index[STAGE_ROWS];  /* a load's or store's index: base + var */
+    int buf[STAGE_ROWS];
+    const kir_stmt *store[STAGE_ROWS];  /* the store a row takes (NULL: a load's row) */
+    char name[STAGE_ROWS][16];
+    const kir_expr *loads[STAGE_LOADS]; /* staged load nodes and their rows' names */
+    const char *load_row[STAGE_LOADS];
+    int nloads;
+} staging;
+
 typedef struct printer {
     kir_printer e;       /* the shared expression printer: kernel, output, indent */
     const kir_stmt *red; /* the innermost open RED loop that owns accumulators */
     bool region;         /* inside one parallel region: nests are `omp for` */
+    const staging *st;   /* the rows staged around the leaf loop being printed */
 } printer;
 
 static void ind(printer *p)
@@ -111,6 +161,256 @@ static bool has_halves(const kir_kernel *k)
     return false;
 }
 
+static bool same_expr(const kir_expr *a, const kir_expr *b)
+{
+    if (!a || !b)
+        return a == b;
+    return a->kind == b->kind && a->type == b->type && a->op == b->op && a->var == b->var && a->buf == b->buf &&
+           (a->f == b->f || (a->f != a->f && b->f != b->f)) && a->i == b->i && same_expr(a->a, b->a) &&
+           same_expr(a->b, b->b) && same_expr(a->c, b->c);
+}
+
+/* The value of var v when a let of leaf loop s's body declares it. */
+static const kir_expr *body_let(const kir_stmt *s, int v)
+{
+    for (const kir_stmt *c = s->body; c; c = c->next)
+        if (c->kind == KS_LET && c->var == v)
+            return c->a;
+    return NULL;
+}
+
+/* Whether e reads leaf loop s's variable, directly or through its body's
+ * lets, or reads memory (an index that loads is left alone). */
+static bool varies(const kir_stmt *s, const kir_expr *e)
+{
+    if (!e)
+        return false;
+    if (e->kind == KE_LOAD)
+        return true;
+    if (e->kind == KE_VAR) {
+        const kir_expr *v = body_let(s, e->var);
+        return e->var == s->var || (v && varies(s, v));
+    }
+    return varies(s, e->a) || varies(s, e->b) || varies(s, e->c);
+}
+
+/* e is leaf loop s's variable plus terms that do not vary with it
+ * (integer adds only, through the body's lets). */
+static bool unit_stride(const kir_stmt *s, const kir_expr *e)
+{
+    if (e->kind == KE_VAR) {
+        const kir_expr *v = body_let(s, e->var);
+        return e->var == s->var || (v && unit_stride(s, v));
+    }
+    if (e->kind != KE_BIN || e->op != KB_ADD || e->type != KT_I64)
+        return false;
+    return (unit_stride(s, e->a) && !varies(s, e->b)) || (unit_stride(s, e->b) && !varies(s, e->a));
+}
+
+/* An index a row can stand for: base + the loop's variable, the base
+ * loading nothing. */
+static bool row_index(const kir_stmt *loop, const kir_expr *index)
+{
+    return unit_stride(loop, index) && !kir_expr_loads(index);
+}
+
+/* Counts the loop body's loads (*loads) and stores (*stores) of buffer buf. */
+static void count_expr(const kir_expr *e, int buf, int *loads)
+{
+    if (!e)
+        return;
+    *loads += e->kind == KE_LOAD && e->buf == buf;
+    count_expr(e->a, buf, loads);
+    count_expr(e->b, buf, loads);
+    count_expr(e->c, buf, loads);
+}
+
+static void count_uses(const kir_stmt *loop, int buf, int *loads, int *stores)
+{
+    *loads = *stores = 0;
+    for (const kir_stmt *c = loop->body; c; c = c->next) {
+        count_expr(c->a, buf, loads);
+        count_expr(c->b, buf, loads);
+        *stores += (c->kind == KS_STORE || c->kind == KS_ADDTO) && c->buf == buf;
+    }
+}
+
+static int add_row(staging *st, const kir_expr *index, int buf, const kir_stmt *store)
+{
+    for (int r = 0; r < st->nrows; r++)
+        if (!store && !st->store[r] && st->buf[r] == buf && same_expr(st->index[r], index))
+            return r;
+    if (st->nrows == STAGE_ROWS || (st->nrows + 1) * st->extent > STAGE_FLOATS)
+        return -1;
+    int r = st->nrows++;
+    st->index[r] = index;
+    st->buf[r] = buf;
+    st->store[r] = store;
+    snprintf(st->name[r], sizeof st->name[r], "kl_row%d", r);
+    return r;
+}
+
+/* The f16 loads in e that a row can stand for. */
+static void stage_loads(const printer *p, const kir_stmt *loop, const kir_expr *e, staging *st)
+{
+    if (!e)
+        return;
+    if (e->kind == KE_LOAD && p->e.k->bufs[e->buf].dtype == IR_F16 && row_index(loop, e->a)) {
+        int loads, stores;
+        count_uses(loop, e->buf, &loads, &stores);
+        int r = stores == 0 && st->nloads < STAGE_LOADS ? add_row(st, e->a, e->buf, NULL) : -1;
+        if (r >= 0) {
+            st->loads[st->nloads] = e;
+            st->load_row[st->nloads++] = st->name[r];
+        }
+        return;
+    }
+    stage_loads(p, loop, e->a, st);
+    stage_loads(p, loop, e->b, st);
+    stage_loads(p, loop, e->c, st);
+}
+
+/* The rows to stage around leaf loop s; false when there are none. */
+static bool plan_staging(const printer *p, const kir_stmt *s, staging *st)
+{
+    const kir_kernel *k = p->e.k;
+    memset(st, 0, sizeof *st);
+    st->var = s->var;
+    st->extent = s->extent;
+    if (k->compute != KT_F32 || s->extent < STAGE_MIN || s->extent > STAGE_FLOATS)
+        return false;
+    for (int i = 0; i < k->nbufs; i++)
+        if (k->bufs[i].aliased)
+            return false;
+    for (const kir_stmt *c = s->body; c; c = c->next) {
+        if (c->kind == KS_STORE && k->bufs[c->buf].dtype == IR_F16 && row_index(s, c->a) &&
+            kir_print_store_narrows(&p->e, IR_F16, c->b)) {
+            int loads, stores;
+            count_uses(s, c->buf, &loads, &stores);
+            if (loads == 0 && stores == 1)
+                add_row(st, c->a, c->buf, c);
+        }
+        if (c->kind == KS_STORE)
+            stage_loads(p, s, c->b, st);
+        else
+            stage_loads(p, s, c->a, st);
+    }
+    return st->nrows > 0;
+}
+
+/* Leaves out the load rows that printing leaf loop s does not read (a
+ * load that a store copies, or compares and selects in its 16-bit bits,
+ * prints the buffer's element instead); false when no row is left. */
+static bool drop_unread_rows(const printer *p, const kir_stmt *s, int skip, staging *st)
+{
+    int hits[STAGE_LOADS] = {0};
+    printer q = *p;
+    kl_buf scratch = {0};
+    q.e.b = &scratch;
+    q.st = st;
+    q.e.staged = st->loads;
+    q.e.staged_row = st->load_row;
+    q.e.nstaged = st->nloads;
+    q.e.staged_var = st->var;
+    q.e.staged_hits = hits;
+    print_stmts(&q, s->body, 0, skip);
+    kl_buf_free(&scratch);
+    bool read[STAGE_ROWS] = {0};
+    for (int l = 0; l < st->nloads; l++)
+        for (int r = 0; r < st->nrows; r++)
+            read[r] |= hits[l] > 0 && st->load_row[l] == st->name[r];
+    staging kept = {.var = st->var, .extent = st->extent};
+    for (int r = 0; r < st->nrows; r++) {
+        if (!st->store[r] && !read[r])
+            continue;
+        int k = kept.nrows++;
+        kept.index[k] = st->index[r];
+        kept.buf[k] = st->buf[r];
+        kept.store[k] = st->store[r];
+        snprintf(kept.name[k], sizeof kept.name[k], "kl_row%d", k);
+        for (int l = 0; l < st->nloads; l++) {
+            if (st->load_row[l] == st->name[r]) {
+                kept.loads[kept.nloads] = st->loads[l];
+                kept.load_row[kept.nloads++] = kept.name[k];
+            }
+        }
+    }
+    *st = kept;
+    for (int l = 0; l < st->nloads; l++) /* names point into *st now */
+        for (int r = 0; r < st->nrows; r++)
+            if (!strcmp(st->load_row[l], st->name[r]))
+                st->load_row[l] = st->name[r];
+    return st->nrows > 0;
+}
+
+/* &buf[index] with the loop's variable at 0 (the body's lets it reads
+ * printed as their values): the row's first element, before the loop. */
+static void print_row_start(printer *p, const kir_stmt *loop, const staging *st, int r)
+{
+    const kir_kernel *k = p->e.k;
+    const char **rename = kl_xcalloc((size_t)k->nvars + 1, sizeof *rename);
+    const kir_expr **inline_var = kl_xcalloc((size_t)k->nvars + 1, sizeof *inline_var);
+    const char **saved = p->e.rename;
+    if (saved)
+        memcpy(rename, saved, sizeof *rename * (size_t)k->nvars);
+    rename[st->var] = "0";
+    for (const kir_stmt *c = loop->body; c; c = c->next)
+        if (c->kind == KS_LET)
+            inline_var[c->var] = c->a;
+    p->e.rename = rename;
+    p->e.inline_var = inline_var;
+    kl_buf_printf(p->e.b, "&%s[", k->bufs[st->buf[r]].name);
+    kir_print_expr(&p->e, st->index[r]);
+    kl_buf_putc(p->e.b, ']');
+    p->e.rename = saved;
+    p->e.inline_var = NULL;
+    free(rename);
+    free(inline_var);
+}
+
+static void print_staging_begin(printer *p, const kir_stmt *loop, const staging *st)
+{
+    ind(p);
+    kl_buf_puts(p->e.b, "{\n");
+    p->e.indent++;
+    for (int r = 0; r < st->nrows; r++) {
+        ind(p);
+        kl_buf_printf(p->e.b, "float %s[%lld] __attribute__((aligned(64)));\n", st->name[r], (long long)st->extent);
+    }
+    for (int r = 0; r < st->nrows; r++) {
+        if (st->store[r])
+            continue;
+        ind(p);
+        kl_buf_printf(p->e.b, "kl_f16_widen_row(%s, ", st->name[r]);
+        print_row_start(p, loop, st, r);
+        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent);
+    }
+}
+
+static void print_staging_end(printer *p, const kir_stmt *loop, const staging *st)
+{
+    for (int r = 0; r < st->nrows; r++) {
+        if (!st->store[r])
+            continue;
+        ind(p);
+        kl_buf_puts(p->e.b, "kl_f16_narrow_row(");
+        print_row_start(p, loop, st, r);
+        kl_buf_printf(p->e.b, ", %s, %lldLL);\n", st->name[r], (long long)st->extent);
+    }
+    p->e.indent--;
+    ind(p);
+    kl_buf_puts(p->e.b, "}\n");
+}
+
+/* The row a staged store writes, or NULL. */
+static const char *staged_store(const printer *p, const kir_stmt *s)
+{
+    for (int r = 0; p->st && r < p->st->nrows; r++)
+        if (p->st->store[r] == s)
+            return p->st->name[r];
+    return NULL;
+}
+
 /* collapse > 0: this loop opens an OpenMP nest of that many loops; skip > 0:
  * this loop is inside such a nest and takes no pragma. */
 static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
@@ -123,6 +423,10 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
                       kir_print_acc_init(&kir_target_c, s->accs[a].op, t));
     }
     bool leaf = is_leaf_loop(s);
+    staging st;
+    bool staged = collapse == 0 && skip == 0 && leaf && plan_staging(p, s, &st) && drop_unread_rows(p, s, 0, &st);
+    if (staged)
+        print_staging_begin(p, s, &st);
     if (collapse > 0) {
         ind(p);
         const char *omp = p->region ? "#pragma omp for" : "#pragma omp parallel for";
@@ -160,11 +464,22 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     const kir_stmt *saved = p->red;
     if (s->naccs)
         p->red = s;
+    if (staged) {
+        p->st = &st;
+        p->e.staged = st.loads;
+        p->e.staged_row = st.load_row;
+        p->e.nstaged = st.nloads;
+        p->e.staged_var = st.var;
+    }
     print_stmts(p, s->body, 0, inner_skip);
+    p->st = NULL;
+    p->e.nstaged = 0;
     p->red = saved;
     p->e.indent--;
     ind(p);
     kl_buf_puts(p->e.b, "}\n");
+    if (staged)
+        print_staging_end(p, s, &st);
 }
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip);
@@ -218,6 +533,14 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
         case KS_STORE:
         case KS_ADDTO: {
             const kir_buf *kb = &k->bufs[s->buf];
+            const char *row = staged_store(p, s);
+            if (row) {
+                ind(p);
+                kl_buf_printf(p->e.b, "%s[%s] = (float)(", row, kir_print_var(&p->e, p->st->var));
+                kir_print_expr(&p->e, s->b);
+                kl_buf_puts(p->e.b, ");\n");
+                break;
+            }
             ind(p);
             kl_buf_printf(p->e.b, "%s[", kb->name);
             kir_print_expr(&p->e, s->a);

@@ -271,6 +271,12 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
             print_fconst(p, e->f, e->type);
         return;
     case KE_VAR:
+        if (p->inline_var && p->inline_var[e->var]) {
+            kl_buf_putc(b, '(');
+            kir_print_expr(p, p->inline_var[e->var]);
+            kl_buf_putc(b, ')');
+            return;
+        }
         kl_buf_puts(b, kir_print_var(p, e->var));
         return;
     case KE_ARG:
@@ -282,6 +288,14 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
             kl_buf_printf(b, "(%s)ka->seed", p->t->i64);
         return;
     case KE_LOAD: {
+        for (int i = 0; i < p->nstaged; i++) {
+            if (p->staged[i] == e) {
+                if (p->staged_hits)
+                    p->staged_hits[i]++;
+                kl_buf_printf(b, "%s[%s]", p->staged_row[i], kir_print_var(p, p->staged_var));
+                return;
+            }
+        }
         const kir_buf *kb = &p->k->bufs[e->buf];
         const char *conv = kb->dtype > IR_NONE && kb->dtype < IR_NDTYPES ? p->t->load[kb->dtype] : NULL;
         if (conv && p->k->scalar_f16 && p->t->load_scalar[kb->dtype])
@@ -330,9 +344,14 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
  * would give the same bits for every value but NaN (the narrowing makes
  * NaNs quiet, f16's canonical) and cost two conversions per element,
  * which in f16 are most of such a copy's time. */
+static bool is_copy16(const kir_printer *p, ir_dtype dt, const kir_expr *value)
+{
+    return value->kind == KE_LOAD && p->k->bufs[value->buf].dtype == dt && !((p->lanes >> value->buf) & 1);
+}
+
 static bool print_copy16(kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
-    if (value->kind != KE_LOAD || p->k->bufs[value->buf].dtype != dt || ((p->lanes >> value->buf) & 1))
+    if (!is_copy16(p, dt, value))
         return false;
     kl_buf_printf(p->b, "%s[", p->k->bufs[value->buf].name);
     kir_print_expr(p, value->a);
@@ -574,6 +593,14 @@ static bool print_eq16(kir_printer *p, const kir_expr *e)
     print_bits16(p, dt, e->b);
     kl_buf_puts(p->b, e->op == KB_EQ ? ")" : "))");
     return true;
+}
+
+bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *value)
+{
+    bool keyed = false;
+    return dt > IR_NONE && dt < IR_NDTYPES && p->t->store[dt] && !is_copy16(p, dt, value) &&
+           !(bits16_dtype(p, dt) && exact16(p, dt, value, 0, &keyed)) &&
+           !(dt == IR_BF16 && p->t == &kir_target_c && exact_bf16(p, value, 0));
 }
 
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)

@@ -52,11 +52,22 @@ typedef struct kir_printer {
      * bits); dead, its let is left out (codegen/emit_c.c). */
     uint8_t *used, *reprinted;
     const uint8_t *dead;
+    /* Loads printed as an element of a float row staged around the leaf
+     * loop being printed (codegen/emit_c.c): the load nodes, the names of
+     * their rows, the loop's variable (the element). */
+    const kir_expr *const *staged;
+    const char *const *staged_row;
+    int nstaged, staged_var;
+    int *staged_hits; /* per staged load, when set: times printed */
+    const kir_expr **inline_var; /* per variable, when set: print this value instead */
 } kir_printer;
 
 void kir_print_expr(kir_printer *p, const kir_expr *e);
 /* value converted to the storage dtype of a buffer. */
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value);
+/* Whether kir_print_stored narrows value with the target's conversion
+ * for dt (rather than moving bits, truncating or casting). */
+bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *value);
 const char *kir_print_ctype(const kir_target *t, kir_type ty);
 const char *kir_print_storage(const kir_target *t, ir_dtype dt);
 const char *kir_print_var(const kir_printer *p, int v);

@@ -1,5 +1,8 @@
 /* The CPU backend: host memory, generated C kernels (linked in or compiled
  * at run time), OpenBLAS or oneDNN for GEMMs (cpu_dnnl.h), OpenMP threads. */
+/* base/scalar.h's F16C row conversions, built for AVX2 and F16C and
+ * chosen at load time (kl_cpu_f16_widen). */
+#define KL_ROWS16_TARGET __attribute__((target("avx2,f16c")))
 #include <cblas.h>
 #include <immintrin.h>
 #include <dlfcn.h>
@@ -148,42 +151,6 @@ KL_VECTOR_CLONES static void widen_bf16(float *restrict w, const uint16_t *restr
         w[i] = kl_bf16_to_f32(h[i]);
 }
 
-/* f16 <-> f32 with F16C, 8 at a time: the same bits as kl_f16_to_f32 and
- * kl_f32_to_f16 for every input but NaN (F16C keeps NaN payload bits and
- * quiets signalling NaNs), with or without flush-to-zero (unit.halves
- * checks every float and every 16-bit pattern); a block with an inf or
- * NaN is done again by the scalar conversions. */
-__attribute__((target("avx2,f16c"))) static void widen_f16_f16c(float *restrict w, const uint16_t *restrict h,
-                                                                 int64_t n)
-{
-    int64_t i = 0;
-    const __m128i exp_mask = _mm_set1_epi16(0x7c00);
-    for (; i + 8 <= n; i += 8) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(h + i));
-        _mm256_storeu_ps(w + i, _mm256_cvtph_ps(x));
-        if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(x, exp_mask), exp_mask)))
-            for (int64_t j = i; j < i + 8; j++)
-                w[j] = kl_f16_to_f32(h[j]);
-    }
-    for (; i < n; i++)
-        w[i] = kl_f16_to_f32(h[i]);
-}
-
-__attribute__((target("avx2,f16c"))) static void narrow_f16_f16c(uint16_t *restrict h, const float *restrict w,
-                                                                  int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_loadu_ps(w + i);
-        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
-            for (int64_t j = i; j < i + 8; j++)
-                h[j] = kl_f32_to_f16(w[j]);
-    }
-    for (; i < n; i++)
-        h[i] = kl_f32_to_f16(w[i]);
-}
-
 KL_VECTOR_CLONES static void widen_f16_plain(float *restrict w, const uint16_t *restrict h, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -199,7 +166,7 @@ KL_VECTOR_CLONES static void narrow_f16_plain(uint16_t *restrict h, const float 
 void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n)
 {
     if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
-        widen_f16_f16c(w, h, n);
+        kl_f16_widen_row_f16c(w, h, n);
     else
         widen_f16_plain(w, h, n);
 }
@@ -207,7 +174,7 @@ void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n)
 void kl_cpu_f16_narrow(uint16_t *h, const float *w, int64_t n)
 {
     if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
-        narrow_f16_f16c(h, w, n);
+        kl_f16_narrow_row_f16c(h, w, n);
     else
         narrow_f16_plain(h, w, n);
 }

@@ -18,3 +18,12 @@ foreach(p bf16 fp16)
   set_tests_properties(prec4.reference.pools16.${p} PROPERTIES
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endforeach()
+
+# The staged f16 rows of leaf loops (codegen/emit_c.c: F16C a row at a
+# time) against the element conversions, every f16 pattern and every
+# 31st float, rows of 1 to 40.
+add_executable(test_rows16 unit/test_rows16.c)
+target_include_directories(test_rows16 PRIVATE ${CMOCKA_INCLUDE_DIR})
+target_link_libraries(test_rows16 PRIVATE kiln ${CMOCKA_LIBRARIES})
+add_test(NAME prec4.unit.rows16 COMMAND test_rows16)
+set_tests_properties(prec4.unit.rows16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

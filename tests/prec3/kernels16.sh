@@ -38,6 +38,22 @@ if [ "$unkey" = "maxpool " ] && [ "$eq" = "maxpool_grad " ] && [ "$sel" = "maxpo
 else
   bad "fp16: kernels that maximise in keys: '$unkey', compare bits: '$eq', select bits: '$sel', widen with F16C: '$f16c', convert: '$conv'"
 fi
+# fp16 leaf loops whose f16 loads and stores walk a row (base + the
+# loop's variable) widen and narrow the whole row with F16C around the
+# loop (codegen/emit_c.c staged rows; prec4.unit.rows16 checks the
+# conversions, the reference checks the kernels' values): batch norm and
+# its gradient convert nothing element by element, the convolutions'
+# gradients (col2im) and forward stores stage their rows.
+ops() { awk -v pat="$1" '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} c != "" && $0 ~ pat {print c}' "$tmp/fp16.c" | sort -u | sed 's|^/\* ||;s| \*/$||' | tr '\n' ','; }
+staged=$(ops 'kl_f16_(widen|narrow)_row\\(')
+inline=$(ops 'kl_f16_to_f32\\(b[0-9]*\\[[^]]*r[0-9]|kl_f32_to_f16\\(')
+if grep -q 'batchnorm + relu,' <<< "$staged" && grep -q 'relu_grad + batchnorm_grad,' <<< "$staged" &&
+   grep -q 'conv2d_grad_input,' <<< "$staged" && grep -q 'conv2d,' <<< "$staged" &&
+   ! grep -q 'batchnorm' <<< "$inline"; then
+  ok "fp16: rows staged with F16C in $staged; element conversions in loops left in $inline"
+else
+  bad "fp16: rows staged in '$staged'; element conversions in row loops in '$inline'"
+fi
 # bf16 stores of values that are bf16 already (maxima and selects of bf16
 # loads and constants) take the top half (kl_bf16_trunc) instead of
 # rounding: the max poolings and their gradients, relu's gradient, the
