@@ -266,7 +266,10 @@ static void stage_loads(const printer *p, const kir_stmt *loop, const kir_expr *
         return;
     }
     stage_loads(p, loop, e->a, st);
-    stage_loads(p, loop, e->b, st);
+    /* The right side of && and || may be a load its left side guards:
+     * a row would read every element. */
+    if (!(e->kind == KE_BIN && (e->op == KB_AND || e->op == KB_OR)))
+        stage_loads(p, loop, e->b, st);
     stage_loads(p, loop, e->c, st);
 }
 
