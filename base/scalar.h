@@ -83,18 +83,19 @@ static inline uint16_t kl_f32_to_f16(float f)
  * kernels whose stored values are their loads' (max pooling and its
  * gradient: codegen/print_expr.c print_bits16), so that f16, whose
  * widening and narrowing are a dozen instructions each in software, pays
- * neither. A key orders as the float does: sign and magnitude made a
- * signed integer, -0 and +0 the same key, every NaN (of either sign)
- * the one key above +inf, as kl_max keeps a NaN of either operand. Back
- * from a key: the float's bits, +0 for a zero, 0x7fff (a quiet NaN in
- * f16 and bf16) for a NaN. Integer selects only: they vectorise. */
-static inline int32_t kl_f16_key(uint32_t h) { int32_t m = (int32_t)(h & 0x7fffu); return m > 0x7c00 ? 0x7fff : (h & 0x8000u) ? -m : m; }
-static inline int32_t kl_bf16_key(uint32_t h) { int32_t m = (int32_t)(h & 0x7fffu); return m > 0x7f80 ? 0x7fff : (h & 0x8000u) ? -m : m; }
+ * neither. A key orders as the float does: sign and magnitude made two's
+ * complement (-0 just below +0, which the float calls equal: a maximum
+ * of the two is +0 either way round), every NaN of either sign the one
+ * key above +inf, as kl_max keeps a NaN of either operand. Back from a
+ * key: the float's bits, 0x7fff (a quiet NaN in f16 and bf16) for a
+ * NaN. Integer selects, shifts and xors only: they vectorise. */
+static inline int32_t kl_f16_key(uint32_t h) { int32_t s = (int16_t)h; return (int32_t)(h & 0x7fffu) > 0x7c00 ? 0x7fff : s ^ ((s >> 15) & 0x7fff); }
+static inline int32_t kl_bf16_key(uint32_t h) { int32_t s = (int16_t)h; return (int32_t)(h & 0x7fffu) > 0x7f80 ? 0x7fff : s ^ ((s >> 15) & 0x7fff); }
 static inline int32_t kl_kmax(int32_t a, int32_t b) { return a > b ? a : b; }
-static inline uint16_t kl_unkey16(int32_t k) { return (uint16_t)(k < 0 ? 0x8000u | (uint32_t)-k : (uint32_t)k); }
-/* a == b as floats: the same key and not NaN. */
-static inline int kl_f16_eq(uint32_t a, uint32_t b) { return (kl_f16_key(a) == kl_f16_key(b)) & ((a & 0x7fffu) <= 0x7c00u); }
-static inline int kl_bf16_eq(uint32_t a, uint32_t b) { return (kl_bf16_key(a) == kl_bf16_key(b)) & ((a & 0x7fffu) <= 0x7f80u); }
+static inline uint16_t kl_unkey16(int32_t k) { return (uint16_t)(k ^ ((k >> 15) & 0x7fff)); }
+/* a == b as floats: the same bits and not NaN, or two zeros. */
+static inline int kl_f16_eq(uint32_t a, uint32_t b) { return ((a == b) & ((a & 0x7fffu) <= 0x7c00u)) | (((a | b) & 0x7fffu) == 0); }
+static inline int kl_bf16_eq(uint32_t a, uint32_t b) { return ((a == b) & ((a & 0x7fffu) <= 0x7f80u)) | (((a | b) & 0x7fffu) == 0); }
 /* c ? a : b on bits, without a branch (c is 0 or 1). */
 static inline uint32_t kl_sel16(int c, uint32_t a, uint32_t b) { return b ^ ((a ^ b) & (uint32_t)-c); }
 /* @end */
