@@ -106,10 +106,14 @@ const char *kir_c_prelude(void)
 #define STAGE_FLOATS 16384  /* floats in all of a loop's rows, on the stack */
 #define STAGE_ROWS 16
 #define STAGE_LOADS 64
+/* Longer loops without accumulators, and leaf loops that OpenMP shares
+ * out (`omp for`), run in chunks of this many, each with its rows. */
+#define STAGE_CHUNK 2048
 
 typedef struct staging {
     int var;                            /* the loop's variable */
-    int64_t extent;
+    int64_t extent;                     /* the rows' length (a chunk's, at most) */
+    bool chunked;                       /* rows of chunk kl_c, kl_n long */
     int nrows;
     const kir_expr *index[STAGE_ROWS];  /* a load's or store's index: base + var */
     int buf[STAGE_ROWS];
@@ -274,13 +278,14 @@ static void stage_loads(const printer *p, const kir_stmt *loop, const kir_expr *
 }
 
 /* The rows to stage around leaf loop s; false when there are none. */
-static bool plan_staging(const printer *p, const kir_stmt *s, staging *st)
+static bool plan_staging(const printer *p, const kir_stmt *s, bool chunked, staging *st)
 {
     const kir_kernel *k = p->e.k;
     memset(st, 0, sizeof *st);
     st->var = s->var;
-    st->extent = s->extent;
-    if (k->compute != KT_F32 || s->extent < STAGE_MIN || s->extent > STAGE_FLOATS)
+    st->chunked = chunked;
+    st->extent = chunked && s->extent > STAGE_CHUNK ? STAGE_CHUNK : s->extent;
+    if (k->compute != KT_F32 || s->extent < STAGE_MIN || st->extent > STAGE_FLOATS)
         return false;
     for (int i = 0; i < k->nbufs; i++)
         if (k->bufs[i].aliased)
@@ -315,6 +320,7 @@ static bool drop_unread_rows(const printer *p, const kir_stmt *s, int skip, stag
     q.e.staged_row = st->load_row;
     q.e.nstaged = st->nloads;
     q.e.staged_var = st->var;
+    q.e.staged_origin = st->chunked ? "kl_c" : NULL;
     q.e.staged_hits = hits;
     print_stmts(&q, s->body, 0, skip);
     kl_buf_free(&scratch);
@@ -322,7 +328,7 @@ static bool drop_unread_rows(const printer *p, const kir_stmt *s, int skip, stag
     for (int l = 0; l < st->nloads; l++)
         for (int r = 0; r < st->nrows; r++)
             read[r] |= hits[l] > 0 && st->load_row[l] == st->name[r];
-    staging kept = {.var = st->var, .extent = st->extent};
+    staging kept = {.var = st->var, .extent = st->extent, .chunked = st->chunked};
     for (int r = 0; r < st->nrows; r++) {
         if (!st->store[r] && !read[r])
             continue;
@@ -356,7 +362,7 @@ static void print_row_start(printer *p, const kir_stmt *loop, const staging *st,
     const char **saved = p->e.rename;
     if (saved)
         memcpy(rename, saved, sizeof *rename * (size_t)k->nvars);
-    rename[st->var] = "0";
+    rename[st->var] = st->chunked ? "kl_c" : "0";
     for (const kir_stmt *c = loop->body; c; c = c->next)
         if (c->kind == KS_LET)
             inline_var[c->var] = c->a;
@@ -369,6 +375,15 @@ static void print_row_start(printer *p, const kir_stmt *loop, const staging *st,
     p->e.inline_var = NULL;
     free(rename);
     free(inline_var);
+}
+
+/* ", LENGTH);" of a row conversion's call. */
+static void print_row_length(printer *p, const staging *st)
+{
+    if (st->chunked)
+        kl_buf_puts(p->e.b, ", kl_n);\n");
+    else
+        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent);
 }
 
 static void print_staging_begin(printer *p, const kir_stmt *loop, const staging *st)
@@ -386,7 +401,7 @@ static void print_staging_begin(printer *p, const kir_stmt *loop, const staging 
         ind(p);
         kl_buf_printf(p->e.b, "kl_f16_widen_row(%s, ", st->name[r]);
         print_row_start(p, loop, st, r);
-        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent);
+        print_row_length(p, st);
     }
 }
 
@@ -398,7 +413,8 @@ static void print_staging_end(printer *p, const kir_stmt *loop, const staging *s
         ind(p);
         kl_buf_puts(p->e.b, "kl_f16_narrow_row(");
         print_row_start(p, loop, st, r);
-        kl_buf_printf(p->e.b, ", %s, %lldLL);\n", st->name[r], (long long)st->extent);
+        kl_buf_printf(p->e.b, ", %s", st->name[r]);
+        print_row_length(p, st);
     }
     p->e.indent--;
     ind(p);
@@ -414,6 +430,51 @@ static const char *staged_store(const printer *p, const kir_stmt *s)
     return NULL;
 }
 
+static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip);
+
+/* Leaf loop s in chunks of STAGE_CHUNK (the chunks shared out by OpenMP
+ * when collapse is 1), each converting its rows around a vectorised
+ * loop over the chunk. Elementwise only (no accumulators), so the
+ * values are the unchunked loop's. */
+static void print_chunked(printer *p, const kir_stmt *s, int collapse, const staging *st)
+{
+    const kir_kernel *k = p->e.k;
+    if (collapse == 1) {
+        ind(p);
+        kl_buf_printf(p->e.b, "%s schedule(static)\n", p->region ? "#pragma omp for" : "#pragma omp parallel for");
+    }
+    long long n = (long long)s->extent, c = (long long)st->extent;
+    ind(p);
+    kl_buf_printf(p->e.b, "for (int64_t kl_c = 0; kl_c < %lldLL; kl_c += %lldLL) {\n", n, c);
+    p->e.indent++;
+    ind(p);
+    kl_buf_printf(p->e.b, "const int64_t kl_n = %lldLL - kl_c < %lldLL ? %lldLL - kl_c : %lldLL;\n", n, c, n, c);
+    print_staging_begin(p, s, st);
+    ind(p);
+    kl_buf_puts(p->e.b, "#pragma omp simd\n");
+    ind(p);
+    const char *v = k->var_names[s->var];
+    kl_buf_printf(p->e.b, "for (int64_t %s = kl_c; %s < kl_c + kl_n; %s++) {\n", v, v, v);
+    p->e.indent++;
+    p->st = st;
+    p->e.staged = st->loads;
+    p->e.staged_row = st->load_row;
+    p->e.nstaged = st->nloads;
+    p->e.staged_var = st->var;
+    p->e.staged_origin = "kl_c";
+    print_stmts(p, s->body, 0, 0);
+    p->st = NULL;
+    p->e.nstaged = 0;
+    p->e.staged_origin = NULL;
+    p->e.indent--;
+    ind(p);
+    kl_buf_puts(p->e.b, "}\n");
+    print_staging_end(p, s, st);
+    p->e.indent--;
+    ind(p);
+    kl_buf_puts(p->e.b, "}\n");
+}
+
 /* collapse > 0: this loop opens an OpenMP nest of that many loops; skip > 0:
  * this loop is inside such a nest and takes no pragma. */
 static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
@@ -427,7 +488,16 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     }
     bool leaf = is_leaf_loop(s);
     staging st;
-    bool staged = collapse == 0 && skip == 0 && leaf && plan_staging(p, s, &st) && drop_unread_rows(p, s, 0, &st);
+    /* A leaf loop with f16 rows that OpenMP shares out, or too long for
+     * rows on the stack, runs in chunks (print_chunked). */
+    bool chunk = leaf && skip == 0 && collapse <= 1 && s->loop == KL_PAR && !s->naccs &&
+                 (collapse == 1 || s->extent > STAGE_FLOATS);
+    if (chunk && plan_staging(p, s, true, &st) && drop_unread_rows(p, s, 0, &st)) {
+        print_chunked(p, s, collapse, &st);
+        return;
+    }
+    bool staged = !chunk && collapse == 0 && skip == 0 && leaf && plan_staging(p, s, false, &st) &&
+                  drop_unread_rows(p, s, 0, &st);
     if (staged)
         print_staging_begin(p, s, &st);
     if (collapse > 0) {
@@ -539,8 +609,9 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             const char *row = staged_store(p, s);
             if (row) {
                 ind(p);
-                kl_buf_printf(p->e.b, "%s[%s] = (float)(", row, kir_print_var(&p->e, p->st->var));
-                kir_print_expr(&p->e, s->b);
+                kl_buf_printf(p->e.b, "%s[%s%s] = (float)(", row, kir_print_var(&p->e, p->st->var),
+                              p->st->chunked ? " - kl_c" : "");
+                kir_print_expr(&p->e, kir_strip_rounding(IR_F16, s->b));
                 kl_buf_puts(p->e.b, ");\n");
                 break;
             }

@@ -292,7 +292,8 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
             if (p->staged[i] == e) {
                 if (p->staged_hits)
                     p->staged_hits[i]++;
-                kl_buf_printf(b, "%s[%s]", p->staged_row[i], kir_print_var(p, p->staged_var));
+                kl_buf_printf(b, "%s[%s%s%s]", p->staged_row[i], kir_print_var(p, p->staged_var),
+                              p->staged_origin ? " - " : "", p->staged_origin ? p->staged_origin : "");
                 return;
             }
         }
@@ -595,8 +596,21 @@ static bool print_eq16(kir_printer *p, const kir_expr *e)
     return true;
 }
 
+/* A value rounded to dt and then stored as dt: the store rounds it
+ * alike, so the rounding goes (kl_f32_to_f16 of an f16 value gives its
+ * bits back, NaN included, and so does bf16's): a cast back to a 16-bit
+ * dtype stores once, and a load so rounded is a copy. */
+const kir_expr *kir_strip_rounding(ir_dtype dt, const kir_expr *value)
+{
+    kir_unop round = dt == IR_F16 ? KU_ROUND_F16 : KU_ROUND_BF16;
+    while ((dt == IR_F16 || dt == IR_BF16) && value->kind == KE_UN && value->op == (int)round && value->type == KT_F32)
+        value = value->a;
+    return value;
+}
+
 bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
+    value = kir_strip_rounding(dt, value);
     bool keyed = false;
     return dt > IR_NONE && dt < IR_NDTYPES && p->t->store[dt] && !is_copy16(p, dt, value) &&
            !(bits16_dtype(p, dt) && exact16(p, dt, value, 0, &keyed)) &&
@@ -605,6 +619,7 @@ bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *
 
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
+    value = kir_strip_rounding(dt, value);
     const char *store = dt > IR_NONE && dt < IR_NDTYPES ? p->t->store[dt] : NULL;
     if (store && print_copy16(p, dt, value))
         return;

@@ -58,6 +58,7 @@ typedef struct kir_printer {
     const kir_expr *const *staged;
     const char *const *staged_row;
     int nstaged, staged_var;
+    const char *staged_origin; /* when set, the rows start at this value of the variable */
     int *staged_hits; /* per staged load, when set: times printed */
     const kir_expr **inline_var; /* per variable, when set: print this value instead */
 } kir_printer;
@@ -65,6 +66,9 @@ typedef struct kir_printer {
 void kir_print_expr(kir_printer *p, const kir_expr *e);
 /* value converted to the storage dtype of a buffer. */
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value);
+/* value without the roundings to dt that storing it as dt makes again
+ * (KU_ROUND_F16 or KU_ROUND_BF16 at its top). */
+const kir_expr *kir_strip_rounding(ir_dtype dt, const kir_expr *value);
 /* Whether kir_print_stored narrows value with the target's conversion
  * for dt (rather than moving bits, truncating or casting). */
 bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *value);

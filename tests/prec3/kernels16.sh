@@ -54,6 +54,18 @@ if grep -q 'batchnorm + relu,' <<< "$staged" && grep -q 'relu_grad + batchnorm_g
 else
   bad "fp16: rows staged in '$staged'; element conversions in row loops in '$inline'"
 fi
+# Leaf loops that OpenMP shares out or that are too long for rows on the
+# stack run in chunks, each with its rows (the optimizer's and the input
+# cast's flat loops); a value rounded to f16 and then stored as f16 is
+# rounded once (the cast's rounding went twice: same bits, twice the
+# work).
+chunked=$(ops 'kl_c \\+= ')
+twice=$(grep -c 'kl_f32_to_f16((float)((float)kl_f16_to_f32(kl_f32_to_f16' "$tmp/fp16.c" || true)
+if grep -q 'adam_update' <<< "$chunked" && grep -q 'cast + div' <<< "$chunked" && [ "$twice" = 0 ]; then
+  ok "fp16: chunked rows in $chunked; no value rounded twice on its way to an f16 store"
+else
+  bad "fp16: chunked rows in '$chunked'; $twice stores of values rounded twice"
+fi
 # bf16 stores of values that are bf16 already (maxima and selects of bf16
 # loads and constants) take the top half (kl_bf16_trunc) instead of
 # rounding: the max poolings and their gradients, relu's gradient, the
