@@ -100,8 +100,9 @@ const char *kir_c_prelude(void)
  * (kl_f16_widen_row, kl_f16_narrow_row: one instruction per 8 elements)
  * before and after the loop, into float arrays on the stack that the
  * loop reads and writes. Legal when the loop does not both load and store
- * a buffer it stages, stores a staged buffer once, and no buffer shares
- * memory with another (in-place results). */
+ * a buffer it stages, stores a staged buffer once, and touches buffers
+ * that share memory with another (in-place results) at one index only
+ * (aliased_in_step). */
 #define STAGE_MIN 8         /* shorter rows: the calls cost more than they save */
 #define STAGE_FLOATS 16384  /* floats in all of a loop's rows, on the stack */
 #define STAGE_ROWS 16
@@ -277,6 +278,43 @@ static void stage_loads(const printer *p, const kir_stmt *loop, const kir_expr *
     stage_loads(p, loop, e->c, st);
 }
 
+/* The first index at which e loads a buffer that shares memory with
+ * another into *index, false when a second one differs (or the dtypes
+ * do). */
+static bool aliased_loads(const kir_kernel *k, const kir_expr *e, const kir_expr **index, ir_dtype *dt)
+{
+    if (!e)
+        return true;
+    if (e->kind == KE_LOAD && k->bufs[e->buf].aliased) {
+        if (*index && (!same_expr(*index, e->a) || *dt != k->bufs[e->buf].dtype))
+            return false;
+        *index = e->a;
+        *dt = k->bufs[e->buf].dtype;
+    }
+    return aliased_loads(k, e->a, index, dt) && aliased_loads(k, e->b, index, dt) && aliased_loads(k, e->c, index, dt);
+}
+
+/* Whether leaf loop s touches the buffers that share memory (an
+ * in-place result and its operand) only at one index, a row's: then
+ * each element is read and written by its own iteration alone, and
+ * reading its row before the loop and writing after changes nothing. */
+static bool aliased_in_step(const kir_kernel *k, const kir_stmt *s)
+{
+    const kir_expr *index = NULL;
+    ir_dtype dt = IR_NONE;
+    for (const kir_stmt *c = s->body; c; c = c->next) {
+        if (!aliased_loads(k, c->a, &index, &dt) || !aliased_loads(k, c->b, &index, &dt))
+            return false;
+        if ((c->kind == KS_STORE || c->kind == KS_ADDTO) && k->bufs[c->buf].aliased) {
+            if (index && (!same_expr(index, c->a) || dt != k->bufs[c->buf].dtype))
+                return false;
+            index = c->a;
+            dt = k->bufs[c->buf].dtype;
+        }
+    }
+    return !index || row_index(s, index);
+}
+
 /* The rows to stage around leaf loop s; false when there are none. */
 static bool plan_staging(const printer *p, const kir_stmt *s, bool chunked, staging *st)
 {
@@ -287,9 +325,8 @@ static bool plan_staging(const printer *p, const kir_stmt *s, bool chunked, stag
     st->extent = chunked && s->extent > STAGE_CHUNK ? STAGE_CHUNK : s->extent;
     if (k->compute != KT_F32 || s->extent < STAGE_MIN || st->extent > STAGE_FLOATS)
         return false;
-    for (int i = 0; i < k->nbufs; i++)
-        if (k->bufs[i].aliased)
-            return false;
+    if (!aliased_in_step(k, s))
+        return false;
     for (const kir_stmt *c = s->body; c; c = c->next) {
         if (c->kind == KS_STORE && k->bufs[c->buf].dtype == IR_F16 && row_index(s, c->a) &&
             kir_print_store_narrows(&p->e, IR_F16, c->b)) {

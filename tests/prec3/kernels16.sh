@@ -43,11 +43,13 @@ fi
 # loop (codegen/emit_c.c staged rows; prec4.unit.rows16 checks the
 # conversions, the reference checks the kernels' values): batch norm and
 # its gradient convert nothing element by element, the convolutions'
-# gradients (col2im) and forward stores stage their rows.
+# gradients (col2im) and forward stores stage their rows, and so does the
+# in-place add + relu (its operand and result, one memory, at one index).
 ops() { awk -v pat="$1" '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} c != "" && $0 ~ pat {print c}' "$tmp/fp16.c" | sort -u | sed 's|^/\* ||;s| \*/$||' | tr '\n' ','; }
 staged=$(ops 'kl_f16_(widen|narrow)_row\\(')
 inline=$(ops 'kl_f16_to_f32\\(b[0-9]*\\[[^]]*r[0-9]|kl_f32_to_f16\\(')
 if grep -q 'batchnorm + relu,' <<< "$staged" && grep -q 'relu_grad + batchnorm_grad,' <<< "$staged" &&
+   grep -q 'add + relu,' <<< "$staged" &&
    grep -q 'conv2d_grad_input,' <<< "$staged" && grep -q 'conv2d,' <<< "$staged" &&
    ! grep -q 'batchnorm' <<< "$inline"; then
   ok "fp16: rows staged with F16C in $staged; element conversions in loops left in $inline"
