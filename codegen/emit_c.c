@@ -119,9 +119,10 @@ typedef struct staging {
     const kir_expr *index[STAGE_ROWS];  /* a load's or store's index: base + var */
     int buf[STAGE_ROWS];
     const kir_stmt *store[STAGE_ROWS];  /* the store a row takes (NULL: a load's row) */
-    char name[STAGE_ROWS][16];
-    const kir_expr *loads[STAGE_LOADS]; /* staged load nodes and their rows' names */
-    const char *load_row[STAGE_LOADS];
+    char name[STAGE_ROWS][24];
+    const kir_expr *loads[STAGE_LOADS]; /* staged load nodes, their rows and the rows' names */
+    int load_row[STAGE_LOADS];
+    const char *load_name[STAGE_LOADS];
     int nloads;
 } staging;
 
@@ -219,7 +220,6 @@ static bool row_index(const kir_stmt *loop, const kir_expr *index)
     return unit_stride(loop, index) && !kir_expr_loads(index);
 }
 
-/* Counts the loop body's loads (*loads) and stores (*stores) of buffer buf. */
 static void count_expr(const kir_expr *e, int buf, int *loads)
 {
     if (!e)
@@ -230,6 +230,7 @@ static void count_expr(const kir_expr *e, int buf, int *loads)
     count_expr(e->c, buf, loads);
 }
 
+/* Counts the loop body's loads (*loads) and stores (*stores) of buffer buf. */
 static void count_uses(const kir_stmt *loop, int buf, int *loads, int *stores)
 {
     *loads = *stores = 0;
@@ -266,7 +267,8 @@ static void stage_loads(const printer *p, const kir_stmt *loop, const kir_expr *
         int r = stores == 0 && st->nloads < STAGE_LOADS ? add_row(st, e->a, e->buf, NULL) : -1;
         if (r >= 0) {
             st->loads[st->nloads] = e;
-            st->load_row[st->nloads++] = st->name[r];
+            st->load_row[st->nloads] = r;
+            st->load_name[st->nloads++] = st->name[r];
         }
         return;
     }
@@ -343,50 +345,58 @@ static bool plan_staging(const printer *p, const kir_stmt *s, bool chunked, stag
     return st->nrows > 0;
 }
 
+/* Prints the loads of st as its rows' elements (st NULL: as loads). */
+static void use_staging(printer *p, const staging *st)
+{
+    p->st = st;
+    p->e.staged = st ? st->loads : NULL;
+    p->e.staged_row = st ? st->load_name : NULL;
+    p->e.nstaged = st ? st->nloads : 0;
+    p->e.staged_var = st ? st->var : 0;
+    p->e.staged_origin = st && st->chunked ? "kl_c" : NULL;
+}
+
 /* Leaves out the load rows that printing leaf loop s does not read (a
  * load that a store copies, or compares and selects in its 16-bit bits,
  * prints the buffer's element instead); false when no row is left. */
-static bool drop_unread_rows(const printer *p, const kir_stmt *s, int skip, staging *st)
+static bool drop_unread_rows(const printer *p, const kir_stmt *s, staging *st)
 {
     int hits[STAGE_LOADS] = {0};
     printer q = *p;
     kl_buf scratch = {0};
     q.e.b = &scratch;
-    q.st = st;
-    q.e.staged = st->loads;
-    q.e.staged_row = st->load_row;
-    q.e.nstaged = st->nloads;
-    q.e.staged_var = st->var;
-    q.e.staged_origin = st->chunked ? "kl_c" : NULL;
+    use_staging(&q, st);
     q.e.staged_hits = hits;
-    print_stmts(&q, s->body, 0, skip);
+    print_stmts(&q, s->body, 0, 0);
     kl_buf_free(&scratch);
-    bool read[STAGE_ROWS] = {0};
+    bool keep[STAGE_ROWS] = {0};
+    for (int r = 0; r < st->nrows; r++)
+        keep[r] = st->store[r] != NULL;
     for (int l = 0; l < st->nloads; l++)
-        for (int r = 0; r < st->nrows; r++)
-            read[r] |= hits[l] > 0 && st->load_row[l] == st->name[r];
-    staging kept = {.var = st->var, .extent = st->extent, .chunked = st->chunked};
+        keep[st->load_row[l]] |= hits[l] > 0;
+    int remap[STAGE_ROWS], n = 0;
     for (int r = 0; r < st->nrows; r++) {
-        if (!st->store[r] && !read[r])
+        remap[r] = keep[r] ? n : -1;
+        if (!keep[r])
             continue;
-        int k = kept.nrows++;
-        kept.index[k] = st->index[r];
-        kept.buf[k] = st->buf[r];
-        kept.store[k] = st->store[r];
-        snprintf(kept.name[k], sizeof kept.name[k], "kl_row%d", k);
-        for (int l = 0; l < st->nloads; l++) {
-            if (st->load_row[l] == st->name[r]) {
-                kept.loads[kept.nloads] = st->loads[l];
-                kept.load_row[kept.nloads++] = kept.name[k];
-            }
-        }
+        st->index[n] = st->index[r];
+        st->buf[n] = st->buf[r];
+        st->store[n] = st->store[r];
+        snprintf(st->name[n], sizeof st->name[n], "kl_row%d", n);
+        n++;
     }
-    *st = kept;
-    for (int l = 0; l < st->nloads; l++) /* names point into *st now */
-        for (int r = 0; r < st->nrows; r++)
-            if (!strcmp(st->load_row[l], st->name[r]))
-                st->load_row[l] = st->name[r];
-    return st->nrows > 0;
+    st->nrows = n;
+    int m = 0;
+    for (int l = 0; l < st->nloads; l++) {
+        int r = remap[st->load_row[l]];
+        if (r < 0)
+            continue;
+        st->loads[m] = st->loads[l];
+        st->load_row[m] = r;
+        st->load_name[m++] = st->name[r];
+    }
+    st->nloads = m;
+    return n > 0;
 }
 
 /* &buf[index] with the loop's variable at 0 (the body's lets it reads
@@ -493,16 +503,9 @@ static void print_chunked(printer *p, const kir_stmt *s, int collapse, const sta
     const char *v = k->var_names[s->var];
     kl_buf_printf(p->e.b, "for (int64_t %s = kl_c; %s < kl_c + kl_n; %s++) {\n", v, v, v);
     p->e.indent++;
-    p->st = st;
-    p->e.staged = st->loads;
-    p->e.staged_row = st->load_row;
-    p->e.nstaged = st->nloads;
-    p->e.staged_var = st->var;
-    p->e.staged_origin = "kl_c";
+    use_staging(p, st);
     print_stmts(p, s->body, 0, 0);
-    p->st = NULL;
-    p->e.nstaged = 0;
-    p->e.staged_origin = NULL;
+    use_staging(p, NULL);
     p->e.indent--;
     ind(p);
     kl_buf_puts(p->e.b, "}\n");
@@ -529,12 +532,12 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
      * rows on the stack, runs in chunks (print_chunked). */
     bool chunk = leaf && skip == 0 && collapse <= 1 && s->loop == KL_PAR && !s->naccs &&
                  (collapse == 1 || s->extent > STAGE_FLOATS);
-    if (chunk && plan_staging(p, s, true, &st) && drop_unread_rows(p, s, 0, &st)) {
+    if (chunk && plan_staging(p, s, true, &st) && drop_unread_rows(p, s, &st)) {
         print_chunked(p, s, collapse, &st);
         return;
     }
     bool staged = !chunk && collapse == 0 && skip == 0 && leaf && plan_staging(p, s, false, &st) &&
-                  drop_unread_rows(p, s, 0, &st);
+                  drop_unread_rows(p, s, &st);
     if (staged)
         print_staging_begin(p, s, &st);
     if (collapse > 0) {
@@ -574,16 +577,10 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     const kir_stmt *saved = p->red;
     if (s->naccs)
         p->red = s;
-    if (staged) {
-        p->st = &st;
-        p->e.staged = st.loads;
-        p->e.staged_row = st.load_row;
-        p->e.nstaged = st.nloads;
-        p->e.staged_var = st.var;
-    }
+    if (staged)
+        use_staging(p, &st);
     print_stmts(p, s->body, 0, inner_skip);
-    p->st = NULL;
-    p->e.nstaged = 0;
+    use_staging(p, NULL);
     p->red = saved;
     p->e.indent--;
     ind(p);
@@ -755,13 +752,6 @@ static bool fits_region(const kir_kernel *k, const kir_stmt *s, int *nests)
     return true;
 }
 
-/* A kernel is two functions. The body takes its buffers as restrict
- * parameters: gcc honours restrict on parameters, not on locals loaded
- * from kb[], and without it leaves loops that store with a stride (max
- * pooling's backward, measured 3.4x slower) scalar. OpenMP outlines a
- * parallel region into a function that sees only plain pointers, so the
- * region opens in the entry function around the call, and the body's
- * nests are `omp for`, shared out within it. */
 /* Lets that no statement prints by name once their uses print their
  * value instead (print_expr.c's 16-bit bits: max pooling's dy and y, as
  * floats, would be dead code): found by printing the body until no more
@@ -771,7 +761,10 @@ static uint8_t *dead_lets(const printer *p)
     const kir_kernel *k = p->e.k;
     uint8_t *dead = kl_xcalloc((size_t)k->nvars + 1, 1), *used = kl_xcalloc((size_t)k->nvars + 1, 1);
     uint8_t *reprinted = kl_xcalloc((size_t)k->nvars + 1, 1);
-    for (bool more = true; more;) {
+    bool f16 = false; /* only f16 values print that way */
+    for (int i = 0; i < k->nbufs; i++)
+        f16 |= k->bufs[i].dtype == IR_F16;
+    for (bool more = f16; more;) {
         printer q = *p;
         kl_buf scratch = {0};
         q.e.b = &scratch;
@@ -792,6 +785,13 @@ static uint8_t *dead_lets(const printer *p)
     return dead;
 }
 
+/* A kernel is two functions. The body takes its buffers as restrict
+ * parameters: gcc honours restrict on parameters, not on locals loaded
+ * from kb[], and without it leaves loops that store with a stride (max
+ * pooling's backward, measured 3.4x slower) scalar. OpenMP outlines a
+ * parallel region into a function that sees only plain pointers, so the
+ * region opens in the entry function around the call, and the body's
+ * nests are `omp for`, shared out within it. */
 char *kir_emit_c(const kir_kernel *k)
 {
     kl_buf b = {0};

@@ -350,15 +350,6 @@ static bool is_copy16(const kir_printer *p, ir_dtype dt, const kir_expr *value)
     return value->kind == KE_LOAD && p->k->bufs[value->buf].dtype == dt && !((p->lanes >> value->buf) & 1);
 }
 
-static bool print_copy16(kir_printer *p, ir_dtype dt, const kir_expr *value)
-{
-    if (!is_copy16(p, dt, value))
-        return false;
-    kl_buf_printf(p->b, "%s[", p->k->bufs[value->buf].name);
-    kir_print_expr(p, value->a);
-    kl_buf_putc(p->b, ']');
-    return true;
-}
 
 /* The statement in list s (and the lists inside it) that declares var v,
  * or NULL; *assigned: v is also set or accumulated somewhere. */
@@ -403,7 +394,7 @@ static bool exact_bf16(const kir_printer *p, const kir_expr *e, int depth)
         return (e->op == KU_RELU || e->op == KU_NEG) && exact_bf16(p, e->a, depth + 1);
     case KE_VAR: {
         bool assigned = false;
-        const kir_stmt *let = find_let(p->k->host_body ? p->k->host_body : p->k->body, e->var, &assigned);
+        const kir_stmt *let = find_let(kir_host_stmts(p->k), e->var, &assigned);
         return let && !assigned && exact_bf16(p, let->a, depth + 1);
     }
     default:
@@ -425,7 +416,7 @@ static bool exact_bf16(const kir_printer *p, const kir_expr *e, int depth)
 
 static bool bits16_dtype(const kir_printer *p, ir_dtype dt)
 {
-    return (dt == IR_F16) && p->t == &kir_target_c && !p->lanes;
+    return dt == IR_F16 && p->t == &kir_target_c && !p->lanes;
 }
 
 /* Whether e reads only buffers the kernel does not write and variables
@@ -449,7 +440,7 @@ static bool stable_expr(const kir_printer *p, const kir_expr *e)
 static const kir_expr *reprintable_let(const kir_printer *p, int v)
 {
     bool assigned = false;
-    const kir_stmt *let = find_let(p->k->host_body ? p->k->host_body : p->k->body, v, &assigned);
+    const kir_stmt *let = find_let(kir_host_stmts(p->k), v, &assigned);
     return let && !assigned && p->k->var_acc[v] == -1 && stable_expr(p, let->a) ? let->a : NULL;
 }
 
@@ -608,38 +599,58 @@ const kir_expr *kir_strip_rounding(ir_dtype dt, const kir_expr *value)
     return value;
 }
 
+/* How a value (its roundings stripped) is stored as dt: a cast (no
+ * conversion for dt), the bits of a 16-bit load of dt (is_copy16), f16
+ * bits (print_bits16), bf16's top half (exact_bf16), or the target's
+ * narrowing. */
+typedef enum store_form { STORE_CAST, STORE_COPY16, STORE_BITS16, STORE_TRUNC_BF16, STORE_NARROW } store_form;
+
+static store_form store_form_of(const kir_printer *p, ir_dtype dt, const kir_expr *value)
+{
+    bool keyed = false;
+    if (dt <= IR_NONE || dt >= IR_NDTYPES || !p->t->store[dt])
+        return STORE_CAST;
+    if (is_copy16(p, dt, value))
+        return STORE_COPY16;
+    if (bits16_dtype(p, dt) && exact16(p, dt, value, 0, &keyed))
+        return STORE_BITS16;
+    if (dt == IR_BF16 && p->t == &kir_target_c && exact_bf16(p, value, 0))
+        return STORE_TRUNC_BF16;
+    return STORE_NARROW;
+}
+
 bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
-    value = kir_strip_rounding(dt, value);
-    bool keyed = false;
-    return dt > IR_NONE && dt < IR_NDTYPES && p->t->store[dt] && !is_copy16(p, dt, value) &&
-           !(bits16_dtype(p, dt) && exact16(p, dt, value, 0, &keyed)) &&
-           !(dt == IR_BF16 && p->t == &kir_target_c && exact_bf16(p, value, 0));
+    return store_form_of(p, dt, kir_strip_rounding(dt, value)) == STORE_NARROW;
 }
 
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
     value = kir_strip_rounding(dt, value);
-    const char *store = dt > IR_NONE && dt < IR_NDTYPES ? p->t->store[dt] : NULL;
-    if (store && print_copy16(p, dt, value))
+    switch (store_form_of(p, dt, value)) {
+    case STORE_COPY16:
+        kl_buf_printf(p->b, "%s[", p->k->bufs[value->buf].name);
+        kir_print_expr(p, value->a);
+        kl_buf_putc(p->b, ']');
         return;
-    bool keyed = false;
-    if (store && bits16_dtype(p, dt) && exact16(p, dt, value, 0, &keyed)) {
+    case STORE_BITS16:
         kl_buf_puts(p->b, "(uint16_t)");
         print_bits16(p, dt, value);
         return;
-    }
-    if (store && dt == IR_BF16 && p->t == &kir_target_c && exact_bf16(p, value, 0)) {
+    case STORE_TRUNC_BF16:
         kl_buf_puts(p->b, "kl_bf16_trunc((float)(");
         kir_print_expr(p, value);
         kl_buf_puts(p->b, "))");
         return;
-    }
-    if (store) {
-        kl_buf_printf(p->b, "%s((float)(", store);
+    case STORE_NARROW:
+        kl_buf_printf(p->b, "%s((float)(", p->t->store[dt]);
         kir_print_expr(p, value);
         kl_buf_puts(p->b, "))");
-    } else if (!ir_dtype_is_float(dt)) {
+        return;
+    case STORE_CAST:
+        break;
+    }
+    if (!ir_dtype_is_float(dt)) {
         /* A float stored as an integer converts as a cast does. */
         kl_buf_printf(p->b, "(%s)(", kir_print_storage(p->t, dt));
         double lo = dt == IR_U8 ? 0 : dt == IR_I32 ? -2147483648.0 : -9.2e18;
