@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "cpu_attn.h"
 #include "cpu_dnnl.h"
+#include "gemm16.h"
 #include "session.h"
 #include "codegen/kir.h"
 
@@ -37,7 +38,9 @@ typedef struct cpu_backend {
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
     kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 */
     kl_dnnl *dnnl_f32;          /* fp32 GEMMs (widened ones too) through oneDNN's sgemm; NULL: OpenBLAS */
-    char gemm_choice[720];      /* "fp32 GEMMs: ..., bf16 GEMMs: ...", for the start-up line */
+    bool gemm16;                /* f16 GEMMs through gemm16.h's AVX-512 kernel; false: widened to fp32 */
+    kl_gemm16_ws gemm16_ws;
+    char gemm_choice[860];      /* "fp32 GEMMs: ..., bf16 GEMMs: ...", for the start-up line */
     bool generated_attention;   /* KILN_CPU_ATTENTION=generated: attention
                                    through the kernel IR's C, not cpu_attn.c */
 } cpu_backend;
@@ -339,6 +342,10 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
         kl_dnnl_gemm(cb->dnnl, g, a, b, c);
         return;
     }
+    if (cb->gemm16 && kl_gemm16_takes(g)) {
+        kl_gemm16(&cb->gemm16_ws, cb->base.threads, g, a, b, c);
+        return;
+    }
     if (cpu_gemm_panels(cb, g, a, b, c))
         return;
     kl_gemm w = *g;
@@ -402,6 +409,7 @@ static void cpu_destroy(kl_backend *be)
         free(cb->wide[i]);
     kl_dnnl_close(cb->dnnl);
     kl_dnnl_close(cb->dnnl_f32);
+    kl_gemm16_ws_free(&cb->gemm16_ws);
     free(cb);
 }
 
@@ -472,6 +480,32 @@ static int choose_dnnl(kl_dnnl **d, kl_dnnl_use use, const char *flag, const cha
     return 0;
 }
 
+/* Who runs f16 GEMMs: KILN_F16_GEMM auto (Kiln's AVX-512 kernel where
+ * the CPU has AVX-512, else operands widened to fp32 for the fp32
+ * library), kiln (refused without AVX-512) or widened. Writes what runs
+ * into text; -1 on a refused setting (reported). */
+static int choose_gemm16(cpu_backend *cb, char *text, size_t len)
+{
+    const char *env = getenv("KILN_F16_GEMM");
+    const char *want = env && *env ? env : "auto";
+    bool supported = kl_gemm16_supported();
+    if (strcmp(want, "auto") && strcmp(want, "kiln") && strcmp(want, "widened")) {
+        kl_error("KILN_F16_GEMM must be auto, kiln or widened, got '%s'", want);
+        return -1;
+    }
+    if (!strcmp(want, "kiln") && !supported) {
+        kl_error("KILN_F16_GEMM=kiln: this CPU lacks AVX-512 (F, BW, VL) or F16C, which Kiln's f16 GEMM needs\n"
+                 "---> try KILN_F16_GEMM=auto (operands widened to fp32)");
+        return -1;
+    }
+    cb->gemm16 = supported && strcmp(want, "widened");
+    if (cb->gemm16)
+        snprintf(text, len, "Kiln AVX-512 (fp32 sums, operands widened while packed)");
+    else
+        snprintf(text, len, "sgemm, widened (%s)", supported ? "KILN_F16_GEMM=widened" : "no AVX-512");
+    return 0;
+}
+
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
 {
     cpu_backend *cb = kl_xcalloc(1, sizeof *cb);
@@ -512,10 +546,17 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
         cpu_destroy(&cb->base);
         return NULL;
     }
+    char f16[120];
+    if (choose_gemm16(cb, f16, sizeof f16)) {
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
     if (cb->dnnl)
-        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "fp32 GEMMs: %s, bf16 GEMMs: %s", f32, b16);
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "fp32 GEMMs: %s, bf16 GEMMs: %s, f16 GEMMs: %s", f32, b16,
+                 f16);
     else
-        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "fp32 GEMMs: %s, bf16 GEMMs: %s sgemm, widened%s", f32,
-                 cb->dnnl_f32 ? "oneDNN" : "OpenBLAS", b16);
+        snprintf(cb->gemm_choice, sizeof cb->gemm_choice,
+                 "fp32 GEMMs: %s, bf16 GEMMs: %s sgemm, widened%s, f16 GEMMs: %s", f32,
+                 cb->dnnl_f32 ? "oneDNN" : "OpenBLAS", b16, f16);
     return &cb->base;
 }

@@ -1,0 +1,43 @@
+/* f16 GEMMs on CPUs with AVX-512: fp16 operands, fp32 accumulation,
+ * without an fp32 copy of the operands. OpenBLAS and oneDNN 2.6 have no
+ * f16 GEMM, and widening whole operands to fp32 for their sgemm costs a
+ * pass over memory per operand; here the operands are widened (F16C)
+ * while they are packed into cache-sized blocks, which every GEMM does
+ * anyway, and an 8 x 48 fp32 micro-kernel multiplies the packed blocks.
+ *
+ * Results do not depend on the thread count: each element of C sums its
+ * products in the same order (K in blocks of 192, in order) whichever
+ * thread computes it. They differ from the widened sgemm's in the last
+ * bits (another summation order), as any two GEMM libraries do. */
+#ifndef KILN_RUNTIME_GEMM16_H
+#define KILN_RUNTIME_GEMM16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "plan/plan.h"
+
+/* Scratch that persists between GEMMs (owned by the CPU backend): a
+ * packed block of A, one of B and fp32 sums of C, per thread. */
+typedef struct kl_gemm16_ws {
+    int threads;
+    float **pack; /* per thread */
+    size_t *len;  /* floats in pack[t] */
+} kl_gemm16_ws;
+
+/* Whether this CPU runs the kernel (AVX-512 F, BW and VL, and F16C). */
+bool kl_gemm16_supported(void);
+
+/* Whether kl_gemm16 takes g: f16 operands, an f16 or fp32 result, a
+ * GEMM large enough to pay for the packing, and not a batch summed into
+ * an f16 C (which must stay wide across the items). */
+bool kl_gemm16_takes(const kl_gemm *g);
+
+/* C = alpha op(A) op(B) + beta C for each batch item (g's offsets and
+ * strides), with up to `threads` OpenMP threads. Call only where
+ * kl_gemm16_supported() and kl_gemm16_takes(g). */
+void kl_gemm16(kl_gemm16_ws *ws, int threads, const kl_gemm *g, const void *a, const void *b, void *c);
+
+void kl_gemm16_ws_free(kl_gemm16_ws *ws);
+
+#endif

@@ -1,0 +1,133 @@
+/* f16 GEMMs through Kiln's AVX-512 kernel (runtime/gemm16.c), as the CPU
+ * backend runs them, against the f64 reference (gemm_check.h):
+ *  - every transpose pair; sizes that leave partial strips of rows (8)
+ *    and columns (48); K over several blocks of 192 and under one; rows
+ *    over one block of 192; columns over one block of 768; offsets,
+ *    alpha and beta; f16 and fp32 results; batches with strides, a
+ *    shared operand, items summed into an fp32 C;
+ *  - the same bits with 1, 2 and 3 threads, C split by columns and by
+ *    rows (each element sums in the same order whichever thread runs it);
+ *  - KILN_F16_GEMM: auto names the kernel at start-up, widened the old
+ *    path, an unknown value is refused.
+ * Exits 77 (skipped) on a CPU without AVX-512, after checking that
+ * KILN_F16_GEMM=kiln is refused there. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <cmocka.h>
+
+#include "gemm_check.h"
+#include "runtime/gemm16.h"
+
+/* Every shape does at least gemm16.c's MIN_MACS multiply-adds per item
+ * (smaller ones stay widened). */
+static const shape shapes[] = {
+    {0, 0, 67, 130, 385, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16},
+    {0, 0, 67, 130, 385, 1, 0, 0, 0, 5, 3, 1, false, 0.5, 1, IR_F32},
+    {1, 0, 200, 97, 33, 1, 0, 0, 0, 0, 0, 0, false, 1, 0.25, IR_F16},
+    {0, 1, 9, 1100, 50, 1, 0, 0, 0, 2, 7, 0, false, 1, 0, IR_F16},
+    {1, 1, 300, 50, 200, 1, 0, 0, 0, 0, 0, 0, false, 2, -1, IR_F32},
+    {0, 1, 64, 288, 1000, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
+    {1, 0, 3000, 20, 16, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16},
+    /* Batched: strided A and C, a shared B, an f16 result. */
+    {0, 0, 64, 100, 50, 3, 64 * 50 + 3, 0, 64 * 100 + 1, 2, 0, 0, false, 1, 0.5, IR_F16},
+    /* Summed over batch items into one fp32 C (a weight gradient). */
+    {0, 1, 64, 96, 64, 4, 64 * 64, 96 * 64, 0, 0, 0, 0, true, 1, 0, IR_F32},
+    {1, 0, 40, 100, 80, 3, 40 * 80, 80 * 100, 0, 0, 0, 0, true, 1, 1, IR_F32},
+};
+
+static kl_backend *backend(int threads)
+{
+    kl_cpu_options co = {.threads = threads, .quiet = true};
+    return kl_cpu_backend_new(&co);
+}
+
+static void test_against_reference(void **state)
+{
+    (void)state;
+    kl_backend *be = backend(2);
+    assert_non_null(be);
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AVX-512"));
+    int bad = 0;
+    for (size_t i = 0; i < KL_ARRAY_LEN(shapes); i++) {
+        kl_gemm g = {.dtype = IR_F16, .out_dtype = shapes[i].out, .m = shapes[i].m, .n = shapes[i].n,
+                     .k = shapes[i].k, .batch = shapes[i].batch, .accumulate = shapes[i].accumulate};
+        assert_true(kl_gemm16_takes(&g));
+        bad |= check_shape(be, &shapes[i], IR_F16, "gemm16");
+    }
+    be->ops->destroy(be);
+    assert_int_equal(bad, 0);
+}
+
+/* C = A B on `threads` threads, f16 result; A and B as seeded. */
+static uint16_t *run(int threads, int ta, int tb, int64_t m, int64_t n, int64_t k)
+{
+    kl_backend *be = backend(threads);
+    assert_non_null(be);
+    uint16_t *a = malloc(2 * (size_t)(m * k)), *b = malloc(2 * (size_t)(k * n)), *c = calloc((size_t)(m * n), 2);
+    rng = 99;
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = kl_f32_to_f16(uniform());
+    for (int64_t i = 0; i < k * n; i++)
+        b[i] = kl_f32_to_f16(uniform());
+    kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F16, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .batch = 1,
+                 .alpha = 1};
+    be->ops->gemm(be, &g, a, b, c);
+    be->ops->destroy(be);
+    free(a), free(b);
+    return c;
+}
+
+static void test_threads_agree(void **state)
+{
+    (void)state;
+    /* by columns (many strips of 48), by rows (one strip, tall C) */
+    const int64_t dims[][3] = {{40, 2000, 500}, {1000, 40, 300}, {130, 300, 70}};
+    for (size_t d = 0; d < KL_ARRAY_LEN(dims); d++)
+        for (int t = 0; t < 4; t++) {
+            int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
+            uint16_t *one = run(1, t & 1, t >> 1, m, n, k);
+            for (int threads = 2; threads <= 3; threads++) {
+                uint16_t *many = run(threads, t & 1, t >> 1, m, n, k);
+                if (memcmp(one, many, 2 * (size_t)(m * n)))
+                    fail_msg("%lldx%lldx%lld ta %d tb %d: %d threads differ from one", (long long)m, (long long)n,
+                             (long long)k, t & 1, t >> 1, threads);
+                free(many);
+            }
+            free(one);
+        }
+}
+
+static void test_setting(void **state)
+{
+    (void)state;
+    setenv("KILN_F16_GEMM", "widened", 1);
+    kl_backend *be = backend(1);
+    assert_non_null(be);
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: sgemm, widened (KILN_F16_GEMM=widened)"));
+    be->ops->destroy(be);
+    setenv("KILN_F16_GEMM", "mkl", 1);
+    assert_null(backend(1));
+    unsetenv("KILN_F16_GEMM");
+}
+
+int main(void)
+{
+    if (!kl_gemm16_supported()) {
+        setenv("KILN_F16_GEMM", "kiln", 1);
+        kl_backend *be = backend(1);
+        if (be) {
+            fprintf(stderr, "FAIL: KILN_F16_GEMM=kiln accepted on a CPU without AVX-512\n");
+            return 1;
+        }
+        printf("SKIP: this CPU lacks AVX-512 (F, BW, VL); KILN_F16_GEMM=kiln is refused\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_threads_agree),
+        cmocka_unit_test(test_setting),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
