@@ -60,7 +60,7 @@ static uint32_t low_bits(int64_t count) { return count <= 0 ? 0 : count >= 16 ? 
 
 /* r[q] lane j <- r[j] lane q: pairs interleaved, then 4 x 4 blocks
  * within 128-bit lanes, then the lanes themselves. */
-G16_TARGET static void transpose16(__m512 r[16])
+G16_TARGET static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
 {
     __m512 t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
@@ -86,12 +86,19 @@ G16_TARGET static void transpose16(__m512 r[16])
 }
 
 /* `rows` rows (up to 16, the rest zero) of `w` f16 values (up to 16)
- * from src, ld apart, widened and transposed: r[q] holds column q. */
-G16_TARGET static void load_transposed(__m512 r[16], const uint16_t *src, int64_t ld, int64_t rows, int64_t w)
+ * from src, ld apart, widened and transposed: r[q] holds column q. The
+ * same rows `ahead` values on (the next block of K; 0: none) are
+ * fetched into L2 meanwhile: rows far apart defeat the hardware's
+ * prefetcher. */
+G16_TARGET static void load_transposed(__m512 r[16], const uint16_t *src, int64_t ld, int64_t rows, int64_t w,
+                                       int64_t ahead)
 {
     __mmask16 mask = (__mmask16)low_bits(w);
-    for (int j = 0; j < 16; j++)
+    for (int j = 0; j < 16; j++) {
         r[j] = j < rows ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src + j * ld)) : _mm512_setzero_ps();
+        if (ahead && j < rows)
+            _mm_prefetch((const char *)(src + j * ld + ahead), _MM_HINT_T1);
+    }
     transpose16(r);
 }
 
@@ -118,7 +125,7 @@ G16_TARGET static void pack_a(const g16 *g, float *restrict dst, int64_t i0, int
         for (int64_t p = 0; p < kc; p += 16) {
             __m512 r[16];
             int64_t w = min64(16, kc - p);
-            load_transposed(r, src + p, g->lda, rows, w);
+            load_transposed(r, src + p, g->lda, rows, w, p0 + KC < g->k ? KC : 0);
             for (int64_t q = 0; q < w; q++) {
                 _mm256_store_ps(d0 + (p + q) * MR, _mm512_castps512_ps256(r[q]));
                 if (rows > MR)
@@ -165,7 +172,7 @@ G16_TARGET static void pack_b(const g16 *g, float *restrict dst, int64_t j0, int
             for (int64_t p = 0; p < kc; p += 16) {
                 __m512 r[16];
                 int64_t w = min64(16, kc - p);
-                load_transposed(r, src + p, g->ldb, rows, w);
+                load_transposed(r, src + p, g->ldb, rows, w, p0 + KC < g->k ? KC : 0);
                 for (int64_t q = 0; q < w; q++)
                     _mm512_store_ps(d + (p + q) * NR + c0, r[q]);
             }
@@ -173,18 +180,67 @@ G16_TARGET static void pack_b(const g16 *g, float *restrict dst, int64_t j0, int
     }
 }
 
-/* c[r ldc + j] (+)= sum over p < kc of a[p MR + r] b[p NR + j], for an
- * MR x NR tile: 24 accumulators, 3 strips of B and a broadcast of A in
- * registers. first: the tile starts from zero (the first block of K). */
-G16_TARGET static void micro(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
-                             int64_t ldc, bool first)
+/* Where a tile goes after its last block of K: rows x cols of C from
+ * `at` (f16 or fp32 as g says), C's rows g->n apart. */
+typedef struct tile_out {
+    void *at;
+    int rows, cols;
+} tile_out;
+
+/* 16 sums (the lanes `mask` keeps) to C at `at`: alpha v + beta C, as
+ * sgemm computes it, rounded to f16 where C is with the bits of
+ * kl_f32_to_f16 (and read with kl_f16_to_f32's: F16C's differ for NaN
+ * only, which goes through the scalar conversions); beta 0 never reads
+ * C. */
+G16_TARGET static inline __attribute__((always_inline)) void store16(const g16 *g, __m512 v, void *at, __mmask16 mask)
+{
+    if (g->alpha != 1.0f)
+        v = _mm512_mul_ps(_mm512_set1_ps(g->alpha), v);
+    if (!g->c16) {
+        if (g->beta != 0.0f)
+            v = _mm512_fmadd_ps(_mm512_set1_ps(g->beta), _mm512_maskz_loadu_ps(mask, at), v);
+        _mm512_mask_storeu_ps(at, mask, v);
+        return;
+    }
+    uint16_t *h = at;
+    if (g->beta != 0.0f) {
+        __m256i old = _mm256_maskz_loadu_epi16(mask, h);
+        __m512 wide = _mm512_cvtph_ps(old);
+        __m256i exp = _mm256_set1_epi16(0x7c00);
+        if (_mm256_mask_cmpeq_epi16_mask(mask, _mm256_and_si256(old, exp), exp)) {
+            float w[16];
+            _mm512_storeu_ps(w, wide);
+            for (int j = 0; j < 16; j++)
+                if (mask >> j & 1)
+                    w[j] = kl_f16_to_f32(h[j]);
+            wide = _mm512_loadu_ps(w);
+        }
+        v = _mm512_fmadd_ps(_mm512_set1_ps(g->beta), wide, v);
+    }
+    _mm256_mask_storeu_epi16(h, mask, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __mmask16 nan = _mm512_mask_cmp_ps_mask(mask, v, v, _CMP_UNORD_Q);
+    if (nan) {
+        float w[16];
+        _mm512_storeu_ps(w, v);
+        for (int j = 0; j < 16; j++)
+            if (nan >> j & 1)
+                h[j] = kl_f32_to_f16(w[j]);
+    }
+}
+
+/* Sums over p < kc of a[p MR + r] b[p NR + j] for an MR x NR tile: 24
+ * accumulators, 3 vectors of B and a broadcast of A in registers. They
+ * start from zero (first: the first block of K) or from sums[r ld + j],
+ * and go back there, or, after the last block of K (out), to C. */
+G16_TARGET static void micro(const g16 *g, int64_t kc, const float *restrict a, const float *restrict b,
+                             float *restrict sums, int64_t ld, bool first, const tile_out *out)
 {
     __m512 c0[MR], c1[MR], c2[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
-        c0[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(c + r * ldc);
-        c1[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(c + r * ldc + 16);
-        c2[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(c + r * ldc + 32);
+        c0[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(sums + r * ld);
+        c1[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(sums + r * ld + 16);
+        c2[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(sums + r * ld + 32);
     }
     for (int64_t p = 0; p < kc; p++) {
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16), b2 = _mm512_load_ps(b + 32);
@@ -198,43 +254,29 @@ G16_TARGET static void micro(int64_t kc, const float *restrict a, const float *r
         a += MR;
         b += NR;
     }
+    if (!out) {
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            _mm512_store_ps(sums + r * ld, c0[r]);
+            _mm512_store_ps(sums + r * ld + 16, c1[r]);
+            _mm512_store_ps(sums + r * ld + 32, c2[r]);
+        }
+        return;
+    }
+    __mmask16 m0 = (__mmask16)low_bits(out->cols), m1 = (__mmask16)low_bits(out->cols - 16),
+              m2 = (__mmask16)low_bits(out->cols - 32);
+    size_t es = g->c16 ? 2 : 4;
+    char *row = out->at;
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
-        _mm512_store_ps(c + r * ldc, c0[r]);
-        _mm512_store_ps(c + r * ldc + 16, c1[r]);
-        _mm512_store_ps(c + r * ldc + 32, c2[r]);
-    }
-}
-
-/* Rows [i0, i1) of C's columns [j0, j0 + nc) (nc <= NR) from their fp32
- * sums (sums[(i - i0) ld + j - j0]): alpha sum + beta C, as sgemm
- * computes it, rounded to f16 where C is; beta 0 never reads C. */
-G16_TARGET static void store_c(const g16 *g, const float *sums, int64_t ld, int64_t i0, int64_t i1, int64_t j0,
-                               int64_t nc)
-{
-    __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
-    float row[NR];
-    for (int64_t i = i0; i < i1; i++) {
-        const float *s = sums + (i - i0) * ld;
-        for (int64_t j = 0; j < nc; j += 16) {
-            __mmask16 mask = (__mmask16)low_bits(nc - j);
-            __m512 v = _mm512_mul_ps(alpha, _mm512_load_ps(s + j));
-            if (g->c16) {
-                if (g->beta != 0.0f) {
-                    float old[16];
-                    kl_f16_widen_row_f16c(old, (uint16_t *)g->c + i * g->n + j0 + j, min64(16, nc - j));
-                    v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, old), v);
-                }
-                _mm512_storeu_ps(row + j, v);
-            } else {
-                float *dst = (float *)g->c + i * g->n + j0 + j;
-                if (g->beta != 0.0f)
-                    v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, dst), v);
-                _mm512_mask_storeu_ps(dst, mask, v);
-            }
+        if (r < out->rows) {
+            store16(g, c0[r], row, m0);
+            if (m1)
+                store16(g, c1[r], row + 16 * es, m1);
+            if (m2)
+                store16(g, c2[r], row + 32 * es, m2);
         }
-        if (g->c16)
-            kl_f16_narrow_row_f16c((uint16_t *)g->c + i * g->n + j0, row, nc);
+        row += (size_t)g->n * es;
     }
 }
 
@@ -272,11 +314,15 @@ G16_TARGET static void gemm_part(const g16 *g, float *scratch, int64_t i0, int64
                 pack_a(g, ap, ic, mc, pc, kc);
                 for (int64_t t = 0; t * NR < nc; t++)
                     for (int64_t s = 0; s * MR < mc; s++) {
-                        float *tile = sums + s * MR * ncb + t * NR;
-                        micro(kc, ap + s * kc * MR, bp + t * kc * NR, tile, ncb, pc == 0);
-                        if (pc + kc == g->k) /* the tile's last block of K: to C while it is in L1 */
-                            store_c(g, tile, ncb, ic + s * MR, min64(ic + s * MR + MR, ic + mc), jc + t * NR,
-                                    min64(NR, nc - t * NR));
+                        int64_t i = ic + s * MR, j = jc + t * NR;
+                        tile_out out = {
+                            .at = g->c16 ? (void *)((uint16_t *)g->c + i * g->n + j)
+                                         : (void *)((float *)g->c + i * g->n + j),
+                            .rows = (int)min64(MR, ic + mc - i),
+                            .cols = (int)min64(NR, jc + nc - j),
+                        };
+                        micro(g, kc, ap + s * kc * MR, bp + t * kc * NR, sums + s * MR * ncb + t * NR, ncb, pc == 0,
+                              pc + kc == g->k ? &out : NULL);
                     }
             }
         }
