@@ -143,16 +143,25 @@ G16_TARGET static void pack_b(const g16 *g, float *restrict dst, int64_t j0, int
 {
     int64_t strips = (nc + NR - 1) / NR;
     if (!g->tb) { /* B stored k x n: each row of the block in turn, read in order */
+        int64_t full = nc / NR, rest = nc - full * NR;
+        __mmask16 m0 = (__mmask16)low_bits(rest), m1 = (__mmask16)low_bits(rest - 16),
+                  m2 = (__mmask16)low_bits(rest - 32);
         for (int64_t p = 0; p < kc; p++) {
             const uint16_t *row = g->b + (p0 + p) * g->ldb + j0;
             /* the row PREFETCH_ROWS ahead, a line per 32 values */
-            const char *ahead = p + PREFETCH_ROWS < kc ? (const char *)(row + PREFETCH_ROWS * g->ldb) : NULL;
-            for (int64_t c = 0; c < strips * NR; c += 16) {
-                __mmask16 mask = (__mmask16)low_bits(nc - c);
-                if (ahead && c % 32 == 0 && c < nc)
-                    _mm_prefetch(ahead + 2 * c, _MM_HINT_T0);
-                _mm512_store_ps(dst + (c / NR) * kc * NR + p * NR + c % NR,
-                                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + c)));
+            if (p + PREFETCH_ROWS < kc)
+                for (int64_t c = 0; c < nc; c += 32)
+                    _mm_prefetch((const char *)(row + PREFETCH_ROWS * g->ldb + c), _MM_HINT_T0);
+            float *d = dst + p * NR;
+            for (int64_t t = 0; t < full; t++, row += NR, d += kc * NR) {
+                _mm512_store_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)row)));
+                _mm512_store_ps(d + 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 16))));
+                _mm512_store_ps(d + 32, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32))));
+            }
+            if (rest) {
+                _mm512_store_ps(d, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, row)));
+                _mm512_store_ps(d + 16, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, row + 16)));
+                _mm512_store_ps(d + 32, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m2, row + 32)));
             }
         }
         return;
