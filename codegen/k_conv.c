@@ -181,6 +181,10 @@ static void col2im_gather(cg_builder *b, const cg_conv *cv, int col, int x)
         kir_loop_end(K);
     }
     close_n(b, 2);
+    /* The loads only meet sums: the border ranges (a column or two,
+     * which GCC leaves scalar) widen f16 with F16C; the middle ones are
+     * staged rows on the CPU (codegen/emit_c.c). */
+    K->scalar_f16 = true;
 }
 
 /* x[n, c, h, w] = sum over (kh, kw) of col[(c, kh, kw), n, (oh, ow)] for the
