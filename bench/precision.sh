@@ -33,8 +33,9 @@ lib = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
 lib.openblas_get_corename.restype = ctypes.c_char_p
 print(lib.openblas_get_corename().decode())' 2>/dev/null || echo unknown)
 echo "OpenBLAS core: $core (OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset), --threads 1, $steps steps, median of $repeats"
-gemms=$("${clean_env[@]}" "$kiln" run examples/mlp.kl --steps 1 --device cpu --threads 1 --eval-every 0 --data synthetic:256 2>&1 | grep -o 'fp32 GEMMs: [^,]*' || true)
-echo "${gemms:-fp32 GEMMs: unknown} (widened bf16/fp16 GEMMs too)"
+startup=$("${clean_env[@]}" "$kiln" run examples/mlp.kl --steps 1 --device cpu --threads 1 --eval-every 0 --data synthetic:256 2>&1 || true)
+echo "$(grep -o 'fp32 GEMMs: [^,]*' <<< "$startup" || echo 'fp32 GEMMs: unknown') (widened bf16 GEMMs too)"
+echo "$(grep -oE '(^|, )f16 GEMMs: [^,]*' <<< "$startup" | sed 's/^, //' || echo 'f16 GEMMs: unknown')"
 grep -o -m1 'avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ' | sed 's/^/CPU bf16 instructions: /;s/$/\n/' || echo "CPU bf16 instructions: none"
 
 variants=(fp32 bf16 bf16-openblas fp16)

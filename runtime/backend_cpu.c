@@ -500,7 +500,7 @@ static int choose_gemm16(cpu_backend *cb, char *text, size_t len)
     }
     cb->gemm16 = supported && strcmp(want, "widened");
     if (cb->gemm16)
-        snprintf(text, len, "Kiln AVX-512 (fp32 sums, operands widened while packed)");
+        snprintf(text, len, "Kiln AVX-512 (fp32 sums; operands widened while packed)");
     else
         snprintf(text, len, "sgemm, widened (%s)", supported ? "KILN_F16_GEMM=widened" : "no AVX-512");
     return 0;

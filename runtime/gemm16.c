@@ -49,7 +49,9 @@ bool kl_gemm16_supported(void)
 
 bool kl_gemm16_takes(const kl_gemm *g)
 {
-    return g->dtype == IR_F16 && (g->out_dtype == IR_F16 || g->out_dtype == IR_F32) && g->m > 0 && g->n > 0 &&
+    /* Under MR rows or 16 columns most of each tile would be padding
+     * (a matrix-vector product: the widened sgemm does those better). */
+    return g->dtype == IR_F16 && (g->out_dtype == IR_F16 || g->out_dtype == IR_F32) && g->m >= MR && g->n >= 16 &&
            g->k > 0 && g->m * g->n * g->k >= MIN_MACS && !(g->accumulate && g->batch > 1 && g->out_dtype != IR_F32);
 }
 

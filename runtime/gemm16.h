@@ -29,8 +29,9 @@ typedef struct kl_gemm16_ws {
 bool kl_gemm16_supported(void);
 
 /* Whether kl_gemm16 takes g: f16 operands, an f16 or fp32 result, a
- * GEMM large enough to pay for the packing, and not a batch summed into
- * an f16 C (which must stay wide across the items). */
+ * GEMM large enough to pay for the packing with at least 8 rows and 16
+ * columns, and not a batch summed into an f16 C (which must stay wide
+ * across the items). */
 bool kl_gemm16_takes(const kl_gemm *g);
 
 /* C = alpha op(A) op(B) + beta C for each batch item (g's offsets and

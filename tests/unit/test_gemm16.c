@@ -5,6 +5,8 @@
  *    over one block of 192; columns over one block of 768; offsets,
  *    alpha and beta; f16 and fp32 results; batches with strides, a
  *    shared operand, items summed into an fp32 C;
+ *  - which GEMMs it leaves to the widened path (too small, a
+ *    matrix-vector product, a batch summed into an f16 C);
  *  - the same bits with 1, 2 and 3 threads, C split by columns and by
  *    rows (each element sums in the same order whichever thread runs it);
  *  - KILN_F16_GEMM: auto names the kernel at start-up, widened the old
@@ -58,6 +60,14 @@ static void test_against_reference(void **state)
     }
     be->ops->destroy(be);
     assert_int_equal(bad, 0);
+    /* a matrix-vector product, a small GEMM, a batch summed into f16:
+     * left to the widened path */
+    kl_gemm gemv = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 1, .n = 4096, .k = 4096, .batch = 1};
+    kl_gemm small = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 32, .n = 32, .k = 32, .batch = 1};
+    kl_gemm summed = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 64, .n = 64, .k = 64, .batch = 4, .accumulate = true};
+    assert_false(kl_gemm16_takes(&gemv));
+    assert_false(kl_gemm16_takes(&small));
+    assert_false(kl_gemm16_takes(&summed));
 }
 
 /* C = A B on `threads` threads, f16 result; A and B as seeded. */
