@@ -115,6 +115,8 @@ typedef struct staging {
     int var;                            /* the loop's variable */
     int64_t extent;                     /* the rows' length (a chunk's, at most) */
     bool chunked;                       /* rows of chunk kl_c, kl_n long */
+    const kir_stmt *outer;              /* rows of planes around this loop (plan_plane), else NULL */
+    char offset[64];                    /* the element of var's value: printed after it */
     int nrows;
     const kir_expr *index[STAGE_ROWS];  /* a load's or store's index: base + var */
     int buf[STAGE_ROWS];
@@ -131,6 +133,7 @@ typedef struct printer {
     const kir_stmt *red; /* the innermost open RED loop that owns accumulators */
     bool region;         /* inside one parallel region: nests are `omp for` */
     const staging *st;   /* the rows staged around the leaf loop being printed */
+    const staging *pl;   /* rows staged around a leaf loop's outer loop (plan_plane) */
 } printer;
 
 static void ind(printer *p)
@@ -325,6 +328,8 @@ static bool plan_staging(const printer *p, const kir_stmt *s, bool chunked, stag
     st->var = s->var;
     st->chunked = chunked;
     st->extent = chunked && s->extent > STAGE_CHUNK ? STAGE_CHUNK : s->extent;
+    if (chunked)
+        snprintf(st->offset, sizeof st->offset, " - kl_c");
     if (k->compute != KT_F32 || s->extent < STAGE_MIN || st->extent > STAGE_FLOATS)
         return false;
     if (!aliased_in_step(k, s))
@@ -345,6 +350,91 @@ static bool plan_staging(const printer *p, const kir_stmt *s, bool chunked, stag
     return st->nrows > 0;
 }
 
+static bool drop_unread_rows(const printer *p, const kir_stmt *s, staging *st);
+
+/* The value of var v when a let of loop a's or loop b's body declares it. */
+static const kir_expr *let_in(const kir_stmt *a, const kir_stmt *b, int v)
+{
+    const kir_expr *e = body_let(a, v);
+    return e ? e : body_let(b, v);
+}
+
+/* Whether e reads var v, directly or through the lets of loops a and b. */
+static bool reads_var(const kir_stmt *a, const kir_stmt *b, const kir_expr *e, int v)
+{
+    if (!e)
+        return false;
+    if (e->kind == KE_VAR) {
+        const kir_expr *l = let_in(a, b, e->var);
+        return e->var == v || (l && reads_var(a, b, l, v));
+    }
+    return reads_var(a, b, e->a, v) || reads_var(a, b, e->b, v) || reads_var(a, b, e->c, v);
+}
+
+/* *coef: how much integer expression e grows when var v grows by one
+ * (through the lets of loops a and b); false unless e is affine in v:
+ * v only under sums, differences and products by constants. */
+static bool coef_of(const kir_stmt *a, const kir_stmt *b, const kir_expr *e, int v, int64_t *coef)
+{
+    *coef = 0;
+    if (!reads_var(a, b, e, v))
+        return true;
+    if (e->kind == KE_VAR)
+        return e->var == v ? (*coef = 1, true) : coef_of(a, b, let_in(a, b, e->var), v, coef);
+    if (e->kind != KE_BIN || e->type != KT_I64)
+        return false;
+    int64_t x, y;
+    if (!coef_of(a, b, e->a, v, &x) || !coef_of(a, b, e->b, v, &y))
+        return false;
+    if (e->op == KB_ADD || e->op == KB_SUB) {
+        *coef = e->op == KB_ADD ? x + y : x - y;
+        return true;
+    }
+    if (e->op != KB_MUL)
+        return false;
+    if (e->b->kind == KE_CONST) {
+        *coef = x * e->b->i;
+        return true;
+    }
+    if (e->a->kind == KE_CONST) {
+        *coef = e->a->i * y;
+        return true;
+    }
+    return false;
+}
+
+/* Rows for the leaf loop of serial loop s staged once around s: when s's
+ * body is lets that load nothing and that leaf loop, and every row of
+ * the leaf is, over s's iterations, one run (its index grows by the
+ * leaf's extent when s's variable grows by one). The first convolution's
+ * 28-wide rows of a 28 x 28 plane: one conversion call a plane. The
+ * leaf's conditions for rows (plan_staging) make each element belong to
+ * one iteration of the two loops, so the order does not matter. */
+static bool plan_plane(const printer *p, const kir_stmt *s, staging *st)
+{
+    const kir_stmt *leaf = NULL;
+    for (const kir_stmt *c = s->body; c; c = c->next) {
+        if (c->kind == KS_LET && !leaf && !kir_expr_loads(c->a))
+            continue;
+        if (c->kind == KS_LOOP && !leaf && !c->next && is_leaf_loop(c))
+            leaf = c;
+        else
+            return false;
+    }
+    if (!leaf || leaf->extent < STAGE_MIN || s->extent < 2 || !plan_staging(p, leaf, false, st) ||
+        !drop_unread_rows(p, leaf, st) || st->nrows * leaf->extent * s->extent > STAGE_FLOATS)
+        return false;
+    for (int r = 0; r < st->nrows; r++) {
+        int64_t step;
+        if (!coef_of(s, leaf, st->index[r], s->var, &step) || step != leaf->extent)
+            return false;
+    }
+    st->outer = s;
+    st->extent = leaf->extent * s->extent;
+    snprintf(st->offset, sizeof st->offset, " + %s * %lldLL", p->e.k->var_names[s->var], (long long)leaf->extent);
+    return true;
+}
+
 /* Prints the loads of st as its rows' elements (st NULL: as loads). */
 static void use_staging(printer *p, const staging *st)
 {
@@ -353,7 +443,7 @@ static void use_staging(printer *p, const staging *st)
     p->e.staged_row = st ? st->load_name : NULL;
     p->e.nstaged = st ? st->nloads : 0;
     p->e.staged_var = st ? st->var : 0;
-    p->e.staged_origin = st && st->chunked ? "kl_c" : NULL;
+    p->e.staged_offset = st && st->offset[0] ? st->offset : NULL;
 }
 
 /* Leaves out the load rows that printing leaf loop s does not read (a
@@ -413,6 +503,12 @@ static void print_row_start(printer *p, const kir_stmt *loop, const staging *st,
     for (const kir_stmt *c = loop->body; c; c = c->next)
         if (c->kind == KS_LET)
             inline_var[c->var] = c->a;
+    if (st->outer) {
+        rename[st->outer->var] = "0";
+        for (const kir_stmt *c = st->outer->body; c; c = c->next)
+            if (c->kind == KS_LET)
+                inline_var[c->var] = c->a;
+    }
     p->e.rename = rename;
     p->e.inline_var = inline_var;
     kl_buf_printf(p->e.b, "&%s[", k->bufs[st->buf[r]].name);
@@ -527,16 +623,27 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
                       kir_print_acc_init(&kir_target_c, s->accs[a].op, t));
     }
     bool leaf = is_leaf_loop(s);
-    staging st;
+    staging st, plane;
+    /* Rows of planes around a serial loop over a leaf loop (plan_plane);
+     * the leaf, printed inside, reads and writes them. */
+    bool planes = !leaf && !p->pl && collapse == 0 && skip == 0 && plan_plane(p, s, &plane);
+    const kir_stmt *plane_leaf = NULL;
+    for (const kir_stmt *c = s->body; planes && c; c = c->next)
+        plane_leaf = c->kind == KS_LOOP ? c : plane_leaf;
+    if (planes) {
+        print_staging_begin(p, plane_leaf, &plane);
+        p->pl = &plane;
+    }
+    bool in_plane = leaf && p->pl && p->pl->var == s->var;
     /* A leaf loop with f16 rows that OpenMP shares out, or too long for
      * rows on the stack, runs in chunks (print_chunked). */
     bool chunk = leaf && skip == 0 && collapse <= 1 && s->loop == KL_PAR && !s->naccs &&
                  (collapse == 1 || s->extent > STAGE_FLOATS);
-    if (chunk && plan_staging(p, s, true, &st) && drop_unread_rows(p, s, &st)) {
+    if (!in_plane && chunk && plan_staging(p, s, true, &st) && drop_unread_rows(p, s, &st)) {
         print_chunked(p, s, collapse, &st);
         return;
     }
-    bool staged = !chunk && collapse == 0 && skip == 0 && leaf && plan_staging(p, s, false, &st) &&
+    bool staged = !in_plane && !chunk && collapse == 0 && skip == 0 && leaf && plan_staging(p, s, false, &st) &&
                   drop_unread_rows(p, s, &st);
     if (staged)
         print_staging_begin(p, s, &st);
@@ -577,8 +684,8 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     const kir_stmt *saved = p->red;
     if (s->naccs)
         p->red = s;
-    if (staged)
-        use_staging(p, &st);
+    if (staged || in_plane)
+        use_staging(p, in_plane ? p->pl : &st);
     print_stmts(p, s->body, 0, inner_skip);
     use_staging(p, NULL);
     p->red = saved;
@@ -587,6 +694,10 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     kl_buf_puts(p->e.b, "}\n");
     if (staged)
         print_staging_end(p, s, &st);
+    if (planes) {
+        p->pl = NULL;
+        print_staging_end(p, plane_leaf, &plane);
+    }
 }
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip);
@@ -643,8 +754,7 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             const char *row = staged_store(p, s);
             if (row) {
                 ind(p);
-                kl_buf_printf(p->e.b, "%s[%s%s] = (float)(", row, kir_print_var(&p->e, p->st->var),
-                              p->st->chunked ? " - kl_c" : "");
+                kl_buf_printf(p->e.b, "%s[%s%s] = (float)(", row, kir_print_var(&p->e, p->st->var), p->st->offset);
                 kir_print_expr(&p->e, kir_strip_rounding(IR_F16, s->b));
                 kl_buf_puts(p->e.b, ");\n");
                 break;

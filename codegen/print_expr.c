@@ -292,8 +292,8 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
             if (p->staged[i] == e) {
                 if (p->staged_hits)
                     p->staged_hits[i]++;
-                kl_buf_printf(b, "%s[%s%s%s]", p->staged_row[i], kir_print_var(p, p->staged_var),
-                              p->staged_origin ? " - " : "", p->staged_origin ? p->staged_origin : "");
+                kl_buf_printf(b, "%s[%s%s]", p->staged_row[i], kir_print_var(p, p->staged_var),
+                              p->staged_offset ? p->staged_offset : "");
                 return;
             }
         }

@@ -58,7 +58,8 @@ typedef struct kir_printer {
     const kir_expr *const *staged;
     const char *const *staged_row;
     int nstaged, staged_var;
-    const char *staged_origin; /* when set, the rows start at this value of the variable */
+    const char *staged_offset; /* when set, printed after the variable: its element of the rows
+                                  (" - kl_c": rows of a chunk from kl_c; " + h * 28LL": rows of planes) */
     int *staged_hits; /* per staged load, when set: times printed */
     const kir_expr **inline_var; /* per variable, when set: print this value instead */
 } kir_printer;

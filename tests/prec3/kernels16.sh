@@ -58,6 +58,17 @@ if grep -q 'batchnorm + relu,' <<< "$staged" && grep -q 'relu_grad + batchnorm_g
 else
   bad "fp16: rows staged in '$staged'; element conversions in row loops in '$inline'"
 fi
+# The first convolution's rows of 28 are 28 x 28 planes, contiguous over
+# the loop around them: staged once a plane (codegen/emit_c.c
+# plan_plane), forward (narrowed) and weight gradient (widened), the
+# loops indexing the plane by both variables.
+planes=$(ops 'kl_f16_(widen|narrow)_row\(.*, 784LL\);')
+indexed=$(grep -c 'kl_row[0-9]*\[ow[0-9]* + oh[0-9]* \* 28LL\]' "$tmp/fp16.c" || true)
+if grep -q ',conv2d,' <<< ",$planes" && grep -q ',conv2d_grad_weight,' <<< ",$planes" && [ "$indexed" = 2 ]; then
+  ok "fp16: 28 x 28 planes staged in $planes"
+else
+  bad "fp16: rows of 784 staged in '$planes' (expected conv2d and conv2d_grad_weight among them), $indexed loops index planes (expected 2)"
+fi
 # Leaf loops that OpenMP shares out or that are too long for rows on the
 # stack run in chunks, each with its rows (the optimizer's and the input
 # cast's flat loops); a value rounded to f16 and then stored as f16 is
