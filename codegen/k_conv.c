@@ -285,6 +285,43 @@ void cg_build_pad(cg_builder *b, const cg_conv *cv, int x, int xpad)
     kir_expr *dst = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(nc), hp), VAR(h)), wp), VAR(w));
     kir_store(K, bp, dst, kir_select(K, valid, kir_load(K, bx, src), kir_const_f(K, 0)));
     close_n(b, 3);
+    /* The CPU's form (the same values): per plane, the border rows zeroed
+     * and each inner row's border columns, its middle copied from x in
+     * one contiguous run, without clamps or selects, which the C printer
+     * stages as a row (16-bit x widened 8 at a time: the CNN's fp16 pad
+     * 0.13 -> 0.04 ms). */
+    kir_begin_host_body(K);
+    int64_t top = cv->p[0] * wp, bottom = (hp - cv->p[0] - cv->h) * wp, right = wp - cv->p[1] - cv->w;
+    int pl = kir_loop_begin(K, KL_PAR, cv->n * cv->c, "nc");
+    int base = kir_let(K, kir_imul(K, VAR(pl), hp * wp), "plane");
+    if (top > 0) {
+        int i = kir_loop_begin(K, KL_PAR, top, "i");
+        kir_store(K, bp, kir_iadd(K, VAR(base), VAR(i)), kir_const_f(K, 0));
+        kir_loop_end(K);
+    }
+    int hi = kir_loop_begin(K, KL_PAR, cv->h, "h");
+    int row = kir_let(K, kir_iadd(K, VAR(base), kir_imul(K, kir_iadd(K, VAR(hi), I(cv->p[0])), wp)), "row");
+    if (cv->p[1] > 0) {
+        int i = kir_loop_begin(K, KL_PAR, cv->p[1], "i");
+        kir_store(K, bp, kir_iadd(K, VAR(row), VAR(i)), kir_const_f(K, 0));
+        kir_loop_end(K);
+    }
+    int wi = kir_loop_begin(K, KL_PAR, cv->w, "w");
+    kir_expr *from = kir_iadd(K, kir_imul(K, kir_iadd(K, kir_imul(K, VAR(pl), cv->h), VAR(hi)), cv->w), VAR(wi));
+    kir_store(K, bp, kir_iadd(K, VAR(row), kir_iadd(K, VAR(wi), I(cv->p[1]))), kir_load(K, bx, from));
+    kir_loop_end(K);
+    if (right > 0) {
+        int i = kir_loop_begin(K, KL_PAR, right, "i");
+        kir_store(K, bp, kir_iadd(K, VAR(row), kir_iadd(K, VAR(i), I(cv->p[1] + cv->w))), kir_const_f(K, 0));
+        kir_loop_end(K);
+    }
+    kir_loop_end(K);
+    if (bottom > 0) {
+        int i = kir_loop_begin(K, KL_PAR, bottom, "i");
+        kir_store(K, bp, kir_iadd(K, VAR(base), kir_iadd(K, VAR(i), I((cv->p[0] + cv->h) * wp))), kir_const_f(K, 0));
+        kir_loop_end(K);
+    }
+    kir_loop_end(K);
 }
 
 /* The flat index of xpad[n, c, oh s + kh d, ow s + kw d]. */
