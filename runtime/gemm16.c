@@ -374,7 +374,12 @@ static void gemm_item(kl_gemm16_ws *ws, int threads, const g16 *g)
     int64_t most = g->m * g->n * g->k >> 20;
     int nt = threads;
     nt = most < nt ? (int)(most < 1 ? 1 : most) : nt;
-    bool by_cols = col_strips >= 2 * nt || col_strips * NR >= g->m;
+    /* Columns (each thread packs its own part of B, and all of A, the
+     * smaller operand where C is wide) unless they share out badly, the
+     * largest part over 1.2 times the mean (three strips on two threads:
+     * 2 against 1.5), and rows share out better. */
+    int64_t col_max = (col_strips + nt - 1) / nt, row_max = (row_strips + nt - 1) / nt;
+    bool by_cols = 5 * col_max * nt <= 6 * col_strips || col_max * row_strips <= row_max * col_strips;
     int64_t strips = by_cols ? col_strips : row_strips;
     nt = strips < nt ? (int)strips : nt;
     for (int t = 0; t < nt; t++) {
