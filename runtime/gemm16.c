@@ -1,17 +1,21 @@
 /* f16 GEMMs with fp32 accumulation on AVX-512 (gemm16.h).
  *
- * The classic blocked GEMM: C is computed in blocks of columns (nc, as
- * many as the thread's fp32 sums of C allow); for each block, K in
+ * The classic blocked GEMM. Each thread takes whole strips of C's
+ * columns (or, where columns share out badly, of its rows) and computes
+ * its part in blocks of up to NC_MAX columns, then of MC rows, then K in
  * blocks of KC: a KC x nc block of B is packed into strips of NR
- * columns, then A in blocks of MC rows into strips of MR rows, and the
- * micro-kernel multiplies one strip of A by one strip of B into an
- * MR x NR tile of fp32 sums (24 zmm registers). Packing widens f16 to
- * fp32; an operand stored along K (A not transposed, B transposed) is
- * transposed 16 x 16 in registers on the way. A strip of B (KC x NR,
- * 36 kB) stays in L1 while the strips of A (KC x MR) go past it; a
- * block of A (MC x KC, 144 kB) stays in L2. When every block of K is
- * done, the sums go to C: times alpha, plus beta times the old C,
- * rounded to f16 where C is (base/scalar.h's exact F16C rows). */
+ * columns (once per block of columns when K is one block), an MC x KC
+ * block of A into strips of MR rows, and the micro-kernel multiplies one
+ * strip of A by one strip of B into an MR x NR tile of fp32 sums (24 zmm
+ * registers). Packing widens f16 to fp32 with F16C; an operand stored
+ * along K (A not transposed, B transposed) is transposed 16 x 16 in
+ * registers on the way and fetches its next block of K into L2
+ * meanwhile. A strip of B (KC x NR, 36 kB) stays in L1 while the strips
+ * of A (KC x MR) go past it; a block of A (MC x KC, 144 kB) stays in
+ * L2. A tile waits for its next block of K in the thread's sums (MC x
+ * nc floats); after its last block it goes from the registers to C:
+ * times alpha, plus beta times the old C, rounded to f16 where C is
+ * with base/scalar.h's conversions' bits. */
 #define KL_ROWS16_TARGET __attribute__((target("avx2,f16c")))
 #include "gemm16.h"
 
