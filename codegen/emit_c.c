@@ -410,7 +410,7 @@ static bool coef_of(const kir_stmt *a, const kir_stmt *b, const kir_expr *e, int
  * 28-wide rows of a 28 x 28 plane: one conversion call a plane. The
  * leaf's conditions for rows (plan_staging) make each element belong to
  * one iteration of the two loops, so the order does not matter. */
-static bool plan_plane(const printer *p, const kir_stmt *s, staging *st)
+static bool plan_plane(const printer *p, const kir_stmt *s, staging *st, const kir_stmt **leaf_out)
 {
     const kir_stmt *leaf = NULL;
     for (const kir_stmt *c = s->body; c; c = c->next) {
@@ -430,6 +430,7 @@ static bool plan_plane(const printer *p, const kir_stmt *s, staging *st)
             return false;
     }
     st->outer = s;
+    *leaf_out = leaf;
     st->extent = leaf->extent * s->extent;
     snprintf(st->offset, sizeof st->offset, " + %s * %lldLL", p->e.k->var_names[s->var], (long long)leaf->extent);
     return true;
@@ -626,10 +627,8 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     staging st, plane;
     /* Rows of planes around a serial loop over a leaf loop (plan_plane);
      * the leaf, printed inside, reads and writes them. */
-    bool planes = !leaf && !p->pl && collapse == 0 && skip == 0 && plan_plane(p, s, &plane);
     const kir_stmt *plane_leaf = NULL;
-    for (const kir_stmt *c = s->body; planes && c; c = c->next)
-        plane_leaf = c->kind == KS_LOOP ? c : plane_leaf;
+    bool planes = !leaf && !p->pl && collapse == 0 && skip == 0 && plan_plane(p, s, &plane, &plane_leaf);
     if (planes) {
         print_staging_begin(p, plane_leaf, &plane);
         p->pl = &plane;

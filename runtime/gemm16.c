@@ -204,9 +204,9 @@ typedef struct tile_out {
 
 /* 16 sums (the lanes `mask` keeps) to C at `at`: alpha v + beta C, as
  * sgemm computes it, rounded to f16 where C is with the bits of
- * kl_f32_to_f16 (and read with kl_f16_to_f32's: F16C's differ for NaN
- * only, which goes through the scalar conversions); beta 0 never reads
- * C. */
+ * kl_f32_to_f16 (F16C's differ for NaN only, which goes through the
+ * scalar conversion; an f16 C is read with base/scalar.h's exact rows);
+ * beta 0 never reads C. */
 G16_TARGET static inline __attribute__((always_inline)) void store16(const g16 *g, __m512 v, void *at, __mmask16 mask)
 {
     if (g->alpha != 1.0f)
@@ -218,19 +218,10 @@ G16_TARGET static inline __attribute__((always_inline)) void store16(const g16 *
         return;
     }
     uint16_t *h = at;
-    if (g->beta != 0.0f) {
-        __m256i old = _mm256_maskz_loadu_epi16(mask, h);
-        __m512 wide = _mm512_cvtph_ps(old);
-        __m256i exp = _mm256_set1_epi16(0x7c00);
-        if (_mm256_mask_cmpeq_epi16_mask(mask, _mm256_and_si256(old, exp), exp)) {
-            float w[16];
-            _mm512_storeu_ps(w, wide);
-            for (int j = 0; j < 16; j++)
-                if (mask >> j & 1)
-                    w[j] = kl_f16_to_f32(h[j]);
-            wide = _mm512_loadu_ps(w);
-        }
-        v = _mm512_fmadd_ps(_mm512_set1_ps(g->beta), wide, v);
+    if (g->beta != 0.0f) { /* mask keeps the low lanes: that many elements of C */
+        float old[16];
+        kl_f16_widen_row_f16c(old, h, __builtin_popcount(mask));
+        v = _mm512_fmadd_ps(_mm512_set1_ps(g->beta), _mm512_maskz_loadu_ps(mask, old), v);
     }
     _mm256_mask_storeu_epi16(h, mask, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     __mmask16 nan = _mm512_mask_cmp_ps_mask(mask, v, v, _CMP_UNORD_Q);
