@@ -48,6 +48,20 @@ static const char prelude[] =
     "    for (int64_t i = 0; i < n; i++) h[i] = kl_f32_to_f16(w[i]);\n"
     "#endif\n"
     "}\n"
+    "/* The cache lines of n bytes from p fetched ahead of their use, to be\n"
+    " * read or to be written (the rows the next iteration of the loop\n"
+    " * around a staged loop widens or narrows: codegen/emit_c.c\n"
+    " * print_prefetch). */\n"
+    "static inline void kl_prefetch_row(const void *p, int64_t n)\n"
+    "{\n"
+    "    for (int64_t i = 0; i < n; i += 64) __builtin_prefetch((const char *)p + i, 0);\n"
+    "    __builtin_prefetch((const char *)p + n - 1, 0);\n"
+    "}\n"
+    "static inline void kl_prefetch_row_w(void *p, int64_t n)\n"
+    "{\n"
+    "    for (int64_t i = 0; i < n; i += 64) __builtin_prefetch((char *)p + i, 1);\n"
+    "    __builtin_prefetch((char *)p + n - 1, 1);\n"
+    "}\n"
     "/* f16 widening with F16C for kernels GCC leaves scalar (kir_kernel's\n"
     " * scalar_f16): one instruction where kl_f16_to_f32 is a dozen, the same\n"
     " * float but for a signalling NaN, which comes out quiet. */\n"
@@ -134,6 +148,7 @@ typedef struct printer {
     bool region;         /* inside one parallel region: nests are `omp for` */
     const staging *st;   /* the rows staged around the leaf loop being printed */
     const staging *pl;   /* rows staged around a leaf loop's outer loop (plan_plane) */
+    const kir_stmt *around; /* the innermost loop whose body is being printed */
 } printer;
 
 static void ind(printer *p)
@@ -492,7 +507,7 @@ static bool drop_unread_rows(const printer *p, const kir_stmt *s, staging *st)
 
 /* &buf[index] with the loop's variable at 0 (the body's lets it reads
  * printed as their values): the row's first element, before the loop. */
-static void print_row_start(printer *p, const kir_stmt *loop, const staging *st, int r)
+static void print_row_start(printer *p, const kir_stmt *loop, const staging *st, int r, const kir_stmt *next)
 {
     const kir_kernel *k = p->e.k;
     const char **rename = kl_xcalloc((size_t)k->nvars + 1, sizeof *rename);
@@ -510,6 +525,13 @@ static void print_row_start(printer *p, const kir_stmt *loop, const staging *st,
             if (c->kind == KS_LET)
                 inline_var[c->var] = c->a;
     }
+    char *next_value = next ? kl_xasprintf("(%s + 1LL)", k->var_names[next->var]) : NULL;
+    if (next) {
+        rename[next->var] = next_value;
+        for (const kir_stmt *c = next->body; c; c = c->next)
+            if (c->kind == KS_LET)
+                inline_var[c->var] = c->a;
+    }
     p->e.rename = rename;
     p->e.inline_var = inline_var;
     kl_buf_printf(p->e.b, "&%s[", k->bufs[st->buf[r]].name);
@@ -517,6 +539,7 @@ static void print_row_start(printer *p, const kir_stmt *loop, const staging *st,
     kl_buf_putc(p->e.b, ']');
     p->e.rename = saved;
     p->e.inline_var = NULL;
+    free(next_value);
     free(rename);
     free(inline_var);
 }
@@ -530,7 +553,49 @@ static void print_row_length(printer *p, const staging *st)
         kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent);
 }
 
-static void print_staging_begin(printer *p, const kir_stmt *loop, const staging *st)
+/* The least gap, in bytes, between a staged row and the one the next
+ * iteration of the loop around reads, for which that row is fetched
+ * ahead: nearer rows are in the hardware prefetcher's stream already. */
+#define PREFETCH_GAP 1024
+
+/* Fetches ahead the rows that the next iteration of loop `around` (the
+ * loop whose body holds leaf loop `loop`) will widen and narrow, where
+ * they lie far from this iteration's: a batch norm's rows of one channel
+ * in image after image, each a short run that the hardware prefetcher
+ * meets cold (the CNN's first batch-norm gradient at fp16 4.6 -> 3.4 ms a
+ * step). */
+static void print_prefetch(printer *p, const kir_stmt *loop, const staging *st, const kir_stmt *around)
+{
+    if (!around || around->extent < 2)
+        return;
+    for (const kir_stmt *c = around->body; c; c = c->next)
+        if (c->kind == KS_LET && kir_expr_loads(c->a))
+            return;
+    bool open = false;
+    for (int r = 0; r < st->nrows; r++) {
+        int64_t step;
+        if (!coef_of(around, loop, st->index[r], around->var, &step) ||
+            ((step < 0 ? -step : step) - st->extent) * 2 < PREFETCH_GAP)
+            continue;
+        if (!open) {
+            ind(p);
+            kl_buf_printf(p->e.b, "if (%s < %lldLL) {\n", p->e.k->var_names[around->var], (long long)around->extent - 1);
+            p->e.indent++;
+            open = true;
+        }
+        ind(p);
+        kl_buf_puts(p->e.b, st->store[r] ? "kl_prefetch_row_w(" : "kl_prefetch_row(");
+        print_row_start(p, loop, st, r, around);
+        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent * 2);
+    }
+    if (open) {
+        p->e.indent--;
+        ind(p);
+        kl_buf_puts(p->e.b, "}\n");
+    }
+}
+
+static void print_staging_begin(printer *p, const kir_stmt *loop, const staging *st, const kir_stmt *around)
 {
     ind(p);
     kl_buf_puts(p->e.b, "{\n");
@@ -539,12 +604,13 @@ static void print_staging_begin(printer *p, const kir_stmt *loop, const staging 
         ind(p);
         kl_buf_printf(p->e.b, "float %s[%lld] __attribute__((aligned(64)));\n", st->name[r], (long long)st->extent);
     }
+    print_prefetch(p, loop, st, around);
     for (int r = 0; r < st->nrows; r++) {
         if (st->store[r])
             continue;
         ind(p);
         kl_buf_printf(p->e.b, "kl_f16_widen_row(%s, ", st->name[r]);
-        print_row_start(p, loop, st, r);
+        print_row_start(p, loop, st, r, NULL);
         print_row_length(p, st);
     }
 }
@@ -556,7 +622,7 @@ static void print_staging_end(printer *p, const kir_stmt *loop, const staging *s
             continue;
         ind(p);
         kl_buf_puts(p->e.b, "kl_f16_narrow_row(");
-        print_row_start(p, loop, st, r);
+        print_row_start(p, loop, st, r, NULL);
         kl_buf_printf(p->e.b, ", %s", st->name[r]);
         print_row_length(p, st);
     }
@@ -593,7 +659,7 @@ static void print_chunked(printer *p, const kir_stmt *s, int collapse, const sta
     p->e.indent++;
     ind(p);
     kl_buf_printf(p->e.b, "const int64_t kl_n = %lldLL - kl_c < %lldLL ? %lldLL - kl_c : %lldLL;\n", n, c, n, c);
-    print_staging_begin(p, s, st);
+    print_staging_begin(p, s, st, NULL);
     ind(p);
     kl_buf_puts(p->e.b, "#pragma omp simd\n");
     ind(p);
@@ -630,7 +696,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     const kir_stmt *plane_leaf = NULL;
     bool planes = !leaf && !p->pl && collapse == 0 && skip == 0 && plan_plane(p, s, &plane, &plane_leaf);
     if (planes) {
-        print_staging_begin(p, plane_leaf, &plane);
+        print_staging_begin(p, plane_leaf, &plane, NULL);
         p->pl = &plane;
     }
     bool in_plane = leaf && p->pl && p->pl->var == s->var;
@@ -645,7 +711,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     bool staged = !in_plane && !chunk && collapse == 0 && skip == 0 && leaf && plan_staging(p, s, false, &st) &&
                   drop_unread_rows(p, s, &st);
     if (staged)
-        print_staging_begin(p, s, &st);
+        print_staging_begin(p, s, &st, p->around);
     if (collapse > 0) {
         ind(p);
         const char *omp = p->region ? "#pragma omp for" : "#pragma omp parallel for";
@@ -685,7 +751,10 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
         p->red = s;
     if (staged || in_plane)
         use_staging(p, in_plane ? p->pl : &st);
+    const kir_stmt *around = p->around;
+    p->around = s;
     print_stmts(p, s->body, 0, inner_skip);
+    p->around = around;
     use_staging(p, NULL);
     p->red = saved;
     p->e.indent--;
