@@ -553,40 +553,85 @@ static void print_row_length(printer *p, const staging *st)
         kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent);
 }
 
-/* The least gap, in bytes, between a staged row and the one the next
- * iteration of the loop around reads, for which that row is fetched
- * ahead: nearer rows are in the hardware prefetcher's stream already. */
+/* The least gap, in bytes, between a row a leaf loop reads or writes
+ * and the one the next iteration of the loop around touches, for which
+ * that row is fetched ahead: nearer rows are in the hardware
+ * prefetcher's stream already. */
 #define PREFETCH_GAP 1024
+#define PREFETCH_ROWS 8
 
-/* Fetches ahead the rows that the next iteration of loop `around` (the
- * loop whose body holds leaf loop `loop`) will widen and narrow, where
- * they lie far from this iteration's: a batch norm's rows of one channel
- * in image after image, each a short run that the hardware prefetcher
- * meets cold (the CNN's first batch-norm gradient at fp16 4.6 -> 3.4 ms a
- * step). */
-static void print_prefetch(printer *p, const kir_stmt *loop, const staging *st, const kir_stmt *around)
+/* A row of buf at index for print_prefetch: once, to be written when
+ * any of its uses stores (store: that store, else NULL). */
+static void fetch_row(staging *st, const kir_expr *index, int buf, const kir_stmt *store)
 {
+    for (int r = 0; r < st->nrows; r++)
+        if (st->buf[r] == buf && same_expr(st->index[r], index)) {
+            st->store[r] = st->store[r] ? st->store[r] : store;
+            return;
+        }
+    if (st->nrows < PREFETCH_ROWS) {
+        st->index[st->nrows] = index;
+        st->buf[st->nrows] = buf;
+        st->store[st->nrows++] = store;
+    }
+}
+
+/* The rows (base + the loop's variable, loading nothing) that e loads in
+ * leaf loop s. */
+static void fetch_loads(const kir_stmt *s, const kir_expr *e, staging *st)
+{
+    if (!e)
+        return;
+    if (e->kind == KE_LOAD && row_index(s, e->a)) {
+        fetch_row(st, e->a, e->buf, NULL);
+        return;
+    }
+    fetch_loads(s, e->a, st);
+    fetch_loads(s, e->b, st);
+    fetch_loads(s, e->c, st);
+}
+
+/* Fetches ahead the rows that leaf loop s will read and write in the
+ * next iteration of loop `around` (the loop whose body holds s), where
+ * they lie far from this iteration's: a batch norm's rows of one channel
+ * in image after image, or a transpose's source rows, each a short run
+ * that the hardware prefetcher meets cold (the CNN's first batch-norm
+ * gradient at fp16 4.6 -> 3.4 ms a step). */
+static void print_prefetch(printer *p, const kir_stmt *s, const kir_stmt *around)
+{
+    const kir_kernel *k = p->e.k;
     if (!around || around->extent < 2)
         return;
+    /* s alone touches memory in around's body (other loops' rows would
+     * fill the gaps between its rows), after lets that load nothing. */
     for (const kir_stmt *c = around->body; c; c = c->next)
-        if (c->kind == KS_LET && kir_expr_loads(c->a))
+        if (c != s && (c->kind != KS_LET || kir_expr_loads(c->a)))
             return;
+    staging rows;
+    memset(&rows, 0, sizeof rows);
+    rows.var = s->var;
+    for (const kir_stmt *c = s->body; c; c = c->next) {
+        fetch_loads(s, c->a, &rows);
+        fetch_loads(s, c->b, &rows);
+        if ((c->kind == KS_STORE || c->kind == KS_ADDTO) && row_index(s, c->a))
+            fetch_row(&rows, c->a, c->buf, c);
+    }
     bool open = false;
-    for (int r = 0; r < st->nrows; r++) {
-        int64_t step;
-        if (!coef_of(around, loop, st->index[r], around->var, &step) ||
-            ((step < 0 ? -step : step) - st->extent) * 2 < PREFETCH_GAP)
+    for (int r = 0; r < rows.nrows; r++) {
+        int64_t step, size = ir_dtype_size(k->bufs[rows.buf[r]].dtype);
+        if (!coef_of(around, s, rows.index[r], around->var, &step) ||
+            ((step < 0 ? -step : step) - s->extent) * size < PREFETCH_GAP)
             continue;
         if (!open) {
             ind(p);
-            kl_buf_printf(p->e.b, "if (%s < %lldLL) {\n", p->e.k->var_names[around->var], (long long)around->extent - 1);
+            kl_buf_printf(p->e.b, "if (%s < %lldLL) {\n", k->var_names[around->var], (long long)around->extent - 1);
             p->e.indent++;
             open = true;
         }
         ind(p);
-        kl_buf_puts(p->e.b, st->store[r] ? "kl_prefetch_row_w(" : "kl_prefetch_row(");
-        print_row_start(p, loop, st, r, around);
-        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent * 2);
+        kl_buf_puts(p->e.b, rows.store[r] ? "kl_prefetch_row_w(" : "kl_prefetch_row(");
+        print_row_start(p, s, &rows, r, around);
+        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)(s->extent * size));
     }
     if (open) {
         p->e.indent--;
@@ -595,7 +640,7 @@ static void print_prefetch(printer *p, const kir_stmt *loop, const staging *st, 
     }
 }
 
-static void print_staging_begin(printer *p, const kir_stmt *loop, const staging *st, const kir_stmt *around)
+static void print_staging_begin(printer *p, const kir_stmt *loop, const staging *st)
 {
     ind(p);
     kl_buf_puts(p->e.b, "{\n");
@@ -604,7 +649,6 @@ static void print_staging_begin(printer *p, const kir_stmt *loop, const staging 
         ind(p);
         kl_buf_printf(p->e.b, "float %s[%lld] __attribute__((aligned(64)));\n", st->name[r], (long long)st->extent);
     }
-    print_prefetch(p, loop, st, around);
     for (int r = 0; r < st->nrows; r++) {
         if (st->store[r])
             continue;
@@ -659,7 +703,7 @@ static void print_chunked(printer *p, const kir_stmt *s, int collapse, const sta
     p->e.indent++;
     ind(p);
     kl_buf_printf(p->e.b, "const int64_t kl_n = %lldLL - kl_c < %lldLL ? %lldLL - kl_c : %lldLL;\n", n, c, n, c);
-    print_staging_begin(p, s, st, NULL);
+    print_staging_begin(p, s, st);
     ind(p);
     kl_buf_puts(p->e.b, "#pragma omp simd\n");
     ind(p);
@@ -696,7 +740,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     const kir_stmt *plane_leaf = NULL;
     bool planes = !leaf && !p->pl && collapse == 0 && skip == 0 && plan_plane(p, s, &plane, &plane_leaf);
     if (planes) {
-        print_staging_begin(p, plane_leaf, &plane, NULL);
+        print_staging_begin(p, plane_leaf, &plane);
         p->pl = &plane;
     }
     bool in_plane = leaf && p->pl && p->pl->var == s->var;
@@ -710,8 +754,10 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     }
     bool staged = !in_plane && !chunk && collapse == 0 && skip == 0 && leaf && plan_staging(p, s, false, &st) &&
                   drop_unread_rows(p, s, &st);
+    if (leaf && !in_plane && collapse == 0 && skip == 0)
+        print_prefetch(p, s, p->around);
     if (staged)
-        print_staging_begin(p, s, &st, p->around);
+        print_staging_begin(p, s, &st);
     if (collapse > 0) {
         ind(p);
         const char *omp = p->region ? "#pragma omp for" : "#pragma omp parallel for";

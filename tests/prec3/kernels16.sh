@@ -69,20 +69,27 @@ if grep -q ',conv2d,' <<< ",$planes" && grep -q ',conv2d_grad_weight,' <<< ",$pl
 else
   bad "fp16: rows of 784 staged in '$planes' (expected conv2d and conv2d_grad_weight among them), $indexed loops index planes (expected 2)"
 fi
-# Rows that the loop around a staged loop reads and writes far apart (a
-# batch norm's rows of one channel, image after image: 25,088 or 12,544
-# elements apart) are fetched one iteration ahead, loads to be read and
-# stores to be written (codegen/emit_c.c print_prefetch); rows near the
-# next iteration's (col2im's taps, the planes, chunks) are not.
-reads=$(ops 'kl_prefetch_row\\(&b[0-9]+\\[\\(\\(\\(\\(r[0-9]+ \\+ 1LL\\) \\* (25088|12544)LL')
-writes=$(ops 'kl_prefetch_row_w\\(&b[0-9]+\\[\\(\\(\\(\\(r[0-9]+ \\+ 1LL\\) \\* (25088|12544)LL')
-every=$(ops 'kl_prefetch_row(_w)?\\(&')
-bn='batchnorm + relu,relu_grad + batchnorm_grad,'
-if [ "$reads" = "$bn" ] && [ "$writes" = "$bn" ] && [ "$every" = "$bn" ]; then
-  ok "fp16: the next image's rows fetched ahead in $reads"
-else
-  bad "fp16: rows fetched ahead for reading in '$reads', for writing in '$writes', any in '$every' (expected '$bn' each)"
-fi
+# Rows that a leaf loop reads and writes far from those of the next
+# iteration of the loop around it, when it is that loop's only loop, are
+# fetched one iteration ahead, loads to be read and stores to be written
+# (codegen/emit_c.c print_prefetch): a batch norm's rows of one channel,
+# image after image (25,088 or 12,544 elements apart: its loads in both
+# passes and the second pass's store) and the source rows of
+# the convolutions' transposes, at every precision; never the gathers
+# (im2col, col2im, the pad), whose loops' rows lie next to each other.
+for prec in fp16 fp32; do
+  "$kiln" ir examples/fashion_cnn.kl --set precision="$prec" --kernels > "$tmp/pf_$prec.c"
+  got=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} /kl_prefetch_row(_w)?\(&/{
+      k = $0 ~ /_w\(/ ? "w" : "r"; s = $0 ~ /\+ 1LL\) \* (25088|12544)LL/ ? "image" : "other"; print c " " k " " s}' \
+      "$tmp/pf_$prec.c" | sort | uniq -c | awk '{$1 = $1; print}' | sort | tr '\n' ';')
+  want='1 /* conv2d */ r other;1 /* conv2d_grad_input */ r other;1 /* conv2d_grad_weight */ r other;4 /* batchnorm + relu */ r image;2 /* batchnorm + relu */ w image;12 /* relu_grad + batchnorm_grad */ r image;2 /* relu_grad + batchnorm_grad */ w image;'
+  want=$(tr ';' '\n' <<< "$want" | sed '/^$/d' | sort | tr '\n' ';')
+  if [ "$got" = "$want" ]; then
+    ok "$prec: rows fetched ahead: $got"
+  else
+    bad "$prec: rows fetched ahead: '$got', expected '$want'"
+  fi
+done
 # Leaf loops that OpenMP shares out or that are too long for rows on the
 # stack run in chunks, each with its rows (the optimizer's and the input
 # cast's flat loops); a value rounded to f16 and then stored as f16 is
