@@ -292,8 +292,11 @@ void kir_print_expr(kir_printer *p, const kir_expr *e)
             if (p->staged[i] == e) {
                 if (p->staged_hits)
                     p->staged_hits[i]++;
-                kl_buf_printf(b, "%s[%s%s]", p->staged_row[i], kir_print_var(p, p->staged_var),
-                              p->staged_offset ? p->staged_offset : "");
+                if (p->staged_index && p->staged_index[i])
+                    kl_buf_printf(b, "%s[%s]", p->staged_row[i], p->staged_index[i]);
+                else
+                    kl_buf_printf(b, "%s[%s%s]", p->staged_row[i], kir_print_var(p, p->staged_var),
+                                  p->staged_offset ? p->staged_offset : "");
                 return;
             }
         }
@@ -622,6 +625,11 @@ static store_form store_form_of(const kir_printer *p, ir_dtype dt, const kir_exp
 bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *value)
 {
     return store_form_of(p, dt, kir_strip_rounding(dt, value)) == STORE_NARROW;
+}
+
+bool kir_print_store_truncates(const kir_printer *p, ir_dtype dt, const kir_expr *value)
+{
+    return store_form_of(p, dt, kir_strip_rounding(dt, value)) == STORE_TRUNC_BF16;
 }
 
 void kir_print_stored(kir_printer *p, ir_dtype dt, const kir_expr *value)

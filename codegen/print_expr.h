@@ -60,6 +60,8 @@ typedef struct kir_printer {
     int nstaged, staged_var;
     const char *staged_offset; /* when set, printed after the variable: its element of the rows
                                   (" - kl_c": rows of a chunk from kl_c; " + h * 28LL": rows of planes) */
+    const char *const *staged_index; /* when set, per staged load: its element of its row, printed
+                                        instead of the variable and staged_offset (strided planes) */
     int *staged_hits; /* per staged load, when set: times printed */
     const kir_expr **inline_var; /* per variable, when set: print this value instead */
 } kir_printer;
@@ -73,6 +75,9 @@ const kir_expr *kir_strip_rounding(ir_dtype dt, const kir_expr *value);
 /* Whether kir_print_stored narrows value with the target's conversion
  * for dt (rather than moving bits, truncating or casting). */
 bool kir_print_store_narrows(const kir_printer *p, ir_dtype dt, const kir_expr *value);
+/* Whether it stores a bf16 value's top half (a value that is bf16
+ * already: a maximum or select of bf16 loads). */
+bool kir_print_store_truncates(const kir_printer *p, ir_dtype dt, const kir_expr *value);
 const char *kir_print_ctype(const kir_target *t, kir_type ty);
 const char *kir_print_storage(const kir_target *t, ir_dtype dt);
 const char *kir_print_var(const kir_printer *p, int v);

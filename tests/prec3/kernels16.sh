@@ -103,16 +103,32 @@ else
   bad "fp16: chunked rows in '$chunked'; $twice stores of values rounded twice"
 fi
 # bf16 stores of values that are bf16 already (maxima and selects of bf16
-# loads and constants) take the top half (kl_bf16_trunc) instead of
-# rounding: the max poolings and their gradients, relu's gradient, the
-# padding zeros of the convolutions' copies; never a value computed by
-# float arithmetic (batch norm, add, the convolutions' sums).
-awk '/^\/\* /{c=$2} /kl_bf16_trunc\(\(float\)/{print c}' "$tmp/bf16.c" | sort -u > "$tmp/trunc"
+# loads and constants) take the top half (kl_bf16_trunc, or
+# kl_bf16_trunc_row for a staged plane) instead of rounding: the max
+# poolings and their gradients, relu's gradient, the padding zeros of
+# the convolutions' copies; never a value computed by float arithmetic
+# (batch norm, add, the convolutions' sums).
+awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_trunc(_row)?\(/ && c {print c}' "$tmp/bf16.c" | sort -u > "$tmp/trunc"
 if grep -qx maxpool "$tmp/trunc" && grep -qx maxpool_grad "$tmp/trunc" && grep -qx relu_grad "$tmp/trunc" &&
    ! grep -qvx 'maxpool\|maxpool_grad\|relu_grad\|conv2d\|conv2d_grad_weight' "$tmp/trunc" &&
    ! grep -q 'kl_bf16_trunc((float)([^;]*\( \* \| + \| / \)' "$tmp/bf16.c"; then
   ok "bf16: exact stores take the top half in $(tr '\n' ' ' < "$tmp/trunc")"
 else
   bad "bf16: kernels storing with kl_bf16_trunc: $(tr '\n' ',' < "$tmp/trunc")"
+fi
+# Strided planes (codegen/emit_c.c plan_strided): bf16 max pooling and
+# its gradient widen each input plane once (kl_bf16_widen_row) and read
+# the windows from it at 2 x (the leaf) + 2 x width x (the row) (a line
+# for the forward's four, one per store in the gradient); the
+# pooling's output plane is narrowed whole (kl_bf16_trunc_row). Their
+# values are checked against the f64 reference (prec4.reference.pools16,
+# reference.examples.fashion_cnn.bf16).
+widened=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_widen_row\(kl_row/{print c}' "$tmp/bf16.c" | sort -u | tr '\n' ' ')
+windows=$(grep -c 'kl_row[0-9]*\[w[0-9]* \* 2LL + h[0-9]* \* \(28\|56\)LL + \(0\|1\|14\|15\|28\|29\)LL\]' "$tmp/bf16.c" || true)
+planes=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_trunc_row\(/ && c {print c}' "$tmp/bf16.c" | sort -u | tr '\n' ' ')
+if [ "$widened" = "maxpool maxpool_grad " ] && [ "$windows" = 10 ] && [ "$planes" = "maxpool " ]; then
+  ok "bf16: strided planes widened in $widened($windows window lines), narrowed whole in $planes"
+else
+  bad "bf16: strided planes widened in '$widened', $windows window lines (expected 10), narrowed whole in '$planes'"
 fi
 exit $fail
