@@ -120,15 +120,18 @@ fi
 # its gradient widen each input plane once (kl_bf16_widen_row) and read
 # the windows from it at 2 x (the leaf) + 2 x width x (the row) (a line
 # for the forward's four, one per store in the gradient); the
-# pooling's output plane is narrowed whole (kl_bf16_trunc_row). Their
-# values are checked against the f64 reference (prec4.reference.pools16,
-# reference.examples.fashion_cnn.bf16).
+# pooling's output plane is narrowed whole (kl_bf16_trunc_row). bf16
+# planes of short rows (plan_plane): the first convolution's output
+# narrowed a plane at a time (kl_bf16_narrow_row) and its weight
+# gradient's dy widened so. Their values are checked against the f64
+# reference (prec4.reference.pools16, bf16speed.reference.fashion_cnn.bf16,
+# prec2.reference.direct_conv.bf16).
 widened=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_widen_row\(kl_row/{print c}' "$tmp/bf16.c" | sort -u | tr '\n' ' ')
 windows=$(grep -c 'kl_row[0-9]*\[w[0-9]* \* 2LL + h[0-9]* \* \(28\|56\)LL + \(0\|1\|14\|15\|28\|29\)LL\]' "$tmp/bf16.c" || true)
-planes=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_trunc_row\(/ && c {print c}' "$tmp/bf16.c" | sort -u | tr '\n' ' ')
-if [ "$widened" = "maxpool maxpool_grad " ] && [ "$windows" = 10 ] && [ "$planes" = "maxpool " ]; then
-  ok "bf16: strided planes widened in $widened($windows window lines), narrowed whole in $planes"
+planes=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_(trunc|narrow)_row\(/ && c {print c}' "$tmp/bf16.c" | sort -u | tr '\n' ' ')
+if [ "$widened" = "conv2d_grad_weight maxpool maxpool_grad " ] && [ "$windows" = 10 ] && [ "$planes" = "conv2d maxpool " ]; then
+  ok "bf16: planes widened in $widened($windows window lines), narrowed whole in $planes"
 else
-  bad "bf16: strided planes widened in '$widened', $windows window lines (expected 10), narrowed whole in '$planes'"
+  bad "bf16: planes widened in '$widened' (expected conv2d_grad_weight maxpool maxpool_grad), $windows window lines (expected 10), narrowed whole in '$planes' (expected conv2d maxpool)"
 fi
 exit $fail
