@@ -570,6 +570,15 @@ static ir_dtype load16_dtype(const kir_printer *p, const kir_expr *e, int depth)
     }
 }
 
+/* Whether e is a load the printer reads from a staged row. */
+static bool staged_load(const kir_printer *p, const kir_expr *e)
+{
+    for (int i = 0; e->kind == KE_LOAD && i < p->nstaged; i++)
+        if (p->staged[i] == e)
+            return true;
+    return false;
+}
+
 /* a == b or a != b of two 16-bit values that need no key (loads,
  * constants, selects of them): kl_f16_eq or kl_bf16_eq on their bits. */
 static bool print_eq16(kir_printer *p, const kir_expr *e)
@@ -580,6 +589,9 @@ static bool print_eq16(kir_printer *p, const kir_expr *e)
     dt = dt != IR_NONE ? dt : load16_dtype(p, e->b, 0);
     bool ka = false, kb = false;
     if (dt == IR_NONE || !bits16_dtype(p, dt) || !exact16(p, dt, e->a, 0, &ka) || !exact16(p, dt, e->b, 0, &kb) || ka || kb)
+        return false;
+    /* Loads read from strided planes' rows compare as the floats there. */
+    if (p->staged_index && (staged_load(p, e->a) || staged_load(p, e->b)))
         return false;
     kl_buf_puts(p->b, e->op == KB_EQ ? "" : "(1 - ");
     kl_buf_puts(p->b, dt == IR_F16 ? "kl_f16_eq(" : "kl_bf16_eq(");

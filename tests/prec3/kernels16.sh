@@ -23,9 +23,11 @@ done
 # fp16 max pooling and its gradient work on the 16-bit patterns
 # (base/scalar.h keys16, codegen/print_expr.c print_bits16; their values
 # are checked against the f64 reference by prec4.reference.pools16.fp16):
-# no f16 widening or narrowing in them, maxima stored through kl_unkey16,
-# the gradients' comparisons through kl_f16_eq and their stores (dy or 0)
-# through kl_sel16, as relu's gradient's. Every other f16 kernel widens
+# no f16 widening or narrowing in them element by element, maxima stored
+# through kl_unkey16, the gradients' stores (dy or 0) through kl_sel16, as
+# relu's gradient's; the gradients compare x with y as floats of planes
+# staged with F16C (codegen/emit_c.c plan_strided: strided windows),
+# where kl_f16_eq compared bits before (the same equality). Every other f16 kernel widens
 # with kl_f16_to_f32, but for F16C's kl_f16_to_f32_f16c in col2im's
 # border columns (conv2d_grad_input: loads that only meet sums, in loops
 # GCC leaves scalar) and the gathering max-pooling gradient of
@@ -34,11 +36,12 @@ kinds() { awk -v pat="$1" '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} c != "" && $0 ~ pat 
 conv=$(kinds 'kl_f16_to_f32(_f16c)?\\(b|kl_f32_to_f16\\(')
 f16c=$(kinds 'kl_f16_to_f32_f16c\\(b')
 unkey=$(kinds 'kl_unkey16\\(') eq=$(kinds 'kl_f16_eq\\(') sel=$(kinds 'kl_sel16\\(')
-if [ "$unkey" = "maxpool " ] && [ "$eq" = "maxpool_grad " ] && [ "$sel" = "maxpool_grad relu_grad " ] &&
+rowcmp=$(kinds '\\(kl_row[0-9]+\\[[^]]*\\] == ')
+if [ "$unkey" = "maxpool " ] && [ -z "$eq" ] && [ "$rowcmp" = "maxpool_grad " ] && [ "$sel" = "maxpool_grad relu_grad " ] &&
    [ "$f16c" = "conv2d_grad_input " ] && ! grep -qw 'maxpool\|maxpool_grad' <<< "$conv"; then
   ok "fp16: max pooling and its gradient keep 16-bit patterns; conversions only in $conv"
 else
-  bad "fp16: kernels that maximise in keys: '$unkey', compare bits: '$eq', select bits: '$sel', widen with F16C: '$f16c', convert: '$conv'"
+  bad "fp16: kernels that maximise in keys: '$unkey', compare bits: '$eq', compare staged rows: '$rowcmp', select bits: '$sel', widen with F16C: '$f16c', convert: '$conv'"
 fi
 # fp16 leaf loops whose f16 loads and stores walk a row (base + the
 # loop's variable) widen and narrow the whole row with F16C around the
