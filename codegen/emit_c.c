@@ -543,6 +543,36 @@ static bool const_diff(const kir_kernel *k, const kir_stmt *a, const kir_stmt *b
     return eval_at_zero(a, b, &diff, d);
 }
 
+/* The strided-plane row of buf for an index with steps a (leaf) and b
+ * (the loop around), a load's row (store NULL) or a store's (with
+ * trunc): one of the same kind whose index differs from it by a
+ * constant (*d), else a new one (*d = 0); -1 when the rows are full.
+ * Widens the row's range of offsets to take *d in. */
+static int strided_row(const kir_kernel *k, const kir_stmt *s, const kir_stmt *leaf, staging *st, const kir_expr *index,
+                       int buf, const kir_stmt *store, int64_t a, int64_t b, bool trunc, int64_t *d)
+{
+    int r = 0;
+    while (r < st->nrows && !(!st->store[r] == !store && st->buf[r] == buf && st->a[r] == a && st->b[r] == b &&
+                              st->trunc[r] == trunc && const_diff(k, s, leaf, index, st->index[r], d)))
+        r++;
+    if (r == st->nrows) {
+        if (r == STAGE_ROWS)
+            return -1;
+        st->nrows++;
+        st->index[r] = index;
+        st->buf[r] = buf;
+        st->store[r] = store;
+        st->a[r] = a;
+        st->b[r] = b;
+        st->trunc[r] = trunc;
+        snprintf(st->name[r], sizeof st->name[r], "kl_row%d", r);
+        *d = 0;
+    }
+    st->delta[r] = *d < st->delta[r] ? *d : st->delta[r];
+    st->dmax[r] = *d > st->dmax[r] ? *d : st->dmax[r];
+    return r;
+}
+
 /* The 16-bit loads of e in leaf loop `leaf` of serial loop s that
  * plan_strided stages; false when one of them cannot be. */
 static bool strided_loads(const printer *p, const kir_stmt *s, const kir_stmt *leaf, const kir_expr *e, staging *st)
@@ -556,24 +586,10 @@ static bool strided_loads(const printer *p, const kir_stmt *s, const kir_stmt *l
         if (kir_expr_loads(e->a) || !coef_of(s, leaf, e->a, leaf->var, &a) || !coef_of(s, leaf, e->a, s->var, &b) ||
             a < 0 || b < 0 || st->nloads == STAGE_LOADS)
             return false;
-        int r = 0;
-        while (r < st->nrows && !(!st->store[r] && st->buf[r] == e->buf && st->a[r] == a && st->b[r] == b &&
-                                  const_diff(k, s, leaf, e->a, st->index[r], &d)))
-            r++;
-        if (r == st->nrows) {
-            if (r == STAGE_ROWS)
-                return false;
-            st->nrows++;
-            st->index[r] = e->a;
-            st->buf[r] = e->buf;
-            st->a[r] = a;
-            st->b[r] = b;
-            snprintf(st->name[r], sizeof st->name[r], "kl_row%d", r);
-            st->strided |= a != 1 || leaf->extent < STAGE_MIN;
-            d = 0;
-        }
-        st->delta[r] = d < st->delta[r] ? d : st->delta[r];
-        st->dmax[r] = d > st->dmax[r] ? d : st->dmax[r];
+        int r = strided_row(k, s, leaf, st, e->a, e->buf, NULL, a, b, false, &d);
+        if (r < 0)
+            return false;
+        st->strided |= a != 1 || leaf->extent < STAGE_MIN;
         st->loads[st->nloads] = e;
         st->load_row[st->nloads] = r;
         st->load_d[st->nloads] = d;
@@ -634,25 +650,8 @@ static bool plan_strided(const printer *p, const kir_stmt *s, staging *st, const
         bool affine = !kir_expr_loads(c->a) && coef_of(s, leaf, c->a, leaf->var, &a) &&
                       coef_of(s, leaf, c->a, s->var, &b) && a == 1 && b >= 0 && loads == 0 &&
                       !k->bufs[c->buf].aliased && (narrows || exact) && st->nstores < STAGE_LOADS;
-        int r = 0;
-        while (affine && r < st->nrows &&
-               !(st->store[r] && st->buf[r] == c->buf && st->a[r] == a && st->b[r] == b && st->trunc[r] == exact &&
-                 const_diff(k, s, leaf, c->a, st->index[r], &d)))
-            r++;
-        if (affine && r == st->nrows && r < STAGE_ROWS) {
-            st->nrows++;
-            st->index[r] = c->a;
-            st->buf[r] = c->buf;
-            st->store[r] = c;
-            st->a[r] = a;
-            st->b[r] = b;
-            st->trunc[r] = exact;
-            snprintf(st->name[r], sizeof st->name[r], "kl_row%d", r);
-            d = 0;
-        }
-        if (affine && r < st->nrows) {
-            st->delta[r] = d < st->delta[r] ? d : st->delta[r];
-            st->dmax[r] = d > st->dmax[r] ? d : st->dmax[r];
+        int r = affine ? strided_row(k, s, leaf, st, c->a, c->buf, c, a, b, exact, &d) : -1;
+        if (r >= 0) {
             st->stores[st->nstores] = c;
             st->store_row[st->nstores] = r;
             st->store_d[st->nstores++] = d;
