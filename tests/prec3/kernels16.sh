@@ -80,11 +80,11 @@ fi
 # passes and the second pass's store) and the source rows of
 # the convolutions' transposes, at every precision; never the gathers
 # (im2col, col2im, the pad), whose loops' rows lie next to each other.
+"$kiln" ir examples/fashion_cnn.kl --set precision=fp32 --kernels > "$tmp/fp32.c"
 for prec in fp16 fp32; do
-  "$kiln" ir examples/fashion_cnn.kl --set precision="$prec" --kernels > "$tmp/pf_$prec.c"
   got=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} /kl_prefetch_row(_w)?\(&/{
       k = $0 ~ /_w\(/ ? "w" : "r"; s = $0 ~ /\+ 1LL\) \* (25088|12544)LL/ ? "image" : "other"; print c " " k " " s}' \
-      "$tmp/pf_$prec.c" | sort | uniq -c | awk '{$1 = $1; print}' | sort | tr '\n' ';')
+      "$tmp/$prec.c" | sort | uniq -c | awk '{$1 = $1; print}' | sort | tr '\n' ';')
   want='1 /* conv2d */ r other;1 /* conv2d_grad_input */ r other;1 /* conv2d_grad_weight */ r other;4 /* batchnorm + relu */ r image;2 /* batchnorm + relu */ w image;12 /* relu_grad + batchnorm_grad */ r image;2 /* relu_grad + batchnorm_grad */ w image;'
   want=$(tr ';' '\n' <<< "$want" | sed '/^$/d' | sort | tr '\n' ';')
   if [ "$got" = "$want" ]; then
