@@ -480,29 +480,40 @@ static int choose_dnnl(kl_dnnl **d, kl_dnnl_use use, const char *flag, const cha
     return 0;
 }
 
-/* Who runs f16 GEMMs: KILN_F16_GEMM auto (Kiln's AVX-512 kernel where
- * the CPU has AVX-512, else operands widened to fp32 for the fp32
- * library), kiln (refused without AVX-512) or widened. Writes what runs
- * into text; -1 on a refused setting (reported). */
+/* Who runs f16 GEMMs: KILN_F16_GEMM auto (Kiln's kernel on the AMX
+ * tile unit where the CPU and OS have it, else its AVX-512 FMA kernel
+ * where the CPU has AVX-512, else operands widened to fp32 for the fp32
+ * library), amx or avx512 (refused where they cannot run) or widened.
+ * Writes what runs into text; -1 on a refused setting (reported). */
 static int choose_gemm16(cpu_backend *cb, char *text, size_t len)
 {
     const char *env = getenv("KILN_F16_GEMM");
     const char *want = env && *env ? env : "auto";
-    bool supported = kl_gemm16_supported();
-    if (strcmp(want, "auto") && strcmp(want, "kiln") && strcmp(want, "widened")) {
-        kl_error("KILN_F16_GEMM must be auto, kiln or widened, got '%s'", want);
+    if (strcmp(want, "auto") && strcmp(want, "amx") && strcmp(want, "avx512") && strcmp(want, "widened")) {
+        kl_error("KILN_F16_GEMM must be auto, amx, avx512 or widened, got '%s'", want);
         return -1;
     }
-    if (!strcmp(want, "kiln") && !supported) {
-        kl_error("KILN_F16_GEMM=kiln: this CPU lacks AVX-512 (F, BW, VL) or F16C, which Kiln's f16 GEMM needs\n"
+    bool fma = kl_gemm16_supported(), amx = fma && strcmp(want, "avx512") && strcmp(want, "widened") &&
+                                              kl_gemm16_amx_supported();
+    if (!strcmp(want, "avx512") && !fma) {
+        kl_error("KILN_F16_GEMM=avx512: this CPU lacks AVX-512 (F, BW, VL) or F16C, which Kiln's f16 GEMM needs\n"
                  "---> try KILN_F16_GEMM=auto (operands widened to fp32)");
         return -1;
     }
-    cb->gemm16 = supported && strcmp(want, "widened");
-    if (cb->gemm16)
+    if (!strcmp(want, "amx") && !amx) {
+        kl_error("KILN_F16_GEMM=amx: this CPU lacks AMX-TILE and AMX-BF16 (or AVX-512), or the OS did not grant "
+                 "the tile registers\n"
+                 "---> try KILN_F16_GEMM=auto (the best this machine has)");
+        return -1;
+    }
+    cb->gemm16 = fma && strcmp(want, "widened");
+    cb->gemm16_ws.amx = amx;
+    if (amx)
+        snprintf(text, len, "Kiln AMX (exact bf16 parts of f16, fp32 sums)");
+    else if (cb->gemm16)
         snprintf(text, len, "Kiln AVX-512 (fp32 sums; operands widened while packed)");
     else
-        snprintf(text, len, "sgemm, widened (%s)", supported ? "KILN_F16_GEMM=widened" : "no AVX-512");
+        snprintf(text, len, "sgemm, widened (%s)", fma ? "KILN_F16_GEMM=widened" : "no AVX-512");
     return 0;
 }
 

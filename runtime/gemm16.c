@@ -23,6 +23,8 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/scalar.h"
 #include "base/support.h"
@@ -43,6 +45,9 @@ typedef struct g16 {
     bool ta, tb, c16;
     int64_t m, n, k, lda, ldb;
     float alpha, beta;
+    /* On the tile unit, the GEMM whose C this one's transposes (C^T =
+     * op(B)^T op(A)^T, where that packs cheaper); NULL: C itself. */
+    const struct g16 *t;
 } g16;
 
 bool kl_gemm16_supported(void)
@@ -335,11 +340,382 @@ G16_TARGET static void gemm_part(const g16 *g, float *scratch, int64_t i0, int64
     }
 }
 
-/* Thread `t` of `nt`'s part of C: whole strips of columns where there
- * are enough to go round, else whole strips of rows. */
-static void part_of(const g16 *g, int t, int nt, bool by_cols, int64_t part[4])
+/* ---- AMX: the same GEMMs on the CPU's bf16 tile unit ----
+ *
+ * An f16 value x (11 significant bits) is exactly hi + lo with hi = x
+ * rounded to bf16 (8 bits, nearest even) and lo = x - hi (at most 3
+ * bits): both bf16, both normal (bf16 has fp32's exponents). So
+ * a b = ah bh + ah bl + al bh + al bl, each product exact in fp32, and
+ * four TDPBF16PS (fp32 sums of bf16 products) per pair of tiles give
+ * what the FMA kernel computes, exact products summed in fp32 (in
+ * another order: the last bits differ). Packing splits the operands:
+ * a block of A into strips of 16 rows, each 32 values of K a tile of
+ * hi and one of lo (16 rows x 32 bf16); a block of B into strips of 16
+ * columns, each 32 values of K a pair of tiles in the unit's pair
+ * layout (row i: B(2i, c), B(2i + 1, c) for the 16 columns c). A tile
+ * pair of C (32 x 16 fp32) sums over a block of K in tiles 0 and 1,
+ * with A's hi and lo of both strips and B's hi and lo in tiles 2-7.
+ *
+ * No part is subnormal (the smallest, 2^-24 times at most 2^-8, is
+ * normal in bf16, products at least 2^-48; the unit flushes
+ * subnormals). Inf or NaN in an operand makes lo NaN, so every sum
+ * that meets one is NaN: a tile pair with a NaN is computed again by
+ * the FMA kernel (C not yet written), which gives IEEE's inf or NaN. */
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
+
+enum {
+    AMX_KC = 384,  /* K per block: 12 tiles deep */
+    AMX_MC = 320,  /* rows per block of A (20 strips) */
+    AMX_NC = 512,  /* columns per block of B (32 strips) */
+    TILE_PAIR = 1024, /* u16s of a hi tile and its lo tile */
+};
+
+/* hi and lo of 16 floats (f16 values), as fp32 bits whose low halves
+ * are zero: hi rounded to nearest even on the bits (exact for finite
+ * values, and no f16 rounds past bf16's range), lo = x - hi exactly. */
+AMX_TARGET static inline __attribute__((always_inline)) void split(__m512 x, __m512i *hi, __m512i *lo)
 {
-    int64_t unit = by_cols ? NR : MR, len = by_cols ? g->n : g->m;
+    __m512i bits = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+    *hi = _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+    *lo = _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(*hi)));
+}
+
+/* w (up to 32, the rest zero) f16 values from src as 32 bf16 hi and
+ * 32 lo, in order: lane i of each, as 32 bits, holds parts 2i (low
+ * half) and 2i + 1. */
+AMX_TARGET static inline __attribute__((always_inline)) void split_row32(const uint16_t *src, int64_t w, __m512i *hi,
+                                                                         __m512i *lo)
+{
+    __m512 x0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)low_bits(w), src));
+    __m512 x1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)low_bits(w - 16), src + 16));
+    __m512i h0, l0, h1, l1;
+    split(x0, &h0, &l0);
+    split(x1, &h1, &l1);
+    /* the high halves (the bf16s) of both, in order */
+    const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                         25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    *hi = _mm512_permutex2var_epi16(h0, odd, h1);
+    *lo = _mm512_permutex2var_epi16(l0, odd, l1);
+}
+
+/* w (up to 16) f16 values of two rows of K, src0 and src1 (NULL: zero),
+ * as pairs: lane c holds the bf16 part of row 0's value c (low half)
+ * and of row 1's. */
+AMX_TARGET static inline __attribute__((always_inline)) void split_pairs(const uint16_t *src0, const uint16_t *src1,
+                                                                         int64_t w, __m512i *hi, __m512i *lo)
+{
+    __mmask16 mask = (__mmask16)low_bits(w);
+    __m512i h0, l0, h1, l1;
+    split(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src0)), &h0, &l0);
+    split(src1 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src1)) : _mm512_setzero_ps(), &h1, &l1);
+    *hi = _mm512_or_si512(_mm512_srli_epi32(h0, 16), h1);
+    *lo = _mm512_or_si512(_mm512_srli_epi32(l0, 16), l1);
+}
+
+/* 16 vectors of pairs transposed into the 16 rows of a hi (then lo) tile. */
+AMX_TARGET static inline __attribute__((always_inline)) void store_transposed(uint16_t *tile, __m512i hi[16],
+                                                                              __m512i lo[16])
+{
+    __m512 *h = (__m512 *)hi, *l = (__m512 *)lo;
+    transpose16(h);
+    transpose16(l);
+    for (int r = 0; r < 16; r++) {
+        _mm512_store_si512(tile + r * 32, _mm512_castps_si512(h[r]));
+        _mm512_store_si512(tile + 512 + r * 32, _mm512_castps_si512(l[r]));
+    }
+}
+
+/* Tiles of K per block of kc values. */
+static int64_t tiles_k(int64_t kc) { return (kc + 31) / 32; }
+/* Strips of 16 rows in a block of A: an even number (pairs of tiles). */
+static int64_t strips_a(int64_t mc) { return round_up((mc + 15) / 16, 2); }
+
+/* Rows [i0, i0 + mc) and K [p0, p0 + kc) of A: strip s, tile q of K at
+ * dst[(s nq + q) TILE_PAIR], hi then lo, zero past the block. */
+AMX_TARGET static void amx_pack_a(const g16 *g, uint16_t *restrict dst, int64_t i0, int64_t mc, int64_t p0,
+                                  int64_t kc)
+{
+    int64_t nq = tiles_k(kc), strips = strips_a(mc);
+    for (int64_t s = 0; s < strips; s++)
+        for (int64_t q = 0; q < nq; q++) {
+            uint16_t *tile = dst + (s * nq + q) * TILE_PAIR;
+            int64_t kw = min64(32, kc - q * 32), rows = min64(16, mc - s * 16);
+            if (!g->ta) { /* A stored m x k: a tile row is 32 values of a row of A */
+                for (int64_t r = 0; r < 16; r++) {
+                    __m512i hi = _mm512_setzero_si512(), lo = hi;
+                    if (r < rows)
+                        split_row32(g->a + (i0 + s * 16 + r) * g->lda + p0 + q * 32, kw, &hi, &lo);
+                    _mm512_store_si512(tile + r * 32, hi);
+                    _mm512_store_si512(tile + 512 + r * 32, lo);
+                }
+                continue;
+            }
+            /* A stored k x m: pairs of rows of K across 16 rows of A, transposed */
+            __m512i hi[16], lo[16];
+            for (int64_t i = 0; i < 16; i++) {
+                const uint16_t *src = g->a + (p0 + q * 32 + 2 * i) * g->lda + i0 + s * 16;
+                if (2 * i < kw && rows > 0)
+                    split_pairs(src, 2 * i + 1 < kw ? src + g->lda : NULL, rows, &hi[i], &lo[i]);
+                else
+                    hi[i] = lo[i] = _mm512_setzero_si512();
+            }
+            store_transposed(tile, hi, lo);
+        }
+}
+
+/* Columns [j0, j0 + nc) and K [p0, p0 + kc) of B: strip t, tile q of K
+ * at dst[(t nq + q) TILE_PAIR], hi then lo, in pairs of rows of K,
+ * zero past the block. */
+AMX_TARGET static void amx_pack_b(const g16 *g, uint16_t *restrict dst, int64_t j0, int64_t nc, int64_t p0,
+                                  int64_t kc)
+{
+    int64_t nq = tiles_k(kc), strips = round_up((nc + 15) / 16, 2);
+    if (!g->tb) { /* B stored k x n: each pair of rows in turn, read in order */
+        for (int64_t q = 0; q < nq; q++) {
+            int64_t kw = min64(32, kc - q * 32);
+            for (int64_t i = 0; i < 16; i++) {
+                const uint16_t *row = g->b + (p0 + q * 32 + 2 * i) * g->ldb + j0;
+                bool have0 = 2 * i < kw, have1 = 2 * i + 1 < kw;
+                if (have1 && 2 * i + 2 * PREFETCH_ROWS < kw) /* the pair PREFETCH_ROWS pairs ahead */
+                    for (int64_t c = 0; c < nc; c += 32) {
+                        _mm_prefetch((const char *)(row + 2 * PREFETCH_ROWS * g->ldb + c), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(row + (2 * PREFETCH_ROWS + 1) * g->ldb + c), _MM_HINT_T0);
+                    }
+                for (int64_t t = 0; t < strips; t++) {
+                    uint16_t *tile = dst + (t * nq + q) * TILE_PAIR + i * 32;
+                    __m512i hi = _mm512_setzero_si512(), lo = hi;
+                    if (have0)
+                        split_pairs(row + t * 16, have1 ? row + g->ldb + t * 16 : NULL, min64(16, nc - t * 16), &hi,
+                                    &lo);
+                    _mm512_store_si512(tile, hi);
+                    _mm512_store_si512(tile + 512, lo);
+                }
+            }
+        }
+        return;
+    }
+    /* B stored n x k: 32 values of K of each of 16 columns, transposed */
+    for (int64_t t = 0; t < strips; t++)
+        for (int64_t q = 0; q < nq; q++) {
+            int64_t kw = min64(32, kc - q * 32), cols = min64(16, nc - t * 16);
+            __m512i hi[16], lo[16];
+            for (int64_t c = 0; c < 16; c++) {
+                if (c < cols)
+                    split_row32(g->b + (j0 + t * 16 + c) * g->ldb + p0 + q * 32, kw, &hi[c], &lo[c]);
+                else
+                    hi[c] = lo[c] = _mm512_setzero_si512();
+            }
+            store_transposed(dst + (t * nq + q) * TILE_PAIR, hi, lo);
+        }
+}
+
+/* The tile unit's configuration: tiles 0-7 all 16 rows of 64 bytes. */
+typedef struct __attribute__((packed, aligned(64))) tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* C's rows [i, i + rows) and columns [j, j + cols) by the FMA kernel:
+ * a tile pair whose sums met an inf or NaN (module comment). */
+G16_TARGET static void recompute(const g16 *g, int64_t i, int64_t rows, int64_t j, int64_t cols)
+{
+    float *scratch = NULL;
+    if (posix_memalign((void **)&scratch, 64, scratch_floats(rows, cols) * sizeof(float)))
+        kl_panic("out of memory allocating GEMM scratch");
+    gemm_part(g, scratch, i, i + rows, j, j + cols);
+    free(scratch);
+}
+
+/* A block of 32 x 32 sums (`sums`, rows 32 floats apart) to C's rows
+ * [i, i + rows) and columns [j, j + cols), or computed again where
+ * one is NaN. */
+AMX_TARGET static void amx_out(const g16 *g, const float *sums, int64_t i, int64_t rows, int64_t j, int64_t cols)
+{
+    if (g->t) { /* the block transposed, to the C this one transposes */
+        float tr[32 * 32] __attribute__((aligned(64)));
+        for (int bi = 0; bi < 2; bi++)
+            for (int bj = 0; bj < 2; bj++) {
+                __m512 r[16];
+                for (int q = 0; q < 16; q++)
+                    r[q] = _mm512_load_ps(sums + (bi * 16 + q) * 32 + bj * 16);
+                transpose16(r);
+                for (int q = 0; q < 16; q++)
+                    _mm512_store_ps(tr + (bj * 16 + q) * 32 + bi * 16, r[q]);
+            }
+        amx_out(g->t, tr, j, cols, i, rows);
+        return;
+    }
+    __mmask16 m0 = (__mmask16)low_bits(cols), m1 = (__mmask16)low_bits(cols - 16), nan = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        __m512 v0 = _mm512_load_ps(sums + r * 32), v1 = _mm512_load_ps(sums + r * 32 + 16);
+        nan |= _mm512_mask_cmp_ps_mask(m0, v0, v0, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(m1, v1, v1, _CMP_UNORD_Q);
+    }
+    if (nan) {
+        recompute(g, i, rows, j, cols);
+        return;
+    }
+    size_t es = g->c16 ? 2 : 4;
+    char *row = (char *)g->c + (size_t)(i * g->n + j) * es;
+    for (int64_t r = 0; r < rows; r++, row += (size_t)g->n * es) {
+        store16(g, _mm512_load_ps(sums + r * 32), row, m0);
+        if (m1)
+            store16(g, _mm512_load_ps(sums + r * 32 + 16), row + 16 * es, m1);
+    }
+}
+
+/* Sums of a 32 x 32 block of C (tiles 0, 1 / 2, 3) over nq tiles of K:
+ * two strips of A at a (TILE_PAIR nq apart), two of B at b. Each tile
+ * of K multiplies hi by hi, hi by lo, lo by lo, lo by hi, loading A's
+ * and B's tiles into tiles 4-7 as they are needed (four independent
+ * sums keep the unit busy). The sums start from zero (first) or from
+ * `sums` (ld floats a row) and go back there, or (out) to C. */
+AMX_TARGET static void amx_micro(const g16 *g, int64_t nq, const uint16_t *a, const uint16_t *b, float *sums,
+                                 int64_t ld, bool first, const int64_t *out)
+{
+    if (first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else {
+        _tile_loadd(0, sums, ld * 4);
+        _tile_loadd(1, sums + 16, ld * 4);
+        _tile_loadd(2, sums + 16 * ld, ld * 4);
+        _tile_loadd(3, sums + 16 * ld + 16, ld * 4);
+    }
+    const uint16_t *a1 = a + nq * TILE_PAIR, *b1 = b + nq * TILE_PAIR;
+    for (int64_t q = 0; q < nq; q++) {
+        int64_t hi = q * TILE_PAIR, lo = hi + 512;
+        _tile_loadd(4, a + hi, 64);
+        _tile_loadd(5, a1 + hi, 64);
+        _tile_loadd(6, b + hi, 64);
+        _tile_loadd(7, b1 + hi, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(6, b + lo, 64);
+        _tile_loadd(7, b1 + lo, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(4, a + lo, 64);
+        _tile_loadd(5, a1 + lo, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(6, b + hi, 64);
+        _tile_loadd(7, b1 + hi, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    if (!out) {
+        _tile_stored(0, sums, ld * 4);
+        _tile_stored(1, sums + 16, ld * 4);
+        _tile_stored(2, sums + 16 * ld, ld * 4);
+        _tile_stored(3, sums + 16 * ld + 16, ld * 4);
+        __asm__ volatile("" ::: "memory");
+        return;
+    }
+    float block[32 * 32] __attribute__((aligned(64)));
+    _tile_stored(0, block, 128);
+    _tile_stored(1, block + 16, 128);
+    _tile_stored(2, block + 16 * 32, 128);
+    _tile_stored(3, block + 16 * 32 + 16, 128);
+    __asm__ volatile("" ::: "memory"); /* the tile stores wrote block */
+    amx_out(g, block, out[0], out[1], out[2], out[3]);
+}
+
+/* Whether g packs cheaper as C^T = op(B)^T op(A)^T: an operand stored
+ * along K (A) or across it (B) packs straight, the other way it is
+ * transposed on the way, which costs most; the transpose swaps them. */
+static bool amx_transposes(const g16 *g)
+{
+    int64_t direct = (g->ta ? g->m * g->k : 0) + (g->tb ? g->n * g->k : 0);
+    int64_t swapped = (g->tb ? 0 : g->n * g->k) + (g->ta ? 0 : g->m * g->k);
+    return swapped < direct;
+}
+
+/* Columns per block, rows per block (whole blocks of 32 x 32). */
+static int64_t amx_block_cols(int64_t cols) { return min64(AMX_NC, round_up(cols, 32)); }
+static int64_t amx_block_rows(int64_t rows) { return min64(AMX_MC, round_up(rows, 32)); }
+
+/* Floats of scratch for AMX over `rows` x `cols` of C: packed A, packed
+ * B (2 bytes each, hi and lo) and the sums of a block of C. */
+static size_t amx_scratch_floats(int64_t rows, int64_t cols)
+{
+    int64_t mp = amx_block_rows(rows), nc = amx_block_cols(cols), kp = round_up(AMX_KC, 32);
+    return (size_t)(mp * kp + nc * kp + mp * nc);
+}
+
+/* gemm_part on the tile unit. */
+AMX_TARGET static void amx_part(const g16 *g, float *scratch, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    tile_config cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    int64_t ncb = amx_block_cols(j1 - j0), mcb = amx_block_rows(i1 - i0), kp = round_up(AMX_KC, 32);
+    uint16_t *ap = (uint16_t *)scratch, *bp = ap + 2 * mcb * kp;
+    float *sums = (float *)(bp + 2 * ncb * kp);
+    bool one_k = g->k <= AMX_KC;
+    for (int64_t jc = j0; jc < j1; jc += ncb) {
+        int64_t nc = min64(ncb, j1 - jc);
+        for (int64_t ic = i0; ic < i1; ic += mcb) {
+            int64_t mc = min64(mcb, i1 - ic);
+            for (int64_t pc = 0; pc < g->k; pc += AMX_KC) {
+                int64_t kc = min64(AMX_KC, g->k - pc), nq = tiles_k(kc);
+                if (!one_k || ic == i0)
+                    amx_pack_b(g, bp, jc, nc, pc, kc);
+                amx_pack_a(g, ap, ic, mc, pc, kc);
+                __asm__ volatile("" ::: "memory"); /* the packs are read by tile loads */
+                bool last = pc + kc == g->k;
+                for (int64_t s = 0; s * 16 < mc; s += 2)
+                    for (int64_t t = 0; t * 16 < nc; t += 2) {
+                        int64_t out[4] = {ic + s * 16, min64(32, mc - s * 16), jc + t * 16, min64(32, nc - t * 16)};
+                        amx_micro(g, nq, ap + s * nq * TILE_PAIR, bp + t * nq * TILE_PAIR,
+                                  sums + s * 16 * ncb + t * 16, ncb, pc == 0, last ? out : NULL);
+                    }
+            }
+        }
+    }
+    _tile_release();
+}
+
+bool kl_gemm16_amx_supported(void)
+{
+    static int known; /* 0: not asked yet, 1: yes, -1: no */
+    if (!known) {
+        bool ok = kl_gemm16_supported() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+#ifdef __linux__
+        /* Linux hands out the tile registers' state on request
+         * (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18). */
+        unsigned long features = 0;
+        ok = ok && syscall(SYS_arch_prctl, 0x1023, 18) == 0 && syscall(SYS_arch_prctl, 0x1022, &features) == 0 &&
+             (features >> 18 & 1);
+#else
+        ok = false;
+#endif
+        known = ok ? 1 : -1;
+    }
+    return known > 0;
+}
+
+/* Thread `t` of `nt`'s part of C: whole strips of columns (col_unit
+ * wide) where there are enough to go round, else whole strips of rows
+ * (row_unit high). */
+static void part_of(const g16 *g, int t, int nt, bool by_cols, int64_t row_unit, int64_t col_unit, int64_t part[4])
+{
+    int64_t unit = by_cols ? col_unit : row_unit, len = by_cols ? g->n : g->m;
     int64_t units = (len + unit - 1) / unit;
     int64_t lo = units * t / nt * unit, hi = units * (t + 1) / nt * unit;
     hi = min64(hi, len);
@@ -364,7 +740,10 @@ static float *thread_scratch(kl_gemm16_ws *ws, int t, size_t floats)
 
 static void gemm_item(kl_gemm16_ws *ws, int threads, const g16 *g)
 {
-    int64_t col_strips = (g->n + NR - 1) / NR, row_strips = (g->m + MR - 1) / MR;
+    /* C's units: blocks of 32 x 32 on the tile unit, else the FMA
+     * kernel's MR x NR tiles. */
+    int64_t row_unit = ws->amx ? 32 : MR, col_unit = ws->amx ? 32 : NR;
+    int64_t col_strips = (g->n + col_unit - 1) / col_unit, row_strips = (g->m + row_unit - 1) / row_unit;
     /* A thread per 2^20 multiply-adds at least, and no more than strips. */
     int64_t most = g->m * g->n * g->k >> 20;
     int nt = threads;
@@ -377,22 +756,22 @@ static void gemm_item(kl_gemm16_ws *ws, int threads, const g16 *g)
     bool by_cols = 5 * col_max * nt <= 6 * col_strips || col_max * row_strips <= row_max * col_strips;
     int64_t strips = by_cols ? col_strips : row_strips;
     nt = strips < nt ? (int)strips : nt;
+    int64_t parts[nt][4];
     for (int t = 0; t < nt; t++) {
-        int64_t part[4];
-        part_of(g, t, nt, by_cols, part);
-        thread_scratch(ws, t, scratch_floats(part[1] - part[0], part[3] - part[2]));
+        part_of(g, t, nt, by_cols, row_unit, col_unit, parts[t]);
+        int64_t rows = parts[t][1] - parts[t][0], cols = parts[t][3] - parts[t][2];
+        thread_scratch(ws, t, ws->amx ? amx_scratch_floats(rows, cols) : scratch_floats(rows, cols));
     }
+    void (*part)(const g16 *, float *, int64_t, int64_t, int64_t, int64_t) = ws->amx ? amx_part : gemm_part;
     if (nt == 1) {
-        gemm_part(g, ws->pack[0], 0, g->m, 0, g->n);
+        part(g, ws->pack[0], 0, g->m, 0, g->n);
         return;
     }
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num();
-        int64_t part[4];
-        part_of(g, t, nt, by_cols, part);
-        if (part[0] < part[1] && part[2] < part[3])
-            gemm_part(g, ws->pack[t], part[0], part[1], part[2], part[3]);
+        if (parts[t][0] < parts[t][1] && parts[t][2] < parts[t][3])
+            part(g, ws->pack[t], parts[t][0], parts[t][1], parts[t][2], parts[t][3]);
     }
 }
 
@@ -425,7 +804,16 @@ void kl_gemm16(kl_gemm16_ws *ws, int threads, const kl_gemm *g, const void *a, c
         };
         int64_t oc = g->off_c + (g->accumulate ? 0 : i * g->stride_c);
         item.c = item.c16 ? (void *)((uint16_t *)c + oc) : (void *)((float *)c + oc);
-        gemm_item(ws, threads, &item);
+        if (ws->amx && amx_transposes(&item)) {
+            g16 tr = item;
+            tr.a = item.b, tr.b = item.a;
+            tr.ta = !item.tb, tr.tb = !item.ta;
+            tr.m = item.n, tr.n = item.m;
+            tr.lda = item.ldb, tr.ldb = item.lda;
+            tr.t = &item;
+            gemm_item(ws, threads, &tr);
+        } else
+            gemm_item(ws, threads, &item);
     }
 }
 

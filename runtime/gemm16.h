@@ -20,6 +20,7 @@
 /* Scratch that persists between GEMMs (owned by the CPU backend): a
  * packed block of A, one of B and fp32 sums of C, per thread. */
 typedef struct kl_gemm16_ws {
+    bool amx; /* on the tile unit (kl_gemm16_amx_supported), else FMAs */
     int threads;
     float **pack; /* per thread */
     size_t *len;  /* floats in pack[t] */
@@ -27,6 +28,12 @@ typedef struct kl_gemm16_ws {
 
 /* Whether this CPU runs the kernel (AVX-512 F, BW and VL, and F16C). */
 bool kl_gemm16_supported(void);
+
+/* Whether this CPU and OS run the AMX variant: AMX-TILE and AMX-BF16,
+ * and (Linux) the tile registers granted to this process (asked for
+ * on the first call). f16 operands split into bf16 parts exactly, so
+ * the sums are of the same exact products (gemm16.c). */
+bool kl_gemm16_amx_supported(void);
 
 /* Whether kl_gemm16 takes g: f16 operands, an f16 or fp32 result, a
  * GEMM large enough to pay for the packing with at least 8 rows and 16

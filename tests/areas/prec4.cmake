@@ -28,13 +28,19 @@ target_link_libraries(test_rows16 PRIVATE kiln ${CMOCKA_LIBRARIES})
 add_test(NAME prec4.unit.rows16 COMMAND test_rows16)
 set_tests_properties(prec4.unit.rows16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 
-# f16 GEMMs through Kiln's AVX-512 kernel (runtime/gemm16.c: operands
-# widened while packed, fp32 sums) against the f64 reference, the same
-# bits on 1, 2 and 3 threads, and KILN_F16_GEMM. Skipped (77) on a CPU
-# without AVX-512.
+# f16 GEMMs through Kiln's kernels (runtime/gemm16.c: operands widened
+# while packed, fp32 sums; on CPUs with AMX, split into exact bf16 parts
+# for the tile unit) against the f64 reference, the same bits on 1, 2
+# and 3 threads, inf and NaN as the FMA kernel gives them, and
+# KILN_F16_GEMM; gemm16_avx512 runs it all on the FMA kernel (the one
+# auto picks on a CPU without AMX). Skipped (77) on a CPU without
+# AVX-512.
 add_executable(test_gemm16 unit/test_gemm16.c)
 target_include_directories(test_gemm16 PRIVATE ${CMOCKA_INCLUDE_DIR})
 target_link_libraries(test_gemm16 PRIVATE kiln ${CMOCKA_LIBRARIES})
 add_test(NAME prec4.unit.gemm16 COMMAND test_gemm16)
 set_tests_properties(prec4.unit.gemm16 PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+add_test(NAME prec4.unit.gemm16_avx512 COMMAND test_gemm16)
+set_tests_properties(prec4.unit.gemm16_avx512 PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_F16_GEMM=avx512")

@@ -1,5 +1,7 @@
-/* f16 GEMMs through Kiln's AVX-512 kernel (runtime/gemm16.c), as the CPU
- * backend runs them, against the f64 reference (gemm_check.h):
+/* f16 GEMMs through Kiln's kernels (runtime/gemm16.c), as the CPU
+ * backend runs them: the one KILN_F16_GEMM names (unset: auto, the AMX
+ * one on a CPU with AMX-BF16; ctest runs this file again with avx512
+ * for the FMA one), against the f64 reference (gemm_check.h):
  *  - every transpose pair; sizes that leave partial strips of rows (8)
  *    and columns (48); K over several blocks of 192 and under one; rows
  *    over one block of 192; columns over one block of 768; offsets,
@@ -9,10 +11,14 @@
  *    matrix-vector product, a batch summed into an f16 C);
  *  - the same bits with 1, 2 and 3 threads, C split by columns and by
  *    rows (each element sums in the same order whichever thread runs it);
- *  - KILN_F16_GEMM: auto names the kernel at start-up, widened the old
- *    path, an unknown value is refused.
+ *  - on the tile unit, operands with inf and NaN: each C element the
+ *    FMA kernel makes inf or NaN has the same bits (not NaN for inf),
+ *    the others agree to fp32's rounding;
+ *  - KILN_F16_GEMM: auto names the kernel at start-up, amx and avx512
+ *    choose (refused where they cannot run), widened the old path, an
+ *    unknown value is refused.
  * Exits 77 (skipped) on a CPU without AVX-512, after checking that
- * KILN_F16_GEMM=kiln is refused there. */
+ * KILN_F16_GEMM=avx512 and amx are refused there. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +38,7 @@ static const shape shapes[] = {
     {1, 1, 300, 50, 200, 1, 0, 0, 0, 0, 0, 0, false, 2, -1, IR_F32},
     {0, 1, 64, 288, 1000, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
     {1, 0, 3000, 20, 16, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16},
+    {0, 0, 40, 1300, 70, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
     /* Batched: strided A and C, a shared B, an f16 result. */
     {0, 0, 64, 100, 50, 3, 64 * 50 + 3, 0, 64 * 100 + 1, 2, 0, 0, false, 1, 0.5, IR_F16},
     /* Summed over batch items into one fp32 C (a weight gradient). */
@@ -50,7 +57,10 @@ static void test_against_reference(void **state)
     (void)state;
     kl_backend *be = backend(2);
     assert_non_null(be);
-    assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AVX-512"));
+    const char *env = getenv("KILN_F16_GEMM");
+    bool avx512 = env && !strcmp(env, "avx512");
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), !avx512 && kl_gemm16_amx_supported() ? "f16 GEMMs: Kiln AMX"
+                                                                                          : "f16 GEMMs: Kiln AVX-512"));
     int bad = 0;
     for (size_t i = 0; i < KL_ARRAY_LEN(shapes); i++) {
         kl_gemm g = {.dtype = IR_F16, .out_dtype = shapes[i].out, .m = shapes[i].m, .n = shapes[i].n,
@@ -109,11 +119,75 @@ static void test_threads_agree(void **state)
         }
 }
 
+/* C = A B (fp32 result) with KILN_F16_GEMM=which. */
+static float *run_with(const char *which, uint16_t *a, uint16_t *b, int64_t m, int64_t n, int64_t k)
+{
+    setenv("KILN_F16_GEMM", which, 1);
+    kl_backend *be = backend(1);
+    unsetenv("KILN_F16_GEMM");
+    assert_non_null(be);
+    float *c = calloc((size_t)(m * n), 4);
+    kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F32, .m = m, .n = n, .k = k, .batch = 1, .alpha = 1};
+    be->ops->gemm(be, &g, a, b, c);
+    be->ops->destroy(be);
+    return c;
+}
+
+static void test_nonfinite(void **state)
+{
+    (void)state;
+    if (!kl_gemm16_amx_supported()) {
+        printf("(no AMX here: nothing to compare)\n");
+        return;
+    }
+    const int64_t m = 70, n = 90, k = 400;
+    uint16_t *a = malloc(2 * (size_t)(m * k)), *b = malloc(2 * (size_t)(k * n));
+    rng = 7;
+    /* positive values: a row with +inf sums to +inf, never inf - inf */
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = kl_f32_to_f16(0.55f + 0.45f * uniform());
+    for (int64_t i = 0; i < k * n; i++)
+        b[i] = kl_f32_to_f16(0.55f + 0.45f * uniform());
+    a[3 * k + 17] = 0x7c00;  /* +inf: row 3 of C +inf */
+    a[40 * k + 5] = 0xfc00;  /* -inf: row 40 -inf */
+    b[100 * n + 61] = 0x7e00; /* NaN: column 61 NaN */
+    b[399 * n + 7] = 0;       /* row 40 meets 0 there only through a[40 k + 399] */
+    a[40 * k + 399] = 0x7c00; /* +inf and -inf in row 40: NaN */
+    float *amx = run_with("amx", a, b, m, n, k), *fma = run_with("avx512", a, b, m, n, k);
+    int infs = 0, nans = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        if (!isfinite(fma[i])) {
+            infs += isinf(fma[i]);
+            nans += isnan(fma[i]);
+            if (memcmp(&amx[i], &fma[i], 4))
+                fail_msg("C[%lld, %lld]: AMX %g, FMA %g", (long long)(i / n), (long long)(i % n), amx[i], fma[i]);
+        } else if (!(fabsf(amx[i] - fma[i]) <= 1e-5f * fabsf(fma[i])))
+            fail_msg("C[%lld, %lld]: AMX %.9g, FMA %.9g", (long long)(i / n), (long long)(i % n), amx[i], fma[i]);
+    }
+    /* row 3 (but column 61) +inf, row 40 and column 61 NaN */
+    assert_int_equal(infs, n - 1);
+    assert_int_equal(nans, n + m - 1);
+    free(amx), free(fma), free(a), free(b);
+}
+
 static void test_setting(void **state)
 {
     (void)state;
-    setenv("KILN_F16_GEMM", "widened", 1);
+    setenv("KILN_F16_GEMM", "avx512", 1);
     kl_backend *be = backend(1);
+    assert_non_null(be);
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AVX-512"));
+    be->ops->destroy(be);
+    setenv("KILN_F16_GEMM", "amx", 1);
+    be = backend(1);
+    if (kl_gemm16_amx_supported()) {
+        assert_non_null(be);
+        assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AMX"));
+        be->ops->destroy(be);
+    } else
+        assert_null(be);
+    setenv("KILN_F16_GEMM", "widened", 1);
+    be = backend(1);
     assert_non_null(be);
     assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: sgemm, widened (KILN_F16_GEMM=widened)"));
     be->ops->destroy(be);
@@ -125,18 +199,22 @@ static void test_setting(void **state)
 int main(void)
 {
     if (!kl_gemm16_supported()) {
-        setenv("KILN_F16_GEMM", "kiln", 1);
-        kl_backend *be = backend(1);
-        if (be) {
-            fprintf(stderr, "FAIL: KILN_F16_GEMM=kiln accepted on a CPU without AVX-512\n");
-            return 1;
+        const char *refused[] = {"avx512", "amx"};
+        for (int i = 0; i < 2; i++) {
+            setenv("KILN_F16_GEMM", refused[i], 1);
+            kl_backend *be = backend(1);
+            if (be) {
+                fprintf(stderr, "FAIL: KILN_F16_GEMM=%s accepted on a CPU without AVX-512\n", refused[i]);
+                return 1;
+            }
         }
-        printf("SKIP: this CPU lacks AVX-512 (F, BW, VL); KILN_F16_GEMM=kiln is refused\n");
+        printf("SKIP: this CPU lacks AVX-512 (F, BW, VL); KILN_F16_GEMM=avx512 and amx are refused\n");
         return 77;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_threads_agree),
+        cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_setting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
