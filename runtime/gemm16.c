@@ -366,7 +366,7 @@ G16_TARGET static void gemm_part(const g16 *g, float *scratch, int64_t i0, int64
 enum {
     AMX_KC = 384,  /* K per block: 12 tiles deep */
     AMX_MC = 320,  /* rows per block of A (20 strips) */
-    AMX_NC = 512,  /* columns per block of B (32 strips) */
+    AMX_NC = 256,  /* columns per block of B (16 strips) */
     TILE_PAIR = 1024, /* u16s of a hi tile and its lo tile */
 };
 
@@ -429,86 +429,110 @@ AMX_TARGET static inline __attribute__((always_inline)) void store_transposed(ui
 
 /* Tiles of K per block of kc values. */
 static int64_t tiles_k(int64_t kc) { return (kc + 31) / 32; }
-/* Strips of 16 rows in a block of A: an even number (pairs of tiles). */
-static int64_t strips_a(int64_t mc) { return round_up((mc + 15) / 16, 2); }
+/* Strips of 16 in a block of `len` rows of A or columns of B: an even
+ * number (blocks of C are 32 x 32). */
+static int64_t strips16(int64_t len) { return round_up((len + 15) / 16, 2); }
 
-/* Rows [i0, i0 + mc) and K [p0, p0 + kc) of A: strip s, tile q of K at
- * dst[(s nq + q) TILE_PAIR], hi then lo, zero past the block. */
-AMX_TARGET static void amx_pack_a(const g16 *g, uint16_t *restrict dst, int64_t i0, int64_t mc, int64_t p0,
-                                  int64_t kc)
+/* A's tile pair for rows [i, i + rows) (up to 16; the rest zero) and K
+ * [p, p + kw) (up to 32): hi at tile[0..511], lo at tile[512..]. */
+AMX_TARGET static void tile_a(const g16 *g, uint16_t *restrict tile, int64_t i, int64_t rows, int64_t p, int64_t kw)
 {
-    int64_t nq = tiles_k(kc), strips = strips_a(mc);
-    for (int64_t s = 0; s < strips; s++)
-        for (int64_t q = 0; q < nq; q++) {
-            uint16_t *tile = dst + (s * nq + q) * TILE_PAIR;
-            int64_t kw = min64(32, kc - q * 32), rows = min64(16, mc - s * 16);
-            if (!g->ta) { /* A stored m x k: a tile row is 32 values of a row of A */
-                for (int64_t r = 0; r < 16; r++) {
-                    __m512i hi = _mm512_setzero_si512(), lo = hi;
-                    if (r < rows)
-                        split_row32(g->a + (i0 + s * 16 + r) * g->lda + p0 + q * 32, kw, &hi, &lo);
-                    _mm512_store_si512(tile + r * 32, hi);
-                    _mm512_store_si512(tile + 512 + r * 32, lo);
-                }
-                continue;
-            }
-            /* A stored k x m: pairs of rows of K across 16 rows of A, transposed */
-            __m512i hi[16], lo[16];
-            for (int64_t i = 0; i < 16; i++) {
-                const uint16_t *src = g->a + (p0 + q * 32 + 2 * i) * g->lda + i0 + s * 16;
-                if (2 * i < kw && rows > 0)
-                    split_pairs(src, 2 * i + 1 < kw ? src + g->lda : NULL, rows, &hi[i], &lo[i]);
-                else
-                    hi[i] = lo[i] = _mm512_setzero_si512();
-            }
-            store_transposed(tile, hi, lo);
+    if (!g->ta) { /* A stored m x k: a tile row is 32 values of a row of A */
+        for (int64_t r = 0; r < 16; r++) {
+            __m512i hi = _mm512_setzero_si512(), lo = hi;
+            if (r < rows)
+                split_row32(g->a + (i + r) * g->lda + p, kw, &hi, &lo);
+            _mm512_store_si512(tile + r * 32, hi);
+            _mm512_store_si512(tile + 512 + r * 32, lo);
         }
+        return;
+    }
+    /* A stored k x m: pairs of rows of K across 16 rows of A, transposed */
+    __m512i hi[16], lo[16];
+    for (int64_t q = 0; q < 16; q++) {
+        const uint16_t *src = g->a + (p + 2 * q) * g->lda + i;
+        if (2 * q < kw && rows > 0)
+            split_pairs(src, 2 * q + 1 < kw ? src + g->lda : NULL, rows, &hi[q], &lo[q]);
+        else
+            hi[q] = lo[q] = _mm512_setzero_si512();
+    }
+    store_transposed(tile, hi, lo);
 }
 
-/* Columns [j0, j0 + nc) and K [p0, p0 + kc) of B: strip t, tile q of K
- * at dst[(t nq + q) TILE_PAIR], hi then lo, in pairs of rows of K,
- * zero past the block. */
-AMX_TARGET static void amx_pack_b(const g16 *g, uint16_t *restrict dst, int64_t j0, int64_t nc, int64_t p0,
-                                  int64_t kc)
+/* B's tile pair for columns [j, j + cols) (up to 16) and K [p, p + kw)
+ * (up to 32), in pairs of rows of K: row q holds B(p + 2q, c) and
+ * B(p + 2q + 1, c) for the 16 columns c. */
+AMX_TARGET static void tile_b(const g16 *g, uint16_t *restrict tile, int64_t j, int64_t cols, int64_t p, int64_t kw)
 {
-    int64_t nq = tiles_k(kc), strips = round_up((nc + 15) / 16, 2);
-    if (!g->tb) { /* B stored k x n: each pair of rows in turn, read in order */
-        for (int64_t q = 0; q < nq; q++) {
-            int64_t kw = min64(32, kc - q * 32);
-            for (int64_t i = 0; i < 16; i++) {
-                const uint16_t *row = g->b + (p0 + q * 32 + 2 * i) * g->ldb + j0;
-                bool have0 = 2 * i < kw, have1 = 2 * i + 1 < kw;
-                if (have1 && 2 * i + 2 * PREFETCH_ROWS < kw) /* the pair PREFETCH_ROWS pairs ahead */
-                    for (int64_t c = 0; c < nc; c += 32) {
-                        _mm_prefetch((const char *)(row + 2 * PREFETCH_ROWS * g->ldb + c), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(row + (2 * PREFETCH_ROWS + 1) * g->ldb + c), _MM_HINT_T0);
-                    }
-                for (int64_t t = 0; t < strips; t++) {
-                    uint16_t *tile = dst + (t * nq + q) * TILE_PAIR + i * 32;
-                    __m512i hi = _mm512_setzero_si512(), lo = hi;
-                    if (have0)
-                        split_pairs(row + t * 16, have1 ? row + g->ldb + t * 16 : NULL, min64(16, nc - t * 16), &hi,
-                                    &lo);
-                    _mm512_store_si512(tile, hi);
-                    _mm512_store_si512(tile + 512, lo);
-                }
-            }
+    if (!g->tb) { /* B stored k x n: two rows of B per tile row */
+        for (int64_t q = 0; q < 16; q++) {
+            __m512i hi = _mm512_setzero_si512(), lo = hi;
+            const uint16_t *row = g->b + (p + 2 * q) * g->ldb + j;
+            if (2 * q < kw && cols > 0)
+                split_pairs(row, 2 * q + 1 < kw ? row + g->ldb : NULL, cols, &hi, &lo);
+            _mm512_store_si512(tile + q * 32, hi);
+            _mm512_store_si512(tile + 512 + q * 32, lo);
         }
         return;
     }
     /* B stored n x k: 32 values of K of each of 16 columns, transposed */
-    for (int64_t t = 0; t < strips; t++)
-        for (int64_t q = 0; q < nq; q++) {
-            int64_t kw = min64(32, kc - q * 32), cols = min64(16, nc - t * 16);
-            __m512i hi[16], lo[16];
-            for (int64_t c = 0; c < 16; c++) {
-                if (c < cols)
-                    split_row32(g->b + (j0 + t * 16 + c) * g->ldb + p0 + q * 32, kw, &hi[c], &lo[c]);
-                else
-                    hi[c] = lo[c] = _mm512_setzero_si512();
-            }
-            store_transposed(dst + (t * nq + q) * TILE_PAIR, hi, lo);
-        }
+    __m512i hi[16], lo[16];
+    for (int64_t c = 0; c < 16; c++) {
+        if (c < cols)
+            split_row32(g->b + (j + c) * g->ldb + p, kw, &hi[c], &lo[c]);
+        else
+            hi[c] = lo[c] = _mm512_setzero_si512();
+    }
+    store_transposed(tile, hi, lo);
+}
+
+/* Packing one block of A (rows [r0, r0 + len), b false) or of B
+ * (columns, b true), K [p0, p0 + kc), a tile pair at a time: strip s,
+ * tile q of K at dst[(s nq + q) TILE_PAIR]. The tile unit works on one
+ * block while the next is packed, a few tile pairs between its
+ * products (amx_micro), so that the vector units pack while it
+ * multiplies; `points` is how many times it offers, and the pairs
+ * are shared over them. */
+typedef struct packer {
+    const g16 *g;
+    uint16_t *dst;
+    bool b;
+    int64_t r0, len, p0, kc, nq, strips;
+    int64_t done, total;   /* tile pairs */
+    int64_t offered, points;
+} packer;
+
+static void packer_set(packer *pk, const g16 *g, uint16_t *dst, bool b, int64_t r0, int64_t len, int64_t p0,
+                       int64_t kc)
+{
+    *pk = (packer){.g = g, .dst = dst, .b = b, .r0 = r0, .len = len, .p0 = p0, .kc = kc, .nq = tiles_k(kc),
+                   .strips = strips16(len)};
+    pk->total = pk->nq * pk->strips;
+}
+
+/* Tile pair u: K's tiles of one strip in turn, except B stored k x n,
+ * whose strips go across each tile of K in turn (its rows are read in
+ * order). */
+AMX_TARGET static void pack_one(packer *pk, int64_t u)
+{
+    bool across = pk->b && !pk->g->tb;
+    int64_t s = across ? u % pk->strips : u / pk->nq, q = across ? u / pk->strips : u % pk->nq;
+    uint16_t *tile = pk->dst + (s * pk->nq + q) * TILE_PAIR;
+    int64_t at = pk->r0 + s * 16, n = min64(16, pk->len - s * 16), p = pk->p0 + q * 32, kw = min64(32, pk->kc - q * 32);
+    if (pk->b)
+        tile_b(pk->g, tile, at, n, p, kw);
+    else
+        tile_a(pk->g, tile, at, n, p, kw);
+}
+
+/* The pairs due at this offer (all of them when points is 0). */
+AMX_TARGET static void pack_some(packer *pk)
+{
+    if (pk->done >= pk->total)
+        return;
+    int64_t due = pk->points ? pk->total * ++pk->offered / pk->points : pk->total;
+    for (; pk->done < due && pk->done < pk->total; pk->done++)
+        pack_one(pk, pk->done);
 }
 
 /* The tile unit's configuration: tiles 0-7 all 16 rows of 64 bytes. */
@@ -573,7 +597,7 @@ AMX_TARGET static void amx_out(const g16 *g, const float *sums, int64_t i, int64
  * sums keep the unit busy). The sums start from zero (first) or from
  * `sums` (ld floats a row) and go back there, or (out) to C. */
 AMX_TARGET static void amx_micro(const g16 *g, int64_t nq, const uint16_t *a, const uint16_t *b, float *sums,
-                                 int64_t ld, bool first, const int64_t *out)
+                                 int64_t ld, bool first, const int64_t *out, packer *pa, packer *pb)
 {
     if (first) {
         _tile_zero(0);
@@ -597,24 +621,28 @@ AMX_TARGET static void amx_micro(const g16 *g, int64_t nq, const uint16_t *a, co
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
+        pack_some(pa);
         _tile_loadd(6, b + lo, 64);
         _tile_loadd(7, b1 + lo, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
+        pack_some(pb);
         _tile_loadd(4, a + lo, 64);
         _tile_loadd(5, a1 + lo, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
+        pack_some(pa);
         _tile_loadd(6, b + hi, 64);
         _tile_loadd(7, b1 + hi, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
+        pack_some(pb);
     }
     if (!out) {
         _tile_stored(0, sums, ld * 4);
@@ -643,19 +671,36 @@ static bool amx_transposes(const g16 *g)
     return swapped < direct;
 }
 
-/* Columns per block, rows per block (whole blocks of 32 x 32). */
+/* Columns per block, rows per block (whole blocks of 32 x 32), K per
+ * block (K in equal blocks of whole tiles, at most AMX_KC). */
 static int64_t amx_block_cols(int64_t cols) { return min64(AMX_NC, round_up(cols, 32)); }
 static int64_t amx_block_rows(int64_t rows) { return min64(AMX_MC, round_up(rows, 32)); }
-
-/* Floats of scratch for AMX over `rows` x `cols` of C: packed A, packed
- * B (2 bytes each, hi and lo) and the sums of a block of C. */
-static size_t amx_scratch_floats(int64_t rows, int64_t cols)
+static int64_t amx_block_k(int64_t k)
 {
-    int64_t mp = amx_block_rows(rows), nc = amx_block_cols(cols), kp = round_up(AMX_KC, 32);
-    return (size_t)(mp * kp + nc * kp + mp * nc);
+    int64_t blocks = (k + AMX_KC - 1) / AMX_KC;
+    return round_up((k + blocks - 1) / blocks, 32);
 }
 
-/* gemm_part on the tile unit. */
+/* Floats of scratch for AMX over `rows` x `cols` of C: two packed
+ * blocks of A and two of B (one multiplied while the next is packed;
+ * 2 bytes each, hi and lo) and the sums of a block of C. */
+static size_t amx_scratch_floats(int64_t rows, int64_t cols)
+{
+    int64_t mp = amx_block_rows(rows), nc = amx_block_cols(cols);
+    return (size_t)(2 * mp * AMX_KC + 2 * nc * AMX_KC + mp * nc);
+}
+
+/* A block of C's part: columns [jc, jc + nc), rows [ic, ic + mc), K
+ * [pc, pc + kc). */
+typedef struct blk {
+    int64_t jc, nc, ic, mc, pc, kc;
+} blk;
+
+/* gemm_part on the tile unit: blocks of columns, then of rows, then of
+ * K, as gemm_part, each block's A and B packed while the tile unit
+ * multiplies the block before (the first block's before it). B is
+ * packed once per block of columns when K is one block, A once for the
+ * part when rows and K are one block each. */
 AMX_TARGET static void amx_part(const g16 *g, float *scratch, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
     tile_config cfg = {.palette = 1};
@@ -664,29 +709,65 @@ AMX_TARGET static void amx_part(const g16 *g, float *scratch, int64_t i0, int64_
         cfg.rows[t] = 16;
     }
     _tile_loadconfig(&cfg);
-    int64_t ncb = amx_block_cols(j1 - j0), mcb = amx_block_rows(i1 - i0), kp = round_up(AMX_KC, 32);
-    uint16_t *ap = (uint16_t *)scratch, *bp = ap + 2 * mcb * kp;
-    float *sums = (float *)(bp + 2 * ncb * kp);
-    bool one_k = g->k <= AMX_KC;
-    for (int64_t jc = j0; jc < j1; jc += ncb) {
-        int64_t nc = min64(ncb, j1 - jc);
-        for (int64_t ic = i0; ic < i1; ic += mcb) {
-            int64_t mc = min64(mcb, i1 - ic);
-            for (int64_t pc = 0; pc < g->k; pc += AMX_KC) {
-                int64_t kc = min64(AMX_KC, g->k - pc), nq = tiles_k(kc);
-                if (!one_k || ic == i0)
-                    amx_pack_b(g, bp, jc, nc, pc, kc);
-                amx_pack_a(g, ap, ic, mc, pc, kc);
-                __asm__ volatile("" ::: "memory"); /* the packs are read by tile loads */
-                bool last = pc + kc == g->k;
-                for (int64_t s = 0; s * 16 < mc; s += 2)
-                    for (int64_t t = 0; t * 16 < nc; t += 2) {
-                        int64_t out[4] = {ic + s * 16, min64(32, mc - s * 16), jc + t * 16, min64(32, nc - t * 16)};
-                        amx_micro(g, nq, ap + s * nq * TILE_PAIR, bp + t * nq * TILE_PAIR,
-                                  sums + s * 16 * ncb + t * 16, ncb, pc == 0, last ? out : NULL);
-                    }
+    int64_t ncb = amx_block_cols(j1 - j0), mcb = amx_block_rows(i1 - i0), kcb = amx_block_k(g->k);
+    uint16_t *abuf[2], *bbuf[2];
+    abuf[0] = (uint16_t *)scratch;
+    abuf[1] = abuf[0] + 2 * mcb * AMX_KC;
+    bbuf[0] = abuf[1] + 2 * mcb * AMX_KC;
+    bbuf[1] = bbuf[0] + 2 * ncb * AMX_KC;
+    float *sums = (float *)(bbuf[1] + 2 * ncb * AMX_KC);
+    bool one_k = g->k <= kcb, one_a = one_k && i1 - i0 <= mcb;
+    int ab = 0, bb = 0; /* the buffers the current block's A and B are in */
+    blk cur = {j0, min64(ncb, j1 - j0), i0, min64(mcb, i1 - i0), 0, min64(kcb, g->k)};
+    packer pa, pb;
+    packer_set(&pa, g, abuf[ab], false, cur.ic, cur.mc, cur.pc, cur.kc);
+    packer_set(&pb, g, bbuf[bb], true, cur.jc, cur.nc, cur.pc, cur.kc);
+    pack_some(&pa);
+    pack_some(&pb);
+    for (;;) {
+        /* the next block, and which of its operands are new */
+        blk nx = cur;
+        nx.pc += kcb;
+        if (nx.pc >= g->k) {
+            nx.pc = 0;
+            nx.ic += mcb;
+            if (nx.ic >= i1) {
+                nx.ic = i0;
+                nx.jc += ncb;
             }
         }
+        bool more = nx.jc < j1, new_a = more && !one_a, new_b = more && (!one_k || nx.ic == i0);
+        nx.nc = min64(ncb, j1 - nx.jc);
+        nx.mc = min64(mcb, i1 - nx.ic);
+        nx.kc = min64(kcb, g->k - nx.pc);
+        pa = (packer){0};
+        pb = (packer){0};
+        int64_t nq = tiles_k(cur.kc), points = 4 * nq * ((cur.mc + 31) / 32) * ((cur.nc + 31) / 32);
+        if (new_a) {
+            packer_set(&pa, g, abuf[!ab], false, nx.ic, nx.mc, nx.pc, nx.kc);
+            pa.points = points / 2; /* offered at two of the four points */
+        }
+        if (new_b) {
+            packer_set(&pb, g, bbuf[!bb], true, nx.jc, nx.nc, nx.pc, nx.kc);
+            pb.points = points / 2;
+        }
+        __asm__ volatile("" ::: "memory"); /* the packs are read by tile loads */
+        bool last = cur.pc + cur.kc == g->k;
+        for (int64_t s = 0; s * 16 < cur.mc; s += 2)
+            for (int64_t t = 0; t * 16 < cur.nc; t += 2) {
+                int64_t out[4] = {cur.ic + s * 16, min64(32, cur.mc - s * 16), cur.jc + t * 16,
+                                  min64(32, cur.nc - t * 16)};
+                amx_micro(g, nq, abuf[ab] + s * nq * TILE_PAIR, bbuf[bb] + t * nq * TILE_PAIR,
+                          sums + s * 16 * ncb + t * 16, ncb, cur.pc == 0, last ? out : NULL, &pa, &pb);
+            }
+        if (!more)
+            break;
+        pa.points = pb.points = 0; /* whatever is left */
+        pack_some(&pa);
+        pack_some(&pb);
+        ab ^= new_a;
+        bb ^= new_b;
+        cur = nx;
     }
     _tile_release();
 }
