@@ -902,15 +902,16 @@ int ir_shape_grad_accumulate(ir_infer *inf)
     return 0;
 }
 
-/* Collectives (ops.def): f32, bf16 or f16 data; ranks >= 1;
+/* Collectives (ops.def): f32, f64, bf16 or f16 data; ranks >= 1;
  * reduce_scatter's result is one rank's share of the padded, flattened
  * operand, all_gather's every rank's operand flattened. */
 int ir_shape_collective(ir_infer *inf)
 {
     const ir_type *x = &inf->in[0];
     const char *name = ir_op_name(inf->op);
-    if (x->dtype != IR_F32 && x->dtype != IR_BF16 && x->dtype != IR_F16)
-        return ir_infer_error(inf, "%s: collectives carry f32, bf16 or f16 data, not %s", name, ir_dtype_name(x->dtype));
+    if (x->dtype != IR_F32 && x->dtype != IR_F64 && x->dtype != IR_BF16 && x->dtype != IR_F16)
+        return ir_infer_error(inf, "%s: collectives carry f32, f64, bf16 or f16 data, not %s", name,
+                              ir_dtype_name(x->dtype));
     int64_t ranks = ir_attr_int(inf->attrs, "ranks", 0);
     if (ranks < 1 || ranks > 1 << 20)
         return ir_infer_error(inf, "%s: ranks must be between 1 and %d", name, 1 << 20);

@@ -14,9 +14,10 @@
  *   - params stay fp32 (master weights); an op that wants one in low
  *     precision reads a low-precision copy (state NAME.lowp) that the
  *     optimizer update writes after each step;
- *   - tensor parallelism's partial products (a GEMM whose result the
- *     group all-reduces) are returned in fp32, summed in fp32 and rounded
- *     once after the all-reduce, as one rank's GEMM rounds its sum;
+ *   - tensor parallelism's partial products (a row-split matmul, a
+ *     column-split matmul's input gradient), on one rank too, take their
+ *     operands widened to f64, sum in f64 (the group's all-reduce too)
+ *     and are rounded once after: one rank's bits and any group's agree;
  *   - casts are inserted only at the boundaries (one per value and dtype),
  *     for the fusion pass to fold into their neighbours;
  *   - an op annotated _precision = f32 (precision = fp32 on a call in the
@@ -154,37 +155,91 @@ static void retype(ir_graph *g, ir_node *n)
     n->attrs = a;
 }
 
-/* Tensor parallelism's partial products (passes/shard_tp.c: a row
- * matmul's forward, a column matmul's input gradient): the GEMM returns
- * fp32, the group sums in fp32 and the sum is rounded once, after, as one
- * rank's GEMM rounds its whole sum; its readers read the rounded sum. */
-static bool tp_sum_f32(prec *P, ir_node *n)
+/* Tensor parallelism's partial products (passes/shard_tp.c): a row
+ * matmul's forward and a column matmul's input gradient (the matmul that
+ * reads a column-split weight transposed) sum over the split units,
+ * which the ranks of a group hold a share of each. Summed in fp32, one
+ * rank's order and a group's differ in the last bits, and a sum near a
+ * low-precision rounding boundary rounds the other way on one of them
+ * (bf16 losses 5e-4 apart after 20 steps). So, on any world (a model
+ * with split annotations on one rank too), these GEMMs take their
+ * low-precision operands widened to f64 and sum in f64 (exactly, for
+ * bf16/f16 products of the sizes seen: any order gives the same sum),
+ * the group sums in f64, and the sum is rounded once, after, to what
+ * the GEMM returned before: one rank's bits and any group's agree. */
+static void mark_tp_sums(const ir_graph *g, bool *exact)
+{
+    for (int i = 0; i < g->nodes.n; i++) {
+        const ir_node *n = ir_nd(g, i);
+        const char *split = n->op == IR_OP_MATMUL && !n->dead ? ir_attr_str(&n->attrs, "split", NULL) : NULL;
+        if (!split)
+            continue;
+        if (!strcmp(split, "row")) {
+            exact[i] = true;
+            continue;
+        }
+        const ir_value *w = ir_val(g, n->in.v[1]);
+        for (int u = 0; u < w->uses.n; u++) {
+            const ir_node *m = ir_nd(g, w->uses.v[u].node);
+            if (m != n && !m->dead && m->op == IR_OP_MATMUL && w->uses.v[u].operand == 1 &&
+                ir_attr_int(&m->attrs, "transpose_b", 0) && !ir_attr_int(&m->attrs, "transpose_a", 0))
+                exact[w->uses.v[u].node] = true;
+        }
+    }
+}
+
+/* A cast of v to dt, run with node `with` (its phase and location). */
+static int emit_cast(ir_graph *g, int v, ir_dtype dt, const ir_node *with)
+{
+    ir_phase phase = with->phase;
+    kl_loc loc = with->loc;
+    ir_attrs a = {0};
+    ir_attrs_set_str(&a, "to", ir_dtype_name(dt));
+    int c = ir_emit(g, IR_OP_CAST, &v, 1, &a, NULL);
+    ir_attrs_free(&a);
+    ir_node *cn = ir_nd(g, g->nodes.n - 1);
+    cn->phase = phase;
+    cn->loc = loc;
+    return c;
+}
+
+/* The GEMM i (marked by mark_tp_sums) in f64 when its operands are low,
+ * with the group's all_reduce after it, and the (summed) result cast
+ * back to the GEMM's dtype. */
+static void tp_sum_f64(prec *P, int i)
 {
     ir_graph *g = P->g;
-    const char *group = ir_attr_str(&n->attrs, "group", NULL);
-    if (n->op != IR_OP_ALL_REDUCE || !group || strcmp(group, "tp"))
-        return false;
-    const ir_value *x = ir_val(g, n->in.v[0]);
-    if (x->def < 0 || !is_low(P, x->type.dtype) || x->uses.n != 1)
-        return false;
-    ir_node *d = ir_nd(g, x->def);
-    if (d->op != IR_OP_MATMUL || d->out.n != 1)
-        return false;
-    ir_attrs_set_str(&d->attrs, "out", "f32");
-    retype(g, d);
+    ir_node *n = ir_nd(g, i);
+    if (!is_low(P, ir_val(g, n->in.v[0])->type.dtype) || !is_low(P, ir_val(g, n->in.v[1])->type.dtype))
+        return;
+    ir_dtype was = ir_val(g, n->out.v[0])->type.dtype;
+    for (int k = 0; k < 2; k++) {
+        int c = emit_cast(g, ir_nd(g, i)->in.v[k], IR_F64, ir_nd(g, i));
+        ir_set_operand(g, ir_nd(g, i), k, c);
+    }
+    n = ir_nd(g, i);
+    ir_attrs_set_str(&n->attrs, "out", "f64");
     retype(g, n);
     int sum = n->out.v[0];
-    int c = as_dtype(P, sum, P->low);
+    const ir_value *y = ir_val(g, sum);
+    if (y->uses.n == 1) {
+        ir_node *r = ir_nd(g, y->uses.v[0].node);
+        const char *group = ir_attr_str(&r->attrs, "group", NULL);
+        if (r->op == IR_OP_ALL_REDUCE && group && !strcmp(group, "tp")) {
+            retype(g, r);
+            sum = r->out.v[0];
+        }
+    }
+    int c = emit_cast(g, sum, was, ir_nd(g, ir_val(g, sum)->def));
     ir_replace_uses(g, sum, c);
     ir_set_operand(g, ir_nd(g, ir_val(g, c)->def), 0, sum);
-    return true;
 }
 
 static void assign(prec *P, ir_node *n)
 {
     ir_graph *g = P->g;
     mode m = mode_of(P, n);
-    if (m == MODE_SKIP || tp_sum_f32(P, n))
+    if (m == MODE_SKIP)
         return;
     if (m == MODE_NORM) {
         /* The data keeps its dtype (statistics are fp32 inside the
@@ -258,9 +313,15 @@ int pass_precision(ir_graph *g, const pass_ctx *cx)
     for (int v = 0; v < P.nvals; v++)
         P.copy[v] = -1;
     int nnodes = g->nodes.n;
+    bool *exact = kl_xcalloc((size_t)nnodes + 1, 1);
+    mark_tp_sums(g, exact);
     for (int i = 0; i < nnodes; i++)
         if (!ir_nd(g, i)->dead)
             assign(&P, ir_nd(g, i));
+    for (int i = 0; i < nnodes; i++)
+        if (exact[i] && !ir_nd(g, i)->dead)
+            tp_sum_f64(&P, i);
+    free(exact);
     /* Gradients and the loss in fp32. */
     for (int i = 0; i < g->grads.n; i++) {
         int d = g->grads.v[i].grad;

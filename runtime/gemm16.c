@@ -32,8 +32,6 @@
 #define G16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
 
 enum { MR = 8, NR = 48, KC = 192, MC = 192, NC_MAX = 16 * NR };
-/* GEMMs under this many multiply-adds stay on the widened path. */
-#define MIN_MACS (1 << 18)
 /* Rows of B read ahead of the one being packed (memory's latency). */
 #define PREFETCH_ROWS 4
 
@@ -58,10 +56,12 @@ bool kl_gemm16_supported(void)
 
 bool kl_gemm16_takes(const kl_gemm *g)
 {
-    /* Under MR rows or 16 columns most of each tile would be padding
-     * (a matrix-vector product: the widened sgemm does those better). */
-    return g->dtype == IR_F16 && (g->out_dtype == IR_F16 || g->out_dtype == IR_F32) && g->m >= MR && g->n >= 16 &&
-           g->k > 0 && g->m * g->n * g->k >= MIN_MACS && !(g->accumulate && g->batch > 1 && g->out_dtype != IR_F32);
+    /* Every size: small GEMMs and matrix-vector products cost little
+     * either way, and an element's sum then depends on K alone, not on
+     * the GEMM's other sizes (a tensor-parallel rank's slice sums as one
+     * rank's whole GEMM does). */
+    return g->dtype == IR_F16 && (g->out_dtype == IR_F16 || g->out_dtype == IR_F32) && g->k > 0 &&
+           !(g->accumulate && g->batch > 1 && g->out_dtype != IR_F32);
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -590,6 +590,16 @@ AMX_TARGET static void amx_out(const g16 *g, const float *sums, int64_t i, int64
     }
 }
 
+/* Tiles 0-3 (a 32 x 32 block of C) += tiles 4, 5 (two strips of A) by
+ * tiles 6, 7 (two strips of B). */
+#define FOUR_PRODUCTS()          \
+    do {                         \
+        _tile_dpbf16ps(0, 4, 6); \
+        _tile_dpbf16ps(1, 4, 7); \
+        _tile_dpbf16ps(2, 5, 6); \
+        _tile_dpbf16ps(3, 5, 7); \
+    } while (0)
+
 /* Sums of a 32 x 32 block of C (tiles 0, 1 / 2, 3) over nq tiles of K:
  * two strips of A at a (TILE_PAIR nq apart), two of B at b. Each tile
  * of K multiplies hi by hi, hi by lo, lo by lo, lo by hi, loading A's
@@ -611,37 +621,45 @@ AMX_TARGET static void amx_micro(const g16 *g, int64_t nq, const uint16_t *a, co
         _tile_loadd(3, sums + 16 * ld + 16, ld * 4);
     }
     const uint16_t *a1 = a + nq * TILE_PAIR, *b1 = b + nq * TILE_PAIR;
+    /* The four products of a tile of K in the order hh, hl, ll, lh (hl:
+     * A's hi by B's lo); where this GEMM is another's transpose, A and B
+     * are that one's B and A, and the order hh, lh, ll, hl gives that
+     * one's order: an element's sum is the same whichever is computed. */
+    bool t = g->t != NULL;
     for (int64_t q = 0; q < nq; q++) {
         int64_t hi = q * TILE_PAIR, lo = hi + 512;
         _tile_loadd(4, a + hi, 64);
         _tile_loadd(5, a1 + hi, 64);
         _tile_loadd(6, b + hi, 64);
         _tile_loadd(7, b1 + hi, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        FOUR_PRODUCTS();
         pack_some(pa);
-        _tile_loadd(6, b + lo, 64);
-        _tile_loadd(7, b1 + lo, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        if (t) {
+            _tile_loadd(4, a + lo, 64);
+            _tile_loadd(5, a1 + lo, 64);
+        } else {
+            _tile_loadd(6, b + lo, 64);
+            _tile_loadd(7, b1 + lo, 64);
+        }
+        FOUR_PRODUCTS();
         pack_some(pb);
-        _tile_loadd(4, a + lo, 64);
-        _tile_loadd(5, a1 + lo, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        if (t) {
+            _tile_loadd(6, b + lo, 64);
+            _tile_loadd(7, b1 + lo, 64);
+        } else {
+            _tile_loadd(4, a + lo, 64);
+            _tile_loadd(5, a1 + lo, 64);
+        }
+        FOUR_PRODUCTS();
         pack_some(pa);
-        _tile_loadd(6, b + hi, 64);
-        _tile_loadd(7, b1 + hi, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        if (t) {
+            _tile_loadd(4, a + hi, 64);
+            _tile_loadd(5, a1 + hi, 64);
+        } else {
+            _tile_loadd(6, b + hi, 64);
+            _tile_loadd(7, b1 + hi, 64);
+        }
+        FOUR_PRODUCTS();
         pack_some(pb);
     }
     if (!out) {

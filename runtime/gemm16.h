@@ -35,10 +35,11 @@ bool kl_gemm16_supported(void);
  * the sums are of the same exact products (gemm16.c). */
 bool kl_gemm16_amx_supported(void);
 
-/* Whether kl_gemm16 takes g: f16 operands, an f16 or fp32 result, a
- * GEMM large enough to pay for the packing with at least 8 rows and 16
- * columns, and not a batch summed into an f16 C (which must stay wide
- * across the items). */
+/* Whether kl_gemm16 takes g: f16 operands, an f16 or fp32 result, K > 0,
+ * and not a batch summed into an f16 C (which must stay wide across the
+ * items). Any size: each element of C sums its products in an order that
+ * depends on K alone (not on m, n, the thread count, nor, on the tile
+ * unit, on whether C or C^T is computed). */
 bool kl_gemm16_takes(const kl_gemm *g);
 
 /* C = alpha op(A) op(B) + beta C for each batch item (g's offsets and

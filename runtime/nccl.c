@@ -126,12 +126,14 @@ static ncclDataType_t nccl_type(ir_dtype dt)
     switch (dt) {
     case IR_F32:
         return ncclFloat32;
+    case IR_F64:
+        return ncclFloat64;
     case IR_BF16:
         return ncclBfloat16;
     case IR_F16:
         return ncclFloat16;
     default:
-        kl_panic("NCCL collective on %s (only f32, bf16 and f16 are planned)", ir_dtype_name(dt));
+        kl_panic("NCCL collective on %s (only f32, f64, bf16 and f16 are planned)", ir_dtype_name(dt));
     }
 }
 

@@ -7,8 +7,10 @@
  *    over one block of 192; columns over one block of 768; offsets,
  *    alpha and beta; f16 and fp32 results; batches with strides, a
  *    shared operand, items summed into an fp32 C;
- *  - which GEMMs it leaves to the widened path (too small, a
- *    matrix-vector product, a batch summed into an f16 C);
+ *  - which GEMMs it leaves to the widened path (a batch summed into an
+ *    f16 C; every size is taken, matrix-vector products too);
+ *  - the first columns, and rows, of a GEMM's C equal a narrower
+ *    GEMM's (an element's sum depends on K alone);
  *  - the same bits with 1, 2 and 3 threads, C split by columns and by
  *    rows (each element sums in the same order whichever thread runs it);
  *  - on the tile unit, operands with inf and NaN: each C element the
@@ -39,6 +41,11 @@ static const shape shapes[] = {
     {0, 1, 64, 288, 1000, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
     {1, 0, 3000, 20, 16, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16},
     {0, 0, 40, 1300, 70, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
+    /* small: a matrix-vector product each way, K of 1, under a tile */
+    {0, 0, 1, 300, 200, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
+    {1, 1, 300, 1, 200, 1, 0, 0, 0, 0, 0, 0, false, 1, 0.5, IR_F16},
+    {0, 1, 20, 30, 1, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32},
+    {1, 0, 5, 10, 7, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16},
     /* Batched: strided A and C, a shared B, an f16 result. */
     {0, 0, 64, 100, 50, 3, 64 * 50 + 3, 0, 64 * 100 + 1, 2, 0, 0, false, 1, 0.5, IR_F16},
     /* Summed over batch items into one fp32 C (a weight gradient). */
@@ -70,13 +77,13 @@ static void test_against_reference(void **state)
     }
     be->ops->destroy(be);
     assert_int_equal(bad, 0);
-    /* a matrix-vector product, a small GEMM, a batch summed into f16:
-     * left to the widened path */
+    /* every size is taken (an element's sum depends on K alone); a batch
+     * summed into an f16 C is left to the widened path */
     kl_gemm gemv = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 1, .n = 4096, .k = 4096, .batch = 1};
     kl_gemm small = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 32, .n = 32, .k = 32, .batch = 1};
     kl_gemm summed = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 64, .n = 64, .k = 64, .batch = 4, .accumulate = true};
-    assert_false(kl_gemm16_takes(&gemv));
-    assert_false(kl_gemm16_takes(&small));
+    assert_true(kl_gemm16_takes(&gemv));
+    assert_true(kl_gemm16_takes(&small));
     assert_false(kl_gemm16_takes(&summed));
 }
 
@@ -97,6 +104,58 @@ static uint16_t *run(int threads, int ta, int tb, int64_t m, int64_t n, int64_t 
     be->ops->destroy(be);
     free(a), free(b);
     return c;
+}
+
+/* An element's sum depends on K alone: the first n1 columns of C from a
+ * GEMM of n columns equal C of the GEMM of those n1 columns, and the
+ * first m1 rows likewise (a tensor-parallel rank's slice against one
+ * rank's whole GEMM); every transpose pair, with sizes on both sides of
+ * what decides, on the tile unit, whether C or C^T is computed. */
+static void test_sizes_agree(void **state)
+{
+    (void)state;
+    const int64_t m = 48, n = 98, k = 200, n1 = 33, m1 = 7;
+    for (int t = 0; t < 4; t++) {
+        int ta = t & 1, tb = t >> 1;
+        uint16_t *a = malloc(2 * (size_t)(m * k)), *b = malloc(2 * (size_t)(k * n));
+        rng = 99;
+        for (int64_t i = 0; i < m * k; i++)
+            a[i] = kl_f32_to_f16(uniform());
+        for (int64_t i = 0; i < k * n; i++)
+            b[i] = kl_f32_to_f16(uniform());
+        /* B's first n1 columns (B stored k x n, or n x k when tb) */
+        uint16_t *bs = malloc(2 * (size_t)(k * n1)), *as = malloc(2 * (size_t)(m1 * k));
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < n1; j++)
+                bs[tb ? j * k + p : p * n1 + j] = b[tb ? j * k + p : p * n + j];
+        for (int64_t i = 0; i < m1; i++)
+            for (int64_t p = 0; p < k; p++)
+                as[ta ? p * m1 + i : i * k + p] = a[ta ? p * m + i : i * k + p];
+        kl_backend *be = backend(1);
+        /* fp32 results: the last bits of the sums, which rounding to
+         * f16 would mostly hide */
+        float *whole = calloc((size_t)(m * n), 4), *cn = calloc((size_t)(m * n1), 4), *cm = calloc((size_t)(m1 * n), 4);
+        kl_gemm gw = {.dtype = IR_F16, .out_dtype = IR_F32, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .batch = 1,
+                      .alpha = 1};
+        kl_gemm gn = {.dtype = IR_F16, .out_dtype = IR_F32, .ta = ta, .tb = tb, .m = m, .n = n1, .k = k, .batch = 1,
+                      .alpha = 1};
+        kl_gemm gm = {.dtype = IR_F16, .out_dtype = IR_F32, .ta = ta, .tb = tb, .m = m1, .n = n, .k = k, .batch = 1,
+                      .alpha = 1};
+        be->ops->gemm(be, &gw, a, b, whole);
+        be->ops->gemm(be, &gn, a, bs, cn);
+        be->ops->gemm(be, &gm, as, b, cm);
+        be->ops->destroy(be);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                if (j < n1 && memcmp(&cn[i * n1 + j], &whole[i * n + j], 4))
+                    fail_msg("ta %d tb %d: C[%lld, %lld] of %lld columns differs from the whole GEMM's", ta, tb,
+                             (long long)i, (long long)j, (long long)n1);
+                if (i < m1 && memcmp(&cm[i * n + j], &whole[i * n + j], 4))
+                    fail_msg("ta %d tb %d: C[%lld, %lld] of %lld rows differs from the whole GEMM's", ta, tb,
+                             (long long)i, (long long)j, (long long)m1);
+            }
+        free(whole), free(a), free(b), free(as), free(bs), free(cn), free(cm);
+    }
 }
 
 static void test_threads_agree(void **state)
@@ -214,6 +273,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
         cmocka_unit_test(test_threads_agree),
+        cmocka_unit_test(test_sizes_agree),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_setting),
     };
