@@ -434,6 +434,14 @@ static kir_expr *elem_cast(const elem_args *e)
     ir_dtype from = ir_val(e->b->grp->g, e->n->in.v[0])->type.dtype;
     if (!ir_dtype_is_float(to))
         return kir_cast(k, KT_I64, e->a[0]);
+    /* Widened, a 16-bit value is its rounded value even when the fused
+     * kernel computed it wider (not loaded): what a kernel that stored
+     * it and one that read it back would see, so that where the fusion
+     * pass draws a kernel's edge does not change the result (tensor
+     * parallelism's collectives draw other edges than one rank's plan). */
+    if ((to == IR_F64 || to == IR_F32) && (from == IR_BF16 || from == IR_F16) && e->a[0]->kind != KE_LOAD)
+        return kir_cast(k, to == IR_F64 ? KT_F64 : k->compute,
+                        kir_un(k, from == IR_BF16 ? KU_ROUND_BF16 : KU_ROUND_F16, e->a[0]));
     kir_expr *x = kir_cast(k, to == IR_F64 ? KT_F64 : k->compute, e->a[0]);
     if (to == IR_BF16 && from != IR_BF16)
         return kir_un(k, KU_ROUND_BF16, x);

@@ -14,10 +14,10 @@
  *   - params stay fp32 (master weights); an op that wants one in low
  *     precision reads a low-precision copy (state NAME.lowp) that the
  *     optimizer update writes after each step;
- *   - tensor parallelism's partial products (a row-split matmul, a
- *     column-split matmul's input gradient), on one rank too, take their
- *     operands widened to f64, sum in f64 (the group's all-reduce too)
- *     and are rounded once after: one rank's bits and any group's agree;
+ *   - tensor parallelism's split matmuls, their input and weight
+ *     gradients, on one rank too, take their operands widened to f64,
+ *     sum in f64 (the group's all-reduce too) and are rounded once after:
+ *     one rank's bits and any group's agree;
  *   - casts are inserted only at the boundaries (one per value and dtype),
  *     for the fusion pass to fold into their neighbours;
  *   - an op annotated _precision = f32 (precision = fp32 on a call in the
@@ -155,30 +155,38 @@ static void retype(ir_graph *g, ir_node *n)
     n->attrs = a;
 }
 
-/* Tensor parallelism's partial products (passes/shard_tp.c): a row
- * matmul's forward and a column matmul's input gradient (the matmul that
- * reads a column-split weight transposed) sum over the split units,
- * which the ranks of a group hold a share of each. Summed in fp32, one
- * rank's order and a group's differ in the last bits, and a sum near a
- * low-precision rounding boundary rounds the other way on one of them
- * (bf16 losses 5e-4 apart after 20 steps). So, on any world (a model
- * with split annotations on one rank too), these GEMMs take their
- * low-precision operands widened to f64 and sum in f64 (exactly, for
- * bf16/f16 products of the sizes seen: any order gives the same sum),
- * the group sums in f64, and the sum is rounded once, after, to what
- * the GEMM returned before: one rank's bits and any group's agree. */
+/* Tensor parallelism's GEMMs (passes/shard_tp.c): a split matmul's
+ * forward, the matmul that reads its split weight transposed (a column
+ * split's input gradient, a row split's gradient of its input units) and
+ * the one that gives the weight's gradient. Two of them sum over the
+ * split units, which the ranks of a group hold a share of each (the row
+ * split's forward, the column split's input gradient); the others run
+ * on a rank's slice of the units, where a GEMM library may sum an
+ * element in another order than for the whole (its blocking follows the
+ * sizes). Summed in fp32 the last bits differ, and low precision
+ * magnifies them: a sum near a rounding boundary rounds one way on one
+ * rank and the other way in a group, and a master weight a last bit
+ * apart makes a different low-precision copy (bf16 losses 5e-4 apart
+ * after 20 steps). So, on any world (one rank too), these GEMMs take
+ * their low-precision operands widened to f64 and sum in f64, exactly
+ * for bf16/f16 products of the sizes seen (so in any order, by any
+ * library), the group sums in f64 where it sums, and the sum is rounded
+ * once, after, to the GEMM's dtype: one rank's bits and any group's
+ * agree. */
 static void mark_tp_sums(const ir_graph *g, bool *exact)
 {
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
-        const char *split = n->op == IR_OP_MATMUL && !n->dead ? ir_attr_str(&n->attrs, "split", NULL) : NULL;
-        if (!split)
+        if (n->op != IR_OP_MATMUL || n->dead || !ir_attr_str(&n->attrs, "split", NULL))
             continue;
-        if (!strcmp(split, "row")) {
-            exact[i] = true;
-            continue;
+        exact[i] = true;
+        int wv = n->in.v[1];
+        const ir_value *w = ir_val(g, wv);
+        for (int k = 0; k < g->grads.n; k++) {
+            int d = g->grads.v[k].param == wv ? ir_val(g, g->grads.v[k].grad)->def : -1;
+            if (d >= 0 && ir_nd(g, d)->op == IR_OP_MATMUL)
+                exact[d] = true;
         }
-        const ir_value *w = ir_val(g, n->in.v[1]);
         for (int u = 0; u < w->uses.n; u++) {
             const ir_node *m = ir_nd(g, w->uses.v[u].node);
             if (m != n && !m->dead && m->op == IR_OP_MATMUL && w->uses.v[u].operand == 1 &&
@@ -233,6 +241,9 @@ static void tp_sum_f64(prec *P, int i)
     int c = emit_cast(g, sum, was, ir_nd(g, ir_val(g, sum)->def));
     ir_replace_uses(g, sum, c);
     ir_set_operand(g, ir_nd(g, ir_val(g, c)->def), 0, sum);
+    for (int k = 0; k < g->grads.n; k++) /* a weight's gradient: the cast */
+        if (g->grads.v[k].grad == sum)
+            g->grads.v[k].grad = c;
 }
 
 static void assign(prec *P, ir_node *n)

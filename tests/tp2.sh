@@ -143,7 +143,8 @@ resume)
   ;;
 cnn)
   # tests/tp2_cnn.kl (examples/fashion_cnn.kl with a split dense head; T =
-  # 3 pads its 128 units to 129) at T = 2 and 3 against one rank; at T =
+  # 3 pads its 128 units to 129) at T = 2 and 3 against one rank, at bf16
+  # and fp16 too at T = 3; at T =
   # 2 x data parallel 2 batch norm normalises over each group's own rows
   # (as tests/ranks.sh cnn), so the reference accumulates 2 micro-batches
   # of the groups' size and the running statistics are left out.
@@ -156,6 +157,13 @@ cnn)
   one acc "$tmp/cnn" --batch 4 --accumulate 2
   ranks 4 t2d2 "$tmp/cnn" --batch 4 --tensor-parallel 2
   same acc t2d2 running_
+  # bf16 and fp16 at T = 3 (padded): one rank's bits (the split head's
+  # GEMMs sum exactly, passes/precision.c)
+  for p in bf16 fp16; do
+    one ref$p "$tmp/cnn" --batch 8 --precision $p
+    ranks 3 t3$p "$tmp/cnn" --batch 8 --tensor-parallel 3 --precision $p
+    same ref$p t3$p
+  done
   ;;
 zero)
   # zero1 and zero2 on the data-parallel rest: T = 2 x 2 on 4 ranks (the
