@@ -86,18 +86,19 @@ clip)
   ;;
 fp16)
   # fp16 with a loss scale that overflows at first (steps are skipped):
-  # every rank of T = 3 and of 2 x 2 skips the steps one rank skips (the
-  # inf/NaN check reads the group's summed squared norm), with accumulate
-  # 2 too. As in tests/ranks.sh, a data-parallel rank overflows on its own
-  # micro-batch, so the reference for 2 data-parallel groups accumulates
-  # 2 micro-batches of the groups' size. The partial products (the row
-  # split's forward, the column split's input gradient) sum in f64 on
-  # every world, one rank too, and are rounded once after the group's
-  # sum (passes/precision.c), so one rank and any group agree: the same
-  # 20 losses and skipped steps, and the same final values (rtol 1e-5),
-  # at fp16 and bf16 alike. (Summed in fp32 the order differed and a sum
-  # near a rounding boundary rounded the other way: fp16 losses 1.1e-4 to
-  # 4.2e-4 apart, bf16 5.1e-4.)
+  # every rank of T = 2, 3, 4 and of 2 x 2 skips the steps one rank skips
+  # (the inf/NaN check reads the group's summed squared norm), with
+  # accumulate 2 too. As in tests/ranks.sh, a data-parallel rank
+  # overflows on its own micro-batch, so the reference for 2
+  # data-parallel groups accumulates 2 micro-batches of the groups' size.
+  # A split layer's GEMMs sum in f64 on every world, one rank too, the
+  # group's partial sums are all-reduced in f64 and rounded once after
+  # (passes/precision.c), and a 16-bit value widened inside a fused
+  # kernel is its rounded value (codegen/k_elem.c), so one rank and any
+  # group agree: the same 20 losses and skipped steps, and the same final
+  # values (rtol 1e-5), at fp16 and bf16 alike. (Summed in fp32 the order
+  # differed and a sum near a rounding boundary rounded the other way:
+  # fp16 losses 1.1e-4 to 4.2e-4 apart, bf16 5.1e-4.)
   build_tp
   ls="loss_scale=dynamic(scale=1e6, interval=4)"
   one ref "$tmp/tp" --batch 48 --precision fp16 --set "$ls"
@@ -108,6 +109,8 @@ fp16)
   same acc2 t2d2
   ranks 3 t3acc "$tmp/tp" --batch 24 --accumulate 2 --tensor-parallel 3 --precision fp16 --set "$ls"
   same acc2 t3acc
+  ranks 2 t2 "$tmp/tp" --batch 48 --tensor-parallel 2 --precision fp16 --set "$ls"
+  same ref t2
   ranks 4 t4 "$tmp/tp" --batch 48 --tensor-parallel 4 --precision fp16 --set "$ls"
   same ref t4
   skipped=$(grep '"type": "train"' "$tmp/t3.json" | tail -1 | sed 's/.*"skipped": \([0-9]*\).*/\1/')
