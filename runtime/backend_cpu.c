@@ -509,7 +509,7 @@ static int choose_gemm16(cpu_backend *cb, char *text, size_t len)
     cb->gemm16 = fma && strcmp(want, "widened");
     cb->gemm16_ws.amx = amx;
     if (amx)
-        snprintf(text, len, "Kiln AMX (exact bf16 parts of f16, fp32 sums)");
+        snprintf(text, len, "Kiln AMX (exact bf16 parts of f16; fp32 sums)");
     else if (cb->gemm16)
         snprintf(text, len, "Kiln AVX-512 (fp32 sums; operands widened while packed)");
     else
