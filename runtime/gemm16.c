@@ -352,14 +352,18 @@ G16_TARGET static void gemm_part(const g16 *g, float *scratch, int64_t i0, int64
  * a block of A into strips of 16 rows, each 32 values of K a tile of
  * hi and one of lo (16 rows x 32 bf16); a block of B into strips of 16
  * columns, each 32 values of K a pair of tiles in the unit's pair
- * layout (row i: B(2i, c), B(2i + 1, c) for the 16 columns c). A tile
- * pair of C (32 x 16 fp32) sums over a block of K in tiles 0 and 1,
- * with A's hi and lo of both strips and B's hi and lo in tiles 2-7.
+ * layout (row i: B(2i, c), B(2i + 1, c) for the 16 columns c). A block
+ * of C (32 x 32 fp32) sums over a block of K in tiles 0-3, with A's and
+ * B's hi and lo loaded into tiles 4-7 as they are needed (amx_micro),
+ * while the vector units pack the next block (packer). Where C^T =
+ * op(B)^T op(A)^T is computed instead (it packs cheaper), the products
+ * go in the mirrored order, so an element's sum is the same either way
+ * and depends on K alone.
  *
  * No part is subnormal (the smallest, 2^-24 times at most 2^-8, is
  * normal in bf16, products at least 2^-48; the unit flushes
  * subnormals). Inf or NaN in an operand makes lo NaN, so every sum
- * that meets one is NaN: a tile pair with a NaN is computed again by
+ * that meets one is NaN: a block of C with a NaN is computed again by
  * the FMA kernel (C not yet written), which gives IEEE's inf or NaN. */
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx2,f16c,fma")))
 

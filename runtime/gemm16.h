@@ -4,11 +4,14 @@
  * pass over memory per operand; here the operands are widened (F16C)
  * while they are packed into cache-sized blocks, which every GEMM does
  * anyway, and an 8 x 48 fp32 micro-kernel multiplies the packed blocks.
+ * On CPUs with AMX-BF16 the operands are split exactly into bf16 parts
+ * instead, and the tile unit sums the same exact products (gemm16.c).
  *
- * Results do not depend on the thread count: each element of C sums its
- * products in the same order (K in blocks of 192, in order) whichever
- * thread computes it. They differ from the widened sgemm's in the last
- * bits (another summation order), as any two GEMM libraries do. */
+ * Results do not depend on the thread count, nor on C's other sizes:
+ * each element of C sums its products in an order set by K alone
+ * whichever thread computes it. They differ from the widened sgemm's,
+ * and the AMX kernel's from the FMA kernel's, in the last bits (another
+ * summation order), as any two GEMM libraries do. */
 #ifndef KILN_RUNTIME_GEMM16_H
 #define KILN_RUNTIME_GEMM16_H
 
