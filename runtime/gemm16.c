@@ -630,42 +630,43 @@ AMX_TARGET static void amx_micro(const g16 *g, int64_t nq, const uint16_t *a, co
      * are that one's B and A, and the order hh, lh, ll, hl gives that
      * one's order: an element's sum is the same whichever is computed. */
     bool t = g->t != NULL;
+#define LOAD_A(at)                       \
+    do {                                 \
+        _tile_loadd(4, a + (at), 64);    \
+        _tile_loadd(5, a1 + (at), 64);   \
+    } while (0)
+#define LOAD_B(at)                       \
+    do {                                 \
+        _tile_loadd(6, b + (at), 64);    \
+        _tile_loadd(7, b1 + (at), 64);   \
+    } while (0)
     for (int64_t q = 0; q < nq; q++) {
         int64_t hi = q * TILE_PAIR, lo = hi + 512;
-        _tile_loadd(4, a + hi, 64);
-        _tile_loadd(5, a1 + hi, 64);
-        _tile_loadd(6, b + hi, 64);
-        _tile_loadd(7, b1 + hi, 64);
+        LOAD_A(hi);
+        LOAD_B(hi);
         FOUR_PRODUCTS();
         pack_some(pa);
-        if (t) {
-            _tile_loadd(4, a + lo, 64);
-            _tile_loadd(5, a1 + lo, 64);
-        } else {
-            _tile_loadd(6, b + lo, 64);
-            _tile_loadd(7, b1 + lo, 64);
-        }
+        if (t)
+            LOAD_A(lo);
+        else
+            LOAD_B(lo);
         FOUR_PRODUCTS();
         pack_some(pb);
-        if (t) {
-            _tile_loadd(6, b + lo, 64);
-            _tile_loadd(7, b1 + lo, 64);
-        } else {
-            _tile_loadd(4, a + lo, 64);
-            _tile_loadd(5, a1 + lo, 64);
-        }
+        if (t)
+            LOAD_B(lo);
+        else
+            LOAD_A(lo);
         FOUR_PRODUCTS();
         pack_some(pa);
-        if (t) {
-            _tile_loadd(4, a + hi, 64);
-            _tile_loadd(5, a1 + hi, 64);
-        } else {
-            _tile_loadd(6, b + hi, 64);
-            _tile_loadd(7, b1 + hi, 64);
-        }
+        if (t)
+            LOAD_A(hi);
+        else
+            LOAD_B(hi);
         FOUR_PRODUCTS();
         pack_some(pb);
     }
+#undef LOAD_A
+#undef LOAD_B
     if (!out) {
         _tile_stored(0, sums, ld * 4);
         _tile_stored(1, sums + 16, ld * 4);
