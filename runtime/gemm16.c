@@ -547,7 +547,7 @@ typedef struct __attribute__((packed, aligned(64))) tile_config {
 } tile_config;
 
 /* C's rows [i, i + rows) and columns [j, j + cols) by the FMA kernel:
- * a tile pair whose sums met an inf or NaN (module comment). */
+ * a block of C whose sums met an inf or NaN (module comment). */
 G16_TARGET static void recompute(const g16 *g, int64_t i, int64_t rows, int64_t j, int64_t cols)
 {
     float *scratch = NULL;
