@@ -131,6 +131,30 @@ KL_ROWS16_TARGET static inline void kl_f16_narrow8_f16c(uint16_t *restrict h, co
         for (int j = 0; j < 8; j++)
             h[j] = kl_f32_to_f16(w[j]);
 }
+#ifdef __AVX512F__
+/* 16 at a time where the target has AVX-512 (the kernels on such a CPU):
+ * the same conversions, half the blocks. */
+static inline void kl_f16_widen16_f16c(float *restrict w, const uint16_t *restrict h)
+{
+    __m256i x = _mm256_loadu_si256((const __m256i *)h);
+    _mm512_storeu_ps(w, _mm512_cvtph_ps(x));
+    const __m256i exp_mask = _mm256_set1_epi16(0x7c00);
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_and_si256(x, exp_mask), exp_mask)))
+        for (int j = 0; j < 16; j++)
+            w[j] = kl_f16_to_f32(h[j]);
+}
+static inline void kl_f16_narrow16_f16c(uint16_t *restrict h, const float *restrict w)
+{
+    __m512 x = _mm512_loadu_ps(w);
+    _mm256_storeu_si256((__m256i *)h, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q))
+        for (int j = 0; j < 16; j++)
+            h[j] = kl_f32_to_f16(w[j]);
+}
+#define KL_ROWS16_WIDE 16
+#else
+#define KL_ROWS16_WIDE 8
+#endif
 /* Rows of 8 or more end with a block that overlaps the one before
  * (the same values written again); shorter ones convert one at a time,
  * inf and NaN in software. */
@@ -141,7 +165,12 @@ KL_ROWS16_TARGET static inline void kl_f16_widen_row_f16c(float *restrict w, con
             w[i] = (h[i] & 0x7c00u) == 0x7c00u ? kl_f16_to_f32(h[i]) : _cvtsh_ss(h[i]);
         return;
     }
-    for (int64_t i = 0; i + 8 <= n; i += 8)
+    int64_t i = 0;
+#if KL_ROWS16_WIDE == 16
+    for (; i + 16 <= n; i += 16)
+        kl_f16_widen16_f16c(w + i, h + i);
+#endif
+    for (; i + 8 <= n; i += 8)
         kl_f16_widen8_f16c(w + i, h + i);
     if (n % 8)
         kl_f16_widen8_f16c(w + n - 8, h + n - 8);
@@ -153,7 +182,12 @@ KL_ROWS16_TARGET static inline void kl_f16_narrow_row_f16c(uint16_t *restrict h,
             h[i] = w[i] != w[i] ? kl_f32_to_f16(w[i]) : (uint16_t)_cvtss_sh(w[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         return;
     }
-    for (int64_t i = 0; i + 8 <= n; i += 8)
+    int64_t i = 0;
+#if KL_ROWS16_WIDE == 16
+    for (; i + 16 <= n; i += 16)
+        kl_f16_narrow16_f16c(h + i, w + i);
+#endif
+    for (; i + 8 <= n; i += 8)
         kl_f16_narrow8_f16c(h + i, w + i);
     if (n % 8)
         kl_f16_narrow8_f16c(h + n - 8, w + n - 8);

@@ -209,6 +209,8 @@ static void print_format(kir_printer *p, const char *fmt, const kir_expr *e, kir
     }
 }
 
+static bool exact16(const kir_printer *p, ir_dtype dt, const kir_expr *e, int depth, bool *keyed);
+
 static void print_un(kir_printer *p, const kir_expr *e)
 {
     kir_type t = e->type;
@@ -225,8 +227,16 @@ static void print_un(kir_printer *p, const kir_expr *e)
     case KU_ROUND_BF16:
     case KU_ROUND_F16: {
         /* Through the 16-bit storage type and back: the conversions a
-         * store and a load make. */
+         * store and a load make; nothing for a value that is one of
+         * its dt loads already (relu's gradient of a loaded dy). */
         ir_dtype dt = e->op == KU_ROUND_BF16 ? IR_BF16 : IR_F16;
+        bool keyed = false;
+        if (exact16(p, dt, e->a, 0, &keyed)) {
+            kl_buf_printf(p->b, "(%s)(", kir_print_ctype(p->t, t));
+            kir_print_expr(p, e->a);
+            kl_buf_putc(p->b, ')');
+            return;
+        }
         kl_buf_printf(p->b, "(%s)%s(%s((float)(", kir_print_ctype(p->t, t), p->t->load[dt], p->t->store[dt]);
         kir_print_expr(p, e->a);
         kl_buf_puts(p->b, ")))");

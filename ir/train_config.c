@@ -79,6 +79,8 @@ static const key_info keys[] = {
     {"overlap", K_WORD, "on off", NULL, 0, "collectives on a communication thread, overlapped with backward (default on)"},
     {"tensor_parallel", K_INT, NULL, NULL, 1, "ranks per tensor-parallel group (split = column|row calls; default 1)"},
     {"sync_batchnorm", K_BOOL, NULL, NULL, 0, "batch norm's batch statistics over every data-parallel rank's rows"},
+    {"tp_reduce", K_WORD, "fp32 bf16 fp16 exact", NULL, 0,
+     "the dtype of tensor parallelism's all-reduced partial sums under bf16/fp16 (default fp32; exact: f64, slow)"},
 };
 
 static const key_info *find_key(const char *key)
@@ -674,6 +676,9 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->overlap = strcmp(ir_attr_str(train, "overlap", "on"), "off") != 0;
     c->tensor_parallel = (int)ir_attr_int(train, "tensor_parallel", 1);
     c->sync_batchnorm = ir_attr_int(train, "sync_batchnorm", 0) != 0;
+    const char *tpr = ir_attr_str(train, "tp_reduce", "fp32");
+    c->tp_reduce = !strcmp(tpr, "bf16") ? KL_TP_REDUCE_BF16 : !strcmp(tpr, "fp16") ? KL_TP_REDUCE_FP16
+                   : !strcmp(tpr, "exact") ? KL_TP_REDUCE_EXACT : KL_TP_REDUCE_FP32;
 }
 
 void kl_train_config_free(kl_train_config *c)
@@ -700,6 +705,11 @@ double kl_train_scaled_lr(const kl_train_config *c, int64_t ranks)
 const char *kl_precision_name(kl_precision p)
 {
     return p == KL_PREC_BF16 ? "bf16" : p == KL_PREC_FP16 ? "fp16" : "fp32";
+}
+
+const char *kl_tp_reduce_name(kl_tp_reduce r)
+{
+    return r == KL_TP_REDUCE_BF16 ? "bf16" : r == KL_TP_REDUCE_FP16 ? "fp16" : r == KL_TP_REDUCE_EXACT ? "exact" : "fp32";
 }
 
 int64_t kl_parse_bytes(const char *s)

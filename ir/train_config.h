@@ -16,6 +16,10 @@ typedef enum { KL_SCHED_CONSTANT, KL_SCHED_STEP, KL_SCHED_COSINE, KL_SCHED_WARMU
 typedef enum { KL_LRS_NONE, KL_LRS_LINEAR, KL_LRS_SQRT } kl_lr_scaling;
 typedef enum { KL_PREC_FP32, KL_PREC_BF16, KL_PREC_FP16 } kl_precision;
 typedef enum { KL_SHARD_NONE, KL_SHARD_DP, KL_SHARD_ZERO1, KL_SHARD_ZERO2, KL_SHARD_ZERO3 } kl_shard;
+/* The dtype tensor parallelism's partial sums are all-reduced in under
+ * bf16/fp16 (passes/precision.c): fp32 (default), the run's 16-bit dtype,
+ * or exact (f64 GEMMs and sums, a debugging mode: slow). */
+typedef enum { KL_TP_REDUCE_FP32, KL_TP_REDUCE_BF16, KL_TP_REDUCE_FP16, KL_TP_REDUCE_EXACT } kl_tp_reduce;
 
 typedef struct kl_train_config {
     char *data_format;     /* "idx", "shards", "tokens" or "synthetic" */
@@ -70,6 +74,7 @@ typedef struct kl_train_config {
     bool overlap;          /* collectives on a communication thread (runtime/overlap.h) */
     int tensor_parallel;   /* ranks per tensor-parallel group (passes/shard_tp.c); 1: none */
     bool sync_batchnorm;   /* batch statistics across the data-parallel ranks (passes/sync_batchnorm.c) */
+    kl_tp_reduce tp_reduce;
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.
@@ -93,6 +98,7 @@ int kl_train_set_all(ir_attrs *train, const char *const *kv);
 /* The lr after scaling to the effective batch (batch * accumulate * ranks). */
 double kl_train_scaled_lr(const kl_train_config *cfg, int64_t ranks);
 const char *kl_precision_name(kl_precision p);
+const char *kl_tp_reduce_name(kl_tp_reduce r);
 
 /* A size in bytes: "64MiB", "512MB", "1e9", "4096" (units B, K, KB, KiB,
  * M, MB, MiB, G, GB, GiB, T, TB, TiB); -1 when malformed. */

@@ -1,6 +1,7 @@
 /* precision: assigns a dtype to every value for bf16 or fp16 training.
  *
- * requires: optimizer (or eval_mode); the train block's precision
+ * requires: optimizer (or eval_mode); the train block's precision and
+ *           tp_reduce
  * provides: with precision = fp32, nothing changes (the graph is the same
  *           bit for bit). With bf16 or fp16:
  *   - ops of precision class LOW (GEMM, convolution and their gradients)
@@ -14,10 +15,15 @@
  *   - params stay fp32 (master weights); an op that wants one in low
  *     precision reads a low-precision copy (state NAME.lowp) that the
  *     optimizer update writes after each step;
- *   - tensor parallelism's split matmuls, their input and weight
- *     gradients, on one rank too, take their operands widened to f64,
- *     sum in f64 (the group's all-reduce too) and are rounded once after:
- *     one rank's bits and any group's agree;
+ *   - tensor parallelism's partial sums (a GEMM whose result the group
+ *     all-reduces: a row split's forward, a column split's input
+ *     gradient) by tp_reduce: fp32 (default) returns them in fp32, the
+ *     group sums in fp32 and the sum is rounded once after, as one rank's
+ *     GEMM rounds its whole sum; bf16/fp16 (the run's) all-reduces the
+ *     GEMM's 16-bit result; exact (debugging, slow) runs every split
+ *     layer's GEMMs, on one rank too, on operands widened to f64, sums in
+ *     f64 (the all-reduce too) and rounds once after, so one rank's bits
+ *     and any group's agree;
  *   - casts are inserted only at the boundaries (one per value and dtype),
  *     for the fusion pass to fold into their neighbours;
  *   - an op annotated _precision = f32 (precision = fp32 on a call in the
@@ -37,6 +43,7 @@ typedef enum { MODE_SKIP, MODE_LOW, MODE_F32, MODE_FOLLOW, MODE_NORM } mode;
 typedef struct prec {
     ir_graph *g;
     ir_dtype low;
+    bool tp_f32;          /* tp_reduce = fp32: partial sums all-reduced in fp32 */
     int nvals;            /* values before the pass */
     int *cast[IR_NDTYPES]; /* per original value: its cast to a dtype, or -1 */
     int *copy;            /* per param: its low-precision copy, or -1 */
@@ -155,24 +162,46 @@ static void retype(ir_graph *g, ir_node *n)
     n->attrs = a;
 }
 
-/* Tensor parallelism's GEMMs (passes/shard_tp.c): a split matmul's
+/* tp_reduce = fp32: tensor parallelism's partial products
+ * (passes/shard_tp.c: a row matmul's forward, a column matmul's input
+ * gradient) come out of the GEMM in fp32, the group sums them in fp32 and
+ * the sum is rounded once, after, as one rank's GEMM rounds its whole
+ * sum; the readers read the rounded sum. Only the order of fp32 sums
+ * differs from one rank (and a value near a 16-bit rounding boundary may
+ * round the other way): the tests compare within bounds derived from the
+ * 16-bit unit roundoff (tests/ranks_helpers.bash). */
+static bool tp_sum_f32(prec *P, ir_node *n)
+{
+    ir_graph *g = P->g;
+    const char *group = ir_attr_str(&n->attrs, "group", NULL);
+    if (!P->tp_f32 || n->op != IR_OP_ALL_REDUCE || !group || strcmp(group, "tp"))
+        return false;
+    const ir_value *x = ir_val(g, n->in.v[0]);
+    if (x->def < 0 || !is_low(P, x->type.dtype) || x->uses.n != 1)
+        return false;
+    ir_node *d = ir_nd(g, x->def);
+    if (d->op != IR_OP_MATMUL || d->out.n != 1)
+        return false;
+    ir_attrs_set_str(&d->attrs, "out", "f32");
+    retype(g, d);
+    retype(g, n);
+    int sum = n->out.v[0];
+    int c = as_dtype(P, sum, P->low);
+    ir_replace_uses(g, sum, c);
+    ir_set_operand(g, ir_nd(g, ir_val(g, c)->def), 0, sum);
+    return true;
+}
+
+/* tp_reduce = exact, a debugging mode (slow: f64 GEMMs, twice the bytes
+ * of an fp32 all-reduce): tensor parallelism's GEMMs, a split matmul's
  * forward, the matmul that reads its split weight transposed (a column
  * split's input gradient, a row split's gradient of its input units) and
- * the one that gives the weight's gradient. Two of them sum over the
- * split units, which the ranks of a group hold a share of each (the row
- * split's forward, the column split's input gradient); the others run
- * on a rank's slice of the units, where a GEMM library may sum an
- * element in another order than for the whole (its blocking follows the
- * sizes). Summed in fp32 the last bits differ, and low precision
- * magnifies them: a sum near a rounding boundary rounds one way on one
- * rank and the other way in a group, and a master weight a last bit
- * apart makes a different low-precision copy (bf16 losses 5e-4 apart
- * after 20 steps). So, on any world (one rank too), these GEMMs take
- * their low-precision operands widened to f64 and sum in f64, exactly
- * for bf16/f16 products of the sizes seen (so in any order, by any
- * library), the group sums in f64 where it sums, and the sum is rounded
- * once, after, to the GEMM's dtype: one rank's bits and any group's
- * agree. */
+ * the one that gives the weight's gradient, take their 16-bit operands
+ * widened to f64 and sum in f64, exactly for bf16/f16 products of the
+ * sizes seen (so in any order, by any library), on any world (one rank
+ * too); the group sums in f64 where it sums, and the sum is rounded once,
+ * after, to the GEMM's dtype: one rank's bits and any group's agree
+ * (with the thread count pinned). */
 static void mark_tp_sums(const ir_graph *g, bool *exact)
 {
     for (int i = 0; i < g->nodes.n; i++) {
@@ -250,7 +279,7 @@ static void assign(prec *P, ir_node *n)
 {
     ir_graph *g = P->g;
     mode m = mode_of(P, n);
-    if (m == MODE_SKIP)
+    if (m == MODE_SKIP || tp_sum_f32(P, n))
         return;
     if (m == MODE_NORM) {
         /* The data keeps its dtype (statistics are fp32 inside the
@@ -299,7 +328,20 @@ int pass_precision(ir_graph *g, const pass_ctx *cx)
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     kl_precision p = cfg.precision;
+    kl_tp_reduce tpr = cfg.tp_reduce;
     kl_train_config_free(&cfg);
+    /* tp_reduce names a 16-bit dtype only for the run's own, and applies
+     * to bf16/fp16 runs (an fp32 run all-reduces in fp32). */
+    bool low16 = (tpr == KL_TP_REDUCE_BF16 && p == KL_PREC_BF16) || (tpr == KL_TP_REDUCE_FP16 && p == KL_PREC_FP16);
+    if (tpr != KL_TP_REDUCE_FP32 && !low16 && !(tpr == KL_TP_REDUCE_EXACT && p != KL_PREC_FP32)) {
+        pass_error(g, (kl_loc){0, 0},
+                   "tp_reduce = %s needs %s, but the run's precision is %s (tp_reduce = fp32 works with any)",
+                   kl_tp_reduce_name(tpr),
+                   tpr == KL_TP_REDUCE_EXACT ? "precision = bf16 or fp16"
+                   : tpr == KL_TP_REDUCE_BF16 ? "precision = bf16" : "precision = fp16",
+                   kl_precision_name(p));
+        return -1;
+    }
     /* A per-op low precision other than the run's would be ignored (the
      * lowering refuses it in a model file; this catches IR dumps). */
     const char *run = p == KL_PREC_BF16 ? "bf16" : p == KL_PREC_FP16 ? "f16" : "f32";
@@ -314,7 +356,8 @@ int pass_precision(ir_graph *g, const pass_ctx *cx)
     }
     if (p == KL_PREC_FP32)
         return 0;
-    prec P = {.g = g, .low = p == KL_PREC_BF16 ? IR_BF16 : IR_F16, .nvals = g->values.n};
+    prec P = {.g = g, .low = p == KL_PREC_BF16 ? IR_BF16 : IR_F16, .nvals = g->values.n,
+              .tp_f32 = tpr == KL_TP_REDUCE_FP32};
     for (int d = 0; d < IR_NDTYPES; d++) {
         P.cast[d] = kl_xmalloc(sizeof(int) * (size_t)(P.nvals + 1));
         for (int v = 0; v < P.nvals; v++)
@@ -325,7 +368,8 @@ int pass_precision(ir_graph *g, const pass_ctx *cx)
         P.copy[v] = -1;
     int nnodes = g->nodes.n;
     bool *exact = kl_xcalloc((size_t)nnodes + 1, 1);
-    mark_tp_sums(g, exact);
+    if (tpr == KL_TP_REDUCE_EXACT)
+        mark_tp_sums(g, exact);
     for (int i = 0; i < nnodes; i++)
         if (!ir_nd(g, i)->dead)
             assign(&P, ir_nd(g, i));

@@ -100,6 +100,11 @@ void kl_cpu_f16_narrow(uint16_t *h, const float *w, int64_t n);
 /* Who runs a CPU backend's bf16 GEMMs, for the start-up line ("bf16
  * GEMMs: oneDNN 2.6.3 (AVX512_BF16)"); NULL for other backends. */
 const char *kl_cpu_gemm_choice(const kl_backend *be);
+/* Which path a CPU backend's f16 GEMM g takes: Kiln's kernel on the tile
+ * unit or on AVX-512 FMAs (runtime/gemm16.h), or operands widened to fp32
+ * for the fp32 library. */
+typedef enum { KL_F16_WIDENED, KL_F16_AVX512, KL_F16_AMX } kl_f16_route;
+kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g);
 /* NULL after an error when o asks for what cannot be (--bf16-gemm onednn
  * without oneDNN or bf16 instructions, an unknown --bf16-gemm). */
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);

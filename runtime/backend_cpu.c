@@ -39,6 +39,7 @@ typedef struct cpu_backend {
     kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 */
     kl_dnnl *dnnl_f32;          /* fp32 GEMMs (widened ones too) through oneDNN's sgemm; NULL: OpenBLAS */
     bool gemm16;                /* f16 GEMMs through gemm16.h's AVX-512 kernel; false: widened to fp32 */
+    bool gemm16_every;          /* every f16 GEMM it takes (KILN_F16_GEMM=amx|avx512); false: by shape */
     kl_gemm16_ws gemm16_ws;
     char gemm_choice[860];      /* "fp32 GEMMs: ..., bf16 GEMMs: ...", for the start-up line */
     bool generated_attention;   /* KILN_CPU_ATTENTION=generated: attention
@@ -324,6 +325,13 @@ static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, co
     return false;
 }
 
+static kl_f16_route f16_route(const cpu_backend *cb, const kl_gemm *g)
+{
+    if (!cb->gemm16 || !kl_gemm16_takes(g) || !(cb->gemm16_every || kl_gemm16_pays(g, cb->gemm16_ws.amx)))
+        return KL_F16_WIDENED;
+    return cb->gemm16_ws.amx ? KL_F16_AMX : KL_F16_AVX512;
+}
+
 static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
 {
     cpu_backend *cb = (cpu_backend *)be;
@@ -342,7 +350,7 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
         kl_dnnl_gemm(cb->dnnl, g, a, b, c);
         return;
     }
-    if (cb->gemm16 && kl_gemm16_takes(g)) {
+    if (f16_route(cb, g) != KL_F16_WIDENED) {
         kl_gemm16(&cb->gemm16_ws, cb->base.threads, g, a, b, c);
         return;
     }
@@ -440,6 +448,11 @@ const char *kl_cpu_gemm_choice(const kl_backend *be)
     return be && be->ops == &cpu_ops ? ((const cpu_backend *)be)->gemm_choice : NULL;
 }
 
+kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g)
+{
+    return be && be->ops == &cpu_ops ? f16_route((const cpu_backend *)be, g) : KL_F16_WIDENED;
+}
+
 /* One GEMM library choice: FLAG's value, else the environment variable
  * ENV, else auto. Opens oneDNN for USE into *d unless openblas (NULL: the
  * OpenBLAS path) and writes what runs into text: oneDNN's name, or, on the
@@ -482,9 +495,13 @@ static int choose_dnnl(kl_dnnl **d, kl_dnnl_use use, const char *flag, const cha
 
 /* Who runs f16 GEMMs: KILN_F16_GEMM auto (Kiln's kernel on the AMX
  * tile unit where the CPU and OS have it, else its AVX-512 FMA kernel
- * where the CPU has AVX-512, else operands widened to fp32 for the fp32
- * library), amx or avx512 (refused where they cannot run) or widened.
- * Writes what runs into text; -1 on a refused setting (reported). */
+ * where the CPU has AVX-512, for the shapes where it is faster than
+ * widening, kl_gemm16_pays; the rest, and everything on other CPUs, on
+ * operands widened to fp32 for the fp32 library), amx or avx512 (that
+ * kernel for every f16 GEMM it takes, any size: tests force a path so;
+ * refused where it cannot run) or widened. Writes what runs into text
+ * (no comma: scripts cut the start-up line at commas); -1 on a refused
+ * setting (reported). */
 static int choose_gemm16(cpu_backend *cb, char *text, size_t len)
 {
     const char *env = getenv("KILN_F16_GEMM");
@@ -507,11 +524,13 @@ static int choose_gemm16(cpu_backend *cb, char *text, size_t len)
         return -1;
     }
     cb->gemm16 = fma && strcmp(want, "widened");
+    cb->gemm16_every = !strcmp(want, "amx") || !strcmp(want, "avx512");
     cb->gemm16_ws.amx = amx;
+    const char *which = cb->gemm16_every ? "every size" : amx ? "small ones widened" : "large operands; others widened";
     if (amx)
-        snprintf(text, len, "Kiln AMX (exact bf16 parts of f16; fp32 sums)");
+        snprintf(text, len, "Kiln AMX (exact bf16 parts of f16; fp32 sums; %s)", which);
     else if (cb->gemm16)
-        snprintf(text, len, "Kiln AVX-512 (fp32 sums; operands widened while packed)");
+        snprintf(text, len, "Kiln AVX-512 (fp32 sums; operands widened while packed; %s)", which);
     else
         snprintf(text, len, "sgemm, widened (%s)", fma ? "KILN_F16_GEMM=widened" : "no AVX-512");
     return 0;

@@ -56,12 +56,37 @@ bool kl_gemm16_supported(void)
 
 bool kl_gemm16_takes(const kl_gemm *g)
 {
-    /* Every size: small GEMMs and matrix-vector products cost little
-     * either way, and an element's sum then depends on K alone, not on
-     * the GEMM's other sizes (a tensor-parallel rank's slice sums as one
-     * rank's whole GEMM does). */
     return g->dtype == IR_F16 && (g->out_dtype == IR_F16 || g->out_dtype == IR_F32) && g->k > 0 &&
            !(g->accumulate && g->batch > 1 && g->out_dtype != IR_F32);
+}
+
+/* GEMMs under this many multiply-adds (per batch item) stay widened. */
+#define MIN_MACS (1 << 18)
+/* The FMA kernel pays from an operand or result of this many elements. */
+#define FMA_MIN_ELEMS (1 << 21)
+
+bool kl_gemm16_pays(const kl_gemm *g, bool amx)
+{
+    /* Small: under MR rows or 16 columns most of each tile is padding,
+     * and under MIN_MACS the packing costs more than widening (the MLP's
+     * 128 x 10 x 128 GEMMs: widened 29-38 GFLOP/s, the FMA kernel 16-21
+     * on an AMD EPYC Zen 4; the tile unit 32-63 against 57-86 on a Xeon
+     * with AMX). */
+    if (g->m < MR || g->n < 16 || g->m * g->n * g->k < MIN_MACS)
+        return false;
+    if (amx)
+        return true;
+    /* Without the tile unit the FMA kernel runs at about the speed of
+     * an fp32 sgemm's micro-kernel, and oneDNN's is faster (Zen 4, one
+     * thread: 128 x 256 x 784 widened 100-106 GFLOP/s against 92-95),
+     * so widening pays while the fp32 copies stay in cache (128 x 128 x
+     * 3136, operands of 0.4M elements: 91-101 against 81-83); the kernel,
+     * which widens while it packs, wins where an operand or C is so big
+     * that its copy goes to memory (the CNN's 288 x 25088 x 64, C of
+     * 7.2M elements: 89-91 against 66-73). */
+    int64_t mk = g->m * g->k, kn = g->k * g->n, mn = g->m * g->n;
+    int64_t big = mk > kn ? mk : kn;
+    return (big > mn ? big : mn) >= FMA_MIN_ELEMS;
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

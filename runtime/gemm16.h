@@ -38,12 +38,18 @@ bool kl_gemm16_supported(void);
  * the sums are of the same exact products (gemm16.c). */
 bool kl_gemm16_amx_supported(void);
 
-/* Whether kl_gemm16 takes g: f16 operands, an f16 or fp32 result, K > 0,
- * and not a batch summed into an f16 C (which must stay wide across the
- * items). Any size: each element of C sums its products in an order that
- * depends on K alone (not on m, n, the thread count, nor, on the tile
- * unit, on whether C or C^T is computed). */
+/* Whether kl_gemm16 can take g: f16 operands, an f16 or fp32 result,
+ * K > 0, and not a batch summed into an f16 C (which must stay wide
+ * across the items). Any size: each element of C sums its products in an
+ * order that depends on K alone (not on m, n, the thread count, nor, on
+ * the tile unit, on whether C or C^T is computed). */
 bool kl_gemm16_takes(const kl_gemm *g);
+
+/* Whether the kernel (on the tile unit when amx) is faster than the
+ * widened path (operands widened to fp32 for the fp32 library) for g's
+ * shape: what KILN_F16_GEMM=auto asks before it hands a GEMM that
+ * kl_gemm16_takes to it (gemm16.c says what was measured). */
+bool kl_gemm16_pays(const kl_gemm *g, bool amx);
 
 /* C = alpha op(A) op(B) + beta C for each batch item (g's offsets and
  * strides), with up to `threads` OpenMP threads. Call only where

@@ -7,8 +7,8 @@
 #
 # As tests/ranks.sh (whose helpers, tests/ranks_helpers.bash, this uses): 20
 # steps' losses (rtol 1e-5) and the final params and optimizer state of
-# the checkpoints, which hold the split params whole (rtol 1e-5),
-# mpirun --oversubscribe, one thread per rank.
+# the checkpoints, which hold the split params whole (rtol 1e-5; bf16 and
+# fp16 within their bound), mpirun --oversubscribe, one thread per rank.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 kiln=$1
@@ -37,14 +37,25 @@ mlp)
   one acc "$tmp/tp" --batch 24 --accumulate 2
   ranks 4 racc "$tmp/tp" --batch 12 --accumulate 2 --tensor-parallel 2
   same acc racc
-  # bf16 and fp16: a split layer's GEMMs sum in f64 and the group's
-  # partial sums are rounded once after the all-reduce
-  # (passes/precision.c), so T = 2 gives one rank's losses and values.
+  # bf16 and fp16: the row split's partial sums come out of the GEMM in
+  # fp32, are all-reduced in fp32 and rounded once after (tp_reduce =
+  # fp32, the default; passes/precision.c), so only the order of fp32
+  # sums differs from one rank: T = 2 within the 16-bit bound (near,
+  # tests/ranks_helpers.bash); tp_reduce = bf16 (the partial sums rounded
+  # to bf16 and all-reduced so) too, and tp_reduce = exact (f64 sums)
+  # gives one rank's bits. The control: half the batch is outside.
   for p in bf16 fp16; do
     one one$p "$tmp/tp" --batch 48 --precision $p
     ranks 2 r$p "$tmp/tp" --batch 48 --tensor-parallel 2 --precision $p
-    same one$p r$p
+    near $p one$p r$p
   done
+  ranks 2 rlow "$tmp/tp" --batch 48 --tensor-parallel 2 --precision bf16 --set tp_reduce=bf16
+  near bf16 onebf16 rlow
+  one onex "$tmp/tp" --batch 48 --precision fp16 --set tp_reduce=exact
+  ranks 2 rx "$tmp/tp" --batch 48 --tensor-parallel 2 --precision fp16 --set tp_reduce=exact
+  same onex rx
+  one halffp16 "$tmp/tp" --batch 24 --precision fp16
+  far fp16 onefp16 halffp16
   # With KILN_MPI=0 each process is a world of one, where T = 2 is
   # refused; and evaluation on 2 x 2 ranks equals one rank's.
   if KILN_MPI=0 "${mpi[@]}" -np 2 "$tmp/tp" "${common[@]}" --tensor-parallel 2 > /dev/null 2> "$tmp/err.txt"; then
@@ -105,6 +116,25 @@ ir)
   "$kiln" ir "$model" --after shard > "$tmp/t1.txt"
   ! grep -q 'tp_copy\|group = tp' "$tmp/t1.txt" || { echo "FAIL: T = 1 split something"; exit 1; }
   echo "ok: kiln ir shows the splits, the collectives and the memory per rank"
+  # bf16 and fp16 (tp_reduce, passes/precision.c): by default no f64 value
+  # at all, the partial sums (the row split's forward, the column split's
+  # input gradient) out of their GEMMs in fp32 and all-reduced in fp32;
+  # tp_reduce = bf16 all-reduces bf16 partial sums; exact puts the split
+  # layers' GEMMs and sums in f64 (on one rank too).
+  for p in bf16 fp16; do
+    "$kiln" ir "$model" --after all --ranks 2 --set tensor_parallel=2 --set precision=$p > "$tmp/$p.txt"
+    ! grep -q 'f64' "$tmp/$p.txt" || { echo "FAIL: $p: an f64 value by default"; grep 'f64' "$tmp/$p.txt" | head -3; exit 1; }
+    [ "$(grep -v '^  update' "$tmp/$p.txt" | grep -c ': f32\[[0-9,]*\] = all_reduce(.*group = tp}')" -eq 2 ] &&
+      grep -q ': f32\[48,48\] = matmul(.*out = f32, split = row}' "$tmp/$p.txt" ||
+      { echo "FAIL: $p: the partial sums are not fp32 GEMM results all-reduced in fp32"; grep 'all_reduce\|split = row' "$tmp/$p.txt"; exit 1; }
+  done
+  "$kiln" ir "$model" --after all --ranks 2 --set tensor_parallel=2 --set precision=bf16 --set tp_reduce=bf16 > "$tmp/low.txt"
+  [ "$(grep -c ': bf16\[[0-9,]*\] = all_reduce(.*group = tp}' "$tmp/low.txt")" -eq 2 ] && ! grep -q 'f64' "$tmp/low.txt" ||
+    { echo "FAIL: tp_reduce = bf16: not bf16 all-reduces"; grep 'all_reduce' "$tmp/low.txt"; exit 1; }
+  "$kiln" ir "$model" --after all --set precision=fp16 --set tp_reduce=exact > "$tmp/exact.txt"
+  grep -q ': f64\[48,48\] = matmul(.*out = f64, split = row}' "$tmp/exact.txt" ||
+    { echo "FAIL: tp_reduce = exact: the row split's GEMM is not f64 on one rank"; exit 1; }
+  echo "ok: bf16/fp16 all-reduce fp32 partial sums by default (no f64), bf16 with tp_reduce = bf16, f64 with exact"
   ;;
 refused)
   # Every refusal names the file and line (no MPI needed: the pass checks
@@ -144,6 +174,19 @@ refused)
   fi
   grep -q "sync_batchnorm must be true or false" "$tmp/s.err" || { cat "$tmp/s.err"; exit 1; }
   echo "ok: sync_batchnorm must be true or false"
+  # tp_reduce: a word of four, a 16-bit dtype only the run's own, exact
+  # only under bf16/fp16.
+  refuse_set() { # refuse_set EXPECTED --set ARGS...
+    local want=$1; shift
+    if "$kiln" ir "$model" --after all "$@" > /dev/null 2> "$tmp/r.err"; then
+      echo "FAIL: $* was accepted"; exit 1
+    fi
+    grep -qF "$want" "$tmp/r.err" || { echo "FAIL: $*: expected '$want'"; cat "$tmp/r.err"; exit 1; }
+    echo "ok: $*: $(head -1 "$tmp/r.err")"
+  }
+  refuse_set "tp_reduce must be fp32, bf16, fp16 or exact" --set tp_reduce=f64
+  refuse_set "tp_reduce = fp16 needs precision = fp16, but the run's precision is bf16" --set precision=bf16 --set tp_reduce=fp16
+  refuse_set "tp_reduce = exact needs precision = bf16 or fp16, but the run's precision is fp32" --set tp_reduce=exact
   ;;
 syncbn)
   # sync_batchnorm: fashion_cnn (two batch norms) on 2 ranks of batch 4

@@ -30,10 +30,11 @@ set_tests_properties(prec4.unit.rows16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${
 
 # f16 GEMMs through Kiln's kernels (runtime/gemm16.c: operands widened
 # while packed, fp32 sums; on CPUs with AMX, split into exact bf16 parts
-# for the tile unit) against the f64 reference, the same bits on 1, 2
-# and 3 threads, inf and NaN as the FMA kernel gives them, and
-# KILN_F16_GEMM; gemm16_avx512 runs it all on the FMA kernel (the one
-# auto picks on a CPU without AMX). Skipped (77) on a CPU without
+# for the tile unit) against the f64 reference at every size, the same
+# bits on 1, 2 and 3 threads, inf and NaN as the FMA kernel gives them,
+# which shapes auto routes where, and KILN_F16_GEMM: gemm16 on the kernel
+# auto picks, gemm16_avx512 on the FMA kernel, gemm16_amx on the tile
+# unit (skipped, 77, on a CPU without AMX). Skipped on a CPU without
 # AVX-512.
 add_executable(test_gemm16 unit/test_gemm16.c)
 target_include_directories(test_gemm16 PRIVATE ${CMOCKA_INCLUDE_DIR})
@@ -44,3 +45,6 @@ set_tests_properties(prec4.unit.gemm16 PROPERTIES SKIP_RETURN_CODE 77
 add_test(NAME prec4.unit.gemm16_avx512 COMMAND test_gemm16)
 set_tests_properties(prec4.unit.gemm16_avx512 PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_F16_GEMM=avx512")
+add_test(NAME prec4.unit.gemm16_amx COMMAND test_gemm16)
+set_tests_properties(prec4.unit.gemm16_amx PROPERTIES SKIP_RETURN_CODE 77
+  ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_F16_GEMM=amx")

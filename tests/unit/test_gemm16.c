@@ -1,14 +1,17 @@
 /* f16 GEMMs through Kiln's kernels (runtime/gemm16.c), as the CPU
- * backend runs them: the one KILN_F16_GEMM names (unset: auto, the AMX
- * one on a CPU with AMX-BF16; ctest runs this file again with avx512
- * for the FMA one), against the f64 reference (gemm_check.h):
+ * backend runs them: the one KILN_F16_GEMM names, amx or avx512, at
+ * every size (ctest runs this file with each: amx is skipped, 77, on a
+ * CPU without AMX; unset, auto, the kernel auto would choose), against
+ * the f64 reference (gemm_check.h):
  *  - every transpose pair; sizes that leave partial strips of rows (8)
  *    and columns (48); K over several blocks of 192 and under one; rows
  *    over one block of 192; columns over one block of 768; offsets,
  *    alpha and beta; f16 and fp32 results; batches with strides, a
  *    shared operand, items summed into an fp32 C;
- *  - which GEMMs it leaves to the widened path (a batch summed into an
- *    f16 C; every size is taken, matrix-vector products too);
+ *  - which GEMMs it cannot take (a batch summed into an f16 C), and
+ *    which auto leaves to the widened path by shape (kl_gemm16_pays:
+ *    small ones; without AMX, all but those with an operand or C of 2^21
+ *    elements or more), as the backend routes them;
  *  - the first columns, and rows, of a GEMM's C equal a narrower
  *    GEMM's (an element's sum depends on K alone);
  *  - the same bits with 1, 2 and 3 threads, C split by columns and by
@@ -20,7 +23,9 @@
  *    choose (refused where they cannot run), widened the old path, an
  *    unknown value is refused.
  * Exits 77 (skipped) on a CPU without AVX-512, after checking that
- * KILN_F16_GEMM=avx512 and amx are refused there. */
+ * KILN_F16_GEMM=avx512 and amx are refused there, and with
+ * KILN_F16_GEMM=amx on a CPU without AMX (after checking that it is
+ * refused). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,8 +35,10 @@
 #include "gemm_check.h"
 #include "runtime/gemm16.h"
 
-/* Every shape does at least gemm16.c's MIN_MACS multiply-adds per item
- * (smaller ones stay widened). */
+/* The kernel the tests run: KILN_F16_GEMM's amx or avx512, or (auto)
+ * the one auto chooses, forced so that it takes every size. */
+static const char *kernel;
+
 static const shape shapes[] = {
     {0, 0, 67, 130, 385, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16},
     {0, 0, 67, 130, 385, 1, 0, 0, 0, 5, 3, 1, false, 0.5, 1, IR_F32},
@@ -53,10 +60,19 @@ static const shape shapes[] = {
     {1, 0, 40, 100, 80, 3, 40 * 80, 80 * 100, 0, 0, 0, 0, true, 1, 1, IR_F32},
 };
 
+/* A backend whose f16 GEMMs run on `which` (KILN_F16_GEMM). */
+static kl_backend *backend_with(const char *which, int threads)
+{
+    setenv("KILN_F16_GEMM", which, 1);
+    kl_cpu_options co = {.threads = threads, .quiet = true};
+    kl_backend *be = kl_cpu_backend_new(&co);
+    unsetenv("KILN_F16_GEMM");
+    return be;
+}
+
 static kl_backend *backend(int threads)
 {
-    kl_cpu_options co = {.threads = threads, .quiet = true};
-    return kl_cpu_backend_new(&co);
+    return backend_with(kernel, threads);
 }
 
 static void test_against_reference(void **state)
@@ -64,27 +80,59 @@ static void test_against_reference(void **state)
     (void)state;
     kl_backend *be = backend(2);
     assert_non_null(be);
-    const char *env = getenv("KILN_F16_GEMM");
-    bool avx512 = env && !strcmp(env, "avx512");
-    assert_non_null(strstr(kl_cpu_gemm_choice(be), !avx512 && kl_gemm16_amx_supported() ? "f16 GEMMs: Kiln AMX"
-                                                                                          : "f16 GEMMs: Kiln AVX-512"));
+    bool amx = !strcmp(kernel, "amx");
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), amx ? "f16 GEMMs: Kiln AMX" : "f16 GEMMs: Kiln AVX-512"));
     int bad = 0;
     for (size_t i = 0; i < KL_ARRAY_LEN(shapes); i++) {
         kl_gemm g = {.dtype = IR_F16, .out_dtype = shapes[i].out, .m = shapes[i].m, .n = shapes[i].n,
                      .k = shapes[i].k, .batch = shapes[i].batch, .accumulate = shapes[i].accumulate};
-        assert_true(kl_gemm16_takes(&g));
+        assert_int_equal(kl_cpu_f16_route(be, &g), amx ? KL_F16_AMX : KL_F16_AVX512);
         bad |= check_shape(be, &shapes[i], IR_F16, "gemm16");
     }
     be->ops->destroy(be);
     assert_int_equal(bad, 0);
-    /* every size is taken (an element's sum depends on K alone); a batch
-     * summed into an f16 C is left to the widened path */
-    kl_gemm gemv = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 1, .n = 4096, .k = 4096, .batch = 1};
-    kl_gemm small = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 32, .n = 32, .k = 32, .batch = 1};
-    kl_gemm summed = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 64, .n = 64, .k = 64, .batch = 4, .accumulate = true};
-    assert_true(kl_gemm16_takes(&gemv));
-    assert_true(kl_gemm16_takes(&small));
-    assert_false(kl_gemm16_takes(&summed));
+}
+
+/* What auto hands the kernel (kl_gemm16_pays), as the backend routes it:
+ * never a small GEMM (a matrix-vector product, the MLP's 128 x 10 x 128)
+ * nor one it cannot take (a batch summed into an f16 C); with AMX every
+ * other one; without, only those with an operand or C of 2^21 elements
+ * or more (the CNN's 288 x 25088 x 64), not the MLP's 128 x 256 x 784 nor
+ * 128 x 128 x 3136. */
+static void test_auto_routes(void **state)
+{
+    (void)state;
+    kl_backend *be = backend_with("auto", 1);
+    assert_non_null(be);
+    bool amx = kl_gemm16_amx_supported();
+    kl_f16_route kern = amx ? KL_F16_AMX : KL_F16_AVX512;
+    const struct { int64_t m, n, k, batch; bool acc; bool amx, fma; } cases[] = {
+        {1, 4096, 4096, 1, false, false, false},     /* matrix-vector */
+        {128, 10, 128, 1, false, false, false},      /* the MLP's head */
+        {32, 32, 32, 1, false, false, false},
+        {64, 64, 64, 4, true, false, false},         /* summed into an f16 C */
+        {128, 256, 784, 1, false, true, false},
+        {128, 128, 3136, 1, false, true, false},
+        {288, 25088, 64, 1, false, true, true},
+        {64, 288, 25088, 1, false, true, true},
+    };
+    for (size_t i = 0; i < KL_ARRAY_LEN(cases); i++) {
+        kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F16, .m = cases[i].m, .n = cases[i].n, .k = cases[i].k,
+                     .batch = cases[i].batch, .accumulate = cases[i].acc};
+        kl_f16_route want = (amx ? cases[i].amx : cases[i].fma) ? kern : KL_F16_WIDENED;
+        if (kl_cpu_f16_route(be, &g) != want)
+            fail_msg("%lld x %lld x %lld (batch %lld): route %d, expected %d", (long long)g.m, (long long)g.n,
+                     (long long)g.k, (long long)g.batch, kl_cpu_f16_route(be, &g), want);
+    }
+    be->ops->destroy(be);
+    /* widened: none; a forced kernel: every size it takes */
+    kl_gemm small = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 1, .n = 300, .k = 200, .batch = 1};
+    be = backend_with("widened", 1);
+    assert_int_equal(kl_cpu_f16_route(be, &small), KL_F16_WIDENED);
+    be->ops->destroy(be);
+    be = backend_with("avx512", 1);
+    assert_int_equal(kl_cpu_f16_route(be, &small), KL_F16_AVX512);
+    be->ops->destroy(be);
 }
 
 /* C = A B on `threads` threads, f16 result; A and B as seeded. */
@@ -181,9 +229,7 @@ static void test_threads_agree(void **state)
 /* C = A B (fp32 result) with KILN_F16_GEMM=which. */
 static float *run_with(const char *which, uint16_t *a, uint16_t *b, int64_t m, int64_t n, int64_t k)
 {
-    setenv("KILN_F16_GEMM", which, 1);
-    kl_backend *be = backend(1);
-    unsetenv("KILN_F16_GEMM");
+    kl_backend *be = backend_with(which, 1);
     assert_non_null(be);
     float *c = calloc((size_t)(m * n), 4);
     kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F32, .m = m, .n = n, .k = k, .batch = 1, .alpha = 1};
@@ -195,8 +241,8 @@ static float *run_with(const char *which, uint16_t *a, uint16_t *b, int64_t m, i
 static void test_nonfinite(void **state)
 {
     (void)state;
-    if (!kl_gemm16_amx_supported()) {
-        printf("(no AMX here: nothing to compare)\n");
+    if (strcmp(kernel, "amx")) {
+        printf("(the AMX kernel's recompute: KILN_F16_GEMM=amx runs it)\n");
         return;
     }
     const int64_t m = 70, n = 90, k = 400;
@@ -232,27 +278,27 @@ static void test_nonfinite(void **state)
 static void test_setting(void **state)
 {
     (void)state;
-    setenv("KILN_F16_GEMM", "avx512", 1);
-    kl_backend *be = backend(1);
+    kl_backend *be = backend_with("avx512", 1);
     assert_non_null(be);
-    assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AVX-512"));
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AVX-512 (fp32 sums; operands widened while packed; every size)"));
     be->ops->destroy(be);
-    setenv("KILN_F16_GEMM", "amx", 1);
-    be = backend(1);
+    be = backend_with("amx", 1);
     if (kl_gemm16_amx_supported()) {
         assert_non_null(be);
-        assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AMX"));
+        assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: Kiln AMX (exact bf16 parts of f16; fp32 sums; every size)"));
         be->ops->destroy(be);
     } else
         assert_null(be);
-    setenv("KILN_F16_GEMM", "widened", 1);
-    be = backend(1);
+    be = backend_with("auto", 1);
+    assert_non_null(be);
+    assert_non_null(strstr(kl_cpu_gemm_choice(be), kl_gemm16_amx_supported() ? "f16 GEMMs: Kiln AMX (exact bf16 parts of f16; fp32 sums; small ones widened)"
+                                                                               : "f16 GEMMs: Kiln AVX-512 (fp32 sums; operands widened while packed; large operands; others widened)"));
+    be->ops->destroy(be);
+    be = backend_with("widened", 1);
     assert_non_null(be);
     assert_non_null(strstr(kl_cpu_gemm_choice(be), "f16 GEMMs: sgemm, widened (KILN_F16_GEMM=widened)"));
     be->ops->destroy(be);
-    setenv("KILN_F16_GEMM", "mkl", 1);
-    assert_null(backend(1));
-    unsetenv("KILN_F16_GEMM");
+    assert_null(backend_with("mkl", 1));
 }
 
 int main(void)
@@ -260,8 +306,7 @@ int main(void)
     if (!kl_gemm16_supported()) {
         const char *refused[] = {"avx512", "amx"};
         for (int i = 0; i < 2; i++) {
-            setenv("KILN_F16_GEMM", refused[i], 1);
-            kl_backend *be = backend(1);
+            kl_backend *be = backend_with(refused[i], 1);
             if (be) {
                 fprintf(stderr, "FAIL: KILN_F16_GEMM=%s accepted on a CPU without AVX-512\n", refused[i]);
                 return 1;
@@ -270,8 +315,26 @@ int main(void)
         printf("SKIP: this CPU lacks AVX-512 (F, BW, VL); KILN_F16_GEMM=avx512 and amx are refused\n");
         return 77;
     }
+    const char *env = getenv("KILN_F16_GEMM");
+    kernel = env && *env && strcmp(env, "auto") ? env : kl_gemm16_amx_supported() ? "amx" : "avx512";
+    if (!strcmp(kernel, "amx") && !kl_gemm16_amx_supported()) {
+        kl_backend *be = backend_with("amx", 1);
+        if (be) {
+            fprintf(stderr, "FAIL: KILN_F16_GEMM=amx accepted on a CPU or OS without AMX\n");
+            return 1;
+        }
+        printf("SKIP: this CPU lacks AMX-TILE and AMX-BF16 (or the OS did not grant the tile registers), so the AMX "
+               "kernel cannot run here; KILN_F16_GEMM=amx is refused\n");
+        return 77;
+    }
+    if (strcmp(kernel, "amx") && strcmp(kernel, "avx512")) {
+        fprintf(stderr, "FAIL: test_gemm16 runs Kiln's kernels: KILN_F16_GEMM=%s (amx, avx512 or auto)\n", kernel);
+        return 1;
+    }
+    printf("kernel: %s\n", kernel);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_reference),
+        cmocka_unit_test(test_auto_routes),
         cmocka_unit_test(test_threads_agree),
         cmocka_unit_test(test_sizes_agree),
         cmocka_unit_test(test_nonfinite),
