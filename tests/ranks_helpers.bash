@@ -43,7 +43,6 @@ command -v mpirun > /dev/null || { echo "FAIL: no mpirun (scripts/setup.sh insta
 # Sanitizer builds: Open MPI's own allocations are not Kiln's leaks; the
 # full unwinder, so that their stacks reach Open MPI's libraries (the
 # fast one stops in frames without frame pointers).
-export LSAN_OPTIONS="suppressions=$here/ranks.lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 mpi=(timeout 120 mpirun --allow-run-as-root --oversubscribe)
 loud=(--data synthetic:600 --steps 20 --eval-every 0 --log-every 1)

@@ -169,6 +169,15 @@ static int read_reasons(const char *path, reason_vec *out)
     return 0;
 }
 
+static void reasons_free(reason_vec *rs)
+{
+    for (int i = 0; i < rs->n; i++) {
+        free(rs->v[i].match);
+        free(rs->v[i].why);
+    }
+    kl_vec_free(*rs);
+}
+
 /* Whether "what" (op names joined by " + ") lists op. */
 static bool lists_op(const char *what, const char *op)
 {
@@ -221,11 +230,16 @@ int main(int argc, char **argv)
             kl_vec_push(models, argv[i]);
     }
     reason_vec reasons = {0};
-    if (reasons_path && read_reasons(reasons_path, &reasons))
+    if (reasons_path && read_reasons(reasons_path, &reasons)) {
+        reasons_free(&reasons);
+        kl_vec_free(models);
         return 2;
+    }
     char why[600];
     if (kl_nvrtc_load(why, sizeof why)) {
         printf("SKIP: %s\n", why);
+        reasons_free(&reasons);
+        kl_vec_free(models);
         return 77;
     }
     plan_kernel_vec ks = {0};
@@ -325,11 +339,7 @@ int main(int argc, char **argv)
         free(fit[g]);
     free(jobs);
     plan_kernels_free(&ks);
-    for (int i = 0; i < reasons.n; i++) {
-        free(reasons.v[i].match);
-        free(reasons.v[i].why);
-    }
-    kl_vec_free(reasons);
+    reasons_free(&reasons);
     kl_vec_free(models);
     return failures ? 1 : 0;
 }

@@ -9,7 +9,6 @@ source "$(dirname "$0")/../lib.sh"
 exe=$1
 here=$(cd "$(dirname "$0")/.." && pwd)
 command -v mpirun > /dev/null || { echo "FAIL: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 1; }
-export LSAN_OPTIONS="suppressions=$here/ranks.lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 "$exe"
 for np in 2 3 4; do
