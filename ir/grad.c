@@ -582,11 +582,33 @@ static void ir_grad_maxpool(ir_grad_ctx *c, ir_node *n)
     ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_MAXPOOL_GRAD, args, 3, &n->attrs));
 }
 
+/* A global average pool (one window, no padding, covering the whole
+ * plane) is the mean over H and W: its gradient is the mean's, dy / K
+ * broadcast over the plane, not a window gather that visits all K
+ * window positions for each of the K inputs of a plane (issue 32 item 8:
+ * 7.66 ms against 0.03 ms for the forward). dy / K as the gather
+ * computes it, so the result is bit for bit the same. */
+static bool global_avgpool(const ir_node *n, const ir_type *x)
+{
+    int64_t k[2], p[2] = {0, 0}, d[2] = {1, 1};
+    if (x->rank != 4 || ir_attr_ints(&n->attrs, "size", k, 2) < 0)
+        return false;
+    ir_attr_ints(&n->attrs, "pad", p, 2);
+    ir_attr_ints(&n->attrs, "dilation", d, 2);
+    return k[0] == x->dim[2] && k[1] == x->dim[3] && !p[0] && !p[1] && d[0] == 1 && d[1] == 1;
+}
+
 static void ir_grad_avgpool(ir_grad_ctx *c, ir_node *n)
 {
     int dy = ir_grad_get(c, out(n, 0));
     if (dy < 0)
         return;
+    const ir_type *x = T(c, in(n, 0));
+    if (global_avgpool(n, x)) {
+        int g = divide(c, dy, konst(c, (double)(x->dim[2] * x->dim[3]), dy));
+        ir_grad_put(c, in(n, 0), broadcast_to(c, g, x));
+        return;
+    }
     ir_attrs a;
     copy_conv_attrs(&a, &n->attrs, T(c, in(n, 0)));
     ir_grad_put(c, in(n, 0), emit_attrs(c, IR_OP_AVGPOOL_GRAD, &dy, 1, &a));
