@@ -151,15 +151,13 @@ static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
     size_t bytes = (size_t)ir_type_bytes(lt);
     void *host = kl_xmalloc(bytes);
     kl_exec_read(e, v, host, bytes);
-    /* The labels: the batch's own (idx, synthetic), else the label
-     * operand of the cross-entropy (a field bound by name: shards). */
-    void *labels = NULL;
-    const ir_type *yt = NULL;
-    if (!b->labels) {
-        yt = &ir_val(e->g, train_labels_value(e->g))->type;
-        labels = kl_xmalloc((size_t)ir_type_bytes(yt));
-        kl_exec_read(e, train_labels_value(e->g), labels, (size_t)ir_type_bytes(yt));
-    }
+    /* The labels: the cross-entropy's label operand as the plan computed
+     * it (kept: see make_eval_only_exec), never a field of the batch
+     * taken by position (a shard's second field need not be the label). */
+    int yv = train_labels_value(e->g);
+    const ir_type *yt = &ir_val(e->g, yv)->type;
+    void *labels = kl_xmalloc((size_t)ir_type_bytes(yt));
+    kl_exec_read(e, yv, labels, (size_t)ir_type_bytes(yt));
     /* Rows past b->size repeat earlier samples (a short batch). */
     for (int64_t r = 0; r < b->size && p->done < p->count; r++, p->done++) {
         int best = 0;
@@ -171,7 +169,7 @@ static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
                 best = c;
         }
         p->pred[p->done] = best;
-        p->label[p->done] = b->labels ? b->labels[r] : (int32_t)kl_load_as(yt->dtype, labels, r);
+        p->label[p->done] = (int32_t)kl_load_as(yt->dtype, labels, r);
     }
     free(labels);
     free(host);

@@ -9,7 +9,8 @@
 #include "compile.h"
 
 /* An evaluation plan of batch rows in an arena of its own; with
- * --predict, the plan keeps the logits for reading after each run. */
+ * --predict, the plan keeps the logits and the labels for reading after
+ * each run. */
 static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t batch, bindings *b)
 {
     char num[32];
@@ -40,7 +41,11 @@ static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t ba
         ir_graph_free(g);
         return NULL;
     }
-    kl_plan_opts po = {.keep = &logits, .nkeep = 1};
+    /* The labels --predict writes are the value the cross-entropy reads
+     * (whatever field of the data it is bound to, after any cast), kept
+     * like the logits so that neither stays inside a fused kernel. */
+    int keep[2] = {logits, train_labels_value(g)};
+    kl_plan_opts po = {.keep = keep, .nkeep = 2};
     co.stop_after = NULL;
     co.plan = t->opt.predict ? &po : NULL;
     c = kl_compile_graph(g, &co);

@@ -437,6 +437,43 @@ static bool looks_like_call(const char *text)
     return n > 0 && !isdigit((unsigned char)text[0]) && text[n] == '(' && len > n + 1 && text[len - 1] == ')';
 }
 
+/* --data PATH replaces the train block's whole data call: names on
+ * stderr the settings of that call it drops (a test split, augmentation,
+ * a cache), which a bare path cannot carry. */
+static void note_dropped_data(const ir_attr *data, const char *flag, const char *text)
+{
+    if (!data || data->val.kind != IR_ATTR_CALL || !data->val.args)
+        return;
+    kl_buf b = {0};
+    const char *spec = "";
+    for (const call_form *f = data_forms; f->name; f++)
+        if (!strcmp(f->name, data->val.s))
+            spec = f->spec;
+    for (int i = 0; i < data->val.args->n; i++) {
+        const ir_attr *a = &data->val.args->v[i];
+        if (!strcmp(a->key, "path"))
+            continue;
+        /* A setting at its form's default (filled in by the check) is
+         * not dropped: the new call gets the same default. */
+        char *def = kl_xasprintf("%s:%s=", a->key, a->val.kind == IR_ATTR_INT ? "int" : "str");
+        const char *at = strstr(spec, def);
+        char *val = a->val.kind == IR_ATTR_INT ? kl_xasprintf("%lld", (long long)a->val.i)
+                                               : kl_xstrdup(a->val.kind == IR_ATTR_STR ? a->val.s : "");
+        size_t dl = strlen(def), vl = strlen(val);
+        bool same = at && !strncmp(at + dl, val, vl) && (at[dl + vl] == ' ' || !at[dl + vl]);
+        if (!same)
+            kl_buf_printf(&b, "%s%s", b.len ? ", " : "", a->key);
+        free(def);
+        free(val);
+    }
+    if (b.len)
+        fprintf(stderr,
+                "kiln: note: %s %s replaces the train block's %s(...) and drops its %s\n"
+                "---> to keep them: --set 'data=%s(\"%s\", ...)'\n",
+                flag, text, data->val.s, b.s, data->val.s, text);
+    kl_buf_free(&b);
+}
+
 /* kl_train_set with the flag's name for messages. */
 static int train_set_as(ir_attrs *train, const char *key, const char *text, const char *flag)
 {
@@ -488,6 +525,7 @@ static int train_set_as(ir_attrs *train, const char *key, const char *text, cons
         ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup(tar ? "shards" : "idx")};
         call.args = kl_xcalloc(1, sizeof *call.args);
         ir_attrs_set(call.args, "path", ir_attr_val_str(text));
+        note_dropped_data(ir_attrs_find(train, "data"), flag, text);
         ir_attrs_set(&tmp, key, call);
         rc = check_one(&tmp.v[0], &src);
     } else {

@@ -21,8 +21,17 @@ static char *dir_of(const char *path)
     return kl_xstrndup(path, (size_t)(slash - path));
 }
 
+static int check_target_chr(const char *path, bool chr);
+
 /* 0 when path does not exist or is a regular file (not a link to one). */
 static int check_target(const char *path)
+{
+    return check_target_chr(path, false);
+}
+
+/* The same; with chr, 1 when path is a character device (/dev/null),
+ * which is written straight, never replaced. */
+static int check_target_chr(const char *path, bool chr)
 {
     struct stat st;
     if (lstat(path, &st) != 0) {
@@ -33,6 +42,8 @@ static int check_target(const char *path)
     }
     if (S_ISREG(st.st_mode))
         return 0;
+    if (chr && S_ISCHR(st.st_mode))
+        return 1;
     kl_error("%s: is %s, not a regular file; refusing to write over it", path,
              S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a folder" : "a device, FIFO or socket");
     return -1;
@@ -77,8 +88,9 @@ int kl_outfile_check(const char *path, const char *what)
         kl_error("%s needs a file name", what);
         return -1;
     }
-    if (check_target(path))
-        return -1;
+    int t = check_target_chr(path, true);
+    if (t)
+        return t > 0 ? 0 : -1;
     char *tmp;
     int fd = make_temp(path, &tmp);
     if (fd < 0) {
@@ -93,11 +105,28 @@ int kl_outfile_check(const char *path, const char *what)
     return 0;
 }
 
-int kl_outfile_begin(kl_outfile *o, const char *path)
+/* A character device is written straight (o->tmp stays NULL), opened
+ * without following links and checked to be one after the open. */
+static int begin_char_device(kl_outfile *o, const char *path)
+{
+    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || !S_ISCHR(st.st_mode) || !(o->f = fdopen(fd, "wb"))) {
+        kl_error("%s: cannot write: %s", path, fd < 0 ? strerror(errno) : "not a character device");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    o->path = kl_xstrdup(path);
+    return 0;
+}
+
+static int begin(kl_outfile *o, const char *path, bool chr)
 {
     memset(o, 0, sizeof *o);
-    if (check_target(path))
-        return -1;
+    int t = check_target_chr(path, chr);
+    if (t)
+        return t > 0 ? begin_char_device(o, path) : -1;
     int fd = make_temp(path, &o->tmp);
     if (fd < 0) {
         kl_error("%s: cannot write: %s", path, strerror(errno));
@@ -113,6 +142,11 @@ int kl_outfile_begin(kl_outfile *o, const char *path)
     }
     o->path = kl_xstrdup(path);
     return 0;
+}
+
+int kl_outfile_begin(kl_outfile *o, const char *path)
+{
+    return begin(o, path, true);
 }
 
 static void outfile_free(kl_outfile *o)
@@ -144,8 +178,26 @@ void kl_outfile_note(kl_outfile *o)
         o->err = errno ? errno : EIO;
 }
 
+/* The end of a straight write to a character device: flush and close. */
+static int commit_char_device(kl_outfile *o)
+{
+    kl_outfile_note(o);
+    int e = o->err;
+    if (!e && fflush(o->f))
+        e = errno;
+    if (fclose(o->f) && !e)
+        e = errno;
+    o->f = NULL;
+    if (e)
+        kl_error("%s: writing failed: %s", o->path, strerror(e));
+    outfile_free(o);
+    return e ? -1 : 0;
+}
+
 int kl_outfile_commit(kl_outfile *o, unsigned mode)
 {
+    if (!o->tmp)
+        return commit_char_device(o);
     int e = 0, fd = -1;
     if (o->f) {
         kl_outfile_note(o);
@@ -188,7 +240,8 @@ int kl_outfile_commit(kl_outfile *o, unsigned mode)
 
 int kl_outfile_begin_external(kl_outfile *o, const char *path)
 {
-    if (kl_outfile_begin(o, path))
+    /* Another program replaces the temporary: no straight writes. */
+    if (begin(o, path, false))
         return -1;
     fclose(o->f);
     o->f = NULL;

@@ -8,7 +8,9 @@
  * folder is fsync'd. Two writers of one path each rename a whole file;
  * the last one wins and neither tears the other. A target that exists
  * and is not a regular file (a symbolic link, a device, a folder, a
- * FIFO) is refused, never replaced or followed.
+ * FIFO) is refused, never replaced or followed; a character device
+ * (/dev/null) is written straight (opened without following links),
+ * as every Unix tool allows, except by another program (begin_external).
  *
  * A log (--metrics) is written in place, line by line, so that it can be
  * followed while a run goes on; it is opened without following links,

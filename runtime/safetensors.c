@@ -573,7 +573,7 @@ static int export_values(const char *path, kl_st_tensor *t, int n, ir_dtype out,
     snprintf(stepbuf, sizeof stepbuf, "%llu", (unsigned long long)step);
     const char *meta[] = {"kiln.model", model,         "kiln.step",      stepbuf,
                           "kiln.version", KILN_VERSION, "kiln.precision", precision,
-                          NULL};
+                          "kiln.format", KL_ST_EXPORT_FORMAT, NULL};
     return kl_st_write(path, t, n, out, meta);
 }
 

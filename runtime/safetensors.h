@@ -57,7 +57,10 @@ int kl_st_init_session(kl_session *s, const char *path, bool partial, bool quiet
 
 /* The model values (kl_st_model_role) of a checkpoint (version 3) or a
  * session, converted to out (IR_NONE: as they are), with metadata
- * kiln.model, kiln.step, kiln.version and kiln.precision. 0 or -1. */
+ * kiln.model, kiln.step, kiln.version, kiln.precision and kiln.format
+ * (KL_ST_EXPORT_FORMAT: the version of this layout, model values under
+ * their model-file names). 0 or -1. */
+#define KL_ST_EXPORT_FORMAT "1"
 struct kl_ckpt;
 int kl_ckpt_export(const struct kl_ckpt *c, const char *path, ir_dtype out);
 int kl_session_export(kl_session *s, const char *path, ir_dtype out, const char *model, const char *precision,

@@ -102,7 +102,7 @@ def cmd_export(st, ckpt, dtype):
         keys = set(f.keys())
     if keys != set(want):
         fail("names: extra %s, missing %s" % (sorted(keys - set(want)), sorted(set(want) - keys)))
-    expect = {"kiln.model": header[0], "kiln.step": str(state[0]), "kiln.version": header[2], "kiln.precision": header[1]}
+    expect = {"kiln.model": header[0], "kiln.step": str(state[0]), "kiln.version": header[2], "kiln.precision": header[1], "kiln.format": "1"}
     if meta != expect:
         fail("metadata %s, expected %s" % (meta, expect))
     if dtype == "f32":

@@ -26,7 +26,8 @@ static const char export_usage[] =
     "the optimizer's state) as a safetensors file, under their model-file\n"
     "names, in fp32 or, with --dtype, converted (round to nearest even).\n"
     "Metadata: kiln.model, kiln.step, kiln.version, kiln.precision,\n"
-    "kiln.format. Needs a version 3 checkpoint (which records each value's\n"
+    "kiln.format (\"1\": this layout of model values under model-file\n"
+    "names). Needs a version 3 checkpoint (which records each value's\n"
     "role); resume an older one and save it again.\n";
 
 /* Totals by role, in the order first seen. */

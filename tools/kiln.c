@@ -32,6 +32,8 @@ static const char usage[] =
     "  ckpt CKPT           check a checkpoint and print its contents\n"
     "  export CKPT -o F    write a checkpoint's model values as safetensors\n"
     "  pack INPUT -o DIR   convert a data set to WebDataset tar shards, or text to token files\n"
+    "  doctor              what Kiln finds on this machine (CPU, GPU, compilers) and whether it fits\n"
+    "  counters FILE       deterministic counters of a model's plans (kernels, FLOPs, bytes)\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
