@@ -53,7 +53,8 @@ static int make_temp(const char *path, char **tmp)
         free(*tmp);
         *tmp = NULL;
         errno = e;
-    }
+    } else
+        kl_outfile_track(*tmp);
     return fd;
 }
 
@@ -89,6 +90,7 @@ int kl_outfile_check(const char *path, const char *what)
     }
     close(fd);
     unlink(tmp);
+    kl_outfile_untrack(tmp);
     free(tmp);
     return 0;
 }
@@ -107,6 +109,7 @@ int kl_outfile_begin(kl_outfile *o, const char *path)
         kl_error("%s: cannot write: %s", path, strerror(errno));
         close(fd);
         unlink(o->tmp);
+        kl_outfile_untrack(o->tmp);
         free(o->tmp);
         o->tmp = NULL;
         return -1;
@@ -117,6 +120,7 @@ int kl_outfile_begin(kl_outfile *o, const char *path)
 
 static void outfile_free(kl_outfile *o)
 {
+    kl_outfile_untrack(o->tmp);
     free(o->path);
     free(o->tmp);
     memset(o, 0, sizeof *o);
