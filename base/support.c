@@ -412,6 +412,26 @@ static void show_line(FILE *out, const kl_source *src, kl_loc loc)
     kl_buf_free(&caret);
 }
 
+void kl_fputs_escaped(const char *s, FILE *out)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p < 32 && *p != '\n' && *p != '\t') || *p == 127)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+}
+
+/* fmt's text with control bytes escaped: names from files reach no
+ * terminal as escape sequences. */
+static void vput_escaped(FILE *out, const char *fmt, va_list ap)
+{
+    kl_buf b = {0};
+    kl_buf_vprintf(&b, fmt, ap);
+    kl_fputs_escaped(b.s ? b.s : "", out);
+    kl_buf_free(&b);
+}
+
 static void vreport(const char *kind, const kl_source *src, kl_loc loc, const char *fmt, va_list ap)
 {
     FILE *out = kl_diag_stream();
@@ -420,7 +440,7 @@ static void vreport(const char *kind, const kl_source *src, kl_loc loc, const ch
         fprintf(out, "%s:%d:%d: %s: ", name, loc.line, loc.col, kind);
     else
         fprintf(out, "%s: %s: ", name, kind);
-    vfprintf(out, fmt, ap);
+    vput_escaped(out, fmt, ap);
     fputc('\n', out);
     show_line(out, src, loc);
 }
@@ -452,7 +472,7 @@ void kl_error(const char *fmt, ...)
     FILE *out = kl_diag_stream();
     fputs("kiln: error: ", out);
     va_start(ap, fmt);
-    vfprintf(out, fmt, ap);
+    vput_escaped(out, fmt, ap);
     va_end(ap);
     fputc('\n', out);
 }

@@ -114,6 +114,10 @@ void kl_verror_at(const kl_source *src, kl_loc loc, const char *fmt, va_list ap)
 void kl_note_at(const kl_source *src, kl_loc loc, const char *fmt, ...) KL_PRINTF(3, 4);
 /* An error with no location: "kiln: error: message". */
 void kl_error(const char *fmt, ...) KL_PRINTF(1, 2);
+/* Writes s with control bytes other than newline and tab (an ANSI escape
+ * in a tensor name from a file) as \xHH. kl_error and kl_error_at print
+ * their whole message through it. */
+void kl_fputs_escaped(const char *s, FILE *out);
 
 /* FNV-1a, 64 bits: for cache keys and checksums of plans, not security. */
 uint64_t kl_hash_bytes(uint64_t h, const void *p, size_t n);

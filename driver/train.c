@@ -105,8 +105,9 @@ static int save_checkpoint(trainer *t, const char *path, int64_t step)
     return rc;
 }
 
-/* --save-every: SAVE.step-N, then the older ones beyond --keep go. */
-static int save_periodic(trainer *t, int64_t step)
+/* --save-every: SAVE.step-N, then the older ones of this run's series
+ * beyond --keep go (first: the step this run began at). */
+static int save_periodic(trainer *t, int64_t step, int64_t first)
 {
     /* Every rank: batch norm's statistics are averaged across ranks (a
      * collective) before a checkpoint; rank 0 alone writes it. */
@@ -117,7 +118,7 @@ static int save_periodic(trainer *t, int64_t step)
     int rc = save_checkpoint(t, path, step);
     free(path);
     if (!rc)
-        train_prune_checkpoints(&t->opt);
+        train_prune_checkpoints(&t->opt, first, step);
     return rc;
 }
 
@@ -326,9 +327,19 @@ static int run_training(trainer *t)
                 break;
             }
             if (c->max_skipped_steps > 0 && t->skipped_in_row > c->max_skipped_steps) {
-                kl_error("step %lld: the last %lld steps were all skipped for non-finite gradients (loss scale now %g); "
-                         "training diverged (try a lower --lr; max_skipped_steps = %lld)",
-                         (long long)lp.step, (long long)t->skipped_in_row, t->loss_scale, (long long)c->max_skipped_steps);
+                /* A scale beyond fp16's largest value overflows any gradient of
+                   magnitude >= 1 by itself: then the scale is the cause, not --lr. */
+                if (t->loss_scale > 65504.0)
+                    kl_error("step %lld: the last %lld steps were all skipped for non-finite gradients; the loss scale "
+                             "(now %g) is above fp16's largest value 65504: lower it (loss_scale = dynamic(scale = 65536) "
+                             "or static(S)); max_skipped_steps = %lld",
+                             (long long)lp.step, (long long)t->skipped_in_row, t->loss_scale,
+                             (long long)c->max_skipped_steps);
+                else
+                    kl_error("step %lld: the last %lld steps were all skipped for non-finite gradients (loss scale now %g); "
+                             "training diverged (try a lower --lr or a lower loss_scale; max_skipped_steps = %lld)",
+                             (long long)lp.step, (long long)t->skipped_in_row, t->loss_scale,
+                             (long long)c->max_skipped_steps);
                 goto out;
             }
             time_step(t, &lp, st0);
@@ -341,7 +352,7 @@ static int run_training(trainer *t)
                 train_log_progress(t, &lp, epoch, loss_now, lr);
             if (c->eval_every > 0 && lp.step % c->eval_every == 0 && eval_between_steps(t, &lp))
                 goto out;
-            if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step))
+            if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step, lp.first_step))
                 goto out;
         }
         if (end_epoch(t, &lp, epoch, epoch_t0))

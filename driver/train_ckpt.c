@@ -1,6 +1,7 @@
 /* Periodic checkpoints: --save-every N writes SAVE.step-N every N steps
  * (besides SAVE itself at each epoch's end and the run's), and --keep K
- * removes all but the newest K of them. A new one is written whole and
+ * removes all but the newest K of this run's series (never an earlier
+ * run's higher-numbered files: trainer.h). A new one is written whole and
  * renamed into place (runtime/outfile.h) before any older one is
  * removed, so a crash at any point leaves at least the previous one.
  * Also the checks of the flags that read and write values (--init,
@@ -75,7 +76,7 @@ static int newest_first(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-void train_prune_checkpoints(const train_options *o)
+void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now)
 {
     if (!o->keep)
         return;
@@ -91,8 +92,8 @@ void train_prune_checkpoints(const train_options *o)
     struct dirent *ent;
     while ((ent = readdir(d))) {
         int64_t step = periodic_step(ent->d_name, base);
-        if (step < 0)
-            continue;
+        if (step <= 0 || step > now || step % o->save_every || (step <= first && !o->resume))
+            continue; /* not this run's series */
         char *path = kl_xasprintf("%s/%s", dir, ent->d_name);
         struct stat st;
         /* Only regular files: a link or folder of that name is left. */

@@ -166,10 +166,15 @@ int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g);
 
 /* Periodic checkpoints (train_ckpt.c): the checks of --save-every and
  * --keep, the path of step's checkpoint (caller frees), and the removal
- * of all but the newest --keep of them, once the newest is in place. */
+ * of all but the newest --keep of this run's series once the newest (of
+ * step now) is in place. The series: the SAVE.step-N with N <= now on
+ * the --save-every grid, N > first (the step the run began at) unless it
+ * resumed (then the ones before it are the series it continues). A
+ * higher-numbered file, or one off the grid, is another run's: never
+ * counted nor removed. */
 int train_check_ckpt_flags(const train_options *o);
 char *train_periodic_path(const char *save, int64_t step);
-void train_prune_checkpoints(const train_options *o);
+void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now);
 
 /* --predict: the value an exec's logits are in (the input of its
  * cross-entropy), or -1; the output's start (count samples of classes

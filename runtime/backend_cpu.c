@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "cpu_attn.h"
 #include "cpu_dnnl.h"
+#include "cpu_features.h"
 #include "gemm16.h"
 #include "session.h"
 #include "codegen/kir.h"
@@ -169,7 +170,7 @@ KL_VECTOR_CLONES static void narrow_f16_plain(uint16_t *restrict h, const float 
 
 void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n)
 {
-    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+    if (kl_cpu_has(KL_CPU_F16C) && kl_cpu_has(KL_CPU_AVX2))
         kl_f16_widen_row_f16c(w, h, n);
     else
         widen_f16_plain(w, h, n);
@@ -177,7 +178,7 @@ void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n)
 
 void kl_cpu_f16_narrow(uint16_t *h, const float *w, int64_t n)
 {
-    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"))
+    if (kl_cpu_has(KL_CPU_F16C) && kl_cpu_has(KL_CPU_AVX2))
         kl_f16_narrow_row_f16c(h, w, n);
     else
         narrow_f16_plain(h, w, n);

@@ -53,12 +53,16 @@ static void put_str(writer *w, const char *s)
 
 /* A test hook: KILN_TEST_KILL_IN_SAVE=STEP kills the process (SIGKILL)
  * half way through writing the checkpoint of that step, as a crash or
- * kill -9 would, so the tests can check the previous one survives. */
+ * kill -9 would, so the tests can check the previous one survives;
+ * KILN_TEST_TERM_IN_SAVE=STEP sends SIGTERM there instead, as a user's
+ * kill or Ctrl-C would (its temporary is removed on the way out). */
 static void maybe_die_in_save(uint64_t step, int entry, int count)
 {
-    const char *k = getenv("KILN_TEST_KILL_IN_SAVE");
+    const char *k = getenv("KILN_TEST_KILL_IN_SAVE"), *t = getenv("KILN_TEST_TERM_IN_SAVE");
     if (k && *k && strtoull(k, NULL, 10) == step && entry == count / 2)
         raise(SIGKILL);
+    if (t && *t && strtoull(t, NULL, 10) == step && entry == count / 2)
+        raise(SIGTERM);
 }
 
 /* Values the next step writes before it reads them: the loss scale the

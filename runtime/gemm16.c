@@ -17,6 +17,7 @@
  * times alpha, plus beta times the old C, rounded to f16 where C is
  * with base/scalar.h's conversions' bits. */
 #define KL_ROWS16_TARGET __attribute__((target("avx2,f16c")))
+#include "cpu_features.h"
 #include "gemm16.h"
 
 #include <immintrin.h>
@@ -50,8 +51,8 @@ typedef struct g16 {
 
 bool kl_gemm16_supported(void)
 {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+    return kl_cpu_has(KL_CPU_AVX512F) && kl_cpu_has(KL_CPU_AVX512BW) && kl_cpu_has(KL_CPU_AVX512VL) &&
+           kl_cpu_has(KL_CPU_F16C) && kl_cpu_has(KL_CPU_FMA);
 }
 
 bool kl_gemm16_takes(const kl_gemm *g)
@@ -824,7 +825,7 @@ bool kl_gemm16_amx_supported(void)
 {
     static int known; /* 0: not asked yet, 1: yes, -1: no */
     if (!known) {
-        bool ok = kl_gemm16_supported() && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+        bool ok = kl_gemm16_supported() && kl_cpu_has(KL_CPU_AMX_TILE) && kl_cpu_has(KL_CPU_AMX_BF16);
 #ifdef __linux__
         /* Linux hands out the tile registers' state on request
          * (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18). */

@@ -64,7 +64,8 @@ static int make_temp(const char *path, char **tmp)
         free(*tmp);
         *tmp = NULL;
         errno = e;
-    }
+    } else
+        kl_outfile_track(*tmp);
     return fd;
 }
 
@@ -101,6 +102,7 @@ int kl_outfile_check(const char *path, const char *what)
     }
     close(fd);
     unlink(tmp);
+    kl_outfile_untrack(tmp);
     free(tmp);
     return 0;
 }
@@ -136,6 +138,7 @@ static int begin(kl_outfile *o, const char *path, bool chr)
         kl_error("%s: cannot write: %s", path, strerror(errno));
         close(fd);
         unlink(o->tmp);
+        kl_outfile_untrack(o->tmp);
         free(o->tmp);
         o->tmp = NULL;
         return -1;
@@ -151,6 +154,7 @@ int kl_outfile_begin(kl_outfile *o, const char *path)
 
 static void outfile_free(kl_outfile *o)
 {
+    kl_outfile_untrack(o->tmp);
     free(o->path);
     free(o->tmp);
     memset(o, 0, sizeof *o);

@@ -66,4 +66,10 @@ int kl_outfile_open_log(kl_outfile *o, const char *path, bool append);
  * Returns 0, or -1 after an error naming path. Frees o's strings. */
 int kl_outfile_close_log(kl_outfile *o);
 
+/* (outfile_temps.c) The temporaries a signal removes on the way out:
+ * track one once made (NULL: nothing to track), untrack it once renamed
+ * or removed. */
+void kl_outfile_track(const char *tmp);
+void kl_outfile_untrack(const char *tmp);
+
 #endif

@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libcmocka-dev
   llvm-14-tools   # FileCheck for the golden tests
+  clang-14 libclang-rt-14-dev   # the libFuzzer build (tests/fuzz) and build.clang_cpu
   python3         # test scripts edit bytes in data files
   python3-pip     # tests install safetensors, numpy, tensorboard, webdataset from PyPI into build/pydeps
   xz-utils        # the GPU kit compresses its libraries (tests/gpu/kit.sh)

@@ -2,6 +2,8 @@
 # Periodic checkpoints (--save-every, --keep) and the crash they survive:
 #  - --save-every 50 --keep 2 over 300 steps leaves SAVE, SAVE.step-250
 #    and SAVE.step-300, no temporary, and files of other names alone;
+#    an earlier run's higher-numbered (or off-grid) files are not counted
+#    nor removed;
 #  - a process killed (SIGKILL, at a known point: KILN_TEST_KILL_IN_SAVE)
 #    half way through writing step 150's checkpoint leaves steps 50 and
 #    100 whole, and resuming step 100 ends with the uninterrupted run's
@@ -33,6 +35,15 @@ mkdir b && cd b || exit 1
 run --steps 120 --save-every 40 --save r.ckpt > /dev/null || bad "the run without --keep failed"
 got=$(ls -A | tr '\n' ' ')
 [ "$got" = "r.ckpt r.ckpt.step-120 r.ckpt.step-40 r.ckpt.step-80 " ] && ok "without --keep: $got" || bad "without --keep: $got"
+cd .. || exit 1
+# An earlier run's higher-numbered files (steps 900 and 1000) are not this
+# run's: --keep 2 keeps this run's newest two and leaves those alone.
+mkdir c && cd c || exit 1
+touch f.ckpt.step-900 f.ckpt.step-1000 f.ckpt.step-30
+run --steps 120 --save-every 40 --keep 2 --save f.ckpt > /dev/null || bad "the run over a foreign series failed"
+got=$(ls -A | tr '\n' ' ')
+[ "$got" = "f.ckpt f.ckpt.step-1000 f.ckpt.step-120 f.ckpt.step-30 f.ckpt.step-80 f.ckpt.step-900 " ] &&
+  ok "--keep 2 over an earlier run's steps 30, 900, 1000: $got" || bad "--keep 2 over a foreign series left: $got"
 cd .. || exit 1
 
 # ---- killed in the middle of a save ----

@@ -38,6 +38,13 @@ ln -s victim ck.tmp
 [ "$(cat victim)" = precious ] && [ -f ck ] && [ ! -L ck ] && ok "a link planted at ck.tmp is not followed" ||
   bad "--save ck wrote through the link at ck.tmp"
 rm -f ck.tmp
+# A signal in the middle of a save removes the hidden temporary on the way
+# out (the knob raises SIGTERM half way through step 2's checkpoint).
+mkdir -p sig && rm -f sig/.k* sig/k
+KILN_TEST_TERM_IN_SAVE=2 ./mlp --steps 2 --quiet --threads 1 --save sig/k > /dev/null 2>&1; rc=$?
+left=$(ls -A sig)
+[ $rc -eq 143 ] && [ -z "$left" ] && ok "SIGTERM during --save: killed (143), no temporary left" ||
+  bad "SIGTERM during --save: exit $rc, left: $left"
 mkfifo fifo
 expect "--save over a FIFO" "fifo: is a device, FIFO or socket" --save fifo
 [ -p fifo ] && ok "the FIFO is still a FIFO" || bad "the FIFO was replaced"
@@ -126,6 +133,16 @@ if [ $rc -eq 1 ] && grep -qF "step 33: the last 33 steps were all skipped" <<< "
   ok "static(1e10) stops after max_skipped_steps (32) skipped steps in a row"
 else
   bad "static(1e10): exit $rc; got:"; echo "$out" | tail -3
+fi
+# An initial dynamic scale of 1e30 halves 33 times and is still ~1e20: the
+# advice names the loss scale, not --lr.
+sed 's/^  seed      = 1/  seed      = 1\n  precision = fp16\n  loss_scale = dynamic(scale = 1e30)/' "$testdir/../examples/mlp.kl" > huge.kl
+"$kiln" build huge.kl -o huge || exit 1
+out=$(./huge --steps 40 --threads 1 --quiet 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -qF "is above fp16's largest value 65504: lower it (loss_scale" <<< "$out" && ! grep -qF -- "--lr" <<< "$out"; then
+  ok "dynamic(scale = 1e30): the advice names the loss scale"
+else
+  bad "dynamic(scale = 1e30): exit $rc; got:"; echo "$out" | tail -3
 fi
 out=$(./static --steps 40 --threads 1 --quiet --set max_skipped_steps=0 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "max_skipped_steps=0 lets it run" || { bad "max_skipped_steps=0: exit $rc"; echo "$out" | tail -3; }
