@@ -230,6 +230,11 @@ static int read_entry(reader *r, const char *path, uint32_t version, uint32_t i,
     return 0;
 }
 
+static int name_order(const void *a, const void *b)
+{
+    return strcmp((*(const kl_ckpt_entry *const *)a)->name, (*(const kl_ckpt_entry *const *)b)->name);
+}
+
 int kl_ckpt_read(kl_ckpt *c, const char *path)
 {
     memset(c, 0, sizeof *c);
@@ -283,12 +288,18 @@ int kl_ckpt_read(kl_ckpt *c, const char *path)
         c->n++;
         if (read_entry(&r, path, c->version, i, &c->v[i]))
             goto fail;
-        for (uint32_t j = 0; j < i; j++)
-            if (!strcmp(c->v[j].name, c->v[i].name)) {
-                kl_error("%s: '%s' is in the checkpoint twice", path, c->v[i].name);
-                goto fail;
-            }
     }
+    /* No name twice: neighbours in name order (a pairwise check took
+     * minutes for 300,000 entries). The sorted index is kl_ckpt_find's. */
+    c->by_name = kl_xcalloc((size_t)c->n + 1, sizeof *c->by_name);
+    for (int i = 0; i < c->n; i++)
+        c->by_name[i] = &c->v[i];
+    qsort(c->by_name, (size_t)c->n, sizeof *c->by_name, name_order);
+    for (int i = 1; i < c->n; i++)
+        if (!strcmp(c->by_name[i - 1]->name, c->by_name[i]->name)) {
+            kl_error("%s: '%s' is in the checkpoint twice", path, c->by_name[i]->name);
+            goto fail;
+        }
     if (r.p != r.end) {
         kl_error("%s: malformed: %zu bytes after the last entry", path, (size_t)(r.end - r.p));
         goto fail;
@@ -306,6 +317,7 @@ void kl_ckpt_free(kl_ckpt *c)
         free(c->v[i].role);
     }
     free(c->v);
+    free(c->by_name);
     free(c->model);
     free(c->precision);
     free(c->kiln_version);
@@ -316,9 +328,16 @@ void kl_ckpt_free(kl_ckpt *c)
 
 const kl_ckpt_entry *kl_ckpt_find(const kl_ckpt *c, const char *name)
 {
-    for (int i = 0; i < c->n; i++)
-        if (!strcmp(c->v[i].name, name))
-            return &c->v[i];
+    int lo = 0, hi = c->by_name ? c->n : 0;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, k = strcmp(c->by_name[mid]->name, name);
+        if (!k)
+            return c->by_name[mid];
+        if (k < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 

@@ -36,12 +36,14 @@ typedef struct kl_ckpt {
     char *model, *precision, *kiln_version;
     int n;
     kl_ckpt_entry *v;
+    const kl_ckpt_entry **by_name; /* v sorted by name: kl_ckpt_find's index */
     kl_run_state rs;
 } kl_ckpt;
 
 /* Reads and checks path; -1 after an error naming it and what is wrong. */
 int kl_ckpt_read(kl_ckpt *c, const char *path);
 void kl_ckpt_free(kl_ckpt *c);
+/* The entry named name, or NULL: a binary search (O(log n)). */
 const kl_ckpt_entry *kl_ckpt_find(const kl_ckpt *c, const char *name);
 
 /* Writes the checkpoint through outfile.h (whole or not at all). Refuses,

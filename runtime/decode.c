@@ -19,17 +19,18 @@
 #define MAX_SIDE 65536
 #define MAX_PIXELS ((int64_t)1 << 28)
 
+/* Both are -1 when the product overflows (a crafted header's dims). */
 int64_t kl_field_numel(const kl_field_type *t)
 {
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++)
-        n *= t->shape[i];
+        n = kl_size_mul(n, t->shape[i]);
     return n;
 }
 
 int64_t kl_field_bytes(const kl_field_type *t)
 {
-    return kl_field_numel(t) * ir_dtype_size(t->dtype);
+    return kl_size_mul(kl_field_numel(t), ir_dtype_size(t->dtype));
 }
 
 bool kl_field_type_eq(const kl_field_type *a, const kl_field_type *b)
@@ -284,8 +285,12 @@ static int decode_npy(const uint8_t *data, size_t size, kl_field_type *t, uint8_
         t->shape[t->rank++] = d;
         p = end;
     }
-    int64_t bytes = kl_field_numel(t) > (int64_t)1 << 40 ? -1 : kl_field_bytes(t);
-    if (bytes < 0 || (size_t)bytes != size - start - hlen) {
+    int64_t numel = kl_field_numel(t), bytes = numel < 0 || numel > (int64_t)1 << 40 ? -1 : kl_field_bytes(t);
+    if (bytes < 0) {
+        snprintf(why, n, "the .npy shape has more than 2^40 elements");
+        goto done;
+    }
+    if ((size_t)bytes != size - start - hlen) {
         snprintf(why, n, "the .npy data has %zu bytes, its header announces %lld", size - start - hlen, (long long)bytes);
         goto done;
     }

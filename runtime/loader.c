@@ -101,6 +101,10 @@ static void shard_order(kl_loader *l, int64_t epoch)
     const kl_shard_set *ss = l->d->shards;
     int ns = ss->nshards;
     int64_t buf_n = l->o.shuffle ? ss->shuffle_buffer : 0;
+    /* A buffer never holds more ids than the set has: a larger one
+     * (shuffle_buffer = 2^61) emits the same order from this many. */
+    if (buf_n > ss->total)
+        buf_n = ss->total;
     uint64_t s = epoch_stream(l->o.seed, epoch);
     for (int i = 0; i < ns; i++)
         l->shard_order[i] = i;

@@ -21,16 +21,19 @@ typedef struct kl_st_file {
     kl_source file;
     int n;
     kl_st_tensor *v;
+    const kl_st_tensor **by_name; /* v sorted by name: kl_st_find's index */
     int nmeta;
     char **meta; /* key, value, key, value ... */
 } kl_st_file;
 
 /* Reads and checks path: the header's length and JSON, every tensor's
  * dtype, shape and offsets (inside the data, byte count = the shape's,
- * no two overlapping), no duplicate names. -1 after an error naming the
+ * no two non-empty ones overlapping), no duplicate names, in
+ * O(n log n) time for n tensors. -1 after an error naming the
  * file and the tensor or field. */
 int kl_st_read(kl_st_file *f, const char *path);
 void kl_st_free(kl_st_file *f);
+/* The tensor named name, or NULL: a binary search (O(log n)). */
 const kl_st_tensor *kl_st_find(const kl_st_file *f, const char *name);
 
 /* Writes n tensors (names in the given order) through outfile.h, each
