@@ -366,7 +366,9 @@ static KL_NORETURN void timed_out(kl_comm *c, const char *coll, const char *what
     kl_comm_abort(c, 1);
 }
 
-/* Waits for a non-blocking collective: MPI_Test in a loop (as MPI's
+/* Waits for a non-blocking collective (MPI_Iallreduce and the like;
+ * errors name them by their blocking forms, MPI_Allreduce, which they
+ * stand for): MPI_Test in a loop (as MPI's
  * blocking calls poll), yielding the core after the first millisecond,
  * until it completes or the timeout passes (timed_out). */
 static int comm_wait(kl_comm *c, int rc, mpi_handle *req, const char *coll, const char *what, int64_t count,
@@ -402,7 +404,7 @@ void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_re
         int rc = c->mpi->Iallreduce(MPI_IN_PLACE_OMPI, (char *)p + (size_t)at * esz, (int)k, mpi_type(c, dt),
                                     op == KL_REDUCE_SUM ? c->mpi->sum : c->mpi->max, c->mpi->world, &req);
         rc = comm_wait(c, rc, &req, coll, what, count, dt);
-        check(c, rc, "MPI_Iallreduce", coll, what, count, dt);
+        check(c, rc, "MPI_Allreduce", coll, what, count, dt);
     }
     if (half(dt)) {
         narrow(buf, p, count, dt);
@@ -450,7 +452,7 @@ void kl_comm_reduce_scatter(kl_comm *c, const void *in, int64_t count, void *out
     mpi_handle req;
     int rc = c->mpi->Ireduce_scatter_block(pad, mine, k, c->mpi->f32, c->mpi->sum, c->mpi->world, &req);
     rc = comm_wait(c, rc, &req, "reduce_scatter sum", what, count, dt);
-    check(c, rc, "MPI_Ireduce_scatter_block", "reduce_scatter sum", what, count, dt);
+    check(c, rc, "MPI_Reduce_scatter_block", "reduce_scatter sum", what, count, dt);
     if (half(dt)) {
         narrow(out, mine, shard, dt);
         free(mine);
@@ -473,7 +475,7 @@ void kl_comm_all_gather(kl_comm *c, const void *in, int64_t count, void *out, ir
     mpi_handle req;
     int rc = c->mpi->Iallgather(in, k, t, out, k, t, c->mpi->world, &req);
     rc = comm_wait(c, rc, &req, "all_gather", what, count, dt);
-    check(c, rc, "MPI_Iallgather", "all_gather", what, count, dt);
+    check(c, rc, "MPI_Allgather", "all_gather", what, count, dt);
 }
 
 void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int root, const char *what)
@@ -489,7 +491,7 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
         mpi_handle req;
         int rc = c->mpi->Ibcast((char *)buf + (size_t)at * esz, (int)k, t, root, c->mpi->world, &req);
         rc = comm_wait(c, rc, &req, "rank_broadcast", what, count, dt);
-        check(c, rc, "MPI_Ibcast", "rank_broadcast", what, count, dt);
+        check(c, rc, "MPI_Bcast", "rank_broadcast", what, count, dt);
     }
 }
 
@@ -515,7 +517,7 @@ void kl_comm_gather_startup(kl_comm *c, const void *mine, size_t bytes, void *al
     rc = comm_wait(c, rc, &req, "all_gather", what, (int64_t)bytes, IR_U8);
     int64_t calls = c->calls, fail = c->fail_call;
     c->fail_call = 0;
-    check(c, rc, "MPI_Iallgather", "all_gather", what, (int64_t)bytes, IR_U8);
+    check(c, rc, "MPI_Allgather", "all_gather", what, (int64_t)bytes, IR_U8);
     c->calls = calls;
     c->fail_call = fail;
 }
