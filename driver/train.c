@@ -449,7 +449,10 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (!g)
         goto done;
     kl_train_read(&g->train, &t.cfg);
-    if (train_tp_setup(&t))
+    /* The watchdog's timeout, then the ranks' agreement on their
+     * settings before any collective that depends on them. */
+    kl_comm_set_timeout(t.comm, t.cfg.comm_timeout);
+    if (train_agree_settings(&t, t.comm, &g->train, NULL) || train_tp_setup(&t))
         goto done;
     /* --generate reads no data: it needs the checkpoint alone. */
     if (t.opt.generate)
@@ -517,7 +520,19 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     int64_t eb, peak;
     int made = train_make_plans(&t, &src, g, &eb);
     g = NULL;
-    if (made || train_check_peak(&t, &peak) || train_ranks_prepare(&t))
+    if (made || train_check_peak(&t, &peak))
+        goto done;
+    /* The plans too (the same model and executable on every rank), and
+     * what --batch auto chose; the plan's text without its train block,
+     * whose keys are agreed one by one (some are a rank's own). */
+    ir_graph *pg = t.train->g;
+    ir_attrs keys = pg->train;
+    pg->train = (ir_attrs){0};
+    char *plan = ir_print(pg);
+    pg->train = keys;
+    int differ = train_agree_settings(&t, kl_comm_whole(t.comm), &t.train->g->train, plan);
+    free(plan);
+    if (differ || train_ranks_prepare(&t))
         goto done;
     t.peak_bytes = peak;
     /* Host readings, and the GPU's through NVML on a GPU run. */

@@ -46,6 +46,9 @@ static const char usage[] =
     "  --sync-batchnorm B\n"
     "                     true: batch norm's statistics over every data-parallel\n"
     "                     rank's rows (default false: each rank's own)\n"
+    "  --comm-timeout S   seconds a collective across ranks waits for the others\n"
+    "                     before the job is aborted naming the missing ranks\n"
+    "                     (default 300; 0: wait forever)\n"
     "  --memory-limit B   refuse to start when the planned memory (params, state and\n"
     "                     the arena) exceeds B bytes (or \"2GiB\", \"500MB\")\n"
     "  --device D         auto, cpu or cuda (default auto: the GPU when one is usable)\n"
@@ -125,6 +128,7 @@ static const struct { const char *flag, *key; } mapped[] = {
     {"--precision", "precision"}, {"--memory-limit", "memory_limit"}, {"--tensorboard", "tensorboard"},
     {"--shard", "shard"}, {"--bucket", "bucket"}, {"--overlap", "overlap"},
     {"--tensor-parallel", "tensor_parallel"}, {"--sync-batchnorm", "sync_batchnorm"},
+    {"--comm-timeout", "comm_timeout"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.
@@ -133,7 +137,7 @@ static const struct { const char *flag, *key; } mapped[] = {
 char *train_kernel_flags(const train_options *o)
 {
     static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr",
-                                         "tensorboard", "shard", "bucket", "overlap"};
+                                         "tensorboard", "shard", "bucket", "overlap", "comm_timeout"};
     kl_buf b = {0};
     if (o->batch_auto)
         kl_buf_puts(&b, "--batch auto");

@@ -222,6 +222,12 @@ int train_ranks_init(trainer *t);
  * rank); ckpt_begin/end swap the full values in for a checkpoint and back
  * (after a load, each rank keeps its slice). */
 int train_tp_setup(trainer *t);
+/* The ranks' agreement on the settings that must match (train_agree.c),
+ * over comm: train's keys and the run's flags, and with plan (the
+ * training plan's text; NULL before it is made) its hash and the training
+ * set's size. -1 when they differ (reported by rank 0 with the setting,
+ * the ranks and the values; every rank returns -1). */
+int train_agree_settings(trainer *t, kl_comm *comm, const ir_attrs *train, const char *plan);
 void train_tp_settle(trainer *t);
 int train_tp_ckpt_begin(trainer *t, bool loading);
 void train_tp_ckpt_end(trainer *t, bool loading);

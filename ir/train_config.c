@@ -81,6 +81,8 @@ static const key_info keys[] = {
     {"sync_batchnorm", K_BOOL, NULL, NULL, 0, "batch norm's batch statistics over every data-parallel rank's rows"},
     {"tp_reduce", K_WORD, "fp32 bf16 fp16 exact", NULL, 0,
      "the dtype of tensor parallelism's all-reduced partial sums under bf16/fp16 (default fp32; exact: f64, slow)"},
+    {"comm_timeout", K_FLOAT, NULL, NULL, 0,
+     "seconds a collective across ranks may wait for the others before the job is aborted (default 300; 0: forever)"},
 };
 
 static const key_info *find_key(const char *key)
@@ -717,7 +719,11 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     const char *tpr = ir_attr_str(train, "tp_reduce", "fp32");
     c->tp_reduce = !strcmp(tpr, "bf16") ? KL_TP_REDUCE_BF16 : !strcmp(tpr, "fp16") ? KL_TP_REDUCE_FP16
                    : !strcmp(tpr, "exact") ? KL_TP_REDUCE_EXACT : KL_TP_REDUCE_FP32;
+    c->comm_timeout = ir_attr_float(train, "comm_timeout", 300);
 }
+
+int kl_train_key_count(void) { return (int)KL_ARRAY_LEN(keys); }
+const char *kl_train_key_name(int i) { return i >= 0 && i < (int)KL_ARRAY_LEN(keys) ? keys[i].key : NULL; }
 
 void kl_train_config_free(kl_train_config *c)
 {

@@ -75,6 +75,7 @@ typedef struct kl_train_config {
     int tensor_parallel;   /* ranks per tensor-parallel group (passes/shard_tp.c); 1: none */
     bool sync_batchnorm;   /* batch statistics across the data-parallel ranks (passes/sync_batchnorm.c) */
     kl_tp_reduce tp_reduce;
+    double comm_timeout;   /* seconds a collective may wait for the other ranks; 0: forever */
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.
@@ -98,6 +99,10 @@ int kl_train_set_all(ir_attrs *train, const char *const *kv);
 /* The lr after scaling to the effective batch (batch * accumulate * ranks). */
 double kl_train_scaled_lr(const kl_train_config *cfg, int64_t ranks);
 const char *kl_precision_name(kl_precision p);
+/* The train keys, in the table's order (the same in every build of one
+ * version): for the ranks' agreement of settings (driver/train_agree.c). */
+int kl_train_key_count(void);
+const char *kl_train_key_name(int i);
 const char *kl_tp_reduce_name(kl_tp_reduce r);
 
 /* A size in bytes: "64MiB", "512MB", "1e9", "4096" (units B, K, KB, KiB,

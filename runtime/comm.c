@@ -5,8 +5,10 @@
  * are integers in its header, which this file does not use, so a libmpi
  * without Open MPI's globals is refused with that reason. */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "base/scalar.h"
@@ -25,14 +27,22 @@ typedef struct mpi_api {
     int (*Comm_split)(mpi_handle, int, int, mpi_handle *);
     int (*Comm_split_type)(mpi_handle, int, int, mpi_handle, mpi_handle *);
     int (*Comm_free)(mpi_handle *);
-    int (*Allreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
     int (*Reduce_scatter_block)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle);
     int (*Allgather)(const void *, int, mpi_handle, void *, int, mpi_handle, mpi_handle);
     int (*Bcast)(void *, int, mpi_handle, int, mpi_handle);
+    int (*Iallreduce)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle, mpi_handle *);
+    int (*Ireduce_scatter_block)(const void *, void *, int, mpi_handle, mpi_handle, mpi_handle, mpi_handle *);
+    int (*Iallgather)(const void *, int, mpi_handle, void *, int, mpi_handle, mpi_handle, mpi_handle *);
+    int (*Ibcast)(void *, int, mpi_handle, int, mpi_handle, mpi_handle *);
+    int (*Test)(mpi_handle *, int *, void *);
+    int (*Isend)(const void *, int, mpi_handle, int, int, mpi_handle, mpi_handle *);
+    int (*Iprobe)(int, int, mpi_handle, int *, void *);
+    int (*Recv)(void *, int, mpi_handle, int, int, mpi_handle, void *);
+    int (*Comm_dup)(mpi_handle, mpi_handle *);
     int (*Error_string)(int, char *, int *);
     int (*Abort)(mpi_handle, int);
     int (*Finalize)(void);
-    mpi_handle world, errors_return, f32, f64, i64, u16, sum, max, info_null;
+    mpi_handle world, errors_return, f32, f64, i64, u16, byte, sum, max, info_null;
 } mpi_api;
 
 /* Open MPI's MPI_THREAD_SERIALIZED: any thread may call MPI, one at a
@@ -52,6 +62,14 @@ struct kl_comm {
      * which it closes) and its rank's tensor-parallel group (tp). */
     kl_comm *parent, *tp;
     bool group; /* made by split: MPI_Finalize is the world's */
+    /* The watchdog (comm_wait): a collective waits at most timeout
+     * seconds (0: forever); side is a duplicate of the communicator for
+     * the ranks' reports after a timeout; world_rank[i] is the world's
+     * index of this communicator's rank i; seq numbers the collectives. */
+    double timeout;
+    mpi_handle side;
+    int *world_rank;
+    int64_t seq;
 };
 
 #define MPI_IN_PLACE_OMPI ((void *)1)
@@ -98,10 +116,18 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(Comm_split, "MPI_Comm_split")
     SYM(Comm_split_type, "MPI_Comm_split_type")
     SYM(Comm_free, "MPI_Comm_free")
-    SYM(Allreduce, "MPI_Allreduce")
     SYM(Reduce_scatter_block, "MPI_Reduce_scatter_block")
     SYM(Allgather, "MPI_Allgather")
     SYM(Bcast, "MPI_Bcast")
+    SYM(Iallreduce, "MPI_Iallreduce")
+    SYM(Ireduce_scatter_block, "MPI_Ireduce_scatter_block")
+    SYM(Iallgather, "MPI_Iallgather")
+    SYM(Ibcast, "MPI_Ibcast")
+    SYM(Test, "MPI_Test")
+    SYM(Isend, "MPI_Isend")
+    SYM(Iprobe, "MPI_Iprobe")
+    SYM(Recv, "MPI_Recv")
+    SYM(Comm_dup, "MPI_Comm_dup")
     SYM(Error_string, "MPI_Error_string")
     SYM(Abort, "MPI_Abort")
     SYM(Finalize, "MPI_Finalize")
@@ -111,6 +137,7 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(f64, "ompi_mpi_double")
     SYM(i64, "ompi_mpi_int64_t")
     SYM(u16, "ompi_mpi_uint16_t")
+    SYM(byte, "ompi_mpi_byte")
     SYM(sum, "ompi_mpi_op_sum")
     SYM(max, "ompi_mpi_op_max")
     SYM(info_null, "ompi_mpi_info_null")
@@ -162,6 +189,16 @@ kl_comm *kl_comm_open(void)
     m->Comm_rank(m->world, &c->rank);
     m->Comm_size(m->world, &c->world);
     c->mpi = m;
+    c->timeout = KL_COMM_TIMEOUT_DEFAULT;
+    c->world_rank = kl_xmalloc((size_t)c->world * sizeof *c->world_rank);
+    for (int r = 0; r < c->world; r++)
+        c->world_rank[r] = r;
+    if ((rc = m->Comm_dup(m->world, &c->side)) != 0) {
+        char msg[1024];
+        mpi_message(m, rc, msg, sizeof msg);
+        kl_error("rank %d of %d: MPI_Comm_dup (the watchdog's reports) failed: %s", c->rank, c->world, msg);
+        kl_comm_abort(c, 1);
+    }
     /* The ranks on this machine: local rank -> GPU. */
     mpi_handle node;
     if ((rc = m->Comm_split_type(m->world, MPI_COMM_TYPE_SHARED_OMPI, c->rank, m->info_null, &node)) != 0) {
@@ -240,6 +277,119 @@ static void narrow(void *buf, const float *w, int64_t count, ir_dtype dt)
         h[i] = dt == IR_BF16 ? kl_f32_to_bf16(w[i]) : kl_f32_to_f16(w[i]);
 }
 
+void kl_comm_set_timeout(kl_comm *c, double seconds)
+{
+    for (; c; c = c->parent) {
+        c->timeout = seconds;
+        if (c->tp)
+            c->tp->timeout = seconds;
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The tag of the watchdog's reports on c->side. */
+#define WATCHDOG_TAG 7341
+/* Open MPI's MPI_ANY_SOURCE, and room for its MPI_Status (MPI_SOURCE is
+ * its first field). */
+#define MPI_ANY_SOURCE_OMPI (-1)
+typedef struct { int source, tag, error, pad[13]; } mpi_status;
+
+/* After a timeout: this rank tells every other rank of c which
+ * collective it waits in (its number), then listens for theirs for a
+ * grace period; the ranks not heard from did not arrive (stopped, hung,
+ * or still working far behind). The lowest waiting rank reports at once
+ * and aborts the job; the others report only if that abort has not
+ * ended them a grace period later. */
+static KL_NORETURN void timed_out(kl_comm *c, const char *coll, const char *what, int64_t count, ir_dtype dt)
+{
+    mpi_api *m = c->mpi;
+    int64_t *seen = kl_xmalloc((size_t)c->world * sizeof *seen);
+    for (int r = 0; r < c->world; r++)
+        seen[r] = -1;
+    seen[c->rank] = c->seq;
+    int64_t mine = c->seq;
+    mpi_handle req;
+    for (int r = 0; r < c->world; r++)
+        if (r != c->rank)
+            m->Isend(&mine, 1, m->i64, r, WATCHDOG_TAG, c->side, &req);
+    double grace = c->timeout < 5 ? c->timeout : 5, t0 = now_s();
+    int heard = 1;
+    while (heard < c->world && now_s() - t0 < grace) {
+        int flag = 0;
+        mpi_status st;
+        m->Iprobe(MPI_ANY_SOURCE_OMPI, WATCHDOG_TAG, c->side, &flag, &st);
+        if (!flag) {
+            sched_yield();
+            continue;
+        }
+        int64_t theirs = -1;
+        m->Recv(&theirs, 1, m->i64, st.source, WATCHDOG_TAG, c->side, &st);
+        if (st.source >= 0 && st.source < c->world && seen[st.source] < 0)
+            heard++;
+        if (st.source >= 0 && st.source < c->world)
+            seen[st.source] = theirs;
+    }
+    int lowest = c->rank;
+    for (int r = 0; r < c->world; r++)
+        if (seen[r] == c->seq && r < lowest)
+            lowest = r;
+    if (lowest != c->rank) {
+        /* The lowest waiting rank reports and aborts; wait for it. */
+        double t1 = now_s();
+        while (now_s() - t1 < grace)
+            sched_yield();
+    }
+    kl_buf missing = {0}, waiting = {0}, elsewhere = {0};
+    int nmissing = 0, nwaiting = 0;
+    for (int r = 0; r < c->world; r++) {
+        int w = c->world_rank ? c->world_rank[r] : r;
+        if (seen[r] == c->seq)
+            kl_buf_printf(&waiting, "%s%d", nwaiting++ ? ", " : "", w);
+        else if (seen[r] < 0)
+            kl_buf_printf(&missing, "%s%d", nmissing++ ? ", " : "", w);
+        else
+            kl_buf_printf(&elsewhere, "; rank %d waits in collective %lld instead", w, (long long)seen[r]);
+    }
+    kl_error("rank %d: %s of %s (%lld %s; collective %lld) did not complete within %g s (comm_timeout): "
+             "rank%s %s did not arrive (rank%s %s waited%s); aborting the job\n"
+             "---> a rank stopped, hung or is far behind the others; raise --comm-timeout if it is only slow "
+             "(e.g. a long first-step compile)",
+             c->world_rank ? c->world_rank[c->rank] : c->rank, coll, what, (long long)count, ir_dtype_name(dt),
+             (long long)c->seq, c->timeout, nmissing == 1 ? "" : "s", nmissing ? missing.s : "none",
+             nwaiting == 1 ? "" : "s", waiting.s, elsewhere.s ? elsewhere.s : "");
+    kl_comm_abort(c, 1);
+}
+
+/* Waits for a non-blocking collective (MPI_Iallreduce and the like;
+ * errors name them by their blocking forms, MPI_Allreduce, which they
+ * stand for): MPI_Test in a loop (as MPI's
+ * blocking calls poll), yielding the core after the first millisecond,
+ * until it completes or the timeout passes (timed_out). */
+static int comm_wait(kl_comm *c, int rc, mpi_handle *req, const char *coll, const char *what, int64_t count,
+                     ir_dtype dt)
+{
+    if (rc != 0)
+        return rc;
+    c->seq++;
+    double t0 = now_s();
+    for (;;) {
+        int done = 0;
+        if ((rc = c->mpi->Test(req, &done, NULL)) != 0 || done)
+            return rc;
+        double t = now_s() - t0;
+        if (c->timeout > 0 && t > c->timeout)
+            timed_out(c, coll, what, count, dt);
+        if (t > 1e-3)
+            sched_yield();
+    }
+}
+
 void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_reduce_op op, const char *what)
 {
     if (!c->mpi || count == 0)
@@ -250,8 +400,10 @@ void kl_comm_all_reduce(kl_comm *c, void *buf, int64_t count, ir_dtype dt, kl_re
     size_t esz = half(dt) ? 4 : (size_t)ir_dtype_size(dt);
     for (int64_t at = 0; at < count; at += COMM_CHUNK) {
         int64_t k = count - at < COMM_CHUNK ? count - at : COMM_CHUNK;
-        int rc = c->mpi->Allreduce(MPI_IN_PLACE_OMPI, (char *)p + (size_t)at * esz, (int)k, mpi_type(c, dt),
-                                   op == KL_REDUCE_SUM ? c->mpi->sum : c->mpi->max, c->mpi->world);
+        mpi_handle req;
+        int rc = c->mpi->Iallreduce(MPI_IN_PLACE_OMPI, (char *)p + (size_t)at * esz, (int)k, mpi_type(c, dt),
+                                    op == KL_REDUCE_SUM ? c->mpi->sum : c->mpi->max, c->mpi->world, &req);
+        rc = comm_wait(c, rc, &req, coll, what, count, dt);
         check(c, rc, "MPI_Allreduce", coll, what, count, dt);
     }
     if (half(dt)) {
@@ -297,7 +449,9 @@ void kl_comm_reduce_scatter(kl_comm *c, const void *in, int64_t count, void *out
     }
     float *mine = half(dt) ? kl_xmalloc((size_t)shard * sizeof *mine) : out;
     int k = block_count(c, shard, "reduce_scatter", what, dt);
-    int rc = c->mpi->Reduce_scatter_block(pad, mine, k, c->mpi->f32, c->mpi->sum, c->mpi->world);
+    mpi_handle req;
+    int rc = c->mpi->Ireduce_scatter_block(pad, mine, k, c->mpi->f32, c->mpi->sum, c->mpi->world, &req);
+    rc = comm_wait(c, rc, &req, "reduce_scatter sum", what, count, dt);
     check(c, rc, "MPI_Reduce_scatter_block", "reduce_scatter sum", what, count, dt);
     if (half(dt)) {
         narrow(out, mine, shard, dt);
@@ -318,7 +472,9 @@ void kl_comm_all_gather(kl_comm *c, const void *in, int64_t count, void *out, ir
         return;
     int k = block_count(c, count, "all_gather", what, dt);
     mpi_handle t = half(dt) ? c->mpi->u16 : c->mpi->f32;
-    int rc = c->mpi->Allgather(in, k, t, out, k, t, c->mpi->world);
+    mpi_handle req;
+    int rc = c->mpi->Iallgather(in, k, t, out, k, t, c->mpi->world, &req);
+    rc = comm_wait(c, rc, &req, "all_gather", what, count, dt);
     check(c, rc, "MPI_Allgather", "all_gather", what, count, dt);
 }
 
@@ -332,7 +488,9 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
     mpi_handle t = half(dt) ? c->mpi->u16 : mpi_type(c, dt);
     for (int64_t at = 0; at < count; at += COMM_CHUNK) {
         int64_t k = count - at < COMM_CHUNK ? count - at : COMM_CHUNK;
-        int rc = c->mpi->Bcast((char *)buf + (size_t)at * esz, (int)k, t, root, c->mpi->world);
+        mpi_handle req;
+        int rc = c->mpi->Ibcast((char *)buf + (size_t)at * esz, (int)k, t, root, c->mpi->world, &req);
+        rc = comm_wait(c, rc, &req, "rank_broadcast", what, count, dt);
         check(c, rc, "MPI_Bcast", "rank_broadcast", what, count, dt);
     }
 }
@@ -345,6 +503,23 @@ int64_t kl_comm_sum_startup(kl_comm *c, int64_t mine, const char *what)
     c->calls = calls;
     c->fail_call = fail;
     return mine;
+}
+
+void kl_comm_gather_startup(kl_comm *c, const void *mine, size_t bytes, void *all, const char *what)
+{
+    if (!c->mpi) {
+        memcpy(all, mine, bytes);
+        return;
+    }
+    kl_check(bytes <= INT32_MAX);
+    mpi_handle req;
+    int rc = c->mpi->Iallgather(mine, (int)bytes, c->mpi->byte, all, (int)bytes, c->mpi->byte, c->mpi->world, &req);
+    rc = comm_wait(c, rc, &req, "all_gather", what, (int64_t)bytes, IR_U8);
+    int64_t calls = c->calls, fail = c->fail_call;
+    c->fail_call = 0;
+    check(c, rc, "MPI_Allgather", "all_gather", what, (int64_t)bytes, IR_U8);
+    c->calls = calls;
+    c->fail_call = fail;
 }
 
 void kl_comm_run(const kl_coll *k)
@@ -389,6 +564,14 @@ static kl_comm *split(kl_comm *c, int color, const char *what)
     g->mpi->Comm_set_errhandler(g->mpi->world, g->mpi->errors_return);
     g->mpi->Comm_rank(g->mpi->world, &g->rank);
     g->mpi->Comm_size(g->mpi->world, &g->world);
+    g->timeout = c->timeout;
+    if ((rc = g->mpi->Comm_dup(g->mpi->world, &g->side)) != 0)
+        check(c, rc, "MPI_Comm_dup", "split", what, 0, IR_F32);
+    /* The world's index of each of the group's ranks, for the watchdog's
+     * errors. */
+    g->world_rank = kl_xmalloc((size_t)g->world * sizeof *g->world_rank);
+    int me = c->rank;
+    kl_comm_gather_startup(g, &me, sizeof me, g->world_rank, "the group's ranks");
     snprintf(g->desc, sizeof g->desc, "%s %d of %d", what, g->rank, g->world);
     return g;
 }
@@ -407,6 +590,7 @@ kl_comm *kl_comm_split_tp(kl_comm *c, int tp)
 }
 
 kl_comm *kl_comm_tp(kl_comm *c) { return c ? c->tp : NULL; }
+kl_comm *kl_comm_whole(kl_comm *c) { return c->parent ? c->parent : c; }
 
 void kl_comm_abort(kl_comm *c, int code)
 {
@@ -425,6 +609,7 @@ void kl_comm_close(kl_comm *c)
         /* Its communicator goes with the world's MPI_Finalize. */
         kl_comm_close(c->tp);
         kl_comm_close(c->parent);
+        free(c->world_rank);
         free(c->mpi);
         free(c);
         return;
@@ -432,6 +617,7 @@ void kl_comm_close(kl_comm *c)
     if (c->mpi) {
         c->mpi->Finalize();
         /* libmpi stays open: Open MPI's atexit handlers live in it. */
+        free(c->world_rank);
         free(c->mpi);
     }
     free(c);

@@ -9,6 +9,12 @@
  * MPI. libmpi is opened with dlopen (RTLD_GLOBAL, which Open MPI's plugins
  * need), so executables link nothing new and start where MPI is missing.
  *
+ * A collective waits at most a timeout (kl_comm_set_timeout; default
+ * KL_COMM_TIMEOUT_DEFAULT seconds) for the other ranks: then the ranks
+ * that waited tell each other so, and the error names the collective and
+ * the ranks that did not arrive before the job is aborted (a watchdog as
+ * NCCL's and PyTorch's: a stopped rank must not hang the job forever).
+ *
  * Every collective is checked: an error names the rank, the collective,
  * what it carried and MPI's message, and the job is aborted (a rank that
  * stops while the others wait in a collective would hang them). A world
@@ -21,6 +27,8 @@
 
 #include "base/support.h"
 #include "ir/ir.h"
+
+#define KL_COMM_TIMEOUT_DEFAULT 300.0
 
 typedef enum kl_reduce_op { KL_REDUCE_SUM, KL_REDUCE_MAX } kl_reduce_op;
 
@@ -89,6 +97,8 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
  * tensor-parallel group (kl_comm_tp); c itself when tp is 1 or c a world
  * of one. tp must divide c's world. */
 kl_comm *kl_comm_split_tp(kl_comm *c, int tp);
+/* The world a data-parallel group was split from; c itself otherwise. */
+kl_comm *kl_comm_whole(kl_comm *c);
 /* The tensor-parallel group of a data-parallel group, or NULL. */
 kl_comm *kl_comm_tp(kl_comm *c);
 /* Ends the job: MPI_Abort with code under a launcher (every rank stops),
@@ -98,6 +108,14 @@ KL_NORETURN void kl_comm_abort(kl_comm *c, int code);
  * collectives, but not numbered for KILN_FAULT_COLLECTIVE, which counts
  * the training's collectives). mine itself for a world of one. */
 int64_t kl_comm_sum_startup(kl_comm *c, int64_t mine, const char *what);
+/* Every rank's bytes of mine (bytes each, the same on every rank), rank
+ * after rank, in all: a start-up agreement, not numbered for
+ * KILN_FAULT_COLLECTIVE. */
+void kl_comm_gather_startup(kl_comm *c, const void *mine, size_t bytes, void *all, const char *what);
+/* The seconds a collective waits for the other ranks before the job is
+ * aborted with the ranks that did not arrive (0: forever); for c and the
+ * groups split from its world. */
+void kl_comm_set_timeout(kl_comm *c, double seconds);
 /* Runs k on host memory with the calls above (the CPU backend's
  * collective). */
 void kl_comm_run(const kl_coll *k);

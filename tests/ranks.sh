@@ -2,7 +2,8 @@
 # Many ranks (README, "Many ranks"): the same executable under mpirun,
 # data parallel, against one rank with the same global batch.
 #
-#   ranks.sh KILN CASE   CASE: launch | mlp | cnn | precision | resume | kill
+#   ranks.sh KILN CASE   CASE: launch | mlp | cnn | precision | resume | kill |
+#                              settings_differ | timeout
 #
 # The comparisons and launches: tests/ranks_helpers.bash.
 set -euo pipefail
@@ -167,6 +168,58 @@ kill)
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: exit $rc (124: it hung until the timeout)"; exit 1; }
   [ "$took" -le 30 ] || { echo "FAIL: took $took s (over 30)"; exit 1; }
   grep -q "rank 1.*signal 9" "$tmp/err.txt" || { echo "FAIL: the error does not name rank 1 and the signal"; exit 1; }
+  ;;
+settings_differ)
+  # One rank started with another setting: every rank refuses before the
+  # first step, rank 0 naming the setting, the rank and both values
+  # (driver/train_agree.c); never a hang (under timeout 60: 124 fails)
+  # nor a run that trains apart and exits 0.
+  build mlp
+  base=("$tmp/mlp" "${common[@]}" --batch 8 --steps 3)
+  differs() {
+    local want=$1 rc=0; shift
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 "${base[@]}" : -np 1 "${base[@]}" "$@" \
+      > /dev/null 2> "$tmp/err.txt" || rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: rank 1 with $*: exit $rc (0: trained apart; 124: hung)"; cat "$tmp/err.txt"; exit 1; }
+    grep -qF "$want" "$tmp/err.txt" || { echo "FAIL: rank 1 with $*: the error does not say '$want'"; cat "$tmp/err.txt"; exit 1; }
+    echo "ok: rank 1 with $*: $(grep -m1 -o "rank 1 has.*" "$tmp/err.txt")"
+  }
+  differs "rank 1 has optimizer's lr = 0.01, rank 0 has lr = 0.001" --lr 0.01
+  differs "rank 1 has shard = zero2, rank 0 has shard = (the default)" --shard zero2
+  differs "rank 1 has precision = bf16, rank 0 has precision = (the default)" --precision bf16
+  differs "rank 1 has seed = 7" --seed 7
+  differs "rank 1 has batch = 4, rank 0 has batch = 8" --batch 4
+  # Per-rank settings may differ (threads, comm_timeout): the job trains.
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 "${base[@]}" : -np 1 "${base[@]}" --threads 2 \
+    --comm-timeout 100 > /dev/null || { echo "FAIL: ranks with other --threads and --comm-timeout were refused"; exit 1; }
+  echo "ok: other --threads and --comm-timeout on one rank are allowed"
+  ;;
+timeout)
+  # A rank stopped (SIGSTOP) mid-run: the others' collective times out
+  # after --comm-timeout seconds, the error names the collective and the
+  # rank that did not arrive, and the job ends non-zero (MPI_Abort)
+  # within a bound, never a hang.
+  build mlp
+  (set +e; cd "$tmp" && timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+     sh -c 'echo $$ > pid.$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' "$tmp/mlp" \
+     --data synthetic:4000 --batch 8 --epochs 1000 --eval-every 0 --log-every 50 --comm-timeout 3 > out.txt 2> err.txt
+   echo $? > rc) &
+  job=$!
+  for _ in $(seq 300); do [ -s "$tmp/pid.1" ] && grep -q "step" "$tmp/out.txt" 2> /dev/null && break; sleep 0.1; done
+  [ -s "$tmp/pid.1" ] || { echo "FAIL: rank 1 did not start"; exit 1; }
+  stopped=$(cat "$tmp/pid.1")
+  kill -STOP "$stopped"
+  t0=$(date +%s)
+  wait "$job" || true
+  took=$(($(date +%s) - t0))
+  kill -KILL "$stopped" 2> /dev/null || true
+  rc=$(cat "$tmp/rc")
+  echo "the job ended $took s after rank 1 was stopped, exit $rc"
+  grep "did not arrive" "$tmp/err.txt" | head -2
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: exit $rc (124: it hung until the timeout)"; tail -5 "$tmp/err.txt"; exit 1; }
+  [ "$took" -ge 3 ] && [ "$took" -le 20 ] || { echo "FAIL: took $took s (3 s timeout: expected 3-20 s)"; exit 1; }
+  grep -q "rank 0: .* did not complete within 3 s (comm_timeout): rank 1 did not arrive (rank 0 waited)" "$tmp/err.txt" ||
+    { echo "FAIL: the error does not name the collective and rank 1"; cat "$tmp/err.txt"; exit 1; }
   ;;
 *)
   echo "unknown case $case_"; exit 2 ;;

@@ -1,5 +1,5 @@
 # Many ranks (tests/ranks.sh): mpirun --oversubscribe, one thread per rank.
-foreach(case launch mlp cnn precision resume kill)
+foreach(case launch mlp cnn precision resume kill settings_differ timeout)
   add_test(NAME ranks.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ranks.sh ${KILN_EXE} ${case}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(ranks.${case} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
