@@ -4,6 +4,8 @@
 # and "amx-tile", so no source calls it; runtime/cpu_features.c (cpuid)
 # answers instead. Then clang -fsyntax-only on the sources that dispatch.
 # Exits 77 (skipped) without clang.
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 fail=0
 hits=$(cd "$root" && grep -rnE '__builtin_cpu_supports[[:space:]]*\(' --include='*.c' --include='*.h' \
