@@ -339,7 +339,10 @@ static int run_training(trainer *t)
             }
             if (lp.step % c->log_every == 0 || lp.step == lp.total)
                 train_log_progress(t, &lp, epoch, loss_now, lr);
-            if (c->eval_every > 0 && lp.step % c->eval_every == 0 && eval_between_steps(t, &lp))
+            /* A step that ends the epoch (or the run) is evaluated
+             * once, by end_epoch: its line and its record. */
+            bool at_end = lp.step % lp.per_epoch == 0 || lp.step == lp.total;
+            if (c->eval_every > 0 && lp.step % c->eval_every == 0 && !at_end && eval_between_steps(t, &lp))
                 goto out;
             if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step))
                 goto out;
