@@ -57,7 +57,7 @@ typedef struct kl_train_config {
         double gamma, min_lr;
     } sched;
     kl_lr_scaling lr_scaling;
-    int64_t base_batch;    /* the batch the lr was tuned for; 0: the batch */
+    int64_t base_batch;    /* the effective batch the lr was tuned for; 0: batch x accumulate */
     double clip;           /* global gradient norm; 0: off */
     kl_precision precision;
     struct {
@@ -95,7 +95,11 @@ int kl_train_check_set(const char *key, const char *text);
 /* Sets every KEY, VALUE pair of a NULL-terminated list, as the flags of
  * a command line; --lr last, whatever its place. */
 int kl_train_set_all(ir_attrs *train, const char *const *kv);
-/* The lr after scaling to the effective batch (batch * accumulate * ranks). */
+/* lr_scaling's base: base_batch, or batch x accumulate (the train
+ * block's own: kl_train_set_all keeps them as base_batch when a flag
+ * changes them). The lr after scaling to the effective batch (batch *
+ * accumulate * ranks) from that base. */
+int64_t kl_train_base_batch(const kl_train_config *cfg);
 double kl_train_scaled_lr(const kl_train_config *cfg, int64_t ranks);
 const char *kl_precision_name(kl_precision p);
 const char *kl_tp_reduce_name(kl_tp_reduce r);
