@@ -64,6 +64,7 @@ static const key_info keys[] = {
     {"threads", K_INT, NULL, NULL, 0, "CPU threads (0: all cores)"},
     {"optimizer", K_CALL, NULL, optimizer_forms, 0, "sgd(...), adam(...) or adamw(...)"},
     {"schedule", K_CALL, NULL, schedule_forms, 0, "constant, step(every), cosine, warmup_cosine(warmup) or linear"},
+    {"schedule_steps", K_INT, NULL, NULL, 1, "the steps the lr schedule spans (default: the run's steps)"},
     {"lr_scaling", K_WORD, "none linear sqrt", NULL, 0, "rescale lr to the effective batch"},
     {"base_batch", K_INT, NULL, NULL, 1, "the effective batch the lr was chosen for (default: the train block's batch x accumulate)"},
     {"clip", K_FLOAT, NULL, NULL, 0, "clip the global gradient norm (0: off)"},
@@ -657,6 +658,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->sched.warmup = arg_i(s, "warmup", 0);
     c->sched.every = arg_i(s, "every", 1);
     c->sched.gamma = arg_f(s, "gamma", 0.1);
+    c->sched.span = ir_attr_int(train, "schedule_steps", 0);
     c->sched.min_lr = c->sched.kind == KL_SCHED_LINEAR ? arg_f(s, "end_lr", 0) : arg_f(s, "min_lr", 0);
 
     const char *lrs = ir_attr_str(train, "lr_scaling", "none");

@@ -55,6 +55,7 @@ typedef struct kl_train_config {
         kl_schedule_kind kind;
         int64_t warmup, every;
         double gamma, min_lr;
+        int64_t span; /* schedule_steps: the steps it spans; 0: the run's */
     } sched;
     kl_lr_scaling lr_scaling;
     int64_t base_batch;    /* the effective batch the lr was tuned for; 0: batch x accumulate */
