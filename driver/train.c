@@ -181,6 +181,29 @@ static int resume(trainer *t, train_loop *lp)
     return 0;
 }
 
+/* After warm-up (the run's first CPU_WAIT_SKIP steps), over the next
+ * CPU_WAIT_STEPS: a CPU run whose threads wait for cores held by other
+ * processes prints one hint with the share it measured. */
+#define CPU_WAIT_SKIP 3
+#define CPU_WAIT_STEPS 20
+static void watch_cpu_wait(trainer *t, train_loop *lp)
+{
+    if (t->opt.quiet || kl_backend_is_cuda(t->s->be) || t->s->be->threads < 2)
+        return;
+    if (lp->step == lp->first_step + CPU_WAIT_SKIP)
+        kl_cpu_wait_sample_now(&lp->wait_from);
+    if (lp->step != lp->first_step + CPU_WAIT_SKIP + CPU_WAIT_STEPS)
+        return;
+    kl_cpu_wait_sample now;
+    kl_cpu_wait_sample_now(&now);
+    char *hint = kl_cpu_wait_hint(&lp->wait_from, &now, t->s->be->threads, CPU_WAIT_STEPS);
+    if (hint) {
+        printf("%s\n", hint);
+        fflush(stdout);
+    }
+    free(hint);
+}
+
 /* One optimizer step: forward and backward over accumulate micro-batches,
  * the update with the last. False when the epoch's data ends first. */
 static bool run_step(trainer *t, train_loop *lp, double *lr)
@@ -349,6 +372,7 @@ static int run_training(trainer *t)
                 goto out;
             }
             time_step(t, &lp, st0);
+            watch_cpu_wait(t, &lp);
             double loss_now = lp.win_loss / (double)(lp.win_steps * c->accumulate);
             if (!isfinite(loss_now)) {
                 kl_error("step %lld: the loss is %g; training diverged (try a lower --lr)", (long long)lp.step, loss_now);
@@ -412,6 +436,8 @@ out:
 int kl_train_main(int argc, char **argv, const char *model_name, const char *model_src,
                   const kl_builtin_kernel *builtins)
 {
+    /* First: how OpenMP's threads wait is fixed when libgomp loads. */
+    kl_cpu_wait_setup(argv);
     trainer t = {.model = model_name, .tp = 1};
     int rc = 1;
     kl_source src;

@@ -13,6 +13,10 @@
 export OMP_NUM_THREADS=1
 export OPENBLAS_NUM_THREADS=1
 export CUDA_VISIBLE_DEVICES=
+# And no hint about threads waiting for cores (runtime/cpu_wait.c): on a
+# loaded test machine it would come and go from run to run
+# (tests/train/cpu_wait.sh sets the share it tests).
+export KILN_TEST_RUNQ_SHARE=0
 
 # ---- Helpers for the test scripts (one copy, not one per script) ----
 # The folder of the tests (this file's), whichever script sources it.
