@@ -50,10 +50,10 @@ double kl_schedule_lr(const kl_train_config *c, double base, int64_t t, int64_t 
 
 /* ---- training ---- */
 
-static void write_hyper(trainer *t, int64_t step, int64_t total, double *lr_out)
+static void write_hyper(trainer *t, int64_t step, double *lr_out)
 {
     kl_persist *h = kl_session_find(t->s, "optimizer.hyper");
-    double lr = kl_schedule_lr(&t->cfg, t->scaled_lr, step, total);
+    double lr = kl_schedule_lr(&t->cfg, t->scaled_lr, step, t->schedule_span);
     /* The gradient multiplier undoes the loss scale and averages the
      * micro-batches and the ranks (whose gradients are summed). */
     float v[4] = {(float)lr, (float)(1 - pow(t->cfg.opt.beta1, (double)step)),
@@ -97,7 +97,8 @@ static int save_checkpoint(trainer *t, const char *path, int64_t step)
 {
     kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
                        .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
-                       .precision = kl_precision_name(t->cfg.precision)};
+                       .precision = kl_precision_name(t->cfg.precision),
+                       .schedule_steps = (uint64_t)t->schedule_span};
     if (train_ranks_ckpt_begin(t, false))
         return -1;
     int rc = kl_checkpoint_save(t->s, path, &rs);
@@ -137,7 +138,22 @@ static int count_steps(trainer *t, train_loop *lp)
     lp->total = c->epochs * lp->per_epoch;
     if (c->steps > 0 && c->steps < lp->total)
         lp->total = c->steps;
+    t->schedule_span = c->sched.span > 0 ? c->sched.span : lp->total;
     return 0;
+}
+
+/* A resumed run whose lr schedule spans other steps than its
+ * checkpoint's stretches (or shrinks) the schedule from here on: one line
+ * says so. Constant and step schedules do not depend on the span. */
+static void note_schedule_span(const trainer *t, uint64_t saved)
+{
+    kl_schedule_kind k = t->cfg.sched.kind;
+    if (t->opt.quiet || !saved || saved == (uint64_t)t->schedule_span || k == KL_SCHED_CONSTANT || k == KL_SCHED_STEP)
+        return;
+    printf("note: the checkpoint's lr schedule spans %llu steps, this run's %lld: the lr from here on follows the "
+           "%lld-step schedule, not the saved one (--schedule-steps %llu keeps it)\n",
+           (unsigned long long)saved, (long long)t->schedule_span, (long long)t->schedule_span,
+           (unsigned long long)saved);
 }
 
 /* --resume: the params, state and step from the checkpoint. */
@@ -162,7 +178,31 @@ static int resume(trainer *t, train_loop *lp)
     }
     if (!t->opt.quiet)
         printf("resumed from %s at step %lld\n", t->opt.resume, (long long)lp->step);
+    note_schedule_span(t, rs.schedule_steps);
     return 0;
+}
+
+/* After warm-up (the run's first CPU_WAIT_SKIP steps), over the next
+ * CPU_WAIT_STEPS: a CPU run whose threads wait for cores held by other
+ * processes prints one hint with the share it measured. */
+#define CPU_WAIT_SKIP 3
+#define CPU_WAIT_STEPS 20
+static void watch_cpu_wait(trainer *t, train_loop *lp)
+{
+    if (t->opt.quiet || kl_backend_is_cuda(t->s->be) || t->s->be->threads < 2)
+        return;
+    if (lp->step == lp->first_step + CPU_WAIT_SKIP)
+        kl_cpu_wait_sample_now(&lp->wait_from);
+    if (lp->step != lp->first_step + CPU_WAIT_SKIP + CPU_WAIT_STEPS)
+        return;
+    kl_cpu_wait_sample now;
+    kl_cpu_wait_sample_now(&now);
+    char *hint = kl_cpu_wait_hint(&lp->wait_from, &now, t->s->be->threads, CPU_WAIT_STEPS);
+    if (hint) {
+        printf("%s\n", hint);
+        fflush(stdout);
+    }
+    free(hint);
 }
 
 /* One optimizer step: forward and backward over accumulate micro-batches,
@@ -170,7 +210,7 @@ static int resume(trainer *t, train_loop *lp)
 static bool run_step(trainer *t, train_loop *lp, double *lr)
 {
     const kl_train_config *c = &t->cfg;
-    write_hyper(t, lp->step + 1, lp->total, lr);
+    write_hyper(t, lp->step + 1, lr);
     double sums[2] = {0, 0}; /* this rank's loss and metric over the micro-batches */
     for (int64_t m = 0; m < c->accumulate; m++) {
         double w0 = kl_now();
@@ -343,6 +383,7 @@ static int run_training(trainer *t)
                 goto out;
             }
             time_step(t, &lp, st0);
+            watch_cpu_wait(t, &lp);
             double loss_now = lp.win_loss / (double)(lp.win_steps * c->accumulate);
             if (!isfinite(loss_now)) {
                 kl_error("step %lld: the loss is %g; training diverged (try a lower --lr)", (long long)lp.step, loss_now);
@@ -350,7 +391,10 @@ static int run_training(trainer *t)
             }
             if (lp.step % c->log_every == 0 || lp.step == lp.total)
                 train_log_progress(t, &lp, epoch, loss_now, lr);
-            if (c->eval_every > 0 && lp.step % c->eval_every == 0 && eval_between_steps(t, &lp))
+            /* A step that ends the epoch (or the run) is evaluated
+             * once, by end_epoch: its line and its record. */
+            bool at_end = lp.step % lp.per_epoch == 0 || lp.step == lp.total;
+            if (c->eval_every > 0 && lp.step % c->eval_every == 0 && !at_end && eval_between_steps(t, &lp))
                 goto out;
             if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step, lp.first_step))
                 goto out;
@@ -403,6 +447,8 @@ out:
 int kl_train_main(int argc, char **argv, const char *model_name, const char *model_src,
                   const kl_builtin_kernel *builtins)
 {
+    /* First: how OpenMP's threads wait is fixed when libgomp loads. */
+    kl_cpu_wait_setup(argv);
     trainer t = {.model = model_name, .tp = 1};
     int rc = 1;
     kl_source src;

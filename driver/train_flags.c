@@ -23,6 +23,9 @@ static const char usage[] =
     "                     when they can), and keep the fastest per sample\n"
     "  --accumulate N     micro-batches per optimizer step\n"
     "  --lr X             learning rate\n"
+    "  --schedule-steps N the steps the lr schedule spans (default: the run's;\n"
+    "                     a resumed run whose span differs from its checkpoint's\n"
+    "                     says so: --schedule-steps N keeps the saved one)\n"
     "  --seed N           seed of initialisation, shuffling and dropout\n"
     "  --threads N        CPU threads (default: the train block's threads, else\n"
     "                     OMP_NUM_THREADS when set, else the physical cores this\n"
@@ -129,6 +132,7 @@ static const struct { const char *flag, *key; } mapped[] = {
     {"--shard", "shard"}, {"--bucket", "bucket"}, {"--overlap", "overlap"},
     {"--tensor-parallel", "tensor_parallel"}, {"--sync-batchnorm", "sync_batchnorm"},
     {"--comm-timeout", "comm_timeout"},
+    {"--schedule-steps", "schedule_steps"},
 };
 
 /* For the CPU backend's notice and error when it must compile kernels.
@@ -136,7 +140,7 @@ static const struct { const char *flag, *key; } mapped[] = {
  * never change them. */
 char *train_kernel_flags(const train_options *o)
 {
-    static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr",
+    static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr", "schedule_steps",
                                          "tensorboard", "shard", "bucket", "overlap", "comm_timeout"};
     kl_buf b = {0};
     if (o->batch_auto)

@@ -6,6 +6,7 @@
 #include "trainer.h"
 #include "runtime/hostmetrics.h"
 #include "runtime/sampler.h"
+#include "runtime/cpu_wait.h"
 
 /* What the loop carries from step to step. */
 typedef struct train_loop {
@@ -36,6 +37,8 @@ typedef struct train_loop {
      * (from its start: CPU time and wall time for the run's CPU mean). */
     kl_sample_stats win_samples, run_samples;
     kl_host_sample run_host;
+    /* After warm-up: whether the CPU threads wait for cores (cpu_wait.h). */
+    kl_cpu_wait_sample wait_from;
 } train_loop;
 
 /* train_observe.c: what a run shows and records besides its steps.

@@ -223,7 +223,7 @@ void train_print_start(const trainer *t, const kl_backend *be, int64_t eb, int64
     printf("%s: %lld params, %s, %s%s%s, %lld train / %lld test samples\n", t->train->g->name, (long long)params,
            kl_precision_name(c->precision), be->desc, gemm ? ", " : "", gemm ? gemm : "", (long long)t->train_set.count,
            (long long)t->test_set.count);
-    int64_t eff = c->batch * c->accumulate * t->world, base = c->base_batch ? c->base_batch : c->batch;
+    int64_t eff = c->batch * c->accumulate * t->world, base = kl_train_base_batch(c);
     printf("effective batch %lld (batch %lld x accumulate %lld", (long long)eff, (long long)c->batch,
            (long long)c->accumulate);
     if (t->world > 1)

@@ -97,6 +97,7 @@ struct trainer {
     kl_dataset train_set, test_set;
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
+    int64_t schedule_span; /* the steps the lr schedule spans (checkpoints record it) */
     /* --predict: called after each evaluation batch runs (train_eval.c),
      * with the exec that ran it. */
     void (*on_eval_batch)(trainer *t, kl_exec *e, const kl_batch *b);

@@ -64,8 +64,9 @@ static const key_info keys[] = {
     {"threads", K_INT, NULL, NULL, 0, "CPU threads (0: all cores)"},
     {"optimizer", K_CALL, NULL, optimizer_forms, 0, "sgd(...), adam(...) or adamw(...)"},
     {"schedule", K_CALL, NULL, schedule_forms, 0, "constant, step(every), cosine, warmup_cosine(warmup) or linear"},
+    {"schedule_steps", K_INT, NULL, NULL, 1, "the steps the lr schedule spans (default: the run's steps)"},
     {"lr_scaling", K_WORD, "none linear sqrt", NULL, 0, "rescale lr to the effective batch"},
-    {"base_batch", K_INT, NULL, NULL, 1, "the batch the lr was chosen for"},
+    {"base_batch", K_INT, NULL, NULL, 1, "the effective batch the lr was chosen for (default: the train block's batch x accumulate)"},
     {"clip", K_FLOAT, NULL, NULL, 0, "clip the global gradient norm (0: off)"},
     {"precision", K_WORD, "fp32 bf16 fp16", NULL, 0, "storage and GEMM precision"},
     {"loss_scale", K_CALL, NULL, loss_scale_forms, 0, "dynamic(...) or static(scale) (fp16)"},
@@ -568,8 +569,26 @@ int kl_train_check_set(const char *key, const char *text)
     return rc;
 }
 
+/* lr_scaling's base: the effective batch the train block's lr was
+ * written for, its batch x accumulate, taken before --batch or
+ * --accumulate change them (and only then: a block alone needs no
+ * base_batch key to mean this). --set base_batch, applied after, wins. */
+static void keep_base_batch(ir_attrs *train, const char *const *kv)
+{
+    bool changes = false;
+    for (int i = 0; kv && kv[i]; i += 2)
+        changes |= !strcmp(kv[i], "batch") || !strcmp(kv[i], "accumulate");
+    if (!changes || ir_attrs_find(train, "base_batch"))
+        return;
+    ir_attr *b = ir_attrs_find(train, "batch");
+    if (b && b->val.kind != IR_ATTR_INT)
+        return; /* batch = auto: no number the lr was written for */
+    ir_attrs_set_int(train, "base_batch", ir_attr_int(train, "batch", 32) * ir_attr_int(train, "accumulate", 1));
+}
+
 int kl_train_set_all(ir_attrs *train, const char *const *kv)
 {
+    keep_base_batch(train, kv);
     /* --lr sets the lr of the optimizer: after every other setting, so
      * that --set optimizer=... given after it does not drop it. */
     for (int pass = 0; pass < 2; pass++)
@@ -679,6 +698,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->sched.warmup = arg_i(s, "warmup", 0);
     c->sched.every = arg_i(s, "every", 1);
     c->sched.gamma = arg_f(s, "gamma", 0.1);
+    c->sched.span = ir_attr_int(train, "schedule_steps", 0);
     c->sched.min_lr = c->sched.kind == KL_SCHED_LINEAR ? arg_f(s, "end_lr", 0) : arg_f(s, "min_lr", 0);
 
     const char *lrs = ir_attr_str(train, "lr_scaling", "none");
@@ -735,9 +755,14 @@ void kl_train_config_free(kl_train_config *c)
     memset(c, 0, sizeof *c);
 }
 
+int64_t kl_train_base_batch(const kl_train_config *c)
+{
+    return c->base_batch ? c->base_batch : c->batch * c->accumulate;
+}
+
 double kl_train_scaled_lr(const kl_train_config *c, int64_t ranks)
 {
-    int64_t base = c->base_batch ? c->base_batch : c->batch;
+    int64_t base = kl_train_base_batch(c);
     double ratio = (double)(c->batch * c->accumulate * ranks) / (double)base;
     switch (c->lr_scaling) {
     case KL_LRS_LINEAR: return c->opt.lr * ratio;

@@ -55,9 +55,10 @@ typedef struct kl_train_config {
         kl_schedule_kind kind;
         int64_t warmup, every;
         double gamma, min_lr;
+        int64_t span; /* schedule_steps: the steps it spans; 0: the run's */
     } sched;
     kl_lr_scaling lr_scaling;
-    int64_t base_batch;    /* the batch the lr was tuned for; 0: the batch */
+    int64_t base_batch;    /* the effective batch the lr was tuned for; 0: batch x accumulate */
     double clip;           /* global gradient norm; 0: off */
     kl_precision precision;
     struct {
@@ -96,7 +97,11 @@ int kl_train_check_set(const char *key, const char *text);
 /* Sets every KEY, VALUE pair of a NULL-terminated list, as the flags of
  * a command line; --lr last, whatever its place. */
 int kl_train_set_all(ir_attrs *train, const char *const *kv);
-/* The lr after scaling to the effective batch (batch * accumulate * ranks). */
+/* lr_scaling's base: base_batch, or batch x accumulate (the train
+ * block's own: kl_train_set_all keeps them as base_batch when a flag
+ * changes them). The lr after scaling to the effective batch (batch *
+ * accumulate * ranks) from that base. */
+int64_t kl_train_base_batch(const kl_train_config *cfg);
 double kl_train_scaled_lr(const kl_train_config *cfg, int64_t ranks);
 const char *kl_precision_name(kl_precision p);
 /* The train keys, in the table's order (the same in every build of one

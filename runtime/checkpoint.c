@@ -7,13 +7,17 @@
  *   count x { str name, str role (version 3), u32 dtype, u32 rank,
  *             i64 dims[rank], u64 bytes, data }
  *   u64 step, i64 clean_steps, i64 skipped, i64 skipped_in_row,
- *   f64 loss_scale                                   (version 2 and 3)
+ *   f64 loss_scale                                   (version 2 and later)
+ *   u64 schedule_steps                               (version 4)
  *   u64 FNV-1a checksum of everything before it
  *
  * Version 1 ends with the step alone (no loss-scaler state); it still
  * loads, with the scale its last step used and the counters at 0.
  * Versions 1 and 2 record no roles and no model: they load and print, but
- * `kiln export` needs version 3 to know which values are params. Written
+ * `kiln export` needs version 3 to know which values are params. Version
+ * 4 records the span of the run's lr schedule (the step its schedule
+ * ends at), so that a resumed run can tell whether it stretches it;
+ * earlier versions load with 0 (not recorded). Written
  * through outfile.h, so a crash or a full disk mid-write leaves the
  * previous checkpoint whole.
  *
@@ -29,7 +33,7 @@
 #include "checkpoint.h"
 #include "outfile.h"
 
-#define CKPT_VERSION 3u
+#define CKPT_VERSION 4u
 /* The longest name, role or header string a checkpoint may hold. */
 #define CKPT_MAX_STR 4096u
 
@@ -127,6 +131,7 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
     put(&w, &rs->skipped, 8);
     put(&w, &rs->skipped_in_row, 8);
     put(&w, &rs->loss_scale, 8);
+    put(&w, &rs->schedule_steps, 8);
     uint64_t sum = w.h;
     put(&w, &sum, 8);
     return kl_outfile_commit(&w.o, 0666);
@@ -171,6 +176,8 @@ static int read_run_state(const char *path, uint32_t version, const unsigned cha
         memcpy(&rs->skipped_in_row, at + 24, 8);
         memcpy(&rs->loss_scale, at + 32, 8);
     }
+    if (version >= 4)
+        memcpy(&rs->schedule_steps, at + 40, 8);
     if (rs->clean_steps < 0 || (uint64_t)rs->clean_steps > rs->step || rs->skipped < 0 ||
         (uint64_t)rs->skipped > rs->step || rs->skipped_in_row < 0 || rs->skipped_in_row > rs->skipped ||
         !isfinite(rs->loss_scale) || rs->loss_scale <= 0) {
@@ -260,7 +267,7 @@ int kl_ckpt_read(kl_ckpt *c, const char *path)
         kl_error("%s: unsupported checkpoint version %u (this kiln reads 1 to %u)", path, c->version, CKPT_VERSION);
         goto fail;
     }
-    size_t trailer = c->version >= 2 ? 48 : 16;
+    size_t trailer = c->version >= 4 ? 56 : c->version >= 2 ? 48 : 16;
     if (get(&r, &count, 4) || size < 16 + trailer) {
         kl_error("%s: not a kiln checkpoint", path);
         goto fail;

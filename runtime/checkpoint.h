@@ -11,6 +11,7 @@ typedef struct kl_run_state {
     int64_t clean_steps;             /* fp16: steps since the loss scale last changed */
     int64_t skipped, skipped_in_row; /* fp16: steps skipped in all, and in a row at the end */
     double loss_scale;               /* fp16: the scale of the next step; 1 otherwise */
+    uint64_t schedule_steps;         /* the lr schedule's span, its last step (0: not recorded, before version 4) */
     /* Saving: what the header records (NULL: ""). */
     const char *model, *precision;
     /* Loading: the scaler state above is an fp16 run's (version 3 says

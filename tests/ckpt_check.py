@@ -33,7 +33,7 @@ def entries(path):
     out = {}
     for name, head, blob in ents:
         role = ""
-        if version == 3:
+        if version >= 3:
             n = struct.unpack_from("<I", head, 0)[0]
             rl = struct.unpack_from("<I", head, 4 + n)[0]
             role = head[8 + n : 8 + n + rl].decode()

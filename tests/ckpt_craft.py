@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites a Kiln checkpoint (runtime/checkpoint.c, version 3, 2 or 1) with crafted
+"""Rewrites a Kiln checkpoint (runtime/checkpoint.c, version 4, 3, 2 or 1) with crafted
 content and a valid checksum, so that the loader's own checks are what
 refuses it.
 
@@ -9,6 +9,7 @@ refuses it.
   ckpt_craft.py IN OUT skipped N         the skipped-steps counter
   ckpt_craft.py IN OUT v1                version 1 (the step alone, no scaler state)
   ckpt_craft.py IN OUT v2                version 2 (no header strings, no roles)
+  ckpt_craft.py IN OUT v3                version 3 (no lr schedule span)
   ckpt_craft.py IN OUT version N         the version field alone
   ckpt_craft.py IN OUT dtype NAME N      NAME's dtype field (version 3)
   ckpt_craft.py IN OUT rank NAME N       NAME's rank field (version 3; dims unchanged)
@@ -38,16 +39,16 @@ def parse(data):
     head (up to the byte count), data] and the run state."""
     assert data[:8] == b"KILNCKPT", "not a kiln checkpoint"
     version, count = struct.unpack_from("<II", data, 8)
-    assert version in (1, 2, 3), version
+    assert version in (1, 2, 3, 4), version
     off, entries, header = 16, [], []
-    if version == 3:
+    if version >= 3:
         for _ in range(3):
             s, off = string(data, off)
             header.append(s)
     for _ in range(count):
         start = off
         name, off = string(data, off)
-        if version == 3:
+        if version >= 3:
             _, off = string(data, off)
         _, rank = struct.unpack_from("<II", data, off)
         off += 8 + 8 * rank
@@ -57,7 +58,10 @@ def parse(data):
         entries.append([name, head, data[off : off + nbytes]])
         off += nbytes
     # Version 1 ends with the step alone.
+    # Version 4 adds the lr schedule's span.
     state = list(struct.unpack_from("<Qqqqd", data, off)) if version >= 2 else [struct.unpack_from("<Q", data, off)[0]]
+    if version >= 4:
+        state.append(struct.unpack_from("<Q", data, off + 40)[0])
     return version, header, entries, state
 
 
@@ -75,11 +79,13 @@ def without_role(head):
 
 def write(path, version, header, entries, state):
     body = b"KILNCKPT" + struct.pack("<II", version, len(entries))
-    if version == 3:
+    if version >= 3:
         body += b"".join(pack_str(s) for s in header)
     for _, head, blob in entries:
         body += head + struct.pack("<Q", len(blob)) + blob
-    body += struct.pack("<Qqqqd", *state) if version >= 2 else struct.pack("<Q", state[0])
+    body += struct.pack("<Qqqqd", *state[:5]) if version >= 2 else struct.pack("<Q", state[0])
+    if version >= 4:
+        body += struct.pack("<Q", state[5] if len(state) > 5 else 0)
     open(path, "wb").write(body + struct.pack("<Q", fnv1a(body)))
 
 
@@ -93,13 +99,13 @@ def main():
     if op == "step":
         state[0] = int(args[0]) & MASK
     elif op == "skipped":
-        assert len(state) == 5, "a version 1 checkpoint has no skipped count"
+        assert len(state) >= 5, "a version 1 checkpoint has no skipped count"
         state[2] = int(args[0])
-    elif op in ("v1", "v2"):
-        if version == 3:
+    elif op in ("v1", "v2", "v3"):
+        if version >= 3 and op != "v3":
             entries = [[n, without_role(h), b] for n, h, b in entries]
         version = int(op[1])
-        state = state[:1] if version == 1 else state
+        state = state[:1] if version == 1 else state[:5]
     elif op == "dup":
         keep = [e for e in entries if e[0] == args[0]]
         assert keep and any(e[0] == args[1] for e in entries), args
@@ -117,7 +123,7 @@ def main():
     elif op == "version":
         version = int(args[0])
     elif op in ("dtype", "rank"):
-        assert version == 3, "dtype and rank edit version 3 heads"
+        assert version >= 3, "dtype and rank edit version 3 and 4 heads"
         for e in entries:
             if e[0] == args[0]:
                 _, off = string(e[1], 0)

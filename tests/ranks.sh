@@ -137,10 +137,12 @@ resume)
   done
   # Periodic checkpoints on 2 ranks: every rank joins the averaging of
   # batch norm's statistics, rank 0 writes; step 10's file is the one a
-  # 10-step run ends with.
+  # 10-step run ends with (over the same lr schedule span, which the
+  # checkpoint records: the longer run's).
   build fashion_cnn
-  ranks 2 ten "$tmp/fashion_cnn" --batch 4 --steps 10
   ranks 2 per "$tmp/fashion_cnn" --batch 4 --save-every 10
+  span=$("$kiln" ckpt "$tmp/per.ckpt.step-10" | sed -n 's/^lr schedule: spans \([0-9]*\) steps.*/\1/p')
+  ranks 2 ten "$tmp/fashion_cnn" --batch 4 --steps 10 --schedule-steps "$span"
   cmp "$tmp/ten.ckpt" "$tmp/per.ckpt.step-10" || { echo "FAIL: 2 ranks: --save-every 10 wrote another step 10"; exit 1; }
   # --eval-only is one rank's: refused under mpirun, not run twice.
   if "${mpi[@]}" -np 2 "$tmp/fashion_cnn" --eval-only --resume "$tmp/ten.ckpt" > /dev/null 2> "$tmp/eo.txt"; then

@@ -14,8 +14,9 @@ static const char ckpt_usage[] =
     "Checks a checkpoint (its checksum and every field) and prints its\n"
     "contents: the format version, the model, the precision, the step (the\n"
     "data position: a resumed run replays the run's shuffle to that step),\n"
-    "the loss scaler, the optimizer's state per param, and every value with\n"
-    "its role, dtype, shape and bytes, then totals by role.\n"
+    "the lr schedule's span (version 4), the loss scaler, the optimizer's\n"
+    "state per param, and every value with its role, dtype, shape and\n"
+    "bytes, then totals by role.\n"
     "Exits 1 with an error naming the file when it is not a whole checkpoint.\n";
 
 static const char export_usage[] =
@@ -99,6 +100,11 @@ static int cmd_ckpt(int argc, char **argv)
         printf("model, precision, roles: not recorded (version %u)\n", c.version);
     printf("step: %llu (data position: the run's shuffled order, replayed to step %llu)\n",
            (unsigned long long)rs->step, (unsigned long long)rs->step);
+    if (c.version >= 4 && rs->schedule_steps)
+        printf("lr schedule: spans %llu steps (a resumed run with another span changes the lr from here on)\n",
+               (unsigned long long)rs->schedule_steps);
+    else
+        printf("lr schedule: span not recorded (version %u)\n", c.version);
     if (c.version >= 2)
         printf("loss scaler: scale %g, %lld clean steps since its last change, %lld steps skipped (%lld in a row)\n",
                rs->loss_scale, (long long)rs->clean_steps, (long long)rs->skipped, (long long)rs->skipped_in_row);
