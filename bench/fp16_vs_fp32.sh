@@ -28,6 +28,10 @@ for spec in "examples/mlp.kl $mlp_steps" "examples/fashion_cnn.kl $cnn_steps"; d
   for _ in $(seq "$repeats"); do
     for p in fp32 fp16; do run "$model" "$steps" "$p" >> "$tmp/$name.$p"; done
   done
+  if grep -qvx '[0-9.]*[1-9][0-9.]*' "$tmp/$name.fp32" "$tmp/$name.fp16"; then
+    echo "$name: no timed steps in $steps (the first steps are not timed): give more" >&2
+    exit 1
+  fi
   a=$(median < "$tmp/$name.fp32") b=$(median < "$tmp/$name.fp16")
   # The quickest run of each too: on a shared machine the least disturbed.
   c=$(sort -g "$tmp/$name.fp32" | head -1) d=$(sort -g "$tmp/$name.fp16" | head -1)
