@@ -108,11 +108,40 @@ void cg_build_column_lanes(cg_builder *b, int x, int y, double divisor)
     cg_column_lanes(b, nest->dim[0], nest->dim[1], 1, &dst, divisor, nest_element, &x);
 }
 
+/* The stored value column sum n of the group reads: its operand when the
+ * group stores it, else the 16-bit value the operand widens (fusion.c's
+ * column_sum_of_stored: fp16's and bf16's bias gradients), loaded and
+ * widened; -1 when neither is stored. */
+static int summed_value(const cg_group *grp, const ir_node *n)
+{
+    int v = n->in.v[0];
+    if (!cg_computed_inside(grp, v))
+        return -1;
+    if (cg_value_escapes(grp, v))
+        return v;
+    int w = ir_widened_from(grp->g, v);
+    return w >= 0 && cg_computed_inside(grp, w) && cg_value_escapes(grp, w) ? w : -1;
+}
+
+/* Node n is a widening only column sums of the group read (they read its
+ * operand instead): the elementwise part leaves it out. */
+static bool widening_for_sums(const cg_group *grp, const ir_node *n)
+{
+    int v = n->out.v[0];
+    if (n->op != IR_OP_CAST || ir_widened_from(grp->g, v) < 0 || cg_value_escapes(grp, v))
+        return false;
+    const ir_value *val = ir_val(grp->g, v);
+    for (int u = 0; u < val->uses.n; u++)
+        if (!ir_is_column_sum(grp->g, ir_nd(grp->g, val->uses.v[u].node)))
+            return false;
+    return true;
+}
+
 bool cg_epilogue_sums(const cg_group *grp)
 {
     for (int i = 0; i < grp->n; i++) {
         const ir_node *n = ir_nd(grp->g, grp->nodes[i]);
-        if (ir_is_column_sum(grp->g, n) && cg_computed_inside(grp, n->in.v[0]) && cg_value_escapes(grp, n->in.v[0]))
+        if (ir_is_column_sum(grp->g, n) && summed_value(grp, n) >= 0)
             return true;
     }
     return false;
@@ -265,11 +294,12 @@ void cg_build_epilogue_sums(cg_builder *b)
     int *sums = elem + grp->n, *outs = sums + grp->n;
     for (int i = 0; i < grp->n; i++) {
         const ir_node *n = ir_nd(g, grp->nodes[i]);
-        if (!ir_is_column_sum(g, n)) {
-            elem[ne++] = grp->nodes[i];
-        } else {
-            sums[nsum] = n->in.v[0];
+        if (ir_is_column_sum(g, n)) {
+            sums[nsum] = summed_value(grp, n);
+            kl_check(sums[nsum] >= 0);
             outs[nsum++] = n->out.v[0];
+        } else if (!widening_for_sums(grp, n)) {
+            elem[ne++] = grp->nodes[i];
         }
     }
     cg_group part = {g, elem, ne};

@@ -349,6 +349,20 @@ static inline bool ir_is_column_sum(const ir_graph *g, const ir_node *n)
     const ir_type *in = &ir_val(g, n->in.v[0])->type, *out = &ir_val(g, n->out.v[0])->type;
     return in->rank >= 2 && out->rank == 1 && out->dim[0] == in->dim[in->rank - 1];
 }
+/* v is the exact widening of a 16-bit value (a cast of an f16 or bf16
+ * value to f32): that value, else -1. A column sum of v may read it and
+ * widen each element as it loads (the same terms; fusion.c,
+ * codegen/k_colsum.c), so fp16's and bf16's bias gradients fuse with
+ * their GEMM's epilogue as fp32's do. */
+static inline int ir_widened_from(const ir_graph *g, int v)
+{
+    const ir_value *x = ir_val(g, v);
+    if (x->def < 0 || ir_nd(g, x->def)->op != IR_OP_CAST || x->type.dtype != IR_F32)
+        return -1;
+    int s = ir_nd(g, x->def)->in.v[0];
+    ir_dtype d = ir_val(g, s)->type.dtype;
+    return d == IR_F16 || d == IR_BF16 ? s : -1;
+}
 
 /* Declares an input, param or state value. */
 int ir_declare(ir_graph *g, ir_value_kind kind, const char *name, const ir_type *t, kl_loc loc);

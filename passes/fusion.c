@@ -499,17 +499,11 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
     }
 }
 
-/* A column sum of a value the group stores: sum_to over every dim but the
- * last (a bias gradient), read back by the group's kernel after the
- * elementwise nest (codegen/k_colsum.c). Only of values stored anyway
- * (used outside the group too), so the fusion moves no extra bytes. */
-static bool column_sum_of_stored(const fuser *f, int gid, int c)
+/* Group gid stores value v anyway: v is a graph output or a node other
+ * than c outside the group reads it. */
+static bool stored_anyway(const fuser *f, int gid, int v, int c)
 {
     const ir_graph *g = f->g;
-    const ir_node *cn = ir_nd(g, c);
-    if (!ir_is_column_sum(g, cn) || cn->dead || f->group[c] >= 0)
-        return false;
-    int v = cn->in.v[0];
     if (ir_is_output(g, v))
         return true;
     const ir_value *val = ir_val(g, v);
@@ -517,6 +511,25 @@ static bool column_sum_of_stored(const fuser *f, int gid, int c)
         if (val->uses.v[u].node != c && f->group[val->uses.v[u].node] != gid)
             return true;
     return false;
+}
+
+/* A column sum of a value the group stores: sum_to over every dim but the
+ * last (a bias gradient), read back by the group's kernel after the
+ * elementwise nest (codegen/k_colsum.c). Only of values stored anyway
+ * (used outside the group too), so the fusion moves no extra bytes; or
+ * of the group's fp32 widening of such a 16-bit value (fp16's and bf16's
+ * bias gradients: the sum reads the 16-bit value, ir_widened_from). */
+static bool column_sum_of_stored(const fuser *f, int gid, int c)
+{
+    const ir_graph *g = f->g;
+    const ir_node *cn = ir_nd(g, c);
+    if (!ir_is_column_sum(g, cn) || cn->dead || f->group[c] >= 0)
+        return false;
+    int v = cn->in.v[0], w = ir_widened_from(g, v);
+    if (stored_anyway(f, gid, v, c))
+        return true;
+    return w >= 0 && f->group[ir_val(g, v)->def] == gid && ir_val(g, w)->def >= 0 &&
+           f->group[ir_val(g, w)->def] == gid && stored_anyway(f, gid, w, c);
 }
 
 static void grow_column_sums(fuser *f, int gid, const char *pat)
