@@ -8,7 +8,8 @@
  *    a constructor that writes a marker file) is never loaded, nor is an
  *    object others may write;
  *  - a link planted at any cache name is not written through: its target
- *    keeps its bytes. */
+ *    keeps its bytes;
+ *  - under umask 002 Kiln's own objects pass its checks and are reused. */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <dlfcn.h>
@@ -290,6 +291,28 @@ static void links_not_written_through(void **state)
     remove_tree(t);
 }
 
+/* Under umask 002 the objects and sidecars Kiln writes still pass its own
+ * checks: the second call loads the first call's object (same inode). */
+static void reused_under_umask(void **state)
+{
+    (void)state;
+    mode_t old = umask(002);
+    char *key = answer_key(), *t = make_dir(), *so = kl_xasprintf("%s/%s.so", t, key);
+    char *marker = kl_xasprintf("%s/marker", t);
+    expect_answer(t, marker);
+    struct stat a, b;
+    assert_int_equal(stat(so, &a), 0);
+    expect_answer(t, marker);
+    assert_int_equal(stat(so, &b), 0);
+    if (a.st_ino != b.st_ino)
+        fail_msg("%s was compiled again instead of reused (mode %o)", so, mode_of(so));
+    umask(old);
+    free(marker);
+    free(so);
+    free(key);
+    remove_tree(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +320,7 @@ int main(void)
         cmocka_unit_test(world_writable_avoided),
         cmocka_unit_test(planted_object_not_loaded),
         cmocka_unit_test(links_not_written_through),
+        cmocka_unit_test(reused_under_umask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
