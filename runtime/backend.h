@@ -120,12 +120,17 @@ int kl_cpu_physical_cores(const char *root, bool this_process);
 
 /* Compiles C source into a shared object in the cache (keyed by a hash of
  * the source, the compiler and its flags) and opens it. A cached object
- * that is not this cache's for the key is compiled again and replaced.
+ * that is not this cache's for the key (not a private regular file of the
+ * user's, without the key's mark, or not matching its KEY.sum) is
+ * compiled again and replaced. A cache_dir that is not private is refused.
  * reason (may be NULL) says what needs the kernels ("--batch 64"), for the
  * notice and the error. Returns the dlopen handle, or NULL after printing
  * why (the compiler's output included). */
 void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason);
-/* The cache folder for compiled kernels (created); caller frees. */
+/* The cache folder for compiled kernels, created 0700 and checked private
+ * (runtime/cache_dir.h): $KILN_CACHE_DIR/sub, $XDG_CACHE_HOME/kiln/sub,
+ * ~/.cache/kiln/sub, else (or when that one is not private, with a note)
+ * $TMPDIR/kiln-cache-UID/sub. Caller frees; NULL after an error. */
 char *kl_cache_dir(const char *sub);
 /* How host-compiled code evaluates floating point: the same for the
  * kernels, kiln build's executable and the CUDA emulation (tests/cuda),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cache_dir.h"
 #include "nvrtc.h"
 #include "outfile.h"
 
@@ -175,11 +176,17 @@ void kl_nvrtc_version(int *major, int *minor)
 
 /* ---- the cache ---- */
 
+/* A cache file, opened through kl_cache_open: a regular file of the
+ * user's own that others cannot write, no link followed (cache_dir.h). */
 static int read_all(const char *path, void **data, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = kl_cache_open(path);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return -1;
+    }
     KL_VEC(char) v = {0};
     char chunk[65536];
     size_t got;
@@ -205,10 +212,11 @@ static int read_all(const char *path, void **data, size_t *size)
 static void write_atomic(const char *path, const void *data, size_t size)
 {
     kl_outfile o;
+    kl_cache_clear_odd(path); /* a planted link goes; its target is kept */
     if (kl_outfile_begin(&o, path))
         return;
     kl_outfile_write(&o, data, size);
-    kl_outfile_commit(&o, 0666);
+    kl_outfile_commit(&o, 0644); /* a file others may write is not read back */
 }
 
 /* ---- compiling ---- */
@@ -360,7 +368,10 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     key = kl_hash_bytes(key, ver, sizeof ver);
     key = kl_hash_bytes(key, o->ptx ? "ptx" : "cubin", o->ptx ? 3 : 5);
     cx.key_base = key;
-    if (!o->no_cache)
+    char not_private[1024];
+    if (!o->no_cache && o->cache_dir && kl_cache_seal(o->cache_dir, o->cache_dir, not_private, sizeof not_private))
+        fprintf(kl_diag_stream(), "kiln: note: not using the kernel cache folder (not private): %s\n", not_private);
+    else if (!o->no_cache)
         cx.dir = o->cache_dir ? kl_xstrdup(o->cache_dir) : kl_cache_dir("cuda");
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1)

@@ -72,7 +72,7 @@ int kl_spawn(char *const *argv, const char *log, char *why, size_t why_len)
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     const char *out = log ? log : "/dev/null";
-    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid;
     int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
