@@ -18,6 +18,7 @@
  * and --metrics at one path) is locked once. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,7 +116,9 @@ int kl_outfile_lock(const char *path)
             close(fd);
             break;
         }
-        if (!nheld) {
+        static bool registered;
+        if (!registered) {
+            registered = true;
             owner = getpid();
             atexit(remove_locks);
         }
