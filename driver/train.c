@@ -484,13 +484,18 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     }
     /* Every file the run will write, checked before any work, so that a
      * typo in a path does not cost an epoch of training. */
-    if ((t.opt.save && kl_outfile_check(t.opt.save, "--save")) ||
-        (t.opt.export_path && kl_outfile_check(t.opt.export_path, "--export")) ||
-        (t.opt.predict && kl_outfile_check(t.opt.predict, "--predict")) ||
-        (t.opt.save_init && kl_outfile_check(t.opt.save_init, "--save-init")) ||
-        (t.opt.metrics && kl_outfile_check(t.opt.metrics, "--metrics")) ||
-        (t.opt.trace_path && kl_outfile_check(t.opt.trace_path, "--trace")))
-        goto done;
+    /* Each is then locked until the run exits, so that a second run
+     * naming one of them is refused instead of interleaving with this
+     * one (--save's lock covers its periodic FILE.step-N too). */
+    const char *outs[][2] = {{t.opt.save, "--save"},           {t.opt.export_path, "--export"},
+                             {t.opt.predict, "--predict"},     {t.opt.save_init, "--save-init"},
+                             {t.opt.metrics, "--metrics"},     {t.opt.trace_path, "--trace"}};
+    for (size_t i = 0; i < sizeof outs / sizeof *outs; i++)
+        if (outs[i][0] && kl_outfile_check(outs[i][0], outs[i][1]))
+            goto done;
+    for (size_t i = 0; i < sizeof outs / sizeof *outs; i++)
+        if (outs[i][0] && kl_outfile_lock(outs[i][0]))
+            goto done;
     g = train_load_with(&src, &t.opt, NULL, NULL);
     if (!g)
         goto done;

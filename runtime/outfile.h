@@ -72,4 +72,11 @@ int kl_outfile_close_log(kl_outfile *o);
 void kl_outfile_track(const char *tmp);
 void kl_outfile_untrack(const char *tmp);
 
+/* (outfile_lock.c) Keeps other kiln runs off path until this one exits:
+ * an exclusive flock on .NAME.kiln-lock beside it, removed on the way
+ * out. Nothing for a character device. Returns 0, or -1 after an error
+ * naming path (another run holds it: "PATH is being written by another
+ * kiln run"). */
+int kl_outfile_lock(const char *path);
+
 #endif

@@ -3,7 +3,8 @@
 #  - every output file is written whole or not at all, never through a
 #    planted link, never over a FIFO (a character device is written straight), with a failed write an
 #    error; an unwritable path fails before training; --metrics appends
-#    when a run resumes; two runs saving to one path leave one whole file;
+#    when a run resumes; two runs saving to one path leave one whole file
+#    (the second is refused: tests/outputs_lock.sh);
 #  - an fp16 run resumes exactly (the loss scaler's counters are in the
 #    checkpoint);
 #  - a run that keeps skipping fp16 steps stops (max_skipped_steps), and a
@@ -70,18 +71,22 @@ if [ $rc -eq 1 ] && grep -qF "full.ckpt: writing failed: File too large" <<< "$o
 else
   bad "a failed write: exit $rc; got:"; echo "$out" | tail -3; ls -la
 fi
-# Two runs saving to one path, each many times: the file is always one
-# run's whole checkpoint (the runs are deterministic: compare with each).
+# Two runs saving to one path at once: the second is refused before
+# training (the lock, tests/outputs_lock.sh), or they did not overlap;
+# either way the file is one run's whole checkpoint (the runs are
+# deterministic: compare with each).
 common="--data synthetic:256 --batch 32 --steps 240 --threads 1 --quiet"
 ./mlp $common --seed 1 --save ref1 > /dev/null 2>&1 && ./mlp $common --seed 2 --save ref2 > /dev/null 2>&1 ||
   bad "the reference runs failed"
-./mlp $common --seed 1 --save both > /dev/null 2>&1 & p1=$!
-./mlp $common --seed 2 --save both > /dev/null 2>&1 & p2=$!
+./mlp $common --seed 1 --save both > /dev/null 2> both1.err & p1=$!
+./mlp $common --seed 2 --save both > /dev/null 2> both2.err & p2=$!
 wait $p1; r1=$?; wait $p2; r2=$?
-if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && { cmp -s both ref1 || cmp -s both ref2; }; then
-  ok "two concurrent runs saving to one path leave one whole checkpoint"
+refused() { [ "$1" -eq 1 ] && grep -qF "both is being written by another kiln run" "$2"; }
+if { [ $r1 -eq 0 ] && { [ $r2 -eq 0 ] || refused $r2 both2.err; } && cmp -s both ref1; } ||
+  { [ $r2 -eq 0 ] && { [ $r1 -eq 0 ] || refused $r1 both1.err; } && cmp -s both ref2; }; then
+  ok "two concurrent runs saving to one path (exits $r1 $r2) leave one whole checkpoint"
 else
-  bad "concurrent saves: exits $r1 $r2, the file is neither run's checkpoint"
+  bad "concurrent saves: exits $r1 $r2, the file is neither run's checkpoint"; cat both1.err both2.err | tail -3
 fi
 # --metrics appends when a run resumes: the history before the resume stays.
 ./mlp --steps 12 --threads 1 --log-every 1 --quiet --metrics full.json > /dev/null 2>&1

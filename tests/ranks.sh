@@ -46,7 +46,7 @@ launch)
   # own (batch 24 each), which must not match the 48-sample reference:
   # the comparison can fail.
   one ref "$tmp/mlp" --batch 48
-  KILN_MPI=0 ranks 2 ctl "$tmp/mlp" --batch 24
+  solo 2 ctl "$tmp/mlp" --batch 24
   if compare losses "$tmp/ref.json" "$tmp/ctl.json" 1e-5 > /dev/null; then
     echo "FAIL: independent runs of batch 24 match the batch-48 run: the comparison sees nothing"; exit 1
   fi

@@ -57,6 +57,18 @@ ranks() {
   "${mpi[@]}" -np "$np" "$exe" "${common[@]}" ${shard_args[@]+"${shard_args[@]}"} --metrics "$tmp/$n.json" \
     --save "$tmp/$n.ckpt" "$@" > /dev/null
 }
+# solo N NAME EXE ARGS...: the control: N runs of their own under mpirun
+# (KILN_MPI=0: each process a world of one, with shard_args). Each such
+# run is a rank 0 that writes, and locks, its outputs, so each gets its
+# own: NAME.json and NAME.ckpt are process 0's, NAME.R.json process R's.
+solo() {
+  local np=$1 n=$2 exe=$3; shift 3
+  # shellcheck disable=SC2016
+  KILN_MPI=0 "${mpi[@]}" -np "$np" bash -c \
+    'r=${OMPI_COMM_WORLD_RANK:?}; s=; [ "$r" -eq 0 ] || s=.$r; out=$1; shift
+     exec "$@" --metrics "$out$s.json" --save "$out$s.ckpt"' \
+    solo "$tmp/$n" "$exe" "${common[@]}" ${shard_args[@]+"${shard_args[@]}"} "$@" > /dev/null
+}
 # same A B [SKIP...]: equal losses and final values.
 same() {
   local a=$1 b=$2; shift 2

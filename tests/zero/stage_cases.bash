@@ -35,7 +35,7 @@ zero_stage_case() {
     ranks 3 zacc "$tmp/mlp" --batch 8 --accumulate 2 --set clip=0.05
     same acc zacc
     # The control: KILN_MPI=0 makes each process a run of its own.
-    KILN_MPI=0 ranks 2 ctl "$tmp/mlp" --batch 24
+    solo 2 ctl "$tmp/mlp" --batch 24
     differ ref ctl
     # The start-up lines name the mode and the memory per rank.
     "${mpi[@]}" -np 2 "$tmp/mlp" --data synthetic:600 --steps 1 --eval-every 0 --shard "$z" > "$tmp/out.txt"

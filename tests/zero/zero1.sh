@@ -48,7 +48,7 @@ mlp)
   ranks 3 zacc "$tmp/mlp" --batch 8 --accumulate 2
   same acc zacc
   # The control: KILN_MPI=0 makes each process a run of its own.
-  KILN_MPI=0 ranks 2 ctl "$tmp/mlp" --batch 24
+  solo 2 ctl "$tmp/mlp" --batch 24
   if compare losses "$tmp/ref.json" "$tmp/ctl.json" 1e-5 > /dev/null; then
     echo "FAIL: independent runs match the reference: the comparison sees nothing"; exit 1
   fi
