@@ -1,8 +1,9 @@
 /* --predict on a model without a cross-entropy: the model's output is
  * the value its loss compares with a target. Walking back from the loss,
  * it is the one operand that depends on the params where the others
- * include a per-sample value that does not (the target: mse's y in
- * mean((pred - y) ** 2), an autoencoder's own input). */
+ * include a per-sample value (of as many rows) that does not (the
+ * target: mse's y in mean((pred - y) ** 2), an autoencoder's own
+ * input). */
 #include <stdlib.h>
 
 #include "trainer.h"
@@ -43,17 +44,20 @@ int train_output_value(const ir_graph *g)
             continue;
         const ir_node *n = ir_nd(g, v->def);
         int p = -1, np = 0;
-        bool target = false;
-        for (int k = 0; k < n->in.n; k++) {
-            const ir_value *in = ir_val(g, n->in.v[k]);
-            if (dep[in->id]) {
-                p = in->id;
+        for (int k = 0; k < n->in.n; k++)
+            if (dep[n->in.v[k]]) {
+                p = n->in.v[k];
                 np++;
-            } else if (in->type.rank > 0) {
-                target = true;
             }
+        /* The target has the output's rows (a sample's each): not a
+         * weight that multiplies the input (x @ w). */
+        const ir_value *pv = p >= 0 ? ir_val(g, p) : NULL;
+        bool target = false;
+        for (int k = 0; k < n->in.n && np == 1 && pv->kind == IR_VAL_TEMP && pv->type.rank > 0; k++) {
+            const ir_value *in = ir_val(g, n->in.v[k]);
+            target |= !dep[in->id] && in->type.rank > 0 && in->type.dim[0] == pv->type.dim[0];
         }
-        if (np == 1 && target && ir_val(g, p)->type.rank > 0) {
+        if (target) {
             found = p;
             break;
         }

@@ -52,4 +52,22 @@ hdr = raw[10:10 + hl].decode()
 assert "'shape': (43, 28, 28,)" in hdr, hdr
 assert len(raw) == 10 + hl + 4 * 43 * 28 * 28, len(raw)
 PY
+# A loss that compares no per-sample output with a target (x @ w's w is
+# no output): refused, saying what --predict looks for.
+cat > none.kl <<'KL'
+model z {
+  input image : u8[batch, 1, 28, 28]
+  param w : [784, 1] init = normal(std = 0.01)
+  loss = mean(f32(flatten(image)) @ w) * 0 + sum(w * w)
+}
+train {
+  data = synthetic(samples = 64)
+  batch = 16
+  steps = 1
+}
+KL
+"$kiln" build none.kl -o none > /dev/null && ./none --threads 1 --quiet --save z.ckpt > /dev/null || bad "build and train none.kl"
+out=$(./none --threads 1 --eval-only --resume z.ckpt --predict z.npy 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -qF "its loss compares no output with a target" <<< "$out" && [ ! -e z.npy ] &&
+  ok "no output to write: refused" || { bad "no output: exit $rc"; echo "$out" | head -3; }
 exit $fail
