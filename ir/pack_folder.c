@@ -44,7 +44,11 @@ static char *split_file(const char *dir, const char *text, const char *split, co
 {
     const char *end = NULL, *e = split_entry(text, split, &end);
     char *name = e ? json_str_after(e, end, key) : NULL;
-    char *path = name ? kl_xasprintf("%s/%s", dir, name) : NULL;
+    /* "pk/" and "pk" give "pk/train-000000.tar". */
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    char *path = name ? kl_xasprintf("%.*s%s%s", (int)n, dir, n && dir[n - 1] == '/' ? "" : "/", name) : NULL;
     free(name);
     return path;
 }

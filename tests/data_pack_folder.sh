@@ -12,7 +12,7 @@ enter_tmpdir
 "$kiln" pack --idx /usr/share/datasets/fashion-mnist -o pk --limit 200 > /dev/null 2>&1 || { bad "kiln pack"; exit 1; }
 cp "$testdir/../examples/mlp.kl" m.kl
 "$kiln" build m.kl -o m > /dev/null || { bad "kiln build"; exit 1; }
-out=$(./m --threads 1 --steps 2 --data pk 2>&1); rc=$?
+out=$(./m --threads 1 --steps 2 --data pk/ 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q 'data: pk/train-000000.tar: 200 samples' <<< "$out" &&
   grep -q 'data: pk/test-000000.tar: 200 samples' <<< "$out" &&
   ok "--data on a pack folder reads its train and test shards" ||
