@@ -142,11 +142,34 @@ typedef struct predict_out {
     int classes;
     int32_t *pred, *label;
     float *logits;
+    /* Without a cross-entropy: the output's per-sample shape, and its
+     * values (count * per floats). */
+    ir_type sample;
+    int64_t per;
+    float *out;
 } predict_out;
+
+/* A model without a cross-entropy: the rows of its output. */
+static void predict_output_batch(predict_out *p, kl_exec *e, const kl_batch *b)
+{
+    int v = train_output_value(e->g);
+    const ir_type *ot = &ir_val(e->g, v)->type;
+    size_t bytes = (size_t)ir_type_bytes(ot);
+    void *host = kl_xmalloc(bytes);
+    kl_exec_read(e, v, host, bytes);
+    for (int64_t r = 0; r < b->size && p->done < p->count; r++, p->done++)
+        for (int64_t j = 0; j < p->per; j++)
+            p->out[p->done * p->per + j] = (float)kl_load_as(ot->dtype, host, r * p->per + j);
+    free(host);
+}
 
 static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
 {
     predict_out *p = t->predict;
+    if (p->out) {
+        predict_output_batch(p, e, b);
+        return;
+    }
     int v = train_logits_value(e->g);
     const ir_type *lt = &ir_val(e->g, v)->type;
     size_t bytes = (size_t)ir_type_bytes(lt);
@@ -176,20 +199,30 @@ static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
     free(host);
 }
 
-void train_predict_begin(trainer *t, int64_t count, int classes)
+void train_predict_begin(trainer *t, int64_t count, const ir_graph *g)
 {
     predict_out *p = kl_xcalloc(1, sizeof *p);
     p->count = count;
+    t->predict = p;
+    t->on_eval_batch = predict_batch;
+    int logits = train_logits_value(g);
+    if (logits < 0) {
+        const ir_type *ot = &ir_val(g, train_output_value(g))->type;
+        p->sample = *ot;
+        p->per = ir_type_numel(ot) / ot->dim[0];
+        p->out = kl_xcalloc((size_t)(count * p->per) + 1, sizeof *p->out);
+        return;
+    }
+    int classes = (int)ir_val(g, logits)->type.dim[1];
     p->classes = classes;
     p->pred = kl_xcalloc((size_t)count + 1, sizeof *p->pred);
     p->label = kl_xcalloc((size_t)count + 1, sizeof *p->label);
     p->logits = kl_xcalloc((size_t)(count * classes) + 1, sizeof *p->logits);
-    t->predict = p;
-    t->on_eval_batch = predict_batch;
 }
 
 /* One .npy (format 1.0) of count records {pred i32, label i32, logits
- * f32[classes]}, little-endian, C order. */
+ * f32[classes]}, or without a cross-entropy the f32 output of shape
+ * (count, ...), little-endian, C order. */
 int train_predict_finish(trainer *t)
 {
     predict_out *p = t->predict;
@@ -199,8 +232,16 @@ int train_predict_finish(trainer *t)
         goto done;
     }
     kl_buf h = {0};
-    kl_buf_printf(&h, "{'descr': [('pred', '<i4'), ('label', '<i4'), ('logits', '<f4', (%d,))], 'fortran_order': "
-                      "False, 'shape': (%lld,), }", p->classes, (long long)p->count);
+    if (p->out) {
+        /* The output as fp32, shape (samples, the output's per-sample dims). */
+        kl_buf_printf(&h, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld,", (long long)p->count);
+        for (int k = 1; k < p->sample.rank; k++)
+            kl_buf_printf(&h, " %lld,", (long long)p->sample.dim[k]);
+        kl_buf_puts(&h, "), }");
+    } else {
+        kl_buf_printf(&h, "{'descr': [('pred', '<i4'), ('label', '<i4'), ('logits', '<f4', (%d,))], 'fortran_order': "
+                          "False, 'shape': (%lld,), }", p->classes, (long long)p->count);
+    }
     /* The header pads to a multiple of 64 bytes with the magic and ends in
      * a newline. */
     while ((10 + h.len + 1) % 64)
@@ -216,7 +257,9 @@ int train_predict_finish(trainer *t)
     kl_outfile_write(&o, magic, 10);
     kl_outfile_write(&o, h.s, h.len);
     kl_buf_free(&h);
-    for (int64_t i = 0; i < p->count; i++) {
+    if (p->out)
+        kl_outfile_write(&o, p->out, sizeof(float) * (size_t)(p->count * p->per));
+    for (int64_t i = 0; i < p->count && !p->out; i++) {
         kl_outfile_write(&o, &p->pred[i], 4);
         kl_outfile_write(&o, &p->label[i], 4);
         kl_outfile_write(&o, &p->logits[i * p->classes], sizeof(float) * (size_t)p->classes);
@@ -226,6 +269,7 @@ done:
     free(p->pred);
     free(p->label);
     free(p->logits);
+    free(p->out);
     free(p);
     t->predict = NULL;
     t->on_eval_batch = NULL;

@@ -129,6 +129,14 @@ static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char
             free(ts);
             return -1;
         }
+        /* Bytes into a float input are their values, 0 to 255: say so
+         * once per data set (a normalize augmentation would scale them). */
+        if (fdt == IR_U8 && ir_dtype_is_float(t->dtype) && !fd->used)
+            fprintf(stderr,
+                    "kiln: note: input '%s' (%s) reads field '%s' of %s (%s) as its byte values 0 to 255, unscaled\n"
+                    "---> scale in the model (f32(x) / 255), or normalize the field (shards(..., augment = "
+                    "[normalize(mean = ..., std = ...)]))\n",
+                    v->name, ts, fd->name, d->name, ft);
         free(ts);
         if (b->n == KL_MAX_FIELDS) {
             kl_error("%s: more than %d inputs", model, KL_MAX_FIELDS);

@@ -9,8 +9,8 @@
 #include "compile.h"
 
 /* An evaluation plan of batch rows in an arena of its own; with
- * --predict, the plan keeps the logits and the labels for reading after
- * each run. */
+ * --predict, the plan keeps the logits and the labels (or, without a
+ * cross-entropy, the model's output) for reading after each run. */
 static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t batch, bindings *b)
 {
     char num[32];
@@ -21,20 +21,34 @@ static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t ba
     if (!c)
         return NULL;
     g = kl_compiled_take_graph(c);
-    int logits = train_logits_value(g);
+    int logits = train_logits_value(g), out = -1;
     if (t->opt.predict && logits < 0) {
-        kl_error("--predict: the model has no cross_entropy whose logits it could write");
+        /* The model's output is read after the run, and a fused group
+         * keeps its inner values in registers: unfused, every value is
+         * stored. */
+        ir_graph_free(g);
+        co.no_fusion = true;
+        g = train_load_with(src, &t->opt, "batch", num);
+        c = g ? kl_compile_graph(g, &co) : NULL;
+        if (!c)
+            return NULL;
+        g = kl_compiled_take_graph(c);
+        out = train_output_value(g);
+    }
+    if (t->opt.predict && logits < 0 && out < 0) {
+        kl_error("--predict: the model has no cross_entropy whose logits it could write, and its loss compares no "
+                 "output with a target (such as pred in mean((pred - y) ** 2))");
         ir_graph_free(g);
         return NULL;
     }
-    if (t->opt.predict && t->test_set.tokens) {
+    if (t->opt.predict && logits >= 0 && t->test_set.tokens) {
         kl_error("--predict writes one row of class scores per sample; a sample of token data has %lld positions\n"
                  "---> evaluate with --eval-only alone, or sample text with --generate",
                  (long long)t->test_set.context);
         ir_graph_free(g);
         return NULL;
     }
-    if (t->opt.predict && ir_val(g, logits)->type.rank != 2) {
+    if (t->opt.predict && logits >= 0 && ir_val(g, logits)->type.rank != 2) {
         kl_error("--predict: the cross_entropy's logits are %s; --predict writes one row of class scores per "
                  "sample (logits [batch, classes])",
                  ir_type_str(&ir_val(g, logits)->type));
@@ -46,6 +60,11 @@ static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t ba
      * like the logits so that neither stays inside a fused kernel. */
     int keep[2] = {logits, train_labels_value(g)};
     kl_plan_opts po = {.keep = keep, .nkeep = 2};
+    if (logits < 0) {
+        /* No cross-entropy: the model's output alone. */
+        keep[0] = out;
+        po.nkeep = 1;
+    }
     co.stop_after = NULL;
     co.plan = t->opt.predict ? &po : NULL;
     c = kl_compile_graph(g, &co);
@@ -88,7 +107,7 @@ int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
                       : kl_st_init_session(t->s, t->opt.init, t->opt.init_partial, false))
         return -1;
     if (t->opt.predict)
-        train_predict_begin(t, n, (int)ir_val(t->eval->g, train_logits_value(t->eval->g))->type.dim[1]);
+        train_predict_begin(t, n, t->eval->g);
     eval_result er;
     train_evaluate(t, &er);
     const ir_graph *eg = t->eval->g;

@@ -186,7 +186,11 @@ int train_logits_value(const ir_graph *g);
  * from the checkpoint of --resume (or --init); -1 after an error. */
 int train_generate(trainer *t, const kl_source *src);
 int train_labels_value(const ir_graph *g); /* the cross-entropy's labels, or -1 */
-void train_predict_begin(trainer *t, int64_t count, int classes);
+/* Without a cross-entropy: the value the loss compares with a target
+ * (predict_output.c), or -1. */
+int train_output_value(const ir_graph *g);
+/* count samples of the eval plan g's logits (or output). */
+void train_predict_begin(trainer *t, int64_t count, const ir_graph *g);
 int train_predict_finish(trainer *t);
 
 /* The loss and metrics over the test set (train_eval.c); returns the

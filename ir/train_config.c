@@ -442,8 +442,8 @@ static bool looks_like_call(const char *text)
 
 /* --data PATH replaces the train block's whole data call: names on
  * stderr the settings of that call it drops (a test split, augmentation,
- * a cache), which a bare path cannot carry. */
-static void note_dropped_data(const ir_attr *data, const char *flag, const char *text)
+ * a cache), which a bare path cannot carry; call is the new one. */
+static void note_dropped_data(const ir_attr *data, const ir_attr_val *call, const char *flag, const char *text)
 {
     if (!data || data->val.kind != IR_ATTR_CALL || !data->val.args)
         return;
@@ -454,7 +454,8 @@ static void note_dropped_data(const ir_attr *data, const char *flag, const char 
             spec = f->spec;
     for (int i = 0; i < data->val.args->n; i++) {
         const ir_attr *a = &data->val.args->v[i];
-        if (!strcmp(a->key, "path"))
+        /* The new call's own settings (a pack folder's test split). */
+        if (!strcmp(a->key, "path") || (!strcmp(call->s, data->val.s) && ir_attrs_find(call->args, a->key)))
             continue;
         /* A setting at its form's default (filled in by the check) is
          * not dropped: the new call gets the same default. */
@@ -473,7 +474,7 @@ static void note_dropped_data(const ir_attr *data, const char *flag, const char 
         fprintf(stderr,
                 "kiln: note: %s %s replaces the train block's %s(...) and drops its %s\n"
                 "---> to keep them: --set 'data=%s(\"%s\", ...)'\n",
-                flag, text, data->val.s, b.s, data->val.s, text);
+                flag, text, data->val.s, b.s, call->s, ir_attrs_find(call->args, "path")->val.s);
     kl_buf_free(&b);
 }
 
@@ -525,12 +526,20 @@ static int train_set_as(ir_attrs *train, const char *key, const char *text, cons
          * a .tar path is a shard (pattern). */
         size_t len = strlen(text);
         bool tar = len > 4 && !strcmp(text + len - 4, ".tar");
-        ir_attr_val call = {.kind = IR_ATTR_CALL, .s = kl_xstrdup(tar ? "shards" : "idx")};
-        call.args = kl_xcalloc(1, sizeof *call.args);
-        ir_attrs_set(call.args, "path", ir_attr_val_str(text));
-        note_dropped_data(ir_attrs_find(train, "data"), flag, text);
-        ir_attrs_set(&tmp, key, call);
-        rc = check_one(&tmp.v[0], &src);
+        ir_attr_val call = {0};
+        /* A folder kiln pack wrote (its manifest.json) is read as its
+         * shards, not as IDX files. */
+        rc = tar ? 1 : kl_pack_folder_data(text, flag, &call);
+        if (rc > 0) {
+            call = (ir_attr_val){.kind = IR_ATTR_CALL, .s = kl_xstrdup(tar ? "shards" : "idx")};
+            call.args = kl_xcalloc(1, sizeof *call.args);
+            ir_attrs_set(call.args, "path", ir_attr_val_str(text));
+        }
+        if (rc >= 0) {
+            note_dropped_data(ir_attrs_find(train, "data"), &call, flag, text);
+            ir_attrs_set(&tmp, key, call);
+            rc = check_one(&tmp.v[0], &src);
+        }
     } else {
         ir_attrs_set(&tmp, key, value_from_text(text));
         rc = check_one(&tmp.v[0], &src);

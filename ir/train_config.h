@@ -89,6 +89,11 @@ void kl_train_config_free(kl_train_config *cfg);
  * checks it like the train block does. Returns 0, or -1 with a message
  * naming the flag. */
 int kl_train_set(ir_attrs *train, const char *key, const char *text);
+/* --data DIR where DIR holds a kiln pack manifest.json: *call becomes
+ * shards(path = its train shards, test = its test (or val) shards).
+ * Returns 1 when DIR has no manifest, -1 (with an error naming the
+ * folder) when it cannot be read as one. */
+int kl_pack_folder_data(const char *dir, const char *flag, ir_attr_val *call);
 /* Checks --set KEY=TEXT on its own, when the command line is read, so
  * that its errors name "--set KEY" (kl_train_set's name the key's own
  * flag). lr is left to kl_train_set: it is checked in the optimizer it
