@@ -31,3 +31,9 @@ set_tests_properties(gpt.generate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE
 add_test(NAME tokens.truncated COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/tokens_truncated.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(tokens.truncated PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# --generate's length: --tokens above its documented limit (65536) is
+# refused; the limit runs to its end.
+add_test(NAME generate.bound COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/generate_bound.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(generate.bound PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
