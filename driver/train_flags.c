@@ -84,7 +84,7 @@ static const char usage[] =
     "                     without a cross_entropy, the model's output\n"
     "  --generate TEXT    with --resume (or --init): print TEXT and the bytes a\n"
     "                     byte-level language model draws after it, train nothing\n"
-    "  --tokens N         with --generate: bytes to draw (default 200)\n"
+    "  --tokens N         with --generate: bytes to draw (default 200, at most " TRAIN_GEN_MAX_TOKENS_STR ")\n"
     "  --temperature X    with --generate: 0 takes the likeliest byte (default 0.8)\n"
     "  --top-k K          with --generate: draw among the K likeliest (default 0: all)\n"
     "  --set KEY=VALUE    any other train setting\n"
@@ -273,8 +273,12 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             char *end;
             long long n = strtoll(argv[++i], &end, 10);
             bool tokens = !strcmp(a, "--tokens");
-            if (*end || !*argv[i] || n < (tokens ? 1 : 0) || n > 1000000000) {
-                kl_error("%s needs a count %s, got '%s'", a, tokens ? "from 1" : "from 0 (0: all)", argv[i]);
+            if (*end || !*argv[i] || n < (tokens ? 1 : 0) || n > (tokens ? TRAIN_GEN_MAX_TOKENS : 1000000000)) {
+                kl_error("%s needs a count %s, got '%s'", a,
+                         tokens ? "from 1 to " TRAIN_GEN_MAX_TOKENS_STR " (--generate's limit: one forward pass "
+                                  "of the model per byte)"
+                                : "from 0 (0: all)",
+                         argv[i]);
                 return -1;
             }
             *(tokens ? &o->gen_tokens : &o->top_k) = n;

@@ -15,6 +15,11 @@
 
 /* The flags: train keys they set (kv, NULL-terminated pairs) and the
  * run's own settings. */
+/* The most bytes one --generate draws (--tokens): each is a forward pass
+ * of the model, so a mistyped count would otherwise run for days. */
+#define TRAIN_GEN_MAX_TOKENS 65536
+#define TRAIN_GEN_MAX_TOKENS_STR "65536"
+
 typedef struct train_options {
     const char *kv[128];
     int nkv;
@@ -40,7 +45,7 @@ typedef struct train_options {
     /* --generate PROMPT --tokens N --temperature X --top-k K
      * (train_generate.c); generate is NULL without it. */
     const char *generate;
-    int64_t gen_tokens, top_k;
+    int64_t gen_tokens, top_k; /* gen_tokens: 1 to TRAIN_GEN_MAX_TOKENS */
     double temperature;
     bool gen_settings;     /* one of --tokens, --temperature, --top-k was given */
 } train_options;

@@ -25,6 +25,7 @@
  * optimizer state carry over, and a param's low-precision copy (NAME.lowp,
  * passes/precision.c) is rebuilt from NAME when the checkpoint has none of
  * the model's dtype. */
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -178,9 +179,19 @@ static int read_run_state(const char *path, uint32_t version, const unsigned cha
     }
     if (version >= 4)
         memcpy(&rs->schedule_steps, at + 40, 8);
+    /* The step multiplies the loss by the scale as an fp32 number: one
+     * below fp32's smallest normal (or above its largest) flushes to 0
+     * (or inf) and every step is skipped or wrong. (Written so that a
+     * thread that treats subnormals as 0, as kernel threads do, refuses
+     * the same scales.) */
+    double ls = rs->loss_scale;
+    if (!(ls >= FLT_MIN && ls <= FLT_MAX)) {
+        kl_error("%s: the loss scale %g is not a normal fp32 number (%g to %g); Kiln never saves one (a corrupt or "
+                 "foreign file)", path, ls, (double)FLT_MIN, (double)FLT_MAX);
+        return -1;
+    }
     if (rs->clean_steps < 0 || (uint64_t)rs->clean_steps > rs->step || rs->skipped < 0 ||
-        (uint64_t)rs->skipped > rs->step || rs->skipped_in_row < 0 || rs->skipped_in_row > rs->skipped ||
-        !isfinite(rs->loss_scale) || rs->loss_scale <= 0) {
+        (uint64_t)rs->skipped > rs->step || rs->skipped_in_row < 0 || rs->skipped_in_row > rs->skipped) {
         kl_error("%s: the loss-scaler state (%lld clean steps, %lld skipped, scale %g) does not fit step %llu", path,
                  (long long)rs->clean_steps, (long long)rs->skipped, rs->loss_scale, (unsigned long long)rs->step);
         return -1;
@@ -348,6 +359,63 @@ const kl_ckpt_entry *kl_ckpt_find(const kl_ckpt *c, const char *name)
     return NULL;
 }
 
+/* ---- validating the values ---- */
+
+/* Values the next step writes before it reads them (dead_values): they
+ * may hold anything. A version 1 or 2 entry has no role: its name says. */
+static bool is_dead(const kl_ckpt_entry *e, const char *role)
+{
+    if (!role || !role[0])
+        role = e->role;
+    if (role[0])
+        return !strcmp(role, "loss_scale") || !strcmp(role, "grad_acc");
+    size_t n = strlen(e->name);
+    return !strcmp(e->name, "loss_scale") || (n > 9 && !strcmp(e->name + n - 9, ".grad_acc"));
+}
+
+/* An Adam second moment (NAME.adam_v, passes/optimizer.c): a running
+ * mean of squares, never negative. */
+static bool is_second_moment(const kl_ckpt_entry *e)
+{
+    size_t n = strlen(e->name);
+    return n > 7 && !strcmp(e->name + n - 7, ".adam_v") && (!e->role[0] || !strcmp(e->role, "optimizer_state"));
+}
+
+int kl_ckpt_validate(const kl_ckpt *c, const char *const *roles)
+{
+    /* No checkpoint is written with inf or nan in it (kl_checkpoint_save):
+     * one that holds some is corrupt or not Kiln's, and would make the
+     * run "diverge" at its first step. */
+    for (int i = 0; i < c->n; i++) {
+        const kl_ckpt_entry *e = &c->v[i];
+        int64_t n = ir_type_numel(&e->type);
+        if (is_dead(e, roles ? roles[i] : NULL))
+            continue;
+        int64_t bad = kl_first_nonfinite(e->type.dtype, e->data, n);
+        if (bad >= 0) {
+            kl_error("%s: element %lld of '%s' is not finite; Kiln never saves inf or nan (a corrupt or foreign file)",
+                     c->path, (long long)bad, e->name);
+            return -1;
+        }
+        if (!is_second_moment(e) || !ir_dtype_is_float(e->type.dtype))
+            continue;
+        int64_t k = 0;
+        if (e->type.dtype == IR_F32) /* the usual case, without a call per element */
+            for (float x; k < n; k++) {
+                memcpy(&x, e->data + 4 * k, 4);
+                if (x < 0)
+                    break;
+            }
+        for (; k < n; k++)
+            if (kl_load_as(e->type.dtype, e->data, k) < 0) {
+                kl_error("%s: element %lld of '%s' is %g; an Adam second moment is never negative (a corrupt or "
+                         "foreign file)", c->path, (long long)k, e->name, kl_load_as(e->type.dtype, e->data, k));
+                return -1;
+            }
+    }
+    return 0;
+}
+
 /* ---- loading into a session ---- */
 
 /* A param's low-precision copy: rebuilt from its master, so a checkpoint
@@ -472,22 +540,15 @@ static int load(kl_session *s, const char *path, uint64_t max_step, bool only_he
     /* Check everything before changing anything. */
     if (match_entries(s, &c, only_held, fill))
         goto done;
-    /* No checkpoint is written with inf or nan in it (kl_checkpoint_save):
-     * one that holds some is corrupt or not Kiln's, and would make the
-     * run "diverge" at its first step. Values the next step overwrites
-     * before reading them (dead_values) may hold anything. */
-    for (int i = 0; i < c.n; i++) {
-        const char *role = fill[i] >= 0 ? s->persist.v[fill[i]].role : NULL;
-        bool dead = role && (!strcmp(role, "loss_scale") || !strcmp(role, "grad_acc"));
-        int64_t bad = fill[i] >= 0 && !dead
-                          ? kl_first_nonfinite(c.v[i].type.dtype, c.v[i].data, ir_type_numel(&c.v[i].type))
-                          : -1;
-        if (bad >= 0) {
-            kl_error("%s: element %lld of '%s' is not finite; Kiln never saves inf or nan (a corrupt or foreign file)",
-                     path, (long long)bad, c.v[i].name);
-            goto done;
-        }
-    }
+    /* The values and the run state, as kiln ckpt checks them; a version 1
+     * or 2 file records no roles: the model's say which values are dead. */
+    const char **roles = kl_xcalloc((size_t)c.n + 1, sizeof *roles);
+    for (int i = 0; i < c.n; i++)
+        roles[i] = fill[i] >= 0 ? s->persist.v[fill[i]].role : NULL;
+    int bad = kl_ckpt_validate(&c, roles);
+    free(roles);
+    if (bad)
+        goto done;
     bool *filled = kl_xcalloc((size_t)s->persist.n + 1, sizeof *filled);
     for (int i = 0; i < c.n; i++)
         if (fill[i] >= 0) {

@@ -22,7 +22,8 @@ typedef struct kl_run_state {
 /* A checkpoint read into memory and checked: the magic, the checksum,
  * the version, every header field and entry (name, role, dtype, rank,
  * dims, byte count against the type), no duplicate names, no bytes left
- * over, the run state. Versions before 3 have "" for the strings. */
+ * over, the run state (its loss scale a normal fp32 number). Versions
+ * before 3 have "" for the strings. */
 typedef struct kl_ckpt_entry {
     char *name, *role; /* role: "param", "optimizer_state", "lowp", ... */
     ir_type type;
@@ -44,6 +45,13 @@ typedef struct kl_ckpt {
 /* Reads and checks path; -1 after an error naming it and what is wrong. */
 int kl_ckpt_read(kl_ckpt *c, const char *path);
 void kl_ckpt_free(kl_ckpt *c);
+/* Checks what kl_ckpt_read does not: every value finite (but the dead
+ * ones the next step overwrites: the loss_scale and grad_acc roles), no
+ * Adam second moment (NAME.adam_v) negative. roles: NULL, or per entry
+ * a role that overrides the file's (a version 1 or 2 file records none). kiln ckpt, kiln export and every
+ * load call it, so each refuses the same files. -1 after an error naming
+ * the file, the value and its first bad element. */
+int kl_ckpt_validate(const kl_ckpt *c, const char *const *roles);
 /* The entry named name, or NULL: a binary search (O(log n)). */
 const kl_ckpt_entry *kl_ckpt_find(const kl_ckpt *c, const char *name);
 

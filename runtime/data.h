@@ -124,9 +124,11 @@ int64_t kl_shards_skipped(const kl_dataset *d, const char **first);
  * file, too short for the context); returns 0 or -1. */
 int kl_tokens_dataset(const char *path, int64_t context, bool train, int64_t limit, kl_dataset *out);
 /* Copies sample `id` (its position in the epoch's order) of a token data
- * set's epoch into tokens and targets (context i32 each, either NULL). */
-void kl_tokens_sample(const kl_dataset *d, bool train, uint64_t seed, int64_t epoch, int64_t id, int32_t *tokens,
-                      int32_t *targets);
+ * set's epoch into tokens and targets (context i32 each, either NULL).
+ * -1 with why (the file, what changed) when the file no longer holds the
+ * window (truncated while the run reads it: kl_tokens_read). */
+int kl_tokens_sample(const kl_dataset *d, bool train, uint64_t seed, int64_t epoch, int64_t id, int32_t *tokens,
+                     int32_t *targets, char *why, size_t why_len);
 /* The field named name, or -1. */
 int kl_dataset_field(const kl_dataset *d, const char *name);
 

@@ -190,9 +190,18 @@ static void fill_memory(kl_loader *l, slot *s, int64_t index)
          * tokens and targets (token_data.c). */
         int32_t *tok = d->field[0].used ? (int32_t *)s->b.field[0] : NULL;
         int32_t *tgt = d->field[1].used ? (int32_t *)s->b.field[1] : NULL;
+        char why[600];
         for (int64_t i = 0; i < n; i++)
-            kl_tokens_sample(d, l->o.augment_random, l->o.seed, l->epoch, first + i, tok ? tok + i * d->context : NULL,
-                             tgt ? tgt + i * d->context : NULL);
+            if (kl_tokens_sample(d, l->o.augment_random, l->o.seed, l->epoch, first + i,
+                                 tok ? tok + i * d->context : NULL, tgt ? tgt + i * d->context : NULL, why,
+                                 sizeof why)) {
+                pthread_mutex_lock(&l->mu);
+                if (!l->error)
+                    l->error = kl_xstrdup(why);
+                pthread_cond_broadcast(&l->cv);
+                pthread_mutex_unlock(&l->mu);
+                return;
+            }
         return;
     }
     for (int f = 0; f < d->nfields; f++) {

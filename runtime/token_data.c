@@ -45,17 +45,22 @@ int kl_tokens_dataset(const char *path, int64_t context, bool train, int64_t lim
     return 0;
 }
 
-void kl_tokens_sample(const kl_dataset *d, bool train, uint64_t seed, int64_t epoch, int64_t id, int32_t *tokens,
-                      int32_t *targets)
+int kl_tokens_sample(const kl_dataset *d, bool train, uint64_t seed, int64_t epoch, int64_t id, int32_t *tokens,
+                     int32_t *targets, char *why, size_t why_len)
 {
     const kl_tokens *t = d->tokens;
     int64_t T = d->context;
     int64_t start = train ? kl_tokens_window_start(t, T, seed, epoch * d->count + id)
                           : (int64_t)((__int128)id * d->windows / d->count) * T;
-    for (int64_t i = 0; i < T; i++) {
+    int32_t small[1024], *w = T + 1 <= 1024 ? small : kl_xmalloc((size_t)(T + 1) * sizeof *w);
+    int rc = kl_tokens_read(t, start, T + 1, w, why, why_len);
+    if (!rc) {
         if (tokens)
-            tokens[i] = (int32_t)kl_tokens_get(t, start + i);
+            memcpy(tokens, w, (size_t)T * sizeof *w);
         if (targets)
-            targets[i] = (int32_t)kl_tokens_get(t, start + i + 1);
+            memcpy(targets, w + 1, (size_t)T * sizeof *w);
     }
+    if (w != small)
+        free(w);
+    return rc;
 }

@@ -1,5 +1,6 @@
 /* Token files: see tokens.h. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -88,9 +89,9 @@ int kl_tokens_open(const char *path, kl_tokens *t)
         return -1;
     }
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
     if (map == MAP_FAILED) {
         kl_error("%s: cannot map the file: %s", path, strerror(errno));
+        close(fd);
         return -1;
     }
     const uint8_t *h = map;
@@ -131,9 +132,11 @@ int kl_tokens_open(const char *path, kl_tokens *t)
     if (bad) {
         kl_error("%s: %s", path, bad);
         munmap(map, len);
+        close(fd);
         return -1;
     }
     t->path = kl_xstrdup(path);
+    t->fd = fd;
     t->map = map;
     t->map_len = len;
     t->data = h + KL_TOKENS_HEADER;
@@ -145,8 +148,10 @@ int kl_tokens_open(const char *path, kl_tokens *t)
 
 void kl_tokens_close(kl_tokens *t)
 {
-    if (t->map)
+    if (t->map) {
         munmap(t->map, t->map_len);
+        close(t->fd);
+    }
     free(t->path);
     memset(t, 0, sizeof *t);
 }
@@ -171,11 +176,51 @@ int64_t kl_tokens_window_start(const kl_tokens *t, int64_t context, uint64_t see
     return (int64_t)(((unsigned __int128)r * starts) >> 64);
 }
 
-void kl_tokens_window(const kl_tokens *t, int64_t context, uint64_t seed, int64_t index, int32_t *out)
+int kl_tokens_read(const kl_tokens *t, int64_t first, int64_t n, int32_t *out, char *why, size_t why_len)
 {
-    int64_t s = kl_tokens_window_start(t, context, seed, index);
-    for (int64_t i = 0; i <= context; i++)
-        out[i] = (int32_t)kl_tokens_get(t, s + i);
+    kl_check(first >= 0 && n >= 0 && first + n <= t->count);
+    /* In chunks through a small buffer: the bytes, then the tokens. */
+    uint8_t buf[4096];
+    int64_t per = (int64_t)sizeof buf / t->dtype_bytes;
+    for (int64_t done = 0; done < n;) {
+        int64_t k = n - done < per ? n - done : per;
+        size_t want = (size_t)(k * t->dtype_bytes);
+        off_t at = (off_t)(KL_TOKENS_HEADER + (first + done) * t->dtype_bytes);
+        size_t got = 0;
+        while (got < want) {
+            ssize_t r = pread(t->fd, buf + got, want - got, at + (off_t)got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                struct stat st;
+                long long now = fstat(t->fd, &st) ? -1 : (long long)st.st_size;
+                if (r < 0)
+                    snprintf(why, why_len, "%s: reading tokens: %s", t->path, strerror(errno));
+                else
+                    snprintf(why, why_len,
+                             "%s: the token file changed while the run reads it: it now holds %lld bytes, it held "
+                             "%zu when opened (truncated or rewritten in place? write a new file and rename it)",
+                             t->path, now, t->map_len);
+                return -1;
+            }
+            got += (size_t)r;
+        }
+        kl_tokens c = {.data = buf, .dtype_bytes = t->dtype_bytes};
+        for (int64_t i = 0; i < k; i++)
+            out[done + i] = (int32_t)kl_tokens_get(&c, i);
+        done += k;
+    }
+    return 0;
+}
+
+int kl_tokens_window(const kl_tokens *t, int64_t context, uint64_t seed, int64_t index, int32_t *out)
+{
+    char why[600];
+    if (kl_tokens_read(t, kl_tokens_window_start(t, context, seed, index), context + 1, out, why, sizeof why)) {
+        kl_error("%s", why);
+        return -1;
+    }
+    return 0;
 }
 
 int64_t kl_tokens_eval_windows(const kl_tokens *t, int64_t context)

@@ -35,7 +35,10 @@
 
 typedef struct kl_tokens {
     char *path;
-    void *map;          /* the whole file, mapped read-only */
+    int fd;             /* open for kl_tokens_read's pread */
+    void *map;          /* the whole file, mapped read-only: valid only
+                         * while the file is unchanged (kl_tokens_get);
+                         * training reads through kl_tokens_read */
     size_t map_len;
     const uint8_t *data; /* map + KL_TOKENS_HEADER */
     int64_t count;
@@ -69,8 +72,14 @@ static inline uint32_t kl_tokens_get(const kl_tokens *t, int64_t i)
 int kl_tokens_check_context(const kl_tokens *t, int64_t context);
 /* The first token of sample `index`'s window for a seed (see above). */
 int64_t kl_tokens_window_start(const kl_tokens *t, int64_t context, uint64_t seed, int64_t index);
-/* Copies sample `index`'s context + 1 tokens into out. */
-void kl_tokens_window(const kl_tokens *t, int64_t context, uint64_t seed, int64_t index, int32_t *out);
+/* Reads tokens first .. first + n - 1 into out with pread, not through
+ * the map: a file truncated while a run reads it (a mapped page past its
+ * new end is SIGBUS) gives 0 or -1 with why = the file, its size now and
+ * the size it had. */
+int kl_tokens_read(const kl_tokens *t, int64_t first, int64_t n, int32_t *out, char *why, size_t why_len);
+/* Copies sample `index`'s context + 1 tokens into out; -1 after
+ * kl_tokens_read's error. */
+int kl_tokens_window(const kl_tokens *t, int64_t context, uint64_t seed, int64_t index, int32_t *out);
 /* Evaluation windows: (count - 1) / context of them, window j starting at
  * j * context (its last token is the next window's first). */
 int64_t kl_tokens_eval_windows(const kl_tokens *t, int64_t context);

@@ -17,7 +17,10 @@ static const char ckpt_usage[] =
     "the lr schedule's span (version 4), the loss scaler, the optimizer's\n"
     "state per param, and every value with its role, dtype, shape and\n"
     "bytes, then totals by role.\n"
-    "Exits 1 with an error naming the file when it is not a whole checkpoint.\n";
+    "Exits 1 with an error naming the file when it is not a whole checkpoint\n"
+    "or holds what --resume refuses (after the listing): a value that is\n"
+    "not finite, a negative Adam second moment, a loss scale that is not a\n"
+    "normal fp32 number; the error names the value and its first bad element.\n";
 
 static const char export_usage[] =
     "usage: kiln export CKPT -o FILE.safetensors [--dtype f32|bf16|f16]\n"
@@ -143,8 +146,11 @@ static int cmd_ckpt(int argc, char **argv)
         printf("  %-15s  %3d values  %10lld elements  %10lld bytes\n", tot[k].role, tot[k].count,
                (long long)tot[k].values, (long long)tot[k].bytes);
     free(tot);
+    /* After the listing (it helps to see what a bad file holds), the
+     * checks --resume makes: the same file is refused by both. */
+    int rc = kl_ckpt_validate(&c, NULL) ? 1 : 0;
     kl_ckpt_free(&c);
-    return 0;
+    return rc;
 }
 
 static int cmd_export(int argc, char **argv)
@@ -186,7 +192,7 @@ static int cmd_export(int argc, char **argv)
                  "its step and --save a new one, then export that", path, c.version);
         goto done;
     }
-    rc = kl_ckpt_export(&c, out, (ir_dtype)dt) ? 1 : 0;
+    rc = kl_ckpt_validate(&c, NULL) || kl_ckpt_export(&c, out, (ir_dtype)dt) ? 1 : 0;
 done:
     kl_ckpt_free(&c);
     return rc;

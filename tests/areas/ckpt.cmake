@@ -27,3 +27,9 @@ set_tests_properties(ckpt.mutate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_
 add_test(NAME ckpt.eval_nosplit COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_eval_nosplit.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(ckpt.eval_nosplit PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+# kiln ckpt, kiln export and --resume refuse the same crafted values
+# (kl_ckpt_validate: inf or nan, a negative Adam second moment, a loss
+# scale that is not a normal fp32 number).
+add_test(NAME ckpt.validate COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_validate.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(ckpt.validate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

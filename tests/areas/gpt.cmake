@@ -25,3 +25,15 @@ set_tests_properties(gpt.train PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BI
 add_test(NAME gpt.generate COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/generate.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(gpt.generate PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# A token file truncated by another process while a run reads it: an
+# error naming the file, exit 1 (was SIGBUS).
+add_test(NAME tokens.truncated COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/tokens_truncated.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(tokens.truncated PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# --generate's length: --tokens above its documented limit (65536) is
+# refused; the limit runs to its end.
+add_test(NAME generate.bound COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/generate_bound.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(generate.bound PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

@@ -47,7 +47,7 @@ printf '(x):\n  ret\n' | cmp -s - "$tmp/long.txt" && echo "ok: a prompt longer t
 expect() { expect_error "$1" "$1" "$tmp/gpt" "${@:2}"; } # MESSAGE ARGS...
 expect "--generate needs the trained values: --resume CKPT" --generate "def "
 expect "--generate needs a prompt of at least one byte" --generate "" --resume "$tmp/r.ckpt"
-expect "--tokens needs a count from 1, got '0'" --generate "def " --resume "$tmp/r.ckpt" --tokens 0
+expect "--tokens needs a count from 1 to 65536 (--generate's limit: one forward pass of the model per byte), got '0'" --generate "def " --resume "$tmp/r.ckpt" --tokens 0
 expect "--temperature needs a finite number from 0" --generate "def " --resume "$tmp/r.ckpt" --temperature -1
 expect "--top-k needs a count from 0 (0: all), got 'x'" --generate "def " --resume "$tmp/r.ckpt" --top-k x
 expect "--tokens, --temperature and --top-k go with --generate TEXT" --top-k 5
