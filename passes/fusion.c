@@ -165,6 +165,15 @@ typedef struct fuser {
     int *visit;        /* per node: the stamp of the last acyclicity walk that met it */
     int *queue;        /* scratch for that walk, one slot per node */
     int vstamp;
+    int *gvisit;       /* per group id: the stamp of the last walk that entered it */
+    /* A Fenwick tree over node positions for prefix maxima: reach(p) is
+     * at least the largest hi[h] of the groups with lo[h] <= p. */
+    int *reach;
+    /* Per group id: the first of its entries in a list of the nodes marked
+     * into it (node, next entry; -1 ends). A node taken back out keeps its
+     * entry, so readers check group[] too. */
+    int *first;
+    KL_VEC(int) entry;
 } fuser;
 
 static uint64_t *row(uint64_t *sets, const fuser *f, int i)
@@ -212,14 +221,47 @@ static bool needs_no_kernel(const ir_node *n)
     return n->op == IR_OP_CONST || ir_op_is_view(n->op);
 }
 
+/* Records that a group reaches from position lo up to position hi. */
+static void reach_note(fuser *f, int lo, int hi)
+{
+    for (int i = lo + 1; i <= f->n; i += i & -i)
+        if (f->reach[i] < hi)
+            f->reach[i] = hi;
+}
+
+/* The largest hi noted for a position at or below p (-1 if none). */
+static int reach_upto(const fuser *f, int p)
+{
+    int r = -1;
+    for (int i = p + 1; i > 0; i -= i & -i)
+        if (f->reach[i] > r)
+            r = f->reach[i];
+    return r;
+}
+
 /* Puts node x in group gid (for good or tentatively). */
 static void mark(fuser *f, int x, int gid)
 {
     f->group[x] = gid;
+    kl_vec_push(f->entry, x);
+    kl_vec_push(f->entry, f->first[gid]);
+    f->first[gid] = f->entry.n - 2;
     if (f->lo[gid] < 0 || x < f->lo[gid])
         f->lo[gid] = x;
     if (x > f->hi[gid])
         f->hi[gid] = x;
+    reach_note(f, f->lo[gid], f->hi[gid]);
+}
+
+/* The lowest position past top that no group spans: a group's range
+ * that starts at or below it ends at or below it. Nothing past it leads
+ * back to a node at or below top: edges go forward in node order, and a
+ * group there lies wholly past it. */
+static int cut_above(const fuser *f, int top)
+{
+    for (int r; (r = reach_upto(f, top)) > top;)
+        top = r;
+    return top;
 }
 
 static bool in_group_or(const fuser *f, int node, int gid, int x)
@@ -228,9 +270,9 @@ static bool in_group_or(const fuser *f, int node, int gid, int x)
 }
 
 /* Queues node o for the walk of groups_stay_acyclic, once. */
-static void visit(fuser *f, int o, int *nq)
+static void visit(fuser *f, int o, int *nq, int cut)
 {
-    if (f->visit[o] != f->vstamp && !ir_nd(f->g, o)->dead) {
+    if (o <= cut && f->visit[o] != f->vstamp && !ir_nd(f->g, o)->dead) {
         f->visit[o] = f->vstamp;
         f->queue[(*nq)++] = o;
     }
@@ -245,11 +287,14 @@ static void visit(fuser *f, int o, int *nq)
  * members (the group runs as one kernel, after all of its operands);
  * coming back to the group or x is a cycle. Node order puts producers
  * first, so a node past the group's last member that belongs to no
- * group cannot lead back. */
+ * group cannot lead back, nor can a node past cut_above (which keeps the
+ * walk near the group instead of over the rest of the graph), and
+ * entering a group once per walk is enough. */
 static bool groups_stay_acyclic(fuser *f, int gid, int x)
 {
     const ir_graph *g = f->g;
     int top = f->hi[gid] > x ? f->hi[gid] : x, nq = 0;
+    int cut = cut_above(f, top);
     f->vstamp++;
     for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= top; m++)
         if (in_group_or(f, m, gid, x))
@@ -263,17 +308,19 @@ static bool groups_stay_acyclic(fuser *f, int gid, int x)
             for (int u = 0; u < val->uses.n; u++) {
                 int c = val->uses.v[u].node;
                 if (!in_group_or(f, c, gid, x) && (c <= top || f->group[c] >= 0))
-                    visit(f, c, &nq);
+                    visit(f, c, &nq, cut);
             }
         }
     }
     for (int qi = 0; qi < nq; qi++) {
         int o = f->queue[qi];
         int h = f->group[o];
-        if (h >= 0 && h != gid)
-            for (int m = f->lo[h]; m <= f->hi[h]; m++)
-                if (f->group[m] == h)
-                    visit(f, m, &nq);
+        if (h >= 0 && h != gid && f->gvisit[h] != f->vstamp) {
+            f->gvisit[h] = f->vstamp;
+            for (int e = f->first[h]; e >= 0; e = f->entry.v[e + 1])
+                if (f->group[f->entry.v[e]] == h)
+                    visit(f, f->entry.v[e], &nq, cut);
+        }
         const ir_node *n = ir_nd(g, o);
         for (int k = 0; k < n->out.n; k++) {
             const ir_value *val = ir_val(g, n->out.v[k]);
@@ -282,7 +329,7 @@ static bool groups_stay_acyclic(fuser *f, int gid, int x)
                 if (in_group_or(f, c, gid, x))
                     return false;
                 if (c <= top || f->group[c] >= 0)
-                    visit(f, c, &nq);
+                    visit(f, c, &nq, cut);
             }
         }
     }
@@ -658,6 +705,11 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     f.seen = kl_xcalloc((size_t)g->values.n + 1, sizeof(int));
     f.visit = kl_xcalloc((size_t)f.n + 1, sizeof(int));
     f.queue = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.gvisit = kl_xcalloc((size_t)f.n + 1, sizeof(int));
+    f.reach = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.first = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    for (int i = 0; i <= f.n; i++)
+        f.reach[i] = f.first[i] = -1;
     for (int i = 0; i < f.n; i++)
         f.group[i] = -1;
     if (fuse) {
@@ -709,6 +761,10 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.seen);
     free(f.visit);
     free(f.queue);
+    free(f.gvisit);
+    free(f.reach);
+    free(f.first);
+    kl_vec_free(f.entry);
     free(f.lo);
     free(f.hi);
     free(f.bound);
