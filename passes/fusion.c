@@ -269,6 +269,24 @@ static bool in_group_or(const fuser *f, int node, int gid, int x)
     return node == x || f->group[node] == gid;
 }
 
+/* The members of group gid, then x (x may come twice, and so may a
+ * member taken out and put back): the next one after list position *e,
+ * or -1 at the end. Start with *e = f->first[gid]. */
+static int next_member_or(const fuser *f, int gid, int x, int *e)
+{
+    while (*e >= 0) {
+        int m = f->entry.v[*e];
+        *e = f->entry.v[*e + 1];
+        if (f->group[m] == gid)
+            return m;
+    }
+    if (*e == -1) {
+        *e = -2;
+        return x;
+    }
+    return -1;
+}
+
 /* Queues node o for the walk of groups_stay_acyclic, once. */
 static void visit(fuser *f, int o, int *nq, int cut)
 {
@@ -296,11 +314,10 @@ static bool groups_stay_acyclic(fuser *f, int gid, int x)
     int top = f->hi[gid] > x ? f->hi[gid] : x, nq = 0;
     int cut = cut_above(f, top);
     f->vstamp++;
-    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= top; m++)
-        if (in_group_or(f, m, gid, x))
-            f->visit[m] = f->vstamp;
-    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= top; m++) {
-        if (!in_group_or(f, m, gid, x) || ir_nd(g, m)->dead)
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;)
+        f->visit[m] = f->vstamp;
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;) {
+        if (ir_nd(g, m)->dead)
             continue;
         const ir_node *n = ir_nd(g, m);
         for (int k = 0; k < n->out.n; k++) {
@@ -359,8 +376,8 @@ static bool convex_with(fuser *f, int gid, int x)
     int w1 = (f->hi[gid] > x ? f->hi[gid] : x) / 64 + 1;
     memset(ga + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
     memset(gd + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
-    for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
-        if (f->group[m] != gid || m == x)
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;) {
+        if (m == x)
             continue;
         if (phase_kind(ir_nd(f->g, m)) != xu)
             return false;
@@ -411,9 +428,9 @@ static bool group_fits(fuser *f, int gid, int x)
     }
     int bufs = 0;
     f->stamp++;
-    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= f->hi[gid] || m <= x; m++) {
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;) {
         const ir_node *n = ir_nd(g, m);
-        if (n->dead || !in_group_or(f, m, gid, x))
+        if (n->dead)
             continue;
         for (int k = 0; k < n->in.n; k++) {
             int p = producer(f, m, k);
@@ -493,7 +510,7 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
     ir_graph *g = f->g;
     for (bool changed = true; changed;) {
         changed = false;
-        for (int m = 0; m < f->n; m++) {
+        for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
             if (f->group[m] != gid)
                 continue;
             const ir_node *n = ir_nd(g, m);
@@ -524,7 +541,7 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
     ir_graph *g = f->g;
     for (bool changed = true; changed;) {
         changed = false;
-        for (int m = 0; m < f->n; m++) {
+        for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
             if (f->group[m] != gid)
                 continue;
             const ir_node *n = ir_nd(g, m);
@@ -569,7 +586,7 @@ static bool column_sum_of_stored(const fuser *f, int gid, int c)
 static void grow_column_sums(fuser *f, int gid, const char *pat)
 {
     ir_graph *g = f->g;
-    for (int m = 0; m < f->n; m++) {
+    for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
         if (f->group[m] != gid || ir_nd(g, m)->op == IR_OP_SUM_TO)
             continue;
         const ir_node *n = ir_nd(g, m);
