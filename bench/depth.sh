@@ -4,14 +4,18 @@
 # on each. Prints one line per depth: depth, IR nodes after all passes,
 # seconds (wall clock).
 #
-#   bench/depth.sh [KIND] [DEPTH...]     KIND: elementwise (default) or dense
+#   bench/depth.sh [KIND] [DEPTH...]     KIND: elementwise (default), dense
+#                                        or mixed
 #   KILN=path/to/kiln bench/depth.sh ... (default ./build/kiln)
 #   bench/depth.sh --model KIND DEPTH    print the model file alone
-#                                        (tests/fusion_depth.sh uses it)
+#                                        (tests/fusion_depth.sh and
+#                                        tests/ir_long_chain.sh use it)
 #
 # elementwise: h = x @ w, then DEPTH lines alternating h = h + 0.0001 and
 # h = relu(h) * 0.999 + 0.001 (about 2.5 ops a line), then a loss.
 # dense: DEPTH lines h = relu(h @ w) (2 ops a line).
+# mixed: DEPTH lines cycling through matmuls with activations, a row sum,
+# reshapes, exp, sigmoid (about 3.4 ops a line).
 set -euo pipefail
 
 # chain KIND DEPTH: the model file on stdout.
@@ -23,6 +27,13 @@ chain() {
   if [ "$1" = dense ]; then
     echo "  h = x"
     for ((i = 0; i < $2; i++)); do echo "  h = relu(h @ w)"; done
+  elif [ "$1" = mixed ]; then
+    local lines=("h = relu(h @ w)" "h = tanh(h @ w) + 0.0001"
+      "h = h - reshape(sum(h, axis = 1), [batch, 1]) * 0.01"
+      "h = exp(reshape(reshape(h, [batch, 4, 4]) * 0.5, [batch, 16]) * 0.001) @ w"
+      "h = h * sigmoid(h)")
+    echo "  h = x"
+    for ((i = 0; i < $2; i++)); do echo "  ${lines[i % 5]}"; done
   else
     echo "  h = x @ w"
     for ((i = 0; i < $2; i++)); do

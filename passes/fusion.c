@@ -165,6 +165,15 @@ typedef struct fuser {
     int *visit;        /* per node: the stamp of the last acyclicity walk that met it */
     int *queue;        /* scratch for that walk, one slot per node */
     int vstamp;
+    int *gvisit;       /* per group id: the stamp of the last walk that entered it */
+    /* A Fenwick tree over node positions for prefix maxima: reach(p) is
+     * at least the largest hi[h] of the groups with lo[h] <= p. */
+    int *reach;
+    /* Per group id: the first of its entries in a list of the nodes marked
+     * into it (node, next entry; -1 ends). A node taken back out keeps its
+     * entry, so readers check group[] too. */
+    int *first;
+    KL_VEC(int) entry;
 } fuser;
 
 static uint64_t *row(uint64_t *sets, const fuser *f, int i)
@@ -212,14 +221,47 @@ static bool needs_no_kernel(const ir_node *n)
     return n->op == IR_OP_CONST || ir_op_is_view(n->op);
 }
 
+/* Records that a group reaches from position lo up to position hi. */
+static void reach_note(fuser *f, int lo, int hi)
+{
+    for (int i = lo + 1; i <= f->n; i += i & -i)
+        if (f->reach[i] < hi)
+            f->reach[i] = hi;
+}
+
+/* The largest hi noted for a position at or below p (-1 if none). */
+static int reach_upto(const fuser *f, int p)
+{
+    int r = -1;
+    for (int i = p + 1; i > 0; i -= i & -i)
+        if (f->reach[i] > r)
+            r = f->reach[i];
+    return r;
+}
+
 /* Puts node x in group gid (for good or tentatively). */
 static void mark(fuser *f, int x, int gid)
 {
     f->group[x] = gid;
+    kl_vec_push(f->entry, x);
+    kl_vec_push(f->entry, f->first[gid]);
+    f->first[gid] = f->entry.n - 2;
     if (f->lo[gid] < 0 || x < f->lo[gid])
         f->lo[gid] = x;
     if (x > f->hi[gid])
         f->hi[gid] = x;
+    reach_note(f, f->lo[gid], f->hi[gid]);
+}
+
+/* The lowest position past top that no group spans: a group's range
+ * that starts at or below it ends at or below it. Nothing past it leads
+ * back to a node at or below top: edges go forward in node order, and a
+ * group there lies wholly past it. */
+static int cut_above(const fuser *f, int top)
+{
+    for (int r; (r = reach_upto(f, top)) > top;)
+        top = r;
+    return top;
 }
 
 static bool in_group_or(const fuser *f, int node, int gid, int x)
@@ -227,10 +269,28 @@ static bool in_group_or(const fuser *f, int node, int gid, int x)
     return node == x || f->group[node] == gid;
 }
 
-/* Queues node o for the walk of groups_stay_acyclic, once. */
-static void visit(fuser *f, int o, int *nq)
+/* The members of group gid, then x (x may come twice, and so may a
+ * member taken out and put back): the next one after list position *e,
+ * or -1 at the end. Start with *e = f->first[gid]. */
+static int next_member_or(const fuser *f, int gid, int x, int *e)
 {
-    if (f->visit[o] != f->vstamp && !ir_nd(f->g, o)->dead) {
+    while (*e >= 0) {
+        int m = f->entry.v[*e];
+        *e = f->entry.v[*e + 1];
+        if (f->group[m] == gid)
+            return m;
+    }
+    if (*e == -1) {
+        *e = -2;
+        return x;
+    }
+    return -1;
+}
+
+/* Queues node o for the walk of groups_stay_acyclic, once. */
+static void visit(fuser *f, int o, int *nq, int cut)
+{
+    if (o <= cut && f->visit[o] != f->vstamp && !ir_nd(f->g, o)->dead) {
         f->visit[o] = f->vstamp;
         f->queue[(*nq)++] = o;
     }
@@ -245,17 +305,19 @@ static void visit(fuser *f, int o, int *nq)
  * members (the group runs as one kernel, after all of its operands);
  * coming back to the group or x is a cycle. Node order puts producers
  * first, so a node past the group's last member that belongs to no
- * group cannot lead back. */
+ * group cannot lead back, nor can a node past cut_above (which keeps the
+ * walk near the group instead of over the rest of the graph), and
+ * entering a group once per walk is enough. */
 static bool groups_stay_acyclic(fuser *f, int gid, int x)
 {
     const ir_graph *g = f->g;
     int top = f->hi[gid] > x ? f->hi[gid] : x, nq = 0;
+    int cut = cut_above(f, top);
     f->vstamp++;
-    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= top; m++)
-        if (in_group_or(f, m, gid, x))
-            f->visit[m] = f->vstamp;
-    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= top; m++) {
-        if (!in_group_or(f, m, gid, x) || ir_nd(g, m)->dead)
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;)
+        f->visit[m] = f->vstamp;
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;) {
+        if (ir_nd(g, m)->dead)
             continue;
         const ir_node *n = ir_nd(g, m);
         for (int k = 0; k < n->out.n; k++) {
@@ -263,17 +325,19 @@ static bool groups_stay_acyclic(fuser *f, int gid, int x)
             for (int u = 0; u < val->uses.n; u++) {
                 int c = val->uses.v[u].node;
                 if (!in_group_or(f, c, gid, x) && (c <= top || f->group[c] >= 0))
-                    visit(f, c, &nq);
+                    visit(f, c, &nq, cut);
             }
         }
     }
     for (int qi = 0; qi < nq; qi++) {
         int o = f->queue[qi];
         int h = f->group[o];
-        if (h >= 0 && h != gid)
-            for (int m = f->lo[h]; m <= f->hi[h]; m++)
-                if (f->group[m] == h)
-                    visit(f, m, &nq);
+        if (h >= 0 && h != gid && f->gvisit[h] != f->vstamp) {
+            f->gvisit[h] = f->vstamp;
+            for (int e = f->first[h]; e >= 0; e = f->entry.v[e + 1])
+                if (f->group[f->entry.v[e]] == h)
+                    visit(f, f->entry.v[e], &nq, cut);
+        }
         const ir_node *n = ir_nd(g, o);
         for (int k = 0; k < n->out.n; k++) {
             const ir_value *val = ir_val(g, n->out.v[k]);
@@ -282,7 +346,7 @@ static bool groups_stay_acyclic(fuser *f, int gid, int x)
                 if (in_group_or(f, c, gid, x))
                     return false;
                 if (c <= top || f->group[c] >= 0)
-                    visit(f, c, &nq);
+                    visit(f, c, &nq, cut);
             }
         }
     }
@@ -312,8 +376,8 @@ static bool convex_with(fuser *f, int gid, int x)
     int w1 = (f->hi[gid] > x ? f->hi[gid] : x) / 64 + 1;
     memset(ga + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
     memset(gd + w0, 0, sizeof(uint64_t) * (size_t)(w1 - w0));
-    for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
-        if (f->group[m] != gid || m == x)
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;) {
+        if (m == x)
             continue;
         if (phase_kind(ir_nd(f->g, m)) != xu)
             return false;
@@ -364,9 +428,9 @@ static bool group_fits(fuser *f, int gid, int x)
     }
     int bufs = 0;
     f->stamp++;
-    for (int m = f->lo[gid] >= 0 && f->lo[gid] < x ? f->lo[gid] : x; m <= f->hi[gid] || m <= x; m++) {
+    for (int e = f->first[gid], m; (m = next_member_or(f, gid, x, &e)) >= 0;) {
         const ir_node *n = ir_nd(g, m);
-        if (n->dead || !in_group_or(f, m, gid, x))
+        if (n->dead)
             continue;
         for (int k = 0; k < n->in.n; k++) {
             int p = producer(f, m, k);
@@ -446,7 +510,7 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
     ir_graph *g = f->g;
     for (bool changed = true; changed;) {
         changed = false;
-        for (int m = 0; m < f->n; m++) {
+        for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
             if (f->group[m] != gid)
                 continue;
             const ir_node *n = ir_nd(g, m);
@@ -477,7 +541,7 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
     ir_graph *g = f->g;
     for (bool changed = true; changed;) {
         changed = false;
-        for (int m = 0; m < f->n; m++) {
+        for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
             if (f->group[m] != gid)
                 continue;
             const ir_node *n = ir_nd(g, m);
@@ -535,7 +599,7 @@ static bool column_sum_of_stored(const fuser *f, int gid, int c)
 static void grow_column_sums(fuser *f, int gid, const char *pat)
 {
     ir_graph *g = f->g;
-    for (int m = 0; m < f->n; m++) {
+    for (int m = f->lo[gid]; m >= 0 && m <= f->hi[gid]; m++) {
         if (f->group[m] != gid || ir_nd(g, m)->op == IR_OP_SUM_TO)
             continue;
         const ir_node *n = ir_nd(g, m);
@@ -671,6 +735,11 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     f.seen = kl_xcalloc((size_t)g->values.n + 1, sizeof(int));
     f.visit = kl_xcalloc((size_t)f.n + 1, sizeof(int));
     f.queue = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.gvisit = kl_xcalloc((size_t)f.n + 1, sizeof(int));
+    f.reach = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    f.first = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    for (int i = 0; i <= f.n; i++)
+        f.reach[i] = f.first[i] = -1;
     for (int i = 0; i < f.n; i++)
         f.group[i] = -1;
     if (fuse) {
@@ -722,6 +791,10 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.seen);
     free(f.visit);
     free(f.queue);
+    free(f.gvisit);
+    free(f.reach);
+    free(f.first);
+    kl_vec_free(f.entry);
     free(f.lo);
     free(f.hi);
     free(f.bound);
