@@ -15,7 +15,7 @@ refuses it.
   ckpt_craft.py IN OUT rank NAME N       NAME's rank field (version 3; dims unchanged)
   ckpt_craft.py IN OUT nan NAME I        NAME's element I (f32) made a NaN
   ckpt_craft.py IN OUT value NAME I X    NAME's element I (f32) set to X (-1, inf, 1e-40)
-  ckpt_craft.py IN OUT scale X           the run state's loss scale (version 2 and 3)
+  ckpt_craft.py IN OUT scale X           the run state's loss scale (versions 2 to 4)
   ckpt_craft.py IN OUT show              print the run state (no OUT written)
 """
 import struct
@@ -128,7 +128,7 @@ def main():
                 i = 4 * int(args[1])
                 e[2] = e[2][:i] + struct.pack("<f", float(args[2])) + e[2][i + 4 :]
     elif op == "scale":
-        assert len(state) == 5, "a version 1 checkpoint has no loss scale"
+        assert len(state) >= 5, "a version 1 checkpoint has no loss scale"
         state[4] = float(args[0])
     elif op == "version":
         version = int(args[0])
