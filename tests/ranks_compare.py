@@ -66,7 +66,7 @@ def values(path):
     for name, head, blob in entries:
         (n,) = struct.unpack_from("<I", head, 0)
         at = 4 + n
-        if version == 3:  # the value's role follows its name
+        if version >= 3:  # the value's role follows its name
             (r,) = struct.unpack_from("<I", head, at)
             at += 4 + r
         (dt,) = struct.unpack_from("<I", head, at)
