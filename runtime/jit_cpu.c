@@ -256,8 +256,8 @@ void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const ch
     void *handle = open_verified(so, sum, mark);
     if (!handle) {
         if (!quiet)
-            fprintf(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "", reason ? reason : "", kl_cc(),
-                    kl_cc_flags());
+            kl_fprintf_escaped(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "",
+                               reason ? reason : "", kl_cc(), kl_cc_flags());
         if (compile_object(source, mark, dir, h, so, sum, reason) == 0 && !(handle = open_verified(so, sum, mark))) {
             const char *de = dlerror();
             kl_error("cannot load compiled kernels %s: %s", so, de ? de : "it is not the cache's object for its key");

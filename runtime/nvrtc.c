@@ -340,8 +340,9 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     if (to_ptx) {
         snprintf(jit_arch, sizeof jit_arch, "compute_%d", target);
         if (!o->quiet)
-            fprintf(stderr, "kiln: %s is newer than NVRTC %d.%d's CUBIN targets: PTX for %s, JIT-compiled by the driver\n",
-                    o->arch, nv.major, nv.minor, jit_arch);
+            kl_fprintf_escaped(
+                stderr, "kiln: %s is newer than NVRTC %d.%d's CUBIN targets: PTX for %s, JIT-compiled by the driver\n",
+                o->arch, nv.major, nv.minor, jit_arch);
         jit.arch = jit_arch;
         jit.ptx = true;
         o = &jit;
@@ -381,8 +382,8 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     if (threads > 64)
         threads = 64;
     if (!o->quiet && n > 0)
-        fprintf(stderr, "kiln: NVRTC %d.%d: %d kernels for %s (%d threads, cache %s)\n", nv.major, nv.minor, n, o->arch,
-                threads, cx.dir ? cx.dir : "off");
+        kl_fprintf_escaped(stderr, "kiln: NVRTC %d.%d: %d kernels for %s (%d threads, cache %s)\n", nv.major, nv.minor,
+                           n, o->arch, threads, cx.dir ? cx.dir : "off");
     pthread_t tid[64];
     int started = 0;
     for (int t = 0; t < threads; t++)
