@@ -371,7 +371,8 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     cx.key_base = key;
     char not_private[1024];
     if (!o->no_cache && o->cache_dir && kl_cache_seal(o->cache_dir, o->cache_dir, not_private, sizeof not_private))
-        fprintf(kl_diag_stream(), "kiln: note: not using the kernel cache folder (not private): %s\n", not_private);
+        kl_fprintf_escaped(kl_diag_stream(), "kiln: note: not using the kernel cache folder (not private): %s\n",
+                           not_private);
     else if (!o->no_cache)
         cx.dir = o->cache_dir ? kl_xstrdup(o->cache_dir) : kl_cache_dir("cuda");
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
