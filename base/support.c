@@ -432,6 +432,19 @@ static void vput_escaped(FILE *out, const char *fmt, va_list ap)
     kl_buf_free(&b);
 }
 
+void kl_vfprintf_escaped(FILE *out, const char *fmt, va_list ap)
+{
+    vput_escaped(out, fmt, ap);
+}
+
+void kl_fprintf_escaped(FILE *out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vput_escaped(out, fmt, ap);
+    va_end(ap);
+}
+
 static void vreport(const char *kind, const kl_source *src, kl_loc loc, const char *fmt, va_list ap)
 {
     FILE *out = kl_diag_stream();

@@ -118,6 +118,12 @@ void kl_error(const char *fmt, ...) KL_PRINTF(1, 2);
  * in a tensor name from a file) as \xHH. kl_error and kl_error_at print
  * their whole message through it. */
 void kl_fputs_escaped(const char *s, FILE *out);
+/* fprintf through kl_fputs_escaped: for every warning, note and listing
+ * that prints a name from a file (tensor, shard member, manifest string,
+ * path). The format's own text is printed as is but for control bytes,
+ * so ordinary output is unchanged. */
+void kl_fprintf_escaped(FILE *out, const char *fmt, ...) KL_PRINTF(2, 3);
+void kl_vfprintf_escaped(FILE *out, const char *fmt, va_list ap);
 
 /* FNV-1a, 64 bits: for cache keys and checksums of plans, not security. */
 uint64_t kl_hash_bytes(uint64_t h, const void *p, size_t n);

@@ -177,7 +177,7 @@ static int resume(trainer *t, train_loop *lp)
         t->skipped_in_row = rs.skipped_in_row;
     }
     if (!t->opt.quiet)
-        printf("resumed from %s at step %lld\n", t->opt.resume, (long long)lp->step);
+        kl_fprintf_escaped(stdout, "resumed from %s at step %lld\n", t->opt.resume, (long long)lp->step);
     note_schedule_span(t, rs.schedule_steps);
     return 0;
 }
@@ -266,8 +266,8 @@ static int eval_data_check(trainer *t, eval_result *r)
         return -1;
     }
     if (r->skipped && !t->opt.quiet)
-        printf("evaluation: %lld test sample%s skipped (on_error = skip); the first: %s\n", (long long)r->skipped,
-               r->skipped == 1 ? "" : "s", r->first_skip);
+        kl_fprintf_escaped(stdout, "evaluation: %lld test sample%s skipped (on_error = skip); the first: %s\n",
+                           (long long)r->skipped, r->skipped == 1 ? "" : "s", r->first_skip);
     return 0;
 }
 
@@ -426,8 +426,9 @@ static int run_training(trainer *t)
     int64_t own = kl_loader_skipped(lp.loader, &own_first);
     int64_t skipped = train_ranks_skips(t, own, own_first, first, sizeof first);
     if (skipped)
-        printf("data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
-               (long long)skipped, skipped == 1 ? "" : "s", first);
+        kl_fprintf_escaped(stdout,
+                           "data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
+                           (long long)skipped, skipped == 1 ? "" : "s", first);
     rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
     /* Tensor-parallel params and zero3's slices are exported whole
      * (train_tp.c, train_ranks.c). */

@@ -108,7 +108,7 @@ void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now)
     qsort(all.v, (size_t)all.n, sizeof *all.v, newest_first);
     for (int i = 0; i < all.n; i++) {
         if (i >= o->keep && unlink(all.v[i].path))
-            fprintf(stderr, "kiln: warning: cannot remove the old checkpoint %s\n", all.v[i].path);
+            kl_fprintf_escaped(stderr, "kiln: warning: cannot remove the old checkpoint %s\n", all.v[i].path);
         free(all.v[i].path);
     }
     kl_vec_free(all);

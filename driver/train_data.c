@@ -132,11 +132,12 @@ static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char
         /* Bytes into a float input are their values, 0 to 255: say so
          * once per data set (a normalize augmentation would scale them). */
         if (fdt == IR_U8 && ir_dtype_is_float(t->dtype) && !fd->used)
-            fprintf(stderr,
-                    "kiln: note: input '%s' (%s) reads field '%s' of %s (%s) as its byte values 0 to 255, unscaled\n"
-                    "---> scale in the model (f32(x) / 255), or normalize the field (shards(..., augment = "
-                    "[normalize(mean = ..., std = ...)]))\n",
-                    v->name, ts, fd->name, d->name, ft);
+            kl_fprintf_escaped(
+                stderr,
+                "kiln: note: input '%s' (%s) reads field '%s' of %s (%s) as its byte values 0 to 255, unscaled\n"
+                "---> scale in the model (f32(x) / 255), or normalize the field (shards(..., augment = "
+                "[normalize(mean = ..., std = ...)]))\n",
+                v->name, ts, fd->name, d->name, ft);
         free(ts);
         if (b->n == KL_MAX_FIELDS) {
             kl_error("%s: more than %d inputs", model, KL_MAX_FIELDS);
@@ -309,35 +310,36 @@ int train_prepare_data(trainer *t)
     for (int i = 0; i < 2; i++) {
         kl_dataset *d = sets[i];
         if (d->tokens && !t->opt.quiet)
-            printf("data: %s: %llu tokens (vocabulary %llu), %lld %s windows of context %lld + 1 per epoch\n", d->name,
-                   (unsigned long long)d->tokens->count, (unsigned long long)d->tokens->vocab, (long long)d->count,
-                   i == 0 ? "random" : "evenly spaced", (long long)d->context);
+            kl_fprintf_escaped(
+                stdout, "data: %s: %llu tokens (vocabulary %llu), %lld %s windows of context %lld + 1 per epoch\n",
+                d->name, (unsigned long long)d->tokens->count, (unsigned long long)d->tokens->vocab,
+                (long long)d->count, i == 0 ? "random" : "evenly spaced", (long long)d->context);
         if (!d->shards)
             continue;
         char note[300];
         if (kl_shards_prepare(d, note, sizeof note))
             return -1;
         if (!t->opt.quiet) {
-            printf("data: %s: %lld samples in %d shard%s; ", d->name, (long long)d->count, kl_shards_count(d),
-                   kl_shards_count(d) == 1 ? "" : "s");
+            kl_fprintf_escaped(stdout, "data: %s: %lld samples in %d shard%s; ", d->name, (long long)d->count,
+                               kl_shards_count(d), kl_shards_count(d) == 1 ? "" : "s");
             for (int f = 0, k = 0; f < d->nfields; f++) {
                 if (!d->field[f].used)
                     continue;
                 char ft[96];
                 kl_field_type_str(&d->field[f].type, ft, sizeof ft);
-                printf("%s%s %s", k++ ? ", " : "", d->field[f].name, ft);
+                kl_fprintf_escaped(stdout, "%s%s %s", k++ ? ", " : "", d->field[f].name, ft);
             }
-            printf("; %s", note);
+            kl_fprintf_escaped(stdout, "; %s", note);
             if (i == 0)
-                printf("; %d workers, prefetch %d, shuffle buffer %lld", t->cfg.data_workers, t->cfg.data_prefetch,
-                       (long long)t->cfg.data_shuffle_buffer);
-            printf("\n");
+                kl_fprintf_escaped(stdout, "; %d workers, prefetch %d, shuffle buffer %lld", t->cfg.data_workers,
+                                   t->cfg.data_prefetch, (long long)t->cfg.data_shuffle_buffer);
+            kl_fprintf_escaped(stdout, "\n");
         }
         const char *first;
         int64_t skipped = kl_shards_skipped(d, &first);
         if (skipped)
-            fprintf(stderr, "kiln: %s: %lld sample%s left out (on_error = skip); the first: %s\n", d->name,
-                    (long long)skipped, skipped == 1 ? "" : "s", first);
+            kl_fprintf_escaped(stderr, "kiln: %s: %lld sample%s left out (on_error = skip); the first: %s\n", d->name,
+                               (long long)skipped, skipped == 1 ? "" : "s", first);
     }
     return 0;
 }

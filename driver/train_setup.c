@@ -58,7 +58,7 @@ kl_backend *train_open_backend(const train_options *o, const kl_cpu_options *co,
             return NULL;
         }
         if (!o->quiet)
-            fprintf(stderr, "kiln: no usable GPU (%s); training on the CPU\n", why);
+            kl_fprintf_escaped(stderr, "kiln: no usable GPU (%s); training on the CPU\n", why);
     }
     return kl_cpu_backend_new(co);
 }

@@ -129,9 +129,13 @@ char *ir_print(const ir_graph *g)
 static void dot_escape(kl_buf *b, const char *s)
 {
     for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
             kl_buf_putc(b, '\\');
-        kl_buf_putc(b, *s);
+        if (c < 32 || c == 127) /* a control byte from a .kir string: shown, not sent */
+            kl_buf_printf(b, "\\\\x%02x", c);
+        else
+            kl_buf_putc(b, (char)c);
     }
 }
 

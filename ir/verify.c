@@ -19,9 +19,9 @@ static void bad(verifier *vf, const char *fmt, ...)
     va_list ap;
     if (vf->errors++ >= 20)
         return;
-    fprintf(out, "kiln: verifier: graph %s: ", vf->g->name);
+    kl_fprintf_escaped(out, "kiln: verifier: graph %s: ", vf->g->name);
     va_start(ap, fmt);
-    vfprintf(out, fmt, ap);
+    kl_vfprintf_escaped(out, fmt, ap);
     va_end(ap);
     fputc('\n', out);
 }

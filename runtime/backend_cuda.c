@@ -406,7 +406,8 @@ static void say_attention(cuda_backend *cb, const kl_plan *plan)
         bool tiled = k->cuda.nlaunches == 1 && k->cuda.launches[0].threads > 0;
         if (!tiled)
             cg_cuda_attention_fits(&k->attn, k->cuda.nbufs, why, sizeof why);
-        fprintf(stderr, "kiln: %s (%s): %s%s\n", k->what, k->name, tiled ? "tiled CUDA kernel" : "generated kernel: ", why);
+        kl_fprintf_escaped(stderr, "kiln: %s (%s): %s%s\n", k->what, k->name,
+                           tiled ? "tiled CUDA kernel" : "generated kernel: ", why);
     }
 }
 
@@ -456,8 +457,8 @@ static int cuda_prepare(kl_backend *be, const kl_plan *plan)
     index_kernels(cb);
     char *lt = plan_lt_summary(plan);
     if (!rc && lt && !cb->o.quiet)
-        fprintf(stderr, "kiln: cuBLASLt GEMM epilogues: %s%s\n", lt,
-                cb->lt_epilogues ? "" : "; off (KILN_CUDA_LT_EPILOGUE=0): the generated kernels do them");
+        kl_fprintf_escaped(stderr, "kiln: cuBLASLt GEMM epilogues: %s%s\n", lt,
+                           cb->lt_epilogues ? "" : "; off (KILN_CUDA_LT_EPILOGUE=0): the generated kernels do them");
     free(lt);
     return rc;
 }
@@ -619,8 +620,10 @@ static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key, const kl_g
     gp.ok = found >= 1;
     if (!gp.ok && key->epi != KL_LT_NONE) {
         if (!cb->o.quiet)
-            fprintf(stderr, "kiln: cuBLASLt has no algorithm for epilogue %s on a %lld x %lld x %lld GEMM: the generated kernel does it\n",
-                    plan_lt_epi_name((kl_lt_epi)key->epi), (long long)m, (long long)n, (long long)k);
+            kl_fprintf_escaped(stderr,
+                               "kiln: cuBLASLt has no algorithm for epilogue %s on a %lld x %lld x %lld GEMM: the "
+                               "generated kernel does it\n",
+                               plan_lt_epi_name((kl_lt_epi)key->epi), (long long)m, (long long)n, (long long)k);
     } else if (!gp.ok)
         kl_panic("cuBLASLt has no algorithm for a %s x %s -> %s GEMM of %lld x %lld x %lld (batch %lld)",
                  ir_dtype_name((ir_dtype)key->dtype), ir_dtype_name((ir_dtype)key->dtype),

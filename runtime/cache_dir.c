@@ -100,8 +100,8 @@ static char *fallback_dir(const char *sub, const char *refused, const char *refu
         dir = NULL;
     } else if (refused && !noted) {
         noted = 1;
-        fprintf(kl_diag_stream(), "kiln: note: not using the kernel cache %s: %s; using %s\n", refused, refused_why,
-                dir);
+        kl_fprintf_escaped(kl_diag_stream(), "kiln: note: not using the kernel cache %s: %s; using %s\n", refused,
+                           refused_why, dir);
     }
     free(base);
     return dir;

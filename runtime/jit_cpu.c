@@ -218,11 +218,12 @@ static int compile_object(const char *source, const char *mark, const char *dir,
         kl_error("compiling kernels%s%s failed: %s%s%s", reason ? " for " : "", reason ? reason : "", why,
                  c ? "; the source is " : "", c ? c : "");
         if (reason)
-            fprintf(kl_diag_stream(),
-                    "---> the kernels for %s are not in this executable (it holds those of its train block's settings),\n"
-                    "     so they are compiled at start by a C compiler ($CC, else cc): install one or set CC,\n"
-                    "     or put these settings in the train block and kiln build again\n",
-                    reason);
+            kl_fprintf_escaped(
+                kl_diag_stream(),
+                "---> the kernels for %s are not in this executable (it holds those of its train block's settings),\n"
+                "     so they are compiled at start by a C compiler ($CC, else cc): install one or set CC,\n"
+                "     or put these settings in the train block and kiln build again\n",
+                reason);
         if (log && kl_source_read_quiet(&lg, log) == 0) {
             fputs(lg.text, kl_diag_stream());
             kl_source_free(&lg);
@@ -256,8 +257,8 @@ void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const ch
     void *handle = open_verified(so, sum, mark);
     if (!handle) {
         if (!quiet)
-            fprintf(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "", reason ? reason : "", kl_cc(),
-                    kl_cc_flags());
+            kl_fprintf_escaped(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "",
+                               reason ? reason : "", kl_cc(), kl_cc_flags());
         if (compile_object(source, mark, dir, h, so, sum, reason) == 0 && !(handle = open_verified(so, sum, mark))) {
             const char *de = dlerror();
             kl_error("cannot load compiled kernels %s: %s", so, de ? de : "it is not the cache's object for its key");

@@ -340,8 +340,9 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     if (to_ptx) {
         snprintf(jit_arch, sizeof jit_arch, "compute_%d", target);
         if (!o->quiet)
-            fprintf(stderr, "kiln: %s is newer than NVRTC %d.%d's CUBIN targets: PTX for %s, JIT-compiled by the driver\n",
-                    o->arch, nv.major, nv.minor, jit_arch);
+            kl_fprintf_escaped(
+                stderr, "kiln: %s is newer than NVRTC %d.%d's CUBIN targets: PTX for %s, JIT-compiled by the driver\n",
+                o->arch, nv.major, nv.minor, jit_arch);
         jit.arch = jit_arch;
         jit.ptx = true;
         o = &jit;
@@ -370,7 +371,8 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     cx.key_base = key;
     char not_private[1024];
     if (!o->no_cache && o->cache_dir && kl_cache_seal(o->cache_dir, o->cache_dir, not_private, sizeof not_private))
-        fprintf(kl_diag_stream(), "kiln: note: not using the kernel cache folder (not private): %s\n", not_private);
+        kl_fprintf_escaped(kl_diag_stream(), "kiln: note: not using the kernel cache folder (not private): %s\n",
+                           not_private);
     else if (!o->no_cache)
         cx.dir = o->cache_dir ? kl_xstrdup(o->cache_dir) : kl_cache_dir("cuda");
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -381,8 +383,8 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     if (threads > 64)
         threads = 64;
     if (!o->quiet && n > 0)
-        fprintf(stderr, "kiln: NVRTC %d.%d: %d kernels for %s (%d threads, cache %s)\n", nv.major, nv.minor, n, o->arch,
-                threads, cx.dir ? cx.dir : "off");
+        kl_fprintf_escaped(stderr, "kiln: NVRTC %d.%d: %d kernels for %s (%d threads, cache %s)\n", nv.major, nv.minor,
+                           n, o->arch, threads, cx.dir ? cx.dir : "off");
     pthread_t tid[64];
     int started = 0;
     for (int t = 0; t < threads; t++)

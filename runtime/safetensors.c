@@ -546,7 +546,7 @@ int kl_st_init_session(kl_session *s, const char *path, bool partial, bool quiet
         list(&b, "kept at their initial values (not in the file)", missing, nmissing);
         list(&b, "kept at their initial values (another shape in the file)", shape, nshape);
         list(&b, "ignored (not in the model)", extra, nextra);
-        fprintf(stderr, "kiln: --init-partial %s: %s\n", path, b.s);
+        kl_fprintf_escaped(stderr, "kiln: --init-partial %s: %s\n", path, b.s);
         kl_buf_free(&b);
     }
     /* Weights with inf or nan would make the first step "diverge":

@@ -172,7 +172,7 @@ kl_sampler *kl_sampler_start(double interval_s, int cuda_device, bool quiet)
         char why[300];
         if (open_nvml(s, cuda_device, why, sizeof why)) {
             if (!quiet)
-                fprintf(stderr, "kiln: no GPU readings (NVML: %s); sampling the host only\n", why);
+                kl_fprintf_escaped(stderr, "kiln: no GPU readings (NVML: %s); sampling the host only\n", why);
             s->dev = NULL;
         }
     }

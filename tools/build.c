@@ -294,7 +294,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
         kl_argv_add_words(&cmd, "-lopenblas -lpng -ljpeg -lz -lm -lpthread -ldl");
         if (verbose) {
             char *line = kl_argv_str(&cmd);
-            fprintf(stderr, "+ %s\n", line);
+            kl_fprintf_escaped(stderr, "+ %s\n", line);
             free(line);
         }
         char why[512];

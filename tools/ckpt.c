@@ -64,10 +64,10 @@ static void print_optimizer(const kl_ckpt *c)
         if (suffix && k == nseen)
             seen[nseen++] = suffix;
     }
-    printf("optimizer state per param:");
+    kl_fprintf_escaped(stdout, "optimizer state per param:");
     for (int k = 0; k < nseen; k++)
-        printf("%s %s", k ? "," : "", seen[k]);
-    printf("%s\n", nseen ? "" : " none");
+        kl_fprintf_escaped(stdout, "%s %s", k ? "," : "", seen[k]);
+    kl_fprintf_escaped(stdout, "%s\n", nseen ? "" : " none");
     free(seen);
 }
 
@@ -95,24 +95,28 @@ static int cmd_ckpt(int argc, char **argv)
     if (kl_ckpt_read(&c, path))
         return 1;
     const kl_run_state *rs = &c.rs;
-    printf("%s: kiln checkpoint, format version %u, %zu bytes, checksum ok\n", path, c.version, c.file.len);
+    kl_fprintf_escaped(stdout, "%s: kiln checkpoint, format version %u, %zu bytes, checksum ok\n", path, c.version,
+                       c.file.len);
     if (c.version >= 3)
-        printf("model: %s\nprecision: %s\nwritten by: kiln %s\n", c.model[0] ? c.model : "(none)",
-               c.precision[0] ? c.precision : "(none)", c.kiln_version);
+        kl_fprintf_escaped(stdout, "model: %s\nprecision: %s\nwritten by: kiln %s\n", c.model[0] ? c.model : "(none)",
+                           c.precision[0] ? c.precision : "(none)", c.kiln_version);
     else
-        printf("model, precision, roles: not recorded (version %u)\n", c.version);
-    printf("step: %llu (data position: the run's shuffled order, replayed to step %llu)\n",
-           (unsigned long long)rs->step, (unsigned long long)rs->step);
+        kl_fprintf_escaped(stdout, "model, precision, roles: not recorded (version %u)\n", c.version);
+    kl_fprintf_escaped(stdout, "step: %llu (data position: the run's shuffled order, replayed to step %llu)\n",
+                       (unsigned long long)rs->step, (unsigned long long)rs->step);
     if (c.version >= 4 && rs->schedule_steps)
-        printf("lr schedule: spans %llu steps (a resumed run with another span changes the lr from here on)\n",
-               (unsigned long long)rs->schedule_steps);
+        kl_fprintf_escaped(
+            stdout, "lr schedule: spans %llu steps (a resumed run with another span changes the lr from here on)\n",
+            (unsigned long long)rs->schedule_steps);
     else
-        printf("lr schedule: span not recorded (version %u)\n", c.version);
+        kl_fprintf_escaped(stdout, "lr schedule: span not recorded (version %u)\n", c.version);
     if (c.version >= 2)
-        printf("loss scaler: scale %g, %lld clean steps since its last change, %lld steps skipped (%lld in a row)\n",
-               rs->loss_scale, (long long)rs->clean_steps, (long long)rs->skipped, (long long)rs->skipped_in_row);
+        kl_fprintf_escaped(
+            stdout,
+            "loss scaler: scale %g, %lld clean steps since its last change, %lld steps skipped (%lld in a row)\n",
+            rs->loss_scale, (long long)rs->clean_steps, (long long)rs->skipped, (long long)rs->skipped_in_row);
     else
-        printf("loss scaler: not recorded (version 1)\n");
+        kl_fprintf_escaped(stdout, "loss scaler: not recorded (version 1)\n");
     print_optimizer(&c);
     role_total *tot = kl_xcalloc((size_t)c.n + 1, sizeof *tot);
     int nt = 0;
@@ -120,7 +124,8 @@ static int cmd_ckpt(int argc, char **argv)
     for (int i = 0; i < c.n; i++)
         if (strlen(c.v[i].name) > w)
             w = strlen(c.v[i].name);
-    printf("values: %d\n  %-*s  %-15s  %-5s  %-18s  %s\n", c.n, (int)w, "name", "role", "dtype", "shape", "bytes");
+    kl_fprintf_escaped(stdout, "values: %d\n  %-*s  %-15s  %-5s  %-18s  %s\n", c.n, (int)w, "name", "role", "dtype",
+                       "shape", "bytes");
     for (int i = 0; i < c.n; i++) {
         const kl_ckpt_entry *e = &c.v[i];
         const char *role = e->role[0] ? e->role : "-";
@@ -129,8 +134,8 @@ static int cmd_ckpt(int argc, char **argv)
         for (int d = 0; d < e->type.rank; d++)
             kl_buf_printf(&shape, "%s%lld", d ? "," : "", (long long)e->type.dim[d]);
         kl_buf_putc(&shape, ']');
-        printf("  %-*s  %-15s  %-5s  %-18s  %llu\n", (int)w, e->name, role, ir_dtype_name(e->type.dtype), shape.s,
-               (unsigned long long)e->bytes);
+        kl_fprintf_escaped(stdout, "  %-*s  %-15s  %-5s  %-18s  %llu\n", (int)w, e->name, role,
+                           ir_dtype_name(e->type.dtype), shape.s, (unsigned long long)e->bytes);
         kl_buf_free(&shape);
         int k = 0;
         while (k < nt && strcmp(tot[k].role, role))
@@ -141,10 +146,10 @@ static int cmd_ckpt(int argc, char **argv)
         tot[k].values += ir_type_numel(&e->type);
         tot[k].bytes += (int64_t)e->bytes;
     }
-    printf("by role:\n");
+    kl_fprintf_escaped(stdout, "by role:\n");
     for (int k = 0; k < nt; k++)
-        printf("  %-15s  %3d values  %10lld elements  %10lld bytes\n", tot[k].role, tot[k].count,
-               (long long)tot[k].values, (long long)tot[k].bytes);
+        kl_fprintf_escaped(stdout, "  %-15s  %3d values  %10lld elements  %10lld bytes\n", tot[k].role, tot[k].count,
+                           (long long)tot[k].values, (long long)tot[k].bytes);
     free(tot);
     /* After the listing (it helps to see what a bad file holds), the
      * checks --resume makes: the same file is refused by both. */

@@ -141,7 +141,7 @@ static void remove_pack_dir(const char *dir)
         }
     closedir(d);
     if (rmdir(dir))
-        fprintf(stderr, "kiln pack: warning: could not remove %s: %s\n", dir, strerror(errno));
+        kl_fprintf_escaped(stderr, "kiln pack: warning: could not remove %s: %s\n", dir, strerror(errno));
 }
 
 /* Puts the finished staging folder in out's place. */
@@ -343,8 +343,8 @@ static int pack_split(const pack_opts *opt, pack_input *in, int k, const char *s
             snprintf(pattern, sizeof pattern, "%s-000000.tar", w.split);
         else
             snprintf(pattern, sizeof pattern, "%s-{000000..%06d}.tar", w.split, w.index - 1);
-        printf("kiln pack: %s: %lld samples in %d shard%s (%s, %s)\n", w.split, (long long)n, w.index,
-               w.index == 1 ? "" : "s", pattern, size);
+        kl_fprintf_escaped(stdout, "kiln pack: %s: %lld samples in %d shard%s (%s, %s)\n", w.split, (long long)n,
+                           w.index, w.index == 1 ? "" : "s", pattern, size);
         kl_buf_printf(manifest, "%s\n    \"%s\": {\n      \"samples\": %lld,\n      \"shards\": \"%s\",\n      \"files\": [%s\n      ]\n    }",
                       k ? "," : "", w.split, (long long)n, pattern, w.json.s ? w.json.s : "");
     }
@@ -457,7 +457,7 @@ static int pack_text(const pack_opts *opt, const char *staging)
         free(path);
         kl_buf_printf(&m, "%s\n    \"%s\": {\"file\": \"%s.tok\", \"tokens\": %lld}", k ? "," : "", names[k], names[k],
                       (long long)count);
-        printf("kiln pack: %s: %lld tokens (%s.tok)\n", names[k], (long long)count, names[k]);
+        kl_fprintf_escaped(stdout, "kiln pack: %s: %lld tokens (%s.tok)\n", names[k], (long long)count, names[k]);
     }
     kl_buf_puts(&m, "\n  }\n}\n");
     if (!rc) {
@@ -608,7 +608,7 @@ int kl_pack_main(int argc, char **argv)
     if (prc || swap_in(staging, opt.out)) {
         remove_pack_dir(staging);
     } else {
-        printf("kiln pack: wrote %s\n", opt.out);
+        kl_fprintf_escaped(stdout, "kiln pack: wrote %s\n", opt.out);
         rc = 0;
     }
     free(staging);
