@@ -140,7 +140,7 @@ static int report_missing(const char *pattern, char **paths, int n)
     if (n == 1)
         kl_error("%s: cannot open: %s", paths[0], strerror(first_errno));
     else
-        kl_error("%s: %d of the %d shards it names are missing (the first: %s: %s)", pattern, missing, n,
+        kl_error("%s: %d of the %d shards it names are missing (the first: %s: cannot open: %s)", pattern, missing, n,
                  paths[first], strerror(first_errno));
     return -1;
 }
