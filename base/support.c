@@ -289,6 +289,17 @@ static int source_read(kl_source *src, const char *path, char *why, size_t n)
     int fd = kl_open_regular(path, why, n);
     if (fd < 0)
         return -1;
+    /* Read whole: a file past the machine's memory (a sparse 1 TB
+     * safetensors file) is refused before a byte is buffered. */
+    struct stat st;
+    if (!fstat(fd, &st) && st.st_size > kl_machine_memory()) {
+        char size[32], have[32];
+        kl_format_bytes(size, sizeof size, st.st_size);
+        kl_format_bytes(have, sizeof have, kl_machine_memory());
+        snprintf(why, n, "the file is %s, more than the machine's memory (%s), and is read whole", size, have);
+        close(fd);
+        return -1;
+    }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         snprintf(why, n, "cannot open: %s", strerror(errno));

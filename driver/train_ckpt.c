@@ -54,6 +54,26 @@ char *train_periodic_path(const char *save, int64_t step)
 }
 
 /* The step of a file named BASE.step-DIGITS, or -1. */
+int train_check_value_sizes(const trainer *t)
+{
+    /* Past the machine's memory, reading the file refuses it
+     * (base/support.c); this is the lower bound the run sets itself. */
+    if (t->cfg.memory_limit <= 0)
+        return 0;
+    const char *files[][2] = {{t->opt.init, "--init"}, {t->opt.resume, "--resume"}};
+    for (size_t i = 0; i < KL_ARRAY_LEN(files); i++) {
+        struct stat st;
+        if (!files[i][0] || stat(files[i][0], &st))
+            continue;
+        char *what = kl_xasprintf("%s (%s, read whole)", files[i][0], files[i][1]);
+        int rc = kl_check_alloc(what, st.st_size, t->cfg.memory_limit, "raise --memory-limit, or give a smaller file");
+        free(what);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
 static int64_t periodic_step(const char *name, const char *base)
 {
     size_t n = strlen(base);

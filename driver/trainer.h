@@ -179,6 +179,10 @@ int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g);
  * higher-numbered file, or one off the grid, is another run's: never
  * counted nor removed. */
 int train_check_ckpt_flags(const train_options *o);
+/* --init and --resume files larger than --memory-limit (they are read
+ * whole): refused before anything is loaded, naming the file and the
+ * limit. */
+int train_check_value_sizes(const trainer *t);
 char *train_periodic_path(const char *save, int64_t step);
 void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now);
 

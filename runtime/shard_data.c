@@ -1,9 +1,11 @@
 /* A data set of WebDataset shards: the index pass, the fields, the
  * checks of every sample against them, and the memory cache. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "shard_set.h"
 #include "base/scalar.h"
@@ -119,6 +121,30 @@ static int probe_fields(kl_dataset *d, char *why, size_t n)
     return rc == 1 ? 0 : -1;
 }
 
+/* Shards the pattern names that are not there, reported once with their
+ * count and the first (a million missing shards make one line, not a
+ * million), before any is read. */
+static int report_missing(const char *pattern, char **paths, int n)
+{
+    int missing = 0, first = -1, first_errno = 0;
+    struct stat st;
+    for (int s = 0; s < n; s++)
+        if (stat(paths[s], &st)) {
+            if (!missing++) {
+                first = s;
+                first_errno = errno;
+            }
+        }
+    if (!missing)
+        return 0;
+    if (n == 1)
+        kl_error("%s: cannot open: %s", paths[0], strerror(first_errno));
+    else
+        kl_error("%s: %d of the %d shards it names are missing (the first: %s: cannot open: %s)", pattern, missing, n,
+                 paths[first], strerror(first_errno));
+    return -1;
+}
+
 int kl_shards_load(const kl_shards_opts *o, kl_dataset *out)
 {
     memset(out, 0, sizeof *out);
@@ -138,6 +164,8 @@ int kl_shards_load(const kl_shards_opts *o, kl_dataset *out)
         return -1;
     }
     ss->nshards = n;
+    if (!o->skip && report_missing(o->pattern, ss->paths, n))
+        return -1;
     ss->base = kl_xcalloc((size_t)n + 1, sizeof *ss->base);
     for (int s = 0; s < n; s++) {
         ss->base[s] = ss->total;

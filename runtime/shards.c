@@ -16,15 +16,24 @@
 
 /* ---- brace ranges ---- */
 
-/* Appends every expansion of pattern (prefix already expanded) to *out. */
-static int expand_into(const char *prefix, const char *pattern, char ***out, int *count, char *why, size_t n)
+/* The most paths a pattern may name, all its ranges multiplied: counted
+ * before any is made, so {0..999999}{0..999999} (1e12) is refused at once
+ * instead of filling memory. */
+#define KL_SHARD_MAX_PATHS 1000000
+
+typedef struct brace_range {
+    const char *open, *close; /* the '{' and '}' */
+    long long lo, hi;
+    int width;                /* zero-padded width, 0 for none */
+} brace_range;
+
+/* Parses the first range of pattern into *r: 1 when there is one, 0 when
+ * none, -1 with why. */
+static int parse_range(const char *pattern, brace_range *r, char *why, size_t n)
 {
     const char *open = strchr(pattern, '{');
-    if (!open) {
-        *out = kl_xrealloc(*out, sizeof **out * (size_t)(*count + 1));
-        (*out)[(*count)++] = kl_xasprintf("%s%s", prefix, pattern);
+    if (!open)
         return 0;
-    }
     const char *close = strchr(open, '}');
     if (!close) {
         snprintf(why, n, "an unclosed '{' in the shard pattern");
@@ -47,40 +56,83 @@ static int expand_into(const char *prefix, const char *pattern, char ***out, int
     for (const char *p = hi_s; *p; p++)
         if (!isdigit((unsigned char)*p))
             goto bad;
+    errno = 0;
     long long lo = strtoll(lo_s, NULL, 10), hi = strtoll(hi_s, NULL, 10);
-    if (hi < lo || hi - lo >= 1000000) {
-        snprintf(why, n, "the range {%s..%s} is empty or over a million shards", lo_s, hi_s);
+    if (errno == ERANGE) {
+        snprintf(why, n, "'{%s..%s}': a bound of the range is over 2^63", lo_s, hi_s);
         return -1;
     }
-    int width = lo_s[0] == '0' && lo_len > 1 ? (int)lo_len : 0;
-    for (long long i = lo; i <= hi; i++) {
-        char *head = kl_xasprintf("%s%.*s%0*lld", prefix, (int)(open - pattern), pattern, width, i);
-        int rc = expand_into(head, close + 1, out, count, why, n);
-        free(head);
-        if (rc)
-            return -1;
+    if (hi < lo) {
+        snprintf(why, n, "the range {%s..%s} is empty", lo_s, hi_s);
+        return -1;
     }
-    return 0;
+    *r = (brace_range){open, close, lo, hi, lo_s[0] == '0' && lo_len > 1 ? (int)lo_len : 0};
+    return 1;
 bad:
     snprintf(why, n, "'{%s..%s}': the bounds of a range are decimal numbers", lo_s, hi_s);
     return -1;
 }
 
-int kl_shard_expand(const char *pattern, char ***out, char *why, size_t n)
+/* The count of paths the pattern names (the product of its ranges'
+ * lengths, checked), or -1 with why. */
+static int64_t pattern_count(const char *pattern, char *why, size_t n)
 {
-    int count = 0;
-    *out = NULL;
-    if (expand_into("", pattern, out, &count, why, n)) {
-        for (int i = 0; i < count; i++)
-            free((*out)[i]);
-        free(*out);
-        *out = NULL;
+    int64_t count = 1;
+    brace_range r;
+    int rc;
+    for (const char *p = pattern; (rc = parse_range(p, &r, why, n)) == 1; p = r.close + 1)
+        count = kl_size_mul(count, r.hi - r.lo < INT64_MAX ? r.hi - r.lo + 1 : -1);
+    if (rc < 0)
+        return -1;
+    if (count < 0 || count > KL_SHARD_MAX_PATHS) {
+        char many[32];
+        if (count < 0)
+            snprintf(many, sizeof many, "more than 2^63 - 1");
+        else
+            snprintf(many, sizeof many, "%lld", (long long)count);
+        snprintf(why, n, "the pattern names %s shards (its ranges multiplied), more than the limit of %d", many,
+                 KL_SHARD_MAX_PATHS);
         return -1;
     }
     return count;
 }
 
+/* Writes every expansion of pattern (prefix already expanded) to
+ * out[*count...]; the caller sized out by pattern_count. */
+static void expand_into(const char *prefix, const char *pattern, char **out, int *count)
+{
+    brace_range r;
+    char why[8];
+    if (parse_range(pattern, &r, why, sizeof why) != 1) {
+        out[(*count)++] = kl_xasprintf("%s%s", prefix, pattern);
+        return;
+    }
+    for (long long i = r.lo; i <= r.hi; i++) {
+        char *head = kl_xasprintf("%s%.*s%0*lld", prefix, (int)(r.open - pattern), pattern, r.width, i);
+        expand_into(head, r.close + 1, out, count);
+        free(head);
+    }
+}
+
+int kl_shard_expand(const char *pattern, char ***out, char *why, size_t n)
+{
+    *out = NULL;
+    int64_t total = pattern_count(pattern, why, n);
+    if (total < 0)
+        return -1;
+    int count = 0;
+    *out = kl_xcalloc((size_t)total, sizeof **out);
+    expand_into("", pattern, *out, &count);
+    return count;
+}
+
 /* ---- samples ---- */
+
+/* The most members one sample may have: a data set uses at most
+ * KL_MAX_FIELDS of them, and the duplicate check below is pairwise, so a
+ * sample of 100,000 members (a tar of one key) is refused at once instead
+ * of taking minutes. */
+#define KL_SHARD_MAX_MEMBERS 1024
 
 void kl_raw_sample_free(kl_raw_sample *s)
 {
@@ -280,6 +332,13 @@ int kl_shard_next(kl_shard_reader *r, kl_raw_sample *out, char *why, size_t n)
     out->key = r->next_key;
     r->next_key = NULL;
     for (;;) {
+        if (out->nmembers == KL_SHARD_MAX_MEMBERS) {
+            snprintf(why, n, "member %s.%s: sample %s has more than %d members (a sample is the run of members that "
+                     "share a key)", out->key, r->next.field, out->key, KL_SHARD_MAX_MEMBERS);
+            kl_raw_sample_free(out);
+            r->done = true;
+            return -1;
+        }
         for (int i = 0; i < out->nmembers; i++)
             if (!strcmp(out->m[i].field, r->next.field)) {
                 snprintf(why, n, "member %s.%s: sample %s has field %s twice", out->key, r->next.field, out->key,

@@ -318,6 +318,15 @@ int pack_read_file(const char *path, kl_buf *b)
         kl_error("%s: %s", path, why);
         return -1;
     }
+    /* The files are held whole: refused before reading when they would
+     * pass the machine's memory (a sparse 1 TB text file). */
+    struct stat st;
+    if (!fstat(fd, &st) &&
+        kl_check_alloc(path, st.st_size > INT64_MAX - (int64_t)b->len ? -1 : (int64_t)b->len + st.st_size, 0,
+                       "pack less text at once (kiln pack reads it whole)")) {
+        close(fd);
+        return -1;
+    }
     char chunk[65536];
     ssize_t got;
     while ((got = read(fd, chunk, sizeof chunk)) > 0)
