@@ -106,8 +106,30 @@ static void pool_forward(cg_builder *b, const ir_node *n)
     close_n(b, 3);
 }
 
-/* For input position (h, w): the window positions (kh, kw) and outputs
- * (oh, ow) that cover it, with validity. */
+/* For input position (h, w): the window positions (kh, kw) that can
+ * cover it are those with h + p - kh a multiple of the stride, kh =
+ * (h + p) mod s + j s for j < ceil(k / s) (and the same for w), in
+ * increasing order: the loops visit only these, not all k of them, and
+ * sum the same contributions in the same order as a loop over every kh
+ * that adds 0 for the others (acc starts at +0, and x + 0 = x for every
+ * x but -0, which a sum from +0 never reaches). Opens the loop over j on
+ * one axis (var out j) and returns r = (h + p) mod s; covering_pos gives
+ * kh = r + j s inside it. */
+static int covering_loop(cg_builder *b, int64_t k, int64_t s, int64_t p, int h, const char *jname, int *j)
+{
+    int r = kir_let(K, BIN(KB_IMOD, kir_iadd(K, VAR(h), I(p)), I(s)), "r");
+    *j = kir_loop_begin(K, KL_RED, (k + s - 1) / s, jname);
+    return r;
+}
+
+static int covering_pos(cg_builder *b, int r, int j, int64_t s, const char *name)
+{
+    return kir_let(K, kir_iadd(K, VAR(r), kir_imul(K, VAR(j), s)), name);
+}
+
+/* For input position (h, w) and window position (kh, kw) of
+ * covering_loop: the output (oh, ow) it lies in, and whether it is a
+ * window position at all (kh < k) and an output (0 <= oh < OH). */
 static kir_expr *covering(cg_builder *b, const window *wd, const ir_type *yt, int h, int w, int kh, int kw, int *ohv, int *owv)
 {
     kir_expr *th = kir_iadd(K, kir_iadd(K, VAR(h), I(wd->p[0])), kir_un(K, KU_NEG, VAR(kh)));
@@ -117,8 +139,8 @@ static kir_expr *covering(cg_builder *b, const window *wd, const ir_type *yt, in
     *ohv = kir_let(K, oh, "oh");
     *owv = kir_let(K, ow, "ow");
     kir_expr *ok = BIN(KB_AND, BIN(KB_GE, VAR(thv), I(0)), BIN(KB_GE, VAR(twv), I(0)));
-    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(thv), I(wd->s[0])), I(0)));
-    ok = BIN(KB_AND, ok, BIN(KB_EQ, BIN(KB_IMOD, VAR(twv), I(wd->s[1])), I(0)));
+    ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(kh), I(wd->k[0])));
+    ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(kw), I(wd->k[1])));
     ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(*ohv), I(yt->dim[2])));
     ok = BIN(KB_AND, ok, BIN(KB_LT, VAR(*owv), I(yt->dim[3])));
     return ok;
@@ -208,9 +230,11 @@ static void pool_backward(cg_builder *b, const ir_node *n)
     int nc, h, w;
     open_planes(b, xt, &nc, &h, &w);
     int xv = is_max ? kir_let(K, kir_load(K, bx, plane_index(b, xt, VAR(nc), VAR(h), VAR(w))), "xv") : -1;
-    int kh = kir_loop_begin(K, KL_RED, wd.k[0], "kh");
+    int jh, jw;
+    int rh = covering_loop(b, wd.k[0], wd.s[0], wd.p[0], h, "jh", &jh);
     int acc = kir_loop_acc(K, KA_SUM, "acc");
-    int kw = kir_loop_begin(K, KL_RED, wd.k[1], "kw");
+    int rw = covering_loop(b, wd.k[1], wd.s[1], wd.p[1], w, "jw", &jw);
+    int kh = covering_pos(b, rh, jh, wd.s[0], "kh"), kw = covering_pos(b, rw, jw, wd.s[1], "kw");
     int ohv, owv;
     kir_expr *ok = covering(b, &wd, yt, h, w, kh, kw, &ohv, &owv);
     int okv = kir_let(K, ok, "ok");

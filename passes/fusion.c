@@ -493,10 +493,13 @@ static void join(fuser *f, int gid, int i, const char *pat)
  * a fused mul + broadcast + relu_grad + batchnorm_grad took 26.8 ms
  * against 2.4 ms without the broadcast (issue 32 item 7). Such a
  * broadcast stays outside the group, which keeps the leaf run contiguous;
- * it is a small kernel of its own. */
+ * it is a small kernel of its own. KILN_FUSION_COST=0, a debug switch,
+ * turns the rule off (the test of kiln bench --check-fusion injects the
+ * slow group with it: tests/fusion_check_bench.sh). */
 static bool keeps_leaf_run(const ir_graph *g, const ir_node *p)
 {
-    if (!is_op(p, IR_OP_BROADCAST))
+    const char *e = getenv("KILN_FUSION_COST");
+    if (!is_op(p, IR_OP_BROADCAST) || (e && !strcmp(e, "0")))
         return true;
     const ir_type *in = &ir_val(g, p->in.v[0])->type, *out = &ir_val(g, p->out.v[0])->type;
     if (out->rank == 0 || out->dim[out->rank - 1] == 1)

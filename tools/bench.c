@@ -14,6 +14,7 @@
 
 #include "bench.h"
 #include "bench_gemm.h"
+#include "fusion_check.h"
 #include "driver/batch_probe.h"
 #include "driver/compile.h"
 #include "runtime/data.h"
@@ -23,8 +24,9 @@
 
 typedef struct bench_opts {
     const char *file;
-    bool no_fusion, json, eval, gpu, no_graph;
+    bool no_fusion, json, eval, gpu, no_graph, check_fusion;
     int repeats, threads;
+    double margin; /* --check-fusion: the share a fused kernel may exceed its parts by */
     const char *const *kv;
 } bench_opts;
 
@@ -292,9 +294,35 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
                other->kernels - t->kernels);
 }
 
+/* --check-fusion: each fused kernel of two or more parts against the sum
+ * of its parts' unfused times (both medians of repeats); prints the
+ * groups and returns how many are slower by more than the margin. */
+static int check_fusion(const kl_exec *fused, const timed *tf, const kl_exec *unfused, const timed *tu, const bench_opts *o)
+{
+    const kl_plan *p = fused->plan;
+    kl_fusion_group *g = kl_xcalloc((size_t)p->steps.n + 1, sizeof *g);
+    int n = kl_fusion_groups(p, tf->step_ms, unfused->plan, tu->step_ms, o->margin, g, NULL), slow = 0;
+    FILE *out = o->json ? stderr : stdout;
+    fprintf(out, "\nfusion check: %d fused kernels of 2+ parts, margin %.0f%% (medians of %d repeats)\n", n,
+            100 * o->margin, o->repeats);
+    for (int k = 0; k < n; k++) {
+        char *label = plan_step_label(p, &p->steps.v[g[k].step]);
+        fprintf(out, "  %s step %d %s: fused %.4f ms, %d parts %.4f ms (%.2fx)\n", g[k].slow ? "SLOW" : "ok  ", g[k].step,
+                label, g[k].fused_ms, g[k].parts, g[k].parts_ms, g[k].parts_ms > 0 ? g[k].fused_ms / g[k].parts_ms : 0.0);
+        if (g[k].slow) {
+            kl_error("kiln bench --check-fusion: %s: fused kernel step %d (%s) takes %.4f ms, its %d unfused parts %.4f ms",
+                     o->file, g[k].step, label, g[k].fused_ms, g[k].parts, g[k].parts_ms);
+            slow++;
+        }
+        free(label);
+    }
+    free(g);
+    return slow;
+}
+
 int kl_bench_main(int argc, char **argv)
 {
-    bench_opts o = {.repeats = 20};
+    bench_opts o = {.repeats = 20, .margin = 0.10};
     const char *kv[8] = {NULL};
     int nkv = 0;
     bool gemms = false;
@@ -306,6 +334,7 @@ int kl_bench_main(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: kiln bench FILE [--no-fusion] [--eval] [--json] [--repeats N] [--threads N] [--batch N]\n"
                    "                  [--device cpu|cuda] [--no-cuda-graph] [--fp32-gemm L] [--bf16-gemm L]\n"
+                   "                  [--check-fusion [--margin F]]\n"
                    "       kiln bench --gemms FILE... [--repeats N] [--threads N] [--batch N]\n"
                    "\n"
                    "Times every kernel and GEMM of the model's training step on the CPU\n"
@@ -317,6 +346,9 @@ int kl_bench_main(int argc, char **argv)
                    "\n"
                    "  --no-fusion  list the unfused plan's kernels\n"
                    "  --eval       the evaluation plan instead of the training step\n"
+                   "  --check-fusion  exit 3, naming each, when a fused kernel is slower than\n"
+                   "               the sum of its parts in the unfused plan by more than the\n"
+                   "               margin (--margin F, default 0.10: 10%%)\n"
                    "  --json       one JSON object instead of the table\n"
                    "  --threads N  CPU threads (default: OMP_NUM_THREADS when set, else the\n"
                    "               physical cores, as a training run; printed)\n"
@@ -347,6 +379,15 @@ int kl_bench_main(int argc, char **argv)
             fp32_gemm = argv[++i];
         } else if (!strcmp(a, "--bf16-gemm") && i + 1 < argc) {
             bf16_gemm = argv[++i];
+        } else if (!strcmp(a, "--check-fusion")) {
+            o.check_fusion = true;
+        } else if (!strcmp(a, "--margin") && i + 1 < argc) {
+            char *end;
+            o.margin = strtod(argv[++i], &end);
+            if (*end || end == argv[i] || !(o.margin >= 0 && o.margin <= 100)) {
+                kl_error("kiln bench: --margin needs a share from 0 (0.10: 10%%), got '%s'", argv[i]);
+                return 1;
+            }
         } else if (!strcmp(a, "--json")) {
             o.json = true;
         } else if (!strcmp(a, "--eval")) {
@@ -378,6 +419,11 @@ int kl_bench_main(int argc, char **argv)
     if ((fp32_gemm || bf16_gemm) && (gemms || o.gpu)) {
         kl_error("kiln bench: %s chooses the CPU's GEMM library for a step's timing; %s", fp32_gemm ? "--fp32-gemm" : "--bf16-gemm",
                  gemms ? "--gemms times every library itself" : "this run is on the GPU");
+        return 1;
+    }
+    if (o.check_fusion && (o.no_fusion || gemms)) {
+        kl_error("kiln bench: --check-fusion compares the fused plan with the unfused one; not with %s",
+                 gemms ? "--gemms" : "--no-fusion");
         return 1;
     }
     if (gemms && o.file)
@@ -418,9 +464,9 @@ int kl_bench_main(int argc, char **argv)
         if (unfused && !o.gpu)
             compare_steps(fused, unfused, o.repeats, &tf, &tu);
         report(fused, &tf, unfused ? &tu : NULL, bw, &o, !o.no_fusion);
+        rc = o.check_fusion && check_fusion(fused, &tf, unfused, &tu, &o) ? 3 : 0;
         free(tf.step_ms);
         free(tu.step_ms);
-        rc = 0;
     }
     kl_exec_free(fused);
     kl_exec_free(unfused);
