@@ -13,6 +13,7 @@
 #define _GNU_SOURCE /* memmem */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -108,11 +109,8 @@ static char *object_mark(uint64_t h)
 
 /* The bytes of a cache file, opened through kl_cache_open (a regular file
  * of the user's own that others cannot write, no link followed). */
-static int read_cache_file(const char *path, kl_buf *out)
+static int read_fd(int fd, kl_buf *out)
 {
-    int fd = kl_cache_open(path);
-    if (fd < 0)
-        return -1;
     char chunk[65536];
     ssize_t got;
     while ((got = read(fd, chunk, sizeof chunk)) != 0) {
@@ -126,6 +124,12 @@ static int read_cache_file(const char *path, kl_buf *out)
     }
     close(fd);
     return 0;
+}
+
+static int read_cache_file(const char *path, kl_buf *out)
+{
+    int fd = kl_cache_open(path);
+    return fd < 0 ? -1 : read_fd(fd, out);
 }
 
 /* The sidecar's line for an object: its key's mark and a hash of its bytes. */
@@ -158,28 +162,43 @@ static void *open_verified(const char *so, const char *sum, const char *mark)
 /* Writes the sidecar of the object now at so (0644 less the umask, never
  * through a link). The cache is an optimisation: a failure only costs a
  * compile next time. */
-static void write_sum(const char *so, const char *sum, const char *mark)
+static void write_sum(const char *sum, const char *line)
+{
+    kl_outfile o;
+    kl_cache_clear_odd(sum);
+    if (kl_outfile_begin(&o, sum) == 0) {
+        kl_outfile_write(&o, line, strlen(line));
+        kl_outfile_commit(&o, 0644);
+    }
+}
+
+/* Opens the object just compiled at tmp (this process's own temporary,
+ * created O_EXCL in the private folder) before it is renamed into place,
+ * and gives its sidecar line. Ranks or runs that compile one key at once
+ * each rename their own object over so, and their objects' bytes differ
+ * (the temporary source's name is in them): loading what is at so after
+ * the rename could meet another's object with this one's sidecar. */
+static void *open_own(const char *tmp, const char *mark, char **line)
 {
     kl_buf obj = {0};
-    if (read_cache_file(so, &obj) == 0) {
-        char *line = sum_line(mark, &obj);
-        kl_outfile o;
-        kl_cache_clear_odd(sum);
-        if (kl_outfile_begin(&o, sum) == 0) {
-            kl_outfile_write(&o, line, strlen(line));
-            kl_outfile_commit(&o, 0644);
-        }
-        free(line);
+    void *handle = NULL;
+    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    *line = NULL;
+    if (fd >= 0 && read_fd(fd, &obj) == 0 && obj.s && memmem(obj.s, obj.len, mark, strlen(mark))) {
+        *line = sum_line(mark, &obj);
+        handle = dlopen(tmp, RTLD_NOW | RTLD_LOCAL);
     }
     kl_buf_free(&obj);
+    return handle;
 }
 
 /* Compiles source (with the mark appended) into a temporary object and
  * renames it to so, replacing whatever was there (a link planted at so is
  * removed, never followed), then writes its sidecar. */
 static int compile_object(const char *source, const char *mark, const char *dir, uint64_t h, const char *so,
-                          const char *sum, const char *reason)
+                          const char *sum, const char *reason, void **handle)
 {
+    char *line = NULL;
     char *text = kl_xasprintf("%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n", source, mark);
     char *c = write_temp(dir, h, ".c", text), *log = c ? write_temp(dir, h, ".log", "") : NULL;
     int rc = -1;
@@ -201,16 +220,22 @@ static int compile_object(const char *source, const char *mark, const char *dir,
         kl_argv_add(&cmd, "-lm");
         rc = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
         kl_argv_free(&cmd);
+        if (rc == 0)
+            *handle = open_own(o.tmp, mark, &line);
         /* 0755 less the umask: an object others may write is never loaded. */
         if (rc == 0 && kl_outfile_commit(&o, 0755)) {
             snprintf(why, sizeof why, "cannot replace %s", so);
             rc = -1;
+            if (*handle)
+                dlclose(*handle);
+            *handle = NULL;
         } else if (rc) {
             kl_outfile_abort(&o);
         }
     }
     if (rc == 0) {
-        write_sum(so, sum, mark);
+        if (line)
+            write_sum(sum, line);
         remove(c);
         remove(log);
     } else {
@@ -231,6 +256,7 @@ static int compile_object(const char *source, const char *mark, const char *dir,
         if (log)
             remove(log);
     }
+    free(line);
     free(text);
     free(c);
     free(log);
@@ -259,7 +285,8 @@ void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const ch
         if (!quiet)
             kl_fprintf_escaped(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "",
                                reason ? reason : "", kl_cc(), kl_cc_flags());
-        if (compile_object(source, mark, dir, h, so, sum, reason) == 0 && !(handle = open_verified(so, sum, mark))) {
+        if (compile_object(source, mark, dir, h, so, sum, reason, &handle) == 0 && !handle &&
+            !(handle = open_verified(so, sum, mark))) {
             const char *de = dlerror();
             kl_error("cannot load compiled kernels %s: %s", so, de ? de : "it is not the cache's object for its key");
         }

@@ -7,6 +7,7 @@
 # 3. The margin is 3 (4x its parts), so a busy machine's noise cannot
 # decide it. With the rule on (the default) no such group exists.
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 args=(bench tests/fusion_leaf_run.kl --batch 4 --threads 1 --repeats 5 --check-fusion --margin 3)
 set +e

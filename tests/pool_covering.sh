@@ -5,6 +5,7 @@
 # ceil(3 / 2) = 2 per axis, not all 3. The values are bit for bit those
 # of the loop over every position (the grad and reference tests).
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kiln=$1
 for op in avgpool maxpool; do
   src=$("$kiln" ir tests/grad/$op.kl --kernels)
