@@ -15,10 +15,10 @@ cp tests/gpt/tiny_lm.kl "$tmp/m/tiny_lm.kl"
 "$kiln" build "$tmp/m/tiny_lm.kl" -o "$tmp/lm" > /dev/null || exit 1
 cd "$tmp"
 size=$(stat -c %s m/data/train.tok)
-"$tmp/lm" --log-every 1 --steps 1000000 > run.out 2> run.err &
+"$tmp/lm" --log-every 1 --epochs 100000 --steps 1000000 > run.out 2> run.err &
 pid=$!
 # Truncate once the run has taken a step (it reads windows all along).
-for _ in $(seq 200); do grep -q "step" run.out 2> /dev/null && break; sleep 0.1; done
+for _ in $(seq 200); do grep -qE "step +[0-9]+/[0-9]+ +loss" run.out 2> /dev/null && break; sleep 0.1; done
 truncate -s 0 m/data/train.tok
 # The run ends on its own; the timeout only guards the test.
 for _ in $(seq 300); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
