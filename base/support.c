@@ -425,12 +425,18 @@ static void show_line(FILE *out, const kl_source *src, kl_loc loc)
 
 void kl_fputs_escaped(const char *s, FILE *out)
 {
+    /* One write: stderr is unbuffered, and a byte at a time would let the
+     * lines of several ranks (or runs) sharing a terminal interleave. */
+    kl_buf b = {0};
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if ((*p < 32 && *p != '\n' && *p != '\t') || *p == 127)
-            fprintf(out, "\\x%02x", *p);
+            kl_buf_printf(&b, "\\x%02x", *p);
         else
-            fputc(*p, out);
+            kl_buf_putn(&b, (const char *)p, 1);
     }
+    if (b.len)
+        fwrite(b.s, 1, b.len, out);
+    kl_buf_free(&b);
 }
 
 /* fmt's text with control bytes escaped: names from files reach no
