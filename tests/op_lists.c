@@ -1,12 +1,13 @@
 /* The lists of ops outside the op table name every op of it:
  *
- *   README.md              the language's op list ("- Ops (...): `...`")
- *                          names every user op (IR_F_USER) and nothing else
+ *   docs/language.md       the language's op table (rows "| `op` | ..."
+ *                          between <!-- ops --> and <!-- /ops -->) names
+ *                          every user op (IR_F_USER) and nothing else
  *   tests/fuzz/model.dict  a token "name" for every user op
  *   tests/fuzz/ir.dict     a token "name" for every op (the IR text form
  *                          spells any op)
  *
- * Usage: op_lists README.md model.dict ir.dict. Prints one line per
+ * Usage: op_lists docs/language.md model.dict ir.dict. Prints one line per
  * missing or unknown name, "kiln: FILE: ...", and exits 1 when there is
  * any. The op names come from ir_ops[], not from parsing ops.def. */
 #include <stdio.h>
@@ -35,23 +36,30 @@ static bool dict_has(const kl_source *dict, const char *name)
     return false;
 }
 
-/* The README's op list: the first `...` span after "- Ops (" up to the
- * bullet's end. Returns a copy, or NULL when there is none. */
-static char *readme_op_list(const kl_source *readme)
+/* The language reference's op table: between the lines "<!-- ops -->"
+ * and "<!-- /ops -->", the first `...` span of every table row ("| `op`
+ * | ..."), joined by spaces. Returns a copy, or NULL when there is no
+ * table. */
+static char *doc_op_list(const kl_source *doc)
 {
-    const char *bullet = strstr(readme->text, "\n- Ops (");
-    if (!bullet)
+    const char *open = strstr(doc->text, "<!-- ops -->");
+    const char *close = open ? strstr(open, "<!-- /ops -->") : NULL;
+    if (!close)
         return NULL;
-    const char *end = strstr(bullet + 1, "\n- ");
-    const char *open = strchr(bullet, '`');
-    if (!open || (end && open > end))
-        return NULL;
-    const char *close = strchr(open + 1, '`');
-    if (!close || (end && close > end))
-        return NULL;
-    char *list = kl_xmalloc((size_t)(close - open));
-    memcpy(list, open + 1, (size_t)(close - open - 1));
-    list[close - open - 1] = 0;
+    char *list = kl_xmalloc((size_t)(close - open) + 1);
+    size_t n = 0;
+    for (const char *line = strchr(open, '\n'); line && line < close; line = strchr(line + 1, '\n')) {
+        if (strncmp(line, "\n| `", 4))
+            continue;
+        const char *name = line + 4, *end = strchr(name, '`');
+        if (!end || end > close)
+            break;
+        if (n)
+            list[n++] = ' ';
+        memcpy(list + n, name, (size_t)(end - name));
+        n += (size_t)(end - name);
+    }
+    list[n] = 0;
     return list;
 }
 
@@ -70,15 +78,15 @@ static bool list_has(const char *list, const char *name)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: op_lists README.md model.dict ir.dict\n");
+        fprintf(stderr, "usage: op_lists docs/language.md model.dict ir.dict\n");
         return 2;
     }
-    kl_source readme, model_dict, ir_dict;
-    if (kl_source_read(&readme, argv[1]) || kl_source_read(&model_dict, argv[2]) || kl_source_read(&ir_dict, argv[3]))
+    kl_source doc, model_dict, ir_dict;
+    if (kl_source_read(&doc, argv[1]) || kl_source_read(&model_dict, argv[2]) || kl_source_read(&ir_dict, argv[3]))
         return 2;
-    char *list = readme_op_list(&readme);
+    char *list = doc_op_list(&doc);
     if (!list) {
-        fprintf(stderr, "kiln: %s: no op list (a bullet \"- Ops (...): `...`\")\n", argv[1]);
+        fprintf(stderr, "kiln: %s: no op table (rows \"| `op` | ...\" between <!-- ops --> and <!-- /ops -->)\n", argv[1]);
         return 1;
     }
     for (int op = 0; op < IR_NOPS; op++) {
@@ -92,14 +100,14 @@ int main(int argc, char **argv)
         if (!list_has(list, name))
             problem(argv[1], "the op list lacks the user op", name);
     }
-    /* And the README names no op that a model file cannot call. */
+    /* And the table names no op that a model file cannot call. */
     for (char *save = NULL, *w = strtok_r(list, " \n", &save); w; w = strtok_r(NULL, " \n", &save)) {
         int op = ir_op_from_name(w);
         if (op < 0 || !(ir_ops[op].flags & IR_F_USER))
             problem(argv[1], "the op list names something that is not a user op,", w);
     }
     free(list);
-    kl_source_free(&readme);
+    kl_source_free(&doc);
     kl_source_free(&model_dict);
     kl_source_free(&ir_dict);
     if (problems)
