@@ -10,6 +10,8 @@
 #                     <!-- /stages -->) equal, in order, to the stages
 #                     `kiln ir --help` prints, which must hold every pass
 #                     of the pass table (passes/pipeline.c)
+#                     and rows "| `KILN_NAME" for every KILN_* variable
+#                     the program's sources spell
 #   docs/language.md  the train-key table (<!-- train-keys -->) names
 #                     exactly the keys of ir/train_config.c
 # (the language's op table is checked against ir/ops.def by ops.lists).
@@ -83,5 +85,15 @@ for k in $(comm -23 <(echo "$code_keys") <(echo "$doc_keys")); do bad "$lang's t
 for k in $(comm -13 <(echo "$code_keys") <(echo "$doc_keys")); do bad "$lang's train-key table names $k, which ir/train_config.c does not have"; done
 n=$((n + $(wc -l <<<"$code_keys")))
 
-[ $fail = 0 ] && echo "docs name all $n flags, stages and train keys the program has"
+# the environment variables: every KILN_* name the program's sources
+# (not the tests' or benchmarks') spell has a row "| `KILN_NAME..." in cli.md
+src_vars=$(find . \( -path ./tests -o -path ./bench -o -path './build*' -o -path './.*' \) -prune -o \
+             \( -name '*.c' -o -name '*.h' -o -name '*.l' -o -name '*.y' \) -print0 |
+           xargs -0 grep -ohE '"KILN_[A-Z0-9_]+' | tr -d '"' | sort -u)
+doc_vars=$(grep -oE '^\| `KILN_[A-Z0-9_]+' "$cli" | sed 's/^| `//' | sort -u)
+[ -n "$src_vars" ] || bad "no KILN_* variables found in the sources"
+for v in $(comm -23 <(echo "$src_vars") <(echo "$doc_vars")); do bad "$cli's environment tables lack $v"; done
+n=$((n + $(wc -l <<<"$src_vars")))
+
+[ $fail = 0 ] && echo "docs name all $n flags, stages, train keys and environment variables the program has"
 exit $fail
