@@ -14,6 +14,7 @@
 #                     the program's sources spell
 #   docs/language.md  the train-key table (<!-- train-keys -->) names
 #                     exactly the keys of ir/train_config.c
+#   README.md, docs/language.md: every model file they show compiles
 # (the language's op table is checked against ir/ops.def by ops.lists).
 # Usage: docs_reference.sh KILN
 set -euo pipefail
@@ -84,6 +85,20 @@ doc_keys=$(table_names "$lang" train-keys | sort)
 for k in $(comm -23 <(echo "$code_keys") <(echo "$doc_keys")); do bad "$lang's train-key table lacks $k"; done
 for k in $(comm -13 <(echo "$code_keys") <(echo "$doc_keys")); do bad "$lang's train-key table names $k, which ir/train_config.c does not have"; done
 n=$((n + $(wc -l <<<"$code_keys")))
+
+# the whole model files shown in README.md and docs/language.md compile
+# (a fenced block with a model and a train block)
+for doc in README.md "$lang"; do
+  awk -v out="$tmp/shown" '/^```/ { if (on) { close(f); on = 0 } else { on = 1; f = out "." ++k ".kl" } ; next } on { print > f }' "$doc"
+  for f in "$tmp"/shown.*.kl; do
+    [ -f "$f" ] || continue
+    if grep -q '^model ' "$f" && grep -q '^train ' "$f"; then
+      n=$((n + 1))
+      "$kiln" ir "$f" --after check >/dev/null 2>"$tmp/shown.err" || { bad "$doc shows a model that does not compile:"; sed 's/^/  /' "$tmp/shown.err"; }
+    fi
+    rm -f "$f"
+  done
+done
 
 # the environment variables: every KILN_* name the program's sources
 # (not the tests' or benchmarks') spell has a row "| `KILN_NAME..." in cli.md
