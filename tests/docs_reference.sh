@@ -14,6 +14,7 @@
 #                     the program's sources spell
 #   docs/language.md  the train-key table (<!-- train-keys -->) names
 #                     exactly the keys of ir/train_config.c
+#   docs/install.md   a row for every option() of CMakeLists.txt
 #   README.md, docs/language.md: every model file they show compiles
 # (the language's op table is checked against ir/ops.def by ops.lists).
 # Usage: docs_reference.sh KILN
@@ -109,6 +110,13 @@ doc_vars=$(grep -oE '^\| `KILN_[A-Z0-9_]+' "$cli" | sed 's/^| `//' | sort -u)
 [ -n "$src_vars" ] || bad "no KILN_* variables found in the sources"
 for v in $(comm -23 <(echo "$src_vars") <(echo "$doc_vars")); do bad "$cli's environment tables lack $v"; done
 n=$((n + $(wc -l <<<"$src_vars")))
+
+# the build options: every option() of CMakeLists.txt has a row
+# "| `-DNAME=..." in docs/install.md
+for o in $(sed -nE 's/^ *option\(([A-Z0-9_]+) .*/\1/p' CMakeLists.txt); do
+  n=$((n + 1))
+  grep -qE "^\| \`-D$o=" docs/install.md || bad "docs/install.md's CMake options lack $o"
+done
 
 [ $fail = 0 ] && echo "docs name all $n flags, stages, train keys and environment variables the program has"
 exit $fail
