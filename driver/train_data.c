@@ -36,9 +36,9 @@ static int bind_field(const ir_graph *g, kl_dataset *d, const bindings *b, int k
     for (int j = 0; j < k; j++)
         if (b->field[j] == f)
             other = ir_val(g, b->value[j])->name;
-    kl_error("%s: inputs '%s' (%s) and '%s' both read field '%s' of %s, as different dtypes\n"
-             "---> read it into one input and convert in the model (f32(x), i32(x))",
-             model, other, ir_dtype_name(fd->feed), v->name, fd->name, d->name);
+    kl_error("%s: inputs '%s' and '%s' both read field '%s' of %s, as %s and as %s (the loader writes a field "
+             "in one dtype)\n---> read it into one input and convert in the model (f32(x), i32(x))",
+             model, other, v->name, fd->name, d->name, ir_dtype_name(fd->feed), ir_dtype_name(v->type.dtype));
     return -1;
 }
 

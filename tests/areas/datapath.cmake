@@ -13,3 +13,8 @@ target_link_options(data_feed_check PRIVATE
   "LINKER:--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc")
 add_test(NAME data.feed COMMAND data_feed_check)
 set_tests_properties(data.feed PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+# ---- two inputs on one field: the same dtype fed from one buffer, two
+# dtypes refused at start ----
+add_test(NAME data.feed_dtypes COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/feed_dtypes.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(data.feed_dtypes PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
