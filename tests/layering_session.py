@@ -10,8 +10,9 @@ it calls (the slices of tensor-parallel and ZeRO-3 params, tp.c and
 zero3.c) must not call back into it, and the host values every side
 shares (kl_load_as, kl_store_as, kl_init_values: values.c) live apart
 from it, so the data side, checkpoints and the slices reach them
-without the session. Fails naming the circle, or the file that defines
-those symbols."""
+without the session; the data side's files reach neither the session
+nor a backend. Fails naming the circle, the file that defines those
+symbols, or what the data side reaches.""" 
 import collections
 import glob
 import os
@@ -19,6 +20,9 @@ import subprocess
 import sys
 
 SHARED = ("kl_load_as", "kl_store_as", "kl_init_values", "kl_convert_values")
+# The data side: loading, decoding and batching samples; it reaches no
+# session and no backend.
+DATA = ("loader.c.o", "data.c.o", "shard_data.c.o", "token_data.c.o", "decode.c.o", "shards.c.o", "tokens.c.o")
 
 
 def main():
@@ -71,7 +75,23 @@ def main():
             fail = 1
         else:
             print(f"ok: {n} in {where}")
+    for m in DATA:
+        if m not in uses:
+            print(f"FAIL: no {m} among the archives' members")
+            fail = 1
+            continue
+        seen, todo = set(), [m]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(graph[n])
+        bad = sorted(n for n in seen if n == session or n.startswith("backend_"))
+        if bad:
+            print(f"FAIL: the data side's {m} reaches {', '.join(bad)}")
+            fail = 1
     if not fail:
+        print(f"ok: the data side ({len(DATA)} files) reaches no session and no backend")
         print(f"ok: {session} reaches {len(graph[session])} objects, none of which reaches it back")
     return fail
 
