@@ -12,7 +12,7 @@ shares (kl_load_as, kl_store_as, kl_init_values: values.c) live apart
 from it, so the data side, checkpoints and the slices reach them
 without the session; the data side's files reach neither the session
 nor a backend. Fails naming the circle, the file that defines those
-symbols, or what the data side reaches.""" 
+symbols, or what the data side reaches."""
 import collections
 import glob
 import os
