@@ -19,7 +19,7 @@
 
 typedef struct kl_field {
     char *name;
-    kl_field_type type; /* as the model's input reads it */
+    kl_field_type type; /* a sample as the data gives it (after augmentation) */
     int64_t bytes;      /* per sample */
     kl_field_type decoded; /* as decoded: type unless augmentation normalises it */
     int64_t decoded_bytes;
