@@ -222,7 +222,7 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
         if (!b)
             return false;
         /* The loader delivers this rank's rows of the global batch. */
-        train_feed(t->train, &t->tb, b, 0, &t->train_set);
+        train_feed(t->train, &t->tb, b);
         kl_loader_release(lp->loader, b);
         lp->args.step = lp->step * c->accumulate + m;
         unsigned phases = (1u << IR_PHASE_FORWARD) | (1u << IR_PHASE_BACKWARD);

@@ -1,7 +1,8 @@
 /* The data side of a training run: loading the training and test splits
  * (idx, synthetic, shards, tokens), binding the model's inputs to the data
- * set's fields (with the checks that they match), preparing shards and
- * feeding a batch into an exec. */
+ * set's fields once at start (with the checks that they match; the loader
+ * then writes each field in its input's dtype), preparing shards and
+ * feeding a batch into an exec (one copy per input). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +22,29 @@ static int ce_classes(const ir_graph *g)
     return 0;
 }
 
+/* Binding k (value[k] reads field[k]): the loader writes the field in
+ * the input's dtype. Two inputs reading one field as different dtypes are
+ * refused (the field is written once per batch). */
+static int bind_field(const ir_graph *g, kl_dataset *d, const bindings *b, int k, const char *model)
+{
+    const ir_value *v = ir_val(g, b->value[k]);
+    int f = b->field[k];
+    const kl_field *fd = &d->field[f];
+    if (kl_dataset_bind_field(d, f, v->type.dtype) == 0)
+        return 0;
+    const char *other = "another input";
+    for (int j = 0; j < k; j++)
+        if (b->field[j] == f)
+            other = ir_val(g, b->value[j])->name;
+    kl_error("%s: inputs '%s' and '%s' both read field '%s' of %s, as %s and as %s (the loader writes a field "
+             "in one dtype)\n---> read it into one input and convert in the model (f32(x), i32(x))",
+             model, other, v->name, fd->name, d->name, ir_dtype_name(fd->feed), ir_dtype_name(v->type.dtype));
+    return -1;
+}
+
 /* idx and synthetic: the samples' input (any shape of as many values)
  * and the labels' input (i32[batch] or i64[batch]). */
-static int bind_image_label(const ir_graph *g, const kl_dataset *d, bindings *b, const char *model)
+static int bind_image_label(const ir_graph *g, kl_dataset *d, bindings *b, const char *model)
 {
     for (int i = 0; i < g->decls.n; i++) {
         const ir_value *v = ir_val(g, g->decls.v[i]);
@@ -56,6 +77,9 @@ static int bind_image_label(const ir_graph *g, const kl_dataset *d, bindings *b,
     b->field[0] = 0;
     b->value[1] = b->labels;
     b->field[1] = 1;
+    for (int k = 0; k < b->n; k++)
+        if (bind_field(g, d, b, k, model))
+            return -1;
     return 0;
 }
 
@@ -143,9 +167,10 @@ static int bind_fields(const ir_graph *g, kl_dataset *d, bindings *b, const char
             kl_error("%s: more than %d inputs", model, KL_MAX_FIELDS);
             return -1;
         }
-        fd->used = true;
         b->value[b->n] = v->id;
-        b->field[b->n++] = f;
+        b->field[b->n] = f;
+        if (bind_field(g, d, b, b->n++, model))
+            return -1;
     }
     if (b->n == 0) {
         kl_error("%s: the model has no input to read %s into", model, d->name);
@@ -201,30 +226,28 @@ int train_bind_inputs(const ir_graph *g, kl_dataset *d, bindings *b, const char 
     b->loss = g->loss;
     b->ce_classes = ce_classes(g);
     b->n = 0;
+    int rc;
     if (d->tokens)
-        return bind_fields(g, d, b, model) || check_token_vocab(g, d, b, model) ? -1 : 0;
-    return d->shards ? bind_fields(g, d, b, model) : bind_image_label(g, d, b, model);
+        rc = bind_fields(g, d, b, model) || check_token_vocab(g, d, b, model) ? -1 : 0;
+    else
+        rc = d->shards ? bind_fields(g, d, b, model) : bind_image_label(g, d, b, model);
+    for (int k = 0; !rc && k < b->n; k++) {
+        const ir_type *t = &ir_val(g, b->value[k])->type;
+        b->rows[k] = t->dim[0];
+        b->bytes[k] = (size_t)ir_type_bytes(t);
+    }
+    return rc;
 }
 
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, const kl_dataset *d)
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch)
 {
     for (int k = 0; k < b->n; k++) {
-        const ir_type *t = &ir_val(e->g, b->value[k])->type;
-        const kl_field *fd = &d->field[b->field[k]];
-        const uint8_t *src = batch->field[b->field[k]];
-        int64_t n = t->dim[0], per = t->rank ? ir_type_numel(t) / n : 1;
-        size_t bytes = (size_t)ir_type_bytes(t);
-        uint8_t *h = kl_xmalloc(bytes);
-        for (int64_t i = 0; i < n; i++) {
-            const uint8_t *px = src + ((first + i) % batch->size) * fd->bytes;
-            if (t->dtype == fd->type.dtype)
-                memcpy(h + i * per * ir_dtype_size(t->dtype), px, (size_t)(per * ir_dtype_size(t->dtype)));
-            else
-                for (int64_t j = 0; j < per; j++)
-                    kl_store_as(t->dtype, h, i * per + j, kl_load_as(fd->type.dtype, px, j));
-        }
-        kl_exec_write(e, b->value[k], h, bytes);
-        free(h);
+        /* The loader's rows, in the input's dtype (bound above), a short
+         * batch padded: the batch is the input as it is. */
+        if (b->rows[k] > batch->rows)
+            kl_panic("input %s reads %lld samples, but the loader's batches hold %lld", ir_val(e->g, b->value[k])->name,
+                     (long long)b->rows[k], (long long)batch->rows);
+        kl_exec_write(e, b->value[k], batch->field[b->field[k]], b->bytes[k]);
     }
 }
 

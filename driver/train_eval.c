@@ -28,7 +28,7 @@ static void evaluate_plans(trainer *t, eval_result *r)
         bool tail = b->index >= full;
         kl_exec *e = tail && t->eval_tail ? t->eval_tail : t->eval;
         bindings *bb = tail && t->eval_tail ? &t->etb : &t->eb;
-        train_feed(e, bb, b, 0, d);
+        train_feed(e, bb, b);
         kl_exec_run(e, KL_ALL_PHASES, &args);
         if (t->on_eval_batch)
             t->on_eval_batch(t, e, b);

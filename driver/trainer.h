@@ -64,15 +64,19 @@ typedef struct bindings {
     int features, labels; /* idx and synthetic: input values, or -1 */
     int loss;
     int ce_classes;       /* classes of the first cross_entropy, or 0 */
-    /* Every input and the data set's field it reads. */
+    /* Every input, the data set's field it reads, and the input's
+     * samples and bytes. */
     int n;
     int value[KL_MAX_FIELDS], field[KL_MAX_FIELDS];
+    int64_t rows[KL_MAX_FIELDS];
+    size_t bytes[KL_MAX_FIELDS];
 } bindings;
 
-/* Copies a batch into the exec's inputs from its sample first on (a
- * rank's slice of the global batch; 0 on one rank), converting each field
- * to its input's dtype and padding a short batch by repeating samples. */
-void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch, int64_t first, const kl_dataset *d);
+/* Copies a batch (of the data set the bindings were made for) into the
+ * exec's inputs: one copy per input into the backend, nothing converted
+ * or allocated (the loader wrote each field in its input's dtype, a short
+ * batch padded by repeating samples). */
+void train_feed(kl_exec *e, const bindings *b, const kl_batch *batch);
 
 typedef struct trainer trainer;
 

@@ -19,13 +19,19 @@
 
 typedef struct kl_field {
     char *name;
-    kl_field_type type; /* as the model's input reads it */
+    kl_field_type type; /* a sample as the data gives it (after augmentation) */
     int64_t bytes;      /* per sample */
     kl_field_type decoded; /* as decoded: type unless augmentation normalises it */
     int64_t decoded_bytes;
     bool augmented;     /* an image (u8[C, H, W]) the augmentation applies to */
     bool used;          /* bound to an input: the loader fills it */
     int64_t classes;    /* > 0: a class label, checked to be in [0, classes) */
+    /* Bound to an input (kl_dataset_bind_field): the input's dtype, and
+     * the bytes of a sample in it. The loader's workers write the field
+     * so, and the step copies the batch into the input as it is.
+     * feed_bytes 0: not bound, written as type. */
+    ir_dtype feed;
+    int64_t feed_bytes;
 } kl_field;
 
 typedef struct kl_shard_set kl_shard_set;
@@ -131,13 +137,21 @@ int kl_tokens_sample(const kl_dataset *d, bool train, uint64_t seed, int64_t epo
                      int32_t *targets, char *why, size_t why_len);
 /* The field named name, or -1. */
 int kl_dataset_field(const kl_dataset *d, const char *name);
+/* Field f feeds an input of dtype dt (u8 to any float, integers to
+ * integers, floats to floats: the caller checks): the loader writes it in
+ * dt (kl_field.feed) and fills it (used). -1 when an input bound before
+ * reads it as another dtype (the field is written once per batch). */
+int kl_dataset_bind_field(kl_dataset *d, int f, ir_dtype dt);
 
 typedef struct kl_batch {
     int64_t index;     /* batch number within the epoch */
     int64_t size;      /* samples delivered: this rank's rows of the batch */
-    uint8_t *field[KL_MAX_FIELDS]; /* size samples of each used field */
-    uint8_t *features; /* idx and synthetic: field[0] */
-    int32_t *labels;   /* field[1] */
+    /* Each used field's rows, in its feed dtype (kl_field.feed): the size
+     * samples, then, in a short batch, the first ones again up to rows
+     * (what an input of rows samples reads), ready to copy into the
+     * step's inputs. */
+    uint8_t *field[KL_MAX_FIELDS];
+    int64_t rows;      /* the rows every field holds: kl_loader_opts.rows */
 } kl_batch;
 
 typedef struct kl_loader kl_loader;

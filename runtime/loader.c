@@ -14,6 +14,13 @@
  * samples read ahead); the workers decode slots in parallel; the step
  * takes batch k when it is ready, in order.
  *
+ * Each used field is written in the dtype of the input it feeds
+ * (kl_dataset_bind_field), a short batch padded to the ring's rows by
+ * repeating its samples: the step copies a batch into its inputs as it
+ * is, with nothing to convert or allocate. The buffers (the ring's, and
+ * a sample's worth for decoding, augmenting and converting per slot) are
+ * made with the loader, none per batch.
+ *
  * Ranks: every rank computes the same global order and takes its own rows
  * of each batch (opts rows_first, rows). Only those samples are copied or
  * decoded; the reader still reads past the others' bytes in the shards,
@@ -26,6 +33,7 @@
 #include <string.h>
 
 #include "shard_set.h"
+#include "values.h"
 #include "base/scalar.h"
 #include "base/support.h"
 
@@ -38,6 +46,10 @@ typedef struct slot {
     int64_t nraw;
     kl_raw_sample *raw; /* streamed: the batch's samples, and their ids */
     int64_t *ids;
+    /* One sample of field f on its way into the batch: as decoded, for
+     * an augmented field (decoded[f]), and in the field's own dtype when
+     * the batch holds it in another (own[f]); NULL when not needed. */
+    uint8_t *decoded[KL_MAX_FIELDS], *own[KL_MAX_FIELDS];
 } slot;
 
 struct kl_loader {
@@ -148,6 +160,62 @@ static void shard_order(kl_loader *l, int64_t epoch)
         l->pos[l->order[i]] = i;
 }
 
+/* ---- each field in its input's dtype ---- */
+
+static ir_dtype feed_dtype(const kl_field *f)
+{
+    return f->feed_bytes ? f->feed : f->type.dtype;
+}
+
+static int64_t feed_bytes(const kl_field *f)
+{
+    return f->feed_bytes ? f->feed_bytes : f->bytes;
+}
+
+int kl_dataset_bind_field(kl_dataset *d, int f, ir_dtype dt)
+{
+    kl_field *fd = &d->field[f];
+    if (fd->feed_bytes && fd->feed != dt)
+        return -1;
+    fd->used = true;
+    fd->feed = dt;
+    fd->feed_bytes = fd->bytes / ir_dtype_size(fd->type.dtype) * ir_dtype_size(dt);
+    return 0;
+}
+
+/* Where sample row i of field f is made (decoded, augmented, copied from
+ * a token file): its row of the batch, or the slot's sample in the
+ * field's own dtype when the batch holds another. */
+static uint8_t *sample_at(slot *s, const kl_field *fd, int f, int64_t i)
+{
+    return s->own[f] ? s->own[f] : s->b.field[f] + i * feed_bytes(fd);
+}
+
+/* Row i of field f from src, one sample in the field's dtype: written in
+ * the feed dtype (nothing to do when src is that row already). */
+static void put_row(slot *s, const kl_field *fd, int f, int64_t i, const uint8_t *src)
+{
+    uint8_t *row = s->b.field[f] + i * feed_bytes(fd);
+    if (src != row)
+        kl_convert_values(feed_dtype(fd), row, fd->type.dtype, src, fd->bytes / ir_dtype_size(fd->type.dtype));
+}
+
+/* A short batch (the epoch's last, or samples left out): the rows past
+ * its size repeat its samples from the first on, so an input of rows
+ * samples reads them as they are. */
+static void pad_rows(const kl_dataset *d, slot *s)
+{
+    if (s->b.size <= 0 || s->b.size >= s->b.rows)
+        return;
+    for (int f = 0; f < d->nfields; f++) {
+        if (!d->field[f].used)
+            continue;
+        size_t fb = (size_t)feed_bytes(&d->field[f]);
+        for (int64_t i = s->b.size; i < s->b.rows; i++)
+            memcpy(s->b.field[f] + (size_t)i * fb, s->b.field[f] + (size_t)(i % s->b.size) * fb, fb);
+    }
+}
+
 /* ---- filling a batch ---- */
 
 static int64_t batch_first(const kl_loader *l, int64_t index)
@@ -188,13 +256,13 @@ static void fill_memory(kl_loader *l, slot *s, int64_t index)
     if (d->tokens) {
         /* Token windows by position in the epoch: fields 0 and 1 are
          * tokens and targets (token_data.c). */
-        int32_t *tok = d->field[0].used ? (int32_t *)s->b.field[0] : NULL;
-        int32_t *tgt = d->field[1].used ? (int32_t *)s->b.field[1] : NULL;
+        const kl_field *ftok = &d->field[0], *ftgt = &d->field[1];
         char why[600];
-        for (int64_t i = 0; i < n; i++)
-            if (kl_tokens_sample(d, l->o.augment_random, l->o.seed, l->epoch, first + i,
-                                 tok ? tok + i * d->context : NULL, tgt ? tgt + i * d->context : NULL, why,
-                                 sizeof why)) {
+        for (int64_t i = 0; i < n; i++) {
+            uint8_t *tok = ftok->used ? sample_at(s, ftok, 0, i) : NULL;
+            uint8_t *tgt = ftgt->used ? sample_at(s, ftgt, 1, i) : NULL;
+            if (kl_tokens_sample(d, l->o.augment_random, l->o.seed, l->epoch, first + i, (int32_t *)tok,
+                                 (int32_t *)tgt, why, sizeof why)) {
                 pthread_mutex_lock(&l->mu);
                 if (!l->error)
                     l->error = kl_xstrdup(why);
@@ -202,6 +270,12 @@ static void fill_memory(kl_loader *l, slot *s, int64_t index)
                 pthread_mutex_unlock(&l->mu);
                 return;
             }
+            if (tok)
+                put_row(s, ftok, 0, i, tok);
+            if (tgt)
+                put_row(s, ftgt, 1, i, tgt);
+        }
+        pad_rows(d, s);
         return;
     }
     for (int f = 0; f < d->nfields; f++) {
@@ -211,13 +285,17 @@ static void fill_memory(kl_loader *l, slot *s, int64_t index)
         int64_t bytes = fd->bytes, from = fd->decoded_bytes;
         for (int64_t i = 0; i < n; i++) {
             int64_t id = l->order[first + i];
-            if (fd->augmented)
-                kl_augment_apply(&d->shards->augment, fd, d->data[f] + id * from, s->b.field[f] + i * bytes,
-                                 l->o.augment_random, l->o.seed, l->epoch, id);
-            else
-                memcpy(s->b.field[f] + i * bytes, d->data[f] + id * bytes, (size_t)bytes);
+            if (fd->augmented) {
+                uint8_t *x = sample_at(s, fd, f, i);
+                kl_augment_apply(&d->shards->augment, fd, d->data[f] + id * from, x, l->o.augment_random, l->o.seed,
+                                 l->epoch, id);
+                put_row(s, fd, f, i, x);
+            } else {
+                put_row(s, fd, f, i, d->data[f] + id * bytes);
+            }
         }
     }
+    pad_rows(d, s);
 }
 
 /* A bad sample met while decoding: counted and left out, or the
@@ -239,16 +317,13 @@ static void fill_decoded(kl_loader *l, slot *s)
 {
     const kl_dataset *d = l->d;
     int64_t out = 0;
-    /* Augmented fields decode into scratch, then augment into the batch. */
-    uint8_t *scratch[KL_MAX_FIELDS] = {0};
-    for (int f = 0; f < d->nfields; f++)
-        if (d->field[f].used && d->field[f].augmented)
-            scratch[f] = kl_xmalloc((size_t)d->field[f].decoded_bytes);
+    /* Augmented fields decode into the slot's decoded sample, then
+     * augment into the batch (through own[f] when converted). */
     for (int64_t i = 0; i < s->nraw; i++) {
         uint8_t *dst[KL_MAX_FIELDS] = {0};
         for (int f = 0; f < d->nfields; f++)
             if (d->field[f].used)
-                dst[f] = scratch[f] ? scratch[f] : s->b.field[f] + out * d->field[f].bytes;
+                dst[f] = s->decoded[f] ? s->decoded[f] : sample_at(s, &d->field[f], f, out);
         char why[900];
         if (kl_shards_decode_sample(d, &s->raw[i], s->ids[i], dst, why, sizeof why)) {
             pthread_mutex_lock(&l->mu);
@@ -258,14 +333,20 @@ static void fill_decoded(kl_loader *l, slot *s)
                 break;
             continue;
         }
-        for (int f = 0; f < d->nfields; f++)
-            if (scratch[f])
-                kl_augment_apply(&d->shards->augment, &d->field[f], scratch[f], s->b.field[f] + out * d->field[f].bytes,
-                                 l->o.augment_random, l->o.seed, l->epoch, s->ids[i]);
+        for (int f = 0; f < d->nfields; f++) {
+            const kl_field *fd = &d->field[f];
+            if (!fd->used)
+                continue;
+            uint8_t *x = dst[f];
+            if (s->decoded[f]) {
+                x = sample_at(s, fd, f, out);
+                kl_augment_apply(&d->shards->augment, fd, s->decoded[f], x, l->o.augment_random, l->o.seed, l->epoch,
+                                 s->ids[i]);
+            }
+            put_row(s, fd, f, out, x);
+        }
         out++;
     }
-    for (int f = 0; f < d->nfields; f++)
-        free(scratch[f]);
     if (out == 0 && s->nraw > 0) {
         /* Nothing left to feed (a rank's few rows, all bad): an error,
          * never an empty batch that the step would have to make up. */
@@ -281,6 +362,7 @@ static void fill_decoded(kl_loader *l, slot *s)
         kl_raw_sample_free(&s->raw[i]);
     s->nraw = 0;
     s->b.size = out;
+    pad_rows(d, s);
 }
 
 /* ---- threads ---- */
@@ -496,11 +578,17 @@ kl_loader *kl_loader_new_opts(const kl_dataset *d, const kl_loader_opts *o)
     l->ring = kl_xcalloc((size_t)l->depth, sizeof *l->ring);
     for (int i = 0; i < l->depth; i++) {
         slot *s = &l->ring[i];
-        for (int f = 0; f < d->nfields; f++)
-            if (d->field[f].used)
-                s->b.field[f] = kl_xmalloc((size_t)(l->o.rows * d->field[f].bytes));
-        s->b.features = s->b.field[0];
-        s->b.labels = (int32_t *)s->b.field[1];
+        s->b.rows = l->o.rows;
+        for (int f = 0; f < d->nfields; f++) {
+            const kl_field *fd = &d->field[f];
+            if (!fd->used)
+                continue;
+            s->b.field[f] = kl_xmalloc((size_t)(l->o.rows * feed_bytes(fd)));
+            if (fd->augmented)
+                s->decoded[f] = kl_xmalloc((size_t)fd->decoded_bytes);
+            if (feed_dtype(fd) != fd->type.dtype)
+                s->own[f] = kl_xmalloc((size_t)fd->bytes);
+        }
         if (l->streamed) {
             s->raw = kl_xcalloc((size_t)l->o.rows, sizeof *s->raw);
             s->ids = kl_xcalloc((size_t)l->o.rows, sizeof *s->ids);
@@ -542,8 +630,11 @@ void kl_loader_free(kl_loader *l)
     pthread_cond_destroy(&l->cv);
     for (int i = 0; i < l->depth; i++) {
         slot *s = &l->ring[i];
-        for (int f = 0; f < KL_MAX_FIELDS; f++)
+        for (int f = 0; f < KL_MAX_FIELDS; f++) {
             free(s->b.field[f]);
+            free(s->decoded[f]);
+            free(s->own[f]);
+        }
         for (int64_t k = 0; k < s->nraw; k++)
             kl_raw_sample_free(&s->raw[k]);
         free(s->raw);

@@ -6,6 +6,8 @@
 
 #include "backend.h"
 #include "comm.h"
+/* kl_load_as, kl_store_as, kl_init_values: host values of any dtype. */
+#include "values.h"
 /* Host bf16/f16 conversions (kl_f32_to_bf16, ...): the kernels' own text. */
 #include "base/scalar.h"
 
@@ -121,18 +123,5 @@ double kl_exec_scalar(kl_exec *e, int v);
  * from the cross-entropy's logits (2 without one). For benches and
  * checks that need a step's data but no dataset. */
 void kl_exec_random_inputs(kl_exec *e, uint64_t seed);
-
-/* Initialises a persistent value from its "init" attribute (zeros, ones,
- * constant, normal, uniform, xavier, kaiming), with a stream of the
- * session's seed and the value's name: adding a param does not change how
- * the others start. Writes host memory of t's dtype. */
-void kl_init_values(const ir_value *v, uint64_t seed, void *host);
-
-/* Writes x as dtype dt at dst (float dtypes and integers). */
-void kl_store_as(ir_dtype dt, void *dst, int64_t i, double x);
-double kl_load_as(ir_dtype dt, const void *src, int64_t i);
-/* The index of the first inf or nan among n values of dtype dt at src
- * (any alignment: a file's bytes), or -1; -1 for an integer dtype. */
-int64_t kl_first_nonfinite(ir_dtype dt, const void *src, int64_t n);
 
 #endif

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "tp.h"
-#include "session.h"
+#include "values.h"
 
 int kl_tp_axis(const ir_value *v, int *ranks)
 {

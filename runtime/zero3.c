@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "zero3.h"
-#include "session.h"
+#include "values.h"
 
 ir_type kl_zero3_member_type(const ir_value *slice, int i, int64_t count)
 {
