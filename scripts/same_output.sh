@@ -70,7 +70,7 @@ for ex in mlp fashion_cnn; do
             --metrics "$tmp/$ex.$p.jsonl" > /dev/null 2>&1
         echo "exit $?" > "$out/loss/$ex.$p"
         # Every field but the timings and the host's.
-        sed -E 's/, "(samples_per_s|ms_per_step|data_wait_s|cpu_percent|rss_bytes|[a-z_]*_s|[a-z_]*_ms)": [^,}]*//g' \
+        sed -E 's/, "([a-z_]*_s|[a-z_]*seconds|[a-z_]*ms_per_step|[a-z_]*cpu_percent|[a-z_]*rss[a-z_]*bytes)": [^,}]*//g' \
             "$tmp/$ex.$p.jsonl" >> "$out/loss/$ex.$p"
     done
 done
