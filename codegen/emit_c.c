@@ -1301,7 +1301,7 @@ static uint8_t *dead_lets(const printer *p)
  * parallel region into a function that sees only plain pointers, so the
  * region opens in the entry function around the call, and the body's
  * nests are `omp for`, shared out within it. */
-char *kir_emit_c(const kir_kernel *k)
+static char *print_kernel(const kir_kernel *k, const char *name, size_t at[3])
 {
     kl_buf b = {0};
     int nests = 0;
@@ -1309,9 +1309,10 @@ char *kir_emit_c(const kir_kernel *k)
     printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region};
     uint8_t *dead = dead_lets(&p);
     p.e.dead = dead;
-    const char *name = k->name ? k->name : "KERNEL";
     kl_buf_printf(&b, "/* %s */\n", k->what);
-    kl_buf_printf(&b, "static inline void %s_body(", name);
+    kl_buf_puts(&b, "static inline void ");
+    at[0] = b.len;
+    kl_buf_printf(&b, "%s_body(", name);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
         kl_buf_printf(&b, "%s%s *%s%s, ", kb->written ? "" : "const ", kir_print_storage(&kir_target_c, kb->dtype),
@@ -1324,15 +1325,44 @@ char *kir_emit_c(const kir_kernel *k)
             kl_buf_printf(&b, "    (void)%s;\n", k->bufs[i].name);
     print_top(&p, kir_host_stmts(k));
     kl_buf_puts(&b, "}\n\n");
-    kl_buf_printf(&b, "void %s(void *const *restrict kb, const kl_kargs *restrict ka)\n{\n", name);
+    kl_buf_puts(&b, "void ");
+    at[1] = b.len;
+    kl_buf_printf(&b, "%s(void *const *restrict kb, const kl_kargs *restrict ka)\n{\n", name);
     if (region)
         kl_buf_puts(&b, "    #pragma omp parallel\n");
-    kl_buf_printf(&b, "    %s_body(", name);
+    kl_buf_puts(&b, "    ");
+    at[2] = b.len;
+    kl_buf_printf(&b, "%s_body(", name);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
         kl_buf_printf(&b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", kir_print_storage(&kir_target_c, kb->dtype), i);
     }
     kl_buf_puts(&b, "ka);\n}\n");
     free(dead);
+    return kl_buf_take(&b);
+}
+
+/* The name is a hash of the source printed with the placeholder KERNEL
+ * (so equal kernels hash alike whatever they are called), then written
+ * over the placeholder's three places: one print a kernel. */
+char *kir_finish(kir_kernel *k)
+{
+    static const char placeholder[] = "KERNEL";
+    kl_check(k->depth == 0);
+    free(k->name);
+    k->name = NULL;
+    size_t at[3];
+    char *src = print_kernel(k, placeholder, at);
+    uint64_t h = kl_hash_bytes(KL_HASH_INIT, src, strlen(src));
+    k->name = kl_xasprintf("kk_%016llx", (unsigned long long)h);
+    kl_buf b = {0};
+    size_t from = 0;
+    for (int i = 0; i < 3; i++) {
+        kl_buf_putn(&b, src + from, at[i] - from);
+        kl_buf_puts(&b, k->name);
+        from = at[i] + sizeof placeholder - 1;
+    }
+    kl_buf_puts(&b, src + from);
+    free(src);
     return kl_buf_take(&b);
 }

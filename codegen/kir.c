@@ -341,14 +341,3 @@ bool kir_expr_uses_var(const kir_expr *e, int var)
         return true;
     return kir_expr_uses_var(e->a, var) || kir_expr_uses_var(e->b, var) || kir_expr_uses_var(e->c, var);
 }
-
-void kir_finish(kir_kernel *k)
-{
-    kl_check(k->depth == 0);
-    free(k->name);
-    k->name = NULL;
-    char *src = kir_emit_c(k);
-    uint64_t h = kl_hash_bytes(KL_HASH_INIT, src, strlen(src));
-    free(src);
-    k->name = kl_xasprintf("kk_%016llx", (unsigned long long)h);
-}

@@ -142,8 +142,11 @@ char *kl_cache_dir(const char *sub);
  * of (double)(float)x * 2 came back unrounded; tests/unit/test_jit.c). */
 #define KL_CC_FP_FLAGS "-ffp-contract=off -fno-tree-slp-vectorize -fno-math-errno"
 /* The C compiler used for kernels (and by kiln build): $KILN_CC, else $CC,
- * else cc; its words, then kl_cc_flags(), start the command. */
+ * else cc; its words, then kl_cc_flags(), start the command
+ * (runtime/cc.c). */
 const char *kl_cc(void);
 const char *kl_cc_flags(void);
+/* $KILN_MARCH, checked (a bad value exits): "native" when unset. */
+const char *kl_cc_march(void);
 
 #endif

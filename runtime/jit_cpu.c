@@ -23,37 +23,13 @@
 #include "outfile.h"
 #include "spawn.h"
 
-/* $KILN_MARCH, checked: one word of a -march value (x86-64, x86-64-v3,
- * haswell, ...); "native" when unset or empty. */
-static const char *cc_march(void)
-{
-    const char *m = getenv("KILN_MARCH");
-    if (!m || !*m)
-        return "native";
-    if (strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(m) ||
-        strlen(m) > 64) {
-        kl_error("KILN_MARCH='%s' is not a -march value (letters, digits, '.', '_', '-'; e.g. x86-64-v3)", m);
-        exit(1);
-    }
-    return m;
-}
-
-const char *kl_cc_flags(void)
-{
-    /* The environment does not change under a run: built once. */
-    static char flags[160];
-    if (!flags[0])
-        snprintf(flags, sizeof flags, "-O3 -march=%s -fopenmp -std=gnu11 %s", cc_march(), KL_CC_FP_FLAGS);
-    return flags;
-}
-
 /* With -march=native the flags do not say which CPU the object is for: a
  * cache shared by machines (a network home, a copied container) would
  * hand one CPU's AVX-512 object to another without it (SIGILL). The key
  * takes in this CPU's model and feature flags from /proc/cpuinfo. */
 static uint64_t hash_native_cpu(uint64_t h)
 {
-    if (strcmp(cc_march(), "native"))
+    if (strcmp(kl_cc_march(), "native"))
         return h;
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[8192];

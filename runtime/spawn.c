@@ -100,19 +100,3 @@ int kl_spawn(char *const *argv, const char *log, char *why, size_t why_len)
         snprintf(why, why_len, "%s: stopped", argv[0]);
     return -1;
 }
-
-const char *kl_cc(void)
-{
-    const char *kc = getenv("KILN_CC"), *cc = getenv("CC");
-    if (kc && kc[strspn(kc, " \t")])
-        return kc;
-    if (cc && cc[strspn(cc, " \t")])
-        return cc;
-    return "cc";
-}
-
-void kl_argv_add_cc(kl_argv *a)
-{
-    kl_argv_add_words(a, kl_cc());
-    kl_argv_add_words(a, kl_cc_flags());
-}

@@ -33,7 +33,8 @@ char *kl_argv_str(const kl_argv *a);
  * "killed by signal 9". */
 int kl_spawn(char *const *argv, const char *log, char *why, size_t why_len);
 
-/* Appends the C compiler's words (kl_cc()) and kl_cc_flags() to a. */
+/* Appends the C compiler's words (kl_cc()) and kl_cc_flags() to a
+ * (runtime/cc.c). */
 void kl_argv_add_cc(kl_argv *a);
 
 #endif
