@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cuda.h"
+#include "backend_cuda_state.h"
 #include "cuda_launch.h"
 #include "cuda_lt.h"
 #include "nvrtc.h"
@@ -34,46 +34,15 @@
 #include "nccl.h"
 #endif
 
-#define STR_(x) #x
-#define STR(x) STR_(x) /* the name after macro expansion: cuMemAlloc -> "cuMemAlloc_v2" */
-
-#define CU_FUNCS(X)                                                                                        \
-    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)            \
-    X(cuDeviceGetName) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)       \
-    X(cuCtxSetCurrent) X(cuGetErrorName) X(cuGetErrorString) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)   \
-    X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)          \
-    X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamDestroy)      \
-    X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
-    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)                     \
-    X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuOccupancyMaxPotentialBlockSize)    \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
-    X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
-
-#define LT_FUNCS(X)                                                                                        \
-    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetVersion) X(cublasLtGetStatusString)                 \
-    X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)            \
-    X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)      \
-    X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                  \
-    X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
-
-/* Entry points of the driver and of cuBLASLt, found once per process;
- * read-only afterwards. */
-typedef struct cuda_api {
-#define X(f) __typeof__(&f) f;
-    CU_FUNCS(X)
-    LT_FUNCS(X)
-#undef X
-} cuda_api;
-
-static cuda_api api;
+cuda_api kl_cu_api;
 
 static const char *cu_error(CUresult r)
 {
     const char *name = NULL, *msg = NULL;
-    if (api.cuGetErrorName)
-        api.cuGetErrorName(r, &name);
-    if (api.cuGetErrorString)
-        api.cuGetErrorString(r, &msg);
+    if (kl_cu_api.cuGetErrorName)
+        kl_cu_api.cuGetErrorName(r, &name);
+    if (kl_cu_api.cuGetErrorString)
+        kl_cu_api.cuGetErrorString(r, &msg);
     static __thread char buf[256];
     snprintf(buf, sizeof buf, "%s (%s)", name ? name : "?", msg ? msg : "unknown error");
     return buf;
@@ -85,122 +54,18 @@ KL_NORETURN static void fatal(const char *file, int line, const char *call, cons
     exit(1);
 }
 
-static void cu_check(CUresult r, const char *call, const char *file, int line)
+void kl_cu_check(CUresult r, const char *call, const char *file, int line)
 {
     if (r != CUDA_SUCCESS)
         fatal(file, line, call, cu_error(r));
 }
 
-static void lt_check(cublasStatus_t s, const char *call, const char *file, int line)
+void kl_lt_check(cublasStatus_t s, const char *call, const char *file, int line)
 {
     if (s != CUBLAS_STATUS_SUCCESS)
-        fatal(file, line, call, api.cublasLtGetStatusString ? api.cublasLtGetStatusString(s) : "cuBLASLt error");
+        fatal(file, line, call, kl_cu_api.cublasLtGetStatusString ? kl_cu_api.cublasLtGetStatusString(s) : "cuBLASLt error");
 }
 
-/* Every driver and cuBLASLt call is checked. */
-#define CU(call) cu_check((call), #call, __FILE__, __LINE__)
-#define LT(call) lt_check((call), #call, __FILE__, __LINE__)
-
-/* ---- the backend's state ---- */
-
-typedef struct cu_launch {
-    CUfunction f;
-    unsigned grid, block;
-} cu_launch;
-
-typedef struct cu_kernel {
-    char *name;
-    CUmodule mod;
-    cu_launch *l;
-    int nl, nbufs;
-    bool split_ws; /* takes the split workspace after its buffers */
-} cu_kernel;
-
-/* A GEMM's shape: everything its cuBLASLt descriptors and algorithm
- * depend on. Compared with memcmp (zeroed before filling). */
-typedef struct gemm_key {
-    int dtype, out_dtype, ta, tb;
-    int64_t m, n, k, batch, stride_a, stride_b, stride_c;
-    int align_a, align_b, align_c;
-    int beta_zero;
-    int epi, align_bias, align_aux; /* kl_lt_epi; KL_LT_NONE: none */
-} gemm_key;
-
-typedef struct gemm_plan {
-    gemm_key key;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
-    bool ok; /* cuBLASLt has an algorithm (always, without an epilogue) */
-} gemm_plan;
-
-/* A pinned host buffer and a device staging buffer for one copy in
- * flight; `done` is recorded on the compute stream after the last use. */
-typedef struct copy_slot {
-    void *host;
-    size_t host_cap;
-    CUdeviceptr dev;
-    size_t dev_cap;
-    CUevent copied, done;
-    bool used;
-} copy_slot;
-
-#define NSLOTS 8
-/* Copies up to this size go straight from pinned memory on the compute
- * stream (no staging): a transfer this small is not worth overlapping. */
-#define SMALL_COPY (64 << 10)
-/* Larger copies than this (checkpoints) go in pinned chunks of a quarter
- * of it, without staging. */
-#define LARGE_COPY (64 << 20)
-
-typedef struct cuda_backend {
-    kl_backend base;
-    kl_cuda_options o;
-    CUdevice dev;
-    CUcontext ctx;
-    int sms;
-    char arch[16];
-    CUstream compute, copy, comm;
-    /* comm_ready: recorded on compute before a collective; comm_done: on
-     * comm after it (comm_pending: not yet waited for by compute). */
-    CUevent comm_ready, comm_done;
-    bool comm_pending;
-    /* NCCL communicators, one per kl_comm used (the world, a
-     * tensor-parallel group), made on first use; reduce_scatter's padded
-     * operand. */
-    KL_VEC(struct kl_nccl *) nccl;
-    CUdeviceptr comm_pad;
-    size_t comm_pad_bytes;
-    CUdeviceptr kargs;
-    kl_kargs kargs_now;
-    bool kargs_set, capturing;
-    cublasLtHandle_t lt;
-    bool lt_epilogues; /* apply the plan's GEMM epilogues (KILN_CUDA_LT_EPILOGUE, default 1) */
-    CUdeviceptr workspace;
-    size_t workspace_bytes;
-    /* Generated kernels' split reductions' partial values
-     * (KIR_CUDA_WORKSPACE_BYTES, allocated once: captured graphs keep it). */
-    CUdeviceptr split_ws;
-    KL_VEC(gemm_plan) gemms;
-    KL_VEC(cu_kernel) kernels;
-    int *index; /* open addressing over kernels by name hash; -1 empty */
-    int index_cap;
-    copy_slot slots[NSLOTS];
-    int next_slot;
-    void *bounce; /* pinned, for copy_out */
-    size_t bounce_cap;
-    CUevent t0, t1;
-} cuda_backend;
-
-static cuda_backend *cb_of(kl_backend *be)
-{
-    return (cuda_backend *)be;
-}
-
-static CUdeviceptr dptr(const void *p)
-{
-    return (CUdeviceptr)(uintptr_t)p;
-}
 
 /* ---- memory and copies ---- */
 
@@ -208,10 +73,10 @@ static void *cuda_alloc(kl_backend *be, size_t bytes)
 {
     (void)be;
     CUdeviceptr p;
-    CUresult r = api.cuMemAlloc(&p, bytes ? bytes : 256);
+    CUresult r = kl_cu_api.cuMemAlloc(&p, bytes ? bytes : 256);
     if (r != CUDA_SUCCESS) {
         size_t free_b = 0, total = 0;
-        api.cuMemGetInfo(&free_b, &total);
+        kl_cu_api.cuMemGetInfo(&free_b, &total);
         kl_error("out of GPU memory allocating %.1f MiB (%.1f of %.1f MiB free): %s\n"
                  "---> try a smaller --batch, or --accumulate N with a batch N times smaller",
                  (double)bytes / 1048576.0, (double)free_b / 1048576.0, (double)total / 1048576.0, cu_error(r));
@@ -222,8 +87,8 @@ static void *cuda_alloc(kl_backend *be, size_t bytes)
 
 static void cuda_free(kl_backend *be, void *p)
 {
-    CU(api.cuStreamSynchronize(cb_of(be)->compute));
-    CU(api.cuMemFree(dptr(p)));
+    CU(kl_cu_api.cuStreamSynchronize(cb_of(be)->compute));
+    CU(kl_cu_api.cuMemFree(dptr(p)));
 }
 
 static void grow_host(void **p, size_t *cap, size_t want)
@@ -231,9 +96,9 @@ static void grow_host(void **p, size_t *cap, size_t want)
     if (*cap >= want)
         return;
     if (*p)
-        CU(api.cuMemFreeHost(*p));
+        CU(kl_cu_api.cuMemFreeHost(*p));
     size_t n = want < 4096 ? 4096 : want;
-    CU(api.cuMemHostAlloc(p, n, 0));
+    CU(kl_cu_api.cuMemHostAlloc(p, n, 0));
     *cap = n;
 }
 
@@ -242,7 +107,7 @@ static copy_slot *next_slot(cuda_backend *cb, size_t host_bytes)
 {
     copy_slot *s = &cb->slots[cb->next_slot++ % NSLOTS];
     if (s->used)
-        CU(api.cuEventSynchronize(s->done));
+        CU(kl_cu_api.cuEventSynchronize(s->done));
     grow_host(&s->host, &s->host_cap, host_bytes);
     return s;
 }
@@ -258,8 +123,8 @@ static void cuda_copy_in(kl_backend *be, void *dst, const void *src, size_t byte
             size_t n = bytes - off < LARGE_COPY / 4 ? bytes - off : LARGE_COPY / 4;
             copy_slot *s = next_slot(cb, n);
             memcpy(s->host, (const char *)src + off, n);
-            CU(api.cuMemcpyHtoDAsync(dptr((char *)dst + off), s->host, n, cb->compute));
-            CU(api.cuEventRecord(s->done, cb->compute));
+            CU(kl_cu_api.cuMemcpyHtoDAsync(dptr((char *)dst + off), s->host, n, cb->compute));
+            CU(kl_cu_api.cuEventRecord(s->done, cb->compute));
             s->used = true;
         }
         return;
@@ -269,22 +134,22 @@ static void cuda_copy_in(kl_backend *be, void *dst, const void *src, size_t byte
     copy_slot *s = next_slot(cb, bytes);
     memcpy(s->host, src, bytes);
     if (bytes <= SMALL_COPY) {
-        CU(api.cuMemcpyHtoDAsync(dptr(dst), s->host, bytes, cb->compute));
+        CU(kl_cu_api.cuMemcpyHtoDAsync(dptr(dst), s->host, bytes, cb->compute));
     } else {
         if (s->dev_cap < bytes) {
             if (s->dev)
-                CU(api.cuMemFree(s->dev));
-            CU(api.cuMemAlloc(&s->dev, bytes));
+                CU(kl_cu_api.cuMemFree(s->dev));
+            CU(kl_cu_api.cuMemAlloc(&s->dev, bytes));
             s->dev_cap = bytes;
         }
         /* The transfer overlaps the queued work; the compute stream takes
          * it over when it gets there. */
-        CU(api.cuMemcpyHtoDAsync(s->dev, s->host, bytes, cb->copy));
-        CU(api.cuEventRecord(s->copied, cb->copy));
-        CU(api.cuStreamWaitEvent(cb->compute, s->copied, 0));
-        CU(api.cuMemcpyDtoDAsync(dptr(dst), s->dev, bytes, cb->compute));
+        CU(kl_cu_api.cuMemcpyHtoDAsync(s->dev, s->host, bytes, cb->copy));
+        CU(kl_cu_api.cuEventRecord(s->copied, cb->copy));
+        CU(kl_cu_api.cuStreamWaitEvent(cb->compute, s->copied, 0));
+        CU(kl_cu_api.cuMemcpyDtoDAsync(dptr(dst), s->dev, bytes, cb->compute));
     }
-    CU(api.cuEventRecord(s->done, cb->compute));
+    CU(kl_cu_api.cuEventRecord(s->done, cb->compute));
     s->used = true;
 }
 
@@ -296,20 +161,20 @@ static void cuda_copy_out(kl_backend *be, void *dst, const void *src, size_t byt
     grow_host(&cb->bounce, &cb->bounce_cap, chunk);
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
-        CU(api.cuMemcpyDtoHAsync(cb->bounce, dptr((const char *)src + off), n, cb->compute));
-        CU(api.cuStreamSynchronize(cb->compute));
+        CU(kl_cu_api.cuMemcpyDtoHAsync(cb->bounce, dptr((const char *)src + off), n, cb->compute));
+        CU(kl_cu_api.cuStreamSynchronize(cb->compute));
         memcpy((char *)dst + off, cb->bounce, n);
     }
 }
 
 static void cuda_fill_zero(kl_backend *be, void *dst, size_t bytes)
 {
-    CU(api.cuMemsetD8Async(dptr(dst), 0, bytes, cb_of(be)->compute));
+    CU(kl_cu_api.cuMemsetD8Async(dptr(dst), 0, bytes, cb_of(be)->compute));
 }
 
 static void cuda_sync(kl_backend *be)
 {
-    CU(api.cuStreamSynchronize(cb_of(be)->compute));
+    CU(kl_cu_api.cuStreamSynchronize(cb_of(be)->compute));
 }
 
 /* ---- kernels ---- */
@@ -357,14 +222,14 @@ static void index_kernels(cuda_backend *cb)
 static bool image_has_launches(const kl_kernel_src *k, const void *image)
 {
     CUmodule mod;
-    if (api.cuModuleLoadData(&mod, image) != CUDA_SUCCESS)
+    if (kl_cu_api.cuModuleLoadData(&mod, image) != CUDA_SUCCESS)
         return false;
     bool all = true;
     for (int i = 0; i < k->cuda.nlaunches && all; i++) {
         CUfunction f;
-        all = api.cuModuleGetFunction(&f, mod, k->cuda.launches[i].fn) == CUDA_SUCCESS;
+        all = kl_cu_api.cuModuleGetFunction(&f, mod, k->cuda.launches[i].fn) == CUDA_SUCCESS;
     }
-    CU(api.cuModuleUnload(mod));
+    CU(kl_cu_api.cuModuleUnload(mod));
     return all;
 }
 
@@ -372,7 +237,7 @@ static bool image_has_launches(const kl_kernel_src *k, const void *image)
 static int load_kernel(cuda_backend *cb, const kl_kernel_src *k, const void *image)
 {
     cu_kernel ck = {kl_xstrdup(k->name), NULL, NULL, k->cuda.nlaunches, k->cuda.nbufs, k->cuda.workspace > 0};
-    CUresult r = api.cuModuleLoadData(&ck.mod, image);
+    CUresult r = kl_cu_api.cuModuleLoadData(&ck.mod, image);
     if (r != CUDA_SUCCESS) {
         kl_error("cannot load kernel %s (%s) for %s: %s", k->name, k->what, cb->arch, cu_error(r));
         free(ck.name);
@@ -382,12 +247,12 @@ static int load_kernel(cuda_backend *cb, const kl_kernel_src *k, const void *ima
     for (int i = 0; i < ck.nl; i++) {
         const kir_cuda_launch *L = &k->cuda.launches[i];
         cu_launch *cl = &ck.l[i];
-        CU(api.cuModuleGetFunction(&cl->f, ck.mod, L->fn));
+        CU(kl_cu_api.cuModuleGetFunction(&cl->f, ck.mod, L->fn));
         int min_grid = 0, suggested = 0, max_threads = 0, per_sm = 0;
-        CU(api.cuOccupancyMaxPotentialBlockSize(&min_grid, &suggested, cl->f, NULL, 0, 0));
-        CU(api.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, cl->f));
+        CU(kl_cu_api.cuOccupancyMaxPotentialBlockSize(&min_grid, &suggested, cl->f, NULL, 0, 0));
+        CU(kl_cu_api.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, cl->f));
         cl->block = kl_cuda_block_size(L, cb->sms, suggested, max_threads);
-        CU(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cl->f, (int)cl->block, 0));
+        CU(kl_cu_api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, cl->f, (int)cl->block, 0));
         cl->grid = kl_cuda_grid_size(L, cl->block, cb->sms, per_sm);
     }
     kl_vec_push(cb->kernels, ck);
@@ -472,7 +337,7 @@ static void upload_args(cuda_backend *cb, const kl_kargs *a)
     uint32_t w[4];
     memcpy(w, a, sizeof w);
     for (int i = 0; i < 4; i++)
-        CU(api.cuMemsetD32Async(cb->kargs + 4 * (CUdeviceptr)i, w[i], 1, cb->compute));
+        CU(kl_cu_api.cuMemsetD32Async(cb->kargs + 4 * (CUdeviceptr)i, w[i], 1, cb->compute));
     cb->kargs_now = *a;
     cb->kargs_set = true;
 }
@@ -501,210 +366,7 @@ static void cuda_launch(kl_backend *be, const kl_plan *plan, int kernel, void *c
         params[np++] = &cb->split_ws;
     params[np] = &cb->kargs;
     for (int i = 0; i < k->nl; i++)
-        CU(api.cuLaunchKernel(k->l[i].f, k->l[i].grid, 1, 1, k->l[i].block, 1, 1, 0, cb->compute, params, NULL));
-}
-
-/* ---- GEMMs through cuBLASLt ----
- *
- * The plan's GEMMs are row-major; cuBLASLt's are column-major. A row-major
- * C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the call
- * swaps the operands: A' = B, B' = A, m' = n, n' = m, and each stored
- * matrix is read as its transpose without moving it. */
-
-static cudaDataType dtype_of(ir_dtype dt)
-{
-    switch (dt) {
-    case IR_F32: return CUDA_R_32F;
-    case IR_F64: return CUDA_R_64F;
-    case IR_BF16: return CUDA_R_16BF;
-    case IR_F16: return CUDA_R_16F;
-    default: kl_panic("no cuBLASLt type for %s", ir_dtype_name(dt));
-    }
-}
-
-static int alignment(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    int al = 256;
-    while (al > 1 && a % (uintptr_t)al)
-        al /= 2;
-    return al;
-}
-
-static cublasLtMatrixLayout_t layout(cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride)
-{
-    cublasLtMatrixLayout_t l;
-    LT(api.cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld));
-    if (batch > 1) {
-        int32_t bc = (int32_t)batch;
-        LT(api.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
-        LT(api.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
-    }
-    return l;
-}
-
-/* The epilogue's descriptor attributes (runtime/cuda_lt.h): the kind,
- * then the bias and aux pointers and aux's leading dimension, which are
- * set again before each call (the heuristic reads their alignment). */
-static cublasLtEpilogue_t lt_epilogue_of(kl_lt_epi e)
-{
-    switch (e) {
-    case KL_LT_BIAS: return CUBLASLT_EPILOGUE_BIAS;
-    case KL_LT_RELU: return CUBLASLT_EPILOGUE_RELU;
-    case KL_LT_RELU_BIAS: return CUBLASLT_EPILOGUE_RELU_BIAS;
-    case KL_LT_GELU: return CUBLASLT_EPILOGUE_GELU;
-    case KL_LT_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
-    case KL_LT_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case KL_LT_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case KL_LT_DGELU: return CUBLASLT_EPILOGUE_DGELU;
-    case KL_LT_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    default: return CUBLASLT_EPILOGUE_DEFAULT;
-    }
-}
-
-static void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const kl_lt_call *lc, const kl_epi_ptrs *x)
-{
-    if (lc->bias_read || lc->bias_written)
-        LT(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias, sizeof x->bias));
-    if (lc->aux_read || lc->aux_written) {
-        int64_t ld = lc->aux_ld;
-        LT(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x->aux, sizeof x->aux));
-        LT(api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-    }
-}
-
-/* The descriptors and algorithm of a shape, made on first use; with an
- * epilogue (x), ok is false when cuBLASLt has no algorithm for it. */
-static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key, const kl_gemm *g, const kl_epi_ptrs *x)
-{
-    for (int i = 0; i < cb->gemms.n; i++)
-        if (!memcmp(&cb->gemms.v[i].key, key, sizeof *key))
-            return &cb->gemms.v[i];
-    gemm_plan gp;
-    memset(&gp, 0, sizeof gp);
-    gp.key = *key;
-    cudaDataType ab = dtype_of((ir_dtype)key->dtype), ct = dtype_of((ir_dtype)key->out_dtype);
-    bool f64 = key->dtype == IR_F64;
-    cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F
-                                  : key->dtype == IR_F32 && cb->o.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                       : CUBLAS_COMPUTE_32F;
-    LT(api.cublasLtMatmulDescCreate(&gp.desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F));
-    cublasOperation_t opa = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = key->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (key->epi != KL_LT_NONE) {
-        kl_lt_call lc = kl_lt_describe(g);
-        uint32_t epi = (uint32_t)lt_epilogue_of((kl_lt_epi)key->epi);
-        LT(api.cublasLtMatmulDescSetAttribute(gp.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        set_epilogue_pointers(gp.desc, &lc, x);
-    }
-    int64_t m = key->m, n = key->n, k = key->k;
-    /* A' = B: stored [k, n] (or [n, k] when tb), read column-major. */
-    gp.la = key->tb ? layout(ab, k, n, k, key->batch, key->stride_b) : layout(ab, n, k, n, key->batch, key->stride_b);
-    /* B' = A: stored [m, k] (or [k, m] when ta). */
-    gp.lb = key->ta ? layout(ab, m, k, m, key->batch, key->stride_a) : layout(ab, k, m, k, key->batch, key->stride_a);
-    gp.lc = layout(ct, n, m, n, key->batch, key->stride_c);
-    cublasLtMatmulPreference_t pref;
-    LT(api.cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = cb->workspace_bytes;
-    uint32_t al_a = (uint32_t)key->align_b, al_b = (uint32_t)key->align_a, al_c = (uint32_t)key->align_c;
-    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    LT(api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    LT(api.cublasLtMatmulAlgoGetHeuristic(cb->lt, gp.desc, gp.la, gp.lb, gp.lc, gp.lc, pref, 1, &res, &found));
-    LT(api.cublasLtMatmulPreferenceDestroy(pref));
-    gp.ok = found >= 1;
-    if (!gp.ok && key->epi != KL_LT_NONE) {
-        if (!cb->o.quiet)
-            kl_fprintf_escaped(stderr,
-                               "kiln: cuBLASLt has no algorithm for epilogue %s on a %lld x %lld x %lld GEMM: the "
-                               "generated kernel does it\n",
-                               plan_lt_epi_name((kl_lt_epi)key->epi), (long long)m, (long long)n, (long long)k);
-    } else if (!gp.ok)
-        kl_panic("cuBLASLt has no algorithm for a %s x %s -> %s GEMM of %lld x %lld x %lld (batch %lld)",
-                 ir_dtype_name((ir_dtype)key->dtype), ir_dtype_name((ir_dtype)key->dtype),
-                 ir_dtype_name((ir_dtype)key->out_dtype), (long long)m, (long long)n, (long long)k, (long long)key->batch);
-    if (gp.ok)
-        gp.algo = res.algo;
-    kl_vec_push(cb->gemms, gp);
-    return &cb->gemms.v[cb->gemms.n - 1];
-}
-
-/* One cublasLtMatmul; with an epilogue (x not NULL), D is x->d, and
- * false (nothing done) when cuBLASLt has no algorithm for it. */
-static bool run_gemm(cuda_backend *cb, const kl_gemm *g, int64_t batch, int64_t item, double beta, void *a, void *b, void *c,
-                     const kl_epi_ptrs *x)
-{
-    size_t ea = (size_t)ir_dtype_size(g->dtype), ec = (size_t)ir_dtype_size(g->out_dtype);
-    const char *pa = (const char *)a + (size_t)(g->off_a + item * g->stride_a) * ea;
-    const char *pb = (const char *)b + (size_t)(g->off_b + item * g->stride_b) * ea;
-    char *pc = (char *)c + (size_t)(g->off_c + (g->accumulate ? 0 : item * g->stride_c)) * ec;
-    gemm_key key;
-    memset(&key, 0, sizeof key);
-    key.dtype = g->dtype;
-    key.out_dtype = g->out_dtype;
-    key.ta = g->ta;
-    key.tb = g->tb;
-    key.m = g->m, key.n = g->n, key.k = g->k;
-    key.batch = batch;
-    if (batch > 1)
-        key.stride_a = g->stride_a, key.stride_b = g->stride_b, key.stride_c = g->stride_c;
-    key.align_a = alignment(pa), key.align_b = alignment(pb), key.align_c = alignment(pc);
-    key.beta_zero = beta == 0;
-    void *pd = pc;
-    if (x) {
-        key.epi = g->epi.kind;
-        key.align_bias = x->bias ? alignment(x->bias) : 0;
-        key.align_aux = x->aux ? alignment(x->aux) : 0;
-        pd = x->d;
-        /* C and D share a layout and the alignment preference. */
-        if (alignment(pd) < key.align_c)
-            key.align_c = alignment(pd);
-    }
-    gemm_plan *gp = gemm_plan_of(cb, &key, g, x);
-    if (!gp->ok)
-        return false;
-    if (x) {
-        kl_lt_call lc = kl_lt_describe(g);
-        set_epilogue_pointers(gp->desc, &lc, x);
-    }
-    double alpha_d = g->alpha, beta_d = beta;
-    float alpha_f = (float)g->alpha, beta_f = (float)beta;
-    bool f64 = g->dtype == IR_F64;
-    LT(api.cublasLtMatmul(cb->lt, gp->desc, f64 ? (const void *)&alpha_d : (const void *)&alpha_f, pb, gp->la, pa, gp->lb,
-                          f64 ? (const void *)&beta_d : (const void *)&beta_f, pc, gp->lc, pd, gp->lc, &gp->algo,
-                          (void *)(uintptr_t)cb->workspace, cb->workspace_bytes, cb->compute));
-    return true;
-}
-
-static void cuda_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c)
-{
-    cuda_backend *cb = cb_of(be);
-    /* One strided-batched call when every operand advances; else one call
-     * per item (shared operands, and accumulate: items sum into one C,
-     * beta 1 after the first). */
-    if (g->batch == 1 || (!g->accumulate && g->stride_a && g->stride_b && g->stride_c)) {
-        run_gemm(cb, g, g->batch, 0, g->beta, a, b, c, NULL);
-        return;
-    }
-    for (int64_t i = 0; i < g->batch; i++)
-        run_gemm(cb, g, 1, i, g->accumulate && i > 0 ? 1.0 : g->beta, a, b, c, NULL);
-}
-
-/* The GEMM with its epilogue in cuBLASLt's store (plan/lt_epilogue.c
- * chose it; the plan's lt_epilogue steps only have batch 1): false, and
- * nothing done, when Lt epilogues are off or cuBLASLt has no algorithm
- * for this one; the caller then runs the GEMM and the epilogue kernel. */
-static bool cuda_gemm_epilogue(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c, const kl_epi_ptrs *x)
-{
-    cuda_backend *cb = cb_of(be);
-    if (!cb->lt_epilogues || g->epi.kind == KL_LT_NONE || g->batch != 1)
-        return false;
-    return run_gemm(cb, g, 1, 0, g->beta, a, b, c, x);
+        CU(kl_cu_api.cuLaunchKernel(k->l[i].f, k->l[i].grid, 1, 1, k->l[i].block, 1, 1, 0, cb->compute, params, NULL));
 }
 
 /* ---- graphs ---- */
@@ -712,7 +374,7 @@ static bool cuda_gemm_epilogue(kl_backend *be, const kl_gemm *g, void *a, void *
 static int cuda_capture_begin(kl_backend *be)
 {
     cuda_backend *cb = cb_of(be);
-    CUresult r = api.cuStreamBeginCapture(cb->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    CUresult r = kl_cu_api.cuStreamBeginCapture(cb->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     if (r != CUDA_SUCCESS) {
         kl_error("cannot capture a CUDA graph: %s; running without graphs", cu_error(r));
         return -1;
@@ -726,12 +388,12 @@ static void *cuda_capture_end(kl_backend *be)
     cuda_backend *cb = cb_of(be);
     CUgraph g = NULL;
     CUgraphExec ex = NULL;
-    CUresult r = api.cuStreamEndCapture(cb->compute, &g);
+    CUresult r = kl_cu_api.cuStreamEndCapture(cb->compute, &g);
     cb->capturing = false;
     if (r == CUDA_SUCCESS)
-        r = api.cuGraphInstantiate(&ex, g, 0);
+        r = kl_cu_api.cuGraphInstantiate(&ex, g, 0);
     if (g)
-        CU(api.cuGraphDestroy(g));
+        CU(kl_cu_api.cuGraphDestroy(g));
     if (r != CUDA_SUCCESS) {
         kl_error("recording the step as a CUDA graph failed: %s; running without graphs", cu_error(r));
         return NULL;
@@ -741,13 +403,13 @@ static void *cuda_capture_end(kl_backend *be)
 
 static void cuda_graph_launch(kl_backend *be, void *graph)
 {
-    CU(api.cuGraphLaunch((CUgraphExec)graph, cb_of(be)->compute));
+    CU(kl_cu_api.cuGraphLaunch((CUgraphExec)graph, cb_of(be)->compute));
 }
 
 static void cuda_graph_free(kl_backend *be, void *graph)
 {
-    CU(api.cuStreamSynchronize(cb_of(be)->compute));
-    CU(api.cuGraphExecDestroy((CUgraphExec)graph));
+    CU(kl_cu_api.cuStreamSynchronize(cb_of(be)->compute));
+    CU(kl_cu_api.cuGraphExecDestroy((CUgraphExec)graph));
 }
 
 /* ---- collectives (NCCL) ---- */
@@ -768,27 +430,27 @@ static const void *pad_operand(cuda_backend *cb, const kl_coll *k, int64_t padde
 {
     size_t esz = (size_t)ir_dtype_size(k->dt), bytes = (size_t)padded * esz;
     if (bytes > cb->comm_pad_bytes) {
-        CU(api.cuStreamSynchronize(cb->comm));
+        CU(kl_cu_api.cuStreamSynchronize(cb->comm));
         if (cb->comm_pad)
-            CU(api.cuMemFree(cb->comm_pad));
-        CU(api.cuMemAlloc(&cb->comm_pad, bytes));
+            CU(kl_cu_api.cuMemFree(cb->comm_pad));
+        CU(kl_cu_api.cuMemAlloc(&cb->comm_pad, bytes));
         cb->comm_pad_bytes = bytes;
     }
-    CU(api.cuMemsetD8Async(cb->comm_pad, 0, bytes, cb->comm));
-    CU(api.cuMemcpyDtoDAsync(cb->comm_pad, dptr(k->in), (size_t)k->count * esz, cb->comm));
+    CU(kl_cu_api.cuMemsetD8Async(cb->comm_pad, 0, bytes, cb->comm));
+    CU(kl_cu_api.cuMemcpyDtoDAsync(cb->comm_pad, dptr(k->in), (size_t)k->count * esz, cb->comm));
     return (const void *)(uintptr_t)cb->comm_pad;
 }
 
 static void cuda_collective(kl_backend *be, const kl_coll *k)
 {
     cuda_backend *cb = cb_of(be);
-    CU(api.cuEventRecord(cb->comm_ready, cb->compute));
-    CU(api.cuStreamWaitEvent(cb->comm, cb->comm_ready, 0));
+    CU(kl_cu_api.cuEventRecord(cb->comm_ready, cb->compute));
+    CU(kl_cu_api.cuStreamWaitEvent(cb->comm, cb->comm_ready, 0));
     size_t bytes = (size_t)k->count * (size_t)ir_dtype_size(k->dt);
     if (!k->comm) {
         /* A world of one: the result is the operand. */
         if (k->in != k->out && bytes)
-            CU(api.cuMemcpyDtoDAsync(dptr(k->out), dptr(k->in), bytes, cb->comm));
+            CU(kl_cu_api.cuMemcpyDtoDAsync(dptr(k->out), dptr(k->in), bytes, cb->comm));
     } else if (k->count > 0) {
         struct kl_nccl *nc = nccl_of(cb, k->comm);
         int world = kl_comm_world(k->comm);
@@ -810,7 +472,7 @@ static void cuda_collective(kl_backend *be, const kl_coll *k)
             break;
         }
     }
-    CU(api.cuEventRecord(cb->comm_done, cb->comm));
+    CU(kl_cu_api.cuEventRecord(cb->comm_done, cb->comm));
     cb->comm_pending = true;
 }
 
@@ -819,7 +481,7 @@ static void cuda_collective_wait(kl_backend *be)
     cuda_backend *cb = cb_of(be);
     if (!cb->comm_pending)
         return;
-    CU(api.cuStreamWaitEvent(cb->compute, cb->comm_done, 0));
+    CU(kl_cu_api.cuStreamWaitEvent(cb->compute, cb->comm_done, 0));
     cb->comm_pending = false;
 }
 #endif
@@ -829,20 +491,20 @@ static void cuda_collective_wait(kl_backend *be)
 static void cuda_destroy(kl_backend *be)
 {
     cuda_backend *cb = cb_of(be);
-    CU(api.cuStreamSynchronize(cb->compute));
-    CU(api.cuStreamSynchronize(cb->copy));
-    CU(api.cuStreamSynchronize(cb->comm));
+    CU(kl_cu_api.cuStreamSynchronize(cb->compute));
+    CU(kl_cu_api.cuStreamSynchronize(cb->copy));
+    CU(kl_cu_api.cuStreamSynchronize(cb->comm));
 #ifdef KILN_HAVE_NCCL
     for (int i = 0; i < cb->nccl.n; i++)
         kl_nccl_close(cb->nccl.v[i]);
 #endif
     kl_vec_free(cb->nccl);
     if (cb->comm_pad)
-        CU(api.cuMemFree(cb->comm_pad));
-    CU(api.cuEventDestroy(cb->comm_ready));
-    CU(api.cuEventDestroy(cb->comm_done));
+        CU(kl_cu_api.cuMemFree(cb->comm_pad));
+    CU(kl_cu_api.cuEventDestroy(cb->comm_ready));
+    CU(kl_cu_api.cuEventDestroy(cb->comm_done));
     for (int i = 0; i < cb->kernels.n; i++) {
-        CU(api.cuModuleUnload(cb->kernels.v[i].mod));
+        CU(kl_cu_api.cuModuleUnload(cb->kernels.v[i].mod));
         free(cb->kernels.v[i].name);
         free(cb->kernels.v[i].l);
     }
@@ -850,33 +512,33 @@ static void cuda_destroy(kl_backend *be)
     free(cb->index);
     for (int i = 0; i < cb->gemms.n; i++) {
         gemm_plan *gp = &cb->gemms.v[i];
-        LT(api.cublasLtMatrixLayoutDestroy(gp->la));
-        LT(api.cublasLtMatrixLayoutDestroy(gp->lb));
-        LT(api.cublasLtMatrixLayoutDestroy(gp->lc));
-        LT(api.cublasLtMatmulDescDestroy(gp->desc));
+        LT(kl_cu_api.cublasLtMatrixLayoutDestroy(gp->la));
+        LT(kl_cu_api.cublasLtMatrixLayoutDestroy(gp->lb));
+        LT(kl_cu_api.cublasLtMatrixLayoutDestroy(gp->lc));
+        LT(kl_cu_api.cublasLtMatmulDescDestroy(gp->desc));
     }
     kl_vec_free(cb->gemms);
-    LT(api.cublasLtDestroy(cb->lt));
+    LT(kl_cu_api.cublasLtDestroy(cb->lt));
     for (int i = 0; i < NSLOTS; i++) {
         copy_slot *s = &cb->slots[i];
         if (s->host)
-            CU(api.cuMemFreeHost(s->host));
+            CU(kl_cu_api.cuMemFreeHost(s->host));
         if (s->dev)
-            CU(api.cuMemFree(s->dev));
-        CU(api.cuEventDestroy(s->copied));
-        CU(api.cuEventDestroy(s->done));
+            CU(kl_cu_api.cuMemFree(s->dev));
+        CU(kl_cu_api.cuEventDestroy(s->copied));
+        CU(kl_cu_api.cuEventDestroy(s->done));
     }
     if (cb->bounce)
-        CU(api.cuMemFreeHost(cb->bounce));
-    CU(api.cuMemFree(cb->workspace));
-    CU(api.cuMemFree(cb->split_ws));
-    CU(api.cuMemFree(cb->kargs));
-    CU(api.cuEventDestroy(cb->t0));
-    CU(api.cuEventDestroy(cb->t1));
-    CU(api.cuStreamDestroy(cb->compute));
-    CU(api.cuStreamDestroy(cb->copy));
-    CU(api.cuStreamDestroy(cb->comm));
-    CU(api.cuDevicePrimaryCtxRelease(cb->dev));
+        CU(kl_cu_api.cuMemFreeHost(cb->bounce));
+    CU(kl_cu_api.cuMemFree(cb->workspace));
+    CU(kl_cu_api.cuMemFree(cb->split_ws));
+    CU(kl_cu_api.cuMemFree(cb->kargs));
+    CU(kl_cu_api.cuEventDestroy(cb->t0));
+    CU(kl_cu_api.cuEventDestroy(cb->t1));
+    CU(kl_cu_api.cuStreamDestroy(cb->compute));
+    CU(kl_cu_api.cuStreamDestroy(cb->copy));
+    CU(kl_cu_api.cuStreamDestroy(cb->comm));
+    CU(kl_cu_api.cuDevicePrimaryCtxRelease(cb->dev));
     free(cb);
 }
 
@@ -884,7 +546,7 @@ static int64_t cuda_free_bytes(kl_backend *be)
 {
     (void)be;
     size_t free_b = 0, total = 0;
-    return api.cuMemGetInfo(&free_b, &total) == CUDA_SUCCESS ? (int64_t)free_b : -1;
+    return kl_cu_api.cuMemGetInfo(&free_b, &total) == CUDA_SUCCESS ? (int64_t)free_b : -1;
 }
 
 static const kl_backend_ops cuda_ops = {
@@ -896,8 +558,8 @@ static const kl_backend_ops cuda_ops = {
     .fill_zero = cuda_fill_zero,
     .prepare = cuda_prepare,
     .launch = cuda_launch,
-    .gemm = cuda_gemm,
-    .gemm_epilogue = cuda_gemm_epilogue,
+    .gemm = kl_cuda_gemm,
+    .gemm_epilogue = kl_cuda_gemm_epilogue,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
     .set_args = cuda_set_args,
@@ -923,7 +585,7 @@ static int open_api(char *why, size_t n)
     static const char *const driver[] = {"libcuda.so.1", "libcuda.so", NULL};
     static const char *const lt[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so", NULL};
     char err[512];
-    if (api.cuInit && api.cublasLtMatmul)
+    if (kl_cu_api.cuInit && kl_cu_api.cublasLtMatmul)
         return 0;
     void *hd = kl_cuda_dlopen(driver, err, sizeof err);
     if (!hd) {
@@ -931,7 +593,7 @@ static int open_api(char *why, size_t n)
         return -1;
     }
 #define X(f)                                                                      \
-    if (!(api.f = (__typeof__(&f))dlsym(hd, STR(f)))) {                           \
+    if (!(kl_cu_api.f = (__typeof__(&f))dlsym(hd, STR(f)))) {                           \
         snprintf(why, n, "the CUDA driver lacks %s (too old?)", STR(f));          \
         return -1;                                                                \
     }
@@ -943,7 +605,7 @@ static int open_api(char *why, size_t n)
         return -1;
     }
 #define X(f)                                                                      \
-    if (!(api.f = (__typeof__(&f))dlsym(hl, STR(f)))) {                           \
+    if (!(kl_cu_api.f = (__typeof__(&f))dlsym(hl, STR(f)))) {                           \
         snprintf(why, n, "cuBLASLt lacks %s", STR(f));                            \
         return -1;                                                                \
     }
@@ -974,13 +636,13 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     }
     if (open_api(why, n))
         return NULL;
-    CUresult r = api.cuInit(0);
+    CUresult r = kl_cu_api.cuInit(0);
     if (r != CUDA_SUCCESS) {
         snprintf(why, n, "the CUDA driver does not start: %s", cu_error(r));
         return NULL;
     }
     int count = 0;
-    if ((r = api.cuDeviceGetCount(&count)) != CUDA_SUCCESS || count == 0) {
+    if ((r = kl_cu_api.cuDeviceGetCount(&count)) != CUDA_SUCCESS || count == 0) {
         snprintf(why, n, "no GPU found%s%s", r ? ": " : "", r ? cu_error(r) : "");
         return NULL;
     }
@@ -997,10 +659,10 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     int major = 0, minor = 0, sms = 0;
     char name[128] = "?";
     size_t mem = 0;
-    if ((r = api.cuDeviceGet(&dev, opts.device)) || (r = api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) ||
-        (r = api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) ||
-        (r = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) ||
-        (r = api.cuDeviceGetName(name, sizeof name, dev)) || (r = api.cuDeviceTotalMem(&mem, dev))) {
+    if ((r = kl_cu_api.cuDeviceGet(&dev, opts.device)) || (r = kl_cu_api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) ||
+        (r = kl_cu_api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) ||
+        (r = kl_cu_api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) ||
+        (r = kl_cu_api.cuDeviceGetName(name, sizeof name, dev)) || (r = kl_cu_api.cuDeviceTotalMem(&mem, dev))) {
         snprintf(why, n, "cannot query GPU %d: %s", opts.device, cu_error(r));
         return NULL;
     }
@@ -1025,27 +687,27 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     snprintf(cb->arch, sizeof cb->arch, "sm_%d%d", major, minor);
     snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %.80s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
              (double)mem / 1073741824.0);
-    if ((r = api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = api.cuCtxSetCurrent(cb->ctx))) {
+    if ((r = kl_cu_api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = kl_cu_api.cuCtxSetCurrent(cb->ctx))) {
         snprintf(why, n, "cannot open a context on %s: %s", name, cu_error(r));
         free(cb);
         return NULL;
     }
-    CU(api.cuStreamCreate(&cb->compute, CU_STREAM_NON_BLOCKING));
-    CU(api.cuStreamCreate(&cb->copy, CU_STREAM_NON_BLOCKING));
-    CU(api.cuStreamCreate(&cb->comm, CU_STREAM_NON_BLOCKING));
-    CU(api.cuEventCreate(&cb->comm_ready, CU_EVENT_DISABLE_TIMING));
-    CU(api.cuEventCreate(&cb->comm_done, CU_EVENT_DISABLE_TIMING));
+    CU(kl_cu_api.cuStreamCreate(&cb->compute, CU_STREAM_NON_BLOCKING));
+    CU(kl_cu_api.cuStreamCreate(&cb->copy, CU_STREAM_NON_BLOCKING));
+    CU(kl_cu_api.cuStreamCreate(&cb->comm, CU_STREAM_NON_BLOCKING));
+    CU(kl_cu_api.cuEventCreate(&cb->comm_ready, CU_EVENT_DISABLE_TIMING));
+    CU(kl_cu_api.cuEventCreate(&cb->comm_done, CU_EVENT_DISABLE_TIMING));
     for (int i = 0; i < NSLOTS; i++) {
-        CU(api.cuEventCreate(&cb->slots[i].copied, CU_EVENT_DISABLE_TIMING));
-        CU(api.cuEventCreate(&cb->slots[i].done, CU_EVENT_DISABLE_TIMING));
+        CU(kl_cu_api.cuEventCreate(&cb->slots[i].copied, CU_EVENT_DISABLE_TIMING));
+        CU(kl_cu_api.cuEventCreate(&cb->slots[i].done, CU_EVENT_DISABLE_TIMING));
     }
-    CU(api.cuEventCreate(&cb->t0, CU_EVENT_DEFAULT));
-    CU(api.cuEventCreate(&cb->t1, CU_EVENT_DEFAULT));
-    CU(api.cuMemAlloc(&cb->kargs, sizeof(kl_kargs)));
-    CU(api.cuMemAlloc(&cb->split_ws, (size_t)KIR_CUDA_WORKSPACE_BYTES));
+    CU(kl_cu_api.cuEventCreate(&cb->t0, CU_EVENT_DEFAULT));
+    CU(kl_cu_api.cuEventCreate(&cb->t1, CU_EVENT_DEFAULT));
+    CU(kl_cu_api.cuMemAlloc(&cb->kargs, sizeof(kl_kargs)));
+    CU(kl_cu_api.cuMemAlloc(&cb->split_ws, (size_t)KIR_CUDA_WORKSPACE_BYTES));
     cb->workspace_bytes = (size_t)32 << 20;
-    CU(api.cuMemAlloc(&cb->workspace, cb->workspace_bytes));
-    LT(api.cublasLtCreate(&cb->lt));
+    CU(kl_cu_api.cuMemAlloc(&cb->workspace, cb->workspace_bytes));
+    LT(kl_cu_api.cublasLtCreate(&cb->lt));
     return &cb->base;
 }
 
@@ -1054,16 +716,16 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
 void kl_cuda_timer_start(kl_backend *be)
 {
     cuda_backend *cb = cb_of(be);
-    CU(api.cuEventRecord(cb->t0, cb->compute));
+    CU(kl_cu_api.cuEventRecord(cb->t0, cb->compute));
 }
 
 double kl_cuda_timer_stop(kl_backend *be)
 {
     cuda_backend *cb = cb_of(be);
     float ms = 0;
-    CU(api.cuEventRecord(cb->t1, cb->compute));
-    CU(api.cuEventSynchronize(cb->t1));
-    CU(api.cuEventElapsedTime(&ms, cb->t0, cb->t1));
+    CU(kl_cu_api.cuEventRecord(cb->t1, cb->compute));
+    CU(kl_cu_api.cuEventSynchronize(cb->t1));
+    CU(kl_cu_api.cuEventElapsedTime(&ms, cb->t0, cb->t1));
     return ms / 1e3;
 }
 
@@ -1072,12 +734,12 @@ double kl_cuda_copy_bandwidth(kl_backend *be)
     cuda_backend *cb = cb_of(be);
     size_t bytes = (size_t)256 << 20;
     void *a = cuda_alloc(be, bytes), *b = cuda_alloc(be, bytes);
-    CU(api.cuMemsetD8Async(dptr(a), 1, bytes, cb->compute));
-    CU(api.cuMemcpyDtoDAsync(dptr(b), dptr(a), bytes, cb->compute)); /* warm-up */
+    CU(kl_cu_api.cuMemsetD8Async(dptr(a), 1, bytes, cb->compute));
+    CU(kl_cu_api.cuMemcpyDtoDAsync(dptr(b), dptr(a), bytes, cb->compute)); /* warm-up */
     const int reps = 10;
     kl_cuda_timer_start(be);
     for (int i = 0; i < reps; i++)
-        CU(api.cuMemcpyDtoDAsync(dptr(b), dptr(a), bytes, cb->compute));
+        CU(kl_cu_api.cuMemcpyDtoDAsync(dptr(b), dptr(a), bytes, cb->compute));
     double s = kl_cuda_timer_stop(be);
     cuda_free(be, a);
     cuda_free(be, b);
