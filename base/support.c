@@ -1,3 +1,8 @@
+/* The helpers of support.h: checked allocation and sizes (kl_x*,
+ * kl_size_mul, kl_check_alloc against the machine's memory), opening a
+ * regular file, the string builder, the arena, source files, user
+ * diagnostics with the offending line and a caret (control characters
+ * escaped), kl_panic, and the FNV-1a hash. */
 #include "support.h"
 
 #include <errno.h>
