@@ -182,12 +182,15 @@ void kl_outfile_note(kl_outfile *o)
         o->err = errno ? errno : EIO;
 }
 
-/* The end of a straight write to a character device: flush and close. */
-static int commit_char_device(kl_outfile *o)
+/* The end of a straight write (a character device, a log): flush, sync
+ * to disk when asked, close, and say what failed. */
+static int close_straight(kl_outfile *o, bool sync)
 {
     kl_outfile_note(o);
     int e = o->err;
     if (!e && fflush(o->f))
+        e = errno;
+    if (!e && sync && fsync(fileno(o->f)))
         e = errno;
     if (fclose(o->f) && !e)
         e = errno;
@@ -201,7 +204,7 @@ static int commit_char_device(kl_outfile *o)
 int kl_outfile_commit(kl_outfile *o, unsigned mode)
 {
     if (!o->tmp)
-        return commit_char_device(o);
+        return close_straight(o, false);
     int e = 0, fd = -1;
     if (o->f) {
         kl_outfile_note(o);
@@ -282,19 +285,7 @@ int kl_outfile_open_log(kl_outfile *o, const char *path, bool append)
 
 int kl_outfile_close_log(kl_outfile *o)
 {
-    kl_outfile_note(o);
-    int e = o->err;
-    if (!e && fflush(o->f))
-        e = errno;
-    if (!e && fsync(fileno(o->f)))
-        e = errno;
-    if (fclose(o->f) && !e)
-        e = errno;
-    o->f = NULL;
-    if (e)
-        kl_error("%s: writing failed: %s", o->path, strerror(e));
-    outfile_free(o);
-    return e ? -1 : 0;
+    return close_straight(o, true);
 }
 
 int kl_outfile_write_whole(const char *path, const void *data, size_t n)

@@ -45,14 +45,20 @@ static void put_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-void kl_trace_event(kl_trace *t, const char *name, const char *cat, int track, double start, double end)
+/* An event's separator and its "name" field: each event's start. */
+static void open_event(kl_trace *t, const char *name)
 {
-    if (!t)
-        return;
     fputs(t->first ? "" : ",\n", t->f);
     t->first = false;
     fputs("{\"name\": ", t->f);
     put_string(t->f, name);
+}
+
+void kl_trace_event(kl_trace *t, const char *name, const char *cat, int track, double start, double end)
+{
+    if (!t)
+        return;
+    open_event(t, name);
     fputs(", \"cat\": ", t->f);
     put_string(t->f, cat);
     fprintf(t->f, ", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}", track,
@@ -64,10 +70,7 @@ void kl_trace_counter(kl_trace *t, const char *name, double ts, double value)
 {
     if (!t)
         return;
-    fputs(t->first ? "" : ",\n", t->f);
-    t->first = false;
-    fputs("{\"name\": ", t->f);
-    put_string(t->f, name);
+    open_event(t, name);
     fprintf(t->f, ", \"ph\": \"C\", \"pid\": 1, \"ts\": %.3f, \"args\": {\"value\": %.6g}}", 1e6 * (ts - t->t0), value);
     kl_outfile_note(&t->o);
 }
