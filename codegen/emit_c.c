@@ -124,17 +124,6 @@ const char *kir_c_prelude(void)
     return prelude;
 }
 
-/* A loop without inner loops, conditions or atomics, whose iterations are
- * independent (no KS_SET carries a value from one to the next): it may be
- * vectorised. */
-bool kir_c_is_leaf_loop(const kir_stmt *s)
-{
-    for (const kir_stmt *c = s->body; c; c = c->next)
-        if (c->kind == KS_LOOP || c->kind == KS_IF || c->kind == KS_ADDTO || c->kind == KS_SET)
-            return false;
-    return true;
-}
-
 static bool has_addto(const kir_stmt *s)
 {
     for (; s; s = s->next)
@@ -152,6 +141,8 @@ static bool has_halves(const kir_kernel *k)
     return false;
 }
 
+
+static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip);
 
 /* Leaf loop s in chunks of STAGE_CHUNK (the chunks shared out by OpenMP
  * when collapse is 1), each converting its rows around a vectorised
@@ -178,7 +169,7 @@ static void print_chunked(printer *p, const kir_stmt *s, int collapse, const sta
     kl_buf_printf(p->e.b, "for (int64_t %s = kl_c; %s < kl_c + kl_n; %s++) {\n", v, v, v);
     p->e.indent++;
     kir_c_use_staging(p, st);
-    kir_c_print_stmts(p, s->body, 0, 0);
+    print_stmts(p, s->body, 0, 0);
     kir_c_use_staging(p, NULL);
     p->e.indent--;
     ind(p);
@@ -267,7 +258,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
         kir_c_use_staging(p, in_plane ? p->pl : &st);
     const kir_stmt *around = p->around;
     p->around = s;
-    kir_c_print_stmts(p, s->body, 0, inner_skip);
+    print_stmts(p, s->body, 0, inner_skip);
     p->around = around;
     kir_c_use_staging(p, NULL);
     p->red = saved;
@@ -284,10 +275,16 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip);
 
-void kir_c_print_stmts(printer *p, const kir_stmt *s, int collapse, int skip)
+static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip)
 {
     for (; s; s = s->next)
         print_stmt(p, s, collapse, skip);
+}
+
+/* printer.print_body: a statement list at the top of no nest. */
+static void print_body(const printer *p, const kir_stmt *s)
+{
+    print_stmts((printer *)p, s, 0, 0);
 }
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
@@ -372,7 +369,7 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             kir_print_expr(&p->e, s->a);
             kl_buf_puts(p->e.b, ") {\n");
             p->e.indent++;
-            kir_c_print_stmts(p, s->body, 0, 0);
+            print_stmts(p, s->body, 0, 0);
             p->e.indent--;
             ind(p);
             kl_buf_puts(p->e.b, "}\n");
@@ -496,7 +493,7 @@ static char *print_kernel(const kir_kernel *k, const char *name, size_t at[3])
     kl_buf b = {0};
     int nests = 0;
     bool region = fits_region(k, kir_host_stmts(k), &nests) && nests > 0;
-    printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region};
+    printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region, .print_body = print_body};
     uint8_t *dead = dead_lets(&p);
     p.e.dead = dead;
     kl_buf_printf(&b, "/* %s */\n", k->what);

@@ -66,6 +66,9 @@ typedef struct printer {
     const staging *st;   /* the rows staged around the leaf loop being printed */
     const staging *pl;   /* rows staged around a leaf loop's outer loop (plan_plane) */
     const kir_stmt *around; /* the innermost loop whose body is being printed */
+    /* Prints statement list s (emit_c.c's print_stmts): the staged-row
+     * planner's trial print of a body, to see which rows it reads. */
+    void (*print_body)(const struct printer *p, const kir_stmt *s);
 } printer;
 
 static inline void ind(printer *p)
@@ -73,16 +76,11 @@ static inline void ind(printer *p)
     kir_print_indent(&p->e);
 }
 
-/* ---- the printer (emit_c.c) ---- */
+/* ---- staged rows (emit_c_stage.c) ---- */
 
-/* Prints statement list s; collapse and skip as for the loops (collapse
- * > 0 opens an OpenMP nest of that many loops, skip > 0 is inside one). */
-void kir_c_print_stmts(printer *p, const kir_stmt *s, int collapse, int skip);
 /* A loop without inner loops, conditions or atomics, whose iterations are
  * independent: it may be vectorised. */
 bool kir_c_is_leaf_loop(const kir_stmt *s);
-
-/* ---- staged rows (emit_c_stage.c) ---- */
 
 /* The rows to stage around leaf loop s (bf16: bf16 ones too); false when
  * there are none. */

@@ -8,6 +8,17 @@
 
 #include "emit_c.h"
 
+/* A loop without inner loops, conditions or atomics, whose iterations are
+ * independent (no KS_SET carries a value from one to the next): it may be
+ * vectorised. */
+bool kir_c_is_leaf_loop(const kir_stmt *s)
+{
+    for (const kir_stmt *c = s->body; c; c = c->next)
+        if (c->kind == KS_LOOP || c->kind == KS_IF || c->kind == KS_ADDTO || c->kind == KS_SET)
+            return false;
+    return true;
+}
+
 static bool same_expr(const kir_expr *a, const kir_expr *b)
 {
     if (!a || !b)
@@ -512,7 +523,7 @@ bool kir_c_drop_unread_rows(const printer *p, const kir_stmt *s, staging *st)
     q.e.b = &scratch;
     kir_c_use_staging(&q, st);
     q.e.staged_hits = hits;
-    kir_c_print_stmts(&q, s->body, 0, 0);
+    p->print_body(&q, s->body);
     kl_buf_free(&scratch);
     bool keep[STAGE_ROWS] = {0};
     for (int r = 0; r < st->nrows; r++)

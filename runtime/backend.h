@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cc.h"
 #include "comm.h"
+#include "cpu_cores.h"
 #include "plan/plan.h"
 
 typedef struct kl_kargs {
@@ -108,15 +110,6 @@ kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g);
 /* NULL after an error when o asks for what cannot be (--bf16-gemm onednn
  * without oneDNN or bf16 instructions, an unknown --bf16-gemm). */
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
-/* The default thread count (cpu_cores.c): OMP_NUM_THREADS when set, else
- * the physical cores this process may run on, else the logical CPUs; never
- * a measurement. *rule names which ("physical cores"). */
-int kl_cpu_default_threads(const char **rule);
-/* Distinct (package, core) pairs, read from root's
- * sys/devices/system/cpu/cpuN/topology, else proc/cpuinfo (root "" is this
- * machine; tests pass a fake tree), among the CPUs this process may run on
- * when this_process (else all); 0 when neither file says. */
-int kl_cpu_physical_cores(const char *root, bool this_process);
 
 /* Compiles C source into a shared object in the cache (keyed by a hash of
  * the source, the compiler and its flags) and opens it. A cached object
@@ -132,21 +125,10 @@ void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const ch
  * ~/.cache/kiln/sub, else (or when that one is not private, with a note)
  * $TMPDIR/kiln-cache-UID/sub. Caller frees; NULL after an error. */
 char *kl_cache_dir(const char *sub);
-/* How host-compiled code evaluates floating point: the same for the
- * kernels, kiln build's executable and the CUDA emulation (tests/cuda),
- * on every x86-64 CPU. Every operation rounds as written: no contraction
- * of a*b+c into a fused multiply-add (which gnu11 allows by default and
- * -march=native enables where the CPU has FMA), no fast-math. No SLP
- * (straight-line) vectorization: GCC 12 at -O3 with AVX-512 drops the
- * double -> float -> double round trip there (the last 4 of 20 elements
- * of (double)(float)x * 2 came back unrounded; tests/unit/test_jit.c). */
-#define KL_CC_FP_FLAGS "-ffp-contract=off -fno-tree-slp-vectorize -fno-math-errno"
-/* The C compiler used for kernels (and by kiln build): $KILN_CC, else $CC,
- * else cc; its words, then kl_cc_flags(), start the command
- * (runtime/cc.c). */
-const char *kl_cc(void);
-const char *kl_cc_flags(void);
-/* $KILN_MARCH, checked (a bad value exits): "native" when unset. */
-const char *kl_cc_march(void);
+
+/* Single-precision GEMM throughput in GFLOP/s, measured now: 1024^3
+ * through the CPU backend be's fp32 GEMM (OpenBLAS's or oneDNN's sgemm,
+ * as the run's), best of three (runtime/bottleneck.h's compute peak). */
+double kl_gemm_peak_gflops(kl_backend *be);
 
 #endif

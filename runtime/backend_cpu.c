@@ -591,3 +591,28 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
                  cb->dnnl_f32 ? "oneDNN" : "OpenBLAS", b16, f16);
     return &cb->base;
 }
+
+double kl_gemm_peak_gflops(kl_backend *be)
+{
+    const int n = 1024;
+    kl_gemm g = {.dtype = IR_F32, .out_dtype = IR_F32, .m = n, .n = n, .k = n, .batch = 1, .alpha = 1};
+    float *a = kl_xmalloc(sizeof(float) * (size_t)n * n), *b = kl_xmalloc(sizeof(float) * (size_t)n * n),
+          *c = kl_xcalloc((size_t)n * n, sizeof(float));
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.25f;
+        b[i] = (float)(i % 5) * 0.5f;
+    }
+    double best = 0;
+    for (int r = 0; r < 4; r++) {
+        double t0 = kl_now();
+        be->ops->gemm(be, &g, a, b, c);
+        double dt = kl_now() - t0;
+        /* The first call warms the library's threads and buffers. */
+        if (r > 0 && dt > 0 && 2.0 * n * n * (double)n / dt / 1e9 > best)
+            best = 2.0 * n * n * (double)n / dt / 1e9;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}

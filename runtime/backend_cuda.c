@@ -34,39 +34,6 @@
 #include "nccl.h"
 #endif
 
-cuda_api kl_cu_api;
-
-static const char *cu_error(CUresult r)
-{
-    const char *name = NULL, *msg = NULL;
-    if (kl_cu_api.cuGetErrorName)
-        kl_cu_api.cuGetErrorName(r, &name);
-    if (kl_cu_api.cuGetErrorString)
-        kl_cu_api.cuGetErrorString(r, &msg);
-    static __thread char buf[256];
-    snprintf(buf, sizeof buf, "%s (%s)", name ? name : "?", msg ? msg : "unknown error");
-    return buf;
-}
-
-KL_NORETURN static void fatal(const char *file, int line, const char *call, const char *why)
-{
-    kl_error("%s:%d: %s failed: %s", file, line, call, why);
-    exit(1);
-}
-
-void kl_cu_check(CUresult r, const char *call, const char *file, int line)
-{
-    if (r != CUDA_SUCCESS)
-        fatal(file, line, call, cu_error(r));
-}
-
-void kl_lt_check(cublasStatus_t s, const char *call, const char *file, int line)
-{
-    if (s != CUBLAS_STATUS_SUCCESS)
-        fatal(file, line, call, kl_cu_api.cublasLtGetStatusString ? kl_cu_api.cublasLtGetStatusString(s) : "cuBLASLt error");
-}
-
-
 /* ---- memory and copies ---- */
 
 static void *cuda_alloc(kl_backend *be, size_t bytes)
@@ -79,7 +46,7 @@ static void *cuda_alloc(kl_backend *be, size_t bytes)
         kl_cu_api.cuMemGetInfo(&free_b, &total);
         kl_error("out of GPU memory allocating %.1f MiB (%.1f of %.1f MiB free): %s\n"
                  "---> try a smaller --batch, or --accumulate N with a batch N times smaller",
-                 (double)bytes / 1048576.0, (double)free_b / 1048576.0, (double)total / 1048576.0, cu_error(r));
+                 (double)bytes / 1048576.0, (double)free_b / 1048576.0, (double)total / 1048576.0, kl_cu_error(r));
         exit(1);
     }
     return (void *)(uintptr_t)p;
@@ -239,7 +206,7 @@ static int load_kernel(cuda_backend *cb, const kl_kernel_src *k, const void *ima
     cu_kernel ck = {kl_xstrdup(k->name), NULL, NULL, k->cuda.nlaunches, k->cuda.nbufs, k->cuda.workspace > 0};
     CUresult r = kl_cu_api.cuModuleLoadData(&ck.mod, image);
     if (r != CUDA_SUCCESS) {
-        kl_error("cannot load kernel %s (%s) for %s: %s", k->name, k->what, cb->arch, cu_error(r));
+        kl_error("cannot load kernel %s (%s) for %s: %s", k->name, k->what, cb->arch, kl_cu_error(r));
         free(ck.name);
         return -1;
     }
@@ -376,7 +343,7 @@ static int cuda_capture_begin(kl_backend *be)
     cuda_backend *cb = cb_of(be);
     CUresult r = kl_cu_api.cuStreamBeginCapture(cb->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     if (r != CUDA_SUCCESS) {
-        kl_error("cannot capture a CUDA graph: %s; running without graphs", cu_error(r));
+        kl_error("cannot capture a CUDA graph: %s; running without graphs", kl_cu_error(r));
         return -1;
     }
     cb->capturing = true;
@@ -395,7 +362,7 @@ static void *cuda_capture_end(kl_backend *be)
     if (g)
         CU(kl_cu_api.cuGraphDestroy(g));
     if (r != CUDA_SUCCESS) {
-        kl_error("recording the step as a CUDA graph failed: %s; running without graphs", cu_error(r));
+        kl_error("recording the step as a CUDA graph failed: %s; running without graphs", kl_cu_error(r));
         return NULL;
     }
     return ex;
@@ -638,12 +605,12 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
         return NULL;
     CUresult r = kl_cu_api.cuInit(0);
     if (r != CUDA_SUCCESS) {
-        snprintf(why, n, "the CUDA driver does not start: %s", cu_error(r));
+        snprintf(why, n, "the CUDA driver does not start: %s", kl_cu_error(r));
         return NULL;
     }
     int count = 0;
     if ((r = kl_cu_api.cuDeviceGetCount(&count)) != CUDA_SUCCESS || count == 0) {
-        snprintf(why, n, "no GPU found%s%s", r ? ": " : "", r ? cu_error(r) : "");
+        snprintf(why, n, "no GPU found%s%s", r ? ": " : "", r ? kl_cu_error(r) : "");
         return NULL;
     }
     if (opts.device < 0 || opts.device >= count) {
@@ -663,7 +630,7 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
         (r = kl_cu_api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) ||
         (r = kl_cu_api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) ||
         (r = kl_cu_api.cuDeviceGetName(name, sizeof name, dev)) || (r = kl_cu_api.cuDeviceTotalMem(&mem, dev))) {
-        snprintf(why, n, "cannot query GPU %d: %s", opts.device, cu_error(r));
+        snprintf(why, n, "cannot query GPU %d: %s", opts.device, kl_cu_error(r));
         return NULL;
     }
     if (major < 7) {
@@ -688,7 +655,7 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %.80s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
              (double)mem / 1073741824.0);
     if ((r = kl_cu_api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = kl_cu_api.cuCtxSetCurrent(cb->ctx))) {
-        snprintf(why, n, "cannot open a context on %s: %s", name, cu_error(r));
+        snprintf(why, n, "cannot open a context on %s: %s", name, kl_cu_error(r));
         free(cb);
         return NULL;
     }

@@ -45,6 +45,8 @@ typedef struct cuda_api {
 /* Found once per process by kl_cuda_backend_new; read-only afterwards. */
 extern cuda_api kl_cu_api;
 
+/* The driver's name and text of r: "CUDA_ERROR_X (text)" (per thread). */
+const char *kl_cu_error(CUresult r);
 /* A failed call names the call, file and line and exits. */
 void kl_cu_check(CUresult r, const char *call, const char *file, int line);
 void kl_lt_check(cublasStatus_t s, const char *call, const char *file, int line);

@@ -13,7 +13,6 @@
 
 #include <stdio.h>
 
-#include "backend.h"
 #include "plan/plan.h"
 
 typedef enum kl_category {
@@ -57,11 +56,9 @@ const char *kl_bottleneck_verdict(const kl_bottleneck *b, char *buf, size_t n);
 /* The table and the verdict. */
 void kl_bottleneck_print(const kl_bottleneck *b, FILE *out);
 
-/* The machine's memcpy bandwidth in GB/s (bytes read plus written), and
- * its single-precision GEMM throughput in GFLOP/s (1024^3 through the CPU
- * backend be's fp32 GEMM: OpenBLAS's or oneDNN's sgemm, as the run's;
- * best of three), both measured now. */
+/* The machine's memcpy bandwidth in GB/s (bytes read plus written),
+ * measured now; the GEMM peak is the backend's kl_gemm_peak_gflops
+ * (runtime/backend.h). */
 double kl_copy_bandwidth(void);
-double kl_gemm_peak_gflops(kl_backend *be);
 
 #endif

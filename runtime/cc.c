@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "cc.h"
 #include "spawn.h"
 
 const char *kl_cc(void)

@@ -6,10 +6,12 @@
 #include <dirent.h>
 #include <omp.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "cpu_cores.h"
+#include "base/support.h"
 
 /* (package, core) pairs seen, for counting distinct ones. */
 typedef struct core_set {

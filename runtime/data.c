@@ -14,13 +14,6 @@
 #include "base/scalar.h"
 #include "base/support.h"
 
-double kl_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* idx and synthetic: the fields "image" (u8, the sample's shape) and
  * "label" (i32), both in memory. */
 static void image_label_fields(kl_dataset *d)

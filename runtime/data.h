@@ -181,6 +181,4 @@ const char *kl_loader_failed(const kl_loader *l);
 /* Samples skipped so far (on_error = skip), and the first one's reason. */
 int64_t kl_loader_skipped(const kl_loader *l, const char **first);
 
-double kl_now(void);
-
 #endif

@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 #include "doctor.h"
-#include "backend.h"
+#include "cc.h"
+#include "cpu_cores.h"
 #include "spawn.h"
 
 /* OpenBLAS's own queries (in every OpenBLAS build Kiln links). */

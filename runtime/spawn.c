@@ -6,7 +6,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "backend.h"
 #include "spawn.h"
 
 extern char **environ;
