@@ -107,7 +107,7 @@ typedef struct kl_kernel_src {
     char *c_src;      /* without the prelude */
     kir_cuda cuda;    /* the same kernel as CUDA C, with its launches */
     cg_attn_native attn; /* an attention kernel the CPU backend may run by
-                            hand-written code (runtime/cpu_attn.c); kind
+                            hand-written code (runtime/cpu/cpu_attn.c); kind
                             CG_ATTN_NONE for every other kernel */
 } kl_kernel_src;
 
