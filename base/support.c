@@ -1,3 +1,8 @@
+/* The helpers of support.h: checked allocation and sizes (kl_x*,
+ * kl_size_mul, kl_check_alloc against the machine's memory), opening a
+ * regular file, the string builder, the arena, source files, user
+ * diagnostics with the offending line and a caret (control characters
+ * escaped), kl_panic, the monotonic clock and the FNV-1a hash. */
 #include "support.h"
 
 #include <errno.h>
@@ -6,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void *kl_xmalloc(size_t n)
@@ -505,6 +511,13 @@ void kl_error(const char *fmt, ...)
     vput_escaped(out, fmt, ap);
     va_end(ap);
     fputc('\n', out);
+}
+
+double kl_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 uint64_t kl_hash_bytes(uint64_t h, const void *p, size_t n)

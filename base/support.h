@@ -125,6 +125,9 @@ void kl_fputs_escaped(const char *s, FILE *out);
 void kl_fprintf_escaped(FILE *out, const char *fmt, ...) KL_PRINTF(2, 3);
 void kl_vfprintf_escaped(FILE *out, const char *fmt, va_list ap);
 
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC): for intervals. */
+double kl_now(void);
+
 /* FNV-1a, 64 bits: for cache keys and checksums of plans, not security. */
 uint64_t kl_hash_bytes(uint64_t h, const void *p, size_t n);
 #define KL_HASH_INIT 0xcbf29ce484222325ull

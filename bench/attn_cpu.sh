@@ -4,7 +4,7 @@
 # 2048 query rows per head (batch = 2048 / T), params q, k, v, loss =
 # mean(attention(q, k, v)), three ways:
 #   native     the fused op through the CPU backend's hand-written kernels
-#              (runtime/cpu_attn.c, the default)
+#              (runtime/cpu/cpu_attn.c, the default)
 #   generated  the fused op through the kernel IR's C (KILN_CPU_ATTENTION=generated)
 #   composed   softmax(where(causal mask, q @ k^T * scale, -1e9)) @ v: BLAS
 #              GEMMs and a [batch, 4, T, T] score tensor

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hand-written CPU attention kernels (runtime/cpu_attn.c) of a git
+# The hand-written CPU attention kernels (runtime/cpu/cpu_attn.c) of a git
 # revision against the working tree's, on the GPT example's heads (64 x
 # T 128 x d 32, causal): each built with its own compile options (read
 # from that revision's CMakeLists.txt line for cpu_attn.c), timed by
@@ -20,15 +20,17 @@ options() { # CMAKELISTS
     sed -n 's/.*cpu_attn.c PROPERTIES COMPILE_OPTIONS "\([^"]*\)".*/\1/p' "$1" | tr ';' ' '
   fi
 }
-mkdir -p "$tmp/old/runtime" "$tmp/old/base" "$tmp/old/codegen"
-for f in runtime/cpu_attn.c runtime/cpu_attn.h base/scalar.h base/support.h codegen/attn_native.h CMakeLists.txt; do
-  git show "$old_rev:$f" > "$tmp/old/$f" 2> /dev/null || cp "$f" "$tmp/old/$f"
+mkdir -p "$tmp/old/runtime/cpu" "$tmp/old/base" "$tmp/old/codegen"
+for f in runtime/cpu/cpu_attn.c runtime/cpu/cpu_attn.h base/scalar.h base/support.h codegen/attn_native.h CMakeLists.txt; do
+  # (before runtime/ split by concern the kernels were runtime/cpu_attn.*)
+  git show "$old_rev:$f" > "$tmp/old/$f" 2> /dev/null || git show "$old_rev:${f/runtime\/cpu\//runtime/}" > "$tmp/old/$f" 2> /dev/null ||
+    cp "$f" "$tmp/old/$f"
 done
 for v in old new; do
   root=$([ $v = old ] && echo "$tmp/old" || pwd)
   # shellcheck disable=SC2046
-  cc $(options "$root/CMakeLists.txt") -fopenmp -std=gnu11 -I"$root" -I"$root/runtime" \
-    -DATTN_SRC="\"$root/runtime/cpu_attn.c\"" bench/attn_native_time.c -o "$tmp/$v.bin" -lm
+  cc $(options "$root/CMakeLists.txt") -fopenmp -std=gnu11 -I"$root" -I"$root/runtime/cpu" \
+    -DATTN_SRC="\"$root/runtime/cpu/cpu_attn.c\"" bench/attn_native_time.c -o "$tmp/$v.bin" -lm
 done
 echo "old: $old_rev ($(options "$tmp/old/CMakeLists.txt")); new: working tree ($(options CMakeLists.txt))"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

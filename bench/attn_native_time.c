@@ -1,4 +1,4 @@
-/* CPU time of the hand-written attention kernels (runtime/cpu_attn.c) on
+/* CPU time of the hand-written attention kernels (runtime/cpu/cpu_attn.c) on
  * the GPT example's heads: 64 (batch 16 x 4 heads) of T = 128, d = 32,
  * causal. Built by bench/attn_native_ab.sh from a given copy of
  * cpu_attn.c (-DATTN_SRC="path"), so two versions can be timed against

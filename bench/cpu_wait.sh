@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# OpenMP waiting on a shared machine (issue 32 item 14, runtime/cpu_wait.c):
+# OpenMP waiting on a shared machine (issue 32 item 14, runtime/cpu/cpu_wait.c):
 # the MLP's training step (examples/mlp.kl, batch 128, Fashion-MNIST) on
 # one thread and on THREADS threads under three ways of waiting:
 #   kiln      Kiln's default (the executable re-runs itself with

@@ -52,7 +52,7 @@ def read_safetensors(path):
 
 
 def read_tokens(path):
-    """Kiln's token file (runtime/tokens.h): a 48-byte header, then the tokens."""
+    """Kiln's token file (runtime/data/tokens.h): a 48-byte header, then the tokens."""
     data = open(path, "rb").read()
     assert data[:8] == b"KILNTOK\0", "not a kiln token file: %s" % path
     version, dtype, count = struct.unpack_from("<IIQ", data, 8)

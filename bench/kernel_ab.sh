@@ -11,7 +11,7 @@
 # new name). OLD and NEW are Kiln executables, or kernel files one wrote with
 # `kiln ir MODEL.kl --set precision=P --kernels > FILE.c` (keep one from
 # before a change). The kernels are compiled with the flags of
-# runtime/jit_cpu.c's kl_cc_flags() (repeated here).
+# runtime/exec/jit_cpu.c's kl_cc_flags() (repeated here).
 # Prints each kernel whose comment (its ops) matches OPS_REGEX: best CPU
 # time of REPEATS runs, old and new alternated, one thread, and the ratio;
 # then the total. Only kernels whose buffers hold float data (no integer

@@ -24,7 +24,7 @@ DTYPES = {6: np.float32, 7: np.float64}  # ir_dtype numbering in ir/ir.h
 
 
 def read_checkpoint(path):
-    """Kiln's checkpoint format (runtime/checkpoint.c)."""
+    """Kiln's checkpoint format (runtime/ckpt/checkpoint.c)."""
     data = open(path, "rb").read()
     assert data[:8] == b"KILNCKPT", "not a kiln checkpoint"
     version, count = struct.unpack_from("<II", data, 8)

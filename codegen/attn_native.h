@@ -1,6 +1,6 @@
 /* What a backend needs to run an attention kernel by a hand-written
  * function instead of the kernel IR's generated code (the CPU backend:
- * runtime/cpu_attn.c). The generated kernel stays the reference, the
+ * runtime/cpu/cpu_attn.c). The generated kernel stays the reference, the
  * fallback and the GPU's kernel; this only describes the same
  * computation: the geometry of codegen/k_attn.c and which kernel
  * parameter holds which operand and result. */

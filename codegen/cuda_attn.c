@@ -1,7 +1,7 @@
 /* The CUDA backend's tiled attention kernels: codegen/cuda_attn.cuh's
  * templates instantiated for one attention kernel's geometry, with the
  * generated kernel's name and parameters, so that everything that runs,
- * compiles or checks CUDA kernels (runtime/backend_cuda.c, tests/cuda's
+ * compiles or checks CUDA kernels (runtime/exec/backend_cuda.c, tests/cuda's
  * NVRTC, emulation and occupancy checks, `kiln build --cuda-arch`) takes
  * them as it takes the generated ones. One block of KL_FA_THREADS threads
  * per tile, block-stride over the tiles. KILN_CUDA_ATTENTION=generated

@@ -7,11 +7,14 @@
  * never run across threads, so results do not depend on thread timing.
  * Expressions, loads and stores print through the shared printer
  * (print_expr.c, target kir_target_c); the prelude's bf16/f16, RNG and
- * float-to-integer helpers are base/scalar.h's own lines. */
+ * float-to-integer helpers are base/scalar.h's own lines. Staged f16 and
+ * bf16 rows around leaf loops are planned and printed in emit_c_stage.c;
+ * this file prints the statements, the loops and the kernel's two
+ * functions, and names each kernel (kir_finish). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "print_expr.h"
+#include "emit_c.h"
 #include "scalar_text.h"
 
 /* Work below this runs on one thread: OpenMP's fork costs more. */
@@ -121,86 +124,6 @@ const char *kir_c_prelude(void)
     return prelude;
 }
 
-/* ---- staged f16 rows ----
- *
- * GCC 12 vectorises neither F16C's conversions nor _Float16's, only the
- * software ones (a dozen instructions an element each way). So a leaf
- * loop's f16 loads and stores whose index is a base the loop does not
- * change plus the loop's variable widen and narrow whole rows with F16C
- * (kl_f16_widen_row, kl_f16_narrow_row: one instruction per 8 elements)
- * before and after the loop, into float arrays on the stack that the
- * loop reads and writes. Legal when the loop does not both load and store
- * a buffer it stages, stores a staged buffer once, and touches buffers
- * that share memory with another (in-place results) at one index only
- * (aliased_in_step). */
-#define STAGE_MIN 8         /* shorter rows: the calls cost more than they save */
-#define STAGE_FLOATS 16384  /* floats in all of a loop's rows, on the stack */
-#define STAGE_ROWS 16
-#define STAGE_LOADS 64
-/* Longer loops without accumulators, and leaf loops that OpenMP shares
- * out (`omp for`), run in chunks of this many, each with its rows. */
-#define STAGE_CHUNK 2048
-
-typedef struct staging {
-    int var;                            /* the loop's variable */
-    int64_t extent;                     /* the rows' length (a chunk's, at most) */
-    bool chunked;                       /* rows of chunk kl_c, kl_n long */
-    const kir_stmt *outer;              /* rows of planes around this loop (plan_plane), else NULL */
-    char offset[64];                    /* the element of var's value: printed after it */
-    int nrows;
-    const kir_expr *index[STAGE_ROWS];  /* a load's or store's index: base + var */
-    int buf[STAGE_ROWS];
-    /* Strided planes (plan_strided): a row's length, its first element
-     * (index at both variables 0, plus delta), its steps per element of
-     * the leaf (a) and of the loop around it (b), and its index's least
-     * and greatest constant offsets against index[r] (loads that differ
-     * by a constant share the row); for stores, whether the 16-bit
-     * values are exact (kl_bf16_trunc). */
-    int64_t len[STAGE_ROWS], delta[STAGE_ROWS], a[STAGE_ROWS], b[STAGE_ROWS], dmax[STAGE_ROWS];
-    bool trunc[STAGE_ROWS];
-    const kir_stmt *store[STAGE_ROWS];  /* the store a row takes (NULL: a load's row) */
-    char name[STAGE_ROWS][24];
-    const kir_expr *loads[STAGE_LOADS]; /* staged load nodes, their rows and the rows' names */
-    int load_row[STAGE_LOADS];
-    const char *load_name[STAGE_LOADS];
-    const char *load_index[STAGE_LOADS]; /* the subscript of the load's row, or NULL */
-    int64_t load_d[STAGE_LOADS];         /* strided planes: the load's offset against index[row] */
-    char load_sub[STAGE_LOADS][96];
-    /* Strided planes: the stores that write rows, their rows and offsets. */
-    const kir_stmt *stores[STAGE_LOADS];
-    int store_row[STAGE_LOADS];
-    int64_t store_d[STAGE_LOADS];
-    int nstores;
-    int nloads;
-    bool strided;                       /* rows of strided planes (plan_strided) */
-    bool bf16;                          /* bf16 rows too (planes: plan_plane) */
-} staging;
-
-typedef struct printer {
-    kir_printer e;       /* the shared expression printer: kernel, output, indent */
-    const kir_stmt *red; /* the innermost open RED loop that owns accumulators */
-    bool region;         /* inside one parallel region: nests are `omp for` */
-    const staging *st;   /* the rows staged around the leaf loop being printed */
-    const staging *pl;   /* rows staged around a leaf loop's outer loop (plan_plane) */
-    const kir_stmt *around; /* the innermost loop whose body is being printed */
-} printer;
-
-static void ind(printer *p)
-{
-    kir_print_indent(&p->e);
-}
-
-/* A loop without inner loops, conditions or atomics, whose iterations are
- * independent (no KS_SET carries a value from one to the next): it may be
- * vectorised. */
-static bool is_leaf_loop(const kir_stmt *s)
-{
-    for (const kir_stmt *c = s->body; c; c = c->next)
-        if (c->kind == KS_LOOP || c->kind == KS_IF || c->kind == KS_ADDTO || c->kind == KS_SET)
-            return false;
-    return true;
-}
-
 static bool has_addto(const kir_stmt *s)
 {
     for (; s; s = s->next)
@@ -209,7 +132,6 @@ static bool has_addto(const kir_stmt *s)
     return false;
 }
 
-static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip);
 
 static bool has_halves(const kir_kernel *k)
 {
@@ -219,747 +141,6 @@ static bool has_halves(const kir_kernel *k)
     return false;
 }
 
-static bool same_expr(const kir_expr *a, const kir_expr *b)
-{
-    if (!a || !b)
-        return a == b;
-    return a->kind == b->kind && a->type == b->type && a->op == b->op && a->var == b->var && a->buf == b->buf &&
-           (a->f == b->f || (a->f != a->f && b->f != b->f)) && a->i == b->i && same_expr(a->a, b->a) &&
-           same_expr(a->b, b->b) && same_expr(a->c, b->c);
-}
-
-/* The value of var v when a let of leaf loop s's body declares it. */
-static const kir_expr *body_let(const kir_stmt *s, int v)
-{
-    for (const kir_stmt *c = s->body; c; c = c->next)
-        if (c->kind == KS_LET && c->var == v)
-            return c->a;
-    return NULL;
-}
-
-/* Whether e reads leaf loop s's variable, directly or through its body's
- * lets, or reads memory (an index that loads is left alone). */
-static bool varies(const kir_stmt *s, const kir_expr *e)
-{
-    if (!e)
-        return false;
-    if (e->kind == KE_LOAD)
-        return true;
-    if (e->kind == KE_VAR) {
-        const kir_expr *v = body_let(s, e->var);
-        return e->var == s->var || (v && varies(s, v));
-    }
-    return varies(s, e->a) || varies(s, e->b) || varies(s, e->c);
-}
-
-/* e is leaf loop s's variable plus terms that do not vary with it
- * (integer adds only, through the body's lets). */
-static bool unit_stride(const kir_stmt *s, const kir_expr *e)
-{
-    if (e->kind == KE_VAR) {
-        const kir_expr *v = body_let(s, e->var);
-        return e->var == s->var || (v && unit_stride(s, v));
-    }
-    if (e->kind != KE_BIN || e->op != KB_ADD || e->type != KT_I64)
-        return false;
-    return (unit_stride(s, e->a) && !varies(s, e->b)) || (unit_stride(s, e->b) && !varies(s, e->a));
-}
-
-/* An index a row can stand for: base + the loop's variable, the base
- * loading nothing. */
-static bool row_index(const kir_stmt *loop, const kir_expr *index)
-{
-    return unit_stride(loop, index) && !kir_expr_loads(index);
-}
-
-static void count_expr(const kir_expr *e, int buf, int *loads)
-{
-    if (!e)
-        return;
-    *loads += e->kind == KE_LOAD && e->buf == buf;
-    count_expr(e->a, buf, loads);
-    count_expr(e->b, buf, loads);
-    count_expr(e->c, buf, loads);
-}
-
-/* Counts the loop body's loads (*loads) and stores (*stores) of buffer buf. */
-static void count_uses(const kir_stmt *loop, int buf, int *loads, int *stores)
-{
-    *loads = *stores = 0;
-    for (const kir_stmt *c = loop->body; c; c = c->next) {
-        count_expr(c->a, buf, loads);
-        count_expr(c->b, buf, loads);
-        *stores += (c->kind == KS_STORE || c->kind == KS_ADDTO) && c->buf == buf;
-    }
-}
-
-static int add_row(staging *st, const kir_expr *index, int buf, const kir_stmt *store)
-{
-    for (int r = 0; r < st->nrows; r++)
-        if (!store && !st->store[r] && st->buf[r] == buf && same_expr(st->index[r], index))
-            return r;
-    if (st->nrows == STAGE_ROWS || (st->nrows + 1) * st->extent > STAGE_FLOATS)
-        return -1;
-    int r = st->nrows++;
-    st->index[r] = index;
-    st->buf[r] = buf;
-    st->store[r] = store;
-    snprintf(st->name[r], sizeof st->name[r], "kl_row%d", r);
-    return r;
-}
-
-/* The f16 loads in e that a row can stand for. */
-static void stage_loads(const printer *p, const kir_stmt *loop, const kir_expr *e, staging *st)
-{
-    if (!e)
-        return;
-    ir_dtype dt = e->kind == KE_LOAD ? p->e.k->bufs[e->buf].dtype : IR_NONE;
-    if (e->kind == KE_LOAD && (dt == IR_F16 || (dt == IR_BF16 && st->bf16)) && row_index(loop, e->a)) {
-        int loads, stores;
-        count_uses(loop, e->buf, &loads, &stores);
-        int r = stores == 0 && st->nloads < STAGE_LOADS ? add_row(st, e->a, e->buf, NULL) : -1;
-        if (r >= 0) {
-            st->loads[st->nloads] = e;
-            st->load_row[st->nloads] = r;
-            st->load_name[st->nloads++] = st->name[r];
-        }
-        return;
-    }
-    stage_loads(p, loop, e->a, st);
-    /* The right side of && and || may be a load its left side guards:
-     * a row would read every element. */
-    if (!(e->kind == KE_BIN && (e->op == KB_AND || e->op == KB_OR)))
-        stage_loads(p, loop, e->b, st);
-    stage_loads(p, loop, e->c, st);
-}
-
-/* The first index at which e loads a buffer that shares memory with
- * another into *index, false when a second one differs (or the dtypes
- * do). */
-static bool aliased_loads(const kir_kernel *k, const kir_expr *e, const kir_expr **index, ir_dtype *dt)
-{
-    if (!e)
-        return true;
-    if (e->kind == KE_LOAD && k->bufs[e->buf].aliased) {
-        if (*index && (!same_expr(*index, e->a) || *dt != k->bufs[e->buf].dtype))
-            return false;
-        *index = e->a;
-        *dt = k->bufs[e->buf].dtype;
-    }
-    return aliased_loads(k, e->a, index, dt) && aliased_loads(k, e->b, index, dt) && aliased_loads(k, e->c, index, dt);
-}
-
-/* Whether leaf loop s touches the buffers that share memory (an
- * in-place result and its operand) only at one index, a row's: then
- * each element is read and written by its own iteration alone, and
- * reading its row before the loop and writing after changes nothing. */
-static bool aliased_in_step(const kir_kernel *k, const kir_stmt *s)
-{
-    const kir_expr *index = NULL;
-    ir_dtype dt = IR_NONE;
-    for (const kir_stmt *c = s->body; c; c = c->next) {
-        if (!aliased_loads(k, c->a, &index, &dt) || !aliased_loads(k, c->b, &index, &dt))
-            return false;
-        if ((c->kind == KS_STORE || c->kind == KS_ADDTO) && k->bufs[c->buf].aliased) {
-            if (index && (!same_expr(index, c->a) || dt != k->bufs[c->buf].dtype))
-                return false;
-            index = c->a;
-            dt = k->bufs[c->buf].dtype;
-        }
-    }
-    return !index || row_index(s, index);
-}
-
-/* The rows to stage around leaf loop s (bf16: bf16 ones too); false when
- * there are none. */
-static bool plan_staging(const printer *p, const kir_stmt *s, bool chunked, bool bf16, staging *st)
-{
-    const kir_kernel *k = p->e.k;
-    memset(st, 0, sizeof *st);
-    st->bf16 = bf16;
-    st->var = s->var;
-    st->chunked = chunked;
-    st->extent = chunked && s->extent > STAGE_CHUNK ? STAGE_CHUNK : s->extent;
-    if (chunked)
-        snprintf(st->offset, sizeof st->offset, " - kl_c");
-    if (k->compute != KT_F32 || s->extent < STAGE_MIN || st->extent > STAGE_FLOATS)
-        return false;
-    if (!aliased_in_step(k, s))
-        return false;
-    for (const kir_stmt *c = s->body; c; c = c->next) {
-        ir_dtype dt = c->kind == KS_STORE ? k->bufs[c->buf].dtype : IR_NONE;
-        bool trunc = dt == IR_BF16 && bf16 && kir_print_store_truncates(&p->e, dt, c->b);
-        if ((dt == IR_F16 || (dt == IR_BF16 && bf16)) && row_index(s, c->a) &&
-            (kir_print_store_narrows(&p->e, dt, c->b) || trunc)) {
-            int loads, stores;
-            count_uses(s, c->buf, &loads, &stores);
-            int r = loads == 0 && stores == 1 ? add_row(st, c->a, c->buf, c) : -1;
-            if (r >= 0)
-                st->trunc[r] = trunc;
-        }
-        if (c->kind == KS_STORE)
-            stage_loads(p, s, c->b, st);
-        else
-            stage_loads(p, s, c->a, st);
-    }
-    return st->nrows > 0;
-}
-
-static bool drop_unread_rows(const printer *p, const kir_stmt *s, staging *st);
-static void use_staging(printer *p, const staging *st);
-
-/* The value of var v when a let of loop a's or loop b's body declares it. */
-static const kir_expr *let_in(const kir_stmt *a, const kir_stmt *b, int v)
-{
-    const kir_expr *e = body_let(a, v);
-    return e ? e : body_let(b, v);
-}
-
-/* Whether e reads var v, directly or through the lets of loops a and b. */
-static bool reads_var(const kir_stmt *a, const kir_stmt *b, const kir_expr *e, int v)
-{
-    if (!e)
-        return false;
-    if (e->kind == KE_VAR) {
-        const kir_expr *l = let_in(a, b, e->var);
-        return e->var == v || (l && reads_var(a, b, l, v));
-    }
-    return reads_var(a, b, e->a, v) || reads_var(a, b, e->b, v) || reads_var(a, b, e->c, v);
-}
-
-/* *coef: how much integer expression e grows when var v grows by one
- * (through the lets of loops a and b); false unless e is affine in v:
- * v only under sums, differences and products by constants. */
-static bool coef_of(const kir_stmt *a, const kir_stmt *b, const kir_expr *e, int v, int64_t *coef)
-{
-    *coef = 0;
-    if (!reads_var(a, b, e, v))
-        return true;
-    if (e->kind == KE_VAR)
-        return e->var == v ? (*coef = 1, true) : coef_of(a, b, let_in(a, b, e->var), v, coef);
-    if (e->kind != KE_BIN || e->type != KT_I64)
-        return false;
-    int64_t x, y;
-    if (!coef_of(a, b, e->a, v, &x) || !coef_of(a, b, e->b, v, &y))
-        return false;
-    if (e->op == KB_ADD || e->op == KB_SUB) {
-        *coef = e->op == KB_ADD ? x + y : x - y;
-        return true;
-    }
-    if (e->op != KB_MUL)
-        return false;
-    if (e->b->kind == KE_CONST) {
-        *coef = x * e->b->i;
-        return true;
-    }
-    if (e->a->kind == KE_CONST) {
-        *coef = e->a->i * y;
-        return true;
-    }
-    return false;
-}
-
-/* The leaf loop of loop s when s's body is lets that load nothing and
- * that loop, else NULL. */
-static const kir_stmt *plane_leaf(const kir_stmt *s)
-{
-    const kir_stmt *leaf = NULL;
-    for (const kir_stmt *c = s->body; c; c = c->next) {
-        if (c->kind == KS_LET && !leaf && !kir_expr_loads(c->a))
-            continue;
-        if (c->kind == KS_LOOP && !leaf && !c->next && is_leaf_loop(c))
-            leaf = c;
-        else
-            return NULL;
-    }
-    return leaf;
-}
-
-/* bf16 planes for leaf loops shorter than this: a short row's bf16
- * store or load is a vector and a scalar tail (the first convolution's
- * 28-wide rows: bf16 forward 2.46 -> 1.30 ms, weight gradient 3.01 ->
- * 2.54); longer ones GCC vectorises as well as the row conversions. */
-#define BF16_PLANE_LEAF 64
-
-/* Rows for the leaf loop of serial loop s staged once around s: when s's
- * body is lets that load nothing and that leaf loop, and every row of
- * the leaf is, over s's iterations, one run (its index grows by the
- * leaf's extent when s's variable grows by one). The first convolution's
- * 28-wide rows of a 28 x 28 plane: one conversion call a plane (bf16
- * rows too, for short leaves). The leaf's conditions for rows
- * (plan_staging) make each element belong to one iteration of the two
- * loops, so the order does not matter. */
-static bool plan_plane(const printer *p, const kir_stmt *s, staging *st, const kir_stmt **leaf_out)
-{
-    const kir_stmt *leaf = plane_leaf(s);
-    if (!leaf || leaf->extent < STAGE_MIN || s->extent < 2 ||
-        !plan_staging(p, leaf, false, leaf->extent < BF16_PLANE_LEAF, st) || !drop_unread_rows(p, leaf, st) ||
-        st->nrows * leaf->extent * s->extent > STAGE_FLOATS)
-        return false;
-    for (int r = 0; r < st->nrows; r++) {
-        int64_t step;
-        if (!coef_of(s, leaf, st->index[r], s->var, &step) || step != leaf->extent)
-            return false;
-    }
-    st->outer = s;
-    *leaf_out = leaf;
-    st->extent = leaf->extent * s->extent;
-    snprintf(st->offset, sizeof st->offset, " + %s * %lldLL", p->e.k->var_names[s->var], (long long)leaf->extent);
-    return true;
-}
-
-/* The value of integer expression e with every variable 0 (through
- * the lets of loops a and b); false unless e is sums, differences and
- * products of constants and variables. */
-static bool eval_at_zero(const kir_stmt *a, const kir_stmt *b, const kir_expr *e, int64_t *value)
-{
-    if (e->kind == KE_CONST) {
-        *value = e->i;
-        return true;
-    }
-    if (e->kind == KE_VAR) {
-        const kir_expr *l = let_in(a, b, e->var);
-        *value = 0;
-        return !l || eval_at_zero(a, b, l, value);
-    }
-    int64_t x, y;
-    if (e->kind != KE_BIN || e->type != KT_I64 || !eval_at_zero(a, b, e->a, &x) || !eval_at_zero(a, b, e->b, &y))
-        return false;
-    *value = e->op == KB_ADD ? x + y : e->op == KB_SUB ? x - y : x * y;
-    return e->op == KB_ADD || e->op == KB_SUB || e->op == KB_MUL;
-}
-
-/* *d = e - f when that is a constant (affine with no variable left, over
- * loops a and b and every variable around them). */
-static bool const_diff(const kir_kernel *k, const kir_stmt *a, const kir_stmt *b, const kir_expr *e,
-                       const kir_expr *f, int64_t *d)
-{
-    kir_expr diff = {.kind = KE_BIN, .type = KT_I64, .op = KB_SUB, .a = (kir_expr *)e, .b = (kir_expr *)f};
-    for (int v = 0; v < k->nvars; v++) {
-        int64_t c;
-        if (!coef_of(a, b, &diff, v, &c) || c)
-            return false;
-    }
-    return eval_at_zero(a, b, &diff, d);
-}
-
-/* The strided-plane row of buf for an index with steps a (leaf) and b
- * (the loop around), a load's row (store NULL) or a store's (with
- * trunc): one of the same kind whose index differs from it by a
- * constant (*d), else a new one (*d = 0); -1 when the rows are full.
- * Widens the row's range of offsets to take *d in. */
-static int strided_row(const kir_kernel *k, const kir_stmt *s, const kir_stmt *leaf, staging *st, const kir_expr *index,
-                       int buf, const kir_stmt *store, int64_t a, int64_t b, bool trunc, int64_t *d)
-{
-    int r = 0;
-    while (r < st->nrows && !(!st->store[r] == !store && st->buf[r] == buf && st->a[r] == a && st->b[r] == b &&
-                              st->trunc[r] == trunc && const_diff(k, s, leaf, index, st->index[r], d)))
-        r++;
-    if (r == st->nrows) {
-        if (r == STAGE_ROWS)
-            return -1;
-        st->nrows++;
-        st->index[r] = index;
-        st->buf[r] = buf;
-        st->store[r] = store;
-        st->a[r] = a;
-        st->b[r] = b;
-        st->trunc[r] = trunc;
-        snprintf(st->name[r], sizeof st->name[r], "kl_row%d", r);
-        *d = 0;
-    }
-    st->delta[r] = *d < st->delta[r] ? *d : st->delta[r];
-    st->dmax[r] = *d > st->dmax[r] ? *d : st->dmax[r];
-    return r;
-}
-
-/* The 16-bit loads of e in leaf loop `leaf` of serial loop s that
- * plan_strided stages; false when one of them cannot be. */
-static bool strided_loads(const printer *p, const kir_stmt *s, const kir_stmt *leaf, const kir_expr *e, staging *st)
-{
-    const kir_kernel *k = p->e.k;
-    if (!e)
-        return true;
-    if (e->kind == KE_LOAD && (k->bufs[e->buf].dtype == IR_F16 || k->bufs[e->buf].dtype == IR_BF16) &&
-        !k->bufs[e->buf].written) {
-        int64_t a, b, d = 0;
-        if (kir_expr_loads(e->a) || !coef_of(s, leaf, e->a, leaf->var, &a) || !coef_of(s, leaf, e->a, s->var, &b) ||
-            a < 0 || b < 0 || st->nloads == STAGE_LOADS)
-            return false;
-        int r = strided_row(k, s, leaf, st, e->a, e->buf, NULL, a, b, false, &d);
-        if (r < 0)
-            return false;
-        st->strided |= a != 1 || leaf->extent < STAGE_MIN;
-        st->loads[st->nloads] = e;
-        st->load_row[st->nloads] = r;
-        st->load_d[st->nloads] = d;
-        st->load_name[st->nloads++] = st->name[r];
-        return true;
-    }
-    if (!strided_loads(p, s, leaf, e->a, st))
-        return false;
-    /* The right side of && and || may be a load its left side guards:
-     * its run might leave the buffer. */
-    if (!(e->kind == KE_BIN && (e->op == KB_AND || e->op == KB_OR)) && !strided_loads(p, s, leaf, e->b, st))
-        return false;
-    return strided_loads(p, s, leaf, e->c, st);
-}
-
-/* Strided planes: the 16-bit loads of the leaf loop of serial loop s (a
- * body as for plan_plane), when one of them steps by more than one
- * element or the leaf is too short for rows, staged once around s: a
- * row for the run of elements that the loads of one buffer with the same
- * steps, their indices a constant apart, read over both loops (indices
- * affine in both variables, growing with them), read at a * leaf + b * s
- * there; and the leaf's 16-bit stores that write a plane (one run, every
- * element once: a = 1, b = the leaf's extent) as rows narrowed after.
- * Max pooling's windows, 7 outputs a row: bf16 2 x 2 pooling of 14 x 14
- * planes 1.89 -> 0.70 ms. Loads of buffers the kernel does not write
- * only (a run holds elements the loops skip). Every 16-bit load gets a
- * row, and every f16 store that narrows one, or nothing is staged this
- * way. */
-static bool plan_strided(const printer *p, const kir_stmt *s, staging *st, const kir_stmt **leaf_out)
-{
-    const kir_kernel *k = p->e.k;
-    const kir_stmt *leaf = plane_leaf(s);
-    if (!leaf || s->extent < 2 || k->compute != KT_F32 || !aliased_in_step(k, leaf))
-        return false;
-    memset(st, 0, sizeof *st);
-    st->var = leaf->var;
-    st->extent = leaf->extent;
-    st->outer = s;
-    for (const kir_stmt *c = leaf->body; c; c = c->next)
-        if (!strided_loads(p, s, leaf, c->kind == KS_STORE || c->kind == KS_ADDTO ? c->b : c->a, st))
-            return false;
-    if (!st->strided)
-        return false;
-    /* How the stores print with those loads staged. */
-    for (int l = 0; l < st->nloads; l++)
-        st->load_index[l] = st->load_sub[l];
-    printer q = *p;
-    use_staging(&q, st);
-    for (const kir_stmt *c = leaf->body; c; c = c->next) {
-        if (c->kind != KS_STORE || (k->bufs[c->buf].dtype != IR_F16 && k->bufs[c->buf].dtype != IR_BF16))
-            continue;
-        ir_dtype dt = k->bufs[c->buf].dtype;
-        int64_t a, b, d = 0;
-        int loads, stores;
-        count_uses(leaf, c->buf, &loads, &stores);
-        bool narrows = kir_print_store_narrows(&q.e, dt, c->b);
-        bool exact = dt == IR_BF16 && kir_print_store_truncates(&q.e, dt, c->b);
-        bool affine = !kir_expr_loads(c->a) && coef_of(s, leaf, c->a, leaf->var, &a) &&
-                      coef_of(s, leaf, c->a, s->var, &b) && a == 1 && b >= 0 && loads == 0 &&
-                      !k->bufs[c->buf].aliased && (narrows || exact) && st->nstores < STAGE_LOADS;
-        int r = affine ? strided_row(k, s, leaf, st, c->a, c->buf, c, a, b, exact, &d) : -1;
-        if (r >= 0) {
-            st->stores[st->nstores] = c;
-            st->store_row[st->nstores] = r;
-            st->store_d[st->nstores++] = d;
-        } else if (dt == IR_F16 && narrows) {
-            return false; /* f16 narrowed an element at a time: software */
-        }
-    }
-    for (int r = 0; r < st->nrows; r++)
-        st->len[r] = st->dmax[r] - st->delta[r] + st->a[r] * (leaf->extent - 1) + st->b[r] * (s->extent - 1) + 1;
-    /* A store row is narrowed whole: its stores write each of its
-     * elements exactly once over the two loops. */
-    for (int r = 0; r < st->nrows; r++) {
-        if (!st->store[r])
-            continue;
-        if (st->len[r] > STAGE_FLOATS)
-            return false;
-        uint8_t *hits = kl_xcalloc((size_t)st->len[r], 1);
-        bool once = true;
-        for (int i = 0; i < st->nstores; i++) {
-            if (st->store_row[i] != r)
-                continue;
-            for (int64_t o = 0; o < s->extent; o++)
-                for (int64_t e = 0; e < leaf->extent; e++)
-                    once &= hits[st->store_d[i] - st->delta[r] + st->a[r] * e + st->b[r] * o]++ == 0;
-        }
-        for (int64_t e = 0; e < st->len[r]; e++)
-            once &= hits[e] == 1;
-        free(hits);
-        if (!once)
-            return false;
-    }
-    int64_t floats = 0;
-    for (int r = 0; r < st->nrows; r++) {
-        floats += st->len[r];
-        if (st->len[r] > 4 * leaf->extent * s->extent + 64)
-            return false;
-    }
-    if (floats > STAGE_FLOATS)
-        return false;
-    for (int l = 0; l < st->nloads; l++) {
-        int r = st->load_row[l];
-        snprintf(st->load_sub[l], sizeof st->load_sub[l], "%s * %lldLL + %s * %lldLL + %lldLL", k->var_names[leaf->var],
-                 (long long)st->a[r], k->var_names[s->var], (long long)st->b[r], (long long)(st->load_d[l] - st->delta[r]));
-    }
-    if (!drop_unread_rows(p, leaf, st))
-        return false;
-    *leaf_out = leaf;
-    return true;
-}
-
-/* Prints the loads of st as its rows' elements (st NULL: as loads). */
-static void use_staging(printer *p, const staging *st)
-{
-    p->st = st;
-    p->e.staged = st ? st->loads : NULL;
-    p->e.staged_row = st ? st->load_name : NULL;
-    p->e.nstaged = st ? st->nloads : 0;
-    p->e.staged_var = st ? st->var : 0;
-    p->e.staged_offset = st && st->offset[0] ? st->offset : NULL;
-    p->e.staged_index = st && st->strided ? st->load_index : NULL;
-}
-
-/* Leaves out the load rows that printing leaf loop s does not read (a
- * load that a store copies, or compares and selects in its 16-bit bits,
- * prints the buffer's element instead); false when no row is left. */
-static bool drop_unread_rows(const printer *p, const kir_stmt *s, staging *st)
-{
-    int hits[STAGE_LOADS] = {0};
-    printer q = *p;
-    kl_buf scratch = {0};
-    q.e.b = &scratch;
-    use_staging(&q, st);
-    q.e.staged_hits = hits;
-    print_stmts(&q, s->body, 0, 0);
-    kl_buf_free(&scratch);
-    bool keep[STAGE_ROWS] = {0};
-    for (int r = 0; r < st->nrows; r++)
-        keep[r] = st->store[r] != NULL;
-    for (int l = 0; l < st->nloads; l++)
-        keep[st->load_row[l]] |= hits[l] > 0;
-    int remap[STAGE_ROWS], n = 0;
-    for (int r = 0; r < st->nrows; r++) {
-        remap[r] = keep[r] ? n : -1;
-        if (!keep[r])
-            continue;
-        st->index[n] = st->index[r];
-        st->buf[n] = st->buf[r];
-        st->store[n] = st->store[r];
-        st->len[n] = st->len[r];
-        st->delta[n] = st->delta[r];
-        st->a[n] = st->a[r];
-        st->b[n] = st->b[r];
-        st->dmax[n] = st->dmax[r];
-        st->trunc[n] = st->trunc[r];
-        snprintf(st->name[n], sizeof st->name[n], "kl_row%d", n);
-        n++;
-    }
-    st->nrows = n;
-    for (int i = 0; i < st->nstores; i++)
-        st->store_row[i] = remap[st->store_row[i]];
-    int m = 0;
-    for (int l = 0; l < st->nloads; l++) {
-        int r = remap[st->load_row[l]];
-        if (r < 0)
-            continue;
-        st->loads[m] = st->loads[l];
-        st->load_row[m] = r;
-        st->load_d[m] = st->load_d[l];
-        memmove(st->load_sub[m], st->load_sub[l], sizeof st->load_sub[m]);
-        st->load_index[m] = st->strided ? st->load_sub[m] : NULL;
-        st->load_name[m++] = st->name[r];
-    }
-    st->nloads = m;
-    return n > 0;
-}
-
-/* &buf[index] with the loop's variable at 0 (the body's lets it reads
- * printed as their values): the row's first element, before the loop. */
-static void print_row_start(printer *p, const kir_stmt *loop, const staging *st, int r, const kir_stmt *next)
-{
-    const kir_kernel *k = p->e.k;
-    const char **rename = kl_xcalloc((size_t)k->nvars + 1, sizeof *rename);
-    const kir_expr **inline_var = kl_xcalloc((size_t)k->nvars + 1, sizeof *inline_var);
-    const char **saved = p->e.rename;
-    if (saved)
-        memcpy(rename, saved, sizeof *rename * (size_t)k->nvars);
-    rename[st->var] = st->chunked ? "kl_c" : "0";
-    for (const kir_stmt *c = loop->body; c; c = c->next)
-        if (c->kind == KS_LET)
-            inline_var[c->var] = c->a;
-    if (st->outer) {
-        rename[st->outer->var] = "0";
-        for (const kir_stmt *c = st->outer->body; c; c = c->next)
-            if (c->kind == KS_LET)
-                inline_var[c->var] = c->a;
-    }
-    char *next_value = next ? kl_xasprintf("(%s + 1LL)", k->var_names[next->var]) : NULL;
-    if (next) {
-        rename[next->var] = next_value;
-        for (const kir_stmt *c = next->body; c; c = c->next)
-            if (c->kind == KS_LET)
-                inline_var[c->var] = c->a;
-    }
-    p->e.rename = rename;
-    p->e.inline_var = inline_var;
-    kl_buf_printf(p->e.b, "&%s[", k->bufs[st->buf[r]].name);
-    kir_print_expr(&p->e, st->index[r]);
-    if (st->delta[r])
-        kl_buf_printf(p->e.b, " + %lldLL", (long long)st->delta[r]);
-    kl_buf_putc(p->e.b, ']');
-    p->e.rename = saved;
-    p->e.inline_var = NULL;
-    free(next_value);
-    free(rename);
-    free(inline_var);
-}
-
-/* ", LENGTH);" of row r's conversion call. */
-static void print_row_length(printer *p, const staging *st, int r)
-{
-    if (st->len[r])
-        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->len[r]);
-    else if (st->chunked)
-        kl_buf_puts(p->e.b, ", kl_n);\n");
-    else
-        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)st->extent);
-}
-
-/* The least gap, in bytes, between a row a leaf loop reads or writes
- * and the one the next iteration of the loop around touches, for which
- * that row is fetched ahead: nearer rows are in the hardware
- * prefetcher's stream already. */
-#define PREFETCH_GAP 1024
-#define PREFETCH_ROWS 8
-
-/* A row of buf at index for print_prefetch: once, to be written when
- * any of its uses stores (store: that store, else NULL). */
-static void fetch_row(staging *st, const kir_expr *index, int buf, const kir_stmt *store)
-{
-    for (int r = 0; r < st->nrows; r++)
-        if (st->buf[r] == buf && same_expr(st->index[r], index)) {
-            st->store[r] = st->store[r] ? st->store[r] : store;
-            return;
-        }
-    if (st->nrows < PREFETCH_ROWS) {
-        st->index[st->nrows] = index;
-        st->buf[st->nrows] = buf;
-        st->store[st->nrows++] = store;
-    }
-}
-
-/* The rows (base + the loop's variable, loading nothing) that e loads in
- * leaf loop s. */
-static void fetch_loads(const kir_stmt *s, const kir_expr *e, staging *st)
-{
-    if (!e)
-        return;
-    if (e->kind == KE_LOAD && row_index(s, e->a)) {
-        fetch_row(st, e->a, e->buf, NULL);
-        return;
-    }
-    fetch_loads(s, e->a, st);
-    fetch_loads(s, e->b, st);
-    fetch_loads(s, e->c, st);
-}
-
-/* Fetches ahead the rows that leaf loop s will read and write in the
- * next iteration of loop `around` (the loop whose body holds s), where
- * they lie far from this iteration's: a batch norm's rows of one channel
- * in image after image, or a transpose's source rows, each a short run
- * that the hardware prefetcher meets cold (the CNN's first batch-norm
- * gradient at fp16 4.6 -> 3.4 ms a step). */
-static void print_prefetch(printer *p, const kir_stmt *s, const kir_stmt *around)
-{
-    const kir_kernel *k = p->e.k;
-    if (!around || around->extent < 2)
-        return;
-    /* s alone touches memory in around's body (other loops' rows would
-     * fill the gaps between its rows), after lets that load nothing. */
-    for (const kir_stmt *c = around->body; c; c = c->next)
-        if (c != s && (c->kind != KS_LET || kir_expr_loads(c->a)))
-            return;
-    staging rows;
-    memset(&rows, 0, sizeof rows);
-    rows.var = s->var;
-    for (const kir_stmt *c = s->body; c; c = c->next) {
-        fetch_loads(s, c->a, &rows);
-        fetch_loads(s, c->b, &rows);
-        if ((c->kind == KS_STORE || c->kind == KS_ADDTO) && row_index(s, c->a))
-            fetch_row(&rows, c->a, c->buf, c);
-    }
-    bool open = false;
-    for (int r = 0; r < rows.nrows; r++) {
-        int64_t step, size = ir_dtype_size(k->bufs[rows.buf[r]].dtype);
-        if (!coef_of(around, s, rows.index[r], around->var, &step) ||
-            ((step < 0 ? -step : step) - s->extent) * size < PREFETCH_GAP)
-            continue;
-        if (!open) {
-            ind(p);
-            kl_buf_printf(p->e.b, "if (%s < %lldLL) {\n", k->var_names[around->var], (long long)around->extent - 1);
-            p->e.indent++;
-            open = true;
-        }
-        ind(p);
-        kl_buf_puts(p->e.b, rows.store[r] ? "kl_prefetch_row_w(" : "kl_prefetch_row(");
-        print_row_start(p, s, &rows, r, around);
-        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)(s->extent * size));
-    }
-    if (open) {
-        p->e.indent--;
-        ind(p);
-        kl_buf_puts(p->e.b, "}\n");
-    }
-}
-
-static void print_staging_begin(printer *p, const kir_stmt *loop, const staging *st)
-{
-    ind(p);
-    kl_buf_puts(p->e.b, "{\n");
-    p->e.indent++;
-    for (int r = 0; r < st->nrows; r++) {
-        ind(p);
-        kl_buf_printf(p->e.b, "float %s[%lld] __attribute__((aligned(64)));\n", st->name[r],
-                      (long long)(st->len[r] ? st->len[r] : st->extent));
-    }
-    for (int r = 0; r < st->nrows; r++) {
-        if (st->store[r])
-            continue;
-        ind(p);
-        kl_buf_printf(p->e.b, "kl_%s_widen_row(%s, ", p->e.k->bufs[st->buf[r]].dtype == IR_BF16 ? "bf16" : "f16",
-                      st->name[r]);
-        print_row_start(p, loop, st, r, NULL);
-        print_row_length(p, st, r);
-    }
-}
-
-static void print_staging_end(printer *p, const kir_stmt *loop, const staging *st)
-{
-    for (int r = 0; r < st->nrows; r++) {
-        if (!st->store[r])
-            continue;
-        ind(p);
-        bool bf16 = p->e.k->bufs[st->buf[r]].dtype == IR_BF16;
-        kl_buf_printf(p->e.b, "kl_%s_%s_row(", bf16 ? "bf16" : "f16", st->trunc[r] ? "trunc" : "narrow");
-        print_row_start(p, loop, st, r, NULL);
-        kl_buf_printf(p->e.b, ", %s", st->name[r]);
-        print_row_length(p, st, r);
-    }
-    p->e.indent--;
-    ind(p);
-    kl_buf_puts(p->e.b, "}\n");
-}
-
-/* The row a staged store writes, or NULL. */
-/* The row a staged store writes (*d: its offset there), or -1. */
-static int staged_store(const printer *p, const kir_stmt *s, int64_t *d)
-{
-    *d = 0;
-    for (int i = 0; p->st && i < p->st->nstores; i++)
-        if (p->st->stores[i] == s) {
-            *d = p->st->store_d[i] - p->st->delta[p->st->store_row[i]];
-            return p->st->store_row[i];
-        }
-    for (int r = 0; p->st && r < p->st->nrows; r++)
-        if (p->st->store[r] == s)
-            return r;
-    return -1;
-}
 
 static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip);
 
@@ -980,20 +161,20 @@ static void print_chunked(printer *p, const kir_stmt *s, int collapse, const sta
     p->e.indent++;
     ind(p);
     kl_buf_printf(p->e.b, "const int64_t kl_n = %lldLL - kl_c < %lldLL ? %lldLL - kl_c : %lldLL;\n", n, c, n, c);
-    print_staging_begin(p, s, st);
+    kir_c_print_staging_begin(p, s, st);
     ind(p);
     kl_buf_puts(p->e.b, "#pragma omp simd\n");
     ind(p);
     const char *v = k->var_names[s->var];
     kl_buf_printf(p->e.b, "for (int64_t %s = kl_c; %s < kl_c + kl_n; %s++) {\n", v, v, v);
     p->e.indent++;
-    use_staging(p, st);
+    kir_c_use_staging(p, st);
     print_stmts(p, s->body, 0, 0);
-    use_staging(p, NULL);
+    kir_c_use_staging(p, NULL);
     p->e.indent--;
     ind(p);
     kl_buf_puts(p->e.b, "}\n");
-    print_staging_end(p, s, st);
+    kir_c_print_staging_end(p, s, st);
     p->e.indent--;
     ind(p);
     kl_buf_puts(p->e.b, "}\n");
@@ -1010,15 +191,15 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
         kl_buf_printf(p->e.b, "%s %s = %s;\n", kir_print_ctype(&kir_target_c, t), k->var_names[s->accs[a].var],
                       kir_print_acc_init(&kir_target_c, s->accs[a].op, t));
     }
-    bool leaf = is_leaf_loop(s);
+    bool leaf = kir_c_is_leaf_loop(s);
     staging st, plane;
     /* Rows of planes around a serial loop over a leaf loop (plan_plane);
      * the leaf, printed inside, reads and writes them. */
     const kir_stmt *plane_leaf = NULL;
     bool planes = !leaf && !p->pl && collapse == 0 && skip == 0 &&
-                  (plan_strided(p, s, &plane, &plane_leaf) || plan_plane(p, s, &plane, &plane_leaf));
+                  (kir_c_plan_strided(p, s, &plane, &plane_leaf) || kir_c_plan_plane(p, s, &plane, &plane_leaf));
     if (planes) {
-        print_staging_begin(p, plane_leaf, &plane);
+        kir_c_print_staging_begin(p, plane_leaf, &plane);
         p->pl = &plane;
     }
     bool in_plane = leaf && p->pl && p->pl->var == s->var;
@@ -1026,16 +207,16 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
      * rows on the stack, runs in chunks (print_chunked). */
     bool chunk = leaf && skip == 0 && collapse <= 1 && s->loop == KL_PAR && !s->naccs &&
                  (collapse == 1 || s->extent > STAGE_FLOATS);
-    if (!in_plane && chunk && plan_staging(p, s, true, false, &st) && drop_unread_rows(p, s, &st)) {
+    if (!in_plane && chunk && kir_c_plan_staging(p, s, true, false, &st) && kir_c_drop_unread_rows(p, s, &st)) {
         print_chunked(p, s, collapse, &st);
         return;
     }
-    bool staged = !in_plane && !chunk && collapse == 0 && skip == 0 && leaf && plan_staging(p, s, false, false, &st) &&
-                  drop_unread_rows(p, s, &st);
+    bool staged = !in_plane && !chunk && collapse == 0 && skip == 0 && leaf && kir_c_plan_staging(p, s, false, false, &st) &&
+                  kir_c_drop_unread_rows(p, s, &st);
     if (leaf && !in_plane && collapse == 0 && skip == 0)
-        print_prefetch(p, s, p->around);
+        kir_c_print_prefetch(p, s, p->around);
     if (staged)
-        print_staging_begin(p, s, &st);
+        kir_c_print_staging_begin(p, s, &st);
     if (collapse > 0) {
         ind(p);
         const char *omp = p->region ? "#pragma omp for" : "#pragma omp parallel for";
@@ -1074,21 +255,21 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     if (s->naccs)
         p->red = s;
     if (staged || in_plane)
-        use_staging(p, in_plane ? p->pl : &st);
+        kir_c_use_staging(p, in_plane ? p->pl : &st);
     const kir_stmt *around = p->around;
     p->around = s;
     print_stmts(p, s->body, 0, inner_skip);
     p->around = around;
-    use_staging(p, NULL);
+    kir_c_use_staging(p, NULL);
     p->red = saved;
     p->e.indent--;
     ind(p);
     kl_buf_puts(p->e.b, "}\n");
     if (staged)
-        print_staging_end(p, s, &st);
+        kir_c_print_staging_end(p, s, &st);
     if (planes) {
         p->pl = NULL;
-        print_staging_end(p, plane_leaf, &plane);
+        kir_c_print_staging_end(p, plane_leaf, &plane);
     }
 }
 
@@ -1098,6 +279,12 @@ static void print_stmts(printer *p, const kir_stmt *s, int collapse, int skip)
 {
     for (; s; s = s->next)
         print_stmt(p, s, collapse, skip);
+}
+
+/* printer.print_body: a statement list at the top of no nest. */
+static void print_body(const printer *p, const kir_stmt *s)
+{
+    print_stmts((printer *)p, s, 0, 0);
 }
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
@@ -1144,7 +331,7 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
         case KS_ADDTO: {
             const kir_buf *kb = &k->bufs[s->buf];
             int64_t d;
-            int row = staged_store(p, s, &d);
+            int row = kir_c_staged_store(p, s, &d);
             if (row >= 0) {
                 const staging *st = p->st;
                 ind(p);
@@ -1201,7 +388,7 @@ static int parallel_depth(const kir_kernel *k, const kir_stmt *s)
     int depth = 0;
     int64_t iters = 1;
     while (s && s->kind == KS_LOOP && s->loop == KL_PAR) {
-        if (is_leaf_loop(s))
+        if (kir_c_is_leaf_loop(s))
             return depth ? depth : 1;
         depth++;
         iters *= s->extent;
@@ -1301,17 +488,18 @@ static uint8_t *dead_lets(const printer *p)
  * parallel region into a function that sees only plain pointers, so the
  * region opens in the entry function around the call, and the body's
  * nests are `omp for`, shared out within it. */
-char *kir_emit_c(const kir_kernel *k)
+static char *print_kernel(const kir_kernel *k, const char *name, size_t at[3])
 {
     kl_buf b = {0};
     int nests = 0;
     bool region = fits_region(k, kir_host_stmts(k), &nests) && nests > 0;
-    printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region};
+    printer p = {.e = {.t = &kir_target_c, .k = k, .b = &b, .indent = 1}, .region = region, .print_body = print_body};
     uint8_t *dead = dead_lets(&p);
     p.e.dead = dead;
-    const char *name = k->name ? k->name : "KERNEL";
     kl_buf_printf(&b, "/* %s */\n", k->what);
-    kl_buf_printf(&b, "static inline void %s_body(", name);
+    kl_buf_puts(&b, "static inline void ");
+    at[0] = b.len;
+    kl_buf_printf(&b, "%s_body(", name);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
         kl_buf_printf(&b, "%s%s *%s%s, ", kb->written ? "" : "const ", kir_print_storage(&kir_target_c, kb->dtype),
@@ -1324,15 +512,44 @@ char *kir_emit_c(const kir_kernel *k)
             kl_buf_printf(&b, "    (void)%s;\n", k->bufs[i].name);
     print_top(&p, kir_host_stmts(k));
     kl_buf_puts(&b, "}\n\n");
-    kl_buf_printf(&b, "void %s(void *const *restrict kb, const kl_kargs *restrict ka)\n{\n", name);
+    kl_buf_puts(&b, "void ");
+    at[1] = b.len;
+    kl_buf_printf(&b, "%s(void *const *restrict kb, const kl_kargs *restrict ka)\n{\n", name);
     if (region)
         kl_buf_puts(&b, "    #pragma omp parallel\n");
-    kl_buf_printf(&b, "    %s_body(", name);
+    kl_buf_puts(&b, "    ");
+    at[2] = b.len;
+    kl_buf_printf(&b, "%s_body(", name);
     for (int i = 0; i < k->nbufs; i++) {
         const kir_buf *kb = &k->bufs[i];
         kl_buf_printf(&b, "(%s%s *)kb[%d], ", kb->written ? "" : "const ", kir_print_storage(&kir_target_c, kb->dtype), i);
     }
     kl_buf_puts(&b, "ka);\n}\n");
     free(dead);
+    return kl_buf_take(&b);
+}
+
+/* The name is a hash of the source printed with the placeholder KERNEL
+ * (so equal kernels hash alike whatever they are called), then written
+ * over the placeholder's three places: one print a kernel. */
+char *kir_finish(kir_kernel *k)
+{
+    static const char placeholder[] = "KERNEL";
+    kl_check(k->depth == 0);
+    free(k->name);
+    k->name = NULL;
+    size_t at[3];
+    char *src = print_kernel(k, placeholder, at);
+    uint64_t h = kl_hash_bytes(KL_HASH_INIT, src, strlen(src));
+    k->name = kl_xasprintf("kk_%016llx", (unsigned long long)h);
+    kl_buf b = {0};
+    size_t from = 0;
+    for (int i = 0; i < 3; i++) {
+        kl_buf_putn(&b, src + from, at[i] - from);
+        kl_buf_puts(&b, k->name);
+        from = at[i] + sizeof placeholder - 1;
+    }
+    kl_buf_puts(&b, src + from);
+    free(src);
     return kl_buf_take(&b);
 }

@@ -8,7 +8,7 @@
  *
  * Each launch carries what the runtime needs to configure it; every
  * generated loop strides by gridDim/blockDim, so any grid is correct and
- * the grid size is only a performance choice (runtime/cuda_launch.h). */
+ * the grid size is only a performance choice (runtime/exec/cuda_launch.h). */
 #ifndef KILN_EMIT_CUDA_H
 #define KILN_EMIT_CUDA_H
 
@@ -33,7 +33,7 @@ typedef struct kir_cuda_launch {
     int vector;        /* FLAT: elements per unit when vectorised, else 1 */
     int threads;       /* BLOCK: the block size a hand-written kernel is
                           written for (codegen/cuda_attn.c); 0: chosen at
-                          launch (runtime/cuda_launch.h) */
+                          launch (runtime/exec/cuda_launch.h) */
 } kir_cuda_launch;
 
 enum { KIR_CUDA_BF16 = 1, KIR_CUDA_F16 = 2 };

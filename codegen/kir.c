@@ -303,23 +303,26 @@ void kir_acc_add(kir_kernel *k, int var, kir_expr *value)
     s->a = kir_cast(k, k->var_types[var], value);
 }
 
-void kir_store(kir_kernel *k, int buf, kir_expr *index, kir_expr *value)
+/* A store or an atomic add (which reads the buffer too). */
+static void write_stmt(kir_kernel *k, kir_stmt_kind kind, int buf, kir_expr *index, kir_expr *value)
 {
-    kir_stmt *s = append(k, KS_STORE);
+    kir_stmt *s = append(k, kind);
     s->buf = buf;
     s->a = index;
     s->b = value;
     k->bufs[buf].written = true;
+    if (kind == KS_ADDTO)
+        k->bufs[buf].read = true;
+}
+
+void kir_store(kir_kernel *k, int buf, kir_expr *index, kir_expr *value)
+{
+    write_stmt(k, KS_STORE, buf, index, value);
 }
 
 void kir_addto(kir_kernel *k, int buf, kir_expr *index, kir_expr *value)
 {
-    kir_stmt *s = append(k, KS_ADDTO);
-    s->buf = buf;
-    s->a = index;
-    s->b = value;
-    k->bufs[buf].written = true;
-    k->bufs[buf].read = true;
+    write_stmt(k, KS_ADDTO, buf, index, value);
 }
 
 void kir_begin_host_body(kir_kernel *k)
@@ -340,15 +343,4 @@ bool kir_expr_uses_var(const kir_expr *e, int var)
     if (e->kind == KE_VAR && e->var == var)
         return true;
     return kir_expr_uses_var(e->a, var) || kir_expr_uses_var(e->b, var) || kir_expr_uses_var(e->c, var);
-}
-
-void kir_finish(kir_kernel *k)
-{
-    kl_check(k->depth == 0);
-    free(k->name);
-    k->name = NULL;
-    char *src = kir_emit_c(k);
-    uint64_t h = kl_hash_bytes(KL_HASH_INIT, src, strlen(src));
-    free(src);
-    k->name = kl_xasprintf("kk_%016llx", (unsigned long long)h);
 }

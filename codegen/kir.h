@@ -210,14 +210,14 @@ const kir_stmt *kir_host_stmts(const kir_kernel *k);
 
 /* ---- printing ---- */
 
-/* The C source of one kernel (with no prelude). */
-char *kir_emit_c(const kir_kernel *k);
 /* What every generated C file starts with: includes, bf16/f16 helpers,
  * the hash RNG and float-to-integer conversion (base/scalar.h's text),
  * the kernel argument struct. */
 const char *kir_c_prelude(void);
 /* Names the kernel after a hash of its C source, so equal kernels share a
- * name and a compiled kernel can be found by name. */
-void kir_finish(kir_kernel *k);
+ * name and a compiled kernel can be found by name, and returns that C
+ * source (with no prelude; caller frees): each kernel is printed once
+ * (codegen/emit_c.c). */
+char *kir_finish(kir_kernel *k);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include "batch_probe.h"
 #include "compile.h"
-#include "runtime/data.h"
+#include "runtime/data/data.h"
 
 void kl_probe_step_values(kl_exec *e)
 {

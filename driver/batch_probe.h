@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "budget.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 #define KL_PROBE_MAX 3
 /* Timed micro-batch steps per candidate, after one warm-up step. */

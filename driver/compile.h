@@ -7,7 +7,7 @@
 #include "plan/plan.h"
 #include "frontend/lower.h"
 #include "passes/pipeline.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 typedef struct kl_compile_opts {
     /* train settings over the train block ("batch" -> "64"): NULL-

@@ -7,7 +7,7 @@
 
 #include "train.h"
 #include "base/support.h"
-#include "runtime/data.h"
+#include "runtime/data/data.h"
 
 char *kl_train_data_path(const char *model, const char *path, const char *const *kv, int nkv)
 {

@@ -1,7 +1,7 @@
 /* The main of a training executable and its training loop: steps,
  * evaluations, checkpoints (flags: train_flags.c; data and the model's
  * inputs: train_data.c; backend, plans and start-up lines:
- * train_setup.c; progress lines, metrics, TensorBoard, the sampler and
+ * train_setup.c; progress lines, metrics, TensorBoard, the monitor and
  * the summary: train_observe.c; evaluation: train_eval.c). `kiln build` links this with
  * the model's source and its precompiled kernels. */
 #include <math.h>
@@ -10,11 +10,11 @@
 
 #include "trainer.h"
 #include "train_loop.h"
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
-#include "runtime/backend_cuda.h"
-#include "runtime/nvtx.h"
-#include "runtime/tboard.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
+#include "runtime/exec/backend_cuda.h"
+#include "runtime/observe/nvtx.h"
+#include "runtime/observe/tboard.h"
 #include "ir/train_config.h"
 
 /* ---- the learning-rate schedule ---- */
@@ -588,7 +588,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     t.peak_bytes = peak;
     /* Host readings, and the GPU's through NVML on a GPU run. */
-    if (!(t.sampler = kl_sampler_start(KL_SAMPLE_INTERVAL, kl_backend_is_cuda(be) ? 0 : -1, t.opt.quiet)))
+    if (!(t.monitor = kl_monitor_start(KL_MONITOR_INTERVAL, kl_backend_is_cuda(be) ? 0 : -1, t.opt.quiet)))
         goto done;
     if (t.rank == 0 && t.cfg.tensorboard && !(t.tboard = kl_tboard_open(t.cfg.tensorboard)))
         goto done;
@@ -610,7 +610,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         train_print_profile(&t);
 done:
     ir_graph_free(g);
-    kl_sampler_stop(t.sampler);
+    kl_monitor_stop(t.monitor);
     kl_exec_free(t.train);
     kl_exec_free(t.eval);
     kl_exec_free(t.eval_tail);

@@ -2,7 +2,7 @@
 #ifndef KILN_TRAIN_H
 #define KILN_TRAIN_H
 
-#include "runtime/backend.h"
+#include "runtime/exec/backend.h"
 #include "ir/train_config.h"
 
 /* Parses flags, lowers the model with them, loads data, builds the plans

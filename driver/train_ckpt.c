@@ -2,7 +2,7 @@
  * (besides SAVE itself at each epoch's end and the run's), and --keep K
  * removes all but the newest K of this run's series (never an earlier
  * run's higher-numbered files: trainer.h). A new one is written whole and
- * renamed into place (runtime/outfile.h) before any older one is
+ * renamed into place (runtime/files/outfile.h) before any older one is
  * removed, so a crash at any point leaves at least the previous one.
  * Also the checks of the flags that read and write values (--init,
  * --eval-only, --predict), and --predict's output. */

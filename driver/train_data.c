@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "trainer.h"
-#include "runtime/tokens.h"
+#include "runtime/data/tokens.h"
 
 /* ---- the model's inputs ---- */
 

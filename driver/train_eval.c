@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "trainer.h"
-#include "runtime/nvtx.h"
+#include "runtime/observe/nvtx.h"
 
 static void evaluate_plans(trainer *t, eval_result *r)
 {

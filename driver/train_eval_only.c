@@ -4,8 +4,8 @@
  * record, and --predict's per-sample outputs. */
 #include "trainer.h"
 #include "budget.h"
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
 #include "compile.h"
 
 /* An evaluation plan of batch rows in an arena of its own; with

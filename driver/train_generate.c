@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "trainer.h"
-#include "sample.h"
+#include "next_token.h"
 #include "compile.h"
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
 #include "base/scalar.h"
 
 typedef struct gen_model {

@@ -4,9 +4,9 @@
 #define KILN_TRAIN_LOOP_H
 
 #include "trainer.h"
-#include "runtime/hostmetrics.h"
-#include "runtime/sampler.h"
-#include "runtime/cpu_wait.h"
+#include "runtime/observe/hostmetrics.h"
+#include "runtime/observe/monitor.h"
+#include "runtime/cpu/cpu_wait.h"
 
 /* What the loop carries from step to step. */
 typedef struct train_loop {
@@ -33,9 +33,9 @@ typedef struct train_loop {
      * CPU time, for the window's data wait and CPU utilisation. */
     double win_wait;
     kl_host_sample win_host;
-    /* The sampler's readings: since the last progress line, and the run's
+    /* The monitor's readings: since the last progress line, and the run's
      * (from its start: CPU time and wall time for the run's CPU mean). */
-    kl_sample_stats win_samples, run_samples;
+    kl_monitor_stats win_samples, run_samples;
     kl_host_sample run_host;
     /* After warm-up: whether the CPU threads wait for cores (cpu_wait.h). */
     kl_cpu_wait_sample wait_from;
@@ -43,7 +43,7 @@ typedef struct train_loop {
 
 /* train_observe.c: what a run shows and records besides its steps.
  * log_progress: the progress line, its metrics record, its TensorBoard
- * scalars and the sampler's readings over the steps since the last.
+ * scalars and the monitor's readings over the steps since the last.
  * tboard_eval: an evaluation's scalars. print_summary: the run's last
  * lines and summary record. print_profile: --profile's table of the
  * step's kernels and where its time went. */

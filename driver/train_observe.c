@@ -1,6 +1,6 @@
 /* What a training run shows and records besides its steps: metrics
  * records (--metrics), progress lines, TensorBoard scalars
- * (--tensorboard), the sampler's host and GPU readings (into the trace's
+ * (--tensorboard), the monitor's host and GPU readings (into the trace's
  * counter tracks and the records), the run's summary, and --profile's
  * bottleneck summary. */
 #include <stdarg.h>
@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "train_loop.h"
-#include "runtime/backend_cuda.h"
-#include "runtime/bottleneck.h"
-#include "runtime/tboard.h"
+#include "runtime/exec/backend_cuda.h"
+#include "runtime/observe/bottleneck.h"
+#include "runtime/observe/tboard.h"
 
 void train_json_line(trainer *t, const char *fmt, ...)
 {
@@ -25,16 +25,16 @@ void train_json_line(trainer *t, const char *fmt, ...)
     kl_outfile_note(&t->metrics);
 }
 
-/* The sampler's readings since the last drain: each into the trace's
+/* The monitor's readings since the last drain: each into the trace's
  * counter tracks and the window's and the run's statistics. */
 static void drain_samples(trainer *t, train_loop *lp)
 {
-    kl_sample *v;
-    int n = kl_sampler_drain(t->sampler, &v);
+    kl_monitor_reading *v;
+    int n = kl_monitor_drain(t->monitor, &v);
     for (int i = 0; i < n; i++) {
-        const kl_sample *x = &v[i];
-        kl_sample_stats_add(&lp->win_samples, x);
-        kl_sample_stats_add(&lp->run_samples, x);
+        const kl_monitor_reading *x = &v[i];
+        kl_monitor_stats_add(&lp->win_samples, x);
+        kl_monitor_stats_add(&lp->run_samples, x);
         if (!t->trace)
             continue;
         kl_trace_counter(t->trace, "host CPU %", x->t, x->cpu_percent);
@@ -81,7 +81,7 @@ void train_log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_n
     lp->win_host = host;
     /* The GPU's readings over the window, where NVML gives them. */
     drain_samples(t, lp);
-    const kl_sample_stats *ws = &lp->win_samples;
+    const kl_monitor_stats *ws = &lp->win_samples;
     char gpu[200] = "";
     double busy = ws->ngpu ? ws->gpu_busy_sum / (double)ws->ngpu : 0, power = ws->ngpu ? ws->power_sum / (double)ws->ngpu : 0;
     if (ws->ngpu)
@@ -165,13 +165,13 @@ void train_print_summary(trainer *t, train_loop *lp)
     kl_host_sample_now(&end);
     double cpu = kl_host_cpu_percent(&lp->run_host, &end);
     int64_t rss_peak = kl_host_rss_peak();
-    const kl_sample_stats *rs = &lp->run_samples;
+    const kl_monitor_stats *rs = &lp->run_samples;
     printf("host: CPU %.0f%% of one core over the run, peak resident memory %.1f MB", cpu, (double)rss_peak / 1e6);
     if (rs->ngpu)
         printf("; GPU busy %.0f%%, peak memory %.1f GiB of %.1f GiB, %.0f W mean%s", rs->gpu_busy_sum / (double)rs->ngpu,
                (double)rs->gpu_mem_peak / 1073741824.0, (double)rs->gpu_mem_total / 1073741824.0,
                rs->power_sum / (double)rs->ngpu, rs->throttle_any & ~1ull ? ", clocks throttled" : "");
-    else if (kl_sampler_has_gpu(t->sampler))
+    else if (kl_monitor_has_gpu(t->monitor))
         printf("; no GPU reading yet (the run was shorter than the sampling interval)");
     printf("\n");
     kl_buf j = {0};

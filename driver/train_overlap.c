@@ -1,5 +1,5 @@
 /* Overlap of collectives with backward, as the run reports it: whether
- * the collectives run on the communication thread (runtime/overlap.h),
+ * the collectives run on the communication thread (runtime/exec/overlap.h),
  * and at the end how long they took and how much of that the executor
  * did not wait for (hidden behind compute). Rank 0's figures. */
 #include <stdio.h>

@@ -15,9 +15,9 @@
 
 #include "trainer.h"
 #include "passes/passes.h"
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
-#include "runtime/zero3.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
+#include "runtime/exec/zero3.h"
 
 /* State written outside the update and not read by it (batch norm's
  * running statistics) is each rank's own, from its own samples. It is

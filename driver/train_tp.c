@@ -4,7 +4,7 @@
  *
  * The world of N ranks is cut into tensor-parallel groups of T
  * consecutive ranks; across them, the ranks of equal index form the
- * data-parallel groups (runtime/comm.c, kl_comm_split_tp). The trainer
+ * data-parallel groups (runtime/comm/comm.c, kl_comm_split_tp). The trainer
  * then sees its data-parallel group as its world (t->comm, t->rank,
  * t->world): the ranks of a tensor-parallel group read the same rows of
  * the global batch (batch x N / T samples), report the same loss, and
@@ -26,7 +26,7 @@
 
 #include "trainer.h"
 #include "passes/passes.h"
-#include "runtime/tp.h"
+#include "runtime/exec/tp.h"
 
 int train_tp_setup(trainer *t)
 {

@@ -7,11 +7,11 @@
 #define KILN_TRAINER_H
 
 #include "train.h"
-#include "runtime/comm.h"
-#include "runtime/data.h"
-#include "runtime/outfile.h"
-#include "runtime/session.h"
-#include "runtime/trace.h"
+#include "runtime/comm/comm.h"
+#include "runtime/data/data.h"
+#include "runtime/files/outfile.h"
+#include "runtime/exec/session.h"
+#include "runtime/observe/trace.h"
 
 /* The flags: train keys they set (kv, NULL-terminated pairs) and the
  * run's own settings. */
@@ -112,7 +112,7 @@ struct trainer {
     void (*on_eval_batch)(trainer *t, kl_exec *e, const kl_batch *b);
     void *predict; /* the --predict state (train_ckpt.c) */
     struct kl_tboard *tboard; /* NULL without --tensorboard */
-    struct kl_sampler *sampler; /* host and GPU readings (runtime/sampler.h) */
+    struct kl_monitor *monitor; /* host and GPU readings (runtime/observe/monitor.h) */
     int64_t peak_bytes;       /* the memory plan's peak with params and state */
     /* The run's own steps, their time and data wait (--profile's summary). */
     int64_t run_steps;

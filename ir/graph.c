@@ -373,6 +373,14 @@ bool ir_is_output(const ir_graph *g, int v)
     return false;
 }
 
+bool ir_node_used(const ir_graph *g, const ir_node *n)
+{
+    for (int k = 0; k < n->out.n; k++)
+        if (ir_val(g, n->out.v[k])->uses.n > 0 || ir_is_output(g, n->out.v[k]))
+            return true;
+    return false;
+}
+
 void ir_kill_node(ir_graph *g, ir_node *n)
 {
     if (n->dead)

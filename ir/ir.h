@@ -388,6 +388,8 @@ void ir_rename_value(ir_graph *g, int v, char *name);
 void ir_replace_uses(ir_graph *g, int from, int to);
 /* Whether v leaves the graph: the loss, a reported value or a gradient. */
 bool ir_is_output(const ir_graph *g, int v);
+/* Whether any result of n is used or leaves the graph (ir_is_output). */
+bool ir_node_used(const ir_graph *g, const ir_node *n);
 void ir_set_operand(ir_graph *g, ir_node *n, int i, int v);
 void ir_append_operand(ir_graph *g, ir_node *n, int v);
 /* Marks a node dead and drops its uses; its results must be unused. */

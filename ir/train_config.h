@@ -72,7 +72,7 @@ typedef struct kl_train_config {
     int64_t memory_limit;  /* bytes; 0: none */
     char *tensorboard;     /* a folder for event files; NULL: none */
     int64_t bucket;        /* bytes per all-reduce across ranks; 0: one per gradient */
-    bool overlap;          /* collectives on a communication thread (runtime/overlap.h) */
+    bool overlap;          /* collectives on a communication thread (runtime/exec/overlap.h) */
     int tensor_parallel;   /* ranks per tensor-parallel group (passes/shard_tp.c); 1: none */
     bool sync_batchnorm;   /* batch statistics across the data-parallel ranks (passes/sync_batchnorm.c) */
     kl_tp_reduce tp_reduce;

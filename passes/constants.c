@@ -10,7 +10,7 @@
  *           keeps their results that per-step steps read live through
  *           every step (plan/plan.c pins them); the executor runs them
  *           again only when another plan sharing its arena ran in between
- *           (runtime/session.c). Values that are one number everywhere
+ *           (runtime/exec/session.c). Values that are one number everywhere
  *           (a constant, its broadcasts and elementwise functions of
  *           such) stay where they are, folded into their readers for free,
  *           unless a startup node reads them.

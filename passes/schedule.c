@@ -9,7 +9,7 @@
  *           with the update nodes that assemble its operand (flattening
  *           reshapes, the bucket's concat), right after the last of those
  *           results is produced: the runtime posts it to its communication
- *           thread there and backward goes on (runtime/session.c). It
+ *           thread there and backward goes on (runtime/exec/session.c). It
  *           stays in the update phase, so that with accumulation it runs
  *           once per step, in the last micro-batch's backward; there the
  *           accumulators it reads (grad_accumulate, one kernel per bucket:

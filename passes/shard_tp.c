@@ -15,7 +15,7 @@
  *           matmul, so that the graph computes what one rank would. Each
  *           split param carries tp_axis (the axis cut) and tp_ranks (T);
  *           rank i of a group holds slice i of the full param along
- *           tp_axis (runtime/tp.c). The same structure is checked with
+ *           tp_axis (runtime/exec/tp.c). The same structure is checked with
  *           T = 1, where nothing changes (a model runs on any world).
  *           A split size T does not divide is padded with zero units to
  *           the next multiple of T (tp_size: the real size; the mask
@@ -198,7 +198,7 @@ static int emit_named(ir_graph *g, ir_op op, int x, const ir_attrs *a, const cha
 }
 
 /* The mask of a padded split: the state NAME.tp_mask, f32[n' / T], cut
- * as the params (1 on this rank's real units, 0 on padding: runtime/tp.c
+ * as the params (1 on this rank's real units, 0 on padding: runtime/exec/tp.c
  * initialises the full [n] of ones and pads it with zeros). */
 static int declare_mask(ir_graph *g, const ir_value *w, int64_t padded, int64_t size, int T)
 {

@@ -351,10 +351,7 @@ static void remove_dead(ir_graph *g, int first)
         ir_node *n = ir_nd(g, i);
         if (n->dead || n->phase != IR_PHASE_UPDATE || n->out.n == 0)
             continue;
-        bool used = false;
-        for (int k = 0; k < n->out.n && !used; k++)
-            used = ir_val(g, n->out.v[k])->uses.n > 0 || ir_is_output(g, n->out.v[k]);
-        if (!used)
+        if (!ir_node_used(g, n))
             ir_kill_node(g, n);
     }
 }

@@ -18,7 +18,7 @@
  *           gathers and the reduce-scatter).
  *
  * The slices are initialised with this rank's slice of the params' own
- * initialisers (runtime/session.c: "params", "shape_I", "init_I"), so
+ * initialisers (runtime/exec/session.c: "params", "shape_I", "init_I"), so
  * N ranks start from the params one rank draws. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -137,10 +137,7 @@ int pass_simplify(ir_graph *g, const pass_ctx *cx)
         ir_node *n = ir_nd(g, i);
         if (n->dead || has_effect(n))
             continue;
-        bool used = false;
-        for (int k = 0; k < n->out.n && !used; k++)
-            used = ir_val(g, n->out.v[k])->uses.n > 0 || ir_is_output(g, n->out.v[k]);
-        if (!used)
+        if (!ir_node_used(g, n))
             ir_kill_node(g, n);
     }
     ir_compact(g);

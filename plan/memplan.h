@@ -1,6 +1,7 @@
-/* Memory planning of a plan's arena (codegen/memplan.c, memplan_report.c).
+/* Memory planning of a plan's arena (plan/memplan.c, inplace.c,
+ * memplan_report.c).
  *
- * The plan builder (codegen/plan.c) asks, for every generated kernel,
+ * The plan builder (plan/plan.c) asks, for every generated kernel,
  * which results may be written over an operand that dies there (in-place
  * results; the two kernel buffers are then printed without restrict), and
  * once every step is known it computes each arena buffer's live range over

@@ -99,11 +99,13 @@ int plan_buffer_of(kl_plan *p, int v)
 
 static int add_kernel(kl_plan *p, kir_kernel *k, const cg_attn_native *attn)
 {
-    kir_finish(k);
+    char *c_src = kir_finish(k);
     for (int i = 0; i < p->kernels.n; i++)
-        if (!strcmp(p->kernels.v[i].name, k->name))
+        if (!strcmp(p->kernels.v[i].name, k->name)) {
+            free(c_src);
             return i;
-    kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), kir_emit_c(k), {0}, *attn};
+        }
+    kl_kernel_src s = {kl_xstrdup(k->name), kl_xstrdup(k->what), c_src, {0}, *attn};
     kir_emit_cuda(k, &s.cuda);
     if (attn->kind != CG_ATTN_NONE) /* the tiled kernel where it fits */
         cg_cuda_attention(attn, k->name, &s.cuda);
@@ -532,15 +534,6 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
     free(next);
     materialize_consts(p);
     return p;
-}
-
-void plan_memory(kl_plan *p)
-{
-    plan_liveness(p);
-    if (p->planned)
-        plan_assign_offsets(p);
-    else
-        plan_assign_unplanned(p);
 }
 
 char *plan_c_source(const kl_plan *p)

@@ -107,7 +107,7 @@ typedef struct kl_kernel_src {
     char *c_src;      /* without the prelude */
     kir_cuda cuda;    /* the same kernel as CUDA C, with its launches */
     cg_attn_native attn; /* an attention kernel the CPU backend may run by
-                            hand-written code (runtime/cpu_attn.c); kind
+                            hand-written code (runtime/cpu/cpu_attn.c); kind
                             CG_ATTN_NONE for every other kernel */
 } kl_kernel_src;
 
@@ -138,7 +138,7 @@ typedef struct kl_plan_opts {
  * unless the environment sets KILN_MEMPLAN=0). No offsets yet. */
 kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o);
 /* Memory planning of a lowered plan: liveness over its steps and arena
- * offsets (codegen/memplan.c), or every buffer its own memory when the
+ * offsets (plan/memplan.c), or every buffer its own memory when the
  * plan is unplanned. */
 void plan_memory(kl_plan *p);
 /* True unless the environment turns memory planning off (KILN_MEMPLAN=0). */

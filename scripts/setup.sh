@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config
   flex bison
   zlib1g-dev
-  libarchive-dev libpng-dev libjpeg62-turbo-dev   # tar shards and their images (runtime/shards.c, decode.c)
+  libarchive-dev libpng-dev libjpeg62-turbo-dev   # tar shards and their images (runtime/data/wds_tar.c, decode.c)
   libopenblas-dev libopenblas-openmp-dev
   libdnnl-dev     # oneDNN: bf16 GEMMs with the CPU's bf16 instructions
   libopenmpi-dev openmpi-bin

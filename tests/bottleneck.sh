@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bottleneck summary (runtime/bottleneck.c) at the end of a --profile
+# The bottleneck summary (runtime/observe/bottleneck.c) at the end of a --profile
 # run and in kiln bench:
 #  - its categories add up to the step's time and their shares to 100%;
 #  - the GEMM/conv row's GFLOP/s x ms is the plan's GEMM FLOPs per step,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites a Kiln checkpoint (runtime/checkpoint.c, version 4, 3, 2 or 1) with crafted
+"""Rewrites a Kiln checkpoint (runtime/ckpt/checkpoint.c, version 4, 3, 2 or 1) with crafted
 content and a valid checksum, so that the loader's own checks are what
 refuses it.
 

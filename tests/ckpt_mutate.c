@@ -1,5 +1,5 @@
 /* Mutations of a valid checkpoint and safetensors file, read back by the
- * checked readers (runtime/checkpoint.c, runtime/safetensors.c): each
+ * checked readers (runtime/ckpt/checkpoint.c, runtime/ckpt/safetensors.c): each
  * mutant (bytes changed, inserted or cut; a checkpoint's checksum
  * recomputed so that its structural checks are what is exercised) is
  * either read whole or refused with an error; never a crash, a hang or an
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
 
 static uint64_t rng;
 

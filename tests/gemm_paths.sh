@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GEMM path, on whatever CPU runs the suite: the exactness and
 # agreement checks under one fp32, bf16 or f16 GEMM choice forced with
-# runtime/backend_cpu.c's variables, so that a path that only another CPU
+# runtime/exec/backend_cpu.c's variables, so that a path that only another CPU
 # takes by default (AMX on a Xeon, the widened f16 path on a CPU without
 # AVX-512, OpenBLAS where oneDNN is missing) is still exercised here.
 #

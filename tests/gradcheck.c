@@ -20,7 +20,7 @@
 
 #include "driver/compile.h"
 #include "passes/passes.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 static double directive(const kl_source *src, const char *key, double dflt)
 {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Host readings of a training run (runtime/sampler.c, hostmetrics.c):
+# Host readings of a training run (runtime/observe/monitor.c, hostmetrics.c):
 #  - the trace gets counter tracks ("host CPU %", "host RSS MB") from the
-#    sampler thread, in time order inside the run;
+#    monitor thread, in time order inside the run;
 #  - the summary line and record give the run's CPU utilisation and the
 #    resident set's high-water mark, which is at least every resident size
 #    the run recorded and at least the memory plan's peak (params, state

@@ -21,7 +21,7 @@ export CUDA_VISIBLE_DEVICES=
 # thread pool is, and tests/lsan.supp names it. No effect on an
 # unsanitized build.
 export LSAN_OPTIONS="use_tls=0:suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-# And no hint about threads waiting for cores (runtime/cpu_wait.c): on a
+# And no hint about threads waiting for cores (runtime/cpu/cpu_wait.c): on a
 # loaded test machine it would come and go from run to run
 # (tests/train/cpu_wait.sh sets the share it tests).
 export KILN_TEST_RUNQ_SHARE=0

@@ -22,7 +22,7 @@
 
 #include "driver/compile.h"
 #include "ir/train_config.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 typedef struct side {
     kl_session *s;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NVTX ranges (runtime/nvtx.c): a run under a stand-in injection library
+# NVTX ranges (runtime/observe/nvtx.c): a run under a stand-in injection library
 # (tests/nvtx/inject.c, loaded through NVTX_INJECTION64_PATH as Nsight
 # Systems loads its own) reports "step N" ranges, the phases forward,
 # backward and update, each kernel and GEMM by its ops and model-file

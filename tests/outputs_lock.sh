@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two runs naming one output (runtime/outfile_lock.c): while a run holds
+# Two runs naming one output (runtime/files/outfile_lock.c): while a run holds
 # its --metrics and --save files, a second run naming either is refused
 # before training, with an error naming the file and its lock, and the
 # first run's metrics stay valid JSON lines; another file is not locked;

@@ -47,7 +47,7 @@
 #include "driver/compile.h"
 #include "passes/passes.h"
 #include "reference/ref_eval.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 /* Integer inputs: [0, N) from "# range NAME N" in the model file, or 0. */
 static int64_t range_of(const kl_source *src, const char *name)

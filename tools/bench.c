@@ -17,10 +17,10 @@
 #include "fusion_check.h"
 #include "driver/batch_probe.h"
 #include "driver/compile.h"
-#include "runtime/data.h"
-#include "runtime/session.h"
-#include "runtime/backend_cuda.h"
-#include "runtime/bottleneck.h"
+#include "runtime/data/data.h"
+#include "runtime/exec/session.h"
+#include "runtime/exec/backend_cuda.h"
+#include "runtime/observe/bottleneck.h"
 
 typedef struct bench_opts {
     const char *file;

@@ -8,7 +8,7 @@
 
 #include "bench_gemm.h"
 #include "driver/compile.h"
-#include "runtime/data.h"
+#include "runtime/data/data.h"
 
 extern char *openblas_get_corename(void);
 

@@ -14,15 +14,15 @@
 #include "build.h"
 #include "driver/compile.h"
 #include "ir/train_config.h"
-#include "runtime/backend.h"
+#include "runtime/exec/backend.h"
 #include "driver/budget.h"
-#include "runtime/data.h"
-#include "runtime/spawn.h"
+#include "runtime/data/data.h"
+#include "runtime/cpu/spawn.h"
 #include "driver/train.h"
-#include "runtime/outfile.h"
+#include "runtime/files/outfile.h"
 #include "codegen/kir.h"
 #ifdef KILN_HAVE_CUDA
-#include "runtime/nvrtc.h"
+#include "runtime/exec/nvrtc.h"
 #endif
 
 typedef KL_VEC(char *) name_list;

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "ckpt.h"
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/ckpt/safetensors.h"
 
 static const char ckpt_usage[] =
     "usage: kiln ckpt CKPT\n"

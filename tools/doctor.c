@@ -1,12 +1,12 @@
 /* kiln doctor: what Kiln finds on this machine and whether it fits
- * (runtime/doctor.h); exit status 0 when it fits, 1 when not. */
+ * (runtime/observe/doctor.h); exit status 0 when it fits, 1 when not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "doctor_cmd.h"
 #include "base/support.h"
-#include "runtime/doctor.h"
+#include "runtime/observe/doctor.h"
 
 static const char usage[] =
     "usage: kiln doctor [--json]\n"

@@ -17,7 +17,7 @@
 #include "driver/compile.h"
 #include "ir/train_config.h"
 #include "passes/passes.h"
-#include "runtime/outfile.h"
+#include "runtime/files/outfile.h"
 
 static const char usage[] =
     "usage: kiln COMMAND [ARGS]\n"

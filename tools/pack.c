@@ -17,8 +17,8 @@
 #include "pack_libs.h"
 #include "base/scalar.h"
 #include "ir/train_config.h"
-#include "runtime/outfile.h"
-#include "runtime/tokens.h"
+#include "runtime/files/outfile.h"
+#include "runtime/data/tokens.h"
 
 static const char pack_usage[] =
     "usage: kiln pack INPUT -o DIR [--shard-size SIZE | --samples-per-shard N]\n"

@@ -1,6 +1,6 @@
 /* kiln pack: converts a data set into WebDataset tar shards (pack.c) from
  * the inputs in pack_sources.c (an IDX data set, an ImageFolder tree) and
- * pack_npy.c (NumPy arrays). Text becomes token files (runtime/tokens.h) instead. */
+ * pack_npy.c (NumPy arrays). Text becomes token files (runtime/data/tokens.h) instead. */
 #ifndef KILN_PACK_H
 #define KILN_PACK_H
 

@@ -13,7 +13,7 @@
 
 #include "pack.h"
 #include "pack_libs.h"
-#include "runtime/data.h"
+#include "runtime/data/data.h"
 
 kl_buf *pack_sample_add(pack_sample *s, const char *ext)
 {
@@ -100,7 +100,7 @@ static int png_encode(kl_buf *out, const uint8_t *pixels, int64_t h, int64_t w, 
     return 0;
 }
 
-/* ---- IDX (runtime/data.c reads it): images become PNG, labels .cls ---- */
+/* ---- IDX (runtime/data/data.c reads it): images become PNG, labels .cls ---- */
 
 typedef struct idx_ctx {
     kl_dataset ds[PACK_MAX_SPLITS];

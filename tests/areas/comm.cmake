@@ -4,7 +4,7 @@ add_test(NAME comm.profile COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/comm/profile
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(comm.profile PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 
-# NCCL for the CUDA backend (runtime/nccl.c) without a GPU: the real
+# NCCL for the CUDA backend (runtime/exec/nccl.c) without a GPU: the real
 # libnccl's entry points, and the error paths through a fake libnccl.
 if(KILN_NCCL_INCLUDE AND TARGET kiln)
   add_executable(nccl_check comm/nccl_check.c)

@@ -11,7 +11,7 @@ add_test(NAME cudalt.golden COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cudalt/epil
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 
 # The CUDA plan with the Lt epilogues applied by a host stand-in of each
-# CUBLASLT_EPILOGUE_* (tests/cuda/lt_emu.h, on runtime/cuda_lt.h's
+# CUBLASLT_EPILOGUE_* (tests/cuda/lt_emu.h, on runtime/exec/cuda_lt.h's
 # description of the call) against the CPU backend's GEMM + epilogue
 # kernel, every configuration (train/eval, fused/unfused, fp32/bf16/fp16;
 # cuda.emulate.mlp does the same for the MLP example's relu_bias and bias);

@@ -2,7 +2,7 @@
 # benchmark against PyTorch (issue 16, deliverables 2, 5 and 6 on the
 # CPU). Programs and scripts live in tests/gptfast/.
 
-# The hand-written CPU attention kernels (runtime/cpu_attn.c) against a
+# The hand-written CPU attention kernels (runtime/cpu/cpu_attn.c) against a
 # naive f64 attention, over geometries reaching every path, and the same
 # bytes at 1 and 3 threads.
 add_executable(attn_native_check gptfast/attn_native_check.c)

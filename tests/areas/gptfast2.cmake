@@ -1,7 +1,7 @@
 # The GPT step's speed on the CPU (issue 16, deliverable 6's acceptance:
 # faster than PyTorch eager). Programs live in tests/gptfast2/.
 
-# runtime/cpu_attn.c once per clone target (its KL_ATTN_CLONES replaced
+# runtime/cpu/cpu_attn.c once per clone target (its KL_ATTN_CLONES replaced
 # by one target, the entry points renamed), with the library's own
 # compile options: the FMA clones (x86-64-v4, x86-64-v3) give the same
 # bytes as each other and as the library's dispatch; the baseline clone
@@ -14,8 +14,8 @@ add_executable(attn_isa_check gptfast2/attn_isa_check.c)
 foreach(variant IN LISTS gptfast2_attn_variants)
   list(GET variant 0 suffix)
   list(GET variant 1 clones)
-  add_library(gptfast2_attn_${suffix} OBJECT ${PROJECT_SOURCE_DIR}/runtime/cpu_attn.c)
-  target_include_directories(gptfast2_attn_${suffix} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/runtime)
+  add_library(gptfast2_attn_${suffix} OBJECT ${PROJECT_SOURCE_DIR}/runtime/cpu/cpu_attn.c)
+  target_include_directories(gptfast2_attn_${suffix} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/runtime/cpu)
   target_compile_options(gptfast2_attn_${suffix} PRIVATE ${KILN_CPU_ATTN_OPTIONS} ${OpenMP_C_FLAGS})
   target_compile_definitions(gptfast2_attn_${suffix} PRIVATE "KL_ATTN_CLONES=${clones}"
     kl_cpu_attention=kl_cpu_attention_${suffix} kl_cpu_attention_supported=kl_cpu_attention_supported_${suffix})

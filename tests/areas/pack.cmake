@@ -1,4 +1,4 @@
-# kiln pack (tools/pack.c) and token files (runtime/tokens.c).
+# kiln pack (tools/pack.c) and token files (runtime/data/tokens.c).
 
 # The token file reader: header bytes, broken files, windows.
 add_executable(test_tokens unit/test_tokens.c)

@@ -28,7 +28,7 @@ target_link_libraries(test_rows16 PRIVATE kiln ${CMOCKA_LIBRARIES})
 add_test(NAME prec4.unit.rows16 COMMAND test_rows16)
 set_tests_properties(prec4.unit.rows16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 
-# f16 GEMMs through Kiln's kernels (runtime/gemm16.c: operands widened
+# f16 GEMMs through Kiln's kernels (runtime/cpu/gemm16.c: operands widened
 # while packed, fp32 sums; on CPUs with AMX, split into exact bf16 parts
 # for the tile unit) against the f64 reference at every size, the same
 # bits on 1, 2 and 3 threads, inf and NaN as the FMA kernel gives them,

@@ -1,4 +1,4 @@
-# --generate's sampling step (driver/sample.c) with fixed logits against
+# --generate's sampling step (driver/next_token.c) with fixed logits against
 # an independent softmax in Python: frequencies (chi-square), top-k,
 # temperature -> 0. Scripts and helpers live in tests/sampler/.
 add_executable(sampler_draws sampler/draws.c)

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "driver/compile.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 #define BOUND 1e-5
 

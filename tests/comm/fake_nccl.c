@@ -1,5 +1,5 @@
 /* A stand-in libnccl for tests/comm/nccl.sh: every entry point Kiln uses
- * (runtime/nccl.c), no GPU. Each call prints one line with its arguments
+ * (runtime/exec/nccl.c), no GPU. Each call prints one line with its arguments
  * ("ncclAllReduce count=4 type=7 op=0") and succeeds, or returns
  * ncclInvalidUsage when $FAKE_NCCL_FAIL names it. Built with -DOMIT_BROADCAST
  * it lacks ncclBroadcast (a library too old or not NCCL's). */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NCCL for the CUDA backend (runtime/nccl.c), checked without a GPU:
+# NCCL for the CUDA backend (runtime/exec/nccl.c), checked without a GPU:
 #  - the real libnccl opens and every entry point Kiln uses resolves
 #    (skipped, exit 77, only when no libnccl is installed);
 #  - a missing library and one lacking an entry point are refused naming

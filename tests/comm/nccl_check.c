@@ -1,4 +1,4 @@
-/* runtime/nccl.c without a GPU (tests/comm/nccl.sh):
+/* runtime/exec/nccl.c without a GPU (tests/comm/nccl.sh):
  *
  *   nccl_check symbols [LIB]  loads LIB (default: $KILN_NCCL_LIB, else
  *                             libnccl.so.2) and prints its version and the
@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "base/scalar.h"
-#include "runtime/backend_cuda.h"
-#include "runtime/nccl.h"
+#include "runtime/exec/backend_cuda.h"
+#include "runtime/exec/nccl.h"
 
 /* Every collective kind in every dtype on be; the failures. */
 static int device_checks(kl_backend *be, kl_comm *c)

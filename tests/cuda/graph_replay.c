@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "driver/compile.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 typedef struct rec_op {
     const kl_plan *plan;

@@ -35,11 +35,11 @@
 
 #include "lt_emu.h"
 #include "plans.h"
-#include "runtime/backend_cuda.h"
-#include "runtime/cuda_launch.h"
-#include "runtime/data.h"
-#include "runtime/session.h"
-#include "runtime/spawn.h"
+#include "runtime/exec/backend_cuda.h"
+#include "runtime/exec/cuda_launch.h"
+#include "runtime/data/data.h"
+#include "runtime/exec/session.h"
+#include "runtime/cpu/spawn.h"
 
 #ifndef KILN_EMU_DIR
 #define KILN_EMU_DIR "tests/cuda"

@@ -1,7 +1,7 @@
 /* A host stand-in for cuBLASLt's GEMM epilogues (kernel_check --emulate):
  * each CUBLASLT_EPILOGUE_* the plan uses, as cuBLASLt documents it, on
  * cuBLASLt's column-major view of the call that the CUDA backend makes
- * (runtime/cuda_lt.h's kl_lt_describe): D is rows x cols with leading
+ * (runtime/exec/cuda_lt.h's kl_lt_describe): D is rows x cols with leading
  * dimension ld, the bias has one element per row of D (BIAS adds it along
  * each column; BGRAD sums each row of D over its columns), aux is laid
  * out as D with its own leading dimension. The product arrives in D's
@@ -14,8 +14,8 @@
 
 #include <math.h>
 
-#include "runtime/cuda_lt.h"
-#include "runtime/session.h"
+#include "runtime/exec/cuda_lt.h"
+#include "runtime/exec/session.h"
 
 static float lt_emu_gelu_t(float x)
 {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "plans.h"
-#include "runtime/nvrtc.h"
+#include "runtime/exec/nvrtc.h"
 
 int main(int argc, char **argv)
 {

@@ -9,8 +9,8 @@
  *   9.0 and 8.0) answers what the driver's occupancy API would: the block
  *   size cuOccupancyMaxPotentialBlockSize suggests, the most threads a
  *   block may have, and the active blocks per SM at a block size;
- * - the backend's own launch rules (runtime/cuda_launch.h, as
- *   runtime/backend_cuda.c calls them) give the block and the grid.
+ * - the backend's own launch rules (runtime/exec/cuda_launch.h, as
+ *   runtime/exec/backend_cuda.c calls them) give the block and the grid.
  *
  * A launch passes when its grid has at least 2 blocks per SM and its
  * theoretical occupancy (active warps per SM over 64) is at least 50%, or
@@ -33,8 +33,8 @@
 #include <string.h>
 
 #include "plans.h"
-#include "runtime/cuda_launch.h"
-#include "runtime/nvrtc.h"
+#include "runtime/exec/cuda_launch.h"
+#include "runtime/exec/nvrtc.h"
 
 /* The per-SM limits of one GPU (CUDA C Programming Guide, "Technical
  * Specifications per Compute Capability"; cuda_occupancy.h). */

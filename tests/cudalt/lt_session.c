@@ -21,8 +21,8 @@
 
 #include "cuda/lt_emu.h"
 #include "driver/compile.h"
-#include "runtime/backend.h"
-#include "runtime/session.h"
+#include "runtime/exec/backend.h"
+#include "runtime/exec/session.h"
 
 static kl_backend_ops cpu_ops, standin_ops;
 static int launches[2], epilogues;

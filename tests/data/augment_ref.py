@@ -2,7 +2,7 @@
 """The expected output of loader_check --dump-augmented on shards made by
 make_shards.py from Fashion-MNIST's first N training images, computed
 independently: the sample's random crop (pad 4) and flip drawn as
-runtime/shard_data.c's kl_augment_apply documents (seed 7, epoch 3), then
+runtime/data/wds_data.c's kl_augment_apply documents (seed 7, epoch 3), then
 (x / 255 - 0.5) / 0.25 rounded to f32.
 
     augment_ref.py IDX_DIR N"""

@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/data.h"
-#include "runtime/session.h"
+#include "runtime/data/data.h"
+#include "runtime/exec/session.h"
 
 static int load(const char *pattern, int64_t buffer, bool cache, kl_dataset *d)
 {

@@ -1,4 +1,4 @@
-/* The token data source's promises (runtime/token_data.c through the
+/* The token data source's promises (runtime/data/token_data.c through the
  * loader), checked against the file's bytes read here with stdio:
  *   - training sample p of epoch e is the window starting at
  *     kl_tokens_window_start(seed, e * count + p): "tokens" its first
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/data.h"
-#include "runtime/tokens.h"
+#include "runtime/data/data.h"
+#include "runtime/data/tokens.h"
 
 static int failures;
 #define CHECK(c, ...) do { if (!(c)) { printf("FAIL: " __VA_ARGS__); printf("\n"); failures++; } } while (0)

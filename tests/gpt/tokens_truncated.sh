@@ -2,7 +2,7 @@
 # A token file truncated by another process while a run trains on it:
 # the run stops with an error naming the file and its sizes, exit 1 (it
 # was SIGBUS, exit 135: the windows were read through a mapping whose
-# pages the truncation removed; runtime/tokens.c reads them with pread).
+# pages the truncation removed; runtime/data/tokens.c reads them with pread).
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1

@@ -1,4 +1,4 @@
-/* The CPU backend's hand-written attention kernels (runtime/cpu_attn.c)
+/* The CPU backend's hand-written attention kernels (runtime/cpu/cpu_attn.c)
  * against a naive f64 attention that materialises the probabilities,
  * over geometries that reach every path of the kernels: one key or query
  * tile and several, partial tiles, head sizes below, at and above one
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu_attn.h"
+#include "runtime/cpu/cpu_attn.h"
 
 #define BOUND 2e-5
 

@@ -1,4 +1,4 @@
-/* The CPU attention kernels (runtime/cpu_attn.c) as each of their clones
+/* The CPU attention kernels (runtime/cpu/cpu_attn.c) as each of their clones
  * builds them, on the same inputs: the file compiled three more times
  * with one target each in place of the clones (tests/areas/gptfast2.cmake:
  * x86-64-v4, x86-64-v3, baseline x86-64; entry points renamed _v4, _v3,
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu_attn.h"
+#include "runtime/cpu/cpu_attn.h"
 
 void kl_cpu_attention_v4(const cg_attn_native *a, void *const *bufs);
 void kl_cpu_attention_v3(const cg_attn_native *a, void *const *bufs);

@@ -471,7 +471,7 @@ for choice in tiled generated; do
   fi
 done
 speedup=$(py -c "print('%.2fx' % (float('$(get attention_total_ms "$out/attention_generated.tsv" 2>/dev/null)') / float('$(get attention_total_ms "$out/attention_tiled.tsv" 2>/dev/null)')))" 2>/dev/null)
-row "attention [$attn_shape], causal, per step" "${attn_row}tiled speedup ${speedup:-n/a}$([ $cpu_only = 1 ] && echo ' (CPU: runtime/cpu_attn.c against the generated C)')" "tiled faster than generated"
+row "attention [$attn_shape], causal, per step" "${attn_row}tiled speedup ${speedup:-n/a}$([ $cpu_only = 1 ] && echo ' (CPU: runtime/cpu/cpu_attn.c against the generated C)')" "tiled faster than generated"
 
 # ---- 6. CUDA graphs ----
 if [ $cpu_only = 1 ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Who runs fp32 GEMMs on the CPU (runtime/cpu_dnnl.h): --fp32-gemm and
+# Who runs fp32 GEMMs on the CPU (runtime/cpu/cpu_dnnl.h): --fp32-gemm and
 # KILN_FP32_GEMM, in the training executable and in kiln bench.
 #  - openblas (flag or variable): the start-up line says so, and the two
 #    give the same MLP losses bit for bit; the flag wins over the variable;

@@ -4,7 +4,7 @@
  * functions live in ref_elem.c, ref_move.c, ref_nn.c and ref_update.c. */
 #include "ref_ops.h"
 
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 double ref_round(ir_dtype dt, double x)
 {

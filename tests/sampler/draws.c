@@ -1,4 +1,4 @@
-/* Drives --generate's sampling step (driver/sample.c) with fixed logits:
+/* Drives --generate's sampling step (driver/next_token.c) with fixed logits:
  *   sampler_draws TEMPERATURE TOP_K SEED N < logits
  * reads the logits (one number per line, the vocabulary), draws tokens
  * 0..N-1 of the stream SEED and prints how often each token came out,
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "driver/sample.h"
+#include "driver/next_token.h"
 
 int main(int argc, char **argv)
 {

@@ -16,8 +16,8 @@
 #include "driver/compile.h"
 #include "driver/trainer.h"
 #include "reference/ref_eval.h"
-#include "runtime/checkpoint.h"
-#include "runtime/session.h"
+#include "runtime/ckpt/checkpoint.h"
+#include "runtime/exec/session.h"
 
 int main(int argc, char **argv)
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --generate's sampling step (driver/sample.c) against Python's own
+# --generate's sampling step (driver/next_token.c) against Python's own
 # softmax, for fixed seeded logits over 256 bytes whose spread is a
 # trained byte model's (largest logit ~12, not ~0): the counts of 200,000
 # draws match softmax(logits / T) restricted to the top k (chi-square,

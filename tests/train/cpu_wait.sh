@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# OpenMP waiting on a shared machine (issue 32 item 14, runtime/cpu_wait.c):
+# OpenMP waiting on a shared machine (issue 32 item 14, runtime/cpu/cpu_wait.c):
 #  - a training executable runs itself again with GOMP_SPINCOUNT=1000 (read
 #    from /proc/PID/environ of the running process), unless the user set
 #    OMP_WAIT_POLICY or GOMP_SPINCOUNT (then neither is added);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/scalar.h"
-#include "runtime/backend.h"
+#include "runtime/exec/backend.h"
 
 typedef struct shape {
     int ta, tb;

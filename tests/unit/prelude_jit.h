@@ -1,7 +1,7 @@
 /* For the unit tests that check the kernels' prelude helpers as the
  * kernels run them: a checker's source compiled after the prelude by the
  * CPU backend's compiler with the kernels' flags (kl_cpu_jit). Include
- * after cmocka.h, codegen/kir.h and runtime/backend.h. */
+ * after cmocka.h, codegen/kir.h and runtime/exec/backend.h. */
 #ifndef KILN_TESTS_PRELUDE_JIT_H
 #define KILN_TESTS_PRELUDE_JIT_H
 

@@ -1,4 +1,4 @@
-/* The kernel cache is private (runtime/cache_dir.c, runtime/jit_cpu.c):
+/* The kernel cache is private (runtime/exec/cache_dir.c, runtime/exec/jit_cpu.c):
  *  - the folders Kiln makes for it are 0700, and with HOME and
  *    XDG_CACHE_HOME unset it is $TMPDIR/kiln-cache-UID, not a name shared
  *    by every user;
@@ -25,8 +25,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "runtime/backend.h"
-#include "runtime/spawn.h"
+#include "runtime/exec/backend.h"
+#include "runtime/cpu/spawn.h"
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {

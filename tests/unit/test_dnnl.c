@@ -45,7 +45,7 @@ static const shape shapes[] = {
 };
 
 /* Widened GEMMs large enough to be widened a panel at a time
- * (runtime/backend_cpu.c cpu_gemm_panels): columns of B and C in panels
+ * (runtime/exec/backend_cpu.c cpu_gemm_panels): columns of B and C in panels
  * (N long; the last panel short), K in chunks (K long; the last chunk
  * short); every transpose, offsets, beta, 16-bit and fp32 results. The
  * bound above holds for any summation order. */

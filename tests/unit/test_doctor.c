@@ -1,4 +1,4 @@
-/* kiln doctor's verdicts (runtime/doctor.c) on made-up machines: the
+/* kiln doctor's verdicts (runtime/observe/doctor_rules.c) on made-up machines: the
  * version tables (driver against NVRTC and cuBLASLt, GPU architecture
  * against NVRTC's targets) without a GPU. And, where the build has NVRTC,
  * the PTX fallback for a GPU newer than NVRTC's CUBIN targets. */
@@ -11,9 +11,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/doctor.h"
+#include "runtime/observe/doctor.h"
 #ifdef KILN_HAVE_CUDA
-#include "runtime/nvrtc.h"
+#include "runtime/exec/nvrtc.h"
 #endif
 
 /* A CPU machine with a compiler, OpenMP OpenBLAS and MPI, no driver. */

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "codegen/kir.h"
-#include "runtime/backend.h"
+#include "runtime/exec/backend.h"
 #include "prelude_jit.h"
 
 static const char checker_text[] =

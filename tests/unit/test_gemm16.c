@@ -1,4 +1,4 @@
-/* f16 GEMMs through Kiln's kernels (runtime/gemm16.c), as the CPU
+/* f16 GEMMs through Kiln's kernels (runtime/cpu/gemm16.c), as the CPU
  * backend runs them: the one KILN_F16_GEMM names, amx or avx512, at
  * every size (ctest runs this file with each: amx is skipped, 77, on a
  * CPU without AMX; unset, auto, the kernel auto would choose), against
@@ -33,7 +33,7 @@
 #include <cmocka.h>
 
 #include "gemm_check.h"
-#include "runtime/gemm16.h"
+#include "runtime/cpu/gemm16.h"
 
 /* The kernel the tests run: KILN_F16_GEMM's amx or avx512, or (auto)
  * the one auto chooses, forced so that it takes every size. */

@@ -28,7 +28,7 @@
 
 #include "codegen/kir.h"
 #include "base/scalar.h"
-#include "runtime/backend.h"
+#include "runtime/exec/backend.h"
 #include "prelude_jit.h"
 
 /* The reference, one branch per case: compiled here (for the runtime's

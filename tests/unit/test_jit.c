@@ -1,4 +1,4 @@
-/* Run-time compilation of kernels (runtime/jit_cpu.c), against values
+/* Run-time compilation of kernels (runtime/exec/jit_cpu.c), against values
  * computed here one rounding at a time:
  *  - the generated C rounds every operation as written on any x86-64 CPU:
  *    a*b+c is not contracted into a fused multiply-add, and a double ->
@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "runtime/backend.h"
+#include "runtime/exec/backend.h"
 
 /* A fresh cache folder (removed with its files by remove_dir). */
 static char *make_dir(void)

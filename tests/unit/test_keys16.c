@@ -22,7 +22,7 @@
 #include <cmocka.h>
 
 #include "codegen/kir.h"
-#include "runtime/backend.h"
+#include "runtime/exec/backend.h"
 #include "prelude_jit.h"
 
 /* For one format (FMT f16 or bf16): bad cases counted, the first kept. */

@@ -1,7 +1,7 @@
-/* TensorBoard event files' checksums (runtime/tboard.c) against known
+/* TensorBoard event files' checksums (runtime/observe/tboard.c) against known
  * values: CRC32C of "123456789" (the Castagnoli check value) and of 32
  * zero and 32 0xFF bytes (RFC 3720, B.4), and TFRecord's mask of a CRC.
- * The host metrics (runtime/hostmetrics.c): resident memory grows by the
+ * The host metrics (runtime/observe/hostmetrics.c): resident memory grows by the
  * pages a test touches; CPU time agrees with getrusage. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,10 +13,10 @@
 #include <sys/resource.h>
 #include <cmocka.h>
 
-#include "runtime/tboard.h"
-#include "runtime/hostmetrics.h"
-#include "runtime/sampler.h"
-#include "runtime/bottleneck.h"
+#include "runtime/observe/tboard.h"
+#include "runtime/observe/hostmetrics.h"
+#include "runtime/observe/monitor.h"
+#include "runtime/observe/bottleneck.h"
 #include "driver/compile.h"
 #include <unistd.h>
 
@@ -79,44 +79,44 @@ static void test_cpu_time_matches_getrusage(void **state)
     assert_true(kl_host_cpu_percent(&a, &a) == 0.0);
 }
 
-/* The sampler thread: samples arrive in time order with the host's
+/* The monitor thread: samples arrive in time order with the host's
  * readings; asked for a GPU's readings where NVML is missing, it says so
  * and samples the host alone. */
-static void test_sampler(void **state)
+static void test_monitor(void **state)
 {
     (void)state;
     bool nvml = access("/dev/nvidiactl", F_OK) == 0;
-    kl_sampler *s = kl_sampler_start(0.01, nvml ? -1 : 0, true);
+    kl_monitor *s = kl_monitor_start(0.01, nvml ? -1 : 0, true);
     assert_non_null(s);
-    assert_false(kl_sampler_has_gpu(s));
-    kl_sample all[8];
+    assert_false(kl_monitor_has_gpu(s));
+    kl_monitor_reading all[8];
     int n = 0;
     /* Waits for samples (up to a minute on a loaded machine). */
     for (int tries = 0; n < 3 && tries < 6000; tries++) {
-        kl_sample *v;
-        int k = kl_sampler_drain(s, &v);
+        kl_monitor_reading *v;
+        int k = kl_monitor_drain(s, &v);
         for (int i = 0; i < k && n < 8; i++)
             all[n++] = v[i];
         free(v);
         if (n < 3)
             usleep(10000);
     }
-    kl_sampler_stop(s);
+    kl_monitor_stop(s);
     assert_true(n >= 3);
-    kl_sample_stats st = {0};
+    kl_monitor_stats st = {0};
     for (int i = 0; i < n; i++) {
         assert_true(all[i].rss_bytes > 0);
         assert_true(all[i].cpu_percent >= 0);
         assert_false(all[i].gpu);
         if (i)
             assert_true(all[i].t > all[i - 1].t);
-        kl_sample_stats_add(&st, &all[i]);
+        kl_monitor_stats_add(&st, &all[i]);
     }
     assert_int_equal(st.n, n);
     assert_int_equal(st.ngpu, 0);
     assert_true(st.rss_peak >= all[0].rss_bytes);
     assert_true(kl_host_rss_peak() >= st.rss_peak);
-    kl_sampler_stop(NULL);
+    kl_monitor_stop(NULL);
 }
 
 /* The bottleneck summary's arithmetic and verdicts on made-up steps. */
@@ -195,7 +195,7 @@ int main(void)
         cmocka_unit_test(test_masked),
         cmocka_unit_test(test_rss_counts_touched_pages),
         cmocka_unit_test(test_cpu_time_matches_getrusage),
-        cmocka_unit_test(test_sampler),
+        cmocka_unit_test(test_monitor),
         cmocka_unit_test(test_bottleneck_verdicts),
         cmocka_unit_test(test_step_categories),
     };

@@ -20,7 +20,7 @@
 
 #include "codegen/kir.h"
 #include "driver/compile.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 
 /* ---- reference conversions ---- */
 

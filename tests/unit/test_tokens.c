@@ -1,4 +1,4 @@
-/* Token files (runtime/tokens.h): the header's bytes, a round trip per
+/* Token files (runtime/data/tokens.h): the header's bytes, a round trip per
  * dtype, every way a file can be broken (each with its message naming the
  * file), and the windows: in range, a function of (seed, index) alone,
  * pinned to known values so that a resumed run keeps drawing what the
@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "base/support.h"
-#include "runtime/tokens.h"
+#include "runtime/data/tokens.h"
 
 static char dir[64];
 

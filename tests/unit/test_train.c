@@ -16,7 +16,7 @@
 
 #include "driver/compile.h"
 #include "ir/train_config.h"
-#include "runtime/session.h"
+#include "runtime/exec/session.h"
 #include "driver/train.h"
 
 /* A model whose gradient is c + w for w (3 values starting at 0.5). */

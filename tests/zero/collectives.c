@@ -8,7 +8,7 @@
  * j on rank r is (i + 1) N(N + 1)/2 at i = r ceil(n/N) + j while i < n,
  * else 0 (the padding); all_gather's element r n + i is (r + 1)(i + 1);
  * rank_broadcast from the last rank gives N (i + 1). Each is checked
- * twice: by the communicator's calls (runtime/comm.h), for sizes 1, 7,
+ * twice: by the communicator's calls (runtime/comm/comm.h), for sizes 1, 7,
  * 10 and 12 (7 and 10 do not divide by 3 or 4), and through the executor
  * (a graph of the ops compiled by kl_compile_graph and run by a session:
  * the plan's collective steps). Prints one line per failure and exits 1. */
@@ -18,8 +18,8 @@
 
 #include "base/scalar.h"
 #include "driver/compile.h"
-#include "runtime/comm.h"
-#include "runtime/session.h"
+#include "runtime/comm/comm.h"
+#include "runtime/exec/session.h"
 
 static int bad;
 

@@ -1,0 +1,275 @@
+/* Run-time compilation of generated C kernels, with an on-disk cache.
+ *
+ * The cache key is a hash of the source, the compiler and its flags; a
+ * compiled object is written under a temporary name and renamed into
+ * place, so concurrent processes never see half a file, and carries its
+ * key as a mark. The cache is private (cache_dir.h): an object is opened
+ * only if it is a regular file of the user's own that others cannot
+ * write, carries its key's mark, and hashes to what its sidecar (KEY.sum)
+ * says; a foreign, planted or corrupt file is compiled again (and
+ * replaced) instead. Temporaries are created O_EXCL (mkstemps), so no
+ * link planted at a cache name is written through. The compiler runs
+ * from an argument vector (runtime/cpu/spawn.c), never through a shell. */
+#define _GNU_SOURCE /* memmem */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cache_dir.h"
+#include "runtime/files/outfile.h"
+#include "runtime/cpu/spawn.h"
+
+/* With -march=native the flags do not say which CPU the object is for: a
+ * cache shared by machines (a network home, a copied container) would
+ * hand one CPU's AVX-512 object to another without it (SIGILL). The key
+ * takes in this CPU's model and feature flags from /proc/cpuinfo. */
+static uint64_t hash_native_cpu(uint64_t h)
+{
+    if (strcmp(kl_cc_march(), "native"))
+        return h;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    int seen = 0;
+    while (f && seen < 2 && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) || !strncmp(line, "flags", 5)) {
+            h = kl_hash_bytes(h, line, strlen(line));
+            seen++;
+        }
+    if (f)
+        fclose(f);
+    return h;
+}
+
+/* Writes text to a new file of a unique name in dir ending in suffix,
+ * created O_EXCL without following links (mkstemps), so a link planted at
+ * a predictable name is never written through. Returns the path (caller
+ * frees), or NULL with errno set. */
+static char *write_temp(const char *dir, uint64_t h, const char *suffix, const char *text)
+{
+    char *path = kl_xasprintf("%s/%016llx.XXXXXX%s", dir, (unsigned long long)h, suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
+    if (fd < 0) {
+        free(path);
+        return NULL;
+    }
+    size_t n = strlen(text), done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, text + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
+    int e = done == n ? 0 : errno ? errno : EIO;
+    if (close(fd) && !e)
+        e = errno;
+    if (e) {
+        unlink(path);
+        free(path);
+        errno = e;
+        return NULL;
+    }
+    return path;
+}
+
+/* The text a compiled object for key h carries in its read-only data. */
+static char *object_mark(uint64_t h)
+{
+    return kl_xasprintf("kiln-jit-object:%016llx", (unsigned long long)h);
+}
+
+/* The bytes of a cache file, opened through kl_cache_open (a regular file
+ * of the user's own that others cannot write, no link followed). */
+static int read_fd(int fd, kl_buf *out)
+{
+    char chunk[65536];
+    ssize_t got;
+    while ((got = read(fd, chunk, sizeof chunk)) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            close(fd);
+            return -1;
+        }
+        kl_buf_putn(out, chunk, (size_t)got);
+    }
+    close(fd);
+    return 0;
+}
+
+static int read_cache_file(const char *path, kl_buf *out)
+{
+    int fd = kl_cache_open(path);
+    return fd < 0 ? -1 : read_fd(fd, out);
+}
+
+/* The sidecar's line for an object: its key's mark and a hash of its bytes. */
+static char *sum_line(const char *mark, const kl_buf *obj)
+{
+    uint64_t hb = kl_hash_bytes(KL_HASH_INIT, obj->s, obj->len);
+    return kl_xasprintf("%s %016llx\n", mark, (unsigned long long)hb);
+}
+
+/* Opens the object at so if it is this cache's for its key: a regular
+ * file of the user's own that others cannot write, carrying the key's
+ * mark, whose bytes hash to what its sidecar (sum) says. A planted,
+ * foreign, truncated or overwritten file fails and is compiled again. */
+static void *open_verified(const char *so, const char *sum, const char *mark)
+{
+    kl_buf obj = {0}, side = {0};
+    void *handle = NULL;
+    if (read_cache_file(so, &obj) == 0 && read_cache_file(sum, &side) == 0 && obj.s &&
+        memmem(obj.s, obj.len, mark, strlen(mark))) {
+        char *want = sum_line(mark, &obj);
+        if (side.len == strlen(want) && !memcmp(side.s, want, side.len))
+            handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+        free(want);
+    }
+    kl_buf_free(&obj);
+    kl_buf_free(&side);
+    return handle;
+}
+
+/* Writes the sidecar of the object now at so (0644 less the umask, never
+ * through a link). The cache is an optimisation: a failure only costs a
+ * compile next time. */
+static void write_sum(const char *sum, const char *line)
+{
+    kl_outfile o;
+    kl_cache_clear_odd(sum);
+    if (kl_outfile_begin(&o, sum) == 0) {
+        kl_outfile_write(&o, line, strlen(line));
+        kl_outfile_commit(&o, 0644);
+    }
+}
+
+/* Opens the object just compiled at tmp (this process's own temporary,
+ * created O_EXCL in the private folder) before it is renamed into place,
+ * and gives its sidecar line. Ranks or runs that compile one key at once
+ * each rename their own object over so, and their objects' bytes differ
+ * (the temporary source's name is in them): loading what is at so after
+ * the rename could meet another's object with this one's sidecar. */
+static void *open_own(const char *tmp, const char *mark, char **line)
+{
+    kl_buf obj = {0};
+    void *handle = NULL;
+    int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    *line = NULL;
+    if (fd >= 0 && read_fd(fd, &obj) == 0 && obj.s && memmem(obj.s, obj.len, mark, strlen(mark))) {
+        *line = sum_line(mark, &obj);
+        handle = dlopen(tmp, RTLD_NOW | RTLD_LOCAL);
+    }
+    kl_buf_free(&obj);
+    return handle;
+}
+
+/* Compiles source (with the mark appended) into a temporary object and
+ * renames it to so, replacing whatever was there (a link planted at so is
+ * removed, never followed), then writes its sidecar. */
+static int compile_object(const char *source, const char *mark, const char *dir, uint64_t h, const char *so,
+                          const char *sum, const char *reason, void **handle)
+{
+    char *line = NULL;
+    char *text = kl_xasprintf("%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n", source, mark);
+    char *c = write_temp(dir, h, ".c", text), *log = c ? write_temp(dir, h, ".log", "") : NULL;
+    int rc = -1;
+    char why[512] = "";
+    /* The compiler writes a unique temporary that then replaces the cache
+     * entry whole (outfile.h). */
+    kl_outfile o = {0};
+    kl_cache_clear_odd(so);
+    if (!c || !log) {
+        snprintf(why, sizeof why, "cannot write a temporary in %s: %s", dir, strerror(errno));
+    } else if (kl_outfile_begin_external(&o, so)) {
+        snprintf(why, sizeof why, "cannot create a temporary beside %s", so);
+    } else {
+        kl_argv cmd = {0};
+        kl_argv_add_cc(&cmd);
+        kl_argv_add_words(&cmd, "-fPIC -shared -w -o");
+        kl_argv_add(&cmd, o.tmp);
+        kl_argv_add(&cmd, c);
+        kl_argv_add(&cmd, "-lm");
+        rc = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
+        kl_argv_free(&cmd);
+        if (rc == 0)
+            *handle = open_own(o.tmp, mark, &line);
+        /* 0755 less the umask: an object others may write is never loaded. */
+        if (rc == 0 && kl_outfile_commit(&o, 0755)) {
+            snprintf(why, sizeof why, "cannot replace %s", so);
+            rc = -1;
+            if (*handle)
+                dlclose(*handle);
+            *handle = NULL;
+        } else if (rc) {
+            kl_outfile_abort(&o);
+        }
+    }
+    if (rc == 0) {
+        if (line)
+            write_sum(sum, line);
+        remove(c);
+        remove(log);
+    } else {
+        kl_source lg;
+        kl_error("compiling kernels%s%s failed: %s%s%s", reason ? " for " : "", reason ? reason : "", why,
+                 c ? "; the source is " : "", c ? c : "");
+        if (reason)
+            kl_fprintf_escaped(
+                kl_diag_stream(),
+                "---> the kernels for %s are not in this executable (it holds those of its train block's settings),\n"
+                "     so they are compiled at start by a C compiler ($CC, else cc): install one or set CC,\n"
+                "     or put these settings in the train block and kiln build again\n",
+                reason);
+        if (log && kl_source_read_quiet(&lg, log) == 0) {
+            fputs(lg.text, kl_diag_stream());
+            kl_source_free(&lg);
+        }
+        if (log)
+            remove(log);
+    }
+    free(line);
+    free(text);
+    free(c);
+    free(log);
+    return rc;
+}
+
+void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason)
+{
+    char *dir = cache_dir ? kl_xstrdup(cache_dir) : kl_cache_dir("cpu");
+    char why[1024];
+    if (!dir)
+        return NULL; /* kl_cache_dir said why */
+    if (cache_dir && kl_cache_seal(dir, dir, why, sizeof why)) {
+        kl_error("the kernel cache folder is not private: %s", why);
+        free(dir);
+        return NULL;
+    }
+    uint64_t h = kl_hash_bytes(KL_HASH_INIT, source, strlen(source));
+    h = kl_hash_bytes(h, kl_cc(), strlen(kl_cc()));
+    h = kl_hash_bytes(h, kl_cc_flags(), strlen(kl_cc_flags()));
+    h = hash_native_cpu(h);
+    char *so = kl_xasprintf("%s/%016llx.so", dir, (unsigned long long)h), *mark = object_mark(h);
+    char *sum = kl_xasprintf("%s/%016llx.sum", dir, (unsigned long long)h);
+    void *handle = open_verified(so, sum, mark);
+    if (!handle) {
+        if (!quiet)
+            kl_fprintf_escaped(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "",
+                               reason ? reason : "", kl_cc(), kl_cc_flags());
+        if (compile_object(source, mark, dir, h, so, sum, reason, &handle) == 0 && !handle &&
+            !(handle = open_verified(so, sum, mark))) {
+            const char *de = dlerror();
+            kl_error("cannot load compiled kernels %s: %s", so, de ? de : "it is not the cache's object for its key");
+        }
+    }
+    free(sum);
+    free(mark);
+    free(so);
+    free(dir);
+    return handle;
+}
