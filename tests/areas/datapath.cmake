@@ -2,7 +2,7 @@
 
 # ---- no runtime file both uses and is used by the session; the host
 # values (kl_load_as, kl_store_as, kl_init_values) live apart from it ----
-add_test(NAME layering.session COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/layering_session.py ${CMAKE_BINARY_DIR})
+add_test(NAME layering.session COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/build/layering_session.py ${CMAKE_BINARY_DIR})
 
 # ---- the loader writes each field in its input's dtype (short batches
 # padded) and train_feed copies it in with no allocation on the step's
