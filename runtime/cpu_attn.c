@@ -22,7 +22,7 @@
  * attention kernels"): the x86-64-v4 (AVX-512) and x86-64-v3 (AVX2 and
  * FMA) clones give the same bits; the baseline clone, for CPUs without
  * FMA, rounds each product and differs in the last bits
- * (gptfast2.attn_isa checks both). */
+ * (attn.cpu.isa checks both). */
 #include "cpu_attn.h"
 
 #include <math.h>

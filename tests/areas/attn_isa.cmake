@@ -1,5 +1,5 @@
-# The GPT step's speed on the CPU (issue 16, deliverable 6's acceptance:
-# faster than PyTorch eager). The program lives in tests/attention/.
+# The CPU attention kernels' ISA clones (the GPT step's speed on the CPU).
+# The program lives in tests/attention/.
 
 # runtime/cpu_attn.c once per clone target (its KL_ATTN_CLONES replaced
 # by one target, the entry points renamed), with the library's own
@@ -22,4 +22,4 @@ foreach(variant IN LISTS gptfast2_attn_variants)
   target_sources(attn_isa_check PRIVATE $<TARGET_OBJECTS:gptfast2_attn_${suffix}>)
 endforeach()
 target_link_libraries(attn_isa_check PRIVATE kiln m)
-add_test(NAME gptfast2.attn_isa COMMAND attn_isa_check)
+add_test(NAME attn.cpu.isa COMMAND attn_isa_check)

@@ -1,21 +1,21 @@
-# ---- CPU fp16 step time, fifth round (issue 17: prec4) ----
+# ---- fp16 pooling, staged f16 rows and f16 GEMMs on the CPU ----
 # fp16 max pooling, its gradients and relu's gradient compare, maximise
 # and store 16-bit patterns (base/scalar.h keys16, codegen/print_expr.c
 # print_bits16) instead of widening and narrowing each element.
 add_executable(test_keys16 unit/test_keys16.c)
 target_include_directories(test_keys16 PRIVATE ${CMOCKA_INCLUDE_DIR})
 target_link_libraries(test_keys16 PRIVATE kiln ${CMOCKA_LIBRARIES})
-add_test(NAME prec4.unit.keys16 COMMAND test_keys16)
-set_tests_properties(prec4.unit.keys16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+add_test(NAME precision.unit.keys16 COMMAND test_keys16)
+set_tests_properties(precision.unit.keys16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 
 # Max pooling in each form (tiled and gathering backward, padding, rows
 # under and over 8) trained one step at fp16 and bf16 against the f64
 # reference evaluator.
 foreach(p bf16 fp16)
-  add_test(NAME prec4.reference.pools16.${p}
+  add_test(NAME precision.reference.pools16.${p}
            COMMAND reference_check tests/precision/pools16.kl --batch 4 --set precision=${p}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(prec4.reference.pools16.${p} PROPERTIES
+  set_tests_properties(precision.reference.pools16.${p} PROPERTIES
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endforeach()
 
@@ -25,8 +25,8 @@ endforeach()
 add_executable(test_rows16 unit/test_rows16.c)
 target_include_directories(test_rows16 PRIVATE ${CMOCKA_INCLUDE_DIR})
 target_link_libraries(test_rows16 PRIVATE kiln ${CMOCKA_LIBRARIES})
-add_test(NAME prec4.unit.rows16 COMMAND test_rows16)
-set_tests_properties(prec4.unit.rows16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+add_test(NAME precision.unit.rows16 COMMAND test_rows16)
+set_tests_properties(precision.unit.rows16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 
 # f16 GEMMs through Kiln's kernels (runtime/gemm16.c: operands widened
 # while packed, fp32 sums; on CPUs with AMX, split into exact bf16 parts
@@ -39,12 +39,12 @@ set_tests_properties(prec4.unit.rows16 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${
 add_executable(test_gemm16 unit/test_gemm16.c)
 target_include_directories(test_gemm16 PRIVATE ${CMOCKA_INCLUDE_DIR})
 target_link_libraries(test_gemm16 PRIVATE kiln ${CMOCKA_LIBRARIES})
-add_test(NAME prec4.unit.gemm16 COMMAND test_gemm16)
-set_tests_properties(prec4.unit.gemm16 PROPERTIES SKIP_RETURN_CODE 77
+add_test(NAME precision.unit.gemm16 COMMAND test_gemm16)
+set_tests_properties(precision.unit.gemm16 PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
-add_test(NAME prec4.unit.gemm16_avx512 COMMAND test_gemm16)
-set_tests_properties(prec4.unit.gemm16_avx512 PROPERTIES SKIP_RETURN_CODE 77
+add_test(NAME precision.unit.gemm16_avx512 COMMAND test_gemm16)
+set_tests_properties(precision.unit.gemm16_avx512 PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_F16_GEMM=avx512")
-add_test(NAME prec4.unit.gemm16_amx COMMAND test_gemm16)
-set_tests_properties(prec4.unit.gemm16_amx PROPERTIES SKIP_RETURN_CODE 77
+add_test(NAME precision.unit.gemm16_amx COMMAND test_gemm16)
+set_tests_properties(precision.unit.gemm16_amx PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_F16_GEMM=amx")

@@ -1,6 +1,6 @@
 /* The CPU attention kernels (runtime/cpu_attn.c) as each of their clones
  * builds them, on the same inputs: the file compiled three more times
- * with one target each in place of the clones (tests/areas/gptfast2.cmake:
+ * with one target each in place of the clones (tests/areas/attn_isa.cmake:
  * x86-64-v4, x86-64-v3, baseline x86-64; entry points renamed _v4, _v3,
  * _base). The clones with FMA must give the same bytes as each other and
  * as the library's dispatch; the baseline (no FMA: each product rounded)

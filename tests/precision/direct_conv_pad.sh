@@ -6,7 +6,7 @@
 # direct forward and weight-gradient kernel reads that float copy
 # (buffer 0) with 16-bit weights or output gradients (buffer 1). The
 # values are checked against the f64 reference by
-# prec2.reference.direct_conv.{bf16,fp16}.
+# precision.reference.direct_conv.{bf16,fp16}.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1

@@ -4,7 +4,7 @@
 # kernels narrows a value it has just widened from a buffer (the round
 # trip cost two conversions per element, and made NaNs quiet). The
 # copies' values are checked against the f64 reference by
-# bf16speed.reference.fashion_cnn.bf16 and reference.examples.fashion_cnn.fp16.
+# precision.reference.fashion_cnn.bf16 and reference.examples.fashion_cnn.fp16.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 kiln=$1
@@ -22,7 +22,7 @@ for p in bf16:bf16 fp16:f16; do
 done
 # fp16 max pooling and its gradient work on the 16-bit patterns
 # (base/scalar.h keys16, codegen/print_expr.c print_bits16; their values
-# are checked against the f64 reference by prec4.reference.pools16.fp16):
+# are checked against the f64 reference by precision.reference.pools16.fp16):
 # no f16 widening or narrowing in them element by element, maxima stored
 # through kl_unkey16, the gradients' stores (dy or 0) through kl_sel16, as
 # relu's gradient's; the gradients compare x with y as floats of planes
@@ -45,7 +45,7 @@ else
 fi
 # fp16 leaf loops whose f16 loads and stores walk a row (base + the
 # loop's variable) widen and narrow the whole row with F16C around the
-# loop (codegen/emit_c.c staged rows; prec4.unit.rows16 checks the
+# loop (codegen/emit_c.c staged rows; precision.unit.rows16 checks the
 # conversions, the reference checks the kernels' values): batch norm and
 # its gradient convert nothing element by element, the convolutions'
 # gradients (col2im) and forward stores stage their rows, and so does the
@@ -129,8 +129,8 @@ fi
 # planes of short rows (plan_plane): the first convolution's output
 # narrowed a plane at a time (kl_bf16_narrow_row) and its weight
 # gradient's dy widened so. Their values are checked against the f64
-# reference (prec4.reference.pools16, bf16speed.reference.fashion_cnn.bf16,
-# prec2.reference.direct_conv.bf16).
+# reference (precision.reference.pools16, precision.reference.fashion_cnn.bf16,
+# precision.reference.direct_conv.bf16).
 widened=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_widen_row\(kl_row/{print c}' "$tmp/bf16.c" | sort -u | tr '\n' ' ')
 windows=$(grep -c 'kl_row[0-9]*\[w[0-9]* \* 2LL + h[0-9]* \* \(28\|56\)LL + \(0\|1\|14\|15\|28\|29\)LL\]' "$tmp/bf16.c" || true)
 planes=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$2} /kl_bf16_(trunc|narrow)_row\(/ && c {print c}' "$tmp/bf16.c" | sort -u | tr '\n' ' ')

@@ -2,7 +2,7 @@
 # Many ranks (README, "Many ranks"): the same executable under mpirun,
 # data parallel, against one rank with the same global batch.
 #
-#   ranks.sh KILN CASE   CASE: launch | mlp | cnn | precision | resume | kill |
+#   data_parallel.sh KILN CASE   CASE: launch | mlp | cnn | precision | resume | kill |
 #                              settings_differ | timeout
 #
 # The comparisons and launches: tests/ranks/helpers.bash.

@@ -4,7 +4,7 @@
 # ZeRO on the data-parallel rest, the CNN's split head, checkpoints across
 # worlds, against one rank with the same global batch.
 #
-#   tp2.sh KILN CASE   CASE: pad | clip | fp16 | resume | zero | cnn | memory
+#   tp_combined.sh KILN CASE   CASE: pad | clip | fp16 | resume | zero | cnn | memory
 #
 # As tests/ranks/tp.sh (helpers: tests/ranks/helpers.bash): 20 steps' losses
 # (rtol 1e-5) and the final params and optimizer state of the
@@ -248,4 +248,4 @@ memory)
 *)
   echo "unknown case $case_"; exit 2 ;;
 esac
-echo "tp2.$case_: ok"
+echo "tp_combined.$case_: ok"
