@@ -18,6 +18,7 @@
 
 #include "driver/compile.h"
 #include "runtime/session.h"
+#include "../unit/session_fixture.h"
 
 #define BOUND 1e-5
 
@@ -69,8 +70,7 @@ int main(int argc, char **argv)
     const char *batch = argc > 2 ? argv[2] : "8", *precision = argc > 3 ? argv[3] : NULL;
     const char *bound_env = getenv("KILN_EQUIV_BOUND");
     double bound = bound_env ? strtod(bound_env, NULL) : BOUND;
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_backend *be = fixture_cpu_backend();
     kl_session *sa = kl_session_new(be, 3), *sb = kl_session_new(be, 3);
     kl_exec *fused = make(sa, argv[1], batch, precision, true), *plain = make(sb, argv[1], batch, precision, false);
     int failures = 0;

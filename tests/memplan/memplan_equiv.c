@@ -23,6 +23,7 @@
 #include "driver/compile.h"
 #include "ir/train_config.h"
 #include "runtime/session.h"
+#include "../unit/session_fixture.h"
 
 typedef struct side {
     kl_session *s;
@@ -132,8 +133,7 @@ int main(int argc, char **argv)
         kvb[nb++] = "none";
     }
     kva[na] = kvb[nb] = NULL;
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    kl_backend *be = kl_cpu_backend_new(&co);
+    kl_backend *be = fixture_cpu_backend();
     side a = {kl_session_new(be, 7), NULL, NULL}, b = {kl_session_new(be, 7), NULL, NULL};
     a.train = make(a.s, path, kva, KL_MODE_TRAIN, false);
     b.train = make(b.s, path, kvb, KL_MODE_TRAIN, !recompute);

@@ -20,12 +20,9 @@
 # the refusal's reason.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-kiln=$1
+source "$testdir/ranks/helpers.bash"
 refcheck=$2
 path=$3
-here=$(cd "$(dirname "$0")/.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
 case $path in
 f16_amx) var=KILN_F16_GEMM value=amx prec=fp16 names='f16 GEMMs: Kiln AMX' ;;
 f16_avx512) var=KILN_F16_GEMM value=avx512 prec=fp16 names='f16 GEMMs: Kiln AVX-512' ;;

@@ -8,11 +8,7 @@
 # The comparisons and launches: tests/ranks/helpers.bash.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-kiln=$1
-case_=$2
-here=$(cd "$(dirname "$0")/.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 
 case $case_ in
 launch)

@@ -1,8 +1,13 @@
-# The helpers of the many-rank test scripts (tests/ranks/data_parallel.sh, tests/ranks/overlap.sh,
-# tests/zero/*.sh), sourced after lib.sh:
-#   source "$(dirname "$0")/ranks_helpers.bash"   (or ../ from tests/zero)
-# The script sets kiln, here (tests/) and tmp before; shard_args (flags
-# every ranks() run adds, e.g. --shard zero2) may be set at any time.
+# The preamble and helpers of every many-rank test script (tests/ranks/,
+# tests/ranks/zero/, tests/ranks/comm/, tests/data/ranks_shards.sh,
+# tests/precision/gemm_paths.sh), sourced right after lib.sh:
+#   source "$(dirname "$0")/../lib.sh"        (../../lib.sh a folder deeper)
+#   source "$testdir/ranks/helpers.bash"
+# It takes the script's arguments KILN [CASE] as $kiln and $case_ (a script
+# with other arguments reads them from $2, $3 after), sets $here to tests/,
+# makes $tmp (removed at exit), checks for mpirun and defines the launches
+# and comparisons below; shard_args (flags every ranks() run adds, e.g.
+# --shard zero2) may be set at any time.
 #
 # Every comparison is of 20 steps' losses and of the final params (and,
 # in fp32, optimizer state) in the checkpoints, with tests/ranks/compare.py;
@@ -39,6 +44,10 @@
 #    little against their size, so their check catches gross errors only
 #    (a slice lost or misplaced in the checkpoint); the losses are the
 #    finer test.
+kiln=${1:-}
+case_=${2:-}
+here=$testdir
+new_tmpdir
 command -v mpirun > /dev/null || { echo "FAIL: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 1; }
 # Sanitizer builds: Open MPI's own allocations are not Kiln's leaks; the
 # full unwinder, so that their stacks reach Open MPI's libraries (the

@@ -18,11 +18,7 @@
 #        rank and the op, well before mpirun's timeout.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-kiln=$1
-case_=$2
-here=$(cd "$(dirname "$0")/.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 build mlp
 small=(--batch 8 --bucket 64KiB --steps 8)
 

@@ -11,11 +11,7 @@
 # fp16 within their bound), mpirun --oversubscribe, one thread per rank.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-kiln=$1
-case_=$2
-here=$(cd "$(dirname "$0")/.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 model=tests/ranks/tp_mlp.kl
 build_tp() { "$kiln" build "$model" -o "$tmp/tp"; }
 

@@ -14,11 +14,7 @@
 # has 98 units: T = 3 pads them to 99 (33 a rank), T = 4 to 100.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-kiln=$1
-case_=$2
-here=$(cd "$(dirname "$0")/.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 model=tests/ranks/tp_padded_mlp.kl
 build_tp() { "$kiln" build "$model" -o "$tmp/tp"; }
 

@@ -18,6 +18,7 @@
 #include "reference/ref_eval.h"
 #include "runtime/checkpoint.h"
 #include "runtime/session.h"
+#include "../unit/session_fixture.h"
 
 int main(int argc, char **argv)
 {
@@ -43,8 +44,7 @@ int main(int argc, char **argv)
         return 1;
     }
     /* The params: a session over the same graph, loaded from the checkpoint. */
-    kl_cpu_options cpu = {.threads = 1, .quiet = true};
-    kl_backend *be = kl_cpu_backend_new(&cpu);
+    kl_backend *be = fixture_cpu_backend();
     kl_session *s = kl_session_new(be, 1);
     co.stop_after = NULL;
     c = kl_compile_graph(g, &co);

@@ -13,11 +13,8 @@
 #    with the same global batch (rtol 1e-5).
 #   accum.sh KILN
 set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
 source "$(dirname "$0")/../../lib.sh"
-kiln=$1
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 
 # order SHARD RANKS: the checks on the plan's steps.
 order() {

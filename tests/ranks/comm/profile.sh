@@ -6,11 +6,8 @@
 # row is the whole collective time.
 #   profile.sh KILN
 set -euo pipefail
-here=$(cd "$(dirname "$0")/../.." && pwd)
 source "$(dirname "$0")/../../lib.sh"
-kiln=$1
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 build mlp
 run() { "${mpi[@]}" -np 2 "$tmp/mlp" --data synthetic:600 --batch 8 --bucket 64KiB --steps 8 --eval-every 0 --quiet \
           --profile --overlap "$1" > "$tmp/$1.txt"; }

@@ -12,11 +12,7 @@
 # 3 or 4 divides: the last ranks' slices are padded.
 set -euo pipefail
 source "$(dirname "$0")/../../lib.sh"
-kiln=$1
-case_=$2
-here=$(cd "$(dirname "$0")/../.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 shard_args=(--shard zero1)
 
 case $case_ in

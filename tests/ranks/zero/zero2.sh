@@ -9,11 +9,7 @@
 # zero3.sh); plan here.
 set -euo pipefail
 source "$(dirname "$0")/../../lib.sh"
-kiln=$1
-case_=$2
-here=$(cd "$(dirname "$0")/../.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 
 z=zero2 z_what="gradients, optimizer state and fp32 master partitioned" cnn_ranks="2 3"
 source "$here/ranks/zero/stage_cases.bash"

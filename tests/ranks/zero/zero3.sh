@@ -12,11 +12,7 @@
 # plan and runtime here.
 set -euo pipefail
 source "$(dirname "$0")/../../lib.sh"
-kiln=$1
-case_=$2
-here=$(cd "$(dirname "$0")/../.." && pwd)
-new_tmpdir
-source "$here/ranks/helpers.bash"
+source "$testdir/ranks/helpers.bash"
 
 z=zero3 z_what="params, gradients and optimizer state partitioned" cnn_ranks="2 3 4"
 source "$here/ranks/zero/stage_cases.bash"
