@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # README.md and docs/ say what is true now; history belongs in commit
 # messages and CHANGELOG.md. Fails on any line of README.md, docs/ or
-# bench/README.md that reads as history: a "round" that is not rounding
+# bench/README.md or tests/README.md that reads as history: a "round" that is not rounding
 # arithmetic (rounding, rounded, rounds, round to ..., round trip, around,
 # roundoff), "issue N", "deliverable", "this branch", "seen to fail",
 # "before -> after". Prints each offending line as FILE:LINE: TEXT.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-files=(README.md bench/README.md)
+files=(README.md bench/README.md tests/README.md)
 while IFS= read -r f; do files+=("$f"); done < <(find docs -name '*.md' | sort)
 # Words with "round" in them that are arithmetic, not history; the verb
 # "round" before what it rounds to.

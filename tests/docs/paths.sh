@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README.md, bench/README.md and every page under docs/ point only at
+# README.md, bench/README.md, tests/README.md and every page under docs/ point only at
 # files a clone of the repository has:
 # - every file path named in `backticks` (a/b.ext, ending in .md, .sh, .c,
 #   .h, .kl, .def or .py) exists, relative to the repository root;
@@ -12,7 +12,7 @@ source "$(dirname "$0")/../lib.sh"
 root=$(pwd -P)
 fail=0
 n=0
-docs=(README.md bench/README.md)
+docs=(README.md bench/README.md tests/README.md)
 while IFS= read -r f; do docs+=("$f"); done < <(find docs -name '*.md' | sort)
 for doc in "${docs[@]}"; do
   [ -f "$doc" ] || { echo "FAIL: $doc is missing"; fail=1; continue; }
