@@ -31,7 +31,7 @@ set(KILN_FEATURE_RULES
   "build=^(build|layering|docs|tests|harness|cache|ops|cli)\\.|^layering$|^unit\\.jit$|^train\\.runtime_cc$"
 )
 
-# Measured on 2 cores (docs/notes/suite.md): the tests that take the
+# Measured on 2 cores: the tests that take the
 # longest; each feature keeps quick tests (kiln_label_tests checks that).
 set(KILN_SLOW_TESTS
   attn\\.cuda\\.emulate
