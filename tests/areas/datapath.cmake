@@ -9,6 +9,7 @@ add_test(NAME layering.session COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/build
 # thread (counted through --wrap of the allocators) ----
 add_executable(data_feed_check data/feed_check.c)
 target_link_libraries(data_feed_check PRIVATE kiln)
+target_include_directories(data_feed_check PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_options(data_feed_check PRIVATE
   "LINKER:--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc")
 add_test(NAME data.feed COMMAND data_feed_check)

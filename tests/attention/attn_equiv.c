@@ -13,7 +13,6 @@
 
 #include "driver/compile.h"
 #include "runtime/session.h"
-#include "../unit/session_fixture.h"
 
 #define BOUND 1e-5
 
@@ -66,7 +65,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: attn_equiv FUSED.kl COMPOSED.kl\n");
         return 2;
     }
-    kl_backend *be = fixture_cpu_backend();
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    kl_backend *be = kl_cpu_backend_new(&co);
     kl_session *sa = kl_session_new(be, 42), *sb = kl_session_new(be, 42);
     kl_source src[2];
     kl_exec *fused = make(sa, argv[1], &src[0]), *composed = make(sb, argv[2], &src[1]);

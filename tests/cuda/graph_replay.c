@@ -12,7 +12,6 @@
 
 #include "driver/compile.h"
 #include "runtime/session.h"
-#include "../unit/session_fixture.h"
 
 typedef struct rec_op {
     const kl_plan *plan;
@@ -170,7 +169,8 @@ int main(int argc, char **argv)
         return 2;
     }
     int steps = atoi(argv[2]);
-    kl_backend *cpu = fixture_cpu_backend();
+    kl_cpu_options co = {.threads = 1, .quiet = true};
+    kl_backend *cpu = kl_cpu_backend_new(&co);
     rec_backend *rec = kl_xcalloc(1, sizeof *rec);
     rec->base.ops = &rec_ops;
     rec->cpu = cpu;

@@ -23,7 +23,7 @@
 #include "driver/compile.h"
 #include "runtime/backend.h"
 #include "runtime/session.h"
-#include "../unit/session_fixture.h"
+#include "unit/session_fixture.h"
 
 static kl_backend_ops cpu_ops, standin_ops;
 static int launches[2], epilogues;

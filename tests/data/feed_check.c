@@ -12,7 +12,7 @@
 
 #include "driver/compile.h"
 #include "driver/trainer.h"
-#include "../unit/session_fixture.h"
+#include "unit/session_fixture.h"
 
 /* ---- allocations on this thread ---- */
 

@@ -18,7 +18,7 @@
 
 #include "driver/compile.h"
 #include "runtime/session.h"
-#include "../unit/session_fixture.h"
+#include "unit/session_fixture.h"
 
 #define BOUND 1e-5
 

@@ -23,7 +23,7 @@
 #include "driver/compile.h"
 #include "ir/train_config.h"
 #include "runtime/session.h"
-#include "../unit/session_fixture.h"
+#include "unit/session_fixture.h"
 
 typedef struct side {
     kl_session *s;

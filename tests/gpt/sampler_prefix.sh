@@ -5,7 +5,7 @@
 # for each prompt (1 byte, a few, the whole 16-byte context) the greedy
 # byte (--tokens 1 --temperature 0) equals the argmax of row len - 1 of a
 # full forward of the prompt alone through the f64 reference evaluator
-# (tests/sampler/prefix_forward.c, the positions after the prompt filled
+# (tests/gpt/sampler_prefix_forward.c, the positions after the prompt filled
 # with '~'). Prompts whose reference top two logits are within 1e-3 are
 # not compared (f32 against f64 could order them either way); at least
 # 4 must be compared, and at least one must have rows len - 2 and len

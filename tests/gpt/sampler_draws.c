@@ -2,7 +2,7 @@
  *   sampler_draws TEMPERATURE TOP_K SEED N < logits
  * reads the logits (one number per line, the vocabulary), draws tokens
  * 0..N-1 of the stream SEED and prints how often each token came out,
- * one count per line. tests/sampler/sampler.sh compares the counts with
+ * one count per line. tests/gpt/sampler.sh compares the counts with
  * its own softmax. */
 #include <stdio.h>
 #include <stdlib.h>

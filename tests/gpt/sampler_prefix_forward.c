@@ -8,7 +8,7 @@
  * filled with '~' (not --generate's zeros: a causal model's row of the
  * last prompt byte must not depend on them). Prints the argmax and then
  * the 256 logits of row strlen(PROMPT) - 1, one per line.
- * tests/sampler/prefix.sh compares --generate's greedy byte with it. */
+ * tests/gpt/sampler_prefix.sh compares --generate's greedy byte with it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@
 #include "reference/ref_eval.h"
 #include "runtime/checkpoint.h"
 #include "runtime/session.h"
-#include "../unit/session_fixture.h"
+#include "unit/session_fixture.h"
 
 int main(int argc, char **argv)
 {
