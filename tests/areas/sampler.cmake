@@ -10,7 +10,7 @@ add_test(NAME sampler.draws COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/sampler
 # through the f64 reference evaluator (examples/gpt.kl, tiny).
 # The reference evaluator's sources: reference_check's, less its main.
 get_target_property(sampler_ref_sources reference_check SOURCES)
-list(REMOVE_ITEM sampler_ref_sources reference_check.c)
+list(REMOVE_ITEM sampler_ref_sources reference/reference_check.c)
 add_executable(sampler_prefix_forward gpt/sampler_prefix_forward.c ${sampler_ref_sources})
 target_include_directories(sampler_prefix_forward PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(sampler_prefix_forward PRIVATE kiln m)

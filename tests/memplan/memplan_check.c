@@ -8,7 +8,7 @@
  * checks the training plan with accumulate 1 and 4, fp32 and bf16, with
  * recompute = auto, and the evaluation plan in both precisions (a .kl model whose params are f64
  * stays f64: --grads checks the gradient models with their gradients kept
- * for reading, as tests/gradcheck.c does). With --max-ratio, the arena of
+ * for reading, as tests/grad/gradcheck.c does). With --max-ratio, the arena of
  * every plan must be at most R times its lower bound. Prints one line per
  * plan: arena, lower bound, ratio, unplanned bytes. */
 #include <stdlib.h>
