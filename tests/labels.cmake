@@ -24,7 +24,7 @@ set(KILN_FEATURE_RULES
   "ckpt=^(ckpt|outputs|outfile)(\\.|$)|^predict\\.outputs$"
   "gpt=^(gpt|sampler|tokens|generate)\\.|^unit\\.tokens$"
   "observe=^(observe|doctor)\\.|^perf\\.(guard|counters)|^unit\\.(doctor|observe)$|^train\\.throughput$"
-  "cuda=^(cuda|cudalt|cudaattn|gpu|gpukern|gpuocc)\\.|\\.cuda\\.|\\.graph_replay$"
+  "cuda=^(cuda|cudalt|cudaattn|gpu)\\.|\\.cuda\\.|\\.graph_replay$"
   "train=^(train|e2e)\\."
   "grad=^harden\\.grad\\."
   "reference=^harden\\.(reference|march)\\."
@@ -55,6 +55,7 @@ set(KILN_SLOW_TESTS
   cuda\\.nvrtc
   cuda\\.nvrtc\\.grad
   cuda\\.nvrtc\\.nan_inf
+  cuda\\.occupancy
   cudaattn\\.emulate
   cudaattn\\.nvrtc
   cudalt\\.cuda\\.emulate
@@ -77,11 +78,10 @@ set(KILN_SLOW_TESTS
   gpt\\.generate
   gpt\\.train
   gpu\\.kit
-  gpukern\\.batch_probe
-  gpuocc\\.check
   harden\\.reference\\.gpt_batch2
   language\\.cuda\\.emulate
   language\\.cuda\\.nvrtc
+  memplan\\.batch_probe
   memplan\\.budget
   memplan\\.e2e
   observe\\.tensorboard

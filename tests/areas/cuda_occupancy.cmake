@@ -8,13 +8,13 @@ if(KILN_HAVE_CUDA)
   add_executable(occupancy_check cuda/occupancy_check.c)
   target_include_directories(occupancy_check PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda)
   target_link_libraries(occupancy_check PRIVATE kiln)
-  add_test(NAME gpuocc.check COMMAND occupancy_check --reasons tests/cuda/occupancy_reasons.txt
+  add_test(NAME cuda.occupancy COMMAND occupancy_check --reasons tests/cuda/occupancy_reasons.txt
            examples/mlp.kl examples/fashion_cnn.kl WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   # The check can fail: without the reasons file, the launches that run one
   # block per output of a reduction over few outputs (the batch norms'
   # per-channel statistics) fail it, named.
-  add_test(NAME gpuocc.check_fails COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda/occupancy_fails.sh
+  add_test(NAME cuda.occupancy_fails COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda/occupancy_fails.sh
            $<TARGET_FILE:occupancy_check> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(gpuocc.check gpuocc.check_fails PROPERTIES SKIP_RETURN_CODE 77
+  set_tests_properties(cuda.occupancy cuda.occupancy_fails PROPERTIES SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
