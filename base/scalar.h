@@ -221,11 +221,11 @@ static inline int64_t kl_ftoi_d(double x) { return x != x ? 0 : x >= 92233720368
 /* @text vecmath */
 /* GELU's erf and normal density for the CPU kernels, in code gcc
  * vectorises (glibc's erff and expf are calls that keep the loop around
- * them scalar: GELU's epilogue ran 15-25x slower, tests/xfuse). Selects
+ * them scalar: GELU's epilogue ran 15-25x slower, tests/fusion/vecmath_check.c). Selects
  * are bitwise (kl_sel): a float select there becomes a branch, since a
  * floating-point compare may trap. Integer and float operations only, no
  * loops; the f64 versions are libm's. Accuracy, checked against double
- * by tests/xfuse/vecmath_check.c: kl_erf within 4.3e-7 of erf (glibc's
+ * by tests/fusion/vecmath_check.c: kl_erf within 4.3e-7 of erf (glibc's
  * erff: 4.5e-8), kl_exp_nonpos within 1.5 ulp of exp. */
 static inline float kl_sel(int32_t m, float a, float b)
 {

@@ -8,8 +8,8 @@
 #                                        or mixed
 #   KILN=path/to/kiln bench/depth.sh ... (default ./build/kiln)
 #   bench/depth.sh --model KIND DEPTH    print the model file alone
-#                                        (tests/fusion_depth.sh and
-#                                        tests/ir_long_chain.sh use it)
+#                                        (tests/fusion/fusion_depth.sh and
+#                                        tests/language/ir_long_chain.sh use it)
 #
 # elementwise: h = x @ w, then DEPTH lines alternating h = h + 0.0001 and
 # h = relu(h) * 0.999 + 0.001 (about 2.5 ops a line), then a loss.

@@ -6,7 +6,7 @@
 # more than the margin. Exits non-zero when any model has one.
 #
 #   bench/fusion_vs_unfused.sh [MODEL.kl...]
-#     default: examples/fashion_cnn.kl examples/mlp.kl tests/fusion_leaf_run.kl
+#     default: examples/fashion_cnn.kl examples/mlp.kl tests/fusion/fusion_leaf_run.kl
 #   KILN=path/to/kiln (default ./build/kiln), REPEATS (default 20),
 #   MARGIN (default 0.25: 25%), BATCH (default: each model's),
 #   THREADS (default: kiln's rule)
@@ -16,7 +16,7 @@
 set -euo pipefail
 kiln=${KILN:-./build/kiln}
 models=("$@")
-[ ${#models[@]} -gt 0 ] || models=(examples/fashion_cnn.kl examples/mlp.kl tests/fusion_leaf_run.kl)
+[ ${#models[@]} -gt 0 ] || models=(examples/fashion_cnn.kl examples/mlp.kl tests/fusion/fusion_leaf_run.kl)
 args=(--check-fusion --repeats "${REPEATS:-20}" --margin "${MARGIN:-0.25}")
 [ -z "${BATCH:-}" ] || args+=(--batch "$BATCH")
 [ -z "${THREADS:-}" ] || args+=(--threads "$THREADS")

@@ -20,7 +20,7 @@ wrote (Kiln's names: gpt.1.block.N.dense.M.w, stored [in, out]).
         the same eager steps under torch.profiler after the warm-up: a
         table of operators by self CPU time
 
-Used by bench/gpt_torch.sh and the test gptfast.torch_first_loss.
+Used by bench/gpt_torch.sh and the test gpt.torch_first_loss.
 """
 import json
 import math

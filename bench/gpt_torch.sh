@@ -17,7 +17,7 @@
 # (a workplace may pin OpenBLAS to other kernels with them); the OpenBLAS
 # core Kiln's GEMMs use is printed. PyTorch brings its own BLAS. torch
 # comes from $KILN_TORCH_PYTHON, python3, or build/torchvenv (installed
-# from PyPI once: tests/gptfast/torch_env.bash). KILN=path/to/kiln
+# from PyPI once: tests/gpt/torch_env.bash). KILN=path/to/kiln
 # (default ./build/kiln).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,11 +26,11 @@ steps=${1:-30}
 batch=${2:-16}
 kiln=${KILN:-./build/kiln}
 [ -x "$kiln" ] || { echo "build Kiln first: cmake -S . -B build && cmake --build build"; exit 1; }
-source tests/gptfast/torch_env.bash
+source tests/gpt/torch_env.bash
 torch_python build || exit 1
 # The model is PyTorch's as much as Kiln's: the same loss from the same
 # weights (the check ctest runs when torch is installed).
-KILN_TORCH_PYTHON=$torch_py bash tests/gptfast/torch_first_loss.sh "$kiln" build || exit 1
+KILN_TORCH_PYTHON=$torch_py bash tests/gpt/torch_first_loss.sh "$kiln" build || exit 1
 if [ ! -f examples/data/pystd/train.tok ]; then
   KILN=$kiln bash bench/pack_pystd.sh /usr/lib/python3.11 examples/data/pystd > /dev/null
 fi

@@ -495,7 +495,7 @@ static void join(fuser *f, int gid, int i, const char *pat)
  * broadcast stays outside the group, which keeps the leaf run contiguous;
  * it is a small kernel of its own. KILN_FUSION_COST=0, a debug switch,
  * turns the rule off (the test of kiln bench --check-fusion injects the
- * slow group with it: tests/fusion_check_bench.sh). */
+ * slow group with it: tests/fusion/fusion_check_bench.sh). */
 static bool keeps_leaf_run(const ir_graph *g, const ir_node *p)
 {
     const char *e = getenv("KILN_FUSION_COST");

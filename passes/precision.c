@@ -169,7 +169,7 @@ static void retype(ir_graph *g, ir_node *n)
  * sum; the readers read the rounded sum. Only the order of fp32 sums
  * differs from one rank (and a value near a 16-bit rounding boundary may
  * round the other way): the tests compare within bounds derived from the
- * 16-bit unit roundoff (tests/ranks_helpers.bash). */
+ * 16-bit unit roundoff (tests/ranks/helpers.bash). */
 static bool tp_sum_f32(prec *P, ir_node *n)
 {
     ir_graph *g = P->g;

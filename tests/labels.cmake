@@ -1,14 +1,37 @@
 # ctest labels, given centrally by test name, so a new test needs nothing:
-#  - one label per feature: the name's first part with trailing digits
-#    dropped (tp2.x -> tp, prec3.x -> prec, zero.zero3.x -> zero), a few
-#    names merged below (precision.e2e -> prec, gpu*/cuda* -> their own);
+#  - the name's first part (its prefix: tp.mlp -> tp, attn.cpu.isa -> attn);
+#  - the feature it belongs to (tests/README.md's table), from the rules in
+#    KILN_FEATURE_RULES below: `ctest -L ranks` runs tp.*, zero.*,
+#    overlap.*, comm.*, ranks.* and data.ranks; a test may be in two
+#    features (attn.cuda.nvrtc: attention and cuda);
 #  - `quick`: every test but those named in KILN_SLOW_TESTS, so
 #    `ctest -L quick` is an inner loop of about 3 minutes on 2 cores that
 #    still touches every feature; `slow` marks the rest.
 # A directory calls kiln_label_tests() once its tests are registered
 # (tests/CMakeLists.txt at its end; tests/cuda and tests/fuzz deferred).
 
-# Measured on 2 cores (docs/notes/suite.md): the tests that take the
+# FEATURE=REGEX: a test whose name matches REGEX gets the label FEATURE.
+# (ctest -L takes a regular expression too: no feature's name is part
+# of another label's.)
+set(KILN_FEATURE_RULES
+  "language=^(roundtrip|ir|pool|language|sumto)\\."
+  "fusion=^fusion\\."
+  "memplan=^memplan\\.|^perf\\.batch_auto$"
+  "precision=^(precision|gemmpath|fp16)\\.|^perf\\.bf16_gemm$|^unit\\.(precision|halves|dnnl)$"
+  "attention=^(attn|cudaattn)\\."
+  "ranks=^(ranks|tp|zero|overlap|comm)\\.|^data\\.ranks$"
+  "data=^(data|pack|sizes)\\.|^predict\\.shard_labels$"
+  "ckpt=^(ckpt|outputs|outfile)(\\.|$)|^predict\\.outputs$"
+  "gpt=^(gpt|sampler|tokens|generate)\\.|^unit\\.tokens$"
+  "observe=^(observe|doctor)\\.|^perf\\.(guard|counters)|^unit\\.(doctor|observe)$|^train\\.throughput$"
+  "cuda=^(cuda|cudalt|cudaattn|gpu)\\.|\\.cuda\\.|\\.graph_replay$"
+  "train=^(train|e2e)\\."
+  "grad=^harden\\.grad\\."
+  "reference=^harden\\.(reference|march)\\."
+  "build=^(build|layering|docs|tests|harness|cache|ops|cli)\\.|^layering$|^unit\\.jit$|^train\\.runtime_cc$"
+)
+
+# Measured on 2 cores: the tests that take the
 # longest; each feature keeps quick tests (kiln_label_tests checks that).
 set(KILN_SLOW_TESTS
   attn\\.cuda\\.emulate
@@ -16,6 +39,7 @@ set(KILN_SLOW_TESTS
   attn\\.train
   ckpt\\.eval
   ckpt\\.format
+  ckpt\\.fp16_skipped_save
   ckpt\\.periodic
   ckpt\\.precision
   ckpt\\.pydeps
@@ -31,6 +55,7 @@ set(KILN_SLOW_TESTS
   cuda\\.nvrtc
   cuda\\.nvrtc\\.grad
   cuda\\.nvrtc\\.nan_inf
+  cuda\\.occupancy
   cudaattn\\.emulate
   cudaattn\\.nvrtc
   cudalt\\.cuda\\.emulate
@@ -41,6 +66,8 @@ set(KILN_SLOW_TESTS
   data\\.ranks
   data\\.shards_train
   data\\.webdataset
+  fusion\\.cuda\\.emulate
+  fusion\\.cuda\\.nvrtc
   fusion\\.depth
   gemmpath\\.bf16_onednn
   gemmpath\\.bf16_openblas
@@ -51,9 +78,10 @@ set(KILN_SLOW_TESTS
   gpt\\.generate
   gpt\\.train
   gpu\\.kit
-  gpukern\\.batch_probe
-  gpuocc\\.check
   harden\\.reference\\.gpt_batch2
+  language\\.cuda\\.emulate
+  language\\.cuda\\.nvrtc
+  memplan\\.batch_probe
   memplan\\.budget
   memplan\\.e2e
   observe\\.tensorboard
@@ -70,22 +98,17 @@ set(KILN_SLOW_TESTS
   reference\\.examples\\.gpt
   sampler\\.draws
   sumto\\.one_pass
-  tidy\\.fp16_skipped_save
+  tp\\.clip
+  tp\\.cnn
+  tp\\.fp16
   tp\\.mlp
+  tp\\.pad
   tp\\.resume
+  tp\\.resume_padded
   tp\\.syncbn
-  tp2\\.clip
-  tp2\\.cnn
-  tp2\\.fp16
-  tp2\\.pad
-  tp2\\.resume
-  tp2\\.zero
+  tp\\.zero
   train\\.throughput
   unit\\.halves
-  xformer\\.cuda\\.emulate
-  xformer\\.cuda\\.nvrtc
-  xfuse\\.cuda\\.emulate
-  xfuse\\.cuda\\.nvrtc
   zero\\.zero1\\.cnn
   zero\\.zero1\\.mlp
   zero\\.zero1\\.precision
@@ -107,29 +130,34 @@ function(kiln_label_tests)
   set(features)
   set(quick_features)
   foreach(t ${tests})
-    string(REGEX REPLACE "\\..*$" "" feature "${t}")
-    string(REGEX REPLACE "[0-9]+$" "" feature "${feature}")
-    if(feature STREQUAL "precision")
-      set(feature prec)
-    endif()
+    string(REGEX REPLACE "\\..*$" "" prefix "${t}")
+    set(own ${prefix})
+    foreach(rule ${KILN_FEATURE_RULES})
+      string(REGEX REPLACE "=.*$" "" feature "${rule}")
+      string(REGEX REPLACE "^[^=]*=" "" regex "${rule}")
+      if(t MATCHES "${regex}")
+        list(APPEND own ${feature})
+      endif()
+    endforeach()
+    list(REMOVE_DUPLICATES own)
     if(t MATCHES "^(${slow})$")
       set(speed slow)
     else()
       set(speed quick)
-      list(APPEND quick_features ${feature})
+      list(APPEND quick_features ${own})
     endif()
-    list(APPEND features ${feature})
+    list(APPEND features ${own})
     get_test_property(${t} LABELS labels)
     if(NOT labels)
       set(labels)
     endif()
-    list(APPEND labels ${feature} ${speed})
+    list(APPEND labels ${own} ${speed})
     set_tests_properties(${t} PROPERTIES LABELS "${labels}")
   endforeach()
   list(REMOVE_DUPLICATES features)
   foreach(f ${features})
     if(NOT f IN_LIST quick_features)
-      message(WARNING "tests/labels.cmake: no quick test for feature '${f}': take one of its tests out of KILN_SLOW_TESTS")
+      message(WARNING "tests/labels.cmake: no quick test for label '${f}': take one of its tests out of KILN_SLOW_TESTS")
     endif()
   endforeach()
 endfunction()

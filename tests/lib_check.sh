@@ -14,7 +14,7 @@ while IFS= read -r f; do
   case $f in
     "$root"/tests/gpu/* | "$root"/tests/fuzz/* | "$root"/tests/lib.sh) continue ;;
   esac
-  if ! grep -qE '^source "\$\(dirname "\$0"\)/(\.\./)?lib\.sh"$' "$f"; then
+  if ! grep -qE '^source "\$\(dirname "\$0"\)/(\.\./)*lib\.sh"$' "$f"; then
     echo "FAIL: ${f#"$root"/} does not source tests/lib.sh"
     fail=1
   fi

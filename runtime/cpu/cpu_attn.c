@@ -22,7 +22,7 @@
  * attention kernels"): the x86-64-v4 (AVX-512) and x86-64-v3 (AVX2 and
  * FMA) clones give the same bits; the baseline clone, for CPUs without
  * FMA, rounds each product and differs in the last bits
- * (gptfast2.attn_isa checks both). */
+ * (attn.cpu.isa checks both). */
 #include "cpu_attn.h"
 
 #include <math.h>
@@ -40,7 +40,7 @@ enum {
 /* ISA levels, not CPU models (arch=skylake-avx512 is picked on Intel CPUs
  * of that family only; AMD's with AVX-512 would miss it), and levels that
  * hold FMA (plain "avx2" does not). A test builds this file with one
- * target of its own in place of the clones (tests/gptfast2). */
+ * target of its own in place of the clones (tests/attention/attn_isa_check.c). */
 #ifndef KL_ATTN_CLONES
 #define KL_ATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif

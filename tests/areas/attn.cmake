@@ -4,18 +4,18 @@
 # reference; tests/errors: bad calls); here: fused equals composed in f32,
 # the memory plan's scores do not grow as T^2, bf16, and the CUDA
 # printer's path through NVRTC and the emulator.
-add_executable(attn_equiv attn/attn_equiv.c)
+add_executable(attn_equiv attention/attn_equiv.c)
 target_link_libraries(attn_equiv PRIVATE kiln m)
 foreach(kind causal full)
-  add_test(NAME attn.equiv.${kind} COMMAND attn_equiv tests/attn/fused_${kind}.kl tests/attn/composed_${kind}.kl
+  add_test(NAME attn.equiv.${kind} COMMAND attn_equiv tests/attention/fused_${kind}.kl tests/attention/composed_${kind}.kl
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(attn.equiv.${kind} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endforeach()
 # The attention kernels through NVRTC (sm_80, sm_90) and run on the CPU
 # by the CUDA emulator against the CPU backend, f32 and the low precisions.
 if(KILN_HAVE_CUDA)
-  set(KILN_ATTN_CUDA_MODELS tests/attn/fused_causal.kl tests/attn/fused_full.kl tests/grad/attention.kl
-      tests/attn/causal_fused.kl)
+  set(KILN_ATTN_CUDA_MODELS tests/attention/fused_causal.kl tests/attention/fused_full.kl tests/grad/attention.kl
+      tests/attention/causal_fused.kl)
   add_test(NAME attn.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 ${KILN_ATTN_CUDA_MODELS}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   add_test(NAME attn.cuda.emulate COMMAND kernel_check --emulate --batch 4 ${KILN_ATTN_CUDA_MODELS}
@@ -24,13 +24,13 @@ if(KILN_HAVE_CUDA)
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
 # The arena of the fused op grows as T, the composed form's as T^2.
-add_test(NAME attn.memory COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/attn/memory.sh ${KILN_EXE} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+add_test(NAME attn.memory COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/attention/memory.sh ${KILN_EXE} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(attn.memory PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 # The causal model with the fused op trains to the composed form's losses
 # (f32), and trains in bf16; and both precisions against the f64 reference.
-add_test(NAME attn.train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/attn/train.sh ${KILN_EXE} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-add_test(NAME attn.reference.causal_fused COMMAND reference_check tests/attn/causal_fused.kl --batch 4 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-add_test(NAME attn.reference.causal_fused.bf16 COMMAND reference_check tests/attn/causal_fused.kl --batch 4 --set precision=bf16
+add_test(NAME attn.train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/attention/train.sh ${KILN_EXE} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+add_test(NAME attn.reference.causal_fused COMMAND reference_check tests/attention/causal_fused.kl --batch 4 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+add_test(NAME attn.reference.causal_fused.bf16 COMMAND reference_check tests/attention/causal_fused.kl --batch 4 --set precision=bf16
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(attn.train attn.reference.causal_fused attn.reference.causal_fused.bf16 PROPERTIES
   ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

@@ -8,11 +8,11 @@ add_test(NAME unit.tokens COMMAND test_tokens)
 
 # kiln pack: IDX, ImageFolder, .npy and text read back byte for byte,
 # determinism, shard limits, shuffle, bad inputs and atomic output.
-add_test(NAME pack.roundtrip_and_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/pack.sh ${KILN_EXE}
+add_test(NAME pack.roundtrip_and_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/pack.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 
 # Kiln's shards read by the Python webdataset library (installed from PyPI
 # into build/pydeps by the test; skipped only when PyPI cannot be reached).
-add_test(NAME pack.webdataset COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/pack_webdataset.sh ${KILN_EXE}
+add_test(NAME pack.webdataset COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/pack_webdataset.sh ${KILN_EXE}
          ${CMAKE_BINARY_DIR}/pydeps WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(pack.webdataset PROPERTIES SKIP_RETURN_CODE 77)

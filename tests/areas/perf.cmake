@@ -19,12 +19,12 @@ set_tests_properties(unit.dnnl PROPERTIES SKIP_RETURN_CODE 77)
 
 # The CNN in bf16 through oneDNN and OpenBLAS: start-up line, determinism,
 # agreement, refused settings.
-add_test(NAME perf.bf16_gemm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/perf_bf16_gemm.sh ${KILN_EXE}
+add_test(NAME perf.bf16_gemm COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/precision/bf16_gemm.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(perf.bf16_gemm PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache"
                      SKIP_RETURN_CODE 77)
 
 # --batch auto against the memory plan's own numbers.
-add_test(NAME perf.batch_auto COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/perf_batch_auto.sh ${KILN_EXE}
+add_test(NAME perf.batch_auto COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/memplan/batch_auto.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(perf.batch_auto PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

@@ -23,6 +23,7 @@
 #include "driver/compile.h"
 #include "runtime/exec/backend.h"
 #include "runtime/exec/session.h"
+#include "unit/session_fixture.h"
 
 static kl_backend_ops cpu_ops, standin_ops;
 static int launches[2], epilogues;
@@ -70,8 +71,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int steps = atoi(argv[2]);
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    kl_backend *plain = kl_cpu_backend_new(&co), *standin = kl_cpu_backend_new(&co);
+    kl_backend *plain = fixture_cpu_backend(), *standin = fixture_cpu_backend();
     cpu_ops = *plain->ops;
     standin_ops = cpu_ops;
     standin_ops.launch = count_launch;

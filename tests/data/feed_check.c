@@ -12,6 +12,7 @@
 
 #include "driver/compile.h"
 #include "driver/trainer.h"
+#include "unit/session_fixture.h"
 
 /* ---- allocations on this thread ---- */
 
@@ -79,17 +80,15 @@ int main(void)
     free(kl_xmalloc(8));
     if (allocations == a0)
         return fail("the allocation counter does not count kl_xmalloc (is the link's --wrap missing?)");
-    kl_source src;
-    kl_source_from_string(&src, "feed.kl", model);
     kl_compile_opts cc = {.mode = KL_MODE_EVAL, .verify = true};
-    kl_compiled *cm = kl_compile_source(&src, &cc);
-    kl_source_free(&src);
+    kl_compiled *cm = fixture_compile_text("feed.kl", model, &cc);
     if (!cm)
         return fail("the model does not compile");
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    kl_backend *be = kl_cpu_backend_new(&co);
-    kl_session *s = kl_session_new(be, 1);
-    kl_exec *e = kl_compiled_exec(s, cm, NULL);
+    fixture_run r;
+    fixture_start(&r, cm, 1);
+    kl_backend *be = r.be;
+    kl_session *s = r.s;
+    kl_exec *e = r.e;
     kl_dataset d;
     bindings b;
     if (!e || kl_synthetic(SAMPLES, 5, &d) || train_bind_inputs(e->g, &d, &b, "feed.kl"))

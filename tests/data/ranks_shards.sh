@@ -12,15 +12,11 @@
 # 2. Training under mpirun: the MLP from shuffled PNG shards (streamed
 #    with 2 workers, cache = memory, augmented) on 3 ranks of batch 8
 #    against one rank of batch 24: the same losses and final values
-#    (tests/ranks_compare.py, rtol 1e-5). One thread per rank (lib.sh).
+#    (tests/ranks/compare.py, rtol 1e-5). One thread per rank (lib.sh).
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
-kiln=$1
+source "$testdir/ranks/helpers.bash"
 check=$2
-here=$(cd "$(dirname "$0")/.." && pwd)
-new_tmpdir
-command -v mpirun > /dev/null || { echo "FAIL: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 1; }
-export ASAN_OPTIONS="fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 fail=0
 
 python3 tests/data/make_shards.py /usr/share/datasets/fashion-mnist train "$tmp/n" --count 1000 --per-shard 150 \
@@ -43,8 +39,8 @@ for v in streamed cached augmented; do
     --save "$tmp/one_$v.ckpt" > /dev/null || { echo "FAIL: one rank ($v) did not run"; fail=1; continue; }
   "${mpi[@]}" -np 3 "$tmp/mlp" "${common[@]}" --batch 8 --set "$(data "$extra")" --metrics "$tmp/three_$v.json" \
     --save "$tmp/three_$v.ckpt" > /dev/null || { echo "FAIL: 3 ranks ($v) did not run"; fail=1; continue; }
-  if python3 "$here/ranks_compare.py" losses "$tmp/one_$v.json" "$tmp/three_$v.json" 1e-5 &&
-     python3 "$here/ranks_compare.py" params "$tmp/one_$v.ckpt" "$tmp/three_$v.ckpt" 1e-5; then
+  if compare losses "$tmp/one_$v.json" "$tmp/three_$v.json" 1e-5 &&
+     compare params "$tmp/one_$v.ckpt" "$tmp/three_$v.ckpt" 1e-5; then
     echo "ok: $v shards: 3 ranks x batch 8 train as one rank of batch 24 (20 losses, final values)"
   else
     echo "FAIL: $v shards: 3 ranks differ from one rank"; fail=1
@@ -76,7 +72,7 @@ fi
 # The control: another seed's order must not match, so the comparison
 # can fail.
 "$tmp/mlp" "${common[@]}" --batch 24 --seed 2 --set "$(data "")" --metrics "$tmp/seed2.json" > /dev/null || fail=1
-if python3 "$here/ranks_compare.py" losses "$tmp/one_streamed.json" "$tmp/seed2.json" 1e-5 > /dev/null 2>&1; then
+if compare losses "$tmp/one_streamed.json" "$tmp/seed2.json" 1e-5 > /dev/null 2>&1; then
   echo "FAIL: another seed gives the same losses: the comparison sees nothing"; fail=1
 else
   echo "ok: the control (another seed's order) differs"

@@ -13,7 +13,7 @@
 # models where it finds them in a checkout:
 #   run.sh                      the launcher (tests/gpu/run.sh --kit KIT)
 #   bin/kiln bin/kernel_check   stripped
-#   bin/nccl_check              NCCL's collectives on the GPU (tests/comm/nccl_check.c),
+#   bin/nccl_check              NCCL's collectives on the GPU (tests/ranks/comm/nccl_check.c),
 #                               when the build has NCCL's header
 #   bin/mlp bin/fashion_cnn     the examples built with --cuda-arch: their
 #                               train and eval kernels as CUBINs (no NVRTC at start)

@@ -55,7 +55,7 @@ expect_error "label out of range" \
 # loaded, and the first step said "training diverged (try a lower --lr)".
 "${exe[@]}" --data synthetic:64 --batch 8 --save "$tmp/c.ckpt" --export "$tmp/c.safetensors" > /dev/null 2>&1 ||
   bad "saving a checkpoint"
-python3 tests/ckpt_craft.py "$tmp/c.ckpt" "$tmp/nan.ckpt" nan dense.1.w 5
+python3 tests/ckpt/ckpt_craft.py "$tmp/c.ckpt" "$tmp/nan.ckpt" nan dense.1.w 5
 expect_error "NaN in a checkpoint" "nan.ckpt: element 5 of 'dense.1.w' is not finite; Kiln never saves inf or nan" \
   "${exe[@]}" --data synthetic:64 --batch 8 --steps 2 --resume "$tmp/nan.ckpt"
 python3 - "$tmp/c.safetensors" "$tmp/nan.safetensors" <<'PY'

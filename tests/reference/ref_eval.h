@@ -2,7 +2,7 @@
  * precision, one small function per op of ir/ops.def, written from the
  * op's definition (shape rules, attribute specs, the op docs), not from
  * the kernel builders in codegen/. Tests run a graph through it and
- * through the generated kernels and compare (tests/reference_check.c).
+ * through the generated kernels and compare (tests/reference/reference_check.c).
  *
  * Values live as dense row-major doubles, one array per IR value. Each
  * result is rounded to its value's dtype as it is stored (an f32 value

@@ -27,27 +27,7 @@
 
 #include "runtime/exec/backend.h"
 #include "runtime/cpu/spawn.h"
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(char *dir)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(dir);
-}
-
-static char *make_dir(void)
-{
-    char tmpl[] = "/tmp/kiln-test-cache-XXXXXX";
-    assert_non_null(mkdtemp(tmpl));
-    return kl_xstrdup(tmpl);
-}
+#include "cache_fixture.h"
 
 static unsigned mode_of(const char *path)
 {
@@ -73,12 +53,10 @@ static void expect_text(const char *path, const char *want)
     kl_source_free(&s);
 }
 
-static const char answer_src[] = "int t_answer(void) { return 42; }\n";
-
 /* The key of answer_src: the name of its object (computed by compiling). */
 static char *answer_key(void)
 {
-    char *dir = make_dir(), *key = NULL;
+    char *dir = cache_dir_new("cache"), *key = NULL;
     void *h = kl_cpu_jit(answer_src, dir, true, NULL);
     assert_non_null(h);
     dlclose(h);
@@ -88,7 +66,7 @@ static char *answer_key(void)
             key = kl_xasprintf("%.16s", e->d_name);
     closedir(d);
     assert_non_null(key);
-    remove_tree(dir);
+    cache_dir_remove(dir);
     return key;
 }
 
@@ -134,21 +112,15 @@ static void expect_answer(const char *dir, const char *marker)
 
 static void copy_file(const char *from, const char *to, unsigned mode)
 {
-    kl_source s;
-    assert_int_equal(kl_source_read(&s, from), 0);
-    FILE *f = fopen(to, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(s.text, 1, s.len, f), s.len);
-    assert_int_equal(fclose(f), 0);
+    cache_copy_file(from, to);
     assert_int_equal(chmod(to, mode), 0);
-    kl_source_free(&s);
 }
 
 /* Folders made 0700; no HOME or XDG_CACHE_HOME: $TMPDIR/kiln-cache-UID. */
 static void folder_modes(void **state)
 {
     (void)state;
-    char *t = make_dir(), *env = kl_xasprintf("%s/a/b", t);
+    char *t = cache_dir_new("cache"), *env = kl_xasprintf("%s/a/b", t);
     setenv("KILN_CACHE_DIR", env, 1);
     char *dir = kl_cache_dir("cpu");
     assert_non_null(dir);
@@ -177,14 +149,14 @@ static void folder_modes(void **state)
     free(want);
     free(dir);
     free(env);
-    remove_tree(t);
+    cache_dir_remove(t);
 }
 
 /* A world-writable cache folder holding a planted object under the key. */
 static void world_writable_avoided(void **state)
 {
     (void)state;
-    char *key = answer_key(), *t = make_dir(), *shared = kl_xasprintf("%s/shared", t);
+    char *key = answer_key(), *t = cache_dir_new("cache"), *shared = kl_xasprintf("%s/shared", t);
     char *cpu = kl_xasprintf("%s/cpu", shared), *so = kl_xasprintf("%s/%s.so", cpu, key);
     char *marker = kl_xasprintf("%s/marker", t), *tmpdir = kl_xasprintf("%s/tmp", t);
     assert_int_equal(mkdir(shared, 0777), 0);
@@ -228,7 +200,7 @@ static void world_writable_avoided(void **state)
     free(cpu);
     free(shared);
     free(key);
-    remove_tree(t);
+    cache_dir_remove(t);
 }
 
 /* In a private folder: a planted object carrying the key's mark, and an
@@ -236,7 +208,7 @@ static void world_writable_avoided(void **state)
 static void planted_object_not_loaded(void **state)
 {
     (void)state;
-    char *key = answer_key(), *t = make_dir(), *dir = kl_xasprintf("%s/c", t);
+    char *key = answer_key(), *t = cache_dir_new("cache"), *dir = kl_xasprintf("%s/c", t);
     char *so = kl_xasprintf("%s/%s.so", dir, key), *marker = kl_xasprintf("%s/marker", t);
     char *planted = kl_xasprintf("%s/planted.so", t);
     assert_int_equal(mkdir(dir, 0700), 0);
@@ -255,14 +227,14 @@ static void planted_object_not_loaded(void **state)
     free(so);
     free(dir);
     free(key);
-    remove_tree(t);
+    cache_dir_remove(t);
 }
 
 /* Links planted at every cache name: targets unchanged, the object made. */
 static void links_not_written_through(void **state)
 {
     (void)state;
-    char *key = answer_key(), *t = make_dir(), *dir = kl_xasprintf("%s/c", t);
+    char *key = answer_key(), *t = cache_dir_new("cache"), *dir = kl_xasprintf("%s/c", t);
     assert_int_equal(mkdir(dir, 0700), 0);
     const char *names[] = {"%s/%s.so", "%s/%s.sum", "%s/%s.%d.c", "%s/%s.%d.log"};
     char *links[4], *victims[4];
@@ -288,7 +260,7 @@ static void links_not_written_through(void **state)
     free(marker);
     free(dir);
     free(key);
-    remove_tree(t);
+    cache_dir_remove(t);
 }
 
 /* Under umask 002 the objects and sidecars Kiln writes still pass its own
@@ -297,7 +269,7 @@ static void reused_under_umask(void **state)
 {
     (void)state;
     mode_t old = umask(002);
-    char *key = answer_key(), *t = make_dir(), *so = kl_xasprintf("%s/%s.so", t, key);
+    char *key = answer_key(), *t = cache_dir_new("cache"), *so = kl_xasprintf("%s/%s.so", t, key);
     char *marker = kl_xasprintf("%s/marker", t);
     expect_answer(t, marker);
     struct stat a, b;
@@ -310,7 +282,7 @@ static void reused_under_umask(void **state)
     free(marker);
     free(so);
     free(key);
-    remove_tree(t);
+    cache_dir_remove(t);
 }
 
 int main(void)

@@ -8,6 +8,7 @@
  *    (another object, garbage) is compiled again and replaced, not opened;
  *  - the compiler is $CC when KILN_CC is unset, and a missing one is named
  *    in the error with the reason the kernels were needed. */
+#define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <dlfcn.h>
 #include <setjmp.h>
@@ -20,30 +21,7 @@
 #include <cmocka.h>
 
 #include "runtime/exec/backend.h"
-
-/* A fresh cache folder (removed with its files by remove_dir). */
-static char *make_dir(void)
-{
-    char tmpl[] = "/tmp/kiln-test-jit-XXXXXX";
-    assert_non_null(mkdtemp(tmpl));
-    return kl_xstrdup(tmpl);
-}
-
-static void remove_dir(char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
-        char *p = kl_xasprintf("%s/%s", dir, e->d_name);
-        remove(p);
-        free(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-    free(dir);
-}
+#include "cache_fixture.h"
 
 /* The one compiled object in dir (caller frees). */
 static char *only_object(const char *dir)
@@ -65,17 +43,6 @@ static char *only_object(const char *dir)
     return found;
 }
 
-static void copy_file(const char *from, const char *to)
-{
-    kl_source s;
-    assert_int_equal(kl_source_read(&s, from), 0);
-    FILE *f = fopen(to, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(s.text, 1, s.len, f), s.len);
-    assert_int_equal(fclose(f), 0);
-    kl_source_free(&s);
-}
-
 static const char cast_src[] =
     "#include <stdint.h>\n"
     "void t_cast(const double *restrict b0, double *restrict b1)\n"
@@ -90,7 +57,7 @@ static const char cast_src[] =
 static void rounds_as_written(void **state)
 {
     (void)state;
-    char *dir = make_dir();
+    char *dir = cache_dir_new("jit");
     void *h = kl_cpu_jit(cast_src, dir, true, NULL);
     assert_non_null(h);
     void (*cast)(const double *, double *) = (void (*)(const double *, double *))dlsym(h, "t_cast");
@@ -114,10 +81,9 @@ static void rounds_as_written(void **state)
     if (got != 0.0)
         fail_msg("a*b+c was contracted: %.17g, expected 0", got);
     dlclose(h);
-    remove_dir(dir);
+    cache_dir_remove(dir);
 }
 
-static const char answer_src[] = "int t_answer(void) { return 42; }\n";
 static const char other_src[] = "int t_other(void) { return 7; }\n";
 
 static void expect_answer(const char *dir)
@@ -135,7 +101,7 @@ static void expect_answer(const char *dir)
 static void foreign_cache_file(void **state)
 {
     (void)state;
-    char *dir = make_dir(), *other_dir = make_dir();
+    char *dir = cache_dir_new("jit"), *other_dir = cache_dir_new("jit");
     expect_answer(dir);
     char *so = only_object(dir);
 
@@ -143,7 +109,7 @@ static void foreign_cache_file(void **state)
     assert_non_null(h);
     dlclose(h);
     char *other = only_object(other_dir);
-    copy_file(other, so);
+    cache_copy_file(other, so);
     expect_answer(dir);
 
     FILE *f = fopen(so, "wb");
@@ -156,15 +122,15 @@ static void foreign_cache_file(void **state)
     free(again);
     free(other);
     free(so);
-    remove_dir(other_dir);
-    remove_dir(dir);
+    cache_dir_remove(other_dir);
+    cache_dir_remove(dir);
 }
 
 /* $CC is the compiler; a missing one is named, with the reason. */
 static void compiler_from_cc(void **state)
 {
     (void)state;
-    char *dir = make_dir();
+    char *dir = cache_dir_new("jit");
     const char *kc = getenv("KILN_CC"), *cc = getenv("CC");
     char *save_kc = kc ? kl_xstrdup(kc) : NULL, *save_cc = cc ? kl_xstrdup(cc) : NULL;
     unsetenv("KILN_CC");
@@ -192,7 +158,7 @@ static void compiler_from_cc(void **state)
         unsetenv("CC");
     free(save_kc);
     free(save_cc);
-    remove_dir(dir);
+    cache_dir_remove(dir);
 }
 
 int main(void)

@@ -21,6 +21,7 @@
 #include "codegen/kir.h"
 #include "driver/compile.h"
 #include "runtime/exec/session.h"
+#include "session_fixture.h"
 
 /* ---- reference conversions ---- */
 
@@ -168,32 +169,20 @@ static void test_conversions(void **state)
 
 /* ---- training steps ---- */
 
-typedef struct run {
-    kl_backend *be;
-    kl_session *s;
-    kl_exec *e;
-} run;
+typedef fixture_run run;
 
 static void start(run *r, const char *text, const char *const *kv)
 {
-    kl_source src;
-    kl_source_from_string(&src, "test.kl", text);
     kl_compile_opts cc = {.kv = kv, .mode = KL_MODE_TRAIN, .verify = true};
-    kl_compiled *c = kl_compile_source(&src, &cc);
-    kl_source_free(&src);
+    kl_compiled *c = fixture_compile_text("test.kl", text, &cc);
     assert_non_null(c);
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    r->be = kl_cpu_backend_new(&co);
-    r->s = kl_session_new(r->be, 5);
-    r->e = kl_compiled_exec(r->s, c, NULL);
+    fixture_start(r, c, 5);
     assert_non_null(r->e);
 }
 
 static void finish(run *r)
 {
-    kl_exec_free(r->e);
-    kl_session_free(r->s);
-    r->be->ops->destroy(r->be);
+    fixture_finish(r);
 }
 
 static void set_f32(run *r, const char *name, const float *v, size_t n)
@@ -509,19 +498,15 @@ typedef struct kept_run {
 
 static kept_run run_keeping(const char *file, const char *text, const char *const *names, int n, int *keep)
 {
-    kl_source src;
-    kl_source_from_string(&src, file, text);
     kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true, .no_fusion = true, .stop_after = "passes"};
-    kl_compiled *c = kl_compile_source(&src, &cc);
-    kl_source_free(&src);
+    kl_compiled *c = fixture_compile_text(file, text, &cc);
     assert_non_null(c);
     ir_graph *g = kl_compiled_take_graph(c);
     for (int i = 0; i < n; i++) {
         keep[i] = ir_find_value(g, names[i]);
         assert_true(keep[i] >= 0);
     }
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    kept_run r = {.be = kl_cpu_backend_new(&co), .g = g};
+    kept_run r = {.be = fixture_cpu_backend(), .g = g};
     r.s = kl_session_new(r.be, 1);
     kl_plan_opts popts = {.keep = keep, .nkeep = n};
     cc.stop_after = NULL;

@@ -17,6 +17,7 @@
 #include "driver/compile.h"
 #include "ir/train_config.h"
 #include "runtime/exec/session.h"
+#include "session_fixture.h"
 #include "driver/train.h"
 
 /* A model whose gradient is c + w for w (3 values starting at 0.5). */
@@ -28,27 +29,17 @@ static const char *model_fmt =
     "}\n"
     "train { optimizer = %s %s }\n";
 
-typedef struct run {
-    kl_backend *be;
-    kl_session *s;
-    kl_exec *e;
-} run;
+typedef fixture_run run;
 
 static void start(run *r, const char *optimizer, const char *extra)
 {
     char *text = kl_xasprintf(model_fmt, optimizer, extra);
-    kl_source src;
-    kl_source_from_string(&src, "test.kl", text);
-    free(text);
     kl_compile_opts cc = {.mode = KL_MODE_TRAIN, .verify = true};
-    kl_compiled *cm = kl_compile_source(&src, &cc);
-    kl_source_free(&src);
+    kl_compiled *cm = fixture_compile_text("test.kl", text, &cc);
+    free(text);
     assert_non_null(cm);
     ir_graph *g = cm->g;
-    kl_cpu_options co = {.threads = 1, .quiet = true};
-    r->be = kl_cpu_backend_new(&co);
-    r->s = kl_session_new(r->be, 1);
-    r->e = kl_compiled_exec(r->s, cm, NULL);
+    fixture_start(r, cm, 1);
     assert_non_null(r->e);
     double c[3] = {1, -2, 3};
     kl_exec_write(r->e, ir_find_value(g, "c"), c, sizeof c);
@@ -71,9 +62,7 @@ static void weights(run *r, double *w)
 
 static void finish(run *r)
 {
-    kl_exec_free(r->e);
-    kl_session_free(r->s);
-    r->be->ops->destroy(r->be);
+    fixture_finish(r);
 }
 
 static void assert_close(const double *got, const double *want, double tol)
