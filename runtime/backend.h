@@ -105,6 +105,10 @@ const char *kl_cpu_gemm_choice(const kl_backend *be);
  * for the fp32 library. */
 typedef enum { KL_F16_WIDENED, KL_F16_AVX512, KL_F16_AMX } kl_f16_route;
 kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g);
+/* Whether a 16-bit GEMM g that a CPU backend widens to fp32 runs on
+ * OpenBLAS's sgemm although the fp32 choice is oneDNN's (few result
+ * columns, where OpenBLAS is the faster). */
+bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g);
 /* NULL after an error when o asks for what cannot be (--bf16-gemm onednn
  * without oneDNN or bf16 instructions, an unknown --bf16-gemm). */
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
