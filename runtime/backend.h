@@ -109,10 +109,6 @@ kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g);
  * OpenBLAS's sgemm although the fp32 choice is oneDNN's (few result
  * columns, where OpenBLAS is the faster). */
 bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g);
-/* The K chunk a 16-bit GEMM g that a CPU backend widens is widened and
- * summed in (its long K a chunk at a time, the partial sums added to C
- * in order), 0 when it is widened whole. */
-int64_t kl_cpu_wide_k_chunk(const kl_backend *be, const kl_gemm *g);
 /* NULL after an error when o asks for what cannot be (--bf16-gemm onednn
  * without oneDNN or bf16 instructions, an unknown --bf16-gemm). */
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);

@@ -247,37 +247,8 @@ static void narrow_rows(ir_dtype dt, uint16_t *h, int64_t ld, const float *w, in
     }
 }
 
-/* A widened GEMM with few result columns (n < 16: the MLP's 128 x 10
- * logits and their weight gradient) runs on OpenBLAS's sgemm where the
- * fp32 choice is oneDNN's: 63-82 against 44 GFLOP/s at 128 x 10 x 128,
- * either transpose (kiln bench --gemms, one thread, Zen 4). oneDNN stays
- * where the small dimension is K (128 x 128 x 10, B^T: 76 against 61).
- * The same fp32 products and fp32 sums, in another order. */
-static bool wide_on_openblas(const cpu_backend *cb, const kl_gemm *g)
-{
-    return cb->dnnl_f32 && g->n < 16;
-}
-
 /* fp32 elements of one widened panel: 512 kB, which stays in L2. */
 #define PANEL_FLOATS (128 * 1024)
-
-/* The K chunk a widened GEMM whose K is its long dimension takes
- * (cpu_gemm_panels), 0 for none: chunks of PANEL_FLOATS / max(M, N)
- * when K max(M, N) is over twice that (the CNN's weight gradients); for
- * smaller ones down to half a panel, chunks a quarter that long, so the
- * widened A and B chunks and C stay in L2 together while a whole step's
- * other values are there too (the MLP's 128 x 256 x 784: K in 6 chunks
- * of 128 and one of 16; its fp16 step 1.73 -> 1.61 ms, medians of 4
- * alternated kiln bench runs, one thread, Zen 4; alone, with every
- * copy in cache, the GEMM is as fast either way). */
-static int64_t k_chunk(const kl_gemm *g)
-{
-    int64_t mn = g->m > g->n ? g->m : g->n;
-    if (g->batch != 1 || g->k <= mn || g->k * mn <= PANEL_FLOATS / 2)
-        return 0;
-    int64_t kb = (g->k * mn > 2 * PANEL_FLOATS ? PANEL_FLOATS : PANEL_FLOATS / 4) / mn / 16 * 16;
-    return kb < 16 ? 16 : kb;
-}
 
 /* A widened 16-bit GEMM whose large operand (or result) is widened one
  * panel at a time, so that the fp32 copy the sgemm reads (or writes)
@@ -327,8 +298,10 @@ static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, co
         }
         return true;
     }
-    int64_t kb = k_chunk(g);
-    if (kb) {
+    int64_t mn = m > n ? m : n;
+    if (k > mn && k * mn > 2 * PANEL_FLOATS) {
+        int64_t kb = PANEL_FLOATS / mn / 16 * 16;
+        kb = kb < 16 ? 16 : kb;
         float *pa = staging(cb, 0, m * kb), *pb = staging(cb, 1, kb * n);
         float *fc = odt == IR_F32 ? (float *)c + g->off_c
                                   : widen(cb, 2, odt, (uint16_t *)c + g->off_c, m * n, g->beta != 0);
@@ -344,13 +317,24 @@ static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, co
                 widen_rows(dt, pb, hb + k0, n, w.k, k);
             else
                 widen_rows(dt, pb, hb + k0 * n, 1, w.k * n, 0);
-            cpu_gemm_wide(cb, &w, pa, pb, fc, wide_on_openblas(cb, g));
+            cpu_gemm_wide(cb, &w, pa, pb, fc, false);
         }
         if (odt != IR_F32)
             narrow_rows(odt, (uint16_t *)c + g->off_c, 0, fc, 1, m * n);
         return true;
     }
     return false;
+}
+
+/* A widened GEMM with few result columns (n < 16: the MLP's 128 x 10
+ * logits and their weight gradient) runs on OpenBLAS's sgemm where the
+ * fp32 choice is oneDNN's: 63-82 against 44 GFLOP/s at 128 x 10 x 128,
+ * either transpose (kiln bench --gemms, one thread, Zen 4). oneDNN stays
+ * where the small dimension is K (128 x 128 x 10, B^T: 76 against 61).
+ * The same fp32 products and fp32 sums, in another order. */
+static bool wide_on_openblas(const cpu_backend *cb, const kl_gemm *g)
+{
+    return cb->dnnl_f32 && g->n < 16;
 }
 
 static kl_f16_route f16_route(const cpu_backend *cb, const kl_gemm *g)
@@ -479,18 +463,6 @@ const char *kl_cpu_gemm_choice(const kl_backend *be)
 kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g)
 {
     return be && be->ops == &cpu_ops ? f16_route((const cpu_backend *)be, g) : KL_F16_WIDENED;
-}
-
-int64_t kl_cpu_wide_k_chunk(const kl_backend *be, const kl_gemm *g)
-{
-    if (!be || be->ops != &cpu_ops || !(g->dtype == IR_F16 || g->dtype == IR_BF16))
-        return 0;
-    const cpu_backend *cb = (const cpu_backend *)be;
-    if (g->dtype == IR_BF16 ? cb->dnnl != NULL : f16_route(cb, g) != KL_F16_WIDENED)
-        return 0;
-    if (!(g->out_dtype == IR_F32 || g->out_dtype == g->dtype) || (g->n >= g->k && g->k * g->n > 2 * PANEL_FLOATS))
-        return 0;
-    return k_chunk(g);
 }
 
 bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g)

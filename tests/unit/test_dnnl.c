@@ -14,9 +14,7 @@
  *  - widened GEMMs with under 16 result columns (the MLP's 128 x 10
  *    logits and their weight gradient) on OpenBLAS's sgemm where the
  *    fp32 choice is oneDNN's (kl_cpu_wide_on_openblas), the others on
- *    oneDNN's, fp32 GEMMs always on the fp32 choice;
- *  - which widened GEMMs take K in chunks, how long (kl_cpu_wide_k_chunk),
- *    and their results.
+ *    oneDNN's, fp32 GEMMs always on the fp32 choice.
  * The fp32 shapes are the same with fp32 operands and results. Exits 77
  * (skipped) where oneDNN cannot run bf16 GEMMs here (no libdnnl.so.2, or a
  * CPU without bf16 instructions), after checking the OpenBLAS path and
@@ -179,46 +177,6 @@ static void test_few_columns_on_openblas(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* The K chunks of a widened GEMM (runtime/backend_cpu.c k_chunk): the
- * MLP's 128 x 256 x 784 in chunks of 128 (a quarter panel: it is under
- * twice a panel), the CNN's 128 x 128 x 3136 and 64 x 288 x 25088 in
- * whole-panel chunks as before, small ones and those with a short K
- * whole; results within the bound, f16 and bf16, a last chunk short. */
-static void test_k_chunks(void **state)
-{
-    (void)state;
-    setenv("KILN_F16_GEMM", "widened", 1);
-    kl_backend *be = backend("openblas", NULL);
-    unsetenv("KILN_F16_GEMM");
-    assert_non_null(be);
-    const struct { int64_t m, n, k, chunk; } cases[] = {
-        {128, 256, 784, 128}, {128, 128, 3136, 1024}, {64, 288, 25088, 448},
-        {128, 128, 256, 0}, {784, 256, 128, 0}, {128, 10, 128, 0},
-    };
-    for (size_t i = 0; i < KL_ARRAY_LEN(cases); i++) {
-        kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F16, .m = cases[i].m, .n = cases[i].n, .k = cases[i].k, .batch = 1};
-        if (kl_cpu_wide_k_chunk(be, &g) != cases[i].chunk)
-            fail_msg("%lld x %lld x %lld: K chunk %lld, expected %lld", (long long)g.m, (long long)g.n, (long long)g.k,
-                     (long long)kl_cpu_wide_k_chunk(be, &g), (long long)cases[i].chunk);
-        g.dtype = g.out_dtype = IR_BF16;
-        assert_int_equal(kl_cpu_wide_k_chunk(be, &g), cases[i].chunk);
-    }
-    static const shape chunked[] = {
-        {0, 0, 128, 256, 784, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16},
-        {1, 1, 100, 200, 700, 1, 0, 0, 0, 3, 1, 2, false, 0.5, 1, IR_F32},
-        {0, 1, 64, 130, 1100, 1, 0, 0, 0, 0, 0, 0, false, 1, 0.25, IR_F16},
-    };
-    int bad = 0;
-    for (size_t i = 0; i < KL_ARRAY_LEN(chunked); i++) {
-        kl_gemm g = {.dtype = IR_F16, .out_dtype = chunked[i].out, .m = chunked[i].m, .n = chunked[i].n,
-                     .k = chunked[i].k, .batch = 1};
-        assert_true(kl_cpu_wide_k_chunk(be, &g) > 0);
-        bad |= check_shape(be, &chunked[i], IR_F16, "f16 K chunks") | check_shape(be, &chunked[i], IR_BF16, "bf16 K chunks");
-    }
-    be->ops->destroy(be);
-    assert_int_equal(bad, 0);
-}
-
 static void test_unknown_library_is_refused(void **state)
 {
     (void)state;
@@ -234,7 +192,6 @@ int main(void)
         cmocka_unit_test(test_onednn_sgemm),
         cmocka_unit_test(test_panels),
         cmocka_unit_test(test_few_columns_on_openblas),
-        cmocka_unit_test(test_k_chunks),
         cmocka_unit_test(test_unknown_library_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
