@@ -131,6 +131,10 @@ int kl_cpu_physical_cores(const char *root, bool this_process);
  * notice and the error. Returns the dlopen handle, or NULL after printing
  * why (the compiler's output included). */
 void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason);
+/* The kernel cache's relocatable object of source (for kiln build to
+ * link), compiled into the cache when missing; its path (caller frees), or
+ * NULL after an error was printed. */
+char *kl_cpu_object(const char *source, bool quiet);
 /* The cache folder for compiled kernels, created 0700 and checked private
  * (runtime/cache_dir.h): $KILN_CACHE_DIR/sub, $XDG_CACHE_HOME/kiln/sub,
  * ~/.cache/kiln/sub, else (or when that one is not private, with a note)

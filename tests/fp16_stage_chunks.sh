@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# fp16 kernels' chunked loops (codegen/emit_c.c STAGE_CHUNK, issue 32
-# item 3) take 256 elements a chunk, so that a chunk's F16C conversions
+# fp16 kernels' chunked loops (codegen/emit_c.c STAGE_CHUNK) take 256 elements a chunk, so that a chunk's F16C conversions
 # overlap the next chunk's arithmetic: the MLP's Adam update with its f16
 # weight copies (a loop of 200,704) and its input scaling run in chunks
 # of 256 with rows of 256 floats, no longer 2048; fp32's kernels have no
 # chunks (nothing to convert).
+source "$(dirname "$0")/lib.sh"
 set -euo pipefail
 kiln=$1
 model=examples/mlp.kl
