@@ -271,6 +271,10 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     /* The compiler links into a unique temporary beside out, which then
      * replaces out whole (outfile.h). */
     kl_outfile o = {0};
+    /* The kernels come compiled from the kernel cache (the same plans
+     * built again, or by another test or rank, compile once); without a
+     * cache they are compiled in the link below. */
+    char *kobj = kl_cpu_object(kernels.s, true);
     if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0 && kl_outfile_begin_external(&o, out) == 0) {
         const char *tmp_out = o.tmp;
         /* KILN_LINK_FLAGS: what libkiln.a was built with needs at link
@@ -282,7 +286,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
         kl_argv_add(&cmd, "-o");
         kl_argv_add(&cmd, tmp_out);
         kl_argv_add(&cmd, mpath);
-        kl_argv_add(&cmd, kpath);
+        kl_argv_add(&cmd, kobj ? kobj : kpath);
         if (asm_path)
             kl_argv_add(&cmd, asm_path);
         kl_argv_add(&cmd, lib);
@@ -325,6 +329,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
             remove(asm_path);
         rmdir(dir);
     }
+    free(kobj);
     free(kpath);
     free(mpath);
     free(log);

@@ -107,6 +107,10 @@ const char *kl_cpu_gemm_choice(const kl_backend *be);
  * for the fp32 library. */
 typedef enum { KL_F16_WIDENED, KL_F16_AVX512, KL_F16_AMX } kl_f16_route;
 kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g);
+/* Whether a 16-bit GEMM g that a CPU backend widens to fp32 runs on
+ * OpenBLAS's sgemm although the fp32 choice is oneDNN's (few result
+ * columns, where OpenBLAS is the faster). */
+bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g);
 /* NULL after an error when o asks for what cannot be (--bf16-gemm onednn
  * without oneDNN or bf16 instructions, an unknown --bf16-gemm). */
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
@@ -120,6 +124,10 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
  * notice and the error. Returns the dlopen handle, or NULL after printing
  * why (the compiler's output included). */
 void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason);
+/* The kernel cache's relocatable object of source (for kiln build to
+ * link), compiled into the cache when missing; its path (caller frees), or
+ * NULL after an error was printed. */
+char *kl_cpu_object(const char *source, bool quiet);
 /* The cache folder for compiled kernels, created 0700 and checked private
  * (runtime/exec/cache_dir.h): $KILN_CACHE_DIR/sub, $XDG_CACHE_HOME/kiln/sub,
  * ~/.cache/kiln/sub, else (or when that one is not private, with a note)

@@ -223,7 +223,7 @@ static int64_t extent(int64_t off, int64_t stride, int64_t batch, int64_t each)
     return off + stride * (batch - 1) + each;
 }
 
-static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c);
+static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c, bool openblas);
 
 /* rows x cols of a 16-bit matrix whose rows are ld apart, to fp32 rows
  * packed cols apart; and back. */
@@ -289,7 +289,7 @@ static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, co
                 else
                     widen_rows(odt, pc, (uint16_t *)c + g->off_c + j0, m, w.n, n);
             }
-            cpu_gemm_wide(cb, &w, fa, pb, pc);
+            cpu_gemm_wide(cb, &w, fa, pb, pc, false);
             if (odt == IR_F32)
                 for (int64_t r = 0; r < m; r++)
                     memcpy((float *)c + g->off_c + r * n + j0, pc + r * w.n, sizeof(float) * (size_t)w.n);
@@ -317,13 +317,24 @@ static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, co
                 widen_rows(dt, pb, hb + k0, n, w.k, k);
             else
                 widen_rows(dt, pb, hb + k0 * n, 1, w.k * n, 0);
-            cpu_gemm_wide(cb, &w, pa, pb, fc);
+            cpu_gemm_wide(cb, &w, pa, pb, fc, false);
         }
         if (odt != IR_F32)
             narrow_rows(odt, (uint16_t *)c + g->off_c, 0, fc, 1, m * n);
         return true;
     }
     return false;
+}
+
+/* A widened GEMM with few result columns (n < 16: the MLP's 128 x 10
+ * logits and their weight gradient) runs on OpenBLAS's sgemm where the
+ * fp32 choice is oneDNN's: 63-82 against 44 GFLOP/s at 128 x 10 x 128,
+ * either transpose (kiln bench --gemms, one thread, Zen 4). oneDNN stays
+ * where the small dimension is K (128 x 128 x 10, B^T: 76 against 61).
+ * The same fp32 products and fp32 sums, in another order. */
+static bool wide_on_openblas(const cpu_backend *cb, const kl_gemm *g)
+{
+    return cb->dnnl_f32 && g->n < 16;
 }
 
 static kl_f16_route f16_route(const cpu_backend *cb, const kl_gemm *g)
@@ -339,7 +350,7 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     /* An f64 GEMM writes f64: any other result would be overrun. */
     kl_check(g->dtype != IR_F64 || g->out_dtype == IR_F64);
     if (g->dtype == IR_F64 || (g->dtype == IR_F32 && g->out_dtype == IR_F32)) {
-        cpu_gemm_wide(cb, g, a, b, c);
+        cpu_gemm_wide(cb, g, a, b, c, false);
         return;
     }
     /* Low precision: the products in fp32 (as on the GPU: low-precision
@@ -366,7 +377,7 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     bool gaps = g->batch > 1 && g->stride_c != g->m * g->n;
     float *fc = wide_c ? widen(cb, 2, g->out_dtype, c, nc, g->beta != 0 || g->accumulate || gaps) : c;
     w.dtype = w.out_dtype = IR_F32;
-    cpu_gemm_wide(cb, &w, fa, fb, fc);
+    cpu_gemm_wide(cb, &w, fa, fb, fc, wide_on_openblas(cb, g));
     if (wide_c) {
         /* Only the elements the GEMM wrote: from the offset on. */
         if (g->out_dtype == IR_BF16)
@@ -376,7 +387,7 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     }
 }
 
-static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c)
+static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, const void *b, void *c, bool openblas)
 {
     CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     /* Row-major leading dimensions: the stored row length of each matrix. */
@@ -387,7 +398,7 @@ static void cpu_gemm_wide(cpu_backend *cb, const kl_gemm *g, const void *a, cons
         if (g->dtype == IR_F64)
             cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (const double *)a + oa, lda,
                         (const double *)b + ob, ldb, beta, (double *)c + oc, ldc);
-        else if (g->dtype == IR_F32 && cb->dnnl_f32)
+        else if (g->dtype == IR_F32 && cb->dnnl_f32 && !openblas)
             kl_dnnl_sgemm(cb->dnnl_f32, g->ta, g->tb, g->m, g->n, g->k, (float)g->alpha, (const float *)a + oa, lda,
                           (const float *)b + ob, ldb, (float)beta, (float *)c + oc, ldc);
         else if (g->dtype == IR_F32)
@@ -452,6 +463,16 @@ const char *kl_cpu_gemm_choice(const kl_backend *be)
 kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g)
 {
     return be && be->ops == &cpu_ops ? f16_route((const cpu_backend *)be, g) : KL_F16_WIDENED;
+}
+
+bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g)
+{
+    if (!be || be->ops != &cpu_ops || !(g->dtype == IR_F16 || g->dtype == IR_BF16))
+        return false;
+    const cpu_backend *cb = (const cpu_backend *)be;
+    if (g->dtype == IR_BF16 ? cb->dnnl != NULL : f16_route(cb, g) != KL_F16_WIDENED)
+        return false;
+    return wide_on_openblas(cb, g);
 }
 
 /* One GEMM library choice: FLAG's value, else the environment variable

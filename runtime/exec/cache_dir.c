@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -128,4 +130,34 @@ char *kl_cache_dir(const char *sub)
     }
     free(base);
     return dir;
+}
+
+int kl_cache_lock(const char *path)
+{
+    kl_cache_clear_odd(path);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+        close(fd);
+        return -1;
+    }
+    /* A compile takes seconds; one that holds the lock for ten minutes
+     * is taken as stuck (a stopped process) and compiled beside. */
+    for (int waited_ms = 0; flock(fd, LOCK_EX | LOCK_NB); waited_ms += 20) {
+        if ((errno != EWOULDBLOCK && errno != EINTR) || waited_ms >= 600 * 1000) {
+            close(fd);
+            return -1;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return fd;
+}
+
+void kl_cache_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* closing drops the flock */
 }

@@ -25,4 +25,13 @@ int kl_cache_open(const char *path);
  * at a cache name: the link goes, its target is never touched). */
 void kl_cache_clear_odd(const char *path);
 
+/* Takes the lock of one cache key (path: KEY.lock beside its object), so
+ * that processes needing one key at once (the ranks of a job) compile it
+ * once: the first compiles, the others wait and then find the object.
+ * Returns the descriptor for kl_cache_unlock, or -1 when no lock can be
+ * had (a link or a foreign file at path, or a holder stuck for ten
+ * minutes): the caller then compiles anyway, the lock only saves work. */
+int kl_cache_lock(const char *path);
+void kl_cache_unlock(int fd);
+
 #endif

@@ -115,24 +115,23 @@ static char *sum_line(const char *mark, const kl_buf *obj)
     return kl_xasprintf("%s %016llx\n", mark, (unsigned long long)hb);
 }
 
-/* Opens the object at so if it is this cache's for its key: a regular
- * file of the user's own that others cannot write, carrying the key's
- * mark, whose bytes hash to what its sidecar (sum) says. A planted,
- * foreign, truncated or overwritten file fails and is compiled again. */
-static void *open_verified(const char *so, const char *sum, const char *mark)
+/* Whether the file at path is this cache's for its key: a regular file of
+ * the user's own that others cannot write, carrying the key's mark, whose
+ * bytes hash to what its sidecar (sum) says. A planted, foreign,
+ * truncated or overwritten file fails and is compiled again. */
+static bool verified(const char *path, const char *sum, const char *mark)
 {
     kl_buf obj = {0}, side = {0};
-    void *handle = NULL;
-    if (read_cache_file(so, &obj) == 0 && read_cache_file(sum, &side) == 0 && obj.s &&
+    bool ok = false;
+    if (read_cache_file(path, &obj) == 0 && read_cache_file(sum, &side) == 0 && obj.s &&
         memmem(obj.s, obj.len, mark, strlen(mark))) {
         char *want = sum_line(mark, &obj);
-        if (side.len == strlen(want) && !memcmp(side.s, want, side.len))
-            handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+        ok = side.len == strlen(want) && !memcmp(side.s, want, side.len);
         free(want);
     }
     kl_buf_free(&obj);
     kl_buf_free(&side);
-    return handle;
+    return ok;
 }
 
 /* Writes the sidecar of the object now at so (0644 less the umask, never
@@ -148,13 +147,14 @@ static void write_sum(const char *sum, const char *line)
     }
 }
 
-/* Opens the object just compiled at tmp (this process's own temporary,
- * created O_EXCL in the private folder) before it is renamed into place,
- * and gives its sidecar line. Ranks or runs that compile one key at once
- * each rename their own object over so, and their objects' bytes differ
- * (the temporary source's name is in them): loading what is at so after
- * the rename could meet another's object with this one's sidecar. */
-static void *open_own(const char *tmp, const char *mark, char **line)
+/* Reads the object just compiled at tmp (this process's own temporary,
+ * created O_EXCL in the private folder) before it is renamed into place:
+ * gives its sidecar line and, for a shared object, opens it. Ranks or runs
+ * that compile one key at once each rename their own object over so, and
+ * their objects' bytes differ (the temporary source's name is in them):
+ * loading what is at so after the rename could meet another's object with
+ * this one's sidecar. */
+static void *read_own(const char *tmp, const char *mark, bool shared, char **line)
 {
     kl_buf obj = {0};
     void *handle = NULL;
@@ -162,17 +162,18 @@ static void *open_own(const char *tmp, const char *mark, char **line)
     *line = NULL;
     if (fd >= 0 && read_fd(fd, &obj) == 0 && obj.s && memmem(obj.s, obj.len, mark, strlen(mark))) {
         *line = sum_line(mark, &obj);
-        handle = dlopen(tmp, RTLD_NOW | RTLD_LOCAL);
+        handle = shared ? dlopen(tmp, RTLD_NOW | RTLD_LOCAL) : (void *)1;
     }
     kl_buf_free(&obj);
     return handle;
 }
 
-/* Compiles source (with the mark appended) into a temporary object and
- * renames it to so, replacing whatever was there (a link planted at so is
- * removed, never followed), then writes its sidecar. */
+/* Compiles source (with the mark appended) into a temporary object (a
+ * shared object, or a relocatable one to link) and renames it to so,
+ * replacing whatever was there (a link planted at so is removed, never
+ * followed), then writes its sidecar. */
 static int compile_object(const char *source, const char *mark, const char *dir, uint64_t h, const char *so,
-                          const char *sum, const char *reason, void **handle)
+                          const char *sum, const char *reason, bool shared, void **handle)
 {
     char *line = NULL;
     char *text = kl_xasprintf("%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n", source, mark);
@@ -190,19 +191,20 @@ static int compile_object(const char *source, const char *mark, const char *dir,
     } else {
         kl_argv cmd = {0};
         kl_argv_add_cc(&cmd);
-        kl_argv_add_words(&cmd, "-fPIC -shared -w -o");
+        kl_argv_add_words(&cmd, shared ? "-fPIC -shared -w -o" : "-c -w -o");
         kl_argv_add(&cmd, o.tmp);
         kl_argv_add(&cmd, c);
-        kl_argv_add(&cmd, "-lm");
+        if (shared)
+            kl_argv_add(&cmd, "-lm");
         rc = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
         kl_argv_free(&cmd);
         if (rc == 0)
-            *handle = open_own(o.tmp, mark, &line);
+            *handle = read_own(o.tmp, mark, shared, &line);
         /* 0755 less the umask: an object others may write is never loaded. */
         if (rc == 0 && kl_outfile_commit(&o, 0755)) {
             snprintf(why, sizeof why, "cannot replace %s", so);
             rc = -1;
-            if (*handle)
+            if (*handle && shared)
                 dlclose(*handle);
             *handle = NULL;
         } else if (rc) {
@@ -239,7 +241,13 @@ static int compile_object(const char *source, const char *mark, const char *dir,
     return rc;
 }
 
-void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason)
+/* The cache's compiled form of source: a loaded shared object (shared) or
+ * the path of a relocatable object to link (in *path; the caller frees).
+ * A missing key is compiled under its lock (cache_dir.h), so processes
+ * that need it at once (the ranks of a job) compile it once; the others
+ * wait and load what the first wrote. */
+static void *cached(const char *source, const char *cache_dir, bool quiet, const char *reason, bool shared,
+                    char **path)
 {
     char *dir = cache_dir ? kl_xstrdup(cache_dir) : kl_cache_dir("cpu");
     char why[1024];
@@ -254,22 +262,49 @@ void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const ch
     h = kl_hash_bytes(h, kl_cc(), strlen(kl_cc()));
     h = kl_hash_bytes(h, kl_cc_flags(), strlen(kl_cc_flags()));
     h = hash_native_cpu(h);
-    char *so = kl_xasprintf("%s/%016llx.so", dir, (unsigned long long)h), *mark = object_mark(h);
+    const char *ext = shared ? "so" : "o";
+    h = kl_hash_bytes(h, ext, strlen(ext));
+    char *so = kl_xasprintf("%s/%016llx.%s", dir, (unsigned long long)h, ext), *mark = object_mark(h);
     char *sum = kl_xasprintf("%s/%016llx.sum", dir, (unsigned long long)h);
-    void *handle = open_verified(so, sum, mark);
+    char *lock = kl_xasprintf("%s/%016llx.lock", dir, (unsigned long long)h);
+    void *handle = NULL;
+    int lk = -1;
+    for (int pass = 0; !handle && pass < 2; pass++) {
+        /* pass 0: as found; pass 1: once this process holds the key's
+         * lock (another may have compiled it meanwhile). */
+        if (pass == 1 && (lk = kl_cache_lock(lock)) < 0)
+            break;
+        if (verified(so, sum, mark))
+            handle = shared ? dlopen(so, RTLD_NOW | RTLD_LOCAL) : (void *)1;
+    }
     if (!handle) {
         if (!quiet)
             kl_fprintf_escaped(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "",
                                reason ? reason : "", kl_cc(), kl_cc_flags());
-        if (compile_object(source, mark, dir, h, so, sum, reason, &handle) == 0 && !handle &&
-            !(handle = open_verified(so, sum, mark))) {
-            const char *de = dlerror();
+        if (compile_object(source, mark, dir, h, so, sum, reason, shared, &handle) == 0 && !handle &&
+            !(verified(so, sum, mark) && (handle = shared ? dlopen(so, RTLD_NOW | RTLD_LOCAL) : (void *)1))) {
+            const char *de = shared ? dlerror() : NULL;
             kl_error("cannot load compiled kernels %s: %s", so, de ? de : "it is not the cache's object for its key");
         }
     }
+    kl_cache_unlock(lk);
+    if (handle && path)
+        *path = kl_xstrdup(so);
+    free(lock);
     free(sum);
     free(mark);
     free(so);
     free(dir);
     return handle;
+}
+
+void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason)
+{
+    return cached(source, cache_dir, quiet, reason, true, NULL);
+}
+
+char *kl_cpu_object(const char *source, bool quiet)
+{
+    char *path = NULL;
+    return cached(source, NULL, quiet, NULL, false, &path) ? path : NULL;
 }

@@ -10,7 +10,11 @@
  *    off by far more;
  *  - the same call twice gives the same bits (one thread);
  *  - widened bf16 and f16 GEMMs large enough to be widened a panel at a
- *    time, on both sgemms.
+ *    time, on both sgemms;
+ *  - widened GEMMs with under 16 result columns (the MLP's 128 x 10
+ *    logits and their weight gradient) on OpenBLAS's sgemm where the
+ *    fp32 choice is oneDNN's (kl_cpu_wide_on_openblas), the others on
+ *    oneDNN's, fp32 GEMMs always on the fp32 choice.
  * The fp32 shapes are the same with fp32 operands and results. Exits 77
  * (skipped) where oneDNN cannot run bf16 GEMMs here (no libdnnl.so.2, or a
  * CPU without bf16 instructions), after checking the OpenBLAS path and
@@ -132,6 +136,47 @@ static void test_panels(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* Which sgemm a widened GEMM runs on (runtime/backend_cpu.c
+ * wide_on_openblas): OpenBLAS's for few result columns, where it is the
+ * faster, when fp32 is on oneDNN; fp32 GEMMs stay on the fp32 choice;
+ * results within the bound on either. */
+static void test_few_columns_on_openblas(void **state)
+{
+    (void)state;
+    kl_backend *be = backend("openblas", "onednn");
+    if (!be)
+        skip();
+    static const shape few[] = {
+        {0, 0, 128, 10, 128, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F16}, /* the MLP's logits */
+        {1, 0, 128, 10, 128, 1, 0, 0, 0, 0, 0, 0, false, 1, 0, IR_F32}, /* their weight gradient */
+        {0, 1, 33, 15, 70, 1, 0, 0, 0, 2, 1, 3, false, 0.5, 1, IR_F32},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < KL_ARRAY_LEN(few); i++) {
+        kl_gemm g = {.dtype = IR_F16, .out_dtype = few[i].out, .ta = few[i].ta, .tb = few[i].tb, .m = few[i].m,
+                     .n = few[i].n, .k = few[i].k, .batch = 1};
+        assert_true(kl_cpu_wide_on_openblas(be, &g));
+        g.dtype = IR_BF16; /* widened: --bf16-gemm openblas */
+        assert_true(kl_cpu_wide_on_openblas(be, &g));
+        g.dtype = g.out_dtype = IR_F32;
+        assert_false(kl_cpu_wide_on_openblas(be, &g));
+        bad |= check_shape(be, &few[i], IR_F16, "f16 widened, openblas") |
+               check_shape(be, &few[i], IR_BF16, "bf16 widened, openblas");
+    }
+    const int64_t many[][3] = {{128, 256, 784}, {128, 128, 10}, {784, 256, 128}, {128, 16, 128}};
+    for (size_t i = 0; i < KL_ARRAY_LEN(many); i++) {
+        kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F16, .m = many[i][0], .n = many[i][1], .k = many[i][2], .batch = 1};
+        assert_false(kl_cpu_wide_on_openblas(be, &g));
+    }
+    be->ops->destroy(be);
+    be = backend("openblas", "openblas"); /* OpenBLAS is the fp32 choice: nothing to move */
+    assert_non_null(be);
+    kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F16, .m = 128, .n = 10, .k = 128, .batch = 1};
+    assert_false(kl_cpu_wide_on_openblas(be, &g));
+    be->ops->destroy(be);
+    assert_int_equal(bad, 0);
+}
+
 static void test_unknown_library_is_refused(void **state)
 {
     (void)state;
@@ -146,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_onednn_path),
         cmocka_unit_test(test_onednn_sgemm),
         cmocka_unit_test(test_panels),
+        cmocka_unit_test(test_few_columns_on_openblas),
         cmocka_unit_test(test_unknown_library_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
