@@ -41,13 +41,11 @@ BELOW["tools"] = {"driver"} | BELOW["driver"]
 
 # Cycles between the objects of one stage that are allowed for now: each
 # is one piece of work spread over files that call each other (a lowering
-# and its helpers), or waits for its own change.
+# and its helpers).
 KNOWN_CYCLES = [
     {"ir/ops.c.o", "ir/shape.c.o"},
     {"frontend/lower.c.o", "frontend/lower_call.c.o", "frontend/lower_expr.c.o", "frontend/lower_stmt.c.o"},
     {"plan/conv.c.o", "plan/lt_epilogue.c.o", "plan/plan.c.o"},
-    # kl_init_values / kl_store_as out of session.c (the data path's change)
-    {"runtime_exec/session.c.o", "runtime_exec/tp.c.o", "runtime_exec/zero3.c.o"},
 ]
 
 

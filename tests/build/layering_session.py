@@ -22,7 +22,7 @@ import sys
 SHARED = ("kl_load_as", "kl_store_as", "kl_init_values", "kl_convert_values")
 # The data side: loading, decoding and batching samples; it reaches no
 # session and no backend.
-DATA = ("loader.c.o", "data.c.o", "shard_data.c.o", "token_data.c.o", "decode.c.o", "shards.c.o", "tokens.c.o")
+DATA = ("loader.c.o", "data.c.o", "wds_data.c.o", "token_data.c.o", "decode.c.o", "wds_tar.c.o", "tokens.c.o")
 
 
 def main():
