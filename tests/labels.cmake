@@ -153,6 +153,12 @@ function(kiln_label_tests)
     endif()
     list(APPEND labels ${own} ${speed})
     set_tests_properties(${t} PROPERTIES LABELS "${labels}")
+    # A fresh clone has no timings of its own (Testing/Temporary/CTestCostData.txt),
+    # so ctest would start tests in the order they are declared and leave
+    # the long ones last, one slot idle at the end: slow tests start first.
+    if(speed STREQUAL "slow")
+      set_tests_properties(${t} PROPERTIES COST 100)
+    endif()
   endforeach()
   list(REMOVE_DUPLICATES features)
   foreach(f ${features})

@@ -11,12 +11,16 @@ foreach(kind causal full)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(attn.equiv.${kind} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endforeach()
-# The attention kernels through NVRTC (sm_80, sm_90) and run on the CPU
+# The attention kernels through NVRTC (sm_90) and run on the CPU
 # by the CUDA emulator against the CPU backend, f32 and the low precisions.
 if(KILN_HAVE_CUDA)
   set(KILN_ATTN_CUDA_MODELS tests/attention/fused_causal.kl tests/attention/fused_full.kl tests/grad/attention.kl
       tests/attention/causal_fused.kl)
-  add_test(NAME attn.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 ${KILN_ATTN_CUDA_MODELS}
+  # sm_90 only (the H200's): the generated kernels carry no per-architecture
+  # code, and cuda.nvrtc compiles the examples' kernels (the GPT's
+  # transformer kernels among them) for sm_80 too; the spill check per
+  # architecture is cudaattn.nvrtc's for the hand-written tiled kernels.
+  add_test(NAME attn.cuda.nvrtc COMMAND nvrtc_check --arch sm_90 ${KILN_ATTN_CUDA_MODELS}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   add_test(NAME attn.cuda.emulate COMMAND kernel_check --emulate --batch 4 ${KILN_ATTN_CUDA_MODELS}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

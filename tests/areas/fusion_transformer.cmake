@@ -32,12 +32,16 @@ target_include_directories(xfuse_vecmath_check PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(xfuse_vecmath_check PRIVATE m)
 add_test(NAME fusion.vecmath COMMAND xfuse_vecmath_check)
 
-# The fused kernels' CUDA C: NVRTC compiles them (sm_80, sm_90), and the
+# The fused kernels' CUDA C: NVRTC compiles them (sm_90), and the
 # CPU emulation of the CUDA kernels agrees with the CPU kernels, on a
 # pre-norm block (layernorm_grad + residual add, gemm epilogues with GELU,
 # GELU' and the bias gradient's column sums, softmax + cross-entropy).
 if(KILN_HAVE_CUDA)
-  add_test(NAME fusion.cuda.nvrtc COMMAND nvrtc_check --arch sm_80,sm_90 tests/grad/transformer_fusions.kl tests/fusion/block.kl
+  # sm_90 only (the H200's): the generated kernels carry no per-architecture
+  # code, and cuda.nvrtc compiles the examples' kernels (the GPT's
+  # transformer kernels among them) for sm_80 too; the spill check per
+  # architecture is cudaattn.nvrtc's for the hand-written tiled kernels.
+  add_test(NAME fusion.cuda.nvrtc COMMAND nvrtc_check --arch sm_90 tests/grad/transformer_fusions.kl tests/fusion/block.kl
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   add_test(NAME fusion.cuda.emulate COMMAND kernel_check --emulate --batch 2 tests/fusion/block.kl
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
