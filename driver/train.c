@@ -199,6 +199,7 @@ static void watch_cpu_wait(trainer *t, train_loop *lp)
     kl_cpu_wait_sample_now(&now);
     char *hint = kl_cpu_wait_hint(&lp->wait_from, &now, t->s->be->threads, CPU_WAIT_STEPS);
     if (hint) {
+        train_bar_break(&lp->bar);
         printf("%s\n", hint);
         fflush(stdout);
     }
@@ -278,6 +279,7 @@ static int eval_between_steps(trainer *t, train_loop *lp)
     lp->eval_s += train_evaluate(t, &lp->er);
     if (eval_data_check(t, &lp->er))
         return -1;
+    train_bar_break(&lp->bar);
     if (!t->opt.quiet)
         printf("step %lld  eval  loss %.4f  %s %.4f\n", (long long)lp->step, lp->er.loss, metric_name ? metric_name : "",
                lp->er.metric[0]);
@@ -344,12 +346,17 @@ static int run_training(trainer *t)
     lp.run_host = lp.win_host;
     lp.metric_count = t->train->g->reports.n && t->train->g->reports.v[0].name[0] != '_';
     lp.metric_name = lp.metric_count ? t->train->g->reports.v[0].name : NULL;
+    /* Every line the run prints is known by now (rank > 0, --eval-only
+     * and --generate are quiet): the bar or the periodic lines. */
+    t->opt.progress = train_progress_resolve(t->opt.progress, t->opt.quiet);
+    lp.bar.on = t->opt.progress == TRAIN_PROGRESS_BAR;
     for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total; epoch++) {
         /* A resumed run starts past the batches it already took in this
          * epoch: the order is the seed's and the epoch's, so the position
          * is the step's. */
         kl_loader_start_at(lp.loader, epoch, (lp.step - epoch * lp.per_epoch) * c->accumulate);
         double epoch_t0 = kl_now();
+        train_bar_epoch(&lp.bar, epoch, c->epochs, epoch * lp.per_epoch, lp.per_epoch, lp.first_step, lp.total);
         while (lp.step < lp.total) {
             double lr = 0, st0 = kl_now();
             if (kl_nvtx_on()) {
@@ -367,6 +374,7 @@ static int run_training(trainer *t)
                 break;
             }
             if (c->max_skipped_steps > 0 && t->skipped_in_row > c->max_skipped_steps) {
+                train_bar_break(&lp.bar);
                 /* A scale beyond fp16's largest value overflows any gradient of
                    magnitude >= 1 by itself: then the scale is the cause, not --lr. */
                 if (t->loss_scale > 65504.0)
@@ -386,19 +394,27 @@ static int run_training(trainer *t)
             watch_cpu_wait(t, &lp);
             double loss_now = lp.win_loss / (double)(lp.win_steps * c->accumulate);
             if (!isfinite(loss_now)) {
+                train_bar_break(&lp.bar);
                 kl_error("step %lld: the loss is %g; training diverged (try a lower --lr)", (long long)lp.step, loss_now);
                 goto out;
             }
-            if (lp.step % c->log_every == 0 || lp.step == lp.total)
-                train_log_progress(t, &lp, epoch, loss_now, lr);
+            bool logged = lp.step % c->log_every == 0 || lp.step == lp.total;
             /* A step that ends the epoch (or the run) is evaluated
              * once, by end_epoch: its line and its record. */
             bool at_end = lp.step % lp.per_epoch == 0 || lp.step == lp.total;
+            /* The bar's loss and metric: the steps' since the last
+             * progress record, as the lines show them. */
+            train_bar_step(&lp.bar, lp.step, kl_now() - st0, c->batch * c->accumulate * t->world, loss_now,
+                           lp.metric_name, lp.win_metric / (double)(lp.win_steps * c->accumulate),
+                           kl_backend_is_cuda(t->s->be) ? t->peak_bytes : 0, logged || at_end);
+            if (logged)
+                train_log_progress(t, &lp, epoch, loss_now, lr);
             if (c->eval_every > 0 && lp.step % c->eval_every == 0 && !at_end && eval_between_steps(t, &lp))
                 goto out;
             if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step, lp.first_step))
                 goto out;
         }
+        train_bar_break(&lp.bar);
         if (end_epoch(t, &lp, epoch, epoch_t0))
             goto out;
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "trainer.h"
+#include "train_progress.h"
 
 static const char usage[] =
     "usage: %s [options]\n"
@@ -93,6 +94,9 @@ static const char usage[] =
     "                     and evaluation (Chrome trace format; open in Perfetto)\n"
     "  --tensorboard DIR  write TensorBoard event files (scalars) into DIR\n"
     "                     (the train key tensorboard = \"DIR\")\n"
+    "  --progress P       auto, bar, lines or none (default auto: on a terminal one\n"
+    "                     live line per epoch redrawn in place, else the periodic\n"
+    "                     lines of --log-every)\n"
     "  --quiet            no progress lines, only the summary\n"
     "  -h, --help         this help\n"
     "\n"
@@ -313,6 +317,9 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             o->no_cuda_graph = true;
         } else if (!strcmp(a, "--tf32")) {
             o->tf32 = true;
+        } else if (!strcmp(a, "--progress") && has) {
+            if ((o->progress = train_progress_parse(argv[++i])) < 0)
+                return -1;
         } else if (!strcmp(a, "--quiet")) {
             o->quiet = true;
         } else if (!strcmp(a, "--profile")) {

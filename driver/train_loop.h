@@ -4,6 +4,7 @@
 #define KILN_TRAIN_LOOP_H
 
 #include "trainer.h"
+#include "train_progress.h"
 #include "runtime/observe/hostmetrics.h"
 #include "runtime/observe/monitor.h"
 #include "runtime/cpu/cpu_wait.h"
@@ -39,6 +40,7 @@ typedef struct train_loop {
     kl_host_sample run_host;
     /* After warm-up: whether the CPU threads wait for cores (cpu_wait.h). */
     kl_cpu_wait_sample wait_from;
+    train_bar bar; /* --progress bar: the epoch's live line */
 } train_loop;
 
 /* train_observe.c: what a run shows and records besides its steps.

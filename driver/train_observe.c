@@ -61,7 +61,7 @@ void train_log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_n
     kl_step_clock_window(&lp->clock, c->batch * c->accumulate * t->world, &ms, &sps);
     double m = lp->win_metric / (double)(lp->win_steps * c->accumulate);
     const char *metric_name = lp->metric_name;
-    if (!t->opt.quiet) {
+    if (t->opt.progress == TRAIN_PROGRESS_LINES) {
         printf("epoch %lld/%lld  step %6lld/%lld  loss %.4f", (long long)epoch + 1, (long long)c->epochs,
                (long long)lp->step, (long long)lp->total, loss_now);
         if (metric_name)

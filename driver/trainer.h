@@ -48,6 +48,9 @@ typedef struct train_options {
     int64_t gen_tokens, top_k; /* gen_tokens: 1 to TRAIN_GEN_MAX_TOKENS */
     double temperature;
     bool gen_settings;     /* one of --tokens, --temperature, --top-k was given */
+    /* --progress (train_progress.h), resolved at start: a bar on a
+     * terminal, the periodic lines elsewhere, or nothing. */
+    int progress;
 } train_options;
 
 /* Parses argv into o; -1 after an error (reported). --help prints the
