@@ -10,6 +10,7 @@
 
 #include "trainer.h"
 #include "train_loop.h"
+#include "model_summary.h"
 #include "runtime/ckpt/checkpoint.h"
 #include "runtime/ckpt/safetensors.h"
 #include "runtime/exec/backend_cuda.h"
@@ -350,6 +351,13 @@ static int run_training(trainer *t)
      * and --generate are quiet): the bar or the periodic lines. */
     t->opt.progress = train_progress_resolve(t->opt.progress, t->opt.quiet);
     lp.bar.on = t->opt.progress == TRAIN_PROGRESS_BAR;
+    /* With the bar (a person at a terminal): the model summary first. */
+    if (lp.bar.on) {
+        kl_model_summary(t->train->plan, c->batch, c->accumulate, stdout);
+        if (t->world > 1)
+            kl_model_summary_ranks(t->train->plan, t->world, stdout);
+        fflush(stdout);
+    }
     for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total; epoch++) {
         /* A resumed run starts past the batches it already took in this
          * epoch: the order is the seed's and the epoch's, so the position

@@ -161,6 +161,8 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
     callee->depth = f->depth + 1;
     callee->precision = precision ? precision : kept_fp32(L, d->name) ? "f32" : f->precision;
     callee->call_loc = e->loc;
+    ir_call call = {kl_xstrdup(callee->path), e->loc};
+    kl_vec_push(L->g->calls, call);
     for (int i = 0; i < ca.nkw; i++) {
         int idx = 0;
         const ast_param *p;

@@ -50,6 +50,9 @@ void ir_graph_free(ir_graph *g)
     for (int i = 0; i < g->passes.n; i++)
         free(g->passes.v[i]);
     kl_vec_free(g->passes);
+    for (int i = 0; i < g->calls.n; i++)
+        free(g->calls.v[i].scope);
+    kl_vec_free(g->calls);
     ir_attrs_free(&g->train);
     free(g->name_slots);
     free(g->name);
@@ -98,6 +101,10 @@ ir_graph *ir_graph_clone(const ir_graph *g)
         kl_vec_push(c->grads, g->grads.v[i]);
     for (int i = 0; i < g->passes.n; i++)
         kl_vec_push(c->passes, kl_xstrdup(g->passes.v[i]));
+    for (int i = 0; i < g->calls.n; i++) {
+        ir_call k = {kl_xstrdup(g->calls.v[i].scope), g->calls.v[i].loc};
+        kl_vec_push(c->calls, k);
+    }
     ir_attrs_copy(&c->train, &g->train);
     index_rebuild(c);
     return c;

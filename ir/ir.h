@@ -311,6 +311,15 @@ typedef struct ir_report {
     int value;
 } ir_report;
 
+/* A call of a def in the model file: the scope its nodes carry
+ * ("conv_bn_relu.1", nested "block.1.dense.2") and where it was called
+ * (the model summary's rows). The text form does not keep them: a graph
+ * read back from a dump has none. */
+typedef struct ir_call {
+    char *scope;
+    kl_loc loc;
+} ir_call;
+
 /* A param and the value holding its gradient (set by autodiff). */
 typedef struct ir_grad_pair {
     int param;
@@ -328,6 +337,7 @@ struct ir_graph {
     KL_VEC(ir_grad_pair) grads;
     ir_attrs train;     /* the train block, key = value */
     KL_VEC(char *) passes; /* passes run so far, in order */
+    KL_VEC(ir_call) calls; /* the def calls, in the order they were lowered */
     /* Value ids by name: open addressing, -1 empty, -2 removed. */
     int *name_slots;
     int name_cap, name_used;

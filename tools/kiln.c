@@ -15,6 +15,7 @@
 #include "plan/memplan.h"
 #include "plan/plan.h"
 #include "driver/compile.h"
+#include "driver/model_summary.h"
 #include "ir/train_config.h"
 #include "passes/passes.h"
 #include "runtime/files/outfile.h"
@@ -42,7 +43,7 @@ static const char usage[] =
 static const char ir_usage[] =
     "usage: kiln ir FILE [--after STAGE|all] [--format text|dot|timeline|steps] [-o OUT]\n"
     "               [--batch N] [--set KEY=VALUE] [--eval] [--kernels] [--no-fusion]\n"
-    "               [--no-verify] [--ranks N]\n"
+    "               [--no-verify] [--ranks N] [--summary]\n"
     "\n"
     "Reads a model file (.kl) or an IR dump (.kir), compiles it up to STAGE\n"
     "and prints the graph. The text form reads back: `kiln ir dump.kir`\n"
@@ -68,7 +69,11 @@ static const char ir_usage[] =
     "                   (needs kernels or a later stage)\n"
     "  --cuda           with --kernels: the CUDA C (NVRTC) kernels instead\n"
     "  --no-fusion      one kernel per op (the unfused plan)\n"
-    "  --no-verify      skip the verifier between passes\n";
+    "  --no-verify      skip the verifier between passes\n"
+    "  --summary        a table of the model's calls instead of the graph: output,\n"
+    "                   params, GEMM FLOPs per sample forward and backward, saved\n"
+    "                   activations, precision; the totals and the memory plan\n"
+    "                   (and with --ranks, the memory per rank after sharding)\n";
 
 static const char build_usage[] =
     "usage: kiln build FILE -o EXE [-v] [--cuda-arch sm_XY[,sm_XY...]]\n"
@@ -140,7 +145,7 @@ static int write_output(const char *path, const char *text)
 static int cmd_ir(int argc, char **argv)
 {
     const char *file = NULL, *after = "all", *format = "text", *out = NULL;
-    bool verify = true, eval = false, kernels = false, no_fusion = false, cuda = false;
+    bool verify = true, eval = false, kernels = false, no_fusion = false, cuda = false, summary = false;
     int ranks = 1;
     overrides ov = {0};
     int rc = 1;
@@ -183,6 +188,8 @@ static int cmd_ir(int argc, char **argv)
             cuda = true;
         } else if (!strcmp(a, "--no-fusion")) {
             no_fusion = true;
+        } else if (!strcmp(a, "--summary")) {
+            summary = true;
         } else if (a[0] == '-' && a[1]) {
             kl_error("kiln ir: unknown option or missing value: %s (see kiln ir --help)", a);
             goto done;
@@ -228,7 +235,35 @@ static int cmd_ir(int argc, char **argv)
             kl_compiled_free(c);
             goto done;
         }
-        if (kernels) {
+        if (summary && (!c->memory_planned || eval)) {
+            kl_error("kiln ir: --summary needs the training plan's memory plan (no --eval; --after memplan or later)");
+            kl_compiled_free(c);
+            goto done;
+        }
+        if (summary) {
+            kl_train_config cfg;
+            kl_train_read(&g->train, &cfg);
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *m = open_memstream(&buf, &len);
+            /* The rows of the whole model (one rank), then this rank's
+             * share with --ranks. */
+            kl_compiled *whole = c;
+            if (ranks > 1) {
+                kl_compile_opts one = co;
+                one.ranks = 1;
+                whole = kl_compile_file(file, &one);
+            }
+            if (whole)
+                kl_model_summary(whole->plan, cfg.batch, cfg.accumulate > 1 ? cfg.accumulate : 1, m);
+            if (whole && ranks > 1) {
+                kl_model_summary_ranks(c->plan, ranks, m);
+                kl_compiled_free(whole);
+            }
+            fclose(m);
+            kl_train_config_free(&cfg);
+            text = buf;
+        } else if (kernels) {
             text = cuda ? plan_cuda_source(c->plan) : plan_c_source(c->plan);
         } else if (!strcmp(format, "timeline")) {
             text = plan_timeline(c->plan);
