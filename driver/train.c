@@ -99,7 +99,7 @@ static int save_checkpoint(trainer *t, const char *path, int64_t step)
     kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
                        .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
                        .precision = kl_precision_name(t->cfg.precision),
-                       .schedule_steps = (uint64_t)t->schedule_span};
+                       .schedule_steps = (uint64_t)t->schedule_span, .config = t->opt.config_text};
     if (train_ranks_ckpt_begin(t, false))
         return -1;
     int rc = kl_checkpoint_save(t->s, path, &rs);
@@ -485,7 +485,9 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         return 1;
     t.rank = kl_comm_rank(t.comm);
     t.world = kl_comm_world(t.comm);
-    if (train_parse_flags(argc, argv, &t.opt, model_name) || train_check_ckpt_flags(&t.opt))
+    /* --config FILE's flags first, so that the command line's win. */
+    if (train_config_expand(&argc, &argv, &t.opt, model_name) || train_parse_flags(argc, argv, &t.opt, model_name) ||
+        train_check_ckpt_flags(&t.opt))
         goto done;
     if (t.world > 1 && t.opt.eval_only) {
         kl_error("--eval-only runs on one rank (this is rank %d of %d)\n"
@@ -550,6 +552,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     }
     if (t.opt.metrics && kl_outfile_open_log(&t.metrics, t.opt.metrics, t.opt.resume != NULL))
         goto done;
+    if (t.opt.config) {
+        char *js = train_config_json(&t.opt);
+        train_json_line(&t, "%s", js);
+        free(js);
+    }
     /* --eval-only prints the evaluation line alone. */
     if (t.opt.eval_only)
         t.opt.quiet = true;
@@ -654,6 +661,9 @@ done:
         rc = 1;
     for (int i = 0; i < t.opt.nowned; i++)
         free(t.opt.owned[i]);
+    for (int i = 0; i < t.opt.config_owned.n; i++)
+        free(t.opt.config_owned.v[i]);
+    free(t.opt.config_owned.v);
     kl_source_free(&src);
     free(t.averaged.v);
     train_ranks_free(&t);

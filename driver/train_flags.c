@@ -97,6 +97,10 @@ static const char usage[] =
     "  --progress P       auto, bar, lines or none (default auto: on a terminal one\n"
     "                     live line per epoch redrawn in place, else the periodic\n"
     "                     lines of --log-every)\n"
+    "  --config FILE      flags from FILE, one \"key = value\" a line (a train setting,\n"
+    "                     or a flag's name: save_every = 100, quiet = true); the\n"
+    "                     command line's flags win; recorded in checkpoints and\n"
+    "                     --metrics\n"
     "  --quiet            no progress lines, only the summary\n"
     "  -h, --help         this help\n"
     "\n"
@@ -331,6 +335,8 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             return -1;
         }
     }
+    if (o->partial)
+        return 0;
     if (o->batch_probe && !o->batch_auto) {
         kl_error("--probe times candidate batch sizes of --batch auto\n---> add --batch auto, or drop --probe");
         return -1;

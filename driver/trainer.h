@@ -51,11 +51,25 @@ typedef struct train_options {
     /* --progress (train_progress.h), resolved at start: a bar on a
      * terminal, the periodic lines elsewhere, or nothing. */
     int progress;
+    /* --config FILE (train_config_file.c): its path, its settings as read
+     * ("key = value" lines, for checkpoints and metrics), the strings it
+     * made; partial: one line's flags parsed alone (no checks across flags). */
+    const char *config, *config_text;
+    KL_VEC(char *) config_owned;
+    bool partial;
 } train_options;
 
 /* Parses argv into o; -1 after an error (reported). --help prints the
  * usage and exits. */
 int train_parse_flags(int argc, char **argv, train_options *o, const char *model);
+/* --config FILE in argv: argv becomes the program, the file's flags and
+ * the other flags (so that those win); -1 after an error in the file
+ * (reported with its file and line). Nothing without --config. */
+int train_config_expand(int *argc, char ***argv, train_options *o, const char *model);
+/* The metrics record of --config's settings: {"type": "config", "file":
+ * FILE, "text": the settings as a config file, "settings": {KEY: VALUE,
+ * ...} (the values in effect)}. Caller frees. */
+char *train_config_json(const train_options *o);
 /* Adds a train setting (a copy of value) as a flag would; -1 when full. */
 int train_add_setting(train_options *o, const char *key, const char *value);
 /* The flags given that may change the kernels from those built into the

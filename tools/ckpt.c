@@ -102,6 +102,18 @@ static int cmd_ckpt(int argc, char **argv)
                            c.precision[0] ? c.precision : "(none)", c.kiln_version);
     else
         kl_fprintf_escaped(stdout, "model, precision, roles: not recorded (version %u)\n", c.version);
+    if (c.config[0]) {
+        /* The settings as a config file reads them (comments included):
+         * --config of a file with these lines reproduces the run. */
+        kl_fprintf_escaped(stdout, "config:\n");
+        for (const char *p = c.config; *p;) {
+            size_t len = strcspn(p, "\n");
+            kl_fprintf_escaped(stdout, "  %.*s\n", (int)len, p);
+            p += len + (p[len] == '\n');
+        }
+    } else {
+        kl_fprintf_escaped(stdout, "config: %s\n", c.version >= 5 ? "none (no --config)" : "not recorded (before version 5)");
+    }
     kl_fprintf_escaped(stdout, "step: %llu (data position: the run's shuffled order, replayed to step %llu)\n",
                        (unsigned long long)rs->step, (unsigned long long)rs->step);
     if (c.version >= 4 && rs->schedule_steps)

@@ -4,6 +4,7 @@
  *
  *   "KILNCKPT" u32 version u32 count
  *   str model, str precision, str kiln version                 (version 3)
+ *   str config (the run's --config settings, "" without)        (version 5)
  *   count x { str name, str role (version 3), u32 dtype, u32 rank,
  *             i64 dims[rank], u64 bytes, data }
  *   u64 step, i64 clean_steps, i64 skipped, i64 skipped_in_row,
@@ -17,7 +18,9 @@
  * `kiln export` needs version 3 to know which values are params. Version
  * 4 records the span of the run's lr schedule (the step its schedule
  * ends at), so that a resumed run can tell whether it stretches it;
- * earlier versions load with 0 (not recorded). Written
+ * earlier versions load with 0 (not recorded). Version 5 records the
+ * settings of the run's --config file, so that a run reproduces from its
+ * checkpoint (`kiln ckpt` prints them). Written
  * through outfile.h, so a crash or a full disk mid-write leaves the
  * previous checkpoint whole.
  *
@@ -34,9 +37,11 @@
 #include "checkpoint.h"
 #include "runtime/files/outfile.h"
 
-#define CKPT_VERSION 4u
-/* The longest name, role or header string a checkpoint may hold. */
+#define CKPT_VERSION 5u
+/* The longest name, role or header string a checkpoint may hold; the
+ * run's --config settings may be longer. */
 #define CKPT_MAX_STR 4096u
+#define CKPT_MAX_CONFIG 65536u
 
 typedef struct writer {
     kl_outfile o;
@@ -100,6 +105,7 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
     put_str(&w, rs->model ? rs->model : "");
     put_str(&w, rs->precision ? rs->precision : "");
     put_str(&w, KILN_VERSION);
+    put_str(&w, rs->config ? rs->config : "");
     for (int i = 0; i < s->persist.n; i++) {
         kl_persist *p = &s->persist.v[i];
         maybe_die_in_save(rs->step, i, s->persist.n);
@@ -153,17 +159,19 @@ static int get(reader *r, void *dst, size_t n)
     return 0;
 }
 
-/* A string of at most CKPT_MAX_STR bytes, without NULs; NULL when the
- * bytes are not there or not such a string. */
-static char *get_str(reader *r)
+/* A string of at most max bytes, without NULs; NULL when the bytes are
+ * not there or not such a string. */
+static char *get_str_max(reader *r, uint32_t max)
 {
     uint32_t len;
-    if (get(r, &len, 4) || len > CKPT_MAX_STR || (size_t)(r->end - r->p) < len || memchr(r->p, 0, len))
+    if (get(r, &len, 4) || len > max || (size_t)(r->end - r->p) < len || memchr(r->p, 0, len))
         return NULL;
     char *s = kl_xstrndup((const char *)r->p, len);
     r->p += len;
     return s;
 }
+
+static char *get_str(reader *r) { return get_str_max(r, CKPT_MAX_STR); }
 
 /* Reads and checks the run state at the end of a checked file. */
 static int read_run_state(const char *path, uint32_t version, const unsigned char *at, kl_run_state *rs)
@@ -299,6 +307,10 @@ int kl_ckpt_read(kl_ckpt *c, const char *path)
         c->precision = kl_xstrdup("");
         c->kiln_version = kl_xstrdup("");
     }
+    if (c->version >= 5 ? !(c->config = get_str_max(&r, CKPT_MAX_CONFIG)) : !(c->config = kl_xstrdup(""))) {
+        kl_error("%s: malformed header (the config string)", path);
+        goto fail;
+    }
     if (read_run_state(path, c->version, r.end, &c->rs))
         goto fail;
     c->v = kl_xcalloc(count ? count : 1, sizeof *c->v);
@@ -339,6 +351,7 @@ void kl_ckpt_free(kl_ckpt *c)
     free(c->model);
     free(c->precision);
     free(c->kiln_version);
+    free(c->config);
     free(c->path);
     kl_source_free(&c->file);
     memset(c, 0, sizeof *c);

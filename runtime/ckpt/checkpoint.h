@@ -12,8 +12,9 @@ typedef struct kl_run_state {
     int64_t skipped, skipped_in_row; /* fp16: steps skipped in all, and in a row at the end */
     double loss_scale;               /* fp16: the scale of the next step; 1 otherwise */
     uint64_t schedule_steps;         /* the lr schedule's span, its last step (0: not recorded, before version 4) */
-    /* Saving: what the header records (NULL: ""). */
-    const char *model, *precision;
+    /* Saving: what the header records (NULL: ""); config: the run's
+     * --config settings (version 5). */
+    const char *model, *precision, *config;
     /* Loading: the scaler state above is an fp16 run's (version 3 says
      * so; versions 1 and 2 do not record the precision: true). */
     bool scaler_from_fp16;
@@ -36,6 +37,7 @@ typedef struct kl_ckpt {
     kl_source file;
     uint32_t version;
     char *model, *precision, *kiln_version;
+    char *config; /* the run's --config settings ("": none, or before version 5) */
     int n;
     kl_ckpt_entry *v;
     const kl_ckpt_entry **by_name; /* v sorted by name: kl_ckpt_find's index */

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites a Kiln checkpoint (runtime/ckpt/checkpoint.c, version 4, 3, 2 or 1) with crafted
+"""Rewrites a Kiln checkpoint (runtime/ckpt/checkpoint.c, version 5, 4, 3, 2 or 1) with crafted
 content and a valid checksum, so that the loader's own checks are what
 refuses it.
 
@@ -10,12 +10,13 @@ refuses it.
   ckpt_craft.py IN OUT v1                version 1 (the step alone, no scaler state)
   ckpt_craft.py IN OUT v2                version 2 (no header strings, no roles)
   ckpt_craft.py IN OUT v3                version 3 (no lr schedule span)
+  ckpt_craft.py IN OUT v4                version 4 (no config string)
   ckpt_craft.py IN OUT version N         the version field alone
   ckpt_craft.py IN OUT dtype NAME N      NAME's dtype field (version 3)
   ckpt_craft.py IN OUT rank NAME N       NAME's rank field (version 3; dims unchanged)
   ckpt_craft.py IN OUT nan NAME I        NAME's element I (f32) made a NaN
   ckpt_craft.py IN OUT value NAME I X    NAME's element I (f32) set to X (-1, inf, 1e-40)
-  ckpt_craft.py IN OUT scale X           the run state's loss scale (versions 2 to 4)
+  ckpt_craft.py IN OUT scale X           the run state's loss scale (versions 2 to 5)
   ckpt_craft.py IN OUT show              print the run state (no OUT written)
 """
 import struct
@@ -37,14 +38,14 @@ def string(data, off):
 
 
 def parse(data):
-    """The version, the header strings (version 3), the entries as [name,
+    """The version, the header strings (version 3; the config, version 5), the entries as [name,
     head (up to the byte count), data] and the run state."""
     assert data[:8] == b"KILNCKPT", "not a kiln checkpoint"
     version, count = struct.unpack_from("<II", data, 8)
-    assert version in (1, 2, 3, 4), version
+    assert version in (1, 2, 3, 4, 5), version
     off, entries, header = 16, [], []
     if version >= 3:
-        for _ in range(3):
+        for _ in range(4 if version >= 5 else 3):
             s, off = string(data, off)
             header.append(s)
     for _ in range(count):
@@ -82,7 +83,9 @@ def without_role(head):
 def write(path, version, header, entries, state):
     body = b"KILNCKPT" + struct.pack("<II", version, len(entries))
     if version >= 3:
-        body += b"".join(pack_str(s) for s in header)
+        body += b"".join(pack_str(s) for s in header[:3])
+    if version >= 5:
+        body += pack_str(header[3] if len(header) > 3 else "")
     for _, head, blob in entries:
         body += head + struct.pack("<Q", len(blob)) + blob
     body += struct.pack("<Qqqqd", *state[:5]) if version >= 2 else struct.pack("<Q", state[0])
@@ -103,11 +106,11 @@ def main():
     elif op == "skipped":
         assert len(state) >= 5, "a version 1 checkpoint has no skipped count"
         state[2] = int(args[0])
-    elif op in ("v1", "v2", "v3"):
-        if version >= 3 and op != "v3":
+    elif op in ("v1", "v2", "v3", "v4"):
+        if version >= 3 and op in ("v1", "v2"):
             entries = [[n, without_role(h), b] for n, h, b in entries]
         version = int(op[1])
-        state = state[:1] if version == 1 else state[:5]
+        state = state[:1] if version == 1 else state[:5] if version < 4 else state
     elif op == "dup":
         keep = [e for e in entries if e[0] == args[0]]
         assert keep and any(e[0] == args[1] for e in entries), args
@@ -133,7 +136,7 @@ def main():
     elif op == "version":
         version = int(args[0])
     elif op in ("dtype", "rank"):
-        assert version >= 3, "dtype and rank edit version 3 and 4 heads"
+        assert version >= 3, "dtype and rank edit version 3 to 5 heads"
         for e in entries:
             if e[0] == args[0]:
                 _, off = string(e[1], 0)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lr schedule's span is explicit across a resume (issue 32 item 12):
-# checkpoints (format version 4) record it, kiln ckpt shows it, and a run
+# checkpoints (format version 4 and later) record it, kiln ckpt shows it, and a run
 # resumed into another span says so in one line. tiny.kl has a cosine
 # schedule over the run's steps.
 #  - saved at step 40 of a 60-step schedule (--schedule-steps 60), resumed
