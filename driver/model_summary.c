@@ -23,6 +23,7 @@ typedef struct row {
     int64_t params;
     double fwd, bwd;
     int64_t act;
+    int gemm_dtype; /* its first forward GEMM's result dtype, or -1 */
 } row;
 
 typedef KL_VEC(row) rows;
@@ -32,7 +33,7 @@ static int find_row(rows *r, const ir_graph *g, const char *scope, int line)
     for (int i = 0; i < r->n; i++)
         if (scope ? !strcmp(r->v[i].scope, scope) : !r->v[i].scope[0] && r->v[i].line == line)
             return i;
-    row w = {.line = line, .out = -1};
+    row w = {.line = line, .out = -1, .gemm_dtype = -1};
     if (scope) {
         snprintf(w.scope, sizeof w.scope, "%s", scope);
         for (int i = 0; i < g->calls.n; i++)
@@ -62,14 +63,6 @@ static void add_op(row *w, const char *op)
     size_t len = strlen(w->ops);
     if (!strstr(have, probe) && len + strlen(op) + 2 < sizeof w->ops)
         snprintf(w->ops + len, sizeof w->ops - len, "%s%s", len ? "," : "", op);
-}
-
-static bool is_gemm(const kl_plan *p, int node)
-{
-    for (int i = 0; i < p->steps.n; i++)
-        if (p->steps.v[i].kind == KL_STEP_GEMM && p->steps.v[i].node == node)
-            return true;
-    return false;
 }
 
 void kl_model_summary(const kl_plan *p, int64_t batch, int64_t accumulate, FILE *out)
@@ -120,8 +113,11 @@ void kl_model_summary(const kl_plan *p, int64_t batch, int64_t accumulate, FILE 
             continue;
         gemm_step += (s->phase == IR_PHASE_UPDATE ? 1.0 : (double)accumulate) * s->flops;
         int k = s->node >= 0 ? node_row(&r, g, ir_nd(g, s->node)) : -1;
-        if (k >= 0)
-            *(s->phase == IR_PHASE_FORWARD ? &r.v[k].fwd : &r.v[k].bwd) += s->flops / (double)batch;
+        if (k < 0)
+            continue;
+        *(s->phase == IR_PHASE_FORWARD ? &r.v[k].fwd : &r.v[k].bwd) += s->flops / (double)batch;
+        if (s->phase == IR_PHASE_FORWARD && r.v[k].gemm_dtype < 0)
+            r.v[k].gemm_dtype = (int)ir_val(g, ir_nd(g, s->node)->out.v[0])->type.dtype;
     }
     /* Saved activations: forward results in their own arena memory that
      * stay live after the last forward step (backward reads them). */
@@ -158,14 +154,9 @@ void kl_model_summary(const kl_plan *p, int64_t batch, int64_t accumulate, FILE 
         const row *w = &r.v[i];
         char *type = w->out >= 0 ? ir_type_str(&ir_val(g, w->out)->type) : kl_xstrdup("-");
         /* The precision its GEMMs compute in, else its output's dtype. */
-        const char *prec = w->out >= 0 ? ir_dtype_name(ir_val(g, w->out)->type.dtype) : "-";
-        for (int j = 0; j < g->nodes.n; j++) {
-            const ir_node *n = g->nodes.v[j];
-            if (!n->dead && n->phase == IR_PHASE_FORWARD && is_gemm(p, j) && node_row(&r, g, n) == i) {
-                prec = ir_dtype_name(ir_val(g, n->out.v[0])->type.dtype);
-                break;
-            }
-        }
+        const char *prec = w->gemm_dtype >= 0 ? ir_dtype_name((ir_dtype)w->gemm_dtype)
+                           : w->out >= 0     ? ir_dtype_name(ir_val(g, w->out)->type.dtype)
+                                             : "-";
         fprintf(out, "  %-*s %5d  %-22s %12lld %14.0f %14.0f %12lld  %s\n", w0, w->scope[0] ? w->scope : w->ops, w->line,
                 type, (long long)w->params, w->fwd, w->bwd, (long long)w->act, prec);
         free(type);
