@@ -4,7 +4,8 @@
  * run's higher-numbered files: trainer.h). A new one is written whole and
  * renamed into place (runtime/files/outfile.h) before any older one is
  * removed, so a crash at any point leaves at least the previous one.
- * Also the checks of the flags that read and write values (--init,
+ * Also the one save every checkpoint goes through, the checks of the
+ * flags that read and write values (--init,
  * --eval-only, --predict), and --predict's output. */
 #include <dirent.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "runtime/ckpt/checkpoint.h"
 
 int train_check_ckpt_flags(const train_options *o)
 {
@@ -22,6 +24,19 @@ int train_check_ckpt_flags(const train_options *o)
     }
     if (o->keep && !o->save_every) {
         kl_error("--keep needs --save-every (it counts the periodic checkpoints)");
+        return -1;
+    }
+    if (o->resume_latest && !o->save) {
+        kl_error("--resume latest needs --save FILE (it continues the newest checkpoint of FILE's series)");
+        return -1;
+    }
+    if (o->resume_latest && (o->init || o->eval_only || o->generate)) {
+        kl_error("--resume latest continues a training run: leave out --init, --eval-only and --generate "
+                 "(they take --resume FILE)");
+        return -1;
+    }
+    if (o->save_best && o->save && !strcmp(o->save_best, o->save)) {
+        kl_error("--save-best and --save name the same file '%s': give --save-best its own", o->save);
         return -1;
     }
     if (o->init && o->resume) {
@@ -40,12 +55,25 @@ int train_check_ckpt_flags(const train_options *o)
         kl_error("--predict needs --eval-only (it writes the outputs of the evaluation)");
         return -1;
     }
-    if (o->eval_only && (o->save || o->save_init || o->export_path || o->trace_path || o->profile)) {
-        kl_error("--eval-only trains nothing: --save, --save-init, --export, --trace and --profile do not apply "
+    if (o->eval_only && (o->save || o->save_init || o->export_path || o->trace_path || o->profile || o->save_best)) {
+        kl_error("--eval-only trains nothing: --save, --save-best, --save-init, --export, --trace and --profile do not apply "
                  "(kiln export CKPT writes a checkpoint's params as safetensors)");
         return -1;
     }
     return 0;
+}
+
+int train_save_checkpoint(trainer *t, const char *path, int64_t step)
+{
+    kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
+                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
+                       .precision = kl_precision_name(t->cfg.precision),
+                       .schedule_steps = (uint64_t)t->schedule_span};
+    if (train_ranks_ckpt_begin(t, false))
+        return -1;
+    int rc = kl_checkpoint_save(t->s, path, &rs);
+    train_ranks_ckpt_end(t, false);
+    return rc;
 }
 
 char *train_periodic_path(const char *save, int64_t step)

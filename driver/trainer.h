@@ -31,6 +31,11 @@ typedef struct train_options {
     /* Checkpoints (train_ckpt.c): every save_every steps to SAVE.step-N,
      * the newest keep of them kept (0: all). */
     int64_t save_every, keep;
+    /* --save-best FILE: the checkpoint of the best epoch-end evaluation
+     * (train_best.c); --resume latest: the newest checkpoint of --save's
+     * series, or none (train_latest.c). */
+    const char *save_best;
+    bool resume_latest;
     /* safetensors out at the end (--export) and in at the start (--init,
      * --init-partial); evaluation alone (--eval-only) and per-sample
      * outputs (--predict, train_ckpt.c). */
@@ -135,6 +140,10 @@ struct trainer {
     int tp, tp_rank;
     KL_VEC(kl_persist) tp_full;
     KL_VEC(kl_persist) tp_held;
+    /* --resume latest: the checkpoint found (owned; NULL: none) and what
+     * its header records (train_latest.c). */
+    char *latest_path, *latest_model, *latest_precision;
+    uint64_t latest_span;
 };
 
 typedef struct eval_result {
@@ -189,6 +198,31 @@ int train_check_ckpt_flags(const train_options *o);
 int train_check_value_sizes(const trainer *t);
 char *train_periodic_path(const char *save, int64_t step);
 void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now);
+
+/* One checkpoint of the session's values at step (train_ckpt.c): the state
+ * averaged or gathered from the ranks first where it is split. */
+int train_save_checkpoint(trainer *t, const char *path, int64_t step);
+
+/* --resume latest (train_latest.c): o->resume set to the newest complete
+ * checkpoint of --save's series (SAVE and SAVE.step-N, by the step they
+ * hold), or left NULL when there is none (the run starts from scratch);
+ * said in one line. Damaged files are passed over with a note. -1 after
+ * an error (reported). check_latest: after the run's length is known,
+ * the checkpoint found against this run: its model, precision and lr
+ * schedule's span must be this run's (the same command resubmitted),
+ * else -1 with the reason. */
+int train_find_latest(trainer *t);
+int train_check_latest(const trainer *t, int64_t schedule_span);
+
+/* Preemption (train_preempt.c): with --save, SIGTERM and SIGUSR1 are
+ * caught from the start of training to its end; the loop asks at each
+ * step's boundary, saves --save and exits with TRAIN_EXIT_PREEMPTED.
+ * pending: the signal caught (0: none). */
+#define TRAIN_EXIT_PREEMPTED 75 /* EX_TEMPFAIL: try again (--resume latest continues) */
+void train_preempt_arm(void);
+void train_preempt_disarm(void);
+int train_preempt_pending(void);
+void train_preempt_test_hook(int64_t step); /* KILN_TEST_SIGNAL_AT (train_preempt.c) */
 
 /* --predict: the value an exec's logits are in (the input of its
  * cross-entropy), or -1; the output's start (count samples of classes

@@ -91,7 +91,7 @@ ir_graph *ir_graph_clone(const ir_graph *g)
     for (int i = 0; i < g->decls.n; i++)
         kl_vec_push(c->decls, g->decls.v[i]);
     for (int i = 0; i < g->reports.n; i++) {
-        ir_report r = {kl_xstrdup(g->reports.v[i].name), g->reports.v[i].value};
+        ir_report r = {kl_xstrdup(g->reports.v[i].name), g->reports.v[i].value, g->reports.v[i].lower_better};
         kl_vec_push(c->reports, r);
     }
     for (int i = 0; i < g->grads.n; i++)

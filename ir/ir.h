@@ -309,6 +309,9 @@ struct ir_node {
 typedef struct ir_report {
     char *name;
     int value;
+    /* better = lower (a loss, an error): which way "best" and early
+     * stopping read it; else higher is better (an accuracy). */
+    bool lower_better;
 } ir_report;
 
 /* A param and the value holding its gradient (set by autodiff). */

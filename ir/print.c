@@ -115,8 +115,8 @@ char *ir_print(const ir_graph *g)
     if (g->loss >= 0)
         kl_buf_printf(&b, "  loss %%%s\n", ir_val(g, g->loss)->name);
     for (int i = 0; i < g->reports.n; i++)
-        kl_buf_printf(&b, "  report %s = %%%s\n", g->reports.v[i].name,
-                      ir_val(g, g->reports.v[i].value)->name);
+        kl_buf_printf(&b, "  report %s = %%%s%s\n", g->reports.v[i].name,
+                      ir_val(g, g->reports.v[i].value)->name, g->reports.v[i].lower_better ? " better = lower" : "");
     for (int i = 0; i < g->grads.n; i++)
         kl_buf_printf(&b, "  grad %%%s = %%%s\n", ir_val(g, g->grads.v[i].param)->name,
                       ir_val(g, g->grads.v[i].grad)->name);
