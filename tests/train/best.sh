@@ -31,6 +31,12 @@ grep -qF "$want" out.txt && ok "sq_err is better lower: $want over $(tr '\n' ' '
   ok "kiln ir prints 'better = lower' for sq_err" || bad "kiln ir does not print sq_err's direction"
 "$kiln" ir "$testdir/train/best.kl" | grep -q '^  report acc = %[a-z0-9]*$' &&
   ok "kiln ir prints acc without a direction (higher)" || bad "kiln ir prints acc's report otherwise"
+# The text form reads back: a report's direction and an early_stop group.
+sed 's/^  seed = 5$/  seed = 5\n  early_stop = (metric = acc, patience = 2, min_delta = 0.01)/' "$testdir/train/best.kl" > es.kl
+"$kiln" ir es.kl > a.kir && "$kiln" ir a.kir > b.kir && cmp -s a.kir b.kir &&
+  grep -qF "early_stop = (metric = acc, patience = 2, min_delta = 0.01)" a.kir &&
+  ok "kiln ir's text with 'better = lower' and an early_stop group reads back unchanged" ||
+  bad "the IR text with better = lower and early_stop does not read back"
 
 # ---- --save-best: the saved file evaluates to the best epoch's line ----
 line=$(grep "^epoch $wepoch/6  eval" out.txt | sed 's/^epoch [0-9]*\/6  //; s/  (.*//')
