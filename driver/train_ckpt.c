@@ -195,6 +195,7 @@ typedef struct predict_out {
     ir_type sample;
     int64_t per;
     float *out;
+    predict_fields *fields; /* the declared outputs (predict_fields.c), or NULL */
 } predict_out;
 
 /* A model without a cross-entropy: the rows of its output. */
@@ -214,6 +215,10 @@ static void predict_output_batch(predict_out *p, kl_exec *e, const kl_batch *b)
 static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
 {
     predict_out *p = t->predict;
+    if (p->fields) {
+        train_fields_batch(p->fields, e, b);
+        return;
+    }
     if (p->out) {
         predict_output_batch(p, e, b);
         return;
@@ -247,25 +252,40 @@ static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
     free(host);
 }
 
-void train_predict_begin(trainer *t, int64_t count, const ir_graph *g)
+int train_predict_begin(trainer *t, int64_t count, const ir_graph *g)
 {
     predict_out *p = kl_xcalloc(1, sizeof *p);
     p->count = count;
     t->predict = p;
     t->on_eval_batch = predict_batch;
     int logits = train_logits_value(g);
+    if (logits < 0 && g->outputs.n) {
+        /* The batch: the inputs' first dimension. */
+        int64_t batch = -1;
+        for (int v = 0; v < g->values.n && batch < 0; v++)
+            if (ir_val(g, v)->kind == IR_VAL_INPUT && ir_val(g, v)->type.rank > 0)
+                batch = ir_val(g, v)->type.dim[0];
+        if (!(p->fields = train_fields_begin(g, count, batch))) {
+            free(p);
+            t->predict = NULL;
+            t->on_eval_batch = NULL;
+            return -1;
+        }
+        return 0;
+    }
     if (logits < 0) {
         const ir_type *ot = &ir_val(g, train_output_value(g))->type;
         p->sample = *ot;
         p->per = ir_type_numel(ot) / ot->dim[0];
         p->out = kl_xcalloc((size_t)(count * p->per) + 1, sizeof *p->out);
-        return;
+        return 0;
     }
     int classes = (int)ir_val(g, logits)->type.dim[1];
     p->classes = classes;
     p->pred = kl_xcalloc((size_t)count + 1, sizeof *p->pred);
     p->label = kl_xcalloc((size_t)count + 1, sizeof *p->label);
     p->logits = kl_xcalloc((size_t)(count * classes) + 1, sizeof *p->logits);
+    return 0;
 }
 
 /* One .npy (format 1.0) of count records {pred i32, label i32, logits
@@ -275,6 +295,10 @@ int train_predict_finish(trainer *t)
 {
     predict_out *p = t->predict;
     int rc = -1;
+    if (p->fields) {
+        rc = train_fields_finish(p->fields, t->opt.predict);
+        goto done;
+    }
     if (p->done != p->count) {
         kl_error("%s: %lld of %lld test samples evaluated", t->opt.predict, (long long)p->done, (long long)p->count);
         goto done;

@@ -236,8 +236,17 @@ int train_labels_value(const ir_graph *g); /* the cross-entropy's labels, or -1 
 /* Without a cross-entropy: the value the loss compares with a target
  * (predict_output.c), or -1. */
 int train_output_value(const ir_graph *g);
-/* count samples of the eval plan g's logits (or output). */
-void train_predict_begin(trainer *t, int64_t count, const ir_graph *g);
+/* count samples of the eval plan g's logits (or output, or declared
+ * outputs: -1 after an error, reported). */
+int train_predict_begin(trainer *t, int64_t count, const ir_graph *g);
+/* The declared outputs (output NAME = ...) of a model without a
+ * classifier, as one .npy of records (predict_fields.c): begin (NULL
+ * after an error, reported), each evaluation batch, the file written
+ * whole (the state freed either way). */
+typedef struct predict_fields predict_fields;
+predict_fields *train_fields_begin(const ir_graph *g, int64_t count, int64_t batch);
+void train_fields_batch(predict_fields *p, kl_exec *e, const kl_batch *b);
+int train_fields_finish(predict_fields *p, const char *path);
 int train_predict_finish(trainer *t);
 
 /* The loss and metrics over the test set (train_eval.c); returns the

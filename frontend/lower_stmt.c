@@ -212,6 +212,27 @@ static void exec_report(lower *L, frame *f, const ast_stmt *s)
     kl_vec_push(L->g->reports, r);
 }
 
+/* output NAME = EXPR: binds NAME as an assignment does, and declares it
+ * one of the model's outputs (per sample: its first dimension is the
+ * batch), which --predict writes. */
+static void exec_output(lower *L, frame *f, const ast_stmt *s)
+{
+    if (strcmp(s->word, "output"))
+        lower_fail_at(L, s->loc, "'%s %s = ...' is no statement (an output is 'output %s = ...')", s->word, s->name,
+                      s->name);
+    if (f->def)
+        lower_fail_at(L, s->loc, "output belongs in the model block, not inside a def");
+    for (int i = 0; i < L->g->outputs.n; i++)
+        if (!strcmp(L->g->outputs.v[i].name, s->name))
+            lower_fail_at(L, s->name_loc, "output '%s' is declared twice", s->name);
+    lv v = lower_eval(L, f, s->value);
+    if (v.kind != LV_TENSOR || type_of(L, &v)->rank < 1)
+        lower_fail_at(L, s->value->loc, "an output is a tensor whose first dimension is the batch");
+    ir_report r = {kl_xstrdup(s->name), v.v, false};
+    kl_vec_push(L->g->outputs, r);
+    lower_bind(L, f, s->name, v);
+}
+
 /* Runs statements; returns what a return statement gave (LV_NONE when
  * there is none). */
 lv lower_exec_body(lower *L, frame *f, const ast_stmt *body)
@@ -238,6 +259,9 @@ lv lower_exec_body(lower *L, frame *f, const ast_stmt *body)
             break;
         case AST_REPORT:
             exec_report(L, f, s);
+            break;
+        case AST_OUTPUT:
+            exec_output(L, f, s);
             break;
         case AST_RETURN:
             if (!f->def)

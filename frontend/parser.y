@@ -204,6 +204,10 @@ stmt
                                   $$->type = $4; $$->opts = $5; }
     | INPUT IDENT ':' type      { $$ = stmt_new(AST_INPUT, @1); $$->name = $2; $$->name_loc = L(@2); $$->type = $4; }
     | RETURN expr               { $$ = stmt_new(AST_RETURN, @1); $$->value = $2; }
+    /* output NAME = EXPR: output is no keyword (a model may name a value
+     * output); lowering refuses any other first name. */
+    | IDENT IDENT '=' expr      { $$ = stmt_new(AST_OUTPUT, @1); $$->word = $1; $$->name = $2; $$->name_loc = L(@2);
+                                  $$->value = $4; }
     | REPORT expr report_opts   { $$ = stmt_new(AST_REPORT, @1); $$->value = $2; $$->opts = $3; }
     | REPORT IDENT '=' expr report_opts
                                 { $$ = stmt_new(AST_REPORT, @1); $$->name = $2; $$->name_loc = L(@2); $$->value = $4;

@@ -328,6 +328,9 @@ struct ir_graph {
     KL_VEC(int) decls;  /* inputs, params and state, in declaration order */
     int loss;           /* value id or -1 */
     KL_VEC(ir_report) reports;
+    /* output NAME = ...: per-sample values (first dimension the batch)
+     * that --predict writes; kept, like reports (lower_better unused). */
+    KL_VEC(ir_report) outputs;
     KL_VEC(ir_grad_pair) grads;
     ir_attrs train;     /* the train block, key = value */
     KL_VEC(char *) passes; /* passes run so far, in order */

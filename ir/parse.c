@@ -662,6 +662,20 @@ static void parse_graph_body(parser *p)
                 fail_at(p, gloc, "the gradient's shape differs from the param's");
             ir_grad_pair gp = {param, grad};
             kl_vec_push(p->g->grads, gp);
+        } else if (is_word(p, "output")) {
+            next(p);
+            kl_loc loc = p->t.loc;
+            char *name = take_ident(p, "an output name");
+            ir_report r = {name, -1, false};
+            kl_vec_push(p->g->outputs, r);
+            for (int i = 0; i + 1 < p->g->outputs.n; i++)
+                if (!strcmp(p->g->outputs.v[i].name, name))
+                    fail_at(p, loc, "output declared twice");
+            expect_punct(p, '=');
+            if (p->t.kind != T_VALUE)
+                expected(p, "a value name");
+            p->g->outputs.v[p->g->outputs.n - 1].value = lookup(p, p->t.loc, p->t.text);
+            next(p);
         } else if (is_word(p, "report")) {
             next(p);
             kl_loc loc = p->t.loc;
