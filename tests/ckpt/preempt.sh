@@ -85,6 +85,25 @@ KILN_TEST_SIGNAL_AT=5 ./tiny --threads 1 --quiet --epochs 10 --save u.ckpt > /de
 [ $rc -eq 75 ] && ok "SIGTERM without --save-every: exit 75, u.ckpt at step $("$kiln" ckpt u.ckpt | grep '^step:' | cut -d' ' -f2)" ||
   bad "SIGTERM without --save-every: exit $rc"
 
+# ---- 2 ranks, the signal on rank 1 alone: both stop at its step ----
+# (Open MPI's MPMD form gives rank 1 alone the hook.) Every rank stops
+# after the same step, rank 0 saves, and the resubmission ends with the
+# uninterrupted 2-rank run's final checkpoint.
+if command -v mpirun > /dev/null; then
+  mpi=(timeout 120 mpirun --allow-run-as-root --oversubscribe)
+  two=(./tiny --threads 1 --quiet --epochs 4)
+  "${mpi[@]}" -np 2 "${two[@]}" --save r2w.ckpt > /dev/null 2>&1 || bad "the uninterrupted 2-rank run failed"
+  "${mpi[@]}" -np 1 "${two[@]}" --save r2.ckpt --resume latest : -np 1 -x KILN_TEST_SIGNAL_AT=7 "${two[@]}" --save r2.ckpt \
+    --resume latest > r2.out 2>&1; rc=$?
+  at=$("$kiln" ckpt r2.ckpt 2> /dev/null | grep '^step:' | cut -d' ' -f2)
+  grep -q "^preempted (a signal on another rank) at step 7 of 8" r2.out && [ "$at" = 7 ] &&
+    ok "2 ranks, SIGTERM on rank 1: rank 0 stopped at step 7 too and saved it (mpirun exit $rc)" ||
+    { bad "2 ranks, SIGTERM on rank 1: exit $rc, r2.ckpt at step '$at'"; tail -5 r2.out; }
+  "${mpi[@]}" -np 2 "${two[@]}" --save r2.ckpt --resume latest > /dev/null 2>&1 || bad "the 2-rank resubmission failed"
+  cmp -s r2.ckpt r2w.ckpt && ok "2 ranks resubmitted: the uninterrupted 2-rank run's final checkpoint" ||
+    bad "2 ranks: the final checkpoint differs"
+fi
+
 # ---- --resume latest: none, damaged, another model or run ----
 out=$(./tiny --threads 1 --epochs 1 --save fresh2.ckpt --resume latest 2>&1)
 grep -qF -- "--resume latest: no checkpoint of fresh2.ckpt yet: starting from scratch" <<< "$out" &&
