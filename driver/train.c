@@ -5,6 +5,7 @@
  * the summary: train_observe.c; evaluation: train_eval.c). `kiln build` links this with
  * the model's source and its precompiled kernels. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,19 +95,6 @@ static void adjust_loss_scale(trainer *t)
     }
 }
 
-static int save_checkpoint(trainer *t, const char *path, int64_t step)
-{
-    kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
-                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
-                       .precision = kl_precision_name(t->cfg.precision),
-                       .schedule_steps = (uint64_t)t->schedule_span, .config = t->opt.config_text};
-    if (train_ranks_ckpt_begin(t, false))
-        return -1;
-    int rc = kl_checkpoint_save(t->s, path, &rs);
-    train_ranks_ckpt_end(t, false);
-    return rc;
-}
-
 /* --save-every: SAVE.step-N, then the older ones of this run's series
  * beyond --keep go (first: the step this run began at). */
 static int save_periodic(trainer *t, int64_t step, int64_t first)
@@ -117,7 +105,7 @@ static int save_periodic(trainer *t, int64_t step, int64_t first)
     if (!t->opt.save)
         return 0;
     char *path = train_periodic_path(t->opt.save, step);
-    int rc = save_checkpoint(t, path, step);
+    int rc = train_save_checkpoint(t, path, step);
     free(path);
     if (!rc)
         train_prune_checkpoints(&t->opt, first, step);
@@ -161,6 +149,8 @@ static void note_schedule_span(const trainer *t, uint64_t saved)
 static int resume(trainer *t, train_loop *lp)
 {
     kl_run_state rs;
+    if (t->opt.resume_latest && train_check_latest(t, t->schedule_span))
+        return -1;
     if (train_ranks_ckpt_begin(t, true))
         return -1;
     int rc = kl_checkpoint_load(t->s, t->opt.resume, (uint64_t)lp->total, &rs);
@@ -212,8 +202,12 @@ static void watch_cpu_wait(trainer *t, train_loop *lp)
 static bool run_step(trainer *t, train_loop *lp, double *lr)
 {
     const kl_train_config *c = &t->cfg;
+    train_preempt_test_hook(lp->step + 1);
     write_hyper(t, lp->step + 1, lr);
-    double sums[2] = {0, 0}; /* this rank's loss and metric over the micro-batches */
+    /* This rank's loss and metric over the micro-batches, and whether a
+     * preemption signal came: summed over the ranks, so that every rank
+     * stops at the same step's boundary. */
+    double sums[3] = {0, 0, (double)train_preempt_pending()};
     for (int64_t m = 0; m < c->accumulate; m++) {
         double w0 = kl_now();
         kl_nvtx_push("data wait");
@@ -236,7 +230,9 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
             sums[1] += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
     }
     /* The global batch's: the mean over the ranks. */
-    train_ranks_sums(t, sums, 2);
+    train_ranks_sums(t, sums, 3);
+    if (sums[2] > 0 && !lp->preempted)
+        lp->preempted = train_preempt_pending() ? train_preempt_pending() : -1;
     lp->win_loss += sums[0] / t->world;
     lp->win_metric += sums[1] / t->world;
     adjust_loss_scale(t);
@@ -299,16 +295,12 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
     double epoch_s = kl_now() - epoch_t0;
     train_ranks_settle(t);
     if (c->eval_every == 0 || !t->eval)
-        return t->opt.save && save_checkpoint(t, t->opt.save, lp->step) ? -1 : 0;
+        return t->opt.save && train_save_checkpoint(t, t->opt.save, lp->step) ? -1 : 0;
     double eval_s = train_evaluate(t, &lp->er);
     if (eval_data_check(t, &lp->er))
         return -1;
     lp->eval_s += eval_s;
     lp->evaluated_at_end = true;
-    if (lp->metric_count && lp->er.metric[0] > lp->best) {
-        lp->best = lp->er.metric[0];
-        lp->best_epoch = epoch + 1;
-    }
     printf("epoch %lld/%lld  eval  loss %.4f", (long long)epoch + 1, (long long)c->epochs, lp->er.loss);
     if (metric_name)
         printf("  %s %.4f", metric_name, lp->er.metric[0]);
@@ -318,9 +310,28 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
               (long long)epoch + 1, (long long)lp->step, lp->er.loss, metric_name ? metric_name : "metric",
               lp->er.metric[0], epoch_s);
     train_tboard_eval(t, lp);
-    if (t->opt.save && save_checkpoint(t, t->opt.save, lp->step))
+    if (train_best_after_eval(t, lp, epoch))
+        return -1;
+    if (t->opt.save && train_save_checkpoint(t, t->opt.save, lp->step))
         return -1;
     return 0;
+}
+
+/* A preemption signal (train_preempt.c) at this step's boundary: --save
+ * at this step (every rank settles; rank 0 writes), one line, and the
+ * run's distinct exit status. */
+static int stop_preempted(trainer *t, train_loop *lp)
+{
+    train_ranks_settle(t);
+    if (t->opt.save && train_save_checkpoint(t, t->opt.save, lp->step))
+        return 1;
+    const char *sig = lp->preempted == SIGTERM ? "SIGTERM" : lp->preempted == SIGUSR1 ? "SIGUSR1" : "a signal on another rank";
+    kl_fprintf_escaped(stdout, "preempted (%s) at step %lld of %lld: saved %s; the same command with --resume latest "
+                       "continues (exit status %d)\n", sig, (long long)lp->step, (long long)lp->total,
+                       t->opt.save ? t->opt.save : "(rank 0's --save)", TRAIN_EXIT_PREEMPTED);
+    fflush(stdout);
+    train_json_line(t, "{\"type\": \"preempted\", \"step\": %lld}", (long long)lp->step);
+    return TRAIN_EXIT_PREEMPTED;
 }
 
 /* The loop: epochs of steps, each step logged every log_every and checked
@@ -358,7 +369,9 @@ static int run_training(trainer *t)
             kl_model_summary_ranks(t->train->plan, t->world, stdout);
         fflush(stdout);
     }
-    for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total; epoch++) {
+    if (train_best_setup(t, &lp))
+        goto out;
+    for (int64_t epoch = lp.step / lp.per_epoch; epoch < c->epochs && lp.step < lp.total && !lp.watch.stopped; epoch++) {
         /* A resumed run starts past the batches it already took in this
          * epoch: the order is the seed's and the epoch's, so the position
          * is the step's. */
@@ -417,6 +430,11 @@ static int run_training(trainer *t)
                            kl_backend_is_cuda(t->s->be) ? t->peak_bytes : 0, logged || at_end);
             if (logged)
                 train_log_progress(t, &lp, epoch, loss_now, lr);
+            if (lp.preempted) {
+                train_bar_break(&lp.bar);
+                rc = stop_preempted(t, &lp);
+                goto out;
+            }
             if (c->eval_every > 0 && lp.step % c->eval_every == 0 && !at_end && eval_between_steps(t, &lp))
                 goto out;
             if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step, lp.first_step))
@@ -438,6 +456,7 @@ static int run_training(trainer *t)
         }
     }
     train_print_summary(t, &lp);
+    train_best_print_summary(t, &lp);
     /* For --profile's bottleneck summary: the steps this run timed. */
     t->run_steps = lp.clock.run_steps;
     t->run_step_s = lp.clock.run_s;
@@ -453,7 +472,7 @@ static int run_training(trainer *t)
         kl_fprintf_escaped(stdout,
                            "data: %lld training sample%s skipped while reading (on_error = skip); the first: %s\n",
                            (long long)skipped, skipped == 1 ? "" : "s", first);
-    rc = t->opt.save && save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
+    rc = t->opt.save && train_save_checkpoint(t, t->opt.save, lp.step) ? -1 : 0;
     /* Tensor-parallel params and zero3's slices are exported whole
      * (train_tp.c, train_ranks.c). */
     if (!rc && t->opt.export_path) {
@@ -489,6 +508,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (train_config_expand(&argc, &argv, &t.opt, model_name) || train_parse_flags(argc, argv, &t.opt, model_name) ||
         train_check_ckpt_flags(&t.opt))
         goto done;
+    /* Every rank finds the same file (--save's folder is shared, as
+     * --resume's is); with --save, preemption signals are caught. */
+    if (t.opt.resume_latest && train_find_latest(&t))
+        goto done;
+    bool preemptible = t.opt.save != NULL;
     if (t.world > 1 && t.opt.eval_only) {
         kl_error("--eval-only runs on one rank (this is rank %d of %d)\n"
                  "---> run it without mpirun or srun",
@@ -498,7 +522,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     if (t.rank > 0) {
         /* --save-every stays: every rank joins the averaging before a save. */
         t.opt.quiet = true;
-        t.opt.metrics = t.opt.save = t.opt.save_init = t.opt.trace_path = NULL;
+        t.opt.metrics = t.opt.save = t.opt.save_init = t.opt.trace_path = t.opt.save_best = NULL;
         t.opt.export_path = t.opt.predict = NULL;
         if (!freopen("/dev/null", "w", stdout)) {
             kl_error("rank %d: cannot send standard output to /dev/null", t.rank);
@@ -516,7 +540,8 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
      * one (--save's lock covers its periodic FILE.step-N too). */
     const char *outs[][2] = {{t.opt.save, "--save"},           {t.opt.export_path, "--export"},
                              {t.opt.predict, "--predict"},     {t.opt.save_init, "--save-init"},
-                             {t.opt.metrics, "--metrics"},     {t.opt.trace_path, "--trace"}};
+                             {t.opt.metrics, "--metrics"},     {t.opt.trace_path, "--trace"},
+                             {t.opt.save_best, "--save-best"}};
     for (size_t i = 0; i < sizeof outs / sizeof *outs; i++)
         if (outs[i][0] && kl_outfile_check(outs[i][0], outs[i][1]))
             goto done;
@@ -627,7 +652,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         train_print_start(&t, be, eb, peak);
     if (t.opt.init && train_ranks_init(&t))
         goto done;
-    if (t.opt.save_init && save_checkpoint(&t, t.opt.save_init, 0))
+    if (t.opt.save_init && train_save_checkpoint(&t, t.opt.save_init, 0))
         goto done;
     if (t.opt.profile)
         kl_exec_profile(t.train);
@@ -636,7 +661,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
             goto done;
         kl_exec_trace(t.train, t.trace);
     }
-    rc = run_training(&t) ? 1 : 0;
+    if (preemptible)
+        train_preempt_arm();
+    rc = run_training(&t);
+    train_preempt_disarm();
+    rc = rc == TRAIN_EXIT_PREEMPTED ? rc : rc ? 1 : 0;
     if (t.opt.profile)
         train_print_profile(&t);
 done:
@@ -666,10 +695,13 @@ done:
     free(t.opt.config_owned.v);
     kl_source_free(&src);
     free(t.averaged.v);
+    free(t.latest_path);
+    free(t.latest_model);
+    free(t.latest_precision);
     train_ranks_free(&t);
     /* A rank that stops with an error while the others wait in a
      * collective would hang them: the job ends here instead. */
-    if (rc && t.world * t.tp > 1)
+    if (rc && rc != TRAIN_EXIT_PREEMPTED && t.world * t.tp > 1)
         kl_comm_abort(t.comm, rc);
     kl_comm_close(t.comm);
     return rc;

@@ -4,7 +4,8 @@
  * run's higher-numbered files: trainer.h). A new one is written whole and
  * renamed into place (runtime/files/outfile.h) before any older one is
  * removed, so a crash at any point leaves at least the previous one.
- * Also the checks of the flags that read and write values (--init,
+ * Also the one save every checkpoint goes through, the checks of the
+ * flags that read and write values (--init,
  * --eval-only, --predict), and --predict's output. */
 #include <dirent.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "runtime/ckpt/checkpoint.h"
 
 int train_check_ckpt_flags(const train_options *o)
 {
@@ -22,6 +24,19 @@ int train_check_ckpt_flags(const train_options *o)
     }
     if (o->keep && !o->save_every) {
         kl_error("--keep needs --save-every (it counts the periodic checkpoints)");
+        return -1;
+    }
+    if (o->resume_latest && !o->save) {
+        kl_error("--resume latest needs --save FILE (it continues the newest checkpoint of FILE's series)");
+        return -1;
+    }
+    if (o->resume_latest && (o->init || o->eval_only || o->generate)) {
+        kl_error("--resume latest continues a training run: leave out --init, --eval-only and --generate "
+                 "(they take --resume FILE)");
+        return -1;
+    }
+    if (o->save_best && o->save && !strcmp(o->save_best, o->save)) {
+        kl_error("--save-best and --save name the same file '%s': give --save-best its own", o->save);
         return -1;
     }
     if (o->init && o->resume) {
@@ -40,12 +55,25 @@ int train_check_ckpt_flags(const train_options *o)
         kl_error("--predict needs --eval-only (it writes the outputs of the evaluation)");
         return -1;
     }
-    if (o->eval_only && (o->save || o->save_init || o->export_path || o->trace_path || o->profile)) {
-        kl_error("--eval-only trains nothing: --save, --save-init, --export, --trace and --profile do not apply "
+    if (o->eval_only && (o->save || o->save_init || o->export_path || o->trace_path || o->profile || o->save_best)) {
+        kl_error("--eval-only trains nothing: --save, --save-best, --save-init, --export, --trace and --profile do not apply "
                  "(kiln export CKPT writes a checkpoint's params as safetensors)");
         return -1;
     }
     return 0;
+}
+
+int train_save_checkpoint(trainer *t, const char *path, int64_t step)
+{
+    kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
+                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
+                       .precision = kl_precision_name(t->cfg.precision),
+                       .schedule_steps = (uint64_t)t->schedule_span, .config = t->opt.config_text};
+    if (train_ranks_ckpt_begin(t, false))
+        return -1;
+    int rc = kl_checkpoint_save(t->s, path, &rs);
+    train_ranks_ckpt_end(t, false);
+    return rc;
 }
 
 char *train_periodic_path(const char *save, int64_t step)
@@ -167,6 +195,7 @@ typedef struct predict_out {
     ir_type sample;
     int64_t per;
     float *out;
+    predict_fields *fields; /* the declared outputs (predict_fields.c), or NULL */
 } predict_out;
 
 /* A model without a cross-entropy: the rows of its output. */
@@ -186,6 +215,10 @@ static void predict_output_batch(predict_out *p, kl_exec *e, const kl_batch *b)
 static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
 {
     predict_out *p = t->predict;
+    if (p->fields) {
+        train_fields_batch(p->fields, e, b);
+        return;
+    }
     if (p->out) {
         predict_output_batch(p, e, b);
         return;
@@ -219,25 +252,40 @@ static void predict_batch(trainer *t, kl_exec *e, const kl_batch *b)
     free(host);
 }
 
-void train_predict_begin(trainer *t, int64_t count, const ir_graph *g)
+int train_predict_begin(trainer *t, int64_t count, const ir_graph *g)
 {
     predict_out *p = kl_xcalloc(1, sizeof *p);
     p->count = count;
     t->predict = p;
     t->on_eval_batch = predict_batch;
     int logits = train_logits_value(g);
+    if (logits < 0 && g->outputs.n) {
+        /* The batch: the inputs' first dimension. */
+        int64_t batch = -1;
+        for (int v = 0; v < g->values.n && batch < 0; v++)
+            if (ir_val(g, v)->kind == IR_VAL_INPUT && ir_val(g, v)->type.rank > 0)
+                batch = ir_val(g, v)->type.dim[0];
+        if (!(p->fields = train_fields_begin(g, count, batch))) {
+            free(p);
+            t->predict = NULL;
+            t->on_eval_batch = NULL;
+            return -1;
+        }
+        return 0;
+    }
     if (logits < 0) {
         const ir_type *ot = &ir_val(g, train_output_value(g))->type;
         p->sample = *ot;
         p->per = ir_type_numel(ot) / ot->dim[0];
         p->out = kl_xcalloc((size_t)(count * p->per) + 1, sizeof *p->out);
-        return;
+        return 0;
     }
     int classes = (int)ir_val(g, logits)->type.dim[1];
     p->classes = classes;
     p->pred = kl_xcalloc((size_t)count + 1, sizeof *p->pred);
     p->label = kl_xcalloc((size_t)count + 1, sizeof *p->label);
     p->logits = kl_xcalloc((size_t)(count * classes) + 1, sizeof *p->logits);
+    return 0;
 }
 
 /* One .npy (format 1.0) of count records {pred i32, label i32, logits
@@ -247,6 +295,10 @@ int train_predict_finish(trainer *t)
 {
     predict_out *p = t->predict;
     int rc = -1;
+    if (p->fields) {
+        rc = train_fields_finish(p->fields, t->opt.predict);
+        goto done;
+    }
     if (p->done != p->count) {
         kl_error("%s: %lld of %lld test samples evaluated", t->opt.predict, (long long)p->done, (long long)p->count);
         goto done;

@@ -35,9 +35,10 @@ static kl_exec *make_eval_only_exec(trainer *t, const kl_source *src, int64_t ba
         g = kl_compiled_take_graph(c);
         out = train_output_value(g);
     }
-    if (t->opt.predict && logits < 0 && out < 0) {
-        kl_error("--predict: the model has no cross_entropy whose logits it could write, and its loss compares no "
-                 "output with a target (such as pred in mean((pred - y) ** 2))");
+    if (t->opt.predict && logits < 0 && out < 0 && !g->outputs.n) {
+        kl_error("--predict: the model has no cross_entropy whose logits it could write, declares no output, and its "
+                 "loss compares no output with a target (such as pred in mean((pred - y) ** 2))\n"
+                 "---> declare what to write in the model: output NAME = EXPR");
         ir_graph_free(g);
         return NULL;
     }
@@ -106,8 +107,8 @@ int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
     if (t->opt.resume ? kl_checkpoint_load_held(t->s, t->opt.resume, &rs)
                       : kl_st_init_session(t->s, t->opt.init, t->opt.init_partial, false))
         return -1;
-    if (t->opt.predict)
-        train_predict_begin(t, n, t->eval->g);
+    if (t->opt.predict && train_predict_begin(t, n, t->eval->g))
+        return -1;
     eval_result er;
     train_evaluate(t, &er);
     const ir_graph *eg = t->eval->g;

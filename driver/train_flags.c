@@ -72,6 +72,12 @@ static const char usage[] =
     "                     higher-numbered files stay; default: all)\n"
     "  --save-init FILE   write a checkpoint of the initial values, then train\n"
     "  --resume FILE      continue from a checkpoint (of any precision)\n"
+    "  --resume latest    with --save FILE: continue from the newest whole checkpoint\n"
+    "                     of FILE and FILE.step-N of the same model and settings, or\n"
+    "                     start from scratch when there is none (a job resubmitted\n"
+    "                     unchanged; ./latest names a file called latest)\n"
+    "  --save-best FILE   write the checkpoint of each new best epoch-end evaluation\n"
+    "                     (early_stop's metric, else the first report, else the loss)\n"
     "  --init FILE        start from the params (and running statistics) of a\n"
     "                     safetensors file: every name and shape must match\n"
     "  --init-partial     with --init: load the tensors that match, keep the\n"
@@ -82,7 +88,8 @@ static const char usage[] =
     "                     the evaluation line, train nothing\n"
     "  --predict FILE     with --eval-only: write each test sample's predicted\n"
     "                     class, label and logits as a .npy file (see README);\n"
-    "                     without a cross_entropy, the model's output\n"
+    "                     without a cross_entropy, the outputs it declares (output\n"
+    "                     NAME = ..., named and shaped in the header), else its output\n"
     "  --generate TEXT    with --resume (or --init): print TEXT and the bytes a\n"
     "                     byte-level language model draws after it, train nothing\n"
     "  --tokens N         with --generate: bytes to draw (default 200, at most " TRAIN_GEN_MAX_TOKENS_STR ")\n"
@@ -103,6 +110,9 @@ static const char usage[] =
     "                     --metrics\n"
     "  --quiet            no progress lines, only the summary\n"
     "  -h, --help         this help\n"
+    "\n"
+    "With --save, SIGTERM and SIGUSR1 stop the run at the next step's end: it\n"
+    "saves FILE and exits with status 75; --resume latest continues it.\n"
     "\n"
     "The executable holds the kernels of its train block's settings. Flags that\n"
     "change the plan (--batch, --accumulate, --precision, --memory-limit, --data\n"
@@ -150,7 +160,7 @@ static const struct { const char *flag, *key; } mapped[] = {
 char *train_kernel_flags(const train_options *o)
 {
     static const char *const neutral[] = {"epochs", "steps", "seed", "eval_every", "log_every", "threads", "lr", "schedule_steps",
-                                         "tensorboard", "shard", "bucket", "overlap", "comm_timeout"};
+                                         "tensorboard", "shard", "bucket", "overlap", "comm_timeout", "early_stop"};
     kl_buf b = {0};
     if (o->batch_auto)
         kl_buf_puts(&b, "--batch auto");
@@ -305,7 +315,14 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
         } else if (!strcmp(a, "--eval-only")) {
             o->eval_only = true;
         } else if (!strcmp(a, "--resume") && has) {
+            /* latest: the newest of --save's series (a file named
+             * latest is ./latest). */
             o->resume = argv[++i];
+            o->resume_latest = !strcmp(o->resume, "latest");
+            if (o->resume_latest)
+                o->resume = NULL;
+        } else if (!strcmp(a, "--save-best") && has) {
+            o->save_best = argv[++i];
         } else if (!strcmp(a, "--set") && has) {
             const char *kv = argv[++i], *eq = strchr(kv, '=');
             if (!eq || eq == kv) {

@@ -9,6 +9,19 @@
 #include "runtime/observe/monitor.h"
 #include "runtime/cpu/cpu_wait.h"
 
+/* The metric that early stopping and --save-best watch (train_best.c):
+ * early_stop's, else the metric shown (the first report), else the
+ * evaluation loss. */
+typedef struct train_watch {
+    int index;         /* into eval_result.metric, or -1: the loss */
+    const char *name;
+    bool lower;        /* better = lower */
+    double best;
+    int64_t best_epoch, best_step; /* 0: no evaluation yet */
+    int64_t evals, bad; /* epoch-end evaluations, and those in a row without improvement */
+    bool stopped;      /* early stopping ended the run */
+} train_watch;
+
 /* What the loop carries from step to step. */
 typedef struct train_loop {
     kl_loader *loader;
@@ -29,6 +42,9 @@ typedef struct train_loop {
     eval_result er;
     double best;
     int64_t best_epoch;
+    bool metric_lower; /* the shown metric's better = lower */
+    train_watch watch;
+    int preempted;     /* the signal that stops the run at this step's boundary (0: none) */
     bool evaluated_at_end;
     /* At the last progress line: the loader's total wait and the process's
      * CPU time, for the window's data wait and CPU utilisation. */
@@ -53,5 +69,14 @@ void train_log_progress(trainer *t, train_loop *lp, int64_t epoch, double loss_n
 void train_tboard_eval(trainer *t, const train_loop *lp);
 void train_print_summary(trainer *t, train_loop *lp);
 void train_print_profile(const trainer *t);
+
+/* train_best.c: setup resolves the watched metric and checks early_stop
+ * and --save-best against the model and the run (-1 after an error,
+ * reported); after_eval takes an epoch-end evaluation (lp->er): the
+ * shown metric's best, the watched one's, --save-best's checkpoint,
+ * early stopping (lp->watch.stopped); print_summary: the best line. */
+int train_best_setup(trainer *t, train_loop *lp);
+int train_best_after_eval(trainer *t, train_loop *lp, int64_t epoch);
+void train_best_print_summary(trainer *t, const train_loop *lp);
 
 #endif

@@ -31,6 +31,11 @@ typedef struct train_options {
     /* Checkpoints (train_ckpt.c): every save_every steps to SAVE.step-N,
      * the newest keep of them kept (0: all). */
     int64_t save_every, keep;
+    /* --save-best FILE: the checkpoint of the best epoch-end evaluation
+     * (train_best.c); --resume latest: the newest checkpoint of --save's
+     * series, or none (train_latest.c). */
+    const char *save_best;
+    bool resume_latest;
     /* safetensors out at the end (--export) and in at the start (--init,
      * --init-partial); evaluation alone (--eval-only) and per-sample
      * outputs (--predict, train_ckpt.c). */
@@ -152,6 +157,10 @@ struct trainer {
     int tp, tp_rank;
     KL_VEC(kl_persist) tp_full;
     KL_VEC(kl_persist) tp_held;
+    /* --resume latest: the checkpoint found (owned; NULL: none) and what
+     * its header records (train_latest.c). */
+    char *latest_path, *latest_model, *latest_precision;
+    uint64_t latest_span;
 };
 
 typedef struct eval_result {
@@ -207,6 +216,31 @@ int train_check_value_sizes(const trainer *t);
 char *train_periodic_path(const char *save, int64_t step);
 void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now);
 
+/* One checkpoint of the session's values at step (train_ckpt.c): the state
+ * averaged or gathered from the ranks first where it is split. */
+int train_save_checkpoint(trainer *t, const char *path, int64_t step);
+
+/* --resume latest (train_latest.c): o->resume set to the newest complete
+ * checkpoint of --save's series (SAVE and SAVE.step-N, by the step they
+ * hold), or left NULL when there is none (the run starts from scratch);
+ * said in one line. Damaged files are passed over with a note. -1 after
+ * an error (reported). check_latest: after the run's length is known,
+ * the checkpoint found against this run: its model, precision and lr
+ * schedule's span must be this run's (the same command resubmitted),
+ * else -1 with the reason. */
+int train_find_latest(trainer *t);
+int train_check_latest(const trainer *t, int64_t schedule_span);
+
+/* Preemption (train_preempt.c): with --save, SIGTERM and SIGUSR1 are
+ * caught from the start of training to its end; the loop asks at each
+ * step's boundary, saves --save and exits with TRAIN_EXIT_PREEMPTED.
+ * pending: the signal caught (0: none). */
+#define TRAIN_EXIT_PREEMPTED 75 /* EX_TEMPFAIL: try again (--resume latest continues) */
+void train_preempt_arm(void);
+void train_preempt_disarm(void);
+int train_preempt_pending(void);
+void train_preempt_test_hook(int64_t step); /* KILN_TEST_SIGNAL_AT (train_preempt.c) */
+
 /* --predict: the value an exec's logits are in (the input of its
  * cross-entropy), or -1; the output's start (count samples of classes
  * logits), each evaluation batch's rows, and the file written whole.
@@ -219,8 +253,17 @@ int train_labels_value(const ir_graph *g); /* the cross-entropy's labels, or -1 
 /* Without a cross-entropy: the value the loss compares with a target
  * (predict_output.c), or -1. */
 int train_output_value(const ir_graph *g);
-/* count samples of the eval plan g's logits (or output). */
-void train_predict_begin(trainer *t, int64_t count, const ir_graph *g);
+/* count samples of the eval plan g's logits (or output, or declared
+ * outputs: -1 after an error, reported). */
+int train_predict_begin(trainer *t, int64_t count, const ir_graph *g);
+/* The declared outputs (output NAME = ...) of a model without a
+ * classifier, as one .npy of records (predict_fields.c): begin (NULL
+ * after an error, reported), each evaluation batch, the file written
+ * whole (the state freed either way). */
+typedef struct predict_fields predict_fields;
+predict_fields *train_fields_begin(const ir_graph *g, int64_t count, int64_t batch);
+void train_fields_batch(predict_fields *p, kl_exec *e, const kl_batch *b);
+int train_fields_finish(predict_fields *p, const char *path);
 int train_predict_finish(trainer *t);
 
 /* The loss and metrics over the test set (train_eval.c); returns the

@@ -94,6 +94,7 @@ void ast_stmts_free(ast_stmt *s)
         ast_type_free(s->type);
         ast_expr_free(s->value);
         ast_args_free(s->opts);
+        free(s->word);
         free(s);
         s = next;
     }

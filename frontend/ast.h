@@ -62,6 +62,7 @@ typedef enum ast_stmt_kind {
     AST_INPUT,  /* input name : type */
     AST_RETURN, /* return value */
     AST_REPORT, /* report [name =] value */
+    AST_OUTPUT, /* output name = value (word: the first name, "output") */
 } ast_stmt_kind;
 
 typedef struct ast_stmt {
@@ -71,7 +72,8 @@ typedef struct ast_stmt {
     kl_loc name_loc;
     ast_type *type;
     ast_expr *value;
-    ast_arg *opts;    /* param options */
+    ast_arg *opts;    /* param and report options */
+    char *word;       /* AST_OUTPUT: the statement's first name, as written */
     struct ast_stmt *next;
     struct ast_stmt *last; /* on a list's first statement: where ast_stmt_append starts looking for the end */
 } ast_stmt;

@@ -315,6 +315,8 @@ static lv eval_expr(lower *L, frame *f, const ast_expr *e)
         return tensor_lv(lower_emit(L, f, IR_OP_NEG, &a.v, 1, NULL, e->loc), e->loc);
     }
     case AST_CALL:
+        if (!e->s[0])
+            lower_fail_at(L, e->loc, "a group (key = value, ...) is a train setting's value, not a model expression");
         return lower_call(L, f, e);
     case AST_LIST: {
         int n = 0;

@@ -165,6 +165,25 @@ static void exec_input(lower *L, frame *f, const ast_stmt *s)
     lower_bind(L, f, s->name, tensor_lv(id, s->name_loc));
 }
 
+/* A metric's direction when its report does not say: a loss or an
+ * error (by its name: loss, error, err, mse, mae, rmse, nll, perplexity,
+ * ppl as a word of it) is better lower; anything else (an accuracy, a
+ * score) higher. */
+static bool lower_is_better_name(const char *name)
+{
+    static const char *const lower_words[] = {"loss", "error", "err", "mse", "mae", "rmse", "nll", "perplexity", "ppl"};
+    for (const char *p = name; *p;) {
+        size_t n = strcspn(p, "_");
+        for (size_t i = 0; i < KL_ARRAY_LEN(lower_words); i++)
+            if (strlen(lower_words[i]) == n && !strncmp(p, lower_words[i], n))
+                return true;
+        p += n;
+        while (*p == '_')
+            p++;
+    }
+    return false;
+}
+
 static void exec_report(lower *L, frame *f, const ast_stmt *s)
 {
     if (f->def)
@@ -181,8 +200,37 @@ static void exec_report(lower *L, frame *f, const ast_stmt *s)
     lv v = lower_eval(L, f, s->value);
     if (v.kind != LV_TENSOR || type_of(L, &v)->rank != 0)
         lower_fail_at(L, s->value->loc, "a reported metric must be a scalar tensor");
-    ir_report r = {kl_xstrdup(name), v.v};
+    ir_report r = {kl_xstrdup(name), v.v, lower_is_better_name(name)};
+    for (const ast_arg *o = s->opts; o; o = o->next) {
+        const ast_expr *x = o->value;
+        if (strcmp(o->name, "better"))
+            lower_fail_at(L, o->loc, "report has no option '%s' (its option: better = higher|lower)", o->name);
+        if (x->kind != AST_IDENT || (strcmp(x->s, "higher") && strcmp(x->s, "lower")))
+            lower_fail_at(L, x->loc, "better is higher or lower");
+        r.lower_better = !strcmp(x->s, "lower");
+    }
     kl_vec_push(L->g->reports, r);
+}
+
+/* output NAME = EXPR: binds NAME as an assignment does, and declares it
+ * one of the model's outputs (per sample: its first dimension is the
+ * batch), which --predict writes. */
+static void exec_output(lower *L, frame *f, const ast_stmt *s)
+{
+    if (strcmp(s->word, "output"))
+        lower_fail_at(L, s->loc, "'%s %s = ...' is no statement (an output is 'output %s = ...')", s->word, s->name,
+                      s->name);
+    if (f->def)
+        lower_fail_at(L, s->loc, "output belongs in the model block, not inside a def");
+    for (int i = 0; i < L->g->outputs.n; i++)
+        if (!strcmp(L->g->outputs.v[i].name, s->name))
+            lower_fail_at(L, s->name_loc, "output '%s' is declared twice", s->name);
+    lv v = lower_eval(L, f, s->value);
+    if (v.kind != LV_TENSOR || type_of(L, &v)->rank < 1)
+        lower_fail_at(L, s->value->loc, "an output is a tensor whose first dimension is the batch");
+    ir_report r = {kl_xstrdup(s->name), v.v, false};
+    kl_vec_push(L->g->outputs, r);
+    lower_bind(L, f, s->name, v);
 }
 
 /* Runs statements; returns what a return statement gave (LV_NONE when
@@ -211,6 +259,9 @@ lv lower_exec_body(lower *L, frame *f, const ast_stmt *body)
             break;
         case AST_REPORT:
             exec_report(L, f, s);
+            break;
+        case AST_OUTPUT:
+            exec_output(L, f, s);
             break;
         case AST_RETURN:
             if (!f->def)

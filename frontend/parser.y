@@ -85,7 +85,7 @@ static ast_stmt *stmt_new(ast_stmt_kind kind, KL_YYLTYPE loc)
 %token LE "'<='" GE "'>='" EQ "'=='" NE "'!='" POW "'**'" ELLIPSIS "'...'"
 
 %type <expr> expr primary
-%type <arg> args args_opt arg list_opt list kvs more_opts param_opts param_opt dims_opt dims_tail
+%type <arg> args args_opt arg list_opt list kvs more_opts param_opts param_opt report_opts dims_opt dims_tail
 %type <type> type
 %type <stmt> stmts stmt
 %type <param> params params_opt param
@@ -204,8 +204,22 @@ stmt
                                   $$->type = $4; $$->opts = $5; }
     | INPUT IDENT ':' type      { $$ = stmt_new(AST_INPUT, @1); $$->name = $2; $$->name_loc = L(@2); $$->type = $4; }
     | RETURN expr               { $$ = stmt_new(AST_RETURN, @1); $$->value = $2; }
-    | REPORT expr               { $$ = stmt_new(AST_REPORT, @1); $$->value = $2; }
-    | REPORT IDENT '=' expr     { $$ = stmt_new(AST_REPORT, @1); $$->name = $2; $$->name_loc = L(@2); $$->value = $4; }
+    /* output NAME = EXPR: output is no keyword (a model may name a value
+     * output); lowering refuses any other first name. */
+    | IDENT IDENT '=' expr      { $$ = stmt_new(AST_OUTPUT, @1); $$->word = $1; $$->name = $2; $$->name_loc = L(@2);
+                                  $$->value = $4; }
+    | REPORT expr report_opts   { $$ = stmt_new(AST_REPORT, @1); $$->value = $2; $$->opts = $3; }
+    | REPORT IDENT '=' expr report_opts
+                                { $$ = stmt_new(AST_REPORT, @1); $$->name = $2; $$->name_loc = L(@2); $$->value = $4;
+                                  $$->opts = $5; }
+    ;
+
+/* A report's options after commas (better = higher|lower); lowering
+ * refuses an unknown one. */
+report_opts
+    : %empty                    { $$ = NULL; }
+    | report_opts ',' IDENT '=' expr
+                                { $$ = ast_arg_append($1, ast_arg_new($3, $5, L(@3))); }
     ;
 
 /* A param's options, in any order. The first is a keyword (init or
@@ -253,6 +267,14 @@ primary
     | IDENT                     { $$ = ast_expr_new(AST_IDENT, L(@1)); $$->s = $1; }
     | IDENT '(' args_opt ')'    { $$ = ast_expr_new(AST_CALL, L(@1)); $$->s = $1; $$->args = $3; }
     | '(' expr ')'              { $$ = $2; $$->paren = true; }
+    /* A group of named values, (metric = accuracy, patience = 3): a
+     * call without a name, for the train block (lowering refuses it in
+     * the model). */
+    | '(' IDENT '=' expr ')'    { $$ = ast_expr_new(AST_CALL, L(@1)); $$->s = kl_xstrdup("");
+                                  $$->args = ast_arg_new($2, $4, L(@2)); }
+    | '(' IDENT '=' expr ',' args ')'
+                                { $$ = ast_expr_new(AST_CALL, L(@1)); $$->s = kl_xstrdup("");
+                                  $$->args = ast_arg_append(ast_arg_new($2, $4, L(@2)), $6); }
     | '[' list_opt ']'          { $$ = ast_expr_new(AST_LIST, L(@1)); $$->args = $2; }
     ;
 

@@ -46,6 +46,9 @@ void ir_graph_free(ir_graph *g)
     for (int i = 0; i < g->reports.n; i++)
         free(g->reports.v[i].name);
     kl_vec_free(g->reports);
+    for (int i = 0; i < g->outputs.n; i++)
+        free(g->outputs.v[i].name);
+    kl_vec_free(g->outputs);
     kl_vec_free(g->grads);
     for (int i = 0; i < g->passes.n; i++)
         free(g->passes.v[i]);
@@ -94,8 +97,12 @@ ir_graph *ir_graph_clone(const ir_graph *g)
     for (int i = 0; i < g->decls.n; i++)
         kl_vec_push(c->decls, g->decls.v[i]);
     for (int i = 0; i < g->reports.n; i++) {
-        ir_report r = {kl_xstrdup(g->reports.v[i].name), g->reports.v[i].value};
+        ir_report r = {kl_xstrdup(g->reports.v[i].name), g->reports.v[i].value, g->reports.v[i].lower_better};
         kl_vec_push(c->reports, r);
+    }
+    for (int i = 0; i < g->outputs.n; i++) {
+        ir_report r = {kl_xstrdup(g->outputs.v[i].name), g->outputs.v[i].value, false};
+        kl_vec_push(c->outputs, r);
     }
     for (int i = 0; i < g->grads.n; i++)
         kl_vec_push(c->grads, g->grads.v[i]);
@@ -374,6 +381,9 @@ bool ir_is_output(const ir_graph *g, int v)
     for (int i = 0; i < g->reports.n; i++)
         if (g->reports.v[i].value == v)
             return true;
+    for (int i = 0; i < g->outputs.n; i++)
+        if (g->outputs.v[i].value == v)
+            return true;
     for (int i = 0; i < g->grads.n; i++)
         if (g->grads.v[i].grad == v)
             return true;
@@ -482,6 +492,8 @@ void ir_compact(ir_graph *g)
         g->loss = vmap[g->loss];
     for (int i = 0; i < g->reports.n; i++)
         g->reports.v[i].value = vmap[g->reports.v[i].value];
+    for (int i = 0; i < g->outputs.n; i++)
+        g->outputs.v[i].value = vmap[g->outputs.v[i].value];
     for (int i = 0; i < g->grads.n; i++) {
         g->grads.v[i].param = vmap[g->grads.v[i].param];
         g->grads.v[i].grad = vmap[g->grads.v[i].grad];

@@ -309,6 +309,9 @@ struct ir_node {
 typedef struct ir_report {
     char *name;
     int value;
+    /* better = lower (a loss, an error): which way "best" and early
+     * stopping read it; else higher is better (an accuracy). */
+    bool lower_better;
 } ir_report;
 
 /* A call of a def in the model file: the scope its nodes carry
@@ -334,6 +337,9 @@ struct ir_graph {
     KL_VEC(int) decls;  /* inputs, params and state, in declaration order */
     int loss;           /* value id or -1 */
     KL_VEC(ir_report) reports;
+    /* output NAME = ...: per-sample values (first dimension the batch)
+     * that --predict writes; kept, like reports (lower_better unused). */
+    KL_VEC(ir_report) outputs;
     KL_VEC(ir_grad_pair) grads;
     ir_attrs train;     /* the train block, key = value */
     KL_VEC(char *) passes; /* passes run so far, in order */

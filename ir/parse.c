@@ -316,6 +316,14 @@ static void parse_value(parser *p, ir_attr_val *v)
             }
             v->loc = loc;
         }
+    } else if (is_punct(p, '(')) {
+        /* A group, (metric = accuracy, patience = 2): a call without a name. */
+        v->kind = IR_ATTR_CALL;
+        v->s = kl_xstrdup("");
+        v->args = kl_xcalloc(1, sizeof *v->args);
+        v->loc = p->t.loc;
+        next(p);
+        parse_attrs_body(p, v->args, ')');
     } else if (is_punct(p, '[')) {
         kl_loc loc = p->t.loc;
         next(p);
@@ -654,11 +662,25 @@ static void parse_graph_body(parser *p)
                 fail_at(p, gloc, "the gradient's shape differs from the param's");
             ir_grad_pair gp = {param, grad};
             kl_vec_push(p->g->grads, gp);
+        } else if (is_word(p, "output")) {
+            next(p);
+            kl_loc loc = p->t.loc;
+            char *name = take_ident(p, "an output name");
+            ir_report r = {name, -1, false};
+            kl_vec_push(p->g->outputs, r);
+            for (int i = 0; i + 1 < p->g->outputs.n; i++)
+                if (!strcmp(p->g->outputs.v[i].name, name))
+                    fail_at(p, loc, "output declared twice");
+            expect_punct(p, '=');
+            if (p->t.kind != T_VALUE)
+                expected(p, "a value name");
+            p->g->outputs.v[p->g->outputs.n - 1].value = lookup(p, p->t.loc, p->t.text);
+            next(p);
         } else if (is_word(p, "report")) {
             next(p);
             kl_loc loc = p->t.loc;
             char *name = take_ident(p, "a metric name");
-            ir_report r = {name, -1};
+            ir_report r = {name, -1, false};
             kl_vec_push(p->g->reports, r);
             for (int i = 0; i + 1 < p->g->reports.n; i++)
                 if (!strcmp(p->g->reports.v[i].name, name))
@@ -668,6 +690,15 @@ static void parse_graph_body(parser *p)
                 expected(p, "a value name");
             p->g->reports.v[p->g->reports.n - 1].value = lookup(p, p->t.loc, p->t.text);
             next(p);
+            /* better = lower (higher, the default, is not printed). */
+            if (is_word(p, "better")) {
+                next(p);
+                expect_punct(p, '=');
+                if (!is_word(p, "lower") && !is_word(p, "higher"))
+                    expected(p, "lower or higher");
+                p->g->reports.v[p->g->reports.n - 1].lower_better = is_word(p, "lower");
+                next(p);
+            }
         } else {
             parse_node(p);
         }

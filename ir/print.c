@@ -12,6 +12,7 @@
  *     backward %t9 : f32[128,256] = relu_grad(%t8, %t5)
  *     loss %loss
  *     report accuracy = %t40
+ *     output pred = %t38
  *     grad %dense.1.w = %t52
  *   }
  *
@@ -115,8 +116,10 @@ char *ir_print(const ir_graph *g)
     if (g->loss >= 0)
         kl_buf_printf(&b, "  loss %%%s\n", ir_val(g, g->loss)->name);
     for (int i = 0; i < g->reports.n; i++)
-        kl_buf_printf(&b, "  report %s = %%%s\n", g->reports.v[i].name,
-                      ir_val(g, g->reports.v[i].value)->name);
+        kl_buf_printf(&b, "  report %s = %%%s%s\n", g->reports.v[i].name,
+                      ir_val(g, g->reports.v[i].value)->name, g->reports.v[i].lower_better ? " better = lower" : "");
+    for (int i = 0; i < g->outputs.n; i++)
+        kl_buf_printf(&b, "  output %s = %%%s\n", g->outputs.v[i].name, ir_val(g, g->outputs.v[i].value)->name);
     for (int i = 0; i < g->grads.n; i++)
         kl_buf_printf(&b, "  grad %%%s = %%%s\n", ir_val(g, g->grads.v[i].param)->name,
                       ir_val(g, g->grads.v[i].grad)->name);

@@ -41,7 +41,13 @@ static const call_form loss_scale_forms[] = {
     {NULL, NULL},
 };
 
-typedef enum { K_INT, K_FLOAT, K_WORD, K_CALL, K_BYTES, K_RECOMPUTE, K_PATH, K_BOOL } key_kind;
+typedef enum { K_INT, K_FLOAT, K_WORD, K_CALL, K_BYTES, K_RECOMPUTE, K_PATH, K_BOOL, K_GROUP } key_kind;
+
+/* early_stop = (metric = NAME, patience = K, min_delta = D): a group, a
+ * call without a name. The metric is checked against the model's reports
+ * by the training executable (driver/train_best.c). */
+#define EARLY_STOP_SPEC "metric:str patience:int=3 min_delta:float=0"
+#define EARLY_STOP_FORM "(metric = NAME, patience = K, min_delta = D)"
 
 typedef struct key_info {
     const char *key;
@@ -84,6 +90,7 @@ static const key_info keys[] = {
      "the dtype of tensor parallelism's all-reduced partial sums under bf16/fp16 (default fp32; exact: f64, slow)"},
     {"comm_timeout", K_FLOAT, NULL, NULL, 0,
      "seconds a collective across ranks may wait for the others before the job is aborted (default 300; 0: forever)"},
+    {"early_stop", K_GROUP, NULL, NULL, 0, "stop when an evaluation metric stops improving: " EARLY_STOP_FORM},
 };
 
 static const key_info *find_key(const char *key)
@@ -312,6 +319,29 @@ static int check_call(ir_attr *a, const key_info *k, const kl_source *src)
     return 0;
 }
 
+/* early_stop's group: its names, types and ranges. */
+static int check_group(ir_attr *a, const key_info *k, const kl_source *src)
+{
+    ir_attr_val *v = &a->val;
+    kl_loc loc = v->loc.line ? v->loc : a->loc;
+    if (v->kind != IR_ATTR_CALL || v->s[0])
+        return fail(src, loc, "%s is a group %s", k->key, EARLY_STOP_FORM);
+    char err[256];
+    if (ir_spec_normalize(EARLY_STOP_SPEC, k->key, v->args, err, sizeof err))
+        return fail(src, loc, "%s", err);
+    const ir_attr *m = ir_attrs_find(v->args, "metric");
+    if (!m || m->val.kind != IR_ATTR_STR || !ir_attr_val_is_word(&m->val))
+        return fail(src, loc, "%s: metric names a report of the model, or loss", k->key);
+    if (ir_attr_int(v->args, "patience", 3) < 1)
+        return fail(src, loc, "%s: patience must be at least 1 (evaluations without improvement)", k->key);
+    ir_attr *d = ir_attrs_find(v->args, "min_delta");
+    if (d && d->val.kind == IR_ATTR_INT)
+        d->val = ir_attr_val_float((double)d->val.i);
+    if (d && (d->val.kind != IR_ATTR_FLOAT || !isfinite(d->val.f) || d->val.f < 0))
+        return fail(src, loc, "%s: min_delta must be a finite number, not negative", k->key);
+    return 0;
+}
+
 static int check_one(ir_attr *a, const kl_source *src)
 {
     const key_info *k = find_key(a->key);
@@ -359,6 +389,8 @@ static int check_one(ir_attr *a, const kl_source *src)
         return 0;
     case K_CALL:
         return check_call(a, k, src);
+    case K_GROUP:
+        return check_group(a, k, src);
     case K_BYTES: {
         int64_t b = v->kind == IR_ATTR_INT ? v->i : v->kind == IR_ATTR_STR ? parse_bytes(v->s) : -1;
         /* 1e9 from a command line arrives as a float. */
@@ -437,7 +469,8 @@ static bool looks_like_call(const char *text)
     while (isalnum((unsigned char)text[n]) || text[n] == '_')
         n++;
     size_t len = strlen(text);
-    return n > 0 && !isdigit((unsigned char)text[0]) && text[n] == '(' && len > n + 1 && text[len - 1] == ')';
+    /* n == 0: a group, (metric = accuracy, patience = 2). */
+    return (n == 0 || !isdigit((unsigned char)text[0])) && text[n] == '(' && len > n + 1 && text[len - 1] == ')';
 }
 
 /* --data PATH replaces the train block's whole data call: names on
@@ -749,6 +782,12 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->tp_reduce = !strcmp(tpr, "bf16") ? KL_TP_REDUCE_BF16 : !strcmp(tpr, "fp16") ? KL_TP_REDUCE_FP16
                    : !strcmp(tpr, "exact") ? KL_TP_REDUCE_EXACT : KL_TP_REDUCE_FP32;
     c->comm_timeout = ir_attr_float(train, "comm_timeout", 300);
+    const ir_attr_val *es = call_of(train, "early_stop");
+    if (es) {
+        c->early_stop.metric = kl_xstrdup(ir_attr_str(es->args, "metric", "loss"));
+        c->early_stop.patience = arg_i(es, "patience", 3);
+        c->early_stop.min_delta = arg_f(es, "min_delta", 0);
+    }
 }
 
 int kl_train_key_count(void) { return (int)KL_ARRAY_LEN(keys); }
@@ -761,6 +800,7 @@ void kl_train_config_free(kl_train_config *c)
     free(c->data_test);
     free(c->recompute);
     free(c->tensorboard);
+    free(c->early_stop.metric);
     memset(c, 0, sizeof *c);
 }
 

@@ -77,6 +77,14 @@ typedef struct kl_train_config {
     bool sync_batchnorm;   /* batch statistics across the data-parallel ranks (passes/sync_batchnorm.c) */
     kl_tp_reduce tp_reduce;
     double comm_timeout;   /* seconds a collective may wait for the other ranks; 0: forever */
+    /* early_stop: stop after patience epoch-end evaluations in a row
+     * that do not improve metric (a report's name, or loss) by more than
+     * min_delta; metric NULL: no early stopping. */
+    struct {
+        char *metric;
+        int64_t patience;
+        double min_delta;
+    } early_stop;
 } kl_train_config;
 
 /* Checks a train block and rewrites it into canonical form in place.

@@ -169,6 +169,9 @@ static void check_outputs(verifier *vf)
     for (int i = 0; i < g->reports.n; i++)
         if (g->reports.v[i].value < 0 || g->reports.v[i].value >= g->values.n)
             bad(vf, "report %s is out of range", g->reports.v[i].name);
+    for (int i = 0; i < g->outputs.n; i++)
+        if (g->outputs.v[i].value < 0 || g->outputs.v[i].value >= g->values.n)
+            bad(vf, "output %s is out of range", g->outputs.v[i].name);
     for (int i = 0; i < g->grads.n; i++) {
         ir_grad_pair gp = g->grads.v[i];
         if (gp.param < 0 || gp.param >= g->values.n || gp.grad < 0 || gp.grad >= g->values.n) {

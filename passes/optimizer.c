@@ -73,7 +73,7 @@ static int update_scale(ir_graph *g, const kl_train_config *c, int hyper)
     }
     if (check) {
         int finite = ir_emit1(g, IR_OP_ISFINITE, total, "grads_finite");
-        ir_report r = {kl_xstrdup("_grads_finite"), finite};
+        ir_report r = {kl_xstrdup("_grads_finite"), finite, false};
         kl_vec_push(g->reports, r);
         scale = scale < 0 ? finite : ir_emit2(g, IR_OP_MINIMUM, finite, scale, "update_scale");
     }

@@ -441,6 +441,8 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o)
         pin(p, g->loss);
     for (int i = 0; i < g->reports.n; i++)
         pin(p, g->reports.v[i].value);
+    for (int i = 0; i < g->outputs.n; i++)
+        pin(p, g->outputs.v[i].value);
     for (int i = 0; o && i < o->nkeep; i++)
         pin(p, o->keep[i]);
     /* Start-up values that the steps read stay live through every step

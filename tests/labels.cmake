@@ -21,7 +21,7 @@ set(KILN_FEATURE_RULES
   "attention=^(attn|cudaattn)\\."
   "ranks=^(ranks|tp|zero|overlap|comm)\\.|^data\\.ranks$"
   "data=^(data|pack|sizes)\\.|^predict\\.shard_labels$"
-  "ckpt=^(ckpt|outputs|outfile)(\\.|$)|^predict\\.outputs$"
+  "ckpt=^(ckpt|outputs|outfile)(\\.|$)|^predict\\.(outputs|fields)$"
   "gpt=^(gpt|sampler|tokens|generate)\\.|^unit\\.tokens$"
   "observe=^(observe|doctor)\\.|^perf\\.(guard|counters)|^unit\\.(doctor|observe)$|^train\\.throughput$"
   "cuda=^(cuda|cudalt|cudaattn|gpu)\\.|\\.cuda\\.|\\.graph_replay$"

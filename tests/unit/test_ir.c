@@ -514,7 +514,7 @@ static void test_compact(void **state)
     int e = ir_emit1(g, IR_OP_SUM, d, "e");
     int unused = ir_declare(g, IR_VAL_STATE, "unused", &tp, (kl_loc){0, 0});
     g->loss = e;
-    ir_report r = {kl_xstrdup("total"), d};
+    ir_report r = {kl_xstrdup("total"), d, false};
     kl_vec_push(g->reports, r);
     assert_int_equal(ir_verify(g), 0);
 

@@ -95,7 +95,7 @@ static ir_graph *build_round_trip_graph(void)
     ir_nd(g, ir_val(g, back)->def)->group = 0;
     int total = ir_emit1(g, IR_OP_SUM, back, NULL);
     ir_nd(g, ir_val(g, total)->def)->phase = IR_PHASE_UPDATE;
-    ir_report r = {kl_xstrdup("accuracy"), total};
+    ir_report r = {kl_xstrdup("accuracy"), total, false};
     kl_vec_push(g->reports, r);
     return g;
 }

@@ -95,7 +95,7 @@ static void by_executor(kl_comm *c, ir_dtype dt, int64_t n)
     int outs[3] = {rs, ag, bc};
     const char *names[3] = {"rs", "ag", "bc"};
     for (int i = 0; i < 3; i++) {
-        ir_report r = {kl_xstrdup(names[i]), outs[i]};
+        ir_report r = {kl_xstrdup(names[i]), outs[i], false};
         kl_vec_push(g->reports, r);
     }
     kl_compile_opts cc = {.mode = KL_MODE_EVAL, .verify = true, .ranks = world};
