@@ -16,7 +16,8 @@ d = open("ok.ckpt", "rb").read()[:-8]
 p = 16
 ver = struct.unpack_from("<I", d, 8)[0]
 if ver >= 3:
-    for _ in range(3):
+    # model, precision, kiln version; from version 5 also the run's config
+    for _ in range(4 if ver >= 5 else 3):
         p += 4 + struct.unpack_from("<I", d, p)[0]
 n = struct.unpack_from("<I", d, p)[0]
 evil = b"\x1b[31mEVIL"
