@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sim.h"
@@ -490,11 +491,22 @@ static void run_launch(void *p)
     struct CUmod_st *m = a->f->mod;
     char err[512] = "";
     int np = a->f->nparams;
+    static int trace = -1;
+    if (trace < 0)
+        trace = getenv("KILN_SIMGPU_TRACE") && !strcmp(getenv("KILN_SIMGPU_TRACE"), "1");
+    struct timespec t0, t1;
+    if (trace)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_mutex_lock(&m->run_lock);
     emu_run_fn go = m->flat ? m->run_flat : m->run;
     int rc = go((void (*)(void *const *, const void *))a->f->host, a->grid, a->block, a->ptrs,
                 np ? a->ptrs[np - 1] : NULL, 0, err, sizeof err);
     pthread_mutex_unlock(&m->run_lock);
+    if (trace) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        sim_say("trace: %s, %u blocks of %u threads%s: %.3f ms", a->f->name, a->grid, a->block,
+                m->flat ? "" : " (coroutines)", (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    }
     if (rc)
         sim_fail(CUDA_ERROR_LAUNCH_FAILED, "kernel %s (%u blocks of %u threads): %s", a->f->name, a->grid, a->block,
                  err);
