@@ -70,6 +70,20 @@ static void free_ops(sim_op *o)
     }
 }
 
+/* KILN_SIMGPU_DELAY_MS=N: each queued item waits N ms before it runs, so
+ * that a test sees what a missing wait or synchronisation does every
+ * time, not only when the host happens to win. */
+static int delay_ms(void)
+{
+    static int ms = -1;
+    if (ms < 0) {
+        const char *d = getenv("KILN_SIMGPU_DELAY_MS");
+        ms = d ? atoi(d) : 0;
+        ms = ms < 0 ? 0 : ms;
+    }
+    return ms;
+}
+
 static void *worker(void *arg)
 {
     CUstream s = arg;
@@ -85,6 +99,10 @@ static void *worker(void *arg)
             s->tail = NULL;
         s->busy = true;
         pthread_mutex_unlock(&lock);
+        if (delay_ms()) {
+            struct timespec d = {delay_ms() / 1000, (long)(delay_ms() % 1000) * 1000000L};
+            nanosleep(&d, NULL);
+        }
         if (!sim_sticky())
             o->fn(o->arg);
         free(o->arg);
