@@ -24,7 +24,7 @@ set(KILN_FEATURE_RULES
   "ckpt=^(ckpt|outputs|outfile)(\\.|$)|^predict\\.(outputs|fields)$"
   "gpt=^(gpt|sampler|tokens|generate)\\.|^unit\\.tokens$"
   "observe=^(observe|doctor)\\.|^perf\\.(guard|counters)|^unit\\.(doctor|observe)$|^train\\.throughput$"
-  "cuda=^(cuda|cudalt|cudaattn|gpu)\\.|\\.cuda\\.|\\.graph_replay$"
+  "cuda=^(cuda|cudalt|cudaattn|gpu|simgpu)\\.|\\.cuda\\.|\\.graph_replay$"
   "train=^(train|e2e)\\."
   "grad=^harden\\.grad\\."
   "reference=^harden\\.(reference|march)\\."

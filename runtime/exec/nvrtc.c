@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "cache_dir.h"
 #include "nvrtc.h"
+#include "runtime/cpu/simgpu.h"
 #include "runtime/files/outfile.h"
 
 #ifndef KILN_CUDA_INCLUDE
@@ -31,6 +32,13 @@
 
 void *kl_cuda_dlopen(const char *const *names, char *why, size_t n)
 {
+    if (kl_simgpu_wanted()) {
+        char w[512];
+        void *h = kl_simgpu_dlopen(names, w, sizeof w);
+        if (!h && why)
+            snprintf(why, n, "%s", w);
+        return h;
+    }
     const char *env[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH")};
     char first_err[512] = "";
     for (const char *const *nm = names; *nm; nm++) {
@@ -96,6 +104,7 @@ static struct {
     NVRTC_FUNCS(X)
 #undef X
     int major, minor;
+    bool simulated; /* the simulated device's NVRTC (tests/simgpu): its images are its own */
     int archs[64], narchs; /* the sm_XY NVRTC compiles CUBINs for (0: not listed) */
     char why[512];
     int rc;
@@ -119,6 +128,7 @@ static void nv_open(void)
     }
     NVRTC_FUNCS(X)
 #undef X
+    nv.simulated = dlsym(h, "kiln_simgpu_part") != NULL;
     if (nv.nvrtcVersion(&nv.major, &nv.minor) != NVRTC_SUCCESS) {
         snprintf(nv.why, sizeof nv.why, "nvrtcVersion failed");
         nv.rc = -1;
@@ -368,6 +378,8 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     int ver[2] = {nv.major, nv.minor};
     key = kl_hash_bytes(key, ver, sizeof ver);
     key = kl_hash_bytes(key, o->ptx ? "ptx" : "cubin", o->ptx ? 3 : 5);
+    if (nv.simulated)
+        key = kl_hash_bytes(key, "simulated", 9);
     cx.key_base = key;
     char not_private[1024];
     if (!o->no_cache && o->cache_dir && kl_cache_seal(o->cache_dir, o->cache_dir, not_private, sizeof not_private))

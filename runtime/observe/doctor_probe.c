@@ -15,6 +15,7 @@
 #include "doctor.h"
 #include "runtime/cpu/cc.h"
 #include "runtime/cpu/cpu_cores.h"
+#include "runtime/cpu/simgpu.h"
 #include "runtime/cpu/spawn.h"
 
 /* OpenBLAS's own queries (in every OpenBLAS build Kiln links). */
@@ -34,6 +35,8 @@ static void copy(char *dst, size_t n, const char *src)
  * and then in the CUDA toolkit's library folders; NULL with why. */
 static void *open_first(const char *const *names, char *why, size_t n)
 {
+    if (kl_simgpu_wanted() && names[0] && kl_simgpu_covers(names[0]))
+        return kl_simgpu_dlopen(names, why, n);
     const char *dirs[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
     const char *first = NULL;
     char err[200] = "";

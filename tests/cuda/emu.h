@@ -114,10 +114,16 @@ static struct {
     const kl_kargs *ka;
     unsigned long long xchg[KL_EMU_MAX_BLOCK];
     char error[256];
+    int flat; /* kl_emu_run_flat: threads are plain calls, nothing to yield to */
 } kl_emu;
 
 static void kl_emu_yield(int state)
 {
+    if (kl_emu.flat) {
+        if (!kl_emu.error[0])
+            snprintf(kl_emu.error, sizeof kl_emu.error, "a barrier or shuffle in a kernel run without coroutines");
+        return;
+    }
     kl_emu_thread *t = &kl_emu.t[kl_emu.cur];
     t->state = state;
     swapcontext(&t->ctx, &kl_emu.main);
@@ -242,6 +248,38 @@ extern "C" int kl_emu_run(kl_emu_fn fn, unsigned grid, unsigned block, void *con
             snprintf(err, errlen, "block %u: __syncthreads reached by %u of %u threads (%u finished)", b, barrier, block, done);
             return -1;
         }
+    }
+    return 0;
+}
+
+/* The same launch for a kernel without barriers and shuffles (the
+ * simulated device's choice, tests/simgpu/sim_module.c): each thread is a
+ * plain call, in increasing order, with no coroutine to set up. */
+extern "C" int kl_emu_run_flat(kl_emu_fn fn, unsigned grid, unsigned block, void *const *kb, const kl_kargs *ka,
+                               int reverse, char *err, size_t errlen)
+{
+    (void)reverse;
+    if (block < 1 || block > KL_EMU_MAX_BLOCK || grid < 1) {
+        snprintf(err, errlen, "bad launch: %u blocks of %u threads", grid, block);
+        return -1;
+    }
+    kl_emu.flat = 1;
+    kl_emu.error[0] = 0;
+    gridDim.x = grid, gridDim.y = gridDim.z = 1;
+    blockDim.x = block, blockDim.y = blockDim.z = 1;
+    threadIdx.y = threadIdx.z = 0;
+    blockIdx.y = blockIdx.z = 0;
+    for (unsigned b = 0; b < grid && !kl_emu.error[0]; b++) {
+        blockIdx.x = b;
+        for (unsigned i = 0; i < block; i++) {
+            threadIdx.x = i;
+            fn(kb, ka);
+        }
+    }
+    kl_emu.flat = 0;
+    if (kl_emu.error[0]) {
+        snprintf(err, errlen, "%s", kl_emu.error);
+        return -1;
     }
     return 0;
 }

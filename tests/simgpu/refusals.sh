@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The simulated device is chosen only by a valid KILN_SIMULATED_GPU, and
+# bad settings are refused with a message naming them; `kiln doctor`
+# names the simulated part.
+#   refusals.sh KILN
+set -uo pipefail
+source "$(dirname "$0")/../lib.sh"
+kiln=$1
+new_tmpdir
+build_example mlp "$tmp/mlp"
+run=("$tmp/mlp" --device cuda --steps 1 --data synthetic:200)
+expect_error "an unknown part" "KILN_SIMULATED_GPU must be h200 or a100, not 'bogus'" env KILN_SIMULATED_GPU=bogus "${run[@]}"
+expect_error "a bad memory size" "KILN_SIMULATED_GPU_MEMORY must be a size such as 24G or 512M, not '3x'" \
+  env KILN_SIMULATED_GPU=h200 KILN_SIMULATED_GPU_MEMORY=3x "${run[@]}"
+expect_error "a missing library" "cannot open the simulated device's library /nonexistent.so" \
+  env KILN_SIMULATED_GPU=a100 KILN_SIMGPU_LIB=/nonexistent.so "${run[@]}"
+out=$(KILN_SIMULATED_GPU=a100 "$kiln" doctor 2>&1)
+grep -q "gpu 0     NVIDIA A100-SXM4-80GB (simulated device): sm_80, 108 SMs, 80.0 GiB" <<< "$out" &&
+  ok "kiln doctor: $(grep 'gpu 0' <<< "$out")" || { bad "kiln doctor does not name the simulated A100"; echo "$out" | tail -8; }
+# Without the variable the simulator is never opened (this machine has no driver).
+out=$("$kiln" doctor 2>&1)
+grep -q "simulated" <<< "$out" && bad "kiln doctor without KILN_SIMULATED_GPU mentions a simulated device" ||
+  ok "without KILN_SIMULATED_GPU: no simulated device"
+exit $fail
