@@ -48,3 +48,7 @@ if(KILN_HAVE_CUDA)
   set_tests_properties(fusion.cuda.nvrtc fusion.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
+# The tanh-form GELU's gradient computes its tanh once (one pass, shared
+# subexpressions).
+add_test(NAME fusion.gelu_tanh_once COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fusion/gelu_tanh_once.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
