@@ -219,14 +219,77 @@ static inline int64_t kl_ftoi(float x) { return x != x ? 0 : x >= 92233720368547
 static inline int64_t kl_ftoi_d(double x) { return x != x ? 0 : x >= 9223372036854775808.0 ? 9223372036854775807LL : x < -9223372036854775808.0 ? -9223372036854775807LL - 1 : (int64_t)x; }
 /* @end */
 /* @text vecmath */
-/* GELU's erf and normal density for the CPU kernels, in code gcc
- * vectorises (glibc's erff and expf are calls that keep the loop around
- * them scalar: GELU's epilogue ran 15-25x slower, tests/fusion/vecmath_check.c). Selects
- * are bitwise (kl_sel): a float select there becomes a branch, since a
- * floating-point compare may trap. Integer and float operations only, no
- * loops; the f64 versions are libm's. Accuracy, checked against double
- * by tests/fusion/vecmath_check.c: kl_erf within 4.3e-7 of erf (glibc's
- * erff: 4.5e-8), kl_exp_nonpos within 1.5 ulp of exp. */
+/* The transcendentals of the CPU kernels come from glibc's vector math
+ * library, libmvec: declared here as OpenMP SIMD functions (glibc's
+ * math.h declares them so only under -ffast-math, which the kernels do
+ * not use), a loop of expf, logf, powf, tanhf, erff, expm1f or log1pf
+ * (and their f64 forms) vectorises into calls of their vector variants,
+ * chosen by the kernels' target (-march): _ZGVeN16v_tanhf where it has
+ * AVX-512, _ZGVdN8v_ with AVX2, _ZGVbN4v_ with SSE only. -lm brings
+ * libmvec in (glibc's libm.so names it). The sigmoid is kl_sigmoid's
+ * expf form, the normal density 0.3989 expf(-x^2 / 2). Chosen by measurement
+ * against SLEEF 3.5.1 and the hand-written polynomials this replaces
+ * (docs/internals/vector-math.md); each function's error in ulp against
+ * the f64 reference is checked over the whole float line by unit.vmath.
+ * C kernels only: the CUDA prelude keeps CUDA's functions. Other CPUs
+ * and older glibc (the f32 tanh, erf, expm1 and log1p variants are
+ * glibc 2.35's) keep scalar calls of the same functions. */
+#if defined(__x86_64__) && defined(_OPENMP) && defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 22)
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float powf(float, float);
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+double log(double);
+#pragma omp declare simd notinbranch
+double pow(double, double);
+#endif
+#if __GLIBC_PREREQ(2, 35)
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
+float log1pf(float);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+double erf(double);
+#pragma omp declare simd notinbranch
+double expm1(double);
+#pragma omp declare simd notinbranch
+double log1p(double);
+#endif
+#endif
+/* The sigmoid from exp(-|x|), which cannot overflow: 1 / (1 + t) for
+ * x >= 0, t / (1 + t) below (1 / (1 + exp(-x)) is 0 from x = -88.7 on,
+ * where the sigmoid is still 2.9e-39: unit.vmath). Both sides computed,
+ * then selected, so that the loop vectorises. NaN stays NaN. */
+static inline float kl_sigmoid(float x)
+{
+    float t = expf(-fabsf(x)), s = 1.0f / (1.0f + t), r = t * s;
+    return x >= 0.0f ? s : r;
+}
+static inline double kl_sigmoid_d(double x)
+{
+    double t = exp(-fabs(x)), s = 1.0 / (1.0 + t), r = t * s;
+    return x >= 0.0 ? s : r;
+}
+/* @end */
+/* exp of non-positive values for the runtime's own C
+ * (runtime/cpu/cpu_attn.c's softmax, built without the kernels' -march),
+ * in code gcc vectorises on any target. Selects are bitwise (kl_sel): a
+ * float select there becomes a branch, since a floating-point compare
+ * may trap. Integer and float operations only, no loops. Accuracy,
+ * checked against double by tests/fusion/vecmath_check.c: within 1.5 ulp
+ * of exp down to -87, 0 below. */
 static inline float kl_sel(int32_t m, float a, float b)
 {
     union { float f; int32_t i; } ua = {a}, ub = {b}, r;
@@ -234,26 +297,6 @@ static inline float kl_sel(int32_t m, float a, float b)
     return r.f;
 }
 static inline int32_t kl_mask(int c) { return -(int32_t)c; }
-/* erf(x) = x P(x^2) / Q(x^2) on [-4, 4] (beyond, erf rounds to +-1 in
- * float); the rational approximation of Eigen's and XLA's float erf.
- * NaN stays NaN. */
-static inline float kl_erf(float x)
-{
-    float c = kl_sel(kl_mask(x > 4.0f), 4.0f, x);
-    c = kl_sel(kl_mask(c < -4.0f), -4.0f, c);
-    float x2 = c * c;
-    float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
-    p = x2 * p + -2.10102402082508e-06f;
-    p = x2 * p + -5.69250639462346e-05f;
-    p = x2 * p + -7.34990630326855e-04f;
-    p = x2 * p + -2.95459980854025e-03f;
-    p = x2 * p + -1.60960333262415e-02f;
-    float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
-    q = x2 * q + -1.68282697438203e-03f;
-    q = x2 * q + -7.37332916720468e-03f;
-    q = x2 * q + -1.42647390514189e-02f;
-    return c * p / q;
-}
 /* exp(x) for x <= 0, Cephes' expf: x = n ln 2 + r (ln 2 in two parts),
  * a degree-6 polynomial in r, times 2^n made from the exponent bits; 0
  * below -87 (2^-126, the smallest normal float, is exp(-87.3)). NaN
@@ -275,12 +318,6 @@ static inline float kl_exp_nonpos(float x)
     union { int32_t i; float f; } s = {.i = ((int32_t)n + 127) * 8388608};
     return kl_sel(nan, x, kl_sel(low, 0.0f, y * s.f));
 }
-/* The standard normal density exp(-x^2 / 2) / sqrt(2 pi). */
-static inline float kl_npdf(float x) { return 0.398942280401432678f * kl_exp_nonpos(-0.5f * (x * x)); }
-static inline double kl_erf_d(double x) { return erf(x); }
-static inline double kl_npdf_d(double x) { return 0.398942280401432678 * exp(-0.5 * (x * x)); }
-static inline double kl_exp_nonpos_d(double x) { return exp(x); }
-/* @end */
 #endif
 
 #endif

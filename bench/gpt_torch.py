@@ -20,10 +20,16 @@ wrote (Kiln's names: gpt.1.block.N.dense.M.w, stored [in, out]).
         the same eager steps under torch.profiler after the warm-up: a
         table of operators by self CPU time
 
-Used by bench/gpt_torch.sh and the test gpt.torch_first_loss.
+GELU=tanh in the environment selects GELU's tanh form (GPT-2's,
+F.gelu(approximate="tanh"), as `gelu(x, approximate = "tanh")` in Kiln);
+the exact erf form otherwise.
+
+Used by bench/gpt_torch.sh, bench/gpt_tanh.sh and the test
+gpt.torch_first_loss.
 """
 import json
 import math
+import os
 import struct
 import sys
 import time
@@ -31,6 +37,8 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+GELU = "tanh" if os.environ.get("GELU") == "tanh" else "none"
 
 ST_DTYPES = {"F32": np.float32}
 
@@ -90,7 +98,8 @@ class Gpt(torch.nn.Module):
         q, k, v = (split(self.dense(h, pre + "dense.%d" % i)) for i in (1, 2, 3))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.dense(a.permute(0, 2, 1, 3).reshape(b, t, c), pre + "dense.4")
-        return x + self.dense(F.gelu(self.dense(self.norm(x, pre + "norm.2"), pre + "dense.5")), pre + "dense.6")
+        h = F.gelu(self.dense(self.norm(x, pre + "norm.2"), pre + "dense.5"), approximate=GELU)
+        return x + self.dense(h, pre + "dense.6")
 
     def forward(self, tokens, targets):
         t = tokens.shape[1]

@@ -117,6 +117,18 @@ static const char prelude[] =
     "#pragma omp declare reduction(kl_minnan : float : omp_out = kl_min_acc(omp_out, omp_in)) initializer(omp_priv = INFINITY)\n"
     "#pragma omp declare reduction(kl_maxnan : double : omp_out = kl_max_acc_d(omp_out, omp_in)) initializer(omp_priv = -INFINITY)\n"
     "#pragma omp declare reduction(kl_minnan : double : omp_out = kl_min_acc_d(omp_out, omp_in)) initializer(omp_priv = INFINITY)\n"
+    "/* The OpenMP chunk of a vectorised leaf loop of n: each thread's share\n"
+    " * rounded up to 256 elements, so that every chunk but the last starts\n"
+    " * and ends at a multiple of any vector length and unrolling, and the\n"
+    " * loop's vector body and scalar remainder cover the same elements at\n"
+    " * any thread count (libmvec's vector and scalar functions differ in\n"
+    " * the last bits: sumto.one_pass). */\n"
+    "static inline int64_t kl_omp_chunk(int64_t n)\n"
+    "{\n"
+    "    int64_t t = omp_in_parallel() ? omp_get_num_threads() : omp_get_max_threads();\n"
+    "    int64_t c = (n + t - 1) / t;\n"
+    "    return (c + 255) / 256 * 256;\n"
+    "}\n"
     "\n";
 
 const char *kir_c_prelude(void)
@@ -221,7 +233,7 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
         ind(p);
         const char *omp = p->region ? "#pragma omp for" : "#pragma omp parallel for";
         if (collapse == 1 && leaf)
-            kl_buf_printf(p->e.b, "%s simd schedule(static)\n", omp);
+            kl_buf_printf(p->e.b, "%s simd schedule(static, kl_omp_chunk(%lldLL))\n", omp, (long long)s->extent);
         else if (collapse == 1)
             kl_buf_printf(p->e.b, "%s schedule(static)\n", omp);
         else

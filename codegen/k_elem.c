@@ -470,17 +470,31 @@ static kir_expr *elem_sigmoid_grad(const elem_args *e)
     return kir_bin(k, KB_MUL, e->a[0], kir_bin(k, KB_MUL, e->a[1], kir_bin(k, KB_SUB, one(e), e->a[1])));
 }
 
+/* A value used several times in one body, bound once: the printer
+ * prints expression trees, so a shared subtree would be printed (and
+ * computed, if the compiler does not merge them) once per use. */
+static kir_expr *shared(kir_kernel *k, kir_expr *e, const char *hint)
+{
+    if (e->kind == KE_CONST || e->kind == KE_VAR)
+        return e;
+    return kir_varref(k, kir_let(k, e, hint));
+}
+
 /* d/dx x Phi(x) = Phi(x) + x phi(x); of the tanh form,
- * (1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 0.044715 x^2) / 2 */
+ * (1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 0.044715 x^2) / 2,
+ * in one pass: x, x^2 and the one tanh bound once. */
 static kir_expr *elem_gelu_grad(const elem_args *e)
 {
     kir_kernel *k = e->k;
     kir_expr *x = e->a[1];
     if (ir_gelu_is_tanh(&e->n->attrs)) {
-        kir_expr *t = gelu_tanh_t(k, x);
+        x = shared(k, x, "gx");
+        kir_expr *x2 = shared(k, kir_bin(k, KB_MUL, x, x), "gx2");
+        kir_expr *u = kir_bin(k, KB_MUL, kir_const_f(k, GELU_TANH_C),
+                              kir_bin(k, KB_ADD, x, kir_bin(k, KB_MUL, kir_const_f(k, GELU_TANH_A), kir_bin(k, KB_MUL, x, x2))));
+        kir_expr *t = shared(k, kir_un(k, KU_TANH, u), "gt");
         kir_expr *du = kir_bin(k, KB_MUL, kir_const_f(k, GELU_TANH_C),
-                               kir_bin(k, KB_ADD, kir_const_f(k, 1),
-                                       kir_bin(k, KB_MUL, kir_const_f(k, 3 * GELU_TANH_A), kir_bin(k, KB_MUL, x, x))));
+                               kir_bin(k, KB_ADD, kir_const_f(k, 1), kir_bin(k, KB_MUL, kir_const_f(k, 3 * GELU_TANH_A), x2)));
         kir_expr *sech2 = kir_bin(k, KB_SUB, kir_const_f(k, 1), kir_bin(k, KB_MUL, t, t));
         kir_expr *d = kir_bin(k, KB_ADD, kir_bin(k, KB_ADD, kir_const_f(k, 1), t),
                               kir_bin(k, KB_MUL, x, kir_bin(k, KB_MUL, sech2, du)));

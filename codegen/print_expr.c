@@ -61,11 +61,11 @@ const kir_target kir_target_c = {
     .cond_or = "(%a | %b)",
     /* Selects in the prelude: they vectorise (fmaxf's NaN rule does not)
      * and keep NaN, as in PyTorch. */
-    /* GELU's erf and density, and exp of a value less its maximum
-     * (softmax, cross-entropy): base/scalar.h's vectorisable versions
-     * (glibc's expf is a call that keeps the loop scalar). */
-    .un = {[KU_RELU] = "kl_relu%d(%a)", [KU_ERF] = "kl_erf%d(%a)", [KU_NPDF] = "kl_npdf%d(%a)",
-           [KU_EXP_NONPOS] = "kl_exp_nonpos%d(%a)"},
+    /* exp, log, pow, tanh, erf and the density keep the shared formats:
+     * the prelude declares glibc's vector variants of them (base/scalar.h
+     * vecmath), so their loops vectorise; the sigmoid is the prelude's
+     * form that does not overflow. */
+    .un = {[KU_RELU] = "kl_relu%d(%a)", [KU_SIGMOID] = "kl_sigmoid%d(%a)"},
     .bin = {[KB_MAX] = "kl_max%d(%a, %b)", [KB_MIN] = "kl_min%d(%a, %b)"},
 };
 

@@ -25,8 +25,8 @@ foreach(prec fp32 bf16)
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_EQUIV_BOUND=${bound};OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endforeach()
 
-# GELU's erf and normal density in the CPU kernels (base/scalar.h, the
-# vecmath region: code gcc vectorises) against libm in double.
+# The CPU attention's exp of non-positive values (base/scalar.h
+# kl_exp_nonpos: code gcc vectorises) against libm in double.
 add_executable(xfuse_vecmath_check fusion/vecmath_check.c)
 target_include_directories(xfuse_vecmath_check PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(xfuse_vecmath_check PRIVATE m)
@@ -48,3 +48,7 @@ if(KILN_HAVE_CUDA)
   set_tests_properties(fusion.cuda.nvrtc fusion.cuda.emulate PROPERTIES SKIP_RETURN_CODE 77
     ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()
+# The tanh-form GELU's gradient computes its tanh once (one pass, shared
+# subexpressions).
+add_test(NAME fusion.gelu_tanh_once COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fusion/gelu_tanh_once.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -28,3 +28,17 @@ set_tests_properties(perf.bf16_gemm PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMA
 add_test(NAME perf.batch_auto COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/memplan/batch_auto.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(perf.batch_auto PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# The kernels' transcendentals (glibc's libmvec through the prelude's SIMD
+# declarations): each function's ulp error against the f64 reference over
+# the float line, edges and switch points; the AVX2 and SSE variants that
+# other CPUs call through KILN_MARCH (the checker compiled for them).
+add_executable(test_vmath unit/test_vmath.c)
+target_include_directories(test_vmath PRIVATE ${CMOCKA_INCLUDE_DIR})
+target_link_libraries(test_vmath PRIVATE kiln ${CMOCKA_LIBRARIES})
+add_test(NAME unit.vmath COMMAND test_vmath)
+add_test(NAME unit.vmath.avx2 COMMAND test_vmath)
+add_test(NAME unit.vmath.sse COMMAND test_vmath)
+set_tests_properties(unit.vmath PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+set_tests_properties(unit.vmath.avx2 PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_MARCH=x86-64-v3")
+set_tests_properties(unit.vmath.sse PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache;KILN_MARCH=x86-64")

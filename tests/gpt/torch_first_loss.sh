@@ -5,7 +5,7 @@
 # far from their initial values and the loss far from ln 256), exported
 # as safetensors; then Kiln's first loss from those weights (--init, one
 # step) against PyTorch's float32 loss of the same window: relative
-# difference at most 1e-4.
+# difference at most 1e-4; with the exact GELU and with its tanh form.
 #
 #   torch_first_loss.sh KILN BUILD_DIR
 set -uo pipefail
@@ -29,20 +29,29 @@ for b in toks:
     h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
 open(sys.argv[1], "wb").write(b"KILNTOK\0" + struct.pack("<IIQQQQ", 1, 1, len(toks), 256, h, 0) + toks)
 PY
-"$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" || exit 1
-data="data=tokens(\"$tmp/w.tok\", context = 16)"
-"$tmp/gpt" --steps 30 --epochs 30 --batch 1 --quiet --eval-every 0 --set "$data" --set 'schedule=warmup_cosine(warmup = 5)' --set 'optimizer=adamw(lr = 1e-2)' \
-  --export "$tmp/trained.safetensors" > /dev/null || exit 1
-"$tmp/gpt" --init "$tmp/trained.safetensors" --steps 1 --batch 1 --eval-every 0 --log-every 1 --set "$data" \
-  --metrics "$tmp/m.jsonl" > /dev/null || exit 1
-"$torch_py" bench/gpt_torch.py loss "$tmp/trained.safetensors" "$tmp/w.tok" 16 2 > "$tmp/torch.json" || exit 1
-python3 - "$tmp/m.jsonl" "$tmp/torch.json" <<'PY'
+# Once with the example's exact GELU, once with its tanh form (the
+# model's gelu given approximate = "tanh"; bench/gpt_torch.py with
+# GELU=tanh), as bench/gpt_tanh.sh compares them.
+sed 's/gelu(dense(norm(x), 4 \* c))/gelu(dense(norm(x), 4 * c), approximate = "tanh")/' "$tmp/m/gpt.kl" > "$tmp/m/gpt_tanh.kl"
+grep -q 'approximate = "tanh"' "$tmp/m/gpt_tanh.kl" || { echo "FAIL: no gelu(dense(norm(x), 4 * c)) in the tiny GPT"; exit 1; }
+first_loss() { # MODEL GELU
+  "$kiln" build "$1" -o "$tmp/gpt" || exit 1
+  data="data=tokens(\"$tmp/w.tok\", context = 16)"
+  "$tmp/gpt" --steps 30 --epochs 30 --batch 1 --quiet --eval-every 0 --set "$data" --set 'schedule=warmup_cosine(warmup = 5)' --set 'optimizer=adamw(lr = 1e-2)' \
+    --export "$tmp/trained.safetensors" > /dev/null || exit 1
+  "$tmp/gpt" --init "$tmp/trained.safetensors" --steps 1 --batch 1 --eval-every 0 --log-every 1 --set "$data" \
+    --metrics "$tmp/m.jsonl" > /dev/null || exit 1
+  GELU=$2 "$torch_py" bench/gpt_torch.py loss "$tmp/trained.safetensors" "$tmp/w.tok" 16 2 > "$tmp/torch.json" || exit 1
+  python3 - "$tmp/m.jsonl" "$tmp/torch.json" "$2" <<'PY'
 import json, sys
 kiln = next(r["loss"] for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train" and r["step"] == 1)
 torch = json.load(open(sys.argv[2]))["loss"]
 rel = abs(kiln - torch) / abs(torch)
-print(f"first loss from the trained weights: kiln {kiln:.7f}, pytorch {torch:.7f}, relative difference {rel:.2e} (bound 1e-4)")
+print(f"{sys.argv[3]} GELU: first loss from the trained weights: kiln {kiln:.7f}, pytorch {torch:.7f}, relative difference {rel:.2e} (bound 1e-4)")
 if kiln > 4.0:
     sys.exit("FAIL: the loss is near ln 256 = 5.545: the weights did not train, so the comparison shows nothing")
 sys.exit(0 if rel <= 1e-4 else "FAIL: PyTorch's loss differs from Kiln's")
 PY
+}
+first_loss "$tmp/m/gpt.kl" none || exit 1
+first_loss "$tmp/m/gpt_tanh.kl" tanh || exit 1
