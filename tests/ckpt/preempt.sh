@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Preemption and --resume latest (docs/guides/checkpoints.md):
-#  - a job preempted by SIGTERM at 3 random steps (the test hook
+#  - a job preempted by SIGTERM at 5 random steps (the test hook
 #    KILN_TEST_SIGNAL_AT raises it as that step begins; the handler is
 #    the real one) exits 75 each time after saving --save, and the same
 #    command resubmitted (--resume latest) ends with the uninterrupted
@@ -26,10 +26,10 @@ job() { ./tiny --threads 1 --quiet --epochs 10 --log-every 1 --save-every 6 --ke
   bad "the uninterrupted run failed"
 train_losses whole.json > whole.loss
 
-# ---- preempted at 3 random steps, resubmitted unchanged ----
+# ---- preempted at 5 random steps, resubmitted unchanged ----
 RANDOM=$$
 steps=()
-while [ ${#steps[@]} -lt 3 ]; do
+while [ ${#steps[@]} -lt 5 ]; do
   s=$((RANDOM % 39 + 1))
   [[ " ${steps[*]} " == *" $s "* ]] || steps+=("$s")
 done
@@ -45,10 +45,10 @@ for s in "${steps[@]}"; do
     bad "preempted at step $s: exit $rc"; cat out.txt
   fi
 done
-[ $n -eq 3 ] && ok "preempted at steps ${steps[*]}: exit 75 each time, p.ckpt saved at that step"
+[ $n -eq 5 ] && ok "preempted at steps ${steps[*]}: exit 75 each time, p.ckpt saved at that step"
 job --save p.ckpt --metrics p.json > out.txt 2>&1 || { bad "the last resubmission failed"; cat out.txt; }
-cmp -s p.ckpt whole.ckpt && ok "resubmitted 3 times with --resume latest: the final checkpoint is the uninterrupted run's" ||
-  bad "the final checkpoint after 3 preemptions differs from the uninterrupted run's"
+cmp -s p.ckpt whole.ckpt && ok "resubmitted 5 times with --resume latest: the final checkpoint is the uninterrupted run's" ||
+  bad "the final checkpoint after 5 preemptions differs from the uninterrupted run's"
 # Each resumed run appends the steps after its checkpoint: the last loss
 # of every step is the uninterrupted run's.
 grep '"type": "train"' p.json | sed 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/' |
