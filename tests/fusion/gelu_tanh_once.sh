@@ -5,6 +5,7 @@
 # step) call tanh twice in all; a gradient whose tree printed the tanh
 # three times had four.
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 kiln=$1
 calls=$("$kiln" ir tests/grad/gelu_tanh.kl --kernels | grep -o 'tanh((' | wc -l)
 if [ "$calls" -ne 2 ]; then
