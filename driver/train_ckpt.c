@@ -102,7 +102,7 @@ int train_check_value_sizes(const trainer *t)
     return 0;
 }
 
-static int64_t periodic_step(const char *name, const char *base)
+int64_t train_periodic_step(const char *name, const char *base)
 {
     size_t n = strlen(base);
     if (strncmp(name, base, n) || strncmp(name + n, ".step-", 6))
@@ -139,7 +139,7 @@ void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now)
     KL_VEC(found) all = {0};
     struct dirent *ent;
     while ((ent = readdir(d))) {
-        int64_t step = periodic_step(ent->d_name, base);
+        int64_t step = train_periodic_step(ent->d_name, base);
         if (step <= 0 || step > now || step % o->save_every || (step <= first && !o->resume))
             continue; /* not this run's series */
         char *path = kl_xasprintf("%s/%s", dir, ent->d_name);

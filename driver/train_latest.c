@@ -30,18 +30,6 @@ static int newest_first(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The step of BASE.step-DIGITS, or -1. */
-static int64_t step_in_name(const char *name, const char *base)
-{
-    size_t n = strlen(base);
-    if (strncmp(name, base, n) || strncmp(name + n, ".step-", 6))
-        return -1;
-    const char *d = name + n + 6;
-    if (!*d || strspn(d, "0123456789") != strlen(d) || strlen(d) > 18)
-        return -1;
-    return strtoll(d, NULL, 10);
-}
-
 static bool regular(const char *path)
 {
     struct stat st;
@@ -58,7 +46,7 @@ static void list_series(const char *save, candidates *all)
     DIR *d = opendir(dir);
     struct dirent *ent;
     while (d && (ent = readdir(d))) {
-        int64_t step = step_in_name(ent->d_name, base);
+        int64_t step = train_periodic_step(ent->d_name, base);
         if (step < 0)
             continue;
         char *path = kl_xasprintf("%s/%s", dir, ent->d_name);

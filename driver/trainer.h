@@ -214,6 +214,8 @@ int train_check_ckpt_flags(const train_options *o);
  * limit. */
 int train_check_value_sizes(const trainer *t);
 char *train_periodic_path(const char *save, int64_t step);
+/* The step N of a name BASE.step-N (digits only), or -1. */
+int64_t train_periodic_step(const char *name, const char *base);
 void train_prune_checkpoints(const train_options *o, int64_t first, int64_t now);
 
 /* One checkpoint of the session's values at step (train_ckpt.c): the state
