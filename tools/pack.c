@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "pack.h"
@@ -305,6 +306,41 @@ static int64_t *sample_order(int64_t n, bool shuffle, uint64_t seed)
     return o;
 }
 
+/* Before anything is written: every split's sample order must fit in
+ * memory, and the shards in the output's file system, where each sample
+ * takes at least one 512-byte tar header. A size from a file (an .npy
+ * header's first axis, say) is refused here with its numbers, never met
+ * as an allocation that fails or a write that runs for days. */
+static int check_room(const pack_input *in, const char *out, const char *parent)
+{
+    struct statvfs fs;
+    int64_t room = statvfs(parent, &fs) == 0 ? kl_size_mul((int64_t)fs.f_bavail, (int64_t)fs.f_frsize) : -1;
+    int64_t need = 0;
+    for (int k = 0; k < in->nsplits; k++) {
+        int64_t n = in->split_count[k];
+        char what[320];
+        snprintf(what, sizeof what, "kiln pack: %.200s: the order of split %s (%lld samples)", in->source,
+                 in->split_name[k], (long long)n);
+        if (kl_check_alloc(what, kl_size_mul(n, (int64_t)sizeof(int64_t)), 0,
+                           "pack fewer samples (--limit N), or check the input's first axis"))
+            return -1;
+        int64_t bytes = kl_size_mul(n, 512);
+        need = bytes < 0 || need > INT64_MAX - bytes ? -1 : need + bytes;
+        if (need < 0)
+            break;
+    }
+    if (room >= 0 && (need < 0 || need > room)) {
+        char a[32], b[32];
+        kl_format_bytes(a, sizeof a, need < 0 ? INT64_MAX : need);
+        kl_format_bytes(b, sizeof b, room);
+        kl_error("kiln pack: %s: the shards of %s need at least %s (a 512-byte tar header per sample), more than "
+                 "the %s free there\n---> pack fewer samples (--limit N), or write to a larger file system",
+                 out, in->source, a, b);
+        return -1;
+    }
+    return 0;
+}
+
 static int pack_split(const pack_opts *opt, pack_input *in, int k, const char *staging, kl_buf *manifest)
 {
     shard_writer w = {.dir = staging, .split = in->split_name[k], .max_bytes = opt->shard_bytes,
@@ -588,6 +624,11 @@ int kl_pack_main(int argc, char **argv)
     /* The staging folder beside the output, so the final rename stays on
      * one file system. */
     char *parent = dir_of(opt.out);
+    if (!opt.text.n && check_room(&in, opt.out, parent)) {
+        free(parent);
+        pack_input_free(&in);
+        goto done;
+    }
     const char *base = strrchr(opt.out, '/') ? strrchr(opt.out, '/') + 1 : opt.out;
     char *staging = kl_xasprintf("%s/.%.200s.kiln-pack-XXXXXX", parent, base);
     free(parent);
