@@ -99,7 +99,7 @@ for f in "$kit"/bin/*; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print 
   while read -r soname path; do
     is_base "$soname" && continue
     real=$(readlink -f "$path")
-    xz -9 -c "$real" > "$kit/lib/$soname.xz"
+    xz -3 -c "$real" > "$kit/lib/$soname.xz"
     echo "kit: carries $soname ($(du -k "$real" | cut -f1) KiB, $(du -k "$kit/lib/$soname.xz" | cut -f1) KiB compressed; $real)"
     pkg=$(dpkg -S "$real" 2> /dev/null | head -1 | cut -d: -f1) || true
     if [ -n "$pkg" ] && [ -f "/usr/share/doc/$pkg/copyright" ]; then
