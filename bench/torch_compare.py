@@ -29,10 +29,20 @@ def read_checkpoint(path):
     assert data[:8] == b"KILNCKPT", "not a kiln checkpoint"
     version, count = struct.unpack_from("<II", data, 8)
     off, out = 16, {}
-    for _ in range(count):
+
+    def string():
+        nonlocal off
         (n,) = struct.unpack_from("<I", data, off)
-        name = data[off + 4 : off + 4 + n].decode()
         off += 4 + n
+        return data[off - n : off].decode()
+
+    # version 3: model, precision and kiln version; 5: the --config text
+    for _ in range((3 if version >= 3 else 0) + (1 if version >= 5 else 0)):
+        string()
+    for _ in range(count):
+        name = string()
+        if version >= 3:
+            string()  # the value's role
         dt, rank = struct.unpack_from("<II", data, off)
         off += 8
         dims = struct.unpack_from("<%dq" % rank, data, off)
