@@ -272,16 +272,17 @@ static int eval_data_check(trainer *t, eval_result *r)
 /* --eval-every: an evaluation between steps. */
 static int eval_between_steps(trainer *t, train_loop *lp)
 {
-    const char *metric_name = lp->metric_name;
     lp->eval_s += train_evaluate(t, &lp->er);
     if (eval_data_check(t, &lp->er))
         return -1;
     train_bar_break(&lp->bar);
+    kl_buf line = {0}, json = {0};
+    train_eval_metrics(t, &lp->er, &line, &json);
     if (!t->opt.quiet)
-        printf("step %lld  eval  loss %.4f  %s %.4f\n", (long long)lp->step, lp->er.loss, metric_name ? metric_name : "",
-               lp->er.metric[0]);
-    train_json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g}", (long long)lp->step, lp->er.loss,
-              metric_name ? metric_name : "metric", lp->er.metric[0]);
+        printf("step %lld  eval  loss %.4f%s\n", (long long)lp->step, lp->er.loss, line.s);
+    train_json_line(t, "{\"type\": \"eval\", \"step\": %lld, \"loss\": %.6g%s}", (long long)lp->step, lp->er.loss, json.s);
+    kl_buf_free(&line);
+    kl_buf_free(&json);
     train_tboard_eval(t, lp);
     return 0;
 }
@@ -291,7 +292,6 @@ static int eval_between_steps(trainer *t, train_loop *lp)
 static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
 {
     const kl_train_config *c = &t->cfg;
-    const char *metric_name = lp->metric_name;
     double epoch_s = kl_now() - epoch_t0;
     train_ranks_settle(t);
     if (c->eval_every == 0 || !t->eval)
@@ -301,14 +301,15 @@ static int end_epoch(trainer *t, train_loop *lp, int64_t epoch, double epoch_t0)
         return -1;
     lp->eval_s += eval_s;
     lp->evaluated_at_end = true;
-    printf("epoch %lld/%lld  eval  loss %.4f", (long long)epoch + 1, (long long)c->epochs, lp->er.loss);
-    if (metric_name)
-        printf("  %s %.4f", metric_name, lp->er.metric[0]);
-    printf("  (%lld samples)  epoch %.1f s, eval %.2f s\n", (long long)lp->er.samples, epoch_s, eval_s);
+    kl_buf line = {0}, json = {0};
+    train_eval_metrics(t, &lp->er, &line, &json);
+    printf("epoch %lld/%lld  eval  loss %.4f%s  (%lld samples)  epoch %.1f s, eval %.2f s\n", (long long)epoch + 1,
+           (long long)c->epochs, lp->er.loss, line.s, (long long)lp->er.samples, epoch_s, eval_s);
     fflush(stdout);
-    train_json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g, \"%s\": %.6g, \"epoch_s\": %.3f}",
-              (long long)epoch + 1, (long long)lp->step, lp->er.loss, metric_name ? metric_name : "metric",
-              lp->er.metric[0], epoch_s);
+    train_json_line(t, "{\"type\": \"eval\", \"epoch\": %lld, \"step\": %lld, \"loss\": %.6g%s, \"epoch_s\": %.3f}",
+                    (long long)epoch + 1, (long long)lp->step, lp->er.loss, json.s, epoch_s);
+    kl_buf_free(&line);
+    kl_buf_free(&json);
     train_tboard_eval(t, lp);
     if (train_best_after_eval(t, lp, epoch))
         return -1;

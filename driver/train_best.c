@@ -28,7 +28,7 @@ static bool improves(bool lower, double x, double best, double delta)
 static char *metric_names(const ir_graph *g)
 {
     kl_buf b = {0};
-    for (int i = 0; i < g->reports.n && i < 8; i++)
+    for (int i = 0; i < g->reports.n && i < IR_MAX_REPORTS; i++)
         if (g->reports.v[i].name[0] != '_')
             kl_buf_printf(&b, "%s, ", g->reports.v[i].name);
     kl_buf_puts(&b, "loss (the evaluation loss)");
@@ -56,7 +56,7 @@ int train_best_setup(trainer *t, train_loop *lp)
     w->lower = true;
     if (want && strcmp(want, "loss")) {
         int k = -1;
-        for (int i = 0; i < eg->reports.n && i < 8 && k < 0; i++)
+        for (int i = 0; i < eg->reports.n && i < IR_MAX_REPORTS && k < 0; i++)
             if (!strcmp(eg->reports.v[i].name, want) && want[0] != '_')
                 k = i;
         if (k < 0) {

@@ -33,7 +33,7 @@ static void evaluate_plans(trainer *t, eval_result *r)
         if (t->on_eval_batch)
             t->on_eval_batch(t, e, b);
         r->loss += kl_exec_scalar(e, e->g->loss) * (double)b->size;
-        for (int i = 0; i < e->g->reports.n && i < 8; i++)
+        for (int i = 0; i < e->g->reports.n && i < IR_MAX_REPORTS; i++)
             r->metric[i] += kl_exec_scalar(e, e->g->reports.v[i].value) * (double)b->size;
         r->samples += b->size;
         kl_loader_release(l, b);
@@ -55,9 +55,27 @@ static void evaluate_plans(trainer *t, eval_result *r)
     }
     if (r->samples) {
         r->loss /= (double)r->samples;
-        for (int i = 0; i < 8; i++)
+        for (int i = 0; i < IR_MAX_REPORTS; i++)
             r->metric[i] /= (double)r->samples;
     }
+}
+
+void train_eval_metrics(const trainer *t, const eval_result *r, kl_buf *line, kl_buf *json)
+{
+    const ir_graph *g = t->eval ? t->eval->g : NULL;
+    int shown = 0;
+    for (int i = 0; g && i < g->reports.n && i < IR_MAX_REPORTS; i++) {
+        const char *name = g->reports.v[i].name;
+        if (name[0] == '_')
+            continue;
+        kl_buf_printf(line, "  %s %.4f", name, r->metric[i]);
+        kl_buf_printf(json, ", \"%s\": %.6g", name, r->metric[i]);
+        shown++;
+    }
+    if (!shown)
+        kl_buf_printf(json, ", \"metric\": %.6g", r->metric[0]);
+    kl_buf_puts(line, ""); /* both strings, if empty, for %s */
+    kl_buf_puts(json, "");
 }
 
 double train_evaluate(trainer *t, eval_result *r)

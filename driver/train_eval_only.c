@@ -111,14 +111,13 @@ int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
         return -1;
     eval_result er;
     train_evaluate(t, &er);
-    const ir_graph *eg = t->eval->g;
-    const char *metric = eg->reports.n && eg->reports.v[0].name[0] != '_' ? eg->reports.v[0].name : NULL;
-    printf("eval  loss %.4f", er.loss);
-    if (metric)
-        printf("  %s %.4f", metric, er.metric[0]);
-    printf("  (%lld samples)\n", (long long)er.samples);
+    kl_buf line = {0}, json = {0};
+    train_eval_metrics(t, &er, &line, &json);
+    printf("eval  loss %.4f%s  (%lld samples)\n", er.loss, line.s, (long long)er.samples);
     fflush(stdout);
-    train_json_line(t, "{\"type\": \"eval\", \"step\": %llu, \"loss\": %.6g, \"%s\": %.6g}", (unsigned long long)rs.step,
-              er.loss, metric ? metric : "metric", er.metric[0]);
+    train_json_line(t, "{\"type\": \"eval\", \"step\": %llu, \"loss\": %.6g%s}", (unsigned long long)rs.step, er.loss,
+                    json.s);
+    kl_buf_free(&line);
+    kl_buf_free(&json);
     return t->opt.predict ? train_predict_finish(t) : 0;
 }

@@ -164,7 +164,7 @@ struct trainer {
 };
 
 typedef struct eval_result {
-    double loss, metric[8];
+    double loss, metric[IR_MAX_REPORTS];
     int64_t samples;
     char *error;          /* bad test data (on_error = fail): the run stops */
     int64_t skipped;      /* test samples skipped (on_error = skip) */
@@ -271,6 +271,11 @@ int train_predict_finish(trainer *t);
 /* The loss and metrics over the test set (train_eval.c); returns the
  * seconds it took. */
 double train_evaluate(trainer *t, eval_result *r);
+/* The evaluation's metrics: "  NAME 0.1234" for its line and
+ * ", \"NAME\": 0.123456" for its metrics record, for every report of
+ * the evaluation plan but hidden ones (named _...); the record of a model
+ * that reports none has "metric" (0). Appends to both. */
+void train_eval_metrics(const trainer *t, const eval_result *r, kl_buf *line, kl_buf *json);
 
 /* Ranks (train_ranks.c). prepare: the state averaged across ranks (-1
  * after an error, reported). sums: sums[0..n) summed over the ranks in

@@ -197,6 +197,9 @@ static void exec_report(lower *L, frame *f, const ast_stmt *s)
     for (int i = 0; i < L->g->reports.n; i++)
         if (!strcmp(L->g->reports.v[i].name, name))
             lower_fail_at(L, s->name ? s->name_loc : s->value->loc, "metric '%s' is reported twice", name);
+    if (L->g->reports.n == IR_MAX_REPORTS)
+        lower_fail_at(L, s->loc, "a model reports at most %d metrics ('%s' would be the %dth)", IR_MAX_REPORTS, name,
+                      IR_MAX_REPORTS + 1);
     lv v = lower_eval(L, f, s->value);
     if (v.kind != LV_TENSOR || type_of(L, &v)->rank != 0)
         lower_fail_at(L, s->value->loc, "a reported metric must be a scalar tensor");

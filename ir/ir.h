@@ -306,6 +306,9 @@ struct ir_node {
     bool dead;
 };
 
+/* The metrics a model may report (each evaluated, printed and recorded). */
+#define IR_MAX_REPORTS 8
+
 typedef struct ir_report {
     char *name;
     int value;
@@ -336,7 +339,7 @@ struct ir_graph {
     KL_VEC(ir_node *) nodes;
     KL_VEC(int) decls;  /* inputs, params and state, in declaration order */
     int loss;           /* value id or -1 */
-    KL_VEC(ir_report) reports;
+    KL_VEC(ir_report) reports; /* at most IR_MAX_REPORTS */
     /* output NAME = ...: per-sample values (first dimension the batch)
      * that --predict writes; kept, like reports (lower_better unused). */
     KL_VEC(ir_report) outputs;

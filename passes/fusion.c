@@ -36,6 +36,7 @@ typedef struct pattern {
     bool (*sibling)(const ir_graph *g, const ir_node *anchor, const ir_node *n);
     int max_siblings;
     bool column_sums; /* absorb column sums (bias gradients) of stored results */
+    bool one_per_op;  /* siblings of distinct ops only: the kernel computes one of each */
 } pattern;
 
 static bool is_op(const ir_node *n, ir_op a) { return n->op == a; }
@@ -126,21 +127,23 @@ static bool sibling_update(const ir_graph *g, const ir_node *a, const ir_node *n
 }
 
 static const pattern patterns[] = {
-    {"gemm_epilogue", anchor_gemm, false, EPI_ANCHOR_OUTPUT, NULL, 0, true},
-    {"batchnorm", anchor_bn, true, EPI_ANCHOR_INPUT, NULL, 0, false},
-    {"batchnorm_grad", anchor_bn_grad, true, EPI_ANCHOR_INPUT, NULL, 0, false},
+    {"gemm_epilogue", anchor_gemm, false, EPI_ANCHOR_OUTPUT, NULL, 0, true, false},
+    {"batchnorm", anchor_bn, true, EPI_ANCHOR_INPUT, NULL, 0, false, false},
+    {"batchnorm_grad", anchor_bn_grad, true, EPI_ANCHOR_INPUT, NULL, 0, false, false},
     /* Layer norm's backward with the residual add after it: dx plus the
      * gradient arriving through the skip connection, summed before the
      * single store (the pre-norm transformer's block boundary). No
      * prologue: the kernel's second nest (dgamma, dbeta) reads dy from
      * its buffer. */
-    {"layernorm_grad", anchor_ln_grad, false, EPI_ANCHOR_INPUT, NULL, 0, false},
-    {"softmax_cross_entropy", anchor_logits, true, EPI_NONE, sibling_logits, 3, false},
-    {"softmax", anchor_softmax, true, EPI_NONE, NULL, 0, false},
-    {"grad_norms", anchor_grad_norm, true, EPI_NONE, sibling_grad_norm, 16, false},
-    {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0, false},
-    {"pool", anchor_pool, false, EPI_ANCHOR_OUTPUT, NULL, 0, false},
-    {"optimizer", anchor_update, false, EPI_NONE, sibling_update, 8, false},
+    {"layernorm_grad", anchor_ln_grad, false, EPI_ANCHOR_INPUT, NULL, 0, false, false},
+    /* A second cross_entropy or accuracy of the same logits (a report
+     * beside the loss) gets a kernel of its own. */
+    {"softmax_cross_entropy", anchor_logits, true, EPI_NONE, sibling_logits, 3, false, true},
+    {"softmax", anchor_softmax, true, EPI_NONE, NULL, 0, false, false},
+    {"grad_norms", anchor_grad_norm, true, EPI_NONE, sibling_grad_norm, 16, false, false},
+    {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0, false, false},
+    {"pool", anchor_pool, false, EPI_ANCHOR_OUTPUT, NULL, 0, false, false},
+    {"optimizer", anchor_update, false, EPI_NONE, sibling_update, 8, false, false},
 };
 
 /* ---- the fusion state ---- */
@@ -649,6 +652,15 @@ static int patterns_off(bool *off)
     return 0;
 }
 
+/* Whether group gid holds a node of op (its members lie in lo..hi). */
+static bool group_has_op(const fuser *f, int gid, ir_op op)
+{
+    for (int i = f->lo[gid]; i <= f->hi[gid]; i++)
+        if (f->group[i] == gid && ir_nd(f->g, i)->op == op)
+            return true;
+    return false;
+}
+
 static void apply_patterns(fuser *f, const bool *off)
 {
     ir_graph *g = f->g;
@@ -665,7 +677,7 @@ static void apply_patterns(fuser *f, const bool *off)
             int siblings = 0;
             for (int j = i + 1; pt->sibling && j < f->n && siblings < pt->max_siblings - 1; j++) {
                 ir_node *m = ir_nd(g, j);
-                if (m->dead || f->group[j] >= 0 || !pt->sibling(g, n, m))
+                if (m->dead || f->group[j] >= 0 || !pt->sibling(g, n, m) || (pt->one_per_op && group_has_op(f, gid, m->op)))
                     continue;
                 mark(f, j, gid);
                 if (convex_with(f, gid, j) && group_fits(f, gid, j)) {
