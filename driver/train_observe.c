@@ -127,10 +127,13 @@ void train_tboard_eval(trainer *t, const train_loop *lp)
     if (!t->tboard)
         return;
     kl_tboard_scalar(t->tboard, "eval/loss", lp->step, lp->er.loss);
-    if (lp->metric_name) {
+    const ir_graph *g = t->eval ? t->eval->g : NULL;
+    for (int i = 0; g && i < g->reports.n && i < IR_MAX_REPORTS; i++) {
+        if (g->reports.v[i].name[0] == '_')
+            continue;
         char tag[96];
-        snprintf(tag, sizeof tag, "eval/%s", lp->metric_name);
-        kl_tboard_scalar(t->tboard, tag, lp->step, lp->er.metric[0]);
+        snprintf(tag, sizeof tag, "eval/%s", g->reports.v[i].name);
+        kl_tboard_scalar(t->tboard, tag, lp->step, lp->er.metric[i]);
     }
 }
 
