@@ -158,6 +158,7 @@ static int resume(trainer *t, train_loop *lp)
     if (rc)
         return -1;
     lp->step = (int64_t)rs.step;
+    t->resumed = rs;
     /* The loss scaler continues where it was, counters included, so
      * that its next change falls on the same step; a checkpoint of
      * another precision has none: the scaler starts afresh. */
@@ -349,6 +350,7 @@ static int run_training(trainer *t)
                          .workers = t->train_set.shards ? c->data_workers : 1, .augment_random = true,
                          .rows_first = t->rank * c->batch, .rows = c->batch};
     lp.loader = kl_loader_new_opts(&t->train_set, &lo);
+    t->loop = &lp;
     int rc = -1;
     if (count_steps(t, &lp) || (t->opt.resume && resume(t, &lp)))
         goto out;
@@ -379,6 +381,10 @@ static int run_training(trainer *t)
         kl_loader_start_at(lp.loader, epoch, (lp.step - epoch * lp.per_epoch) * c->accumulate);
         double epoch_t0 = kl_now();
         train_bar_epoch(&lp.bar, epoch, c->epochs, epoch * lp.per_epoch, lp.per_epoch, lp.first_step, lp.total);
+        /* A periodic save or a preemption at an epoch's last step waits
+         * for its evaluation, so that the checkpoint records it (a run
+         * resumed from there does not evaluate that epoch again). */
+        bool save_at_end = false;
         while (lp.step < lp.total) {
             double lr = 0, st0 = kl_now();
             if (kl_nvtx_on()) {
@@ -431,19 +437,29 @@ static int run_training(trainer *t)
                            kl_backend_is_cuda(t->s->be) ? t->peak_bytes : 0, logged || at_end);
             if (logged)
                 train_log_progress(t, &lp, epoch, loss_now, lr);
-            if (lp.preempted) {
+            if (lp.preempted && !at_end) {
                 train_bar_break(&lp.bar);
                 rc = stop_preempted(t, &lp);
                 goto out;
             }
             if (c->eval_every > 0 && lp.step % c->eval_every == 0 && !at_end && eval_between_steps(t, &lp))
                 goto out;
-            if (t->opt.save_every > 0 && lp.step % t->opt.save_every == 0 && save_periodic(t, lp.step, lp.first_step))
+            bool periodic = t->opt.save_every > 0 && lp.step % t->opt.save_every == 0;
+            save_at_end = periodic && at_end;
+            if (periodic && !at_end && save_periodic(t, lp.step, lp.first_step))
                 goto out;
+            if (at_end)
+                break;
         }
         train_bar_break(&lp.bar);
         if (end_epoch(t, &lp, epoch, epoch_t0))
             goto out;
+        if (save_at_end && save_periodic(t, lp.step, lp.first_step))
+            goto out;
+        if (lp.preempted) {
+            rc = stop_preempted(t, &lp);
+            goto out;
+        }
     }
     if (!lp.evaluated_at_end && c->eval_every != 0 && t->eval) {
         lp.eval_s += train_evaluate(t, &lp.er);
@@ -485,6 +501,7 @@ static int run_training(trainer *t)
         train_ranks_ckpt_end(t, false);
     }
 out:
+    t->loop = NULL;
     kl_loader_free(lp.loader);
     return rc;
 }

@@ -73,7 +73,36 @@ int train_best_setup(trainer *t, train_loop *lp)
         w->name = eg->reports.v[w->index].name;
         w->lower = eg->reports.v[w->index].lower_better;
     }
+    /* A resumed run goes on with the record it saved (format version 6;
+     * an older one has none, and the counts start afresh). */
+    const kl_run_state *rs = &t->resumed;
+    if (rs->best_epoch && lp->metric_count) {
+        lp->best = rs->best;
+        lp->best_epoch = rs->best_epoch;
+    }
+    w->evals = rs->evals;
+    if (rs->watch_epoch && rs->watch_name == kl_hash_bytes(KL_HASH_INIT, w->name, strlen(w->name))) {
+        w->best = rs->watch_best;
+        w->best_epoch = rs->watch_epoch;
+        w->best_step = rs->watch_step;
+        w->bad = rs->watch_bad;
+    }
     return 0;
+}
+
+void train_best_record(const train_loop *lp, kl_run_state *rs)
+{
+    const train_watch *w = &lp->watch;
+    rs->best = lp->best_epoch ? lp->best : 0;
+    rs->best_epoch = lp->best_epoch;
+    rs->evals = w->evals;
+    if (w->best_epoch && w->name) {
+        rs->watch_best = w->best;
+        rs->watch_epoch = w->best_epoch;
+        rs->watch_step = w->best_step;
+        rs->watch_bad = w->bad;
+        rs->watch_name = kl_hash_bytes(KL_HASH_INIT, w->name, strlen(w->name));
+    }
 }
 
 /* The hook's value for the n-th (1-based) evaluation, or x. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "train_loop.h"
 #include "runtime/ckpt/checkpoint.h"
 
 int train_check_ckpt_flags(const train_options *o)
@@ -69,6 +70,8 @@ int train_save_checkpoint(trainer *t, const char *path, int64_t step)
                        .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
                        .precision = kl_precision_name(t->cfg.precision),
                        .schedule_steps = (uint64_t)t->schedule_span, .config = t->opt.config_text};
+    if (t->loop)
+        train_best_record(t->loop, &rs);
     if (train_ranks_ckpt_begin(t, false))
         return -1;
     int rc = kl_checkpoint_save(t->s, path, &rs);

@@ -7,6 +7,7 @@
 #define KILN_TRAINER_H
 
 #include "train.h"
+#include "runtime/ckpt/checkpoint.h"
 #include "runtime/comm/comm.h"
 #include "runtime/data/data.h"
 #include "runtime/files/outfile.h"
@@ -129,6 +130,11 @@ struct trainer {
     kl_outfile metrics; /* metrics.f is NULL without --metrics */
     double scaled_lr;
     int64_t schedule_span; /* the steps the lr schedule spans (checkpoints record it) */
+    /* The training loop while it runs (NULL otherwise): a checkpoint
+     * records its evaluations' best (train_best.c); the record a --resume
+     * read, which train_best_setup carries over. */
+    const struct train_loop *loop;
+    kl_run_state resumed;
     /* --predict: called after each evaluation batch runs (train_eval.c),
      * with the exec that ran it. */
     void (*on_eval_batch)(trainer *t, kl_exec *e, const kl_batch *b);

@@ -122,6 +122,13 @@ static int cmd_ckpt(int argc, char **argv)
             (unsigned long long)rs->schedule_steps);
     else
         kl_fprintf_escaped(stdout, "lr schedule: span not recorded (version %u)\n", c.version);
+    if (c.version >= 6)
+        printf("evaluations: %lld at epochs' ends; the first metric's best %.4f (epoch %lld); the watched metric's "
+               "best %.4f (epoch %lld, step %lld), %lld since without improvement\n",
+               (long long)rs->evals, rs->best, (long long)rs->best_epoch, rs->watch_best, (long long)rs->watch_epoch,
+               (long long)rs->watch_step, (long long)rs->watch_bad);
+    else
+        printf("evaluations: not recorded (before version 6)\n");
     if (c.version >= 2)
         kl_fprintf_escaped(
             stdout,

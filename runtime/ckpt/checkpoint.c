@@ -10,6 +10,8 @@
  *   u64 step, i64 clean_steps, i64 skipped, i64 skipped_in_row,
  *   f64 loss_scale                                   (version 2 and later)
  *   u64 schedule_steps                               (version 4)
+ *   f64 best, i64 best_epoch, f64 watch_best, i64 watch_epoch,
+ *   i64 watch_step, i64 watch_bad, i64 evals, u64 watch_name  (version 6)
  *   u64 FNV-1a checksum of everything before it
  *
  * Version 1 ends with the step alone (no loss-scaler state); it still
@@ -20,7 +22,9 @@
  * ends at), so that a resumed run can tell whether it stretches it;
  * earlier versions load with 0 (not recorded). Version 5 records the
  * settings of the run's --config file, so that a run reproduces from its
- * checkpoint (`kiln ckpt` prints them). Written
+ * checkpoint (`kiln ckpt` prints them). Version 6 records the
+ * evaluations' best and early stopping's count, so that a resumed run
+ * stops, and keeps its best, as the uninterrupted run does. Written
  * through outfile.h, so a crash or a full disk mid-write leaves the
  * previous checkpoint whole.
  *
@@ -37,7 +41,7 @@
 #include "checkpoint.h"
 #include "runtime/files/outfile.h"
 
-#define CKPT_VERSION 5u
+#define CKPT_VERSION 6u
 /* The longest name, role or header string a checkpoint may hold; the
  * run's --config settings may be longer. */
 #define CKPT_MAX_STR 4096u
@@ -139,6 +143,14 @@ int kl_checkpoint_save(kl_session *s, const char *path, const kl_run_state *rs)
     put(&w, &rs->skipped_in_row, 8);
     put(&w, &rs->loss_scale, 8);
     put(&w, &rs->schedule_steps, 8);
+    put(&w, &rs->best, 8);
+    put(&w, &rs->best_epoch, 8);
+    put(&w, &rs->watch_best, 8);
+    put(&w, &rs->watch_epoch, 8);
+    put(&w, &rs->watch_step, 8);
+    put(&w, &rs->watch_bad, 8);
+    put(&w, &rs->evals, 8);
+    put(&w, &rs->watch_name, 8);
     uint64_t sum = w.h;
     put(&w, &sum, 8);
     return kl_outfile_commit(&w.o, 0666);
@@ -187,6 +199,20 @@ static int read_run_state(const char *path, uint32_t version, const unsigned cha
     }
     if (version >= 4)
         memcpy(&rs->schedule_steps, at + 40, 8);
+    if (version >= 6) {
+        memcpy(&rs->best, at + 48, 8);
+        memcpy(&rs->best_epoch, at + 56, 8);
+        memcpy(&rs->watch_best, at + 64, 8);
+        memcpy(&rs->watch_epoch, at + 72, 8);
+        memcpy(&rs->watch_step, at + 80, 8);
+        memcpy(&rs->watch_bad, at + 88, 8);
+        memcpy(&rs->evals, at + 96, 8);
+        memcpy(&rs->watch_name, at + 104, 8);
+        if (rs->best_epoch < 0 || rs->watch_epoch < 0 || rs->watch_step < 0 || rs->watch_bad < 0 || rs->evals < 0) {
+            kl_error("%s: the evaluations' record is negative (a corrupt or foreign file)", path);
+            return -1;
+        }
+    }
     /* The step multiplies the loss by the scale as an fp32 number: one
      * below fp32's smallest normal (or above its largest) flushes to 0
      * (or inf) and every step is skipped or wrong. (Written so that a
@@ -286,7 +312,7 @@ int kl_ckpt_read(kl_ckpt *c, const char *path)
         kl_error("%s: unsupported checkpoint version %u (this kiln reads 1 to %u)", path, c->version, CKPT_VERSION);
         goto fail;
     }
-    size_t trailer = c->version >= 4 ? 56 : c->version >= 2 ? 48 : 16;
+    size_t trailer = c->version >= 6 ? 120 : c->version >= 4 ? 56 : c->version >= 2 ? 48 : 16;
     if (get(&r, &count, 4) || size < 16 + trailer) {
         kl_error("%s: not a kiln checkpoint", path);
         goto fail;

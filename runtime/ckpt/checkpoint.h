@@ -12,6 +12,15 @@ typedef struct kl_run_state {
     int64_t skipped, skipped_in_row; /* fp16: steps skipped in all, and in a row at the end */
     double loss_scale;               /* fp16: the scale of the next step; 1 otherwise */
     uint64_t schedule_steps;         /* the lr schedule's span, its last step (0: not recorded, before version 4) */
+    /* The evaluations' record (version 6; 0 before): the shown metric's
+     * best and its epoch; the watched metric's (early stopping and
+     * --save-best: driver/train_best.c) best, epoch and step, the
+     * evaluations since its last improvement, the epoch-end evaluations
+     * in all, and a hash of its name (another metric's record is not
+     * carried over). */
+    double best, watch_best;
+    int64_t best_epoch, watch_epoch, watch_step, watch_bad, evals;
+    uint64_t watch_name;
     /* Saving: what the header records (NULL: ""); config: the run's
      * --config settings (version 5). */
     const char *model, *precision, *config;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rewrites a Kiln checkpoint (runtime/ckpt/checkpoint.c, version 5, 4, 3, 2 or 1) with crafted
+"""Rewrites a Kiln checkpoint (runtime/ckpt/checkpoint.c, version 6, 5, 4, 3, 2 or 1) with crafted
 content and a valid checksum, so that the loader's own checks are what
 refuses it.
 
@@ -11,12 +11,13 @@ refuses it.
   ckpt_craft.py IN OUT v2                version 2 (no header strings, no roles)
   ckpt_craft.py IN OUT v3                version 3 (no lr schedule span)
   ckpt_craft.py IN OUT v4                version 4 (no config string)
+  ckpt_craft.py IN OUT v5                version 5 (no evaluations' record)
   ckpt_craft.py IN OUT version N         the version field alone
   ckpt_craft.py IN OUT dtype NAME N      NAME's dtype field (version 3)
   ckpt_craft.py IN OUT rank NAME N       NAME's rank field (version 3; dims unchanged)
   ckpt_craft.py IN OUT nan NAME I        NAME's element I (f32) made a NaN
   ckpt_craft.py IN OUT value NAME I X    NAME's element I (f32) set to X (-1, inf, 1e-40)
-  ckpt_craft.py IN OUT scale X           the run state's loss scale (versions 2 to 5)
+  ckpt_craft.py IN OUT scale X           the run state's loss scale (versions 2 to 6)
   ckpt_craft.py IN OUT show              print the run state (no OUT written)
 """
 import struct
@@ -42,7 +43,7 @@ def parse(data):
     head (up to the byte count), data] and the run state."""
     assert data[:8] == b"KILNCKPT", "not a kiln checkpoint"
     version, count = struct.unpack_from("<II", data, 8)
-    assert version in (1, 2, 3, 4, 5), version
+    assert version in (1, 2, 3, 4, 5, 6), version
     off, entries, header = 16, [], []
     if version >= 3:
         for _ in range(4 if version >= 5 else 3):
@@ -61,11 +62,18 @@ def parse(data):
         entries.append([name, head, data[off : off + nbytes]])
         off += nbytes
     # Version 1 ends with the step alone.
-    # Version 4 adds the lr schedule's span.
+    # Version 4 adds the lr schedule's span, version 6 the evaluations'
+    # record (RECORD below).
     state = list(struct.unpack_from("<Qqqqd", data, off)) if version >= 2 else [struct.unpack_from("<Q", data, off)[0]]
     if version >= 4:
         state.append(struct.unpack_from("<Q", data, off + 40)[0])
+    if version >= 6:
+        state += list(struct.unpack_from(RECORD, data, off + 48))
     return version, header, entries, state
+
+
+# best, best_epoch, watch_best, watch_epoch, watch_step, watch_bad, evals, watch_name
+RECORD = "<dqdqqqqQ"
 
 
 def pack_str(s):
@@ -91,6 +99,8 @@ def write(path, version, header, entries, state):
     body += struct.pack("<Qqqqd", *state[:5]) if version >= 2 else struct.pack("<Q", state[0])
     if version >= 4:
         body += struct.pack("<Q", state[5] if len(state) > 5 else 0)
+    if version >= 6:
+        body += struct.pack(RECORD, *(state[6:14] if len(state) >= 14 else [0.0, 0, 0.0, 0, 0, 0, 0, 0]))
     open(path, "wb").write(body + struct.pack("<Q", fnv1a(body)))
 
 
@@ -106,11 +116,11 @@ def main():
     elif op == "skipped":
         assert len(state) >= 5, "a version 1 checkpoint has no skipped count"
         state[2] = int(args[0])
-    elif op in ("v1", "v2", "v3", "v4"):
+    elif op in ("v1", "v2", "v3", "v4", "v5"):
         if version >= 3 and op in ("v1", "v2"):
             entries = [[n, without_role(h), b] for n, h, b in entries]
         version = int(op[1])
-        state = state[:1] if version == 1 else state[:5] if version < 4 else state
+        state = state[:1] if version == 1 else state[:5] if version < 4 else state[:6]
     elif op == "dup":
         keep = [e for e in entries if e[0] == args[0]]
         assert keep and any(e[0] == args[1] for e in entries), args
@@ -136,7 +146,7 @@ def main():
     elif op == "version":
         version = int(args[0])
     elif op in ("dtype", "rank"):
-        assert version >= 3, "dtype and rank edit version 3 to 5 heads"
+        assert version >= 3, "dtype and rank edit version 3 to 6 heads"
         for e in entries:
             if e[0] == args[0]:
                 _, off = string(e[1], 0)

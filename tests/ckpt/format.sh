@@ -2,7 +2,7 @@
 # The checkpoint format and kiln ckpt:
 #  - kiln ckpt prints the header, the run state and every value (known
 #    names, roles, shapes and byte counts of the MLP);
-#  - versions 4, 3, 2 and 1 (crafted from a version 5 file) still print and
+#  - versions 5, 4, 3, 2 and 1 (crafted from a version 6 file) still print and
 #    resume to the same final checkpoint;
 #  - every header field is checked: a crafted version, dtype, rank, byte
 #    count or a flipped bit gets an error naming the file and the field,
@@ -20,7 +20,7 @@ build_example mlp
 cat show.txt
 size=$(stat -c %s c.ckpt)
 norm() { sed 's/  */ /g' "$@"; }
-for line in "c.ckpt: kiln checkpoint, format version 5, $size bytes, checksum ok" "model: mlp" "precision: fp32" \
+for line in "c.ckpt: kiln checkpoint, format version 6, $size bytes, checksum ok" "model: mlp" "precision: fp32" \
   "config: none (no --config)" \
   "step: 5 (data position: the run's shuffled order, replayed to step 5)" \
   "lr schedule: spans 5 steps (a resumed run with another span changes the lr from here on)" \
@@ -36,9 +36,10 @@ done
 
 # ---- older versions ----
 ./mlp --threads 1 --quiet --steps 10 --save whole.ckpt > /dev/null
-for v in v4 v3 v2 v1; do
+for v in v5 v4 v3 v2 v1; do
   $craft c.ckpt $v.ckpt $v
-  if [ $v = v4 ]; then want="config: not recorded (before version 5)"
+  if [ $v = v5 ]; then want="evaluations: not recorded (before version 6)"
+  elif [ $v = v4 ]; then want="config: not recorded (before version 5)"
   elif [ $v = v3 ]; then want="lr schedule: span not recorded (version 3)"
   else want="model, precision, roles: not recorded (version ${v#v})"; fi
   "$kiln" ckpt $v.ckpt | grep -qF "$want" || bad "kiln ckpt $v"
@@ -64,7 +65,7 @@ both() {
   done
 }
 $craft c.ckpt ver.ckpt version 9
-both "version 9" ver.ckpt "ver.ckpt: unsupported checkpoint version 9 (this kiln reads 1 to 5)"
+both "version 9" ver.ckpt "ver.ckpt: unsupported checkpoint version 9 (this kiln reads 1 to 6)"
 $craft c.ckpt dt.ckpt dtype dense.2.w 99
 both "dtype 99" dt.ckpt "dt.ckpt: malformed entry 'dense.2.w' (dtype)"
 $craft c.ckpt dt0.ckpt dtype dense.2.w 0

@@ -67,6 +67,24 @@ KILN_TEST_EVAL_METRICS=$seq run --epochs 8 --quiet --set 'early_stop=(metric = l
 grep -q '^done: 8 steps' esl.txt && grep -qF "best: loss 0.5000 at epoch 1" esl.txt &&
   ok "metric = loss is better lower: stopped after epoch 2" || bad "metric = loss: $(grep '^done\|^best' esl.txt)"
 
+# ---- a resumed run keeps the record (checkpoint format 6) ----
+# Saved after epoch 3 (0.50 0.60 0.61: one evaluation without
+# improvement) and resumed: the hook's 4th value comes next, the count
+# goes on, and the run stops after epoch 6 with epoch 4's best, as the
+# uninterrupted one; the shown metric's best (sq_err) is the 6-epoch
+# run's too.
+es=(--quiet --set 'early_stop=(metric = acc, patience = 2, min_delta = 0.02)')
+KILN_TEST_EVAL_METRICS=$seq run --epochs 8 "${es[@]}" --steps 12 --schedule-steps 32 --save r.ckpt > r1.txt 2>&1 || { cat r1.txt; bad "the first 3 epochs failed"; }
+KILN_TEST_EVAL_METRICS=$seq run --epochs 8 "${es[@]}" --resume r.ckpt > r2.txt 2>&1 || { cat r2.txt; bad "the resumed run failed"; }
+grep -qF "best: acc 0.7000 at epoch 4 (step 16); stopped early at epoch 6" r2.txt &&
+  ok "resumed after epoch 3: $(grep '^best:' r2.txt)" || bad "resumed: $(grep '^best\|^done' r2.txt)"
+"$kiln" ckpt r.ckpt | grep -qF "evaluations: 3 at epochs' ends" && ok "kiln ckpt prints the record: $("$kiln" ckpt r.ckpt | grep '^evaluations')" ||
+  bad "kiln ckpt: $("$kiln" ckpt r.ckpt | grep -i 'evaluations\|format')"
+run --epochs 6 --quiet --steps 12 --schedule-steps 24 --save s.ckpt > /dev/null 2>&1 && run --epochs 6 --quiet --resume s.ckpt > s2.txt 2>&1
+whole=$(grep -o 'best [0-9.]* (epoch [0-9]*)' out.txt); part=$(grep -o 'best [0-9.]* (epoch [0-9]*)' s2.txt)
+[ -n "$whole" ] && [ "$whole" = "$part" ] && ok "the shown metric's $part after a resume, as uninterrupted" ||
+  bad "shown best after a resume '$part', uninterrupted '$whole'"
+
 # ---- misuse ----
 expect_error "an unknown metric" "early_stop: the model reports no metric 'accuracy' (its metrics: sq_err, acc, loss" \
   run --epochs 1 --set 'early_stop=(metric = accuracy)'
