@@ -456,7 +456,7 @@ static int run_training(trainer *t)
             goto out;
         if (save_at_end && save_periodic(t, lp.step, lp.first_step))
             goto out;
-        if (lp.preempted) {
+        if (lp.preempted && !lp.watch.stopped) {
             rc = stop_preempted(t, &lp);
             goto out;
         }
@@ -465,9 +465,10 @@ static int run_training(trainer *t)
         lp.eval_s += train_evaluate(t, &lp.er);
         if (eval_data_check(t, &lp.er))
             goto out;
-        if (lp.metric_count) {
-            /* Resumed at its end: this evaluation is the run's only
-             * one, of the epoch the last step was in. */
+        if (lp.metric_count && !lp.best_epoch) {
+            /* Resumed at its end from a checkpoint without the
+             * evaluations' record (before format 6): this evaluation is
+             * the run's only one, of the epoch the last step was in. */
             lp.best = lp.er.metric[0];
             lp.best_epoch = lp.step > 0 ? (lp.step - 1) / lp.per_epoch + 1 : 1;
         }

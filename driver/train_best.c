@@ -86,6 +86,8 @@ int train_best_setup(trainer *t, train_loop *lp)
         w->best_epoch = rs->watch_epoch;
         w->best_step = rs->watch_step;
         w->bad = rs->watch_bad;
+        /* Saved by a run that stopped early: nothing more to train. */
+        w->stopped = c->early_stop.metric && w->bad >= c->early_stop.patience;
     }
     return 0;
 }

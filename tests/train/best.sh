@@ -80,6 +80,14 @@ grep -qF "best: acc 0.7000 at epoch 4 (step 16); stopped early at epoch 6" r2.tx
   ok "resumed after epoch 3: $(grep '^best:' r2.txt)" || bad "resumed: $(grep '^best\|^done' r2.txt)"
 "$kiln" ckpt r.ckpt | grep -qF "evaluations: 3 at epochs' ends" && ok "kiln ckpt prints the record: $("$kiln" ckpt r.ckpt | grep '^evaluations')" ||
   bad "kiln ckpt: $("$kiln" ckpt r.ckpt | grep -i 'evaluations\|format')"
+# A run that stopped early, resumed with the same command: nothing more
+# trains, and it reports the same best lines.
+KILN_TEST_EVAL_METRICS=$seq run --epochs 8 "${es[@]}" --save e1.ckpt > e1.txt 2>&1
+KILN_TEST_EVAL_METRICS=$seq run --epochs 8 "${es[@]}" --resume e1.ckpt > e2.txt 2>&1
+grep -q '^done: 24 steps (0 in this run)' e2.txt && [ "$(grep '^best' e1.txt)" = "$(grep '^best' e2.txt)" ] &&
+  [ "$(grep -o 'best [0-9.]* (epoch [0-9]*)' e1.txt)" = "$(grep -o 'best [0-9.]* (epoch [0-9]*)' e2.txt)" ] &&
+  ok "an early-stopped run resumed trains no more: $(grep -o 'best [0-9.]* (epoch [0-9]*)' e2.txt)" ||
+  bad "the early-stopped run resumed: $(grep '^done\|^best' e2.txt)"
 run --epochs 6 --quiet --steps 12 --schedule-steps 24 --save s.ckpt > /dev/null 2>&1 && run --epochs 6 --quiet --resume s.ckpt > s2.txt 2>&1
 whole=$(grep -o 'best [0-9.]* (epoch [0-9]*)' out.txt); part=$(grep -o 'best [0-9.]* (epoch [0-9]*)' s2.txt)
 [ -n "$whole" ] && [ "$whole" = "$part" ] && ok "the shown metric's $part after a resume, as uninterrupted" ||
