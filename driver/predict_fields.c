@@ -99,6 +99,30 @@ void train_fields_batch(predict_fields *p, kl_exec *e, const kl_batch *b)
     p->done = first + b->size < p->count ? first + b->size : p->count;
 }
 
+int train_npy_begin(kl_outfile *o, const char *path, kl_buf *dict)
+{
+    /* The header pads to a multiple of 64 bytes with the magic and ends in
+     * a newline; its length is a u16. */
+    while ((10 + dict->len + 1) % 64)
+        kl_buf_putc(dict, ' ');
+    kl_buf_putc(dict, '\n');
+    if (dict->len > 65535) {
+        kl_error("%s: the header is %zu bytes, more than a .npy 1.0 header holds", path, dict->len);
+        kl_buf_free(dict);
+        return -1;
+    }
+    if (kl_outfile_begin(o, path)) {
+        kl_buf_free(dict);
+        return -1;
+    }
+    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(dict->len & 0xff),
+                               (unsigned char)(dict->len >> 8)};
+    kl_outfile_write(o, magic, 10);
+    kl_outfile_write(o, dict->s, dict->len);
+    kl_buf_free(dict);
+    return 0;
+}
+
 int train_fields_finish(predict_fields *p, const char *path)
 {
     int rc = -1;
@@ -119,26 +143,9 @@ int train_fields_finish(predict_fields *p, const char *path)
         kl_buf_puts(&h, ")");
     }
     kl_buf_printf(&h, "], 'fortran_order': False, 'shape': (%lld,), }", (long long)p->count);
-    /* The header pads to a multiple of 64 bytes with the magic and ends in
-     * a newline; its length is a u16 (format 1.0). */
-    while ((10 + h.len + 1) % 64)
-        kl_buf_putc(&h, ' ');
-    kl_buf_putc(&h, '\n');
-    if (h.len > 65535) {
-        kl_error("%s: the outputs' header is %zu bytes, more than a .npy 1.0 header holds", path, h.len);
-        kl_buf_free(&h);
-        goto done;
-    }
     kl_outfile o;
-    if (kl_outfile_begin(&o, path)) {
-        kl_buf_free(&h);
+    if (train_npy_begin(&o, path, &h))
         goto done;
-    }
-    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(h.len & 0xff),
-                               (unsigned char)(h.len >> 8)};
-    kl_outfile_write(&o, magic, 10);
-    kl_outfile_write(&o, h.s, h.len);
-    kl_buf_free(&h);
     kl_outfile_write(&o, p->rows, (size_t)p->count * p->record);
     rc = kl_outfile_commit(&o, 0666);
 done:

@@ -317,21 +317,9 @@ int train_predict_finish(trainer *t)
         kl_buf_printf(&h, "{'descr': [('pred', '<i4'), ('label', '<i4'), ('logits', '<f4', (%d,))], 'fortran_order': "
                           "False, 'shape': (%lld,), }", p->classes, (long long)p->count);
     }
-    /* The header pads to a multiple of 64 bytes with the magic and ends in
-     * a newline. */
-    while ((10 + h.len + 1) % 64)
-        kl_buf_putc(&h, ' ');
-    kl_buf_putc(&h, '\n');
     kl_outfile o;
-    if (kl_outfile_begin(&o, t->opt.predict)) {
-        kl_buf_free(&h);
+    if (train_npy_begin(&o, t->opt.predict, &h))
         goto done;
-    }
-    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(h.len & 0xff),
-                               (unsigned char)(h.len >> 8)};
-    kl_outfile_write(&o, magic, 10);
-    kl_outfile_write(&o, h.s, h.len);
-    kl_buf_free(&h);
     if (p->out)
         kl_outfile_write(&o, p->out, sizeof(float) * (size_t)(p->count * p->per));
     for (int64_t i = 0; i < p->count && !p->out; i++) {

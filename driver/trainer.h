@@ -272,6 +272,11 @@ typedef struct predict_fields predict_fields;
 predict_fields *train_fields_begin(const ir_graph *g, int64_t count, int64_t batch);
 void train_fields_batch(predict_fields *p, kl_exec *e, const kl_batch *b);
 int train_fields_finish(predict_fields *p, const char *path);
+/* Starts path as a .npy (format 1.0): the magic and the header dict
+ * (consumed), padded with spaces to a multiple of 64 bytes and ended in a
+ * newline; the caller writes the data and commits. -1 after an error
+ * (reported: a header past 65535 bytes, or the file). */
+int train_npy_begin(kl_outfile *o, const char *path, kl_buf *dict);
 int train_predict_finish(trainer *t);
 
 /* The loss and metrics over the test set (train_eval.c); returns the
