@@ -6,9 +6,8 @@ count, and prints the training throughput.
 
 Used by bench/vs_pytorch.sh, which runs Kiln in the same invocation.
 
-    torch_compare.py MODEL CHECKPOINT DATA_DIR STEPS THREADS [--json FILE]
+    torch_compare.py MODEL CHECKPOINT DATA_DIR STEPS THREADS [--json FILE] [--compile]
 """
-import gzip
 import json
 import math
 import os
@@ -18,6 +17,9 @@ import time
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from idx_data import find, read_idx  # noqa: E402
 import torch.nn.functional as F
 
 DTYPES = {6: np.float32, 7: np.float64}  # ir_dtype numbering in ir/ir.h
@@ -53,22 +55,6 @@ def read_checkpoint(path):
         out[name] = torch.from_numpy(arr.reshape(dims).copy())
         off += nbytes
     return out
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-        data = f.read()
-    rank = data[3]
-    dims = struct.unpack(">" + "I" * rank, data[4 : 4 + 4 * rank])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
-
-
-def find(data_dir, base):
-    for name in (base + ".gz", base):
-        p = os.path.join(data_dir, name)
-        if os.path.exists(p):
-            return p
-    raise SystemExit("no %s in %s" % (base, data_dir))
 
 
 class Mlp(torch.nn.Module):
@@ -122,12 +108,16 @@ class Cnn(torch.nn.Module):
 
 def main():
     model, ckpt, data_dir, steps, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-    json_out = sys.argv[7] if len(sys.argv) > 7 and sys.argv[6] == "--json" else None
+    rest = sys.argv[6:]
+    json_out = rest[rest.index("--json") + 1] if "--json" in rest else None
+    compiled = "--compile" in rest
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)  # as Kiln's CPU backend does
     torch.manual_seed(0)
     w = read_checkpoint(ckpt)
     net = Mlp(w) if model == "mlp" else Cnn(w)
+    # torch.compile: the model's forward and backward (the optimizer step stays eager).
+    fwd = torch.compile(net) if compiled else net
     images = torch.from_numpy(read_idx(find(data_dir, "train-images-idx3-ubyte")).copy()).unsqueeze(1)
     labels = torch.from_numpy(read_idx(find(data_dir, "train-labels-idx1-ubyte")).astype(np.int64))
     batch, warmup, lr = 128, 200, 1e-3
@@ -150,7 +140,7 @@ def main():
     def step(i):
         idx = order[(i % per_epoch) * batch : (i % per_epoch + 1) * batch]
         opt.zero_grad(set_to_none=True)
-        logits = net(images[idx])
+        logits = fwd(images[idx])
         loss = F.cross_entropy(logits, labels[idx])
         loss.backward()
         opt.step()
@@ -165,7 +155,7 @@ def main():
         losses.append(step(i))
     secs = time.perf_counter() - t0
     sps = (steps - warm) * batch / secs
-    result = {"framework": "pytorch %s" % torch.__version__, "model": model, "threads": threads, "steps": steps,
+    result = {"framework": "pytorch %s%s" % (torch.__version__, " torch.compile" if compiled else " eager"), "model": model, "threads": threads, "steps": steps,
               "timed_steps": steps - warm, "seconds": secs, "samples_per_s": sps, "ms_per_step": 1e3 * secs / (steps - warm),
               "first_loss": losses[0], "last_loss": sum(losses[-20:]) / len(losses[-20:])}
     print(json.dumps(result))
