@@ -149,6 +149,15 @@ static int config_load(const char *path, train_options *o, const char *model, ch
     kl_source src;
     if (kl_source_read(&src, path))
         return -1;
+    const char *nul = memchr(src.text, 0, src.len);
+    if (nul) {
+        int at = 1;
+        for (const char *q = src.text; q < nul; q++)
+            at += *q == '\n';
+        kl_error("%s:%d: a NUL byte: a config file is text, one key = value a line", path, at);
+        kl_source_free(&src);
+        return -1;
+    }
     KL_VEC(char *) args = {0};
     /* What checkpoints record: a config file itself, naming its source. */
     kl_buf record = {0};

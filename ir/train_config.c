@@ -601,8 +601,18 @@ int kl_train_set(ir_attrs *train, const char *key, const char *text)
 
 int kl_train_check_set(const char *key, const char *text)
 {
-    if (!strcmp(key, "lr"))
+    /* lr goes into the optimizer's arguments later; its value is checked
+     * here as the optimizer checks it, so that a config file's line is
+     * the one named. */
+    if (!strcmp(key, "lr")) {
+        char *end;
+        double v = strtod(text, &end);
+        if (end == text || *end || !isfinite(v) || v <= 0) {
+            kl_error("--set lr: '%s' is not a positive number", text);
+            return -1;
+        }
         return 0;
+    }
     char *flag = kl_xasprintf("--set %s", key);
     ir_attrs scratch = {0};
     int rc = train_set_as(&scratch, key, text, flag);

@@ -70,6 +70,8 @@ refuse "bad flag value" 'progress = fancy\n' "bad.cfg:1:1: error: --progress mus
 refuse "bad value in a train block" 'train {\n  batch = 32\n  save_every = x\n}\n' "bad.cfg:3:3: error: --save-every needs a positive count, got 'x'"
 refuse "not key = value" 'just words\n' "bad.cfg:1:1: error: expected KEY = VALUE"
 refuse "config in a config" 'config = other.cfg\n' "bad.cfg:1:1: error: 'config' cannot be set in a config file"
+refuse "a bad lr" 'epochs = 1\nlr = abc\n' "bad.cfg:2:1: error: --set lr: 'abc' is not a positive number"
+refuse "a NUL byte" 'epochs = 1\n\0\001garbage\n' "bad.cfg:2: a NUL byte: a config file is text"
 if ./tiny --config missing.cfg > out.txt 2>&1; then bad "a missing file accepted"; fi
 grep -q 'missing.cfg: cannot open' out.txt && ok "a missing file: $(head -1 out.txt)" || bad "missing file: $(cat out.txt)"
 exit $fail
