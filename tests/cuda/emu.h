@@ -4,17 +4,20 @@
  * object, before the kernels' program (with KL_EMULATION defined, the
  * program skips the toolkit's headers).
  *
- * Each block's threads are coroutines (ucontext) on one OS thread; blocks
- * run one after the other. A thread runs until it reaches __syncthreads or
- * a warp shuffle, then the next one runs; a barrier opens when every
- * thread of the block waits at it, a shuffle when all 32 lanes of the warp
- * wait at one. A thread that finishes while others wait at a barrier, a
- * warp whose lanes disagree about a shuffle, or a partial warp is
- * reported as an error: on a GPU each is a hang or undefined behaviour.
- * Threads run in increasing or decreasing order (the caller picks), so a
- * missing barrier between one thread's write and another's read shows up
- * as a wrong result in one of the orders. (The harness also runs kernels
- * on guarded copies of their buffers, so a write outside one is seen.)
+ * Each block's threads are coroutines on one OS thread; blocks run one
+ * after the other. On x86-64 a switch between them is a few instructions
+ * (kl_emu_switch below: the callee-saved registers and the stack pointer,
+ * no system call); elsewhere it is ucontext's swapcontext. A thread runs
+ * until it reaches __syncthreads or a warp shuffle, then the next one
+ * runs; a barrier opens when every thread of the block waits at it, a
+ * shuffle when all 32 lanes of the warp wait at one. A thread that
+ * finishes while others wait at a barrier, a warp whose lanes disagree
+ * about a shuffle, or a partial warp is reported as an error: on a GPU
+ * each is a hang or undefined behaviour. Threads run in increasing or
+ * decreasing order (the caller picks), so a missing barrier between one
+ * thread's write and another's read shows up as a wrong result in one of
+ * the orders. (The harness also runs kernels on guarded copies of their
+ * buffers, so a write outside one is seen.)
  *
  * Not emulated (see README): concurrency between blocks and between the
  * threads of a warp, the memory model, timing, resource limits, and the
@@ -29,7 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <cmath>
 
@@ -96,8 +101,35 @@ typedef void (*kl_emu_fn)(void *const *, const kl_kargs *);
 
 enum { KL_EMU_READY, KL_EMU_BARRIER, KL_EMU_WARP, KL_EMU_DONE };
 
+/* ---- coroutine switch ---- */
+
+#if defined(__x86_64__)
+/* A suspended thread is its stack pointer: kl_emu_switch pushes the
+ * callee-saved registers (rbp, rbx, r12-r15) and the SSE/x87 control words
+ * on the running stack, stores the stack pointer in *save, loads `to` and
+ * pops the other's. No signal mask is kept: swapcontext's rt_sigprocmask
+ * system calls were most of a barrier's cost. (A local symbol: each object
+ * that includes this header has its own.) */
+typedef void *kl_emu_ctx;
+extern "C" void kl_emu_switch(kl_emu_ctx *save, kl_emu_ctx to);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".type kl_emu_switch, @function\n"
+        "kl_emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size kl_emu_switch, .-kl_emu_switch\n");
+#else
+typedef ucontext_t kl_emu_ctx;
+#endif
+
 struct kl_emu_thread {
-    ucontext_t ctx;
+    kl_emu_ctx ctx;
     int state;
     char *stack;
 };
@@ -108,7 +140,7 @@ struct kl_emu_thread {
 static struct {
     kl_emu_thread t[KL_EMU_MAX_BLOCK];
     int n, cur;
-    ucontext_t main;
+    kl_emu_ctx main;
     kl_emu_fn fn;
     void *const *kb;
     const kl_kargs *ka;
@@ -116,6 +148,55 @@ static struct {
     char error[256];
     int flat; /* kl_emu_run_flat: threads are plain calls, nothing to yield to */
 } kl_emu;
+
+static void kl_emu_entry(void);
+
+/* The running thread gives way to the scheduler (kl_emu_run). */
+static inline void kl_emu_to_main(kl_emu_thread *t)
+{
+#if defined(__x86_64__)
+    kl_emu_switch(&t->ctx, kl_emu.main);
+#else
+    swapcontext(&t->ctx, &kl_emu.main);
+#endif
+}
+
+/* The scheduler runs thread t until it yields or finishes. */
+static inline void kl_emu_to_thread(kl_emu_thread *t)
+{
+#if defined(__x86_64__)
+    kl_emu_switch(&kl_emu.main, t->ctx);
+#else
+    swapcontext(&kl_emu.main, &t->ctx);
+#endif
+}
+
+/* Makes t a fresh thread that starts in kl_emu_entry. */
+static void kl_emu_start(kl_emu_thread *t)
+{
+#if defined(__x86_64__)
+    /* What kl_emu_switch pops: the control words, six registers, then the
+     * return address (kl_emu_entry, entered with the stack 8 bytes off a
+     * 16-byte boundary as after a call; it never returns). */
+    uintptr_t top = ((uintptr_t)t->stack + KL_EMU_STACK - 64) & ~(uintptr_t)15;
+    void **sp = (void **)(top - 8 - 8 * 8);
+    unsigned words[2];
+    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(words[0]), "=m"(words[1]));
+    memcpy(&sp[0], words, 8);
+    for (int i = 1; i <= 6; i++)
+        sp[i] = 0;
+    sp[7] = (void *)kl_emu_entry;
+    sp[8] = 0;
+    t->ctx = sp;
+#else
+    getcontext(&t->ctx);
+    t->ctx.uc_stack.ss_sp = t->stack;
+    t->ctx.uc_stack.ss_size = KL_EMU_STACK;
+    t->ctx.uc_link = &kl_emu.main;
+    makecontext(&t->ctx, kl_emu_entry, 0);
+#endif
+    t->state = KL_EMU_READY;
+}
 
 static void kl_emu_yield(int state)
 {
@@ -126,7 +207,7 @@ static void kl_emu_yield(int state)
     }
     kl_emu_thread *t = &kl_emu.t[kl_emu.cur];
     t->state = state;
-    swapcontext(&t->ctx, &kl_emu.main);
+    kl_emu_to_main(t);
 }
 
 static inline void __syncthreads(void)
@@ -159,7 +240,13 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
 static void kl_emu_entry(void)
 {
     kl_emu.fn(kl_emu.kb, kl_emu.ka);
-    kl_emu.t[kl_emu.cur].state = KL_EMU_DONE;
+    kl_emu_thread *t = &kl_emu.t[kl_emu.cur];
+    t->state = KL_EMU_DONE;
+#if defined(__x86_64__)
+    /* Nothing to return to: back to the scheduler for good. */
+    kl_emu_to_main(t);
+    __builtin_unreachable();
+#endif
 }
 
 /* Frees the threads' stacks (before the object is closed). */
@@ -193,15 +280,8 @@ extern "C" int kl_emu_run(kl_emu_fn fn, unsigned grid, unsigned block, void *con
     blockDim.x = block, blockDim.y = blockDim.z = 1;
     for (unsigned b = 0; b < grid; b++) {
         blockIdx.x = b, blockIdx.y = blockIdx.z = 0;
-        for (unsigned i = 0; i < block; i++) {
-            kl_emu_thread *t = &kl_emu.t[i];
-            getcontext(&t->ctx);
-            t->ctx.uc_stack.ss_sp = t->stack;
-            t->ctx.uc_stack.ss_size = KL_EMU_STACK;
-            t->ctx.uc_link = &kl_emu.main;
-            makecontext(&t->ctx, kl_emu_entry, 0);
-            t->state = KL_EMU_READY;
-        }
+        for (unsigned i = 0; i < block; i++)
+            kl_emu_start(&kl_emu.t[i]);
         for (;;) {
             for (unsigned j = 0; j < block; j++) {
                 unsigned i = reverse ? block - 1 - j : j;
@@ -209,7 +289,7 @@ extern "C" int kl_emu_run(kl_emu_fn fn, unsigned grid, unsigned block, void *con
                     continue;
                 kl_emu.cur = (int)i;
                 threadIdx.x = i, threadIdx.y = threadIdx.z = 0;
-                swapcontext(&kl_emu.main, &kl_emu.t[i].ctx);
+                kl_emu_to_thread(&kl_emu.t[i]);
             }
             if (kl_emu.error[0]) {
                 snprintf(err, errlen, "block %u: %s", b, kl_emu.error);
