@@ -92,21 +92,6 @@ int train_best_setup(trainer *t, train_loop *lp)
     return 0;
 }
 
-void train_best_record(const train_loop *lp, kl_run_state *rs)
-{
-    const train_watch *w = &lp->watch;
-    rs->best = lp->best_epoch ? lp->best : 0;
-    rs->best_epoch = lp->best_epoch;
-    rs->evals = w->evals;
-    if (w->best_epoch && w->name) {
-        rs->watch_best = w->best;
-        rs->watch_epoch = w->best_epoch;
-        rs->watch_step = w->best_step;
-        rs->watch_bad = w->bad;
-        rs->watch_name = kl_hash_bytes(KL_HASH_INIT, w->name, strlen(w->name));
-    }
-}
-
 /* The hook's value for the n-th (1-based) evaluation, or x. */
 static double test_value(int64_t n, double x)
 {

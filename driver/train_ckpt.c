@@ -64,6 +64,23 @@ int train_check_ckpt_flags(const train_options *o)
     return 0;
 }
 
+/* The evaluations' record a checkpoint keeps (kl_run_state's best and
+ * watch fields; train_best_setup carries it over on --resume). */
+static void best_record(const train_loop *lp, kl_run_state *rs)
+{
+    const train_watch *w = &lp->watch;
+    rs->best = lp->best_epoch ? lp->best : 0;
+    rs->best_epoch = lp->best_epoch;
+    rs->evals = w->evals;
+    if (w->best_epoch && w->name) {
+        rs->watch_best = w->best;
+        rs->watch_epoch = w->best_epoch;
+        rs->watch_step = w->best_step;
+        rs->watch_bad = w->bad;
+        rs->watch_name = kl_hash_bytes(KL_HASH_INIT, w->name, strlen(w->name));
+    }
+}
+
 int train_save_checkpoint(trainer *t, const char *path, int64_t step)
 {
     kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
@@ -71,7 +88,7 @@ int train_save_checkpoint(trainer *t, const char *path, int64_t step)
                        .precision = kl_precision_name(t->cfg.precision),
                        .schedule_steps = (uint64_t)t->schedule_span, .config = t->opt.config_text};
     if (t->loop)
-        train_best_record(t->loop, &rs);
+        best_record(t->loop, &rs);
     if (train_ranks_ckpt_begin(t, false))
         return -1;
     int rc = kl_checkpoint_save(t->s, path, &rs);

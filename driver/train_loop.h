@@ -76,10 +76,9 @@ void train_print_profile(const trainer *t);
  * shown metric's best, the watched one's, --save-best's checkpoint,
  * early stopping (lp->watch.stopped); print_summary: the best line. */
 int train_best_setup(trainer *t, train_loop *lp);
-/* A checkpoint's record of the evaluations (kl_run_state's best and
- * watch fields), and, at setup, the record of the checkpoint a --resume
- * read carried over (the watched metric's only when it is the same). */
-void train_best_record(const train_loop *lp, kl_run_state *rs);
+/* (setup also carries over the evaluations' record of the checkpoint a
+ * --resume read, train_ckpt.c's: the watched metric's only when it is
+ * the same.) */
 int train_best_after_eval(trainer *t, train_loop *lp, int64_t epoch);
 void train_best_print_summary(trainer *t, const train_loop *lp);
 
