@@ -136,9 +136,16 @@ struct kl_emu_thread {
 
 #define KL_EMU_STACK (128 * 1024)
 #define KL_EMU_MAX_BLOCK 1024
+/* The threads' stacks lie in one allocation, KL_EMU_STACK plus 17 cache
+ * lines apart: the tops of consecutive threads' stacks fall in different
+ * cache sets (17 is odd: all 1024 of an L2's sets), where a stride of a
+ * power of two would put every thread's frames in the same few sets and
+ * each switch would miss. */
+#define KL_EMU_STRIDE (KL_EMU_STACK + 17 * 64)
 
 static struct {
     kl_emu_thread t[KL_EMU_MAX_BLOCK];
+    char *stacks; /* KL_EMU_MAX_BLOCK stacks, KL_EMU_STRIDE apart */
     int n, cur;
     kl_emu_ctx main;
     kl_emu_fn fn;
@@ -175,13 +182,10 @@ static inline void kl_emu_to_thread(kl_emu_thread *t)
 static void kl_emu_start(kl_emu_thread *t)
 {
 #if defined(__x86_64__)
-    /* The tops of the stacks are staggered by 1088 bytes (17 cache lines)
-     * a thread: at one stride of KL_EMU_STACK every thread's frames would
-     * fall in the same cache sets. What kl_emu_switch pops: six registers,
-     * then the return address (kl_emu_entry, entered with the stack 8
-     * bytes off a 16-byte boundary as after a call; it never returns). */
-    size_t stagger = (size_t)(t - kl_emu.t) % 30 * 1088;
-    uintptr_t top = ((uintptr_t)t->stack + KL_EMU_STACK - 64 - stagger) & ~(uintptr_t)15;
+    /* What kl_emu_switch pops: six registers, then the return address
+     * (kl_emu_entry, entered with the stack 8 bytes off a 16-byte boundary
+     * as after a call; it never returns). */
+    uintptr_t top = ((uintptr_t)t->stack + KL_EMU_STACK - 64) & ~(uintptr_t)15;
     void **sp = (void **)(top - 8 - 7 * 8);
     for (int i = 0; i < 6; i++)
         sp[i] = 0;
@@ -257,10 +261,10 @@ static void kl_emu_entry(void)
 /* Frees the threads' stacks (before the object is closed). */
 extern "C" void kl_emu_release(void)
 {
-    for (int i = 0; i < KL_EMU_MAX_BLOCK; i++) {
-        free(kl_emu.t[i].stack);
+    free(kl_emu.stacks);
+    kl_emu.stacks = NULL;
+    for (int i = 0; i < KL_EMU_MAX_BLOCK; i++)
         kl_emu.t[i].stack = NULL;
-    }
 }
 
 /* Runs fn over a grid of `grid` blocks of `block` threads. Returns 0, or
@@ -272,11 +276,15 @@ extern "C" int kl_emu_run(kl_emu_fn fn, unsigned grid, unsigned block, void *con
         snprintf(err, errlen, "bad launch: %u blocks of %u threads", grid, block);
         return -1;
     }
-    for (unsigned i = 0; i < block; i++)
-        if (!kl_emu.t[i].stack && !(kl_emu.t[i].stack = (char *)malloc(KL_EMU_STACK))) {
+    if (!kl_emu.stacks) {
+        /* Address space only: a stack's pages are touched at its top. */
+        if (!(kl_emu.stacks = (char *)malloc((size_t)KL_EMU_MAX_BLOCK * KL_EMU_STRIDE))) {
             snprintf(err, errlen, "out of memory for thread stacks");
             return -1;
         }
+        for (int i = 0; i < KL_EMU_MAX_BLOCK; i++)
+            kl_emu.t[i].stack = kl_emu.stacks + (size_t)i * KL_EMU_STRIDE;
+    }
     kl_emu.fn = fn;
     kl_emu.kb = kb;
     kl_emu.ka = ka;
