@@ -57,6 +57,11 @@ int main(int argc, char **argv)
     CUstream s1, s2;
     p_cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING);
     p_cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING);
+    /* New device memory: all-ones bytes (a NaN in every float type). */
+    host[0] = 0;
+    p_cuMemcpyDtoHAsync(host, b + 4096, 8, s1);
+    p_cuStreamSynchronize(s1);
+    check(host[0] == 0xffffffffu && host[1] == 0xffffffffu, "new device memory reads as all-ones bytes (NaN)");
     host[0] = 0;
     p_cuMemsetD32Async(a, 7, 1024, s1);
     p_cuMemcpyDtoHAsync(host, a, 4, s1);

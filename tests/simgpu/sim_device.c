@@ -332,8 +332,13 @@ static CUresult add_alloc(void **out, size_t n, bool pinned)
         allocs = realloc(allocs, sizeof *allocs * (size_t)cap_allocs);
     }
     allocs[nallocs++] = (sim_alloc){p, n, pinned};
-    if (!pinned)
+    if (!pinned) {
         mem_used += charged;
+        /* A GPU's new memory holds whatever was there: here all-ones
+         * bytes, a NaN in every float type (and -1 in integers), so a
+         * read of memory nothing wrote shows in the results. */
+        memset(p, 0xff, charged);
+    }
     pthread_mutex_unlock(&mem_lock);
     *out = p;
     return CUDA_SUCCESS;
