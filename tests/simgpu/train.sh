@@ -4,7 +4,7 @@
 # losses agree within BOUND (relative), the run says it is on a simulated
 # device, and the simulator reported nothing. EXAMPLE gpt is the GPT at
 # tests/gpt/tiny.sh's size. With SIMGPU_EXPECT set, the simulated run
-# prints that text.
+# prints that text; both runs skip the same steps (fp16 loss scaling).
 #   train.sh KILN EXAMPLE STEPS BOUND [ARGS...]   (ARGS: for both runs)
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -32,6 +32,14 @@ fi
 if grep -q "simulated device:" "$tmp/sim.log"; then
   bad "the simulator reported:"
   grep "simulated device:" "$tmp/sim.log" | head -5
+fi
+# The steps fp16's loss scaling skipped (an overflow: --force-overflow N)
+# are the same steps on both; SIMGPU_SKIPPED: how many there are.
+skips() { grep '"type": "train"' "$1" | sed 's/.*"skipped": \([0-9]*\).*/\1/'; }
+cmp -s <(skips "$tmp/cpu.json") <(skips "$tmp/sim.json") || bad "the skipped steps differ from the CPU run's"
+if [ -n "${SIMGPU_SKIPPED:-}" ]; then
+  n=$(skips "$tmp/sim.json" | tail -n 1)
+  [ "$n" = "$SIMGPU_SKIPPED" ] && ok "$n step(s) skipped, as on the CPU" || bad "$n steps skipped, expected $SIMGPU_SKIPPED"
 fi
 train_losses "$tmp/cpu.json" > "$tmp/cpu.losses"
 train_losses "$tmp/sim.json" > "$tmp/sim.losses"
