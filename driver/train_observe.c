@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "train_loop.h"
+#include "runtime/cpu/simgpu.h"
 #include "runtime/exec/backend_cuda.h"
 #include "runtime/observe/bottleneck.h"
 #include "runtime/observe/tboard.h"
@@ -171,9 +172,10 @@ void train_print_summary(trainer *t, train_loop *lp)
     const kl_monitor_stats *rs = &lp->run_samples;
     printf("host: CPU %.0f%% of one core over the run, peak resident memory %.1f MB", cpu, (double)rss_peak / 1e6);
     if (rs->ngpu)
-        printf("; GPU busy %.0f%%, peak memory %.1f GiB of %.1f GiB, %.0f W mean%s", rs->gpu_busy_sum / (double)rs->ngpu,
+        printf("; GPU busy %.0f%%, peak memory %.1f GiB of %.1f GiB, %.0f W mean%s%s", rs->gpu_busy_sum / (double)rs->ngpu,
                (double)rs->gpu_mem_peak / 1073741824.0, (double)rs->gpu_mem_total / 1073741824.0,
-               rs->power_sum / (double)rs->ngpu, rs->throttle_any & ~1ull ? ", clocks throttled" : "");
+               rs->power_sum / (double)rs->ngpu, rs->throttle_any & ~1ull ? ", clocks throttled" : "",
+               kl_simgpu_wanted() ? " (the simulated device's readings: only the memory is counted)" : "");
     else if (kl_monitor_has_gpu(t->monitor))
         printf("; no GPU reading yet (the run was shorter than the sampling interval)");
     printf("\n");
@@ -187,6 +189,8 @@ void train_print_summary(trainer *t, train_loop *lp)
         kl_buf_printf(&j, ", \"gpu_busy_percent\": %.1f, \"gpu_memory_peak_bytes\": %lld, \"gpu_memory_total_bytes\": %lld, \"gpu_power_w\": %.1f, \"gpu_throttle_reasons\": %llu",
                       rs->gpu_busy_sum / (double)rs->ngpu, (long long)rs->gpu_mem_peak, (long long)rs->gpu_mem_total,
                       rs->power_sum / (double)rs->ngpu, (unsigned long long)rs->throttle_any);
+    if (rs->ngpu && kl_simgpu_wanted())
+        kl_buf_puts(&j, ", \"gpu_readings_simulated\": true");
     if (lp->er.samples)
         kl_buf_printf(&j, ", \"final_%s\": %.6g, \"best_%s\": %.6g", metric_name ? metric_name : "metric",
                       lp->er.metric[0], metric_name ? metric_name : "metric", lp->best);

@@ -17,6 +17,7 @@
 #include "fusion_check.h"
 #include "driver/batch_probe.h"
 #include "driver/compile.h"
+#include "runtime/cpu/simgpu.h"
 #include "runtime/data/data.h"
 #include "runtime/exec/session.h"
 #include "runtime/exec/backend_cuda.h"
@@ -235,6 +236,8 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
         json_str(out, o->file);
         printf(", \"backend\": \"%s\", \"device\": ", e->s->be->ops->name);
         json_str(out, e->s->be->desc);
+        if (o->gpu && kl_simgpu_wanted())
+            printf(", \"simulated_device\": true");
         printf(", \"threads\": %d, \"copy_gb_s\": %.3f, \"fused\": %s, \"steps\": [", e->s->be->threads, bw,
                fused ? "true" : "false");
     } else {
@@ -452,8 +455,10 @@ int kl_bench_main(int argc, char **argv)
     if (fused && (o.no_fusion || unfused)) {
         double bw = o.gpu ? kl_cuda_copy_bandwidth(be) : kl_copy_bandwidth();
         if (!o.json && o.gpu)
-            printf("kiln bench %s: %s; copy bandwidth %.1f GB/s (device-to-device copy of 256 MiB, read + write)%s\n\n",
-                   o.file, be->desc, bw, o.no_graph ? "; no CUDA graphs" : "");
+            printf("kiln bench %s: %s; copy bandwidth %.1f GB/s (device-to-device copy of 256 MiB, read + write)%s\n%s\n",
+                   o.file, be->desc, bw, o.no_graph ? "; no CUDA graphs" : "",
+                   kl_simgpu_wanted() ? "timings: the simulated device's host emulation, meaningless for a GPU's speed\n"
+                                      : "");
         else if (!o.json)
             printf("kiln bench %s: %s, %s; copy bandwidth %.2f GB/s (memcpy of 64 MiB, read + write)\n\n", o.file,
                    be->desc, kl_cpu_gemm_choice(be), bw);

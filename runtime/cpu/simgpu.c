@@ -37,7 +37,8 @@ void *kl_simgpu_dlopen(const char *const *names, char *why, size_t n)
         return NULL;
     }
     const char *name = names[0] ? names[0] : "";
-    if (!starts(name, "libcuda.so") && !starts(name, "libcublasLt.so") && !starts(name, "libnvrtc.so")) {
+    if (!starts(name, "libcuda.so") && !starts(name, "libcublasLt.so") && !starts(name, "libnvrtc.so") &&
+        !starts(name, "libnvidia-ml.so")) {
         snprintf(why, n, "the simulated device (KILN_SIMULATED_GPU=%s) has no %s", v, name);
         return NULL;
     }

@@ -12,13 +12,13 @@
 /* Whether KILN_SIMULATED_GPU is set (to anything). */
 bool kl_simgpu_wanted(void);
 /* Whether name is a GPU library the simulated device answers for (its
- * own, or one it refuses: NCCL, NVML), not another (MPI). */
+ * own, NVML's included, or one it refuses: NCCL), not another (MPI). */
 bool kl_simgpu_covers(const char *name);
 /* In place of dlopen of the GPU library names[0] ("libcuda.so.1",
- * "libcublasLt.so.13", "libnvrtc.so.13", ...) when KILN_SIMULATED_GPU is
- * set: the simulator's library, or NULL with why (a value other than
- * h200 or a100, a real driver present, a library the simulator does not
- * stand in for, or the library missing). */
+ * "libcublasLt.so.13", "libnvrtc.so.13", "libnvidia-ml.so.1", ...) when
+ * KILN_SIMULATED_GPU is set: the simulator's library, or NULL with why
+ * (a value other than h200 or a100, a real driver present, a library the
+ * simulator does not stand in for, or the library missing). */
 void *kl_simgpu_dlopen(const char *const *names, char *why, size_t n);
 
 #endif

@@ -36,11 +36,32 @@
 
 /* ---- memory and copies ---- */
 
+/* Frees the copy slots' device staging buffers (outside the memory plan:
+ * cuda_copy_in makes them again where they fit). True if any was held. */
+static bool release_staging(cuda_backend *cb)
+{
+    bool any = false;
+    for (int i = 0; i < NSLOTS; i++) {
+        copy_slot *s = &cb->slots[i];
+        if (!s->dev)
+            continue;
+        if (s->used)
+            CU(kl_cu_api.cuEventSynchronize(s->done));
+        CU(kl_cu_api.cuMemFree(s->dev));
+        s->dev = 0, s->dev_cap = 0;
+        any = true;
+    }
+    return any;
+}
+
 static void *cuda_alloc(kl_backend *be, size_t bytes)
 {
-    (void)be;
     CUdeviceptr p;
     CUresult r = kl_cu_api.cuMemAlloc(&p, bytes ? bytes : 256);
+    /* The plan's memory comes first: --batch auto fills the free memory
+     * with it, counting no staging buffer. */
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && release_staging(cb_of(be)))
+        r = kl_cu_api.cuMemAlloc(&p, bytes ? bytes : 256);
     if (r != CUDA_SUCCESS) {
         size_t free_b = 0, total = 0;
         kl_cu_api.cuMemGetInfo(&free_b, &total);
@@ -100,15 +121,21 @@ static void cuda_copy_in(kl_backend *be, void *dst, const void *src, size_t byte
         return;
     copy_slot *s = next_slot(cb, bytes);
     memcpy(s->host, src, bytes);
-    if (bytes <= SMALL_COPY) {
+    if (bytes > SMALL_COPY && s->dev_cap < bytes) {
+        if (s->dev)
+            CU(kl_cu_api.cuMemFree(s->dev));
+        /* The staging buffer is outside the memory plan (--batch auto
+         * fills the free memory with the plan): where it does not fit, the
+         * copy goes straight to dst, in order on the compute stream. */
+        s->dev = 0, s->dev_cap = 0;
+        if (kl_cu_api.cuMemAlloc(&s->dev, bytes) == CUDA_SUCCESS)
+            s->dev_cap = bytes;
+        else
+            s->dev = 0;
+    }
+    if (bytes <= SMALL_COPY || !s->dev) {
         CU(kl_cu_api.cuMemcpyHtoDAsync(dptr(dst), s->host, bytes, cb->compute));
     } else {
-        if (s->dev_cap < bytes) {
-            if (s->dev)
-                CU(kl_cu_api.cuMemFree(s->dev));
-            CU(kl_cu_api.cuMemAlloc(&s->dev, bytes));
-            s->dev_cap = bytes;
-        }
         /* The transfer overlaps the queued work; the compute stream takes
          * it over when it gets there. */
         CU(kl_cu_api.cuMemcpyHtoDAsync(s->dev, s->host, bytes, cb->copy));

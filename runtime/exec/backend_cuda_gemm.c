@@ -117,7 +117,14 @@ static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key, const kl_g
     LT(kl_cu_api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    LT(kl_cu_api.cublasLtMatmulAlgoGetHeuristic(cb->lt, gp.desc, gp.la, gp.lb, gp.lc, gp.lc, pref, 1, &res, &found));
+    /* cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED when no algorithm fits:
+     * none found, not an error (an epilogue falls back to its kernel). */
+    cublasStatus_t hs =
+        kl_cu_api.cublasLtMatmulAlgoGetHeuristic(cb->lt, gp.desc, gp.la, gp.lb, gp.lc, gp.lc, pref, 1, &res, &found);
+    if (hs == CUBLAS_STATUS_NOT_SUPPORTED)
+        found = 0;
+    else
+        kl_lt_check(hs, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
     LT(kl_cu_api.cublasLtMatmulPreferenceDestroy(pref));
     gp.ok = found >= 1;
     if (!gp.ok && key->epi != KL_LT_NONE) {

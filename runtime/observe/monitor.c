@@ -12,6 +12,7 @@
 #include "monitor.h"
 #include "hostmetrics.h"
 #include "base/support.h"
+#include "runtime/cpu/simgpu.h"
 
 typedef struct nvml_utilization {
     unsigned gpu, memory;
@@ -67,8 +68,11 @@ static int cuda_bus_id(int ordinal, char *bus, int n)
 /* Opens NVML for CUDA device ordinal; 0, or -1 with why. */
 static int open_nvml(kl_monitor *s, int ordinal, char *why, size_t n)
 {
-    s->nvml_lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!s->nvml_lib) {
+    if (kl_simgpu_wanted()) { /* the simulated device's NVML, or none */
+        static const char *const names[] = {"libnvidia-ml.so.1", NULL};
+        if (!(s->nvml_lib = kl_simgpu_dlopen(names, why, n)))
+            return -1;
+    } else if (!(s->nvml_lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL))) {
         snprintf(why, n, "%s", dlerror());
         return -1;
     }

@@ -105,11 +105,12 @@ enum { KL_EMU_READY, KL_EMU_BARRIER, KL_EMU_WARP, KL_EMU_DONE };
 
 #if defined(__x86_64__)
 /* A suspended thread is its stack pointer: kl_emu_switch pushes the
- * callee-saved registers (rbp, rbx, r12-r15) and the SSE/x87 control words
- * on the running stack, stores the stack pointer in *save, loads `to` and
- * pops the other's. No signal mask is kept: swapcontext's rt_sigprocmask
- * system calls were most of a barrier's cost. (A local symbol: each object
- * that includes this header has its own.) */
+ * callee-saved registers (rbp, rbx, r12-r15) on the running stack, stores
+ * the stack pointer in *save, loads `to` and pops the other's. (The SSE and
+ * x87 control words are not switched: no kernel changes them.) No signal
+ * mask is kept: swapcontext's rt_sigprocmask system calls were most of a
+ * barrier's cost. (A local symbol: each object that includes this header
+ * has its own.) */
 typedef void *kl_emu_ctx;
 extern "C" void kl_emu_switch(kl_emu_ctx *save, kl_emu_ctx to);
 __asm__(".text\n"
@@ -117,10 +118,8 @@ __asm__(".text\n"
         ".type kl_emu_switch, @function\n"
         "kl_emu_switch:\n"
         "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
-        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
         "  movq %rsp, (%rdi)\n"
         "  movq %rsi, %rsp\n"
-        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
         "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
         "  ret\n"
         ".size kl_emu_switch, .-kl_emu_switch\n");
@@ -131,20 +130,28 @@ typedef ucontext_t kl_emu_ctx;
 struct kl_emu_thread {
     kl_emu_ctx ctx;
     int state;
+    unsigned shuffles; /* __shfl_xor_sync calls so far */
     char *stack;
 };
 
 #define KL_EMU_STACK (128 * 1024)
 #define KL_EMU_MAX_BLOCK 1024
+/* The threads' stacks lie in one allocation, KL_EMU_STACK plus 17 cache
+ * lines apart: the tops of consecutive threads' stacks fall in different
+ * cache sets (17 is odd: all 1024 of an L2's sets), where a stride of a
+ * power of two would put every thread's frames in the same few sets and
+ * each switch would miss. */
+#define KL_EMU_STRIDE (KL_EMU_STACK + 17 * 64)
 
 static struct {
     kl_emu_thread t[KL_EMU_MAX_BLOCK];
+    char *stacks; /* KL_EMU_MAX_BLOCK stacks, KL_EMU_STRIDE apart */
     int n, cur;
     kl_emu_ctx main;
     kl_emu_fn fn;
     void *const *kb;
     const kl_kargs *ka;
-    unsigned long long xchg[KL_EMU_MAX_BLOCK];
+    unsigned long long xchg[2][KL_EMU_MAX_BLOCK];
     char error[256];
     int flat; /* kl_emu_run_flat: threads are plain calls, nothing to yield to */
 } kl_emu;
@@ -175,18 +182,15 @@ static inline void kl_emu_to_thread(kl_emu_thread *t)
 static void kl_emu_start(kl_emu_thread *t)
 {
 #if defined(__x86_64__)
-    /* What kl_emu_switch pops: the control words, six registers, then the
-     * return address (kl_emu_entry, entered with the stack 8 bytes off a
-     * 16-byte boundary as after a call; it never returns). */
+    /* What kl_emu_switch pops: six registers, then the return address
+     * (kl_emu_entry, entered with the stack 8 bytes off a 16-byte boundary
+     * as after a call; it never returns). */
     uintptr_t top = ((uintptr_t)t->stack + KL_EMU_STACK - 64) & ~(uintptr_t)15;
-    void **sp = (void **)(top - 8 - 8 * 8);
-    unsigned words[2];
-    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(words[0]), "=m"(words[1]));
-    memcpy(&sp[0], words, 8);
-    for (int i = 1; i <= 6; i++)
+    void **sp = (void **)(top - 8 - 7 * 8);
+    for (int i = 0; i < 6; i++)
         sp[i] = 0;
-    sp[7] = (void *)kl_emu_entry;
-    sp[8] = 0;
+    sp[6] = (void *)kl_emu_entry;
+    sp[7] = 0;
     t->ctx = sp;
 #else
     getcontext(&t->ctx);
@@ -196,6 +200,7 @@ static void kl_emu_start(kl_emu_thread *t)
     makecontext(&t->ctx, kl_emu_entry, 0);
 #endif
     t->state = KL_EMU_READY;
+    t->shuffles = 0;
 }
 
 static void kl_emu_yield(int state)
@@ -215,17 +220,21 @@ static inline void __syncthreads(void)
     kl_emu_yield(KL_EMU_BARRIER);
 }
 
+/* A lane posts its value and waits for the warp; once all 32 have posted,
+ * each reads its partner's. Posts alternate between two exchange rows (by
+ * the lane's count of shuffles), so one wait is enough: a lane can post
+ * to the same row again only after the warp's next wait, which every lane
+ * reaches after it has read. */
 template <typename T> static T __shfl_xor_sync(unsigned mask, T v, int lanemask)
 {
     static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
     if (mask != 0xffffffffu && !kl_emu.error[0])
         snprintf(kl_emu.error, sizeof kl_emu.error, "__shfl_xor_sync with a partial mask %#x", mask);
-    unsigned tid = threadIdx.x;
-    memcpy(&kl_emu.xchg[tid], &v, sizeof v);
+    unsigned tid = threadIdx.x, row = kl_emu.t[tid].shuffles++ & 1u;
+    memcpy(&kl_emu.xchg[row][tid], &v, sizeof v);
     kl_emu_yield(KL_EMU_WARP); /* every lane has posted */
     T r;
-    memcpy(&r, &kl_emu.xchg[(tid & ~31u) | ((tid & 31u) ^ (unsigned)lanemask)], sizeof r);
-    kl_emu_yield(KL_EMU_WARP); /* every lane has read */
+    memcpy(&r, &kl_emu.xchg[row][(tid & ~31u) | ((tid & 31u) ^ (unsigned)lanemask)], sizeof r);
     return r;
 }
 
@@ -252,10 +261,10 @@ static void kl_emu_entry(void)
 /* Frees the threads' stacks (before the object is closed). */
 extern "C" void kl_emu_release(void)
 {
-    for (int i = 0; i < KL_EMU_MAX_BLOCK; i++) {
-        free(kl_emu.t[i].stack);
+    free(kl_emu.stacks);
+    kl_emu.stacks = NULL;
+    for (int i = 0; i < KL_EMU_MAX_BLOCK; i++)
         kl_emu.t[i].stack = NULL;
-    }
 }
 
 /* Runs fn over a grid of `grid` blocks of `block` threads. Returns 0, or
@@ -267,11 +276,15 @@ extern "C" int kl_emu_run(kl_emu_fn fn, unsigned grid, unsigned block, void *con
         snprintf(err, errlen, "bad launch: %u blocks of %u threads", grid, block);
         return -1;
     }
-    for (unsigned i = 0; i < block; i++)
-        if (!kl_emu.t[i].stack && !(kl_emu.t[i].stack = (char *)malloc(KL_EMU_STACK))) {
+    if (!kl_emu.stacks) {
+        /* Address space only: a stack's pages are touched at its top. */
+        if (!(kl_emu.stacks = (char *)malloc((size_t)KL_EMU_MAX_BLOCK * KL_EMU_STRIDE))) {
             snprintf(err, errlen, "out of memory for thread stacks");
             return -1;
         }
+        for (int i = 0; i < KL_EMU_MAX_BLOCK; i++)
+            kl_emu.t[i].stack = kl_emu.stacks + (size_t)i * KL_EMU_STRIDE;
+    }
     kl_emu.fn = fn;
     kl_emu.kb = kb;
     kl_emu.ka = ka;

@@ -57,6 +57,11 @@ int main(int argc, char **argv)
     CUstream s1, s2;
     p_cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING);
     p_cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING);
+    /* New device memory: all-ones bytes (a NaN in every float type). */
+    host[0] = 0;
+    p_cuMemcpyDtoHAsync(host, b + 4096, 8, s1);
+    p_cuStreamSynchronize(s1);
+    check(host[0] == 0xffffffffu && host[1] == 0xffffffffu, "new device memory reads as all-ones bytes (NaN)");
     host[0] = 0;
     p_cuMemsetD32Async(a, 7, 1024, s1);
     p_cuMemcpyDtoHAsync(host, a, 4, s1);
@@ -108,8 +113,17 @@ int main(int argc, char **argv)
     check(p_cuMemcpyDtoDAsync(b, a, (1 << 20) + 4, s1) == CUDA_ERROR_INVALID_VALUE,
           "a copy one element past the allocation is refused");
     check(p_cuMemsetD32Async(a + 4, 0, 1 << 18, s1) == CUDA_ERROR_INVALID_VALUE, "a memset past the end is refused");
-    p_cuMemFree(a);
+    /* cuMemFree waits for the queued work that reads the memory (as
+     * cudaFree synchronises): the delayed copy sees the value, not the
+     * poison of freed memory. */
+    host[0] = 0;
+    p_cuMemsetD32Async(b, 21, 1024, s2);
+    p_cuMemcpyDtoHAsync(host, b, 4, s2);
     p_cuMemFree(b);
+    check(host[0] == 21, "cuMemFree waits for queued work on every stream");
+    check(p_cuMemsetD32Async(b, 0, 1, s2) == CUDA_ERROR_INVALID_VALUE, "a memset of freed memory is refused");
+    check(p_cuMemcpyDtoHAsync(host, b, 4, s2) == CUDA_ERROR_INVALID_VALUE, "a copy from freed memory is refused");
+    p_cuMemFree(a);
     size_t free2;
     p_cuMemGetInfo(&free2, &total);
     check(free2 == free0, "freed memory is free again");

@@ -51,6 +51,10 @@ void sim_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- streams (sim_stream.c) ---- */
 
+/* Waits until every stream's queue has run (cuMemFree does, as
+ * cudaFree synchronises the device). */
+void sim_device_idle(void);
+
 typedef void (*sim_fn)(void *arg);
 
 /* Queues fn(arg) on s (NULL: the default stream, which runs in order

@@ -332,11 +332,47 @@ static CUresult add_alloc(void **out, size_t n, bool pinned)
         allocs = realloc(allocs, sizeof *allocs * (size_t)cap_allocs);
     }
     allocs[nallocs++] = (sim_alloc){p, n, pinned};
-    if (!pinned)
+    if (!pinned) {
         mem_used += charged;
+        /* A GPU's new memory holds whatever was there: here all-ones
+         * bytes, a NaN in every float type (and -1 in integers), so a
+         * read of memory nothing wrote shows in the results. */
+        memset(p, 0xff, charged);
+    }
     pthread_mutex_unlock(&mem_lock);
     *out = p;
     return CUDA_SUCCESS;
+}
+
+/* Freed device memory is poisoned (all-ones bytes, as new memory) and
+ * held back from reuse while the most recent QUARANTINE_BYTES of frees
+ * fit: a later copy, memset or GEMM operand there is refused as outside
+ * every allocation, and a kernel reading it reads NaNs. */
+#define QUARANTINE_BYTES ((size_t)256 << 20)
+static struct {
+    void *p;
+    size_t n;
+} quarantine[4096];
+static int q_head, q_count;
+static size_t q_bytes;
+
+static void quarantine_add(void *p, size_t n)
+{
+    memset(p, 0xff, n);
+    while (q_count && (q_bytes + n > QUARANTINE_BYTES || q_count == (int)(sizeof quarantine / sizeof *quarantine))) {
+        free(quarantine[q_head].p);
+        q_bytes -= quarantine[q_head].n;
+        q_head = (q_head + 1) % (int)(sizeof quarantine / sizeof *quarantine);
+        q_count--;
+    }
+    if (n > QUARANTINE_BYTES) {
+        free(p);
+        return;
+    }
+    int at = (q_head + q_count) % (int)(sizeof quarantine / sizeof *quarantine);
+    quarantine[at].p = p, quarantine[at].n = n;
+    q_bytes += n;
+    q_count++;
 }
 
 static CUresult remove_alloc(void *p, bool pinned)
@@ -344,11 +380,15 @@ static CUresult remove_alloc(void *p, bool pinned)
     pthread_mutex_lock(&mem_lock);
     for (int i = 0; i < nallocs; i++)
         if (allocs[i].p == p && allocs[i].pinned == pinned) {
+            size_t charged = (allocs[i].n + 511) / 512 * 512;
             if (!pinned)
-                mem_used -= (allocs[i].n + 511) / 512 * 512;
+                mem_used -= charged;
             allocs[i] = allocs[--nallocs];
+            if (pinned)
+                free(p);
+            else
+                quarantine_add(p, charged);
             pthread_mutex_unlock(&mem_lock);
-            free(p);
             return CUDA_SUCCESS;
         }
     pthread_mutex_unlock(&mem_lock);
@@ -375,6 +415,8 @@ SIM_EXPORT CUresult cuMemFree(CUdeviceptr p)
     NEED_INIT();
     if (!p)
         return CUDA_SUCCESS;
+    /* The queued work that may still use it runs first. */
+    sim_device_idle();
     return remove_alloc((void *)(uintptr_t)p, false);
 }
 

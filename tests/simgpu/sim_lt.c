@@ -256,8 +256,19 @@ static cublasStatus_t check_shapes(const lt_desc *d, const lt_layout *a, const l
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* KILN_SIMGPU_LT_NO_ALGORITHM=epilogue: no algorithm for any GEMM with an
+ * epilogue, as cuBLASLt answers for shapes and alignments it cannot fuse
+ * (the caller's fallback is then taken on every such GEMM). */
+static bool no_epilogue_algorithms(void)
+{
+    const char *v = getenv("KILN_SIMGPU_LT_NO_ALGORITHM");
+    return v && !strcmp(v, "epilogue");
+}
+
 static bool has_algorithm(const lt_desc *d, const lt_layout *dl)
 {
+    if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && no_epilogue_algorithms())
+        return false;
     if (!epi_known(d->epi))
         return false;
     if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && (dl->batch > 1 || d->compute == CUBLAS_COMPUTE_64F))

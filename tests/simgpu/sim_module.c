@@ -477,12 +477,10 @@ SIM_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, 
 
 /* ---- launches ---- */
 
-#define MAX_PARAMS 64
-
 typedef struct launch_arg {
     struct CUfunc_st *f;
     unsigned grid, block;
-    void *ptrs[MAX_PARAMS];
+    void *ptrs[]; /* the function's nparams values */
 } launch_arg;
 
 static void run_launch(void *p)
@@ -539,16 +537,22 @@ SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsig
     }
     if (extra || (f->nparams && !params))
         return CUDA_ERROR_INVALID_VALUE;
-    if (gy != 1 || gz != 1 || by != 1 || bz != 1 || smem || f->nparams > MAX_PARAMS) {
+    if (gy != 1 || gz != 1 || by != 1 || bz != 1 || smem) {
         sim_say("cuLaunchKernel %s: the simulator runs one-dimensional launches without dynamic shared memory only",
                 f->name);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     if ((r = ready(f->mod)))
         return r;
-    launch_arg a = {f, gx, bx, {0}};
+    size_t bytes = sizeof(launch_arg) + (size_t)f->nparams * sizeof(void *);
+    launch_arg *a = calloc(1, bytes);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->f = f, a->grid = gx, a->block = bx;
     /* The parameters' values are taken now, as cuLaunchKernel does. */
     for (int i = 0; i < f->nparams; i++)
-        memcpy(&a.ptrs[i], params[i], sizeof(void *));
-    return sim_enqueue(s, run_launch, &a, sizeof a);
+        memcpy(&a->ptrs[i], params[i], sizeof(void *));
+    r = sim_enqueue(s, run_launch, a, bytes);
+    free(a);
+    return r;
 }

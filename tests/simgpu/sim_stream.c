@@ -35,6 +35,7 @@ struct CUgraphExec_st {
 };
 
 struct CUstream_st {
+    struct CUstream_st *next_live; /* every live stream (sim_device_idle) */
     pthread_t th;
     sim_op *head, *tail;
     bool busy, quit;
@@ -52,6 +53,7 @@ struct CUevent_st {
  * speed. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t events_cv = PTHREAD_COND_INITIALIZER;
+static CUstream live_streams;
 
 static double now(void)
 {
@@ -165,6 +167,10 @@ SIM_EXPORT CUresult cuStreamCreate(CUstream *out, unsigned flags)
         free(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    pthread_mutex_lock(&lock);
+    s->next_live = live_streams;
+    live_streams = s;
+    pthread_mutex_unlock(&lock);
     *out = s;
     return CUDA_SUCCESS;
 }
@@ -173,6 +179,14 @@ static void wait_idle(CUstream s)
 {
     while (s->head || s->busy)
         pthread_cond_wait(&s->cv, &lock);
+}
+
+void sim_device_idle(void)
+{
+    pthread_mutex_lock(&lock);
+    for (CUstream s = live_streams; s; s = s->next_live)
+        wait_idle(s);
+    pthread_mutex_unlock(&lock);
 }
 
 SIM_EXPORT CUresult cuStreamSynchronize(CUstream s)
@@ -199,6 +213,11 @@ SIM_EXPORT CUresult cuStreamDestroy(CUstream s)
     wait_idle(s);
     s->quit = true;
     pthread_cond_broadcast(&s->cv);
+    for (CUstream *l = &live_streams; *l; l = &(*l)->next_live)
+        if (*l == s) {
+            *l = s->next_live;
+            break;
+        }
     pthread_mutex_unlock(&lock);
     pthread_join(s->th, NULL);
     pthread_cond_destroy(&s->cv);
