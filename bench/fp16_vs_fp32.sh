@@ -20,6 +20,10 @@ run() {  # run MODEL STEPS PRECISION
 }
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+# The ISA that decides fp16's cost on a CPU: F16C conversions only, or
+# AVX512_FP16 arithmetic, AMX tiles (docs/internals/cpu-16bit.md).
+isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'f16c|avx2|avx512f|avx512bw|avx512_bf16|avx512_fp16|amx_tile|amx_bf16|amx_fp16' | tr '\n' ' ')
+echo "isa: ${isa:-none of f16c avx2 avx512f avx512_bf16 avx512_fp16 amx}($(nproc) cores online)"
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for spec in "examples/mlp.kl $mlp_steps" "examples/fashion_cnn.kl $cnn_steps"; do
   read -r model steps <<< "$spec"

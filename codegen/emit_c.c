@@ -344,6 +344,8 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             const kir_buf *kb = &k->bufs[s->buf];
             int64_t d;
             int row = kir_c_staged_store(p, s, &d);
+            if (row >= 0 && p->st->twin[row])
+                break; /* narrowed from its fp32 twin after the loop */
             if (row >= 0) {
                 const staging *st = p->st;
                 ind(p);

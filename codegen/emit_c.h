@@ -47,6 +47,11 @@ typedef struct staging {
     int64_t len[STAGE_ROWS], delta[STAGE_ROWS], a[STAGE_ROWS], b[STAGE_ROWS], dmax[STAGE_ROWS];
     bool trunc[STAGE_ROWS];
     const kir_stmt *store[STAGE_ROWS];  /* the store a row takes (NULL: a load's row) */
+    /* A store row's twin: a store of the same value at the same index
+     * into an fp32 buffer of the loop (the optimizer's fp32 master weight
+     * beside its f16 copy). The row is then not printed: the f16 values
+     * are narrowed from that buffer after the loop (NULL: none). */
+    const kir_stmt *twin[STAGE_ROWS];
     char name[STAGE_ROWS][24];
     const kir_expr *loads[STAGE_LOADS]; /* staged load nodes, their rows and the rows' names */
     int load_row[STAGE_LOADS];

@@ -170,6 +170,26 @@ static bool aliased_in_step(const kir_kernel *k, const kir_stmt *s)
     return !index || row_index(s, index);
 }
 
+/* The store of leaf loop s that writes 16-bit store c's value, before
+ * its rounding, at c's index into an fp32 buffer that s stores only
+ * there and that shares memory with no other (the fp32 master weight that
+ * an optimizer's update writes beside its f16 copy), or NULL. Narrowing
+ * that buffer's elements after the loop gives c's bits without a row. */
+static const kir_stmt *f32_twin(const kir_kernel *k, const kir_stmt *s, const kir_stmt *c)
+{
+    const kir_expr *value = kir_strip_rounding(k->bufs[c->buf].dtype, c->b);
+    for (const kir_stmt *t = s->body; t; t = t->next) {
+        if (t->kind != KS_STORE || k->bufs[t->buf].dtype != IR_F32 || k->bufs[t->buf].aliased ||
+            !same_expr(t->a, c->a) || !same_expr(t->b, value))
+            continue;
+        int loads, stores;
+        count_uses(s, t->buf, &loads, &stores);
+        if (stores == 1)
+            return t;
+    }
+    return NULL;
+}
+
 /* The rows to stage around leaf loop s (bf16: bf16 ones too); false when
  * there are none. */
 bool kir_c_plan_staging(const printer *p, const kir_stmt *s, bool chunked, bool bf16, staging *st)
@@ -194,8 +214,10 @@ bool kir_c_plan_staging(const printer *p, const kir_stmt *s, bool chunked, bool 
             int loads, stores;
             count_uses(s, c->buf, &loads, &stores);
             int r = loads == 0 && stores == 1 ? add_row(st, c->a, c->buf, c) : -1;
-            if (r >= 0)
+            if (r >= 0) {
                 st->trunc[r] = trunc;
+                st->twin[r] = trunc ? NULL : f32_twin(k, s, c);
+            }
         }
         if (c->kind == KS_STORE)
             stage_loads(p, s, c->b, st);
@@ -544,6 +566,7 @@ bool kir_c_drop_unread_rows(const printer *p, const kir_stmt *s, staging *st)
         st->b[n] = st->b[r];
         st->dmax[n] = st->dmax[r];
         st->trunc[n] = st->trunc[r];
+        st->twin[n] = st->twin[r];
         snprintf(st->name[n], sizeof st->name[n], "kl_row%d", n);
         n++;
     }
@@ -568,7 +591,8 @@ bool kir_c_drop_unread_rows(const printer *p, const kir_stmt *s, staging *st)
 
 /* &buf[index] with the loop's variable at 0 (the body's lets it reads
  * printed as their values): the row's first element, before the loop. */
-static void print_row_start(printer *p, const kir_stmt *loop, const staging *st, int r, const kir_stmt *next)
+static void print_start(printer *p, const kir_stmt *loop, const staging *st, int buf, const kir_expr *index,
+                        int64_t delta, const kir_stmt *next)
 {
     const kir_kernel *k = p->e.k;
     const char **rename = kl_xcalloc((size_t)k->nvars + 1, sizeof *rename);
@@ -595,16 +619,21 @@ static void print_row_start(printer *p, const kir_stmt *loop, const staging *st,
     }
     p->e.rename = rename;
     p->e.inline_var = inline_var;
-    kl_buf_printf(p->e.b, "&%s[", k->bufs[st->buf[r]].name);
-    kir_print_expr(&p->e, st->index[r]);
-    if (st->delta[r])
-        kl_buf_printf(p->e.b, " + %lldLL", (long long)st->delta[r]);
+    kl_buf_printf(p->e.b, "&%s[", k->bufs[buf].name);
+    kir_print_expr(&p->e, index);
+    if (delta)
+        kl_buf_printf(p->e.b, " + %lldLL", (long long)delta);
     kl_buf_putc(p->e.b, ']');
     p->e.rename = saved;
     p->e.inline_var = NULL;
     free(next_value);
     free(rename);
     free(inline_var);
+}
+
+static void print_row_start(printer *p, const kir_stmt *loop, const staging *st, int r, const kir_stmt *next)
+{
+    print_start(p, loop, st, st->buf[r], st->index[r], st->delta[r], next);
 }
 
 /* ", LENGTH);" of row r's conversion call. */
@@ -711,6 +740,8 @@ void kir_c_print_staging_begin(printer *p, const kir_stmt *loop, const staging *
     kl_buf_puts(p->e.b, "{\n");
     p->e.indent++;
     for (int r = 0; r < st->nrows; r++) {
+        if (st->twin[r])
+            continue;
         ind(p);
         kl_buf_printf(p->e.b, "float %s[%lld] __attribute__((aligned(64)));\n", st->name[r],
                       (long long)(st->len[r] ? st->len[r] : st->extent));
@@ -735,7 +766,12 @@ void kir_c_print_staging_end(printer *p, const kir_stmt *loop, const staging *st
         bool bf16 = p->e.k->bufs[st->buf[r]].dtype == IR_BF16;
         kl_buf_printf(p->e.b, "kl_%s_%s_row(", bf16 ? "bf16" : "f16", st->trunc[r] ? "trunc" : "narrow");
         print_row_start(p, loop, st, r, NULL);
-        kl_buf_printf(p->e.b, ", %s", st->name[r]);
+        if (st->twin[r]) {
+            kl_buf_puts(p->e.b, ", ");
+            print_start(p, loop, st, st->twin[r]->buf, st->twin[r]->a, st->delta[r], NULL);
+        } else {
+            kl_buf_printf(p->e.b, ", %s", st->name[r]);
+        }
         print_row_length(p, st, r);
     }
     p->e.indent--;

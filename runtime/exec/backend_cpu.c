@@ -1,8 +1,5 @@
 /* The CPU backend: host memory, generated C kernels (linked in or compiled
  * at run time), OpenBLAS or oneDNN for GEMMs (cpu_dnnl.h), OpenMP threads. */
-/* base/scalar.h's F16C row conversions, built for AVX2 and F16C and
- * chosen at load time (kl_cpu_f16_widen). */
-#define KL_ROWS16_TARGET __attribute__((target("avx2,f16c")))
 #include <cblas.h>
 #include <immintrin.h>
 #include <dlfcn.h>
@@ -14,6 +11,7 @@
 #include "runtime/cpu/cpu_attn.h"
 #include "runtime/cpu/cpu_dnnl.h"
 #include "runtime/cpu/cpu_features.h"
+#include "runtime/cpu/f16_rows.h"
 #include "runtime/cpu/gemm16.h"
 #include "session.h"
 #include "codegen/kir.h"
@@ -156,32 +154,14 @@ KL_VECTOR_CLONES static void widen_bf16(float *restrict w, const uint16_t *restr
         w[i] = kl_bf16_to_f32(h[i]);
 }
 
-KL_VECTOR_CLONES static void widen_f16_plain(float *restrict w, const uint16_t *restrict h, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        w[i] = kl_f16_to_f32(h[i]);
-}
-
-KL_VECTOR_CLONES static void narrow_f16_plain(uint16_t *restrict h, const float *restrict w, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        h[i] = kl_f32_to_f16(w[i]);
-}
-
 void kl_cpu_f16_widen(float *w, const uint16_t *h, int64_t n)
 {
-    if (kl_cpu_has(KL_CPU_F16C) && kl_cpu_has(KL_CPU_AVX2))
-        kl_f16_widen_row_f16c(w, h, n);
-    else
-        widen_f16_plain(w, h, n);
+    kl_f16_rows_widen(kl_f16_rows_best(), w, h, n);
 }
 
 void kl_cpu_f16_narrow(uint16_t *h, const float *w, int64_t n)
 {
-    if (kl_cpu_has(KL_CPU_F16C) && kl_cpu_has(KL_CPU_AVX2))
-        kl_f16_narrow_row_f16c(h, w, n);
-    else
-        narrow_f16_plain(h, w, n);
+    kl_f16_rows_narrow(kl_f16_rows_best(), h, w, n);
 }
 
 KL_VECTOR_CLONES static void narrow_bf16(uint16_t *restrict h, const float *restrict w, int64_t n)

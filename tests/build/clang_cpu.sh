@@ -16,7 +16,7 @@ else
   echo "ok: no __builtin_cpu_supports in the library"
 fi
 cc=$(command -v clang || command -v clang-14) || { echo "skip: no clang"; [ $fail -eq 0 ] && exit 77; exit 1; }
-for f in runtime/cpu/cpu_features.c runtime/exec/backend_cpu.c runtime/cpu/gemm16.c; do
+for f in runtime/cpu/cpu_features.c runtime/exec/backend_cpu.c runtime/cpu/gemm16.c runtime/cpu/f16_rows.c; do
   if out=$(cd "$root" && "$cc" -std=gnu11 -fsyntax-only -fopenmp -Wall -Wextra -Werror -I. -Iruntime "$f" 2>&1); then
     echo "ok: clang compiles $f"
   else

@@ -14,8 +14,9 @@
  *  - the runtime's own copies (compiled with the project's flags) on every
  *    16-bit pattern and on every 97th float;
  *  - the CPU backend's f16 conversions of GEMM operands (F16C where the CPU
- *    has it) against those, every 16-bit pattern and every 5th float, with
- *    and without flush-to-zero. */
+ *    has it, 8 or 16 at a time) against those, every 16-bit pattern and
+ *    every 5th float, rows of every tail length, with and without
+ *    flush-to-zero, each loop this CPU can run. */
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +29,7 @@
 
 #include "codegen/kir.h"
 #include "base/scalar.h"
+#include "runtime/cpu/f16_rows.h"
 #include "runtime/exec/backend.h"
 #include "prelude_jit.h"
 
@@ -160,41 +162,98 @@ static void test_runtime(void **state)
 
 /* The CPU backend's f16 conversions of GEMM operands (F16C where the CPU
  * has it, the scalar conversions for NaN) against the scalar ones: every
- * 16-bit pattern widened, every 5th float narrowed, in blocks of 8 and a
- * tail, with and without flush-to-zero. */
-static void check_gemm_f16(int flush)
+ * 16-bit pattern widened, in one row and in rows of 1 to 40 and of 4099
+ * (the blocks and every tail), every 5th float narrowed in rows of 4099
+ * and the first ones in rows of 1 to 40, with and without flush-to-zero;
+ * nothing written past a row's end. kl_cpu_f16_widen's choice and every
+ * loop of runtime/cpu/f16_rows.c this CPU can run (software, AVX2 F16C,
+ * AVX-512 F16C). */
+enum { ROWS_AUTO = -1 };
+
+static void rows_widen(int isa, float *w, const uint16_t *h, int64_t n)
+{
+    if (isa == ROWS_AUTO)
+        kl_cpu_f16_widen(w, h, n);
+    else
+        kl_f16_rows_widen((kl_f16_rows_isa)isa, w, h, n);
+}
+
+static void rows_narrow(int isa, uint16_t *h, const float *w, int64_t n)
+{
+    if (isa == ROWS_AUTO)
+        kl_cpu_f16_narrow(h, w, n);
+    else
+        kl_f16_rows_narrow((kl_f16_rows_isa)isa, h, w, n);
+}
+
+static void check_gemm_f16_isa(int isa, int flush)
 {
     unsigned saved = _mm_getcsr();
     if (flush)
         _mm_setcsr(saved | 0x8040);
-    enum { CHUNK = 4099 }; /* not a multiple of 8: the tail too */
-    static uint16_t h[65536], got[CHUNK];
-    static float w[65536], x[CHUNK];
+    enum { CHUNK = 4099 }; /* not a multiple of 8 or 16: the tail too */
+    static uint16_t h[65536], got[CHUNK + 1];
+    static float w[65536 + 1], x[CHUNK];
     for (uint32_t i = 0; i < 65536; i++)
         h[i] = (uint16_t)i;
-    kl_cpu_f16_widen(w, h, 65536);
     long bad = 0;
     uint32_t first = 0;
-    for (uint32_t i = 0; i < 65536; i++) {
-        float r = kl_f16_to_f32((uint16_t)i);
-        if (memcmp(&r, &w[i], 4) && !bad++)
-            first = i;
+    const char *what = "widening";
+    /* One row, then rows of 1..40 and of CHUNK over every pattern. */
+    for (int pass = 0; pass < 3 && !bad; pass++) {
+        for (int64_t i0 = 0, len = 1; i0 < 65536 && !bad; i0 += len, len = pass == 1 ? len % 40 + 1 : CHUNK) {
+            int64_t n = pass == 0 ? 65536 : (65536 - i0 < len ? 65536 - i0 : len);
+            w[i0 + n] = -7.0f; /* a guard past the row's end */
+            rows_widen(isa, w + i0, h + i0, n);
+            if (i0 + n < 65536 && w[i0 + n] != -7.0f && !bad++)
+                first = (uint32_t)(i0 + n);
+            for (int64_t i = i0; i < i0 + n; i++) {
+                float r = kl_f16_to_f32((uint16_t)i);
+                if (memcmp(&r, &w[i], 4) && !bad++)
+                    first = (uint32_t)i;
+            }
+            if (pass == 0)
+                break;
+        }
     }
-    for (uint64_t base = 0; base < (1ull << 32) && !bad; base += 5ull * CHUNK) {
+    for (uint64_t base = 0, row = 0; base < (1ull << 32) && !bad; base += 5ull * CHUNK, row++) {
         int n = 0;
-        for (uint64_t v = base; n < CHUNK && v < (1ull << 32); v += 5, n++) {
+        int want = row < 1000 ? (int)(row % 40) + 1 : CHUNK; /* short rows first */
+        for (uint64_t v = base; n < want && v < (1ull << 32); v += 5, n++) {
             uint32_t u = (uint32_t)v;
             memcpy(&x[n], &u, 4);
         }
-        kl_cpu_f16_narrow(got, x, n);
+        got[n] = 0x1234;
+        rows_narrow(isa, got, x, n);
+        if (got[n] != 0x1234 && !bad++) {
+            what = "narrowing (past the row's end)";
+            memcpy(&first, &x[n - 1], 4);
+        }
         for (int i = 0; i < n; i++)
-            if (got[i] != kl_f32_to_f16(x[i]) && !bad++)
+            if (got[i] != kl_f32_to_f16(x[i]) && !bad++) {
+                what = "narrowing";
                 memcpy(&first, &x[i], 4);
+            }
+        if (want < CHUNK)
+            base -= 5ull * CHUNK - 5ull * (uint64_t)n; /* short rows cover the floats from 0 */
     }
     _mm_setcsr(saved);
     if (bad)
-        fail_msg("%s: the GEMM's f16 conversions differ from the scalar ones, first at 0x%08x", flush ? "FTZ/DAZ" : "IEEE",
-                 first);
+        fail_msg("%s, %s: the GEMM's f16 %s differs from the scalar one, first at 0x%08x",
+                 isa == ROWS_AUTO ? "kl_cpu_f16_widen" : kl_f16_rows_name((kl_f16_rows_isa)isa),
+                 flush ? "FTZ/DAZ" : "IEEE", what, first);
+}
+
+static void check_gemm_f16(int flush)
+{
+    check_gemm_f16_isa(ROWS_AUTO, flush);
+    kl_f16_rows_isa isas[] = {KL_F16_ROWS_SCALAR, KL_F16_ROWS_AVX2, KL_F16_ROWS_AVX512};
+    for (int i = 0; i < 3; i++) {
+        if (kl_f16_rows_can(isas[i]))
+            check_gemm_f16_isa(isas[i], flush);
+        else
+            print_message("skip %s: not on this CPU\n", kl_f16_rows_name(isas[i]));
+    }
 }
 
 static void test_gemm_f16_ieee(void **state)
