@@ -288,6 +288,10 @@ static int cmd_ir(int argc, char **argv)
             /* A dump reprinted without --ranks: the world its
              * collectives were made for, so that it reprints unchanged. */
             int world = ranks > 1 ? ranks : pass_graph_ranks(g);
+            char *pipe = pass_pipeline_report(g, world);
+            if (pipe)
+                kl_buf_puts(&head, pipe);
+            free(pipe);
             char *tpm = pass_tp_memory(g, world);
             if (tpm)
                 kl_buf_printf(&head, "# %s\n", tpm);
