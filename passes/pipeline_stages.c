@@ -426,6 +426,9 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
     /* Params belong to the stage of their first reader; one read by
      * several stages is shared (its gradients summed between them). */
     kl_buf shared = {0};
+    int *pstage = kl_xcalloc((size_t)g->values.n + 1, sizeof *pstage);
+    for (int v = 0; v < g->values.n; v++)
+        pstage[v] = -1;
     for (int i = 0; i < g->decls.n; i++) {
         int v = g->decls.v[i];
         const ir_value *pv = ir_val(g, v);
@@ -443,6 +446,7 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
             continue;
         params[lo] += ir_type_numel(&pv->type);
         pbytes[lo] += ir_type_bytes(&pv->type);
+        pstage[v] = lo;
         if (hi > lo)
             kl_buf_printf(&shared, "%s%s (stages %d to %d)", shared.s ? ", " : "", pv->name, lo, hi);
     }
@@ -493,6 +497,57 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
         kl_format_bytes(tb, sizeof tb, j + 1 < s.n ? s.bytes[j] : 0);
         kl_buf_printf(&b, "%s (%d value%s, %s per micro-batch each way)\n", n ? "" : " nothing", n, n == 1 ? "" : "s", tb);
     }
+    /* After autodiff: each stage's memory against the schedules' formula.
+     * Params and their state ("<param>.<what>", the optimizer's) by the
+     * param's stage; saved activations: the stage's forward values that
+     * backward reads, held once per micro-batch in flight (gpipe m, 1f1b
+     * min(P - s, m) on stage s). */
+    bool backward = false;
+    for (int i = 0; i < g->nodes.n && !backward; i++)
+        backward = !ir_nd(g, i)->dead && ir_nd(g, i)->phase == IR_PHASE_BACKWARD;
+    if (backward) {
+        int64_t *saved = kl_xcalloc((size_t)P, sizeof *saved), *state = kl_xcalloc((size_t)P, sizeof *state);
+        for (int p = 0; p < s.n; p++) {
+            const ir_node *nd = ir_nd(g, s.node[p]);
+            for (int i = 0; i < nd->out.n; i++) {
+                const ir_value *v = ir_val(g, nd->out.v[i]);
+                bool read = false;
+                for (int u = 0; u < v->uses.n && !read; u++) {
+                    const ir_node *r = ir_nd(g, v->uses.v[u].node);
+                    read = !r->dead && r->phase == IR_PHASE_BACKWARD;
+                }
+                if (read && !ir_op_is_view(nd->op))
+                    saved[stage[p]] += ir_type_bytes(&v->type);
+            }
+        }
+        for (int i = 0; i < g->decls.n; i++) {
+            const ir_value *v = ir_val(g, g->decls.v[i]);
+            if (v->kind != IR_VAL_STATE)
+                continue;
+            char *name = kl_xstrdup(v->name);
+            int owner = -1;
+            for (char *dot = strrchr(name, '.'); dot && owner < 0; dot = strrchr(name, '.')) {
+                *dot = 0;
+                int p = ir_find_value(g, name);
+                owner = p >= 0 && pstage[p] >= 0 ? pstage[p] : -1;
+            }
+            free(name);
+            state[owner >= 0 ? owner : 0] += ir_type_bytes(&v->type);
+        }
+        for (int t = 0; t < P; t++) {
+            int64_t inflight = P - t < m ? P - t : m;
+            char ps[32], ac[32], gp[32], fb[32];
+            kl_format_bytes(ps, sizeof ps, pbytes[t] + state[t]);
+            kl_format_bytes(ac, sizeof ac, saved[t]);
+            kl_format_bytes(gp, sizeof gp, saved[t] * m);
+            kl_format_bytes(fb, sizeof fb, saved[t] * inflight);
+            kl_buf_printf(&b, "# pipeline: memory stage %d: params and state %s; saved activations %s per micro-batch: "
+                          "gpipe %lld x = %s, 1f1b %lld x = %s\n", t, ps, ac, (long long)m, gp, (long long)inflight, fb);
+        }
+        free(saved);
+        free(state);
+    }
+    free(pstage);
     double bubble = (double)(P - 1) / (double)(m + P - 1);
     kl_buf_printf(&b, "# pipeline: balance: the largest stage %.3f x the mean; bubble of gpipe and 1f1b (P-1)/(m+P-1) = %.3f\n",
                   total > 0 ? top * P / total : 1.0, bubble);
