@@ -292,11 +292,15 @@ static int cmd_ir(int argc, char **argv)
             if (pipe)
                 kl_buf_puts(&head, pipe);
             free(pipe);
-            char *tpm = pass_tp_memory(g, world);
+            /* With pipeline stages the tensor-parallel groups and data
+             * parallelism are a stage's (world / P ranks); the pipeline
+             * report gives each stage's memory. */
+            int stages = pass_pipeline_count(g);
+            char *tpm = pass_tp_memory(g, stages > 1 ? world / stages : world);
             if (tpm)
                 kl_buf_printf(&head, "# %s\n", tpm);
             free(tpm);
-            if (precision && world > 1 && !eval) {
+            if (precision && world > 1 && !eval && stages < 2) {
                 char *rm = pass_rank_memory(g, world);
                 kl_buf_printf(&head, "# memory %s\n", rm);
                 free(rm);

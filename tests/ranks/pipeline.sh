@@ -61,6 +61,17 @@ ir)
   grep -q '= attention(.*_stage = 3}' "$tmp/p.kir" && ok "ops carry _stage" || bad "no op carries _stage = 3"
   diff <(grep '^# pipeline:' "$tmp/p.kir") <("$kiln" ir examples/gpt.kl --set pipeline_parallel=4 | grep '^# pipeline:' | grep -v '^# pipeline: memory') > /dev/null &&
     ok "the report after all passes is the pipeline pass's" || bad "the report changes after later passes"
+  # P x T x D = 2 x 2 x 2 on 8 ranks (tests/ranks/tp_mlp.kl's split pair):
+  # the data-parallel all-reduces are over 2 ranks, the tensor-parallel
+  # groups' report names 2 data-parallel, and the dump reprints unchanged
+  # (its world: the buckets' 2 x the group's 2 x the stages' 2).
+  "$kiln" ir tests/ranks/tp_mlp.kl --set tensor_parallel=2 --set pipeline_parallel=2 --ranks 8 -o "$tmp/ptd.kir"
+  out=$(cat "$tmp/ptd.kir")
+  want ptd "# pipeline: 2 stages, schedule 1f1b, 1 micro-batch (accumulate); world 8 = 2 stages x 2 tensor-parallel x 2 data-parallel" "$out"
+  grep -q '^# tensor parallel: groups of 2 ranks x 2 data-parallel;' <<< "$out" && grep -q '= all_reduce(%bucket.0) {reduce = sum, ranks = 2}' <<< "$out" &&
+    ok "ptd: all-reduces over the 2 data-parallel ranks" || bad "ptd: not 2 data-parallel ranks"
+  "$kiln" ir "$tmp/ptd.kir" --after lower -o "$tmp/ptd2.kir"
+  cmp -s "$tmp/ptd.kir" "$tmp/ptd2.kir" && ok "ptd: the dump reprints unchanged" || bad "ptd: the dump does not reprint unchanged"
   # P = 1 changes nothing.
   "$kiln" ir examples/mlp.kl --after pipeline > "$tmp/one.kir"
   ! grep -q '_stage\|^# pipeline' "$tmp/one.kir" && ok "P = 1: no stages" || bad "P = 1 cut the graph"
