@@ -409,7 +409,7 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
         stage[p] = n->phase == IR_PHASE_FORWARD ? (int)ir_attr_int(&n->attrs, "_stage", p ? stage[p - 1] : 0)
                                                 : (p ? stage[p - 1] : 0);
     }
-    double *flops = kl_xcalloc((size_t)P, sizeof *flops), total = 0;
+    double *flops = kl_xcalloc((size_t)P, sizeof *flops), total = 0, gemm = 0;
     int64_t *params = kl_xcalloc((size_t)P, sizeof *params), *pbytes = kl_xcalloc((size_t)P, sizeof *pbytes);
     int *first = kl_xcalloc((size_t)P, sizeof *first), *last = kl_xcalloc((size_t)P, sizeof *last);
     for (int t = 0; t < P; t++)
@@ -419,6 +419,7 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
             continue;
         int t = stage[p];
         flops[t] += s.flops[p], total += s.flops[p];
+        gemm += ir_nd(g, s.node[p])->op == IR_OP_MATMUL ? s.flops[p] : 0;
         if (first[t] < 0)
             first[t] = p;
         last[t] = p;
@@ -551,6 +552,8 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
     double bubble = (double)(P - 1) / (double)(m + P - 1);
     kl_buf_printf(&b, "# pipeline: balance: the largest stage %.3f x the mean; bubble of gpipe and 1f1b (P-1)/(m+P-1) = %.3f\n",
                   total > 0 ? top * P / total : 1.0, bubble);
+    kl_buf_printf(&b, "# pipeline: forward FLOPs %.0f, of them matmul %.0f (kiln counters' gemm_flops per eval batch)\n", total,
+                  gemm);
     if (shared.s)
         kl_buf_printf(&b, "# pipeline: shared params: %s\n", shared.s);
     kl_buf_free(&shared);

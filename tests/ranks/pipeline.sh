@@ -39,6 +39,11 @@ ir)
   out=$("$kiln" ir examples/gpt.kl --after optimizer --set pipeline_parallel=4 --set accumulate=8 | grep '^# pipeline:')
   want mem4 "# pipeline: memory stage 0: params and state 2.97 MB; saved activations 17.89 MB per micro-batch: gpipe 8 x = 143.13 MB, 1f1b 4 x = 71.57 MB" "$out"
   want mem4 "# pipeline: memory stage 3: params and state 2.38 MB; saved activations 18.04 MB per micro-batch: gpipe 8 x = 144.31 MB, 1f1b 1 x = 18.04 MB" "$out"
+  # The FLOPs the cut balances are the plan's: the matmuls' sum equals
+  # kiln counters' gemm_flops of one evaluation batch (3355443200).
+  gemm=$("$kiln" counters examples/gpt.kl | awk '$1 == "gemm_flops" { print $3 }')
+  grep -q "^# pipeline: forward FLOPs [0-9]*, of them matmul $gemm " <<< "$out" && [ "$gemm" = 3355443200 ] &&
+    ok "matmul FLOPs = kiln counters' $gemm" || { bad "matmul FLOPs differ from kiln counters' '$gemm'"; grep FLOPs <<< "$out"; }
   # P = 2: two blocks each (1.89 and 2.02 GFLOP).
   out=$(stages examples/gpt.kl --set pipeline_parallel=2)
   want gpt2 "# pipeline: stage 0: t4 .. t101, 1.89 GFLOP forward (48.3%), params 445696 (1.78 MB)" "$out"
@@ -54,12 +59,13 @@ ir)
   grep -q '^# pipeline: cut 0|1: .* (1 value, ' <<< "$out" && ok "cnn2: one value crosses" || { bad "cnn2"; echo "$out"; }
   # Each forward op carries its stage; the dump reprints unchanged, and
   # the stages are the same after every later pass (forward ops only;
-  # the memory lines come with backward).
+  # the memory lines come with backward, and simplify folds a few
+  # elementwise FLOPs).
   "$kiln" ir examples/gpt.kl --after pipeline --set pipeline_parallel=4 -o "$tmp/p.kir"
   "$kiln" ir "$tmp/p.kir" --after lower -o "$tmp/re.kir"
   cmp -s "$tmp/p.kir" "$tmp/re.kir" && ok "the dump reprints unchanged" || bad "the dump does not reprint unchanged"
   grep -q '= attention(.*_stage = 3}' "$tmp/p.kir" && ok "ops carry _stage" || bad "no op carries _stage = 3"
-  diff <(grep '^# pipeline:' "$tmp/p.kir") <("$kiln" ir examples/gpt.kl --set pipeline_parallel=4 | grep '^# pipeline:' | grep -v '^# pipeline: memory') > /dev/null &&
+  diff <(grep '^# pipeline:' "$tmp/p.kir" | grep -v '^# pipeline: forward FLOPs') <("$kiln" ir examples/gpt.kl --set pipeline_parallel=4 | grep '^# pipeline:' | grep -v '^# pipeline: \(memory\|forward FLOPs\)') > /dev/null &&
     ok "the report after all passes is the pipeline pass's" || bad "the report changes after later passes"
   # P x T x D = 2 x 2 x 2 on 8 ranks (tests/ranks/tp_mlp.kl's split pair):
   # the data-parallel all-reduces are over 2 ranks, the tensor-parallel
