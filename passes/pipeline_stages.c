@@ -419,7 +419,7 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
             continue;
         int t = stage[p];
         flops[t] += s.flops[p], total += s.flops[p];
-        gemm += ir_nd(g, s.node[p])->op == IR_OP_MATMUL ? s.flops[p] : 0;
+        gemm += ir_nd(g, s.node[p])->op == IR_OP_MATMUL || ir_nd(g, s.node[p])->op == IR_OP_CONV2D ? s.flops[p] : 0;
         if (first[t] < 0)
             first[t] = p;
         last[t] = p;
@@ -552,7 +552,7 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
     double bubble = (double)(P - 1) / (double)(m + P - 1);
     kl_buf_printf(&b, "# pipeline: balance: the largest stage %.3f x the mean; bubble of gpipe and 1f1b (P-1)/(m+P-1) = %.3f\n",
                   total > 0 ? top * P / total : 1.0, bubble);
-    kl_buf_printf(&b, "# pipeline: forward FLOPs %.0f, of them matmul %.0f (kiln counters' gemm_flops per eval batch)\n", total,
+    kl_buf_printf(&b, "# pipeline: forward FLOPs %.0f, of them matmul and conv2d %.0f\n", total,
                   gemm);
     if (shared.s)
         kl_buf_printf(&b, "# pipeline: shared params: %s\n", shared.s);
