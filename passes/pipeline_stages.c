@@ -367,6 +367,21 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
     if (rc >= 0) {
         for (int p = 0; p < s.n; p++)
             ir_attrs_set_int(&ir_nd(g, s.node[p])->attrs, "_stage", stage[p]);
+        /* Each param's stages: the first that reads it (_stage) and, when
+         * several do (a tied embedding), the last (_stage_last). */
+        for (int i = 0; i < g->decls.n; i++) {
+            ir_value *pv = ir_val(g, g->decls.v[i]);
+            int lo = P, hi = -1;
+            for (int u = 0; u < pv->uses.n && pv->kind == IR_VAL_PARAM; u++) {
+                int p = s.pos[pv->uses.v[u].node];
+                if (p >= 0)
+                    lo = stage[p] < lo ? stage[p] : lo, hi = stage[p] > hi ? stage[p] : hi;
+            }
+            if (hi >= 0)
+                ir_attrs_set_int(&pv->attrs, "_stage", lo);
+            if (hi > lo)
+                ir_attrs_set_int(&pv->attrs, "_stage_last", hi);
+        }
         rc = 0;
     }
     free(stage);
@@ -403,11 +418,32 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
         return NULL;
     stage_view s = {0};
     view_build(g, &s);
+    /* Each forward op's stage: its _stage; an op a later pass made
+     * (casts, reshapes the schedule may have moved) is in the stage of
+     * its first reader, else of its operands. */
     int *stage = kl_xcalloc((size_t)s.n + 1, sizeof *stage);
+    bool *marked = kl_xcalloc((size_t)s.n + 1, sizeof *marked);
+    for (int p = s.n - 1; p >= 0; p--) {
+        const ir_node *n = ir_nd(g, s.node[p]);
+        marked[p] = ir_attrs_find(&n->attrs, "_stage") != NULL;
+        stage[p] = marked[p] ? (int)ir_attr_int(&n->attrs, "_stage", 0) : -1;
+        for (int i = 0; i < n->out.n && !marked[p]; i++) {
+            const ir_value *v = ir_val(g, n->out.v[i]);
+            for (int u = 0; u < v->uses.n; u++) {
+                int r = s.pos[v->uses.v[u].node];
+                if (r > p && stage[r] >= 0 && (stage[p] < 0 || stage[r] < stage[p]))
+                    stage[p] = stage[r];
+            }
+        }
+    }
     for (int p = 0; p < s.n; p++) {
         const ir_node *n = ir_nd(g, s.node[p]);
-        stage[p] = n->phase == IR_PHASE_FORWARD ? (int)ir_attr_int(&n->attrs, "_stage", p ? stage[p - 1] : 0)
-                                                : (p ? stage[p - 1] : 0);
+        for (int i = 0; i < n->in.n && stage[p] < 0; i++) {
+            const ir_value *v = ir_val(g, n->in.v[i]);
+            int d = v->def >= 0 ? s.pos[v->def] : -1;
+            stage[p] = d >= 0 && d < p ? stage[d] : -1;
+        }
+        stage[p] = stage[p] < 0 ? 0 : stage[p] >= P ? P - 1 : stage[p];
     }
     double *flops = kl_xcalloc((size_t)P, sizeof *flops), total = 0, gemm = 0;
     int64_t *params = kl_xcalloc((size_t)P, sizeof *params), *pbytes = kl_xcalloc((size_t)P, sizeof *pbytes);
@@ -420,6 +456,8 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
         int t = stage[p];
         flops[t] += s.flops[p], total += s.flops[p];
         gemm += ir_nd(g, s.node[p])->op == IR_OP_MATMUL || ir_nd(g, s.node[p])->op == IR_OP_CONV2D ? s.flops[p] : 0;
+        if (!marked[p])
+            continue;
         if (first[t] < 0)
             first[t] = p;
         last[t] = p;
@@ -436,14 +474,18 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
         if (pv->kind != IR_VAL_PARAM)
             continue;
         int lo = P, hi = -1;
-        for (int u = 0; u < pv->uses.n; u++) {
+        if (ir_attrs_find(&pv->attrs, "_stage")) {
+            lo = (int)ir_attr_int(&pv->attrs, "_stage", 0);
+            hi = (int)ir_attr_int(&pv->attrs, "_stage_last", lo);
+        }
+        for (int u = 0; u < pv->uses.n && hi < 0; u++) {
             int p = s.pos[pv->uses.v[u].node];
-            if (p < 0 || ir_nd(g, s.node[p])->phase != IR_PHASE_FORWARD)
+            if (p < 0)
                 continue;
             lo = stage[p] < lo ? stage[p] : lo;
             hi = stage[p] > hi ? stage[p] : hi;
         }
-        if (hi < 0)
+        if (hi < 0 || lo >= P)
             continue;
         params[lo] += ir_type_numel(&pv->type);
         pbytes[lo] += ir_type_bytes(&pv->type);
@@ -473,17 +515,25 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
                       an, zn, fl,
                       total > 0 ? 100.0 * flops[t] / total : 0.0, (long long)params[t], pb);
     }
+    /* A value crosses cut t | t + 1 when it is made in stage t or before
+     * and read in a later stage than t (an input reaches it). */
+    int *reach = kl_xcalloc((size_t)g->values.n + 1, sizeof *reach);
+    for (int v = 0; v < g->values.n; v++)
+        reach[v] = -1;
+    for (int p = 0; p < s.n; p++) {
+        const ir_node *nd = ir_nd(g, s.node[p]);
+        for (int i = 0; i < nd->in.n; i++)
+            reach[nd->in.v[i]] = stage[p] > reach[nd->in.v[i]] ? stage[p] : reach[nd->in.v[i]];
+    }
     for (int t = 0; t + 1 < P; t++) {
-        int j = last[t];
-        if (j < 0)
-            continue;
         kl_buf_printf(&b, "# pipeline: cut %d|%d:", t, t + 1);
         int n = 0;
-        for (int p = 0; p <= j; p++) {
+        int64_t bytes = 0;
+        for (int p = 0; p < s.n; p++) {
             const ir_node *nd = ir_nd(g, s.node[p]);
-            for (int i = 0; i < nd->out.n; i++) {
+            for (int i = 0; i < nd->out.n && stage[p] <= t; i++) {
                 int v = nd->out.v[i];
-                if (!s.varying[v] || s.last_use[v] <= j)
+                if (!s.varying[v] || reach[v] <= t)
                     continue;
                 char vb[32], shape[96] = "";
                 const ir_type *ty = &ir_val(g, v)->type;
@@ -491,13 +541,15 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
                 for (int d = 0; d < ty->rank && at + 24 < sizeof shape; d++)
                     at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)ty->dim[d]);
                 kl_format_bytes(vb, sizeof vb, ir_type_bytes(ty));
+                bytes += ir_type_bytes(ty);
                 kl_buf_printf(&b, "%s %s [%s] %s %s", n++ ? "," : "", ir_val(g, v)->name, shape, ir_dtype_name(ty->dtype), vb);
             }
         }
         char tb[32];
-        kl_format_bytes(tb, sizeof tb, j + 1 < s.n ? s.bytes[j] : 0);
+        kl_format_bytes(tb, sizeof tb, bytes);
         kl_buf_printf(&b, "%s (%d value%s, %s per micro-batch each way)\n", n ? "" : " nothing", n, n == 1 ? "" : "s", tb);
     }
+    free(reach);
     /* After autodiff: each stage's memory against the schedules' formula.
      * Params and their state ("<param>.<what>", the optimizer's) by the
      * param's stage; saved activations: the stage's forward values that
@@ -564,6 +616,7 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
     free(first);
     free(last);
     free(stage);
+    free(marked);
     view_free(&s);
     return kl_buf_take(&b);
 }

@@ -79,6 +79,14 @@ ir)
     ok "ptd: all-reduces over the 2 data-parallel ranks" || bad "ptd: not 2 data-parallel ranks"
   "$kiln" ir "$tmp/ptd.kir" --after lower -o "$tmp/ptd2.kir"
   cmp -s "$tmp/ptd.kir" "$tmp/ptd2.kir" && ok "ptd: the dump reprints unchanged" || bad "ptd: the dump does not reprint unchanged"
+  # bf16 with recompute = auto: the ops later passes add (casts, the
+  # labels' reshape the schedule moves) are in their readers' stage, so
+  # the cuts and the stages' params are those of the pipeline pass (the
+  # casts add a few elementwise FLOPs).
+  keep() { grep '^# pipeline: \(stage\|cut\|shared\)' | sed 's/^\(# pipeline: stage [0-9]*:\).*\(params .*\)/\1 \2/'; }
+  diff <("$kiln" ir examples/gpt.kl --after pipeline --set pipeline_parallel=4 --set precision=bf16 | keep) \
+       <("$kiln" ir examples/gpt.kl --set pipeline_parallel=4 --set precision=bf16 --set recompute=auto | keep) > /dev/null &&
+    ok "bf16: the same stages and cuts after every pass" || bad "bf16: the stages or cuts change after later passes"
   # P = 1 changes nothing.
   "$kiln" ir examples/mlp.kl --after pipeline > "$tmp/one.kir"
   ! grep -q '_stage\|^# pipeline' "$tmp/one.kir" && ok "P = 1: no stages" || bad "P = 1 cut the graph"
