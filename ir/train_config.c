@@ -1,6 +1,7 @@
 /* The train block's table of settings, its checks and its typed form. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -791,7 +792,10 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->overlap = strcmp(ir_attr_str(train, "overlap", "on"), "off") != 0;
     c->tensor_parallel = (int)ir_attr_int(train, "tensor_parallel", 1);
     c->sync_batchnorm = ir_attr_int(train, "sync_batchnorm", 0) != 0;
-    c->pipeline_parallel = (int)ir_attr_int(train, "pipeline_parallel", 1);
+    /* Clamped, not wrapped: a huge count is refused as more stages than
+     * the model has (passes/pipeline_stages.c), never read as a small one. */
+    int64_t pp = ir_attr_int(train, "pipeline_parallel", 1);
+    c->pipeline_parallel = pp > INT_MAX ? INT_MAX : (int)pp;
     const char *ps = ir_attr_str(train, "pipeline_schedule", "1f1b");
     c->pipeline_schedule = !strcmp(ps, "gpipe") ? KL_PIPE_GPIPE : !strcmp(ps, "interleaved") ? KL_PIPE_INTERLEAVED
                            : !strcmp(ps, "zero_bubble") ? KL_PIPE_ZERO_BUBBLE : KL_PIPE_1F1B;

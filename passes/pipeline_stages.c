@@ -317,7 +317,7 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
         }
         return 0;
     }
-    if (cx->ranks > 1 && cx->ranks % (P * T)) {
+    if (cx->ranks > 1 && (int64_t)cx->ranks % ((int64_t)P * T)) {
         pass_error(g, (kl_loc){0, 0}, "pipeline_parallel = %d x tensor_parallel = %d does not divide the world of %d ranks "
                    "(the world is stages x tensor-parallel x data-parallel ranks)", P, T, cx->ranks);
         return -1;

@@ -114,6 +114,9 @@ marks)
 refused)
   expect_error too_many "error: pipeline_parallel = 4, but model mlp can be cut into at most 3 stages with a layer (GEMM, convolution or attention) each where the fewest values (1) cross" \
     "$kiln" ir examples/mlp.kl --after pipeline --set pipeline_parallel=4
+  # 2^32 + 2 is not read as 2 (clamped, then refused).
+  expect_error huge "but model mlp can be cut into at most 3 stages" \
+    "$kiln" ir examples/mlp.kl --after pipeline --set pipeline_parallel=4294967298
   expect_error world "error: pipeline_parallel = 2 x tensor_parallel = 1 does not divide the world of 3 ranks" \
     "$kiln" ir examples/mlp.kl --after pipeline --set pipeline_parallel=2 --ranks 3
   expect_error schedule_alone "examples/mlp.kl: error: pipeline_schedule = gpipe needs pipeline_parallel = 2 or more" \
