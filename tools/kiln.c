@@ -64,7 +64,7 @@ static const char ir_usage[] =
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
     "  --ranks N        compile for N ranks (the shard pass's all-reduces; the\n"
-    "                   memory report per rank)\n"
+    "                   memory report per rank; pipeline_parallel's layout)\n"
     "  --kernels        print the generated kernels (C) instead of the graph\n"
     "                   (needs kernels or a later stage)\n"
     "  --cuda           with --kernels: the CUDA C (NVRTC) kernels instead\n"
