@@ -574,7 +574,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     /* The watchdog's timeout, then the ranks' agreement on their
      * settings before any collective that depends on them. */
     kl_comm_set_timeout(t.comm, t.cfg.comm_timeout);
-    if (train_agree_settings(&t, t.comm, &g->train, NULL) || train_tp_setup(&t) || train_check_value_sizes(&t))
+    if (train_agree_settings(&t, t.comm, &g->train, NULL) || train_pipeline_check(&t) || train_tp_setup(&t) || train_check_value_sizes(&t))
         goto done;
     /* --generate reads no data: it needs the checkpoint alone. */
     if (t.opt.generate)

@@ -318,6 +318,8 @@ int train_ranks_init(trainer *t);
  * rank); ckpt_begin/end swap the full values in for a checkpoint and back
  * (after a load, each rank keeps its slice). */
 int train_tp_setup(trainer *t);
+/* pipeline_parallel > 1 (train_pipeline.c): refused with the reason (-1). */
+int train_pipeline_check(trainer *t);
 /* The ranks' agreement on the settings that must match (train_agree.c),
  * over comm: train's keys and the run's flags, and with plan (the
  * training plan's text; NULL before it is made) its hash and the training

@@ -84,6 +84,35 @@ static const char *take_split(lower *L, call_args *ca, kl_loc *loc)
     return NULL;
 }
 
+/* Takes a "stage = k" keyword out of the arguments: an explicit pipeline
+ * stage for the call's ops (passes/pipeline_stages.c). Returns k, or -1
+ * when there is none. */
+static int take_stage(lower *L, call_args *ca)
+{
+    for (int i = 0; i < ca->nkw; i++) {
+        if (strcmp(ca->kw[i]->name, "stage"))
+            continue;
+        const lv *v = &ca->kwval[i];
+        if (v->kind != LV_NUM || !v->is_int || v->i < 0 || v->i > 4095)
+            lower_fail_at(L, v->loc, "stage must be a whole number from 0 to 4095 (the pipeline stage of the call)");
+        int k = (int)v->i;
+        memmove(&ca->kw[i], &ca->kw[i + 1], sizeof(ca->kw[0]) * (size_t)(ca->nkw - i - 1));
+        memmove(&ca->kwval[i], &ca->kwval[i + 1], sizeof(ca->kwval[0]) * (size_t)(ca->nkw - i - 1));
+        ca->nkw--;
+        return k;
+    }
+    return -1;
+}
+
+/* stage = k on a call: every op it emitted (nodes [first, ...)) that no
+ * inner call placed carries _stage = k. */
+static void mark_stage(lower *L, int first, int stage)
+{
+    for (int i = first; stage >= 0 && i < L->g->nodes.n; i++)
+        if (!ir_attrs_find(&ir_nd(L->g, i)->attrs, "_stage"))
+            ir_attrs_set_int(&ir_nd(L->g, i)->attrs, "_stage", stage);
+}
+
 /* split = column|row on a def's call: the one matmul of the inlined body
  * whose right operand is a param (nodes [first, ...)) carries it. */
 static void mark_split(lower *L, const ast_def *d, int first, const char *split, kl_loc loc)
@@ -133,11 +162,13 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
         kl_vec_push(L->called, d);
     call_args ca;
     lower_eval_args(L, f, e, &ca);
-    bool has_precision_param = false, has_split_param = false;
+    bool has_precision_param = false, has_split_param = false, has_stage_param = false;
     for (const ast_param *p = d->params; p; p = p->next) {
         has_precision_param |= !strcmp(p->name, "precision");
         has_split_param |= !strcmp(p->name, "split");
+        has_stage_param |= !strcmp(p->name, "stage");
     }
+    int stage = has_stage_param ? -1 : take_stage(L, &ca);
     const char *precision = has_precision_param ? NULL : take_precision(L, &ca);
     kl_loc split_loc = {0, 0};
     const char *split = has_split_param ? NULL : take_split(L, &ca, &split_loc);
@@ -210,6 +241,7 @@ static lv call_def(lower *L, frame *f, const ast_expr *e, const ast_def *d)
     r.loc = e->loc;
     if (split)
         mark_split(L, d, first_node, split, split_loc);
+    mark_stage(L, first_node, stage);
     return r;
 }
 
@@ -327,6 +359,7 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
     const char *precision = take_precision(L, &ca);
     kl_loc split_loc = {0, 0};
     const char *split = take_split(L, &ca, &split_loc);
+    int stage = take_stage(L, &ca), first_node = L->g->nodes.n;
     if (split && op != IR_OP_MATMUL)
         lower_fail_at(L, split_loc, "split = %s applies to matmul and to calls of defs with one matmul (dense), not to %s",
                       split, info->name);
@@ -411,6 +444,7 @@ static lv call_op(lower *L, frame *f, const ast_expr *e, ir_op op)
         ir_attrs_set_str(attrs, "split", split);
     int v = lower_emit(L, f, op, in, nin, attrs, e->loc);
     ir_attrs_free(attrs);
+    mark_stage(L, first_node, stage);
     return tensor_lv(v, e->loc);
 }
 

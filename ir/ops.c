@@ -169,8 +169,9 @@ int ir_spec_normalize(const char *specstr, const char *what, ir_attrs *attrs, ch
     }
     for (int i = 0; i < attrs->n; i++) {
         /* An annotation, not an argument: any op may carry it (the
-         * precision a model file asks for, see passes/precision.c). */
-        if (!strcmp(attrs->v[i].key, "_precision"))
+         * precision a model file asks for, see passes/precision.c; the
+         * pipeline stage, passes/pipeline_stages.c). */
+        if (!strcmp(attrs->v[i].key, "_precision") || !strcmp(attrs->v[i].key, "_stage"))
             continue;
         int k;
         for (k = 0; k < n && strcmp(spec[k].name, attrs->v[i].key); k++)

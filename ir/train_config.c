@@ -1,6 +1,7 @@
 /* The train block's table of settings, its checks and its typed form. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,9 @@ static const key_info keys[] = {
     {"bucket", K_BYTES, NULL, NULL, 0, "bytes per all-reduce across ranks (default \"25MiB\"; 0: one per gradient)"},
     {"overlap", K_WORD, "on off", NULL, 0, "collectives on a communication thread, overlapped with backward (default on)"},
     {"tensor_parallel", K_INT, NULL, NULL, 1, "ranks per tensor-parallel group (split = column|row calls; default 1)"},
+    {"pipeline_parallel", K_INT, NULL, NULL, 1, "pipeline stages the forward graph is cut into (stage = k on a call; default 1)"},
+    {"pipeline_schedule", K_WORD, "gpipe 1f1b interleaved zero_bubble", NULL, 0,
+     "the order of the stages' micro-batches (default 1f1b)"},
     {"sync_batchnorm", K_BOOL, NULL, NULL, 0, "batch norm's batch statistics over every data-parallel rank's rows"},
     {"tp_reduce", K_WORD, "fp32 bf16 fp16 exact", NULL, 0,
      "the dtype of tensor parallelism's all-reduced partial sums under bf16/fp16 (default fp32; exact: f64, slow)"},
@@ -788,6 +792,13 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     c->overlap = strcmp(ir_attr_str(train, "overlap", "on"), "off") != 0;
     c->tensor_parallel = (int)ir_attr_int(train, "tensor_parallel", 1);
     c->sync_batchnorm = ir_attr_int(train, "sync_batchnorm", 0) != 0;
+    /* Clamped, not wrapped: a huge count is refused as more stages than
+     * the model has (passes/pipeline_stages.c), never read as a small one. */
+    int64_t pp = ir_attr_int(train, "pipeline_parallel", 1);
+    c->pipeline_parallel = pp > INT_MAX ? INT_MAX : (int)pp;
+    const char *ps = ir_attr_str(train, "pipeline_schedule", "1f1b");
+    c->pipeline_schedule = !strcmp(ps, "gpipe") ? KL_PIPE_GPIPE : !strcmp(ps, "interleaved") ? KL_PIPE_INTERLEAVED
+                           : !strcmp(ps, "zero_bubble") ? KL_PIPE_ZERO_BUBBLE : KL_PIPE_1F1B;
     const char *tpr = ir_attr_str(train, "tp_reduce", "fp32");
     c->tp_reduce = !strcmp(tpr, "bf16") ? KL_TP_REDUCE_BF16 : !strcmp(tpr, "fp16") ? KL_TP_REDUCE_FP16
                    : !strcmp(tpr, "exact") ? KL_TP_REDUCE_EXACT : KL_TP_REDUCE_FP32;
@@ -838,6 +849,11 @@ const char *kl_precision_name(kl_precision p)
 const char *kl_tp_reduce_name(kl_tp_reduce r)
 {
     return r == KL_TP_REDUCE_BF16 ? "bf16" : r == KL_TP_REDUCE_FP16 ? "fp16" : r == KL_TP_REDUCE_EXACT ? "exact" : "fp32";
+}
+
+const char *kl_pipe_schedule_name(kl_pipe_schedule s)
+{
+    return s == KL_PIPE_GPIPE ? "gpipe" : s == KL_PIPE_INTERLEAVED ? "interleaved" : s == KL_PIPE_ZERO_BUBBLE ? "zero_bubble" : "1f1b";
 }
 
 int64_t kl_parse_bytes(const char *s)

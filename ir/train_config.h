@@ -15,6 +15,7 @@ typedef enum { KL_OPT_SGD, KL_OPT_ADAM, KL_OPT_ADAMW } kl_optimizer_kind;
 typedef enum { KL_SCHED_CONSTANT, KL_SCHED_STEP, KL_SCHED_COSINE, KL_SCHED_WARMUP_COSINE, KL_SCHED_LINEAR } kl_schedule_kind;
 typedef enum { KL_LRS_NONE, KL_LRS_LINEAR, KL_LRS_SQRT } kl_lr_scaling;
 typedef enum { KL_PREC_FP32, KL_PREC_BF16, KL_PREC_FP16 } kl_precision;
+typedef enum { KL_PIPE_GPIPE, KL_PIPE_1F1B, KL_PIPE_INTERLEAVED, KL_PIPE_ZERO_BUBBLE } kl_pipe_schedule;
 typedef enum { KL_SHARD_NONE, KL_SHARD_DP, KL_SHARD_ZERO1, KL_SHARD_ZERO2, KL_SHARD_ZERO3 } kl_shard;
 /* The dtype tensor parallelism's partial sums are all-reduced in under
  * bf16/fp16 (passes/precision.c): fp32 (default), the run's 16-bit dtype,
@@ -74,6 +75,8 @@ typedef struct kl_train_config {
     int64_t bucket;        /* bytes per all-reduce across ranks; 0: one per gradient */
     bool overlap;          /* collectives on a communication thread (runtime/exec/overlap.h) */
     int tensor_parallel;   /* ranks per tensor-parallel group (passes/shard_tp.c); 1: none */
+    int pipeline_parallel; /* pipeline stages (passes/pipeline_stages.c); 1: none */
+    kl_pipe_schedule pipeline_schedule;
     bool sync_batchnorm;   /* batch statistics across the data-parallel ranks (passes/sync_batchnorm.c) */
     kl_tp_reduce tp_reduce;
     double comm_timeout;   /* seconds a collective may wait for the other ranks; 0: forever */
@@ -122,6 +125,7 @@ const char *kl_precision_name(kl_precision p);
 int kl_train_key_count(void);
 const char *kl_train_key_name(int i);
 const char *kl_tp_reduce_name(kl_tp_reduce r);
+const char *kl_pipe_schedule_name(kl_pipe_schedule s);
 
 /* A size in bytes: "64MiB", "512MB", "1e9", "4096" (units B, K, KB, KiB,
  * M, MB, MiB, G, GB, GiB, T, TB, TiB); -1 when malformed. */

@@ -40,6 +40,15 @@ int pass_tp_norm_sum(ir_graph *g, int total);
 /* sync_batchnorm = true: batch norm's statistics all-reduced over the
  * data-parallel ranks (passes/sync_batchnorm.c), before autodiff. */
 int pass_sync_batchnorm(ir_graph *g, const pass_ctx *cx);
+/* pipeline: pipeline_parallel = P cuts the forward graph into P stages
+ * (each live node's _stage; passes/pipeline_stages.c), before autodiff. */
+int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx);
+/* The stages g was cut into (its forward nodes' _stage), or 0 when none. */
+int pass_pipeline_count(const ir_graph *g);
+/* The stages of a cut graph for a world of ranks: each stage's ops, FLOPs
+ * and params, what crosses each cut, the balance and the schedule's
+ * bubble; "# pipeline: " lines (caller frees), NULL when g is not cut. */
+char *pass_pipeline_report(const ir_graph *g, int ranks);
 int pass_eval_mode(ir_graph *g, const pass_ctx *cx);
 int pass_autodiff(ir_graph *g, const pass_ctx *cx);
 int pass_optimizer(ir_graph *g, const pass_ctx *cx);

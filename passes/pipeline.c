@@ -10,6 +10,7 @@
 const pass_entry pass_table[] = {
     {"tensor_parallel", pass_shard_tp, PASS_TRAIN | PASS_EVAL},
     {"sync_batchnorm", pass_sync_batchnorm, PASS_TRAIN},
+    {"pipeline", pass_pipeline_stages, PASS_TRAIN},
     {"autodiff", pass_autodiff, PASS_TRAIN},
     {"optimizer", pass_optimizer, PASS_TRAIN},
     {"eval_mode", pass_eval_mode, PASS_EVAL},

@@ -130,8 +130,10 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
     kl_shard mode = cfg.shard;
     /* With tensor parallelism (passes/shard_tp.c) the data-parallel world
      * is ranks / T groups; the executor runs these all_reduces over the
-     * ranks of equal tensor-parallel index (driver/train_tp.c). */
-    int tp = cfg.tensor_parallel, ranks = tp > 1 ? cx->ranks / tp : cx->ranks;
+     * ranks of equal tensor-parallel index (driver/train_tp.c). With
+     * pipeline stages (passes/pipeline_stages.c) it is ranks / (T x P). */
+    int tp = cfg.tensor_parallel, pp = cfg.pipeline_parallel > 1 ? cfg.pipeline_parallel : 1;
+    int ranks = (tp > 1 ? cx->ranks / tp : cx->ranks) / pp;
     kl_train_config_free(&cfg);
     if (ranks <= 1)
         return 0;
@@ -227,8 +229,9 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
 int pass_graph_ranks(const ir_graph *g)
 {
     /* With tensor parallelism (shard_tp.c) the world is the data-parallel
-     * collectives' ranks times the group's. */
-    int tp = pass_tp_ranks(g);
+     * collectives' ranks times the group's, and with pipeline stages
+     * (pipeline_stages.c) times the stages. */
+    int P = pass_pipeline_count(g), tp = pass_tp_ranks(g) * (P > 1 ? P : 1);
     for (int i = 0; i < g->nodes.n; i++) {
         const ir_node *n = ir_nd(g, i);
         const char *group = ir_attr_str(&n->attrs, "group", NULL);

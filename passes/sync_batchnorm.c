@@ -134,7 +134,8 @@ int pass_sync_batchnorm(ir_graph *g, const pass_ctx *cx)
     kl_train_config cfg;
     kl_train_read(&g->train, &cfg);
     bool sync = cfg.sync_batchnorm;
-    int ranks = cfg.tensor_parallel > 1 ? cx->ranks / cfg.tensor_parallel : cx->ranks;
+    int ranks = (cfg.tensor_parallel > 1 ? cx->ranks / cfg.tensor_parallel : cx->ranks) /
+                (cfg.pipeline_parallel > 1 ? cfg.pipeline_parallel : 1);
     kl_train_config_free(&cfg);
     if (!sync || ranks <= 1)
         return 0;

@@ -19,7 +19,7 @@ set(KILN_FEATURE_RULES
   "memplan=^memplan\\.|^perf\\.batch_auto$"
   "precision=^(precision|gemmpath|fp16)\\.|^perf\\.bf16_gemm$|^unit\\.(precision|halves|dnnl)$"
   "attention=^(attn|cudaattn)\\."
-  "ranks=^(ranks|tp|zero|overlap|comm)\\.|^data\\.ranks$"
+  "ranks=^(ranks|tp|zero|overlap|comm|pipeline)\\.|^data\\.ranks$"
   "data=^(data|pack|sizes)\\.|^predict\\.shard_labels$"
   "ckpt=^(ckpt|outputs|outfile)(\\.|$)|^predict\\.(outputs|fields)$"
   "gpt=^(gpt|sampler|tokens|generate)\\.|^unit\\.tokens$"

@@ -64,7 +64,7 @@ static const char ir_usage[] =
     "  --batch N        bind the batch dimension to N (overrides the train block)\n"
     "  --set KEY=VALUE  override any train setting\n"
     "  --ranks N        compile for N ranks (the shard pass's all-reduces; the\n"
-    "                   memory report per rank)\n"
+    "                   memory report per rank; pipeline_parallel's layout)\n"
     "  --kernels        print the generated kernels (C) instead of the graph\n"
     "                   (needs kernels or a later stage)\n"
     "  --cuda           with --kernels: the CUDA C (NVRTC) kernels instead\n"
@@ -288,11 +288,19 @@ static int cmd_ir(int argc, char **argv)
             /* A dump reprinted without --ranks: the world its
              * collectives were made for, so that it reprints unchanged. */
             int world = ranks > 1 ? ranks : pass_graph_ranks(g);
-            char *tpm = pass_tp_memory(g, world);
+            char *pipe = pass_pipeline_report(g, world);
+            if (pipe)
+                kl_buf_puts(&head, pipe);
+            free(pipe);
+            /* With pipeline stages the tensor-parallel groups and data
+             * parallelism are a stage's (world / P ranks); the pipeline
+             * report gives each stage's memory. */
+            int stages = pass_pipeline_count(g);
+            char *tpm = pass_tp_memory(g, stages > 1 ? world / stages : world);
             if (tpm)
                 kl_buf_printf(&head, "# %s\n", tpm);
             free(tpm);
-            if (precision && world > 1 && !eval) {
+            if (precision && world > 1 && !eval && stages < 2) {
                 char *rm = pass_rank_memory(g, world);
                 kl_buf_printf(&head, "# memory %s\n", rm);
                 free(rm);

@@ -1,0 +1,8 @@
+# Pipeline parallelism (tests/ranks/pipeline.sh): the pipeline pass's
+# stages of the examples (kiln ir --after pipeline), stage = k marks and
+# the refusals; no MPI.
+foreach(case ir marks refused)
+  add_test(NAME pipeline.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ranks/pipeline.sh ${KILN_EXE} ${case}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(pipeline.${case} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+endforeach()
