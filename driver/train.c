@@ -155,7 +155,8 @@ static int resume(trainer *t, train_loop *lp)
         return -1;
     int rc = kl_checkpoint_load(t->s, t->opt.resume, (uint64_t)lp->total, &rs);
     train_ranks_ckpt_end(t, true);
-    if (rc)
+    /* Every rank, loaded or not: each read its own host's file. */
+    if (train_agree_resume(t, rc, rc ? 0 : rs.step, rc ? 0 : rs.checksum))
         return -1;
     lp->step = (int64_t)rs.step;
     t->resumed = rs;

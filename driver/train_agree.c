@@ -17,6 +17,7 @@
  * (--save, --metrics, --export, ...) are not settings of the others. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "trainer.h"
 
@@ -83,7 +84,13 @@ static void list_settings(agree_list *l, const trainer *t, const ir_attrs *train
     }
     const train_options *o = &t->opt;
     add(l, "--save-every", kl_xasprintf("%lld", (long long)o->save_every));
-    add(l, "--resume", kl_xstrdup(o->resume ? "given" : "not given"));
+    /* --resume latest: which file each rank found (its host's --save
+     * folder), so that hosts with other series are named. */
+    if (o->resume_latest)
+        add(l, "--resume", t->latest_path ? kl_xasprintf("latest: %s", t->latest_path)
+                                          : kl_xstrdup("latest: no checkpoint of --save's series found"));
+    else
+        add(l, "--resume", kl_xstrdup(o->resume ? "given" : "not given"));
     add(l, "--init", kl_xstrdup(o->init ? (o->init_partial ? "given (partial)" : "given") : "not given"));
     if (plan) {
         add(l, "the training plan", kl_xasprintf("hash %016llx", (unsigned long long)kl_hash_bytes(KL_HASH_INIT, plan, strlen(plan))));
@@ -111,6 +118,16 @@ static bool differing_arg(const char *x, const char *y, char *a, char *b, size_t
         px += lx + 1 + (px[lx + 1] == ' ');
         py += ly + 1 + (py[ly + 1] == ' ');
     }
+}
+
+/* After rank 0 has reported why the ranks stop: every rank waits for it
+ * here, so that no rank ends the job (its MPI_Abort at exit) while rank
+ * 0's report is still unwritten (the report would be lost with rank 0). */
+static void reported(kl_comm *comm)
+{
+    unsigned char me = 1, *all = kl_xmalloc((size_t)kl_comm_world(comm));
+    kl_comm_gather_startup(comm, &me, 1, all, "the end of rank 0's report");
+    free(all);
 }
 
 int train_agree_settings(trainer *t, kl_comm *comm, const ir_attrs *train, const char *plan)
@@ -181,8 +198,63 @@ int train_agree_settings(trainer *t, kl_comm *comm, const ir_attrs *train, const
         free(texts);
         rc = -1;
     }
+    if (rc)
+        reported(comm);
     free(all);
     for (int i = 0; i < l.n; i++)
         free(l.text[i]);
+    return rc;
+}
+
+/* What a rank resumed from, for train_agree_resume. */
+typedef struct resumed {
+    uint64_t ok, step, checksum;
+    char host[64];
+} resumed;
+
+int train_agree_resume(trainer *t, int loaded, uint64_t step, uint64_t checksum)
+{
+    kl_comm *comm = kl_comm_whole(t->comm);
+    int world = kl_comm_world(comm), rank = kl_comm_rank(comm);
+    if (world < 2)
+        return loaded ? -1 : 0;
+    resumed mine = {.ok = loaded == 0, .step = loaded ? 0 : step, .checksum = loaded ? 0 : checksum};
+    if (gethostname(mine.host, sizeof mine.host - 1))
+        snprintf(mine.host, sizeof mine.host, "(unknown)");
+    mine.host[sizeof mine.host - 1] = 0;
+    resumed *all = kl_xmalloc((size_t)world * sizeof *all);
+    kl_comm_gather_startup(comm, &mine, sizeof mine, all, "the checkpoints the ranks resumed from");
+    int rc = loaded ? -1 : 0, missing = -1, other = -1, nmissing = 0, nother = 0;
+    for (int r = 1; r < world; r++) {
+        if (!all[r].ok) {
+            missing = missing < 0 ? r : missing;
+            nmissing++;
+        } else if (all[0].ok && (all[r].step != all[0].step || all[r].checksum != all[0].checksum)) {
+            other = other < 0 ? r : other;
+            nother++;
+        }
+    }
+    if (missing >= 0 || other >= 0 || !all[0].ok)
+        rc = -1;
+    const char *path = t->opt.resume;
+    char more[64] = "";
+    if (nmissing > 1)
+        snprintf(more, sizeof more, ", nor could %d other ranks", nmissing - 1);
+    if (rank == 0 && missing >= 0)
+        kl_error("rank %d (on host %s) could not read its --resume %s (its error above)%s\n"
+                 "---> every host needs the checkpoint at the same path: a shared folder, or a copy on each",
+                 missing, all[missing].host, path, more);
+    more[0] = 0;
+    if (nother > 1)
+        snprintf(more, sizeof more, "; %d other ranks differ too", nother - 1);
+    if (rank == 0 && other >= 0)
+        kl_error("the ranks resumed from different checkpoints at %s: rank %d (on host %s) read step %llu "
+                 "(checksum %016llx), rank 0 (on host %s) step %llu (checksum %016llx)%s\n"
+                 "---> give every host the same copy of the file (a shared folder, or copy it again after it is written)",
+                 path, other, all[other].host, (unsigned long long)all[other].step, (unsigned long long)all[other].checksum,
+                 all[0].host, (unsigned long long)all[0].step, (unsigned long long)all[0].checksum, more);
+    if (rc && (missing >= 0 || other >= 0))
+        reported(comm);
+    free(all);
     return rc;
 }

@@ -326,6 +326,12 @@ int train_pipeline_check(trainer *t);
  * set's size. -1 when they differ (reported by rank 0 with the setting,
  * the ranks and the values; every rank returns -1). */
 int train_agree_settings(trainer *t, kl_comm *comm, const ir_attrs *train, const char *plan);
+/* After --resume (train_agree.c): each rank read the checkpoint at the
+ * path on its own host; loaded is its load's result (0 or -1, reported),
+ * step and checksum what it read. -1 on every rank when a rank could not
+ * read it or read another file (another step or checksum): rank 0 names
+ * the ranks and their hosts. */
+int train_agree_resume(trainer *t, int loaded, uint64_t step, uint64_t checksum);
 void train_tp_settle(trainer *t);
 int train_tp_ckpt_begin(trainer *t, bool loading);
 void train_tp_ckpt_end(trainer *t, bool loading);

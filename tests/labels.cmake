@@ -2,7 +2,7 @@
 #  - the name's first part (its prefix: tp.mlp -> tp, attn.cpu.isa -> attn);
 #  - the feature it belongs to (tests/README.md's table), from the rules in
 #    KILN_FEATURE_RULES below: `ctest -L ranks` runs tp.*, zero.*,
-#    overlap.*, comm.*, ranks.* and data.ranks; a test may be in two
+#    overlap.*, comm.*, hosts.*, ranks.* and data.ranks; a test may be in two
 #    features (attn.cuda.nvrtc: attention and cuda);
 #  - `quick`: every test but those named in KILN_SLOW_TESTS, so
 #    `ctest -L quick` is an inner loop of about 3 minutes on 2 cores that
@@ -19,7 +19,7 @@ set(KILN_FEATURE_RULES
   "memplan=^memplan\\.|^perf\\.batch_auto$"
   "precision=^(precision|gemmpath|fp16)\\.|^perf\\.bf16_gemm$|^unit\\.(precision|halves|dnnl)$"
   "attention=^(attn|cudaattn)\\."
-  "ranks=^(ranks|tp|zero|overlap|comm|pipeline)\\.|^data\\.ranks$"
+  "ranks=^(ranks|tp|zero|overlap|comm|pipeline|hosts)\\.|^data\\.ranks$"
   "data=^(data|pack|sizes)\\.|^predict\\.shard_labels$"
   "ckpt=^(ckpt|outputs|outfile)(\\.|$)|^predict\\.(outputs|fields)$"
   "gpt=^(gpt|sampler|tokens|generate)\\.|^unit\\.tokens$"

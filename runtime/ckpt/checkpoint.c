@@ -307,6 +307,7 @@ int kl_ckpt_read(kl_ckpt *c, const char *path)
         kl_error("%s: checksum mismatch: the checkpoint is truncated or corrupt", path);
         goto fail;
     }
+    c->checksum = want;
     uint32_t count;
     if (get(&r, &c->version, 4) || c->version < 1 || c->version > CKPT_VERSION) {
         kl_error("%s: unsupported checkpoint version %u (this kiln reads 1 to %u)", path, c->version, CKPT_VERSION);
@@ -600,6 +601,7 @@ static int load(kl_session *s, const char *path, uint64_t max_step, bool only_he
     free(filled);
     *rs = c.rs;
     rs->scaler_from_fp16 = c.version < 3 || !strcmp(c.precision, "fp16");
+    rs->checksum = c.checksum;
     /* Version 1 kept the loss scale only as the value the last step used. */
     kl_persist *ls = c.version == 1 ? kl_session_find(s, "loss_scale") : NULL;
     if (ls && ls->type.dtype == IR_F32 && ir_type_numel(&ls->type) == 1) {

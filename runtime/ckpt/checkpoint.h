@@ -25,8 +25,11 @@ typedef struct kl_run_state {
      * --config settings (version 5). */
     const char *model, *precision, *config;
     /* Loading: the scaler state above is an fp16 run's (version 3 says
-     * so; versions 1 and 2 do not record the precision: true). */
+     * so; versions 1 and 2 do not record the precision: true); the
+     * file's checksum (what ranks on several hosts compare: each reads
+     * its own copy). */
     bool scaler_from_fp16;
+    uint64_t checksum;
 } kl_run_state;
 
 /* A checkpoint read into memory and checked: the magic, the checksum,
@@ -50,6 +53,7 @@ typedef struct kl_ckpt {
     int n;
     kl_ckpt_entry *v;
     const kl_ckpt_entry **by_name; /* v sorted by name: kl_ckpt_find's index */
+    uint64_t checksum;             /* the file's last 8 bytes, checked */
     kl_run_state rs;
 } kl_ckpt;
 

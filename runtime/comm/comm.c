@@ -54,6 +54,7 @@ typedef struct mpi_api {
 struct kl_comm {
     int rank, world;
     int local_rank, local_size; /* among the ranks on this machine */
+    int hosts;                  /* machines the world runs on */
     int thread_level;           /* what MPI provides (MPI_THREAD_*) */
     int64_t calls, fail_call;   /* collectives so far; KILN_FAULT_COLLECTIVE's (0: none) */
     char desc[200];
@@ -157,7 +158,7 @@ static void mpi_message(const mpi_api *m, int rc, char *msg, size_t n)
 kl_comm *kl_comm_open(void)
 {
     kl_comm *c = kl_xcalloc(1, sizeof *c);
-    c->world = c->local_size = 1;
+    c->world = c->local_size = c->hosts = 1;
     const char *launcher = kl_comm_launcher();
     if (!launcher) {
         snprintf(c->desc, sizeof c->desc, "world 1 (no MPI launcher)");
@@ -210,7 +211,18 @@ kl_comm *kl_comm_open(void)
     m->Comm_rank(node, &c->local_rank);
     m->Comm_size(node, &c->local_size);
     m->Comm_free(&node);
-    snprintf(c->desc, sizeof c->desc, "world %d (%s)", c->world, launcher);
+    /* The machines: one per local rank 0 (the start-up line names them
+     * when there are several). */
+    unsigned char first = c->local_rank == 0, *firsts = kl_xmalloc((size_t)c->world);
+    kl_comm_gather_startup(c, &first, 1, firsts, "the ranks' hosts");
+    c->hosts = 0;
+    for (int r = 0; r < c->world; r++)
+        c->hosts += firsts[r];
+    free(firsts);
+    if (c->hosts > 1)
+        snprintf(c->desc, sizeof c->desc, "world %d (%s, %d hosts)", c->world, launcher, c->hosts);
+    else
+        snprintf(c->desc, sizeof c->desc, "world %d (%s)", c->world, launcher);
     /* A fault for tests: KILN_FAULT_COLLECTIVE=R:N makes rank R's N-th
      * collective fail as a failed MPI call would. */
     const char *fault = getenv("KILN_FAULT_COLLECTIVE");
@@ -227,6 +239,7 @@ int kl_comm_rank(const kl_comm *c) { return c->rank; }
 int kl_comm_world(const kl_comm *c) { return c->world; }
 int kl_comm_local_rank(const kl_comm *c) { return c->local_rank; }
 int kl_comm_local_size(const kl_comm *c) { return c->local_size; }
+int kl_comm_hosts(const kl_comm *c) { return c->hosts; }
 const char *kl_comm_desc(const kl_comm *c) { return c->desc; }
 
 static mpi_handle mpi_type(const kl_comm *c, ir_dtype dt)

@@ -124,6 +124,9 @@ void kl_comm_run(const kl_coll *k);
  * GPU a rank takes. 0 and 1 for a world of one. */
 int kl_comm_local_rank(const kl_comm *c);
 int kl_comm_local_size(const kl_comm *c);
+/* The machines the world runs on (the ranks whose local rank is 0): 1
+ * for a world of one. */
+int kl_comm_hosts(const kl_comm *c);
 /* MPI_Finalize under a launcher; frees c. */
 void kl_comm_close(kl_comm *c);
 
