@@ -76,6 +76,7 @@ int train_best_setup(trainer *t, train_loop *lp)
     /* A resumed run goes on with the record it saved (format version 6;
      * an older one has none, and the counts start afresh). */
     const kl_run_state *rs = &t->resumed;
+    lp->record = *rs;
     if (rs->best_epoch && lp->metric_count) {
         lp->best = rs->best;
         lp->best_epoch = rs->best_epoch;
@@ -108,6 +109,25 @@ static double test_value(int64_t n, double x)
     return x;
 }
 
+/* lp->record from the loop's state, at an epoch's end. */
+static void keep_record(train_loop *lp)
+{
+    if (lp->step % lp->per_epoch)
+        return;
+    const train_watch *w = &lp->watch;
+    kl_run_state *rs = &lp->record;
+    rs->best = lp->best_epoch ? lp->best : 0;
+    rs->best_epoch = lp->best_epoch;
+    rs->evals = w->evals;
+    if (w->best_epoch && w->name) {
+        rs->watch_best = w->best;
+        rs->watch_epoch = w->best_epoch;
+        rs->watch_step = w->best_step;
+        rs->watch_bad = w->bad;
+        rs->watch_name = kl_hash_bytes(KL_HASH_INIT, w->name, strlen(w->name));
+    }
+}
+
 int train_best_after_eval(trainer *t, train_loop *lp, int64_t epoch)
 {
     const kl_train_config *c = &t->cfg;
@@ -125,6 +145,7 @@ int train_best_after_eval(trainer *t, train_loop *lp, int64_t epoch)
         w->best_epoch = epoch + 1;
         w->best_step = lp->step;
         w->bad = 0;
+        keep_record(lp);
         /* The state was settled (averaged across ranks) for this
          * evaluation; rank 0 alone has the path. */
         if (t->opt.save_best && train_save_checkpoint(t, t->opt.save_best, lp->step))
@@ -132,6 +153,7 @@ int train_best_after_eval(trainer *t, train_loop *lp, int64_t epoch)
         return 0;
     }
     w->bad++;
+    keep_record(lp);
     if (c->early_stop.metric && w->bad >= c->early_stop.patience) {
         w->stopped = true;
         if (!t->opt.quiet) {

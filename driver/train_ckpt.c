@@ -64,21 +64,19 @@ int train_check_ckpt_flags(const train_options *o)
     return 0;
 }
 
-/* The evaluations' record a checkpoint keeps (kl_run_state's best and
- * watch fields; train_best_setup carries it over on --resume). */
+/* The evaluations' record a checkpoint keeps: the loop's as of its last
+ * epoch's end (train_best.c). */
 static void best_record(const train_loop *lp, kl_run_state *rs)
 {
-    const train_watch *w = &lp->watch;
-    rs->best = lp->best_epoch ? lp->best : 0;
-    rs->best_epoch = lp->best_epoch;
-    rs->evals = w->evals;
-    if (w->best_epoch && w->name) {
-        rs->watch_best = w->best;
-        rs->watch_epoch = w->best_epoch;
-        rs->watch_step = w->best_step;
-        rs->watch_bad = w->bad;
-        rs->watch_name = kl_hash_bytes(KL_HASH_INIT, w->name, strlen(w->name));
-    }
+    const kl_run_state *r = &lp->record;
+    rs->best = r->best;
+    rs->best_epoch = r->best_epoch;
+    rs->watch_best = r->watch_best;
+    rs->watch_epoch = r->watch_epoch;
+    rs->watch_step = r->watch_step;
+    rs->watch_bad = r->watch_bad;
+    rs->evals = r->evals;
+    rs->watch_name = r->watch_name;
 }
 
 int train_save_checkpoint(trainer *t, const char *path, int64_t step)

@@ -44,6 +44,11 @@ typedef struct train_loop {
     int64_t best_epoch;
     bool metric_lower; /* the shown metric's better = lower */
     train_watch watch;
+    /* The evaluations' record as of the last epoch's end, which
+     * checkpoints keep (train_ckpt.c): an evaluation at a run's end
+     * mid-epoch (--steps) is left out, since the longer run it may be
+     * resumed into does not make it. */
+    kl_run_state record;
     int preempted;     /* the signal that stops the run at this step's boundary (0: none) */
     bool evaluated_at_end;
     /* At the last progress line: the loader's total wait and the process's

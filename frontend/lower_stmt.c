@@ -203,15 +203,17 @@ static void exec_report(lower *L, frame *f, const ast_stmt *s)
     lv v = lower_eval(L, f, s->value);
     if (v.kind != LV_TENSOR || type_of(L, &v)->rank != 0)
         lower_fail_at(L, s->value->loc, "a reported metric must be a scalar tensor");
-    ir_report r = {kl_xstrdup(name), v.v, lower_is_better_name(name)};
+    bool lower_better = lower_is_better_name(name);
     for (const ast_arg *o = s->opts; o; o = o->next) {
         const ast_expr *x = o->value;
         if (strcmp(o->name, "better"))
             lower_fail_at(L, o->loc, "report has no option '%s' (its option: better = higher|lower)", o->name);
         if (x->kind != AST_IDENT || (strcmp(x->s, "higher") && strcmp(x->s, "lower")))
             lower_fail_at(L, x->loc, "better is higher or lower");
-        r.lower_better = !strcmp(x->s, "lower");
+        lower_better = !strcmp(x->s, "lower");
     }
+    /* The name is copied once every check passed (an error unwinds). */
+    ir_report r = {kl_xstrdup(name), v.v, lower_better};
     kl_vec_push(L->g->reports, r);
 }
 

@@ -446,12 +446,19 @@ int kl_ckpt_validate(const kl_ckpt *c, const char *const *roles)
                 if (x < 0)
                     break;
             }
-        for (; k < n; k++)
-            if (kl_load_as(e->type.dtype, e->data, k) < 0) {
+        for (; k < n; k++) {
+            /* The file's bytes are not aligned to the element: copied
+             * into an aligned one first. */
+            _Alignas(8) unsigned char one[8];
+            size_t size = (size_t)ir_dtype_size(e->type.dtype);
+            memcpy(one, e->data + size * (size_t)k, size);
+            double x = kl_load_as(e->type.dtype, one, 0);
+            if (x < 0) {
                 kl_error("%s: element %lld of '%s' is %g; an Adam second moment is never negative (a corrupt or "
-                         "foreign file)", c->path, (long long)k, e->name, kl_load_as(e->type.dtype, e->data, k));
+                         "foreign file)", c->path, (long long)k, e->name, x);
                 return -1;
             }
+        }
     }
     return 0;
 }
