@@ -76,7 +76,8 @@ int train_find_latest(trainer *t)
     train_options *o = &t->opt;
     candidates all = {0};
     list_series(o->save, &all);
-    qsort(all.v, (size_t)all.n, sizeof *all.v, newest_first);
+    if (all.n) /* qsort's array may not be NULL, even for no elements */
+        qsort(all.v, (size_t)all.n, sizeof *all.v, newest_first);
     for (int i = 0; i < all.n && !t->latest_path; i++) {
         kl_ckpt k;
         if (kl_ckpt_read(&k, all.v[i].path)) {
