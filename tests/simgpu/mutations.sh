@@ -7,6 +7,7 @@
 # Prints one line per mutation, caught or MISSED, and exits 1 if one was
 # missed. The copy's kernel cache is the build's (build/kiln-cache).
 set -uo pipefail
+source "$(dirname "$0")/../lib.sh"
 root=$(pwd)
 [ -f tests/simgpu/train.sh ] || { echo "run from the repository root" >&2; exit 2; }
 # NAME|FILE|SED EXPRESSION|CHECK (a tests/simgpu script and its arguments)
@@ -17,8 +18,7 @@ mutations=(
   "no_algorithm|runtime/exec/backend_cuda_gemm.c|s/if (hs == CUBLAS_STATUS_NOT_SUPPORTED)/if (0)/|env KILN_SIMGPU_LT_NO_ALGORITHM=epilogue train.sh mlp 20 1e-4 --data synthetic:2000"
   "staging_kept|runtime/exec/backend_cuda.c|s/\&\& release_staging(cb_of(be))/\&\& false \&\& release_staging(cb_of(be))/|batch_auto.sh"
 )
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+new_tmpdir
 git ls-files -z | xargs -0 cp --parents -t "$tmp" 2> /dev/null
 mkdir -p "$tmp/build"
 export CCACHE_BASEDIR=$tmp KILN_CACHE_DIR=$root/build/kiln-cache
