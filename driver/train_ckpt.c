@@ -64,29 +64,20 @@ int train_check_ckpt_flags(const train_options *o)
     return 0;
 }
 
-/* The evaluations' record a checkpoint keeps: the loop's as of its last
- * epoch's end (train_best.c). */
-static void best_record(const train_loop *lp, kl_run_state *rs)
-{
-    const kl_run_state *r = &lp->record;
-    rs->best = r->best;
-    rs->best_epoch = r->best_epoch;
-    rs->watch_best = r->watch_best;
-    rs->watch_epoch = r->watch_epoch;
-    rs->watch_step = r->watch_step;
-    rs->watch_bad = r->watch_bad;
-    rs->evals = r->evals;
-    rs->watch_name = r->watch_name;
-}
-
 int train_save_checkpoint(trainer *t, const char *path, int64_t step)
 {
-    kl_run_state rs = {.step = (uint64_t)step, .clean_steps = t->clean_steps, .skipped = t->skipped,
-                       .skipped_in_row = t->skipped_in_row, .loss_scale = t->loss_scale, .model = t->train->g->name,
-                       .precision = kl_precision_name(t->cfg.precision),
-                       .schedule_steps = (uint64_t)t->schedule_span, .config = t->opt.config_text};
-    if (t->loop)
-        best_record(t->loop, &rs);
+    /* The evaluations' record: the loop's as of its last epoch's end
+     * (train_best.c); the run's own state over it. */
+    kl_run_state rs = t->loop ? t->loop->record : (kl_run_state){0};
+    rs.step = (uint64_t)step;
+    rs.clean_steps = t->clean_steps;
+    rs.skipped = t->skipped;
+    rs.skipped_in_row = t->skipped_in_row;
+    rs.loss_scale = t->loss_scale;
+    rs.model = t->train->g->name;
+    rs.precision = kl_precision_name(t->cfg.precision);
+    rs.schedule_steps = (uint64_t)t->schedule_span;
+    rs.config = t->opt.config_text;
     if (train_ranks_ckpt_begin(t, false))
         return -1;
     int rc = kl_checkpoint_save(t->s, path, &rs);
