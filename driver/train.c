@@ -210,7 +210,11 @@ static bool run_step(trainer *t, train_loop *lp, double *lr)
      * preemption signal came: summed over the ranks, so that every rank
      * stops at the same step's boundary. */
     double sums[3] = {0, 0, (double)train_preempt_pending()};
-    for (int64_t m = 0; m < c->accumulate; m++) {
+    if (t->pipe && train_pipeline_step(t, lp, sums)) {
+        kl_error("%s: the data ended inside a pipelined step", t->model);
+        kl_comm_abort(t->comm, 1);
+    }
+    for (int64_t m = 0; !t->pipe && m < c->accumulate; m++) {
         double w0 = kl_now();
         kl_nvtx_push("data wait");
         const kl_batch *b = kl_loader_next(lp->loader);
@@ -513,7 +517,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
 {
     /* First: how OpenMP's threads wait is fixed when libgomp loads. */
     kl_cpu_wait_setup(argv);
-    trainer t = {.model = model_name, .tp = 1};
+    trainer t = {.model = model_name, .tp = 1, .pp = 1};
     int rc = 1;
     kl_source src;
     kl_source_from_string(&src, model_name, model_src);
@@ -660,7 +664,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     pg->train = keys;
     int differ = train_agree_settings(&t, kl_comm_whole(t.comm), &t.train->g->train, plan);
     free(plan);
-    if (differ || train_ranks_prepare(&t))
+    if (differ || train_pipeline_prepare(&t) || train_ranks_prepare(&t))
         goto done;
     t.peak_bytes = peak;
     /* Host readings, and the GPU's through NVML on a GPU run. */
@@ -670,6 +674,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
         goto done;
     if (!t.opt.quiet)
         train_print_start(&t, be, eb, peak);
+    train_pipeline_print_start(&t);
     if (t.opt.init && train_ranks_init(&t))
         goto done;
     if (t.opt.save_init && train_save_checkpoint(&t, t.opt.save_init, 0))
@@ -719,9 +724,10 @@ done:
     free(t.latest_model);
     free(t.latest_precision);
     train_ranks_free(&t);
+    train_pipeline_free(&t);
     /* A rank that stops with an error while the others wait in a
      * collective would hang them: the job ends here instead. */
-    if (rc && rc != TRAIN_EXIT_PREEMPTED && t.world * t.tp > 1)
+    if (rc && rc != TRAIN_EXIT_PREEMPTED && t.world * t.tp * t.pp > 1)
         kl_comm_abort(t.comm, rc);
     kl_comm_close(t.comm);
     return rc;

@@ -64,6 +64,12 @@ typedef struct train_loop {
     train_bar bar; /* --progress bar: the epoch's live line */
 } train_loop;
 
+/* train_pipeline.c: one optimizer step of the stages' schedule: this
+ * stage's forward and backward of every micro-batch, its update, the
+ * transfers; sums (loss, metric, preemption flag) summed over the
+ * stages. -1 when the data ends inside the step. */
+int train_pipeline_step(trainer *t, train_loop *lp, double *sums);
+
 /* train_observe.c: what a run shows and records besides its steps.
  * log_progress: the progress line, its metrics record, its TensorBoard
  * scalars and the monitor's readings over the steps since the last.

@@ -379,6 +379,7 @@ void train_ranks_free(trainer *t)
 
 void train_ranks_settle(trainer *t)
 {
+    train_pipeline_settle(t);
     train_tp_settle(t);
     /* One rank, or --eval-only (no training plan): nothing to average. */
     if (t->world == 1)

@@ -136,7 +136,7 @@ int train_choose_batch(trainer *t, const kl_source *src, const kl_backend *be, i
 static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode mode, kl_exec *host)
 {
     /* The training plan sums the ranks' gradients (the shard pass). */
-    kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp};
+    kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp * t->pp};
     kl_replan rp = {src, t->opt.kv};
     kl_compiled *c = kl_compile_graph(g, &co);
     if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {

@@ -161,6 +161,11 @@ struct trainer {
      * data-parallel group's. The full split values gathered at the last
      * settle (host memory), and the session's list while swapped. */
     int tp, tp_rank;
+    /* Pipeline parallelism (train_pipeline.c): the stages (1: none), this
+     * rank's stage, and the schedule's state (NULL: none); comm, rank and
+     * world above are then the stage's data-parallel group's. */
+    int pp, stage;
+    struct train_pipe *pipe;
     KL_VEC(kl_persist) tp_full;
     KL_VEC(kl_persist) tp_held;
     /* --resume latest: the checkpoint found (owned; NULL: none) and what
@@ -318,8 +323,20 @@ int train_ranks_init(trainer *t);
  * rank); ckpt_begin/end swap the full values in for a checkpoint and back
  * (after a load, each rank keeps its slice). */
 int train_tp_setup(trainer *t);
-/* pipeline_parallel > 1 (train_pipeline.c): refused with the reason (-1). */
+/* pipeline_parallel > 1 (train_pipeline.c). check: what is not built
+ * refused with the reason (-1), else the world split into the stages
+ * (t->comm becomes the stage's data-parallel group). prepare: after the
+ * plans, each step's stage, the transfers and the saved activations (-1
+ * after an error, reported). print_start: the stages' lines (every rank
+ * calls it; rank 0 prints). settle: every param and state from the stage
+ * that updates it, on every rank (a collective, in train_ranks_settle).
+ * Nothing at P = 1. */
+typedef struct train_pipe train_pipe;
 int train_pipeline_check(trainer *t);
+int train_pipeline_prepare(trainer *t);
+void train_pipeline_print_start(const trainer *t);
+void train_pipeline_settle(trainer *t);
+void train_pipeline_free(trainer *t);
 /* The ranks' agreement on the settings that must match (train_agree.c),
  * over comm: train's keys and the run's flags, and with plan (the
  * training plan's text; NULL before it is made) its hash and the training

@@ -9,7 +9,7 @@
  * summed gradient of its results into contributions to its operands.
  * Contributions are summed with explicit add nodes. Only values computed
  * from params get gradients, so inputs and integer paths cost nothing.
- * Backward nodes inherit their forward node's _precision. */
+ * Backward nodes inherit their forward node's _precision and _stage. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +75,10 @@ int pass_autodiff(ir_graph *g, const pass_ctx *cx)
          * and its precision (precision = fp32 on a call, keep_fp32): the
          * backward of a kept op runs in the forward's precision. */
         const char *want = ir_attr_str(&ir_nd(g, i)->attrs, "_precision", NULL);
+        /* And its pipeline stage: a layer's backward runs where its
+         * forward ran (passes/pipeline_assign.c). */
+        bool staged = ir_attrs_find(&ir_nd(g, i)->attrs, "_stage") != NULL;
+        int64_t stage = ir_attr_int(&ir_nd(g, i)->attrs, "_stage", 0);
         for (int k = mark; k < g->nodes.n; k++) {
             ir_node *b = ir_nd(g, k);
             b->loc = ir_nd(g, i)->loc;
@@ -82,6 +86,8 @@ int pass_autodiff(ir_graph *g, const pass_ctx *cx)
             b->scope = ir_nd(g, i)->scope ? kl_xstrdup(ir_nd(g, i)->scope) : NULL;
             if (want && b->op != IR_OP_CONST && !ir_attrs_find(&b->attrs, "_precision"))
                 ir_attrs_set_str(&b->attrs, "_precision", want);
+            if (staged && !ir_attrs_find(&b->attrs, "_stage"))
+                ir_attrs_set_int(&b->attrs, "_stage", stage);
         }
     }
     for (int i = 0; i < g->decls.n; i++) {

@@ -177,6 +177,10 @@ typedef struct fuser {
      * entry, so readers check group[] too. */
     int *first;
     KL_VEC(int) entry;
+    /* A pipelined graph (pipeline_parallel > 1): each node's stage
+     * (pass_pipeline_assign) and each group's; NULL otherwise. A group
+     * never spans two stages: each rank runs its stage's kernels only. */
+    int *stage, *gstage;
 } fuser;
 
 static uint64_t *row(uint64_t *sets, const fuser *f, int i)
@@ -424,6 +428,8 @@ static bool first_sight(fuser *f, int v)
 static bool group_fits(fuser *f, int gid, int x)
 {
     const ir_graph *g = f->g;
+    if (f->stage && f->stage[x] != f->gstage[gid])
+        return false;
     int most = f->bound[gid] + ir_nd(g, x)->in.n + ir_nd(g, x)->out.n;
     if (most <= IR_KERNEL_MAX_BUFS) {
         f->bound[gid] = most;
@@ -461,6 +467,8 @@ static bool group_fits(fuser *f, int gid, int x)
 static int new_group(fuser *f, int i)
 {
     int gid = f->ngroups++;
+    if (f->stage)
+        f->gstage[gid] = f->stage[i];
     f->bound[gid] = ir_nd(f->g, i)->in.n + ir_nd(f->g, i)->out.n;
     return gid;
 }
@@ -757,6 +765,13 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
         f.reach[i] = f.first[i] = -1;
     for (int i = 0; i < f.n; i++)
         f.group[i] = -1;
+    f.stage = kl_xmalloc(sizeof(int) * (size_t)(f.n + 1));
+    if (pass_pipeline_assign(g, f.stage))
+        f.gstage = kl_xcalloc((size_t)f.n + 1, sizeof(int));
+    else {
+        free(f.stage);
+        f.stage = NULL;
+    }
     if (fuse) {
         compute_ancestors(&f);
         /* Nodes that need no kernel never join a group. */
@@ -813,6 +828,8 @@ static int pass_fusion_mode(ir_graph *g, bool fuse)
     free(f.lo);
     free(f.hi);
     free(f.bound);
+    free(f.stage);
+    free(f.gstage);
     return 0;
 }
 

@@ -49,6 +49,10 @@ int pass_pipeline_count(const ir_graph *g);
  * and params, what crosses each cut, the balance and the schedule's
  * bubble; "# pipeline: " lines (caller frees), NULL when g is not cut. */
 char *pass_pipeline_report(const ir_graph *g, int ranks);
+/* Every node's stage in a cut graph after any pass (stage[g->nodes.n]:
+ * 0 to P-1, -1 for dead nodes; passes/pipeline_assign.c); returns P, or
+ * 0 when g is not cut (stage untouched). */
+int pass_pipeline_assign(const ir_graph *g, int *stage);
 int pass_eval_mode(ir_graph *g, const pass_ctx *cx);
 int pass_autodiff(ir_graph *g, const pass_ctx *cx);
 int pass_optimizer(ir_graph *g, const pass_ctx *cx);

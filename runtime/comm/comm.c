@@ -38,6 +38,7 @@ typedef struct mpi_api {
     int (*Isend)(const void *, int, mpi_handle, int, int, mpi_handle, mpi_handle *);
     int (*Iprobe)(int, int, mpi_handle, int *, void *);
     int (*Recv)(void *, int, mpi_handle, int, int, mpi_handle, void *);
+    int (*Irecv)(void *, int, mpi_handle, int, int, mpi_handle, mpi_handle *);
     int (*Comm_dup)(mpi_handle, mpi_handle *);
     int (*Error_string)(int, char *, int *);
     int (*Abort)(mpi_handle, int);
@@ -62,6 +63,11 @@ struct kl_comm {
     /* kl_comm_split_tp: a data-parallel group holds its world (parent,
      * which it closes) and its rank's tensor-parallel group (tp). */
     kl_comm *parent, *tp;
+    /* kl_comm_split_pp: a data-parallel group holds its rank's pipeline
+     * group (pp); sends not yet complete (kl_comm_send), with their copies. */
+    kl_comm *pp;
+    KL_VEC(mpi_handle) sends;
+    KL_VEC(void *) sent;
     bool group; /* made by split: MPI_Finalize is the world's */
     /* The watchdog (comm_wait): a collective waits at most timeout
      * seconds (0: forever); side is a duplicate of the communicator for
@@ -128,6 +134,7 @@ static int open_mpi(mpi_api *m, char *why, size_t n)
     SYM(Isend, "MPI_Isend")
     SYM(Iprobe, "MPI_Iprobe")
     SYM(Recv, "MPI_Recv")
+    SYM(Irecv, "MPI_Irecv")
     SYM(Comm_dup, "MPI_Comm_dup")
     SYM(Error_string, "MPI_Error_string")
     SYM(Abort, "MPI_Abort")
@@ -296,6 +303,8 @@ void kl_comm_set_timeout(kl_comm *c, double seconds)
         c->timeout = seconds;
         if (c->tp)
             c->tp->timeout = seconds;
+        if (c->pp)
+            c->pp->timeout = seconds;
     }
 }
 
@@ -603,6 +612,56 @@ kl_comm *kl_comm_split_tp(kl_comm *c, int tp)
 }
 
 kl_comm *kl_comm_tp(kl_comm *c) { return c ? c->tp : NULL; }
+
+kl_comm *kl_comm_split_pp(kl_comm *c, int pp)
+{
+    kl_check(pp >= 1 && c->world % pp == 0);
+    if (!c->mpi || pp == 1)
+        return c;
+    /* Rank r is stage r mod P of data-parallel replica r / P. */
+    kl_comm *dp = split(c, c->rank % pp, "data-parallel rank");
+    dp->pp = split(c, c->rank / pp, "stage");
+    dp->parent = c;
+    snprintf(dp->desc, sizeof dp->desc, "%.96s, %d stages, data-parallel groups of %d", c->desc, pp, dp->world);
+    return dp;
+}
+
+kl_comm *kl_comm_pp(kl_comm *c) { return c ? c->pp : NULL; }
+
+/* The tag of point-to-point messages is the caller's; MPI keeps the
+ * order of messages with the same source, tag and communicator. */
+void kl_comm_send(kl_comm *c, const void *buf, size_t bytes, int dest, int tag, const char *what)
+{
+    kl_check(c->mpi && dest >= 0 && dest < c->world && dest != c->rank);
+    int k = block_count(c, (int64_t)bytes, "send", what, IR_U8);
+    void *copy = kl_xmalloc(bytes + 1);
+    memcpy(copy, buf, bytes);
+    mpi_handle req;
+    int rc = c->mpi->Isend(copy, k, c->mpi->byte, dest, tag, c->mpi->world, &req);
+    check(c, rc, "MPI_Isend", "send", what, (int64_t)bytes, IR_U8);
+    kl_vec_push(c->sends, req);
+    kl_vec_push(c->sent, copy);
+}
+
+void kl_comm_recv(kl_comm *c, void *buf, size_t bytes, int src, int tag, const char *what)
+{
+    kl_check(c->mpi && src >= 0 && src < c->world && src != c->rank);
+    int k = block_count(c, (int64_t)bytes, "recv", what, IR_U8);
+    mpi_handle req;
+    int rc = c->mpi->Irecv(buf, k, c->mpi->byte, src, tag, c->mpi->world, &req);
+    rc = comm_wait(c, rc, &req, "recv", what, (int64_t)bytes, IR_U8);
+    check(c, rc, "MPI_Recv", "recv", what, (int64_t)bytes, IR_U8);
+}
+
+void kl_comm_send_wait(kl_comm *c)
+{
+    for (int i = 0; i < c->sends.n; i++) {
+        int rc = comm_wait(c, 0, &c->sends.v[i], "send", "a pipeline transfer", 0, IR_U8);
+        check(c, rc, "MPI_Send", "send", "a pipeline transfer", 0, IR_U8);
+        free(c->sent.v[i]);
+    }
+    c->sends.n = c->sent.n = 0;
+}
 kl_comm *kl_comm_whole(kl_comm *c) { return c->parent ? c->parent : c; }
 
 void kl_comm_abort(kl_comm *c, int code)
@@ -621,6 +680,12 @@ void kl_comm_close(kl_comm *c)
     if (c->group) {
         /* Its communicator goes with the world's MPI_Finalize. */
         kl_comm_close(c->tp);
+        if (c->pp) {
+            kl_comm_send_wait(c->pp);
+            kl_vec_free(c->pp->sends);
+            kl_vec_free(c->pp->sent);
+        }
+        kl_comm_close(c->pp);
         kl_comm_close(c->parent);
         free(c->world_rank);
         free(c->mpi);

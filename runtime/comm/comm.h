@@ -97,6 +97,22 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
  * tensor-parallel group (kl_comm_tp); c itself when tp is 1 or c a world
  * of one. tp must divide c's world. */
 kl_comm *kl_comm_split_tp(kl_comm *c, int tp);
+/* Pipeline parallelism: c's ranks as P stages (rank r is stage r mod P
+ * of data-parallel replica r / P; tensor parallelism is not combined
+ * with it yet). Returns this rank's data-parallel group (the ranks of its
+ * stage), which holds c (closed with it) and this rank's pipeline group
+ * (kl_comm_pp: one rank per stage, ranked by stage); c itself when P is 1
+ * or c a world of one. P must divide c's world. */
+kl_comm *kl_comm_split_pp(kl_comm *c, int pp);
+kl_comm *kl_comm_pp(kl_comm *c);
+/* Point-to-point transfers between a group's ranks: send copies bytes
+ * and returns at once (send_wait waits for every send still in flight);
+ * recv waits for its message at most the timeout, as a collective
+ * (comm_timeout). Messages of one source and tag arrive in order.
+ * Errors end the job (reported). */
+void kl_comm_send(kl_comm *c, const void *buf, size_t bytes, int dest, int tag, const char *what);
+void kl_comm_recv(kl_comm *c, void *buf, size_t bytes, int src, int tag, const char *what);
+void kl_comm_send_wait(kl_comm *c);
 /* The world a data-parallel group was split from; c itself otherwise. */
 kl_comm *kl_comm_whole(kl_comm *c);
 /* The tensor-parallel group of a data-parallel group, or NULL. */

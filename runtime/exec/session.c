@@ -420,6 +420,15 @@ static bool overlap_step(kl_exec *e, int i)
     return true;
 }
 
+/* A filtered run (kl_exec_run_filtered): whether step i is this rank's,
+ * and the hook after its place in the order. */
+static bool filtered_out(const kl_exec *e, int i) { return e->filter && !e->filter->run[i]; }
+static void filter_at(const kl_exec *e, int i)
+{
+    if (e->filter && e->filter->at)
+        e->filter->at(e->filter->ctx, i);
+}
+
 static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
 {
     kl_plan *p = e->plan;
@@ -428,12 +437,17 @@ static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
     for (int i = 0; i < p->steps.n; i++) {
         if (!(phase_mask & (1u << p->steps.v[i].phase)))
             continue;
+        if (filtered_out(e, i)) {
+            filter_at(e, i);
+            continue;
+        }
         if (nvtx)
             nvtx_enter(e, i, &phase);
         if (!overlap_step(e, i))
             run_step(e, i, args);
         if (nvtx)
             kl_nvtx_pop();
+        filter_at(e, i);
     }
     if (e->overlap)
         kl_overlap_drain(e->overlap);
@@ -470,10 +484,11 @@ static kl_exec_graph *graph_of(kl_exec *e, unsigned mask)
     return g;
 }
 
+static void run_timed(kl_exec *e, unsigned phase_mask, const kl_kargs *args);
+
 void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
 {
     kl_backend *be = e->s->be;
-    kl_plan *p = e->plan;
     /* Kernels read step and seed from the device, so a graph replays with
      * the current ones. */
     if (be->ops->set_args)
@@ -500,23 +515,36 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
         run_steps(e, phase_mask, args);
         return;
     }
+    run_timed(e, phase_mask, args);
+}
+
+/* Profiling: every step timed (synchronised after each) and traced. */
+static void run_timed(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
+{
+    kl_plan *p = e->plan;
     bool nvtx = kl_nvtx_on();
     int phase = -1;
     for (int i = 0; i < p->steps.n; i++) {
         if (!(phase_mask & (1u << p->steps.v[i].phase)))
             continue;
+        if (filtered_out(e, i)) {
+            filter_at(e, i);
+            continue;
+        }
         if (nvtx)
             nvtx_enter(e, i, &phase);
         if (overlap_step(e, i)) {
             /* Timed and traced when it is waited for (overlap.c). */
             if (nvtx)
                 kl_nvtx_pop();
+            filter_at(e, i);
             continue;
         }
         double t0 = kl_now();
         if (!run_step(e, i, args)) {
             if (nvtx)
                 kl_nvtx_pop();
+            filter_at(e, i);
             continue; /* done by its GEMM's epilogue: not a row of the profile */
         }
         e->s->be->ops->sync(e->s->be);
@@ -530,11 +558,26 @@ void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
                            : p->steps.v[i].kind == KL_STEP_COLLECTIVE ? "collective"
                                                                       : "kernel",
                            KL_TRACE_KERNELS, t0, t1);
+        filter_at(e, i);
     }
     if (e->overlap)
         kl_overlap_drain(e->overlap);
     if (phase >= 0)
         kl_nvtx_pop();
+}
+
+void kl_exec_run_filtered(kl_exec *e, unsigned phase_mask, const kl_kargs *args, const kl_exec_filter *f)
+{
+    kl_backend *be = e->s->be;
+    if (be->ops->set_args)
+        be->ops->set_args(be, args);
+    ensure_startup(e, args);
+    e->filter = f;
+    if (!e->step_seconds)
+        run_steps(e, phase_mask, args);
+    else
+        run_timed(e, phase_mask, args);
+    e->filter = NULL;
 }
 
 void kl_exec_trace(kl_exec *e, kl_trace *t)

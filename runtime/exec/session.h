@@ -76,6 +76,7 @@ typedef struct kl_exec {
      * compute) and how many ran. */
     double comm_seconds, comm_waited;
     int64_t comm_calls;
+    const struct kl_exec_filter *filter; /* during kl_exec_run_filtered */
 } kl_exec;
 
 kl_session *kl_session_new(kl_backend *be, uint64_t seed);
@@ -102,6 +103,18 @@ void kl_exec_free(kl_exec *e);
  * same arena. */
 void kl_exec_run(kl_exec *e, unsigned phase_mask, const kl_kargs *args);
 #define KL_ALL_PHASES 7u
+/* Pipeline parallelism (driver/train_pipeline.c): a rank runs its
+ * stage's steps only. run[i]: whether this rank runs step i; at (may be
+ * NULL): called after each step's place in the order, run or not (where
+ * the stage sends what it made and receives what another stage made). */
+typedef struct kl_exec_filter {
+    const bool *run;
+    void (*at)(void *ctx, int step);
+    void *ctx;
+} kl_exec_filter;
+/* kl_exec_run of the steps f lets this rank run (never a replayed
+ * graph; the start-up steps run whole, as in kl_exec_run). */
+void kl_exec_run_filtered(kl_exec *e, unsigned phase_mask, const kl_kargs *args, const kl_exec_filter *f);
 
 /* Starts timing every step of every run (synchronising after each). */
 void kl_exec_profile(kl_exec *e);

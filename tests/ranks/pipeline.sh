@@ -128,7 +128,7 @@ refused)
   # Training at P > 1 is refused before any step (no schedule runs the
   # stages across ranks in this build): never the whole model on each rank.
   "$kiln" build examples/mlp.kl -o "$tmp/mlp" > /dev/null 2>&1 || { bad "kiln build examples/mlp.kl"; exit 1; }
-  expect_error --not '^step' train "pipeline_parallel = 2 (schedule zero_bubble): pipeline execution is not built" \
+  expect_error --not '^step' train "pipeline_parallel = 2 (schedule zero_bubble): pipeline_schedule = zero_bubble is not built (gpipe and 1f1b are)" \
     "$tmp/mlp" --data synthetic --steps 1 --set pipeline_parallel=2 --set pipeline_schedule=zero_bubble
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
