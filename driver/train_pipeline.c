@@ -433,9 +433,14 @@ void train_pipeline_print_start(const trainer *t)
         free(all);
         return;
     }
-    printf("pipeline: %d stages (rank = stage), schedule %s, %d micro-batch%s; transfers %d per micro-batch, %d after "
-           "each update\n",
-           q->P, kl_pipe_schedule_name(q->sched), q->m, q->m == 1 ? "" : "es", q->xfers.n, q->syncs.n);
+    int n[3] = {0, 0, 0};
+    for (int i = 0; i < q->xfers.n; i++) {
+        ir_phase ph = t->train->plan->steps.v[q->xfers.v[i].step].phase;
+        n[ph == IR_PHASE_FORWARD ? 0 : ph == IR_PHASE_BACKWARD ? 1 : 2]++;
+    }
+    printf("pipeline: %d stages (rank = stage), schedule %s, %d micro-batch%s; transfers: %d forward and %d backward "
+           "per micro-batch, %d in the update and %d after it\n",
+           q->P, kl_pipe_schedule_name(q->sched), q->m, q->m == 1 ? "" : "es", n[0], n[1], n[2], q->syncs.n);
     for (int s = 0; s < q->P; s++) {
         char a[32], b[32];
         kl_format_bytes(a, sizeof a, all[3 * s]);

@@ -94,9 +94,15 @@ int pass_autodiff(ir_graph *g, const pass_ctx *cx)
         int p = g->decls.v[i];
         if (p >= nvals || ir_val(g, p)->kind != IR_VAL_PARAM)
             continue;
+        int mark = g->nodes.n;
         int d = ir_grad_get(&c, p);
         if (d < 0)
             continue; /* the param does not affect the loss: no update */
+        /* The sum of a shared param's contributions (a tied embedding)
+         * is in the param's stage, where its update runs. */
+        for (int k = mark; k < g->nodes.n && ir_attrs_find(&ir_val(g, p)->attrs, "_stage"); k++)
+            if (!ir_attrs_find(&ir_nd(g, k)->attrs, "_stage"))
+                ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", ir_attr_int(&ir_val(g, p)->attrs, "_stage", 0));
         ir_value *dv = ir_val(g, d);
         if (dv->kind == IR_VAL_TEMP && dv->def >= first_backward && ir_grad_of(g, p) < 0 &&
             dv->name[0] == 't') {

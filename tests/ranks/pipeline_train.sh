@@ -6,7 +6,8 @@
 # fp32 within 1e-5; the stages run the same kernels on the same
 # micro-batches in the same order, so the runs agree to the bit).
 #
-#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | train_refused
+#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | gpt | gpt3 | resume | kill |
+#                                     train_refused
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -29,7 +30,7 @@ gpipe_mlp)
   "${mpi[@]}" -np 2 "$tmp/mlp" "${loud[@]}" --steps 1 "${mb[@]}" --set pipeline_parallel=2 \
     --set pipeline_schedule=gpipe > "$tmp/start.txt"
   grep -q "^ranks: world 2 (mpirun (Open MPI)), 2 stages, data-parallel groups of 1" "$tmp/start.txt" &&
-    grep -q "^pipeline: 2 stages (rank = stage), schedule gpipe, 4 micro-batches; transfers 2 per micro-batch, 0 after each update$" "$tmp/start.txt" &&
+    grep -q "^pipeline: 2 stages (rank = stage), schedule gpipe, 4 micro-batches; transfers: 1 forward and 1 backward per micro-batch, 0 in the update and 0 after it$" "$tmp/start.txt" &&
     grep -q "^pipeline: stage 0: saved activations .* x 4 in flight = " "$tmp/start.txt" &&
     grep -q "^pipeline: stage 1: saved activations .* x 4 in flight = " "$tmp/start.txt" ||
     { echo "FAIL: the start-up lines do not name the stages and their transfers"; grep -E "^(ranks|pipeline)" "$tmp/start.txt"; exit 1; }
@@ -58,6 +59,107 @@ gpipe_mlp)
     grep -q "^pipeline: stage $s = " "$tmp/start.txt" || { echo "FAIL: no line 'stage $s'"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
   done
   echo "ok: 1f1b holds P - s micro-batches on stage s"
+  ;;
+gpt)
+  # examples/gpt.kl at a tiny size (tests/gpt/tiny.sh: width 32, context
+  # 16, its 4 blocks, clip = 1, the tied embedding): the cut activations
+  # forward and their gradients backward, the head's gradient of the
+  # embedding to stage 0 where its update runs, the updated embedding
+  # back to the last stage, the clip's squared norms to stage 0 and its
+  # scale from there.
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  mb=(--batch 2 --accumulate 8)
+  cd "$tmp/m"
+  # Its token files, not --data synthetic.
+  common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
+  loud=(--eval-every 0 --log-every 1)
+  one ref "$tmp/gpt" "${mb[@]}"
+  pipe 2 g2 "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=gpipe
+  same ref g2
+  echo "ok: gpt, gpipe, 2 stages: the losses and final values of one rank"
+  pipe 4 g4 "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=1f1b
+  same ref g4
+  echo "ok: gpt, 1f1b, 4 stages: the losses and final values of one rank"
+  "${mpi[@]}" -np 4 "$tmp/gpt" "${loud[@]}" --steps 1 "${mb[@]}" --set pipeline_parallel=4 > "$tmp/start.txt"
+  grep -q "^pipeline: 4 stages (rank = stage), schedule 1f1b, 8 micro-batches; transfers: 3 forward and 7 backward per micro-batch, [0-9]* in the update and 1 after it$" "$tmp/start.txt" ||
+    { echo "FAIL: the transfers are not the cuts', the embedding's and the clip's"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
+  echo "ok: $(grep '^pipeline: 4 stages' "$tmp/start.txt")"
+  ;;
+gpt3)
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  mb=(--batch 2 --accumulate 8)
+  cd "$tmp/m"
+  # Its token files, not --data synthetic.
+  common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
+  loud=(--eval-every 0 --log-every 1)
+  one ref "$tmp/gpt" "${mb[@]}"
+  pipe 3 g3 "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=1f1b
+  same ref g3
+  echo "ok: gpt, 1f1b, 3 stages: the losses and final values of one rank"
+  pipe 3 g3g "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=gpipe
+  same ref g3g
+  echo "ok: gpt, gpipe, 3 stages: the losses and final values of one rank"
+  ;;
+resume)
+  # One checkpoint, gathered from the stages: saved at P = 4 at step 10
+  # it is, byte for byte, one rank's; resumed at P = 2 and at P = 1 the
+  # steps 11-20 are those of an uninterrupted run.
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  cd "$tmp/m"
+  common=(--eval-every 0 --log-every 1 --quiet --batch 2 --accumulate 4)
+  "$tmp/gpt" "${common[@]}" --steps 20 --metrics "$tmp/full.json" > /dev/null
+  "$tmp/gpt" "${common[@]}" --steps 10 --schedule-steps 20 --save "$tmp/one10.ckpt" > /dev/null
+  "${mpi[@]}" -np 4 "$tmp/gpt" "${common[@]}" --steps 10 --schedule-steps 20 --set pipeline_parallel=4 \
+    --save "$tmp/p4.ckpt" > /dev/null
+  cmp "$tmp/one10.ckpt" "$tmp/p4.ckpt" || { echo "FAIL: the 4 stages' checkpoint is not one rank's"; exit 1; }
+  echo "ok: saved at 4 stages: one rank's checkpoint, byte for byte"
+  "${mpi[@]}" -np 2 "$tmp/gpt" "${common[@]}" --steps 20 --set pipeline_parallel=2 --resume "$tmp/p4.ckpt" \
+    --metrics "$tmp/on2.json" > /dev/null
+  "$tmp/gpt" "${common[@]}" --steps 20 --resume "$tmp/p4.ckpt" --metrics "$tmp/on1.json" > /dev/null
+  for m in on2 on1; do
+    compare losses "$tmp/full.json" "$tmp/$m.json" 1e-5 || { echo "FAIL: resumed $m differs from the uninterrupted run"; exit 1; }
+  done
+  echo "ok: saved at 4 stages, resumed at 2 and at 1: the uninterrupted run's losses"
+  ;;
+kill)
+  # A stage killed mid-run ends the job with an error within 30 s, never
+  # a hang; a stage stopped (SIGSTOP) makes its neighbour's receive time
+  # out after --comm-timeout seconds, naming the transfer.
+  build mlp
+  for how in KILL STOP; do
+    rm -f "$tmp"/pid.* "$tmp/out.txt"
+    (set +e; cd "$tmp" && timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+       sh -c 'echo $$ > pid.$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' "$tmp/mlp" \
+       --data synthetic:4000 --batch 8 --accumulate 2 --epochs 1000 --eval-every 0 --log-every 50 --comm-timeout 3 \
+       --set pipeline_parallel=2 > out.txt 2> err.txt
+     echo $? > rc) &
+    job=$!
+    for _ in $(seq 300); do [ -s "$tmp/pid.1" ] && grep -q "step" "$tmp/out.txt" 2> /dev/null && break; sleep 0.1; done
+    [ -s "$tmp/pid.1" ] || { echo "FAIL: stage 1 did not start"; exit 1; }
+    victim=$(cat "$tmp/pid.1")
+    kill -"$how" "$victim"
+    t0=$(date +%s)
+    wait "$job" || true
+    took=$(($(date +%s) - t0))
+    kill -KILL "$victim" 2> /dev/null || true
+    rc=$(cat "$tmp/rc")
+    echo "SIG$how: the job ended $took s after stage 1 was signalled, exit $rc"
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: exit $rc (124: it hung until the timeout)"; tail -5 "$tmp/err.txt"; exit 1; }
+    [ "$took" -le 30 ] || { echo "FAIL: took $took s (over 30)"; exit 1; }
+    if [ "$how" = KILL ]; then
+      grep -q "rank 1.*signal 9" "$tmp/err.txt" || { echo "FAIL: the error does not name rank 1 and the signal"; cat "$tmp/err.txt"; exit 1; }
+    else
+      grep -q "rank 0: recv of .* did not complete within 3 s (comm_timeout): rank 1 did not arrive" "$tmp/err.txt" ||
+        { echo "FAIL: the error does not name the transfer and stage 1"; cat "$tmp/err.txt"; exit 1; }
+      grep -m1 "did not complete" "$tmp/err.txt"
+    fi
+  done
   ;;
 train_refused)
   build mlp
