@@ -6,7 +6,7 @@
 # fp32 within 1e-5; the stages run the same kernels on the same
 # micro-batches in the same order, so the runs agree to the bit).
 #
-#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | gpt | gpt3 | resume | kill |
+#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | cnn | gpt | gpt3 | resume | kill |
 #                                     train_refused
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -59,6 +59,19 @@ gpipe_mlp)
     grep -q "^pipeline: stage $s = " "$tmp/start.txt" || { echo "FAIL: no line 'stage $s'"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
   done
   echo "ok: 1f1b holds P - s micro-batches on stage s"
+  ;;
+cnn)
+  # examples/fashion_cnn.kl (batch norm: its running statistics are
+  # updated by their stage and settled from there before the checkpoint).
+  build fashion_cnn
+  mb=(--batch 4 --accumulate 4)
+  one ref "$tmp/fashion_cnn" "${mb[@]}"
+  pipe 2 c2 "$tmp/fashion_cnn" "${mb[@]}" --set pipeline_schedule=gpipe
+  same ref c2
+  echo "ok: cnn, gpipe, 2 stages: the losses and final values of one rank"
+  pipe 4 c4 "$tmp/fashion_cnn" "${mb[@]}" --set pipeline_schedule=1f1b
+  same ref c4
+  echo "ok: cnn, 1f1b, 4 stages: the losses and final values of one rank"
   ;;
 gpt)
   # examples/gpt.kl at a tiny size (tests/gpt/tiny.sh: width 32, context
