@@ -29,10 +29,15 @@
  * evaluation runs whole on every rank and rank 0 writes the same
  * checkpoint as one rank: a run saved at P = 2 resumes at P = 1.
  *
+ * With a world of P x D ranks, rank r is stage r mod P of data-parallel
+ * replica r / P: each stage's D ranks sum their gradients (the shard
+ * pass's all_reduces, in buckets of one stage's values) over t->comm,
+ * the stage's data-parallel group.
+ *
  * Refused with the reason (not built): interleaved and zero_bubble
- * schedules, pipeline x tensor parallel, pipeline x data parallel,
- * fp16's loss scaling, a GPU, and the executable's uses other than
- * training. */
+ * schedules, pipeline x tensor parallel, ZeRO and sync_batchnorm with
+ * data-parallel stages, fp16's loss scaling, a GPU, and the executable's
+ * uses other than training. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,10 +100,21 @@ int train_pipeline_check(trainer *t)
                  t->model, P, kl_pipe_schedule_name(t->cfg.pipeline_schedule), why);
         return -1;
     }
-    if (t->world != P) {
-        kl_error("%s: pipeline_parallel = %d runs one stage per rank on %d ranks, but the world has %d "
-                 "(pipeline x data parallel is not built)\n---> launch mpirun -np %d",
-                 t->model, P, P, t->world, P);
+    if (t->world % P) {
+        kl_error("%s: pipeline_parallel = %d does not divide the world of %d rank%s (the world is stages x "
+                 "data-parallel ranks)\n---> launch a multiple of %d ranks (mpirun -np %d ...)",
+                 t->model, P, t->world, t->world == 1 ? "" : "s", P, P);
+        return -1;
+    }
+    if (t->world > P && t->cfg.shard != KL_SHARD_NONE && t->cfg.shard != KL_SHARD_DP) {
+        kl_error("%s: pipeline_parallel = %d with shard = %s on %d data-parallel ranks is not built\n"
+                 "---> use shard = dp with stages", t->model, P,
+                 t->cfg.shard == KL_SHARD_ZERO1 ? "zero1" : t->cfg.shard == KL_SHARD_ZERO2 ? "zero2" : "zero3", t->world / P);
+        return -1;
+    }
+    if (t->world > P && t->cfg.sync_batchnorm) {
+        kl_error("%s: pipeline_parallel = %d with sync_batchnorm = true on %d data-parallel ranks is not built",
+                 t->model, P, t->world / P);
         return -1;
     }
     t->comm = kl_comm_split_pp(t->comm, P);
@@ -269,6 +285,14 @@ int train_pipeline_prepare(trainer *t)
         return -1;
     }
     analyse(t, q);
+    /* A collective's result may still be on the communication thread at
+     * its step's place: none crosses (buckets are one stage's). */
+    for (int i = 0; i < q->xfers.n; i++)
+        if (t->train->plan->steps.v[q->xfers.v[i].step].kind == KL_STEP_COLLECTIVE) {
+            kl_error("%s: pipeline_parallel = %d: a collective's result (step %d) crosses to another stage", t->model,
+                     q->P, q->xfers.v[i].step);
+            return -1;
+        }
     q->slot_mem = kl_xmalloc((size_t)(q->stash_bytes * q->slots) + 1);
     return 0;
 }

@@ -14,7 +14,9 @@
  *           batch's mean gradient to the same params; the gradient norm
  *           (clip) and the fp16 overflow check, computed in the update
  *           phase, see the sums, so every rank clips by the global norm and
- *           skips the same steps. With one rank nothing changes.
+ *           skips the same steps. With one rank nothing changes. With
+ *           pipeline stages a bucket holds one stage's values and its
+ *           nodes carry that _stage.
  *
  * The train block's shard = none and shard = dp both mean this; shard =
  * zero1, zero2 and zero3 are passes/shard_zero.c (zero3's gathers:
@@ -194,6 +196,14 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             vals.v[j] = vals.v[j - 1];
             vals.v[j - 1] = t;
         }
+    /* Pipeline stages: a bucket holds one stage's values (its ranks sum
+     * them; the others never hold them), and its nodes run there. */
+    int *node_stage = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
+    bool staged = pass_pipeline_assign(g, node_stage) > 0;
+    int *vstage = kl_xcalloc((size_t)nv + 1, sizeof(int));
+    for (int i = 0; staged && i < vals.n; i++)
+        vstage[vals.v[i]] = node_stage[ready_at[vals.v[i]]];
+    free(node_stage);
     free(ready_at);
     /* Buckets of one dtype up to bucket_bytes (a value larger than that
      * is a bucket of its own). */
@@ -207,7 +217,7 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
         int members[32], m = 0;
         int64_t bytes = 0;
         for (int j = i; j < vals.n && m < (int)KL_ARRAY_LEN(members); j++) {
-            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt)
+            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt || vstage[vals.v[j]] != vstage[vals.v[i]])
                 continue;
             int64_t b = ir_type_bytes(&ir_val(g, vals.v[j])->type);
             if (m > 0 && (bucket_bytes == 0 || bytes + b > bucket_bytes))
@@ -216,8 +226,12 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             bytes += b;
             vals.v[j] = -1;
         }
+        int mark = g->nodes.n, st = vstage[members[0]];
         reduce_bucket(g, members, m, ranks, &bucket_no);
+        for (int k = mark; staged && k < g->nodes.n; k++)
+            ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", st);
     }
+    free(vstage);
     free(vals.v);
     free(from_backward);
     free(done);

@@ -69,13 +69,14 @@ ir)
   diff <(grep '^# pipeline:' "$tmp/p.kir" | grep -v '^# pipeline: forward FLOPs') <("$kiln" ir examples/gpt.kl --set pipeline_parallel=4 | grep '^# pipeline:' | grep -v '^# pipeline: \(memory\|forward FLOPs\)') > /dev/null &&
     ok "the report after all passes is the pipeline pass's" || bad "the report changes after later passes"
   # P x T x D = 2 x 2 x 2 on 8 ranks (tests/ranks/tp_mlp.kl's split pair):
-  # the data-parallel all-reduces are over 2 ranks, the tensor-parallel
+  # the data-parallel all-reduces are over 2 ranks (buckets of one
+  # stage, _stage on their nodes), the tensor-parallel
   # groups' report names 2 data-parallel, and the dump reprints unchanged
   # (its world: the buckets' 2 x the group's 2 x the stages' 2).
   "$kiln" ir tests/ranks/tp_mlp.kl --set tensor_parallel=2 --set pipeline_parallel=2 --ranks 8 -o "$tmp/ptd.kir"
   out=$(cat "$tmp/ptd.kir")
   want ptd "# pipeline: 2 stages, schedule 1f1b, 1 micro-batch (accumulate); world 8 = 2 stages x 2 tensor-parallel x 2 data-parallel" "$out"
-  grep -q '^# tensor parallel: groups of 2 ranks x 2 data-parallel;' <<< "$out" && grep -q '= all_reduce(%bucket.0) {reduce = sum, ranks = 2}' <<< "$out" &&
+  grep -q '^# tensor parallel: groups of 2 ranks x 2 data-parallel;' <<< "$out" && grep -q '= all_reduce(%bucket.0) {reduce = sum, ranks = 2, _stage = 1}' <<< "$out" &&
     ok "ptd: all-reduces over the 2 data-parallel ranks" || bad "ptd: not 2 data-parallel ranks"
   "$kiln" ir "$tmp/ptd.kir" --after lower -o "$tmp/ptd2.kir"
   cmp -s "$tmp/ptd.kir" "$tmp/ptd2.kir" && ok "ptd: the dump reprints unchanged" || bad "ptd: the dump does not reprint unchanged"

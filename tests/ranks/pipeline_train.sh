@@ -6,7 +6,7 @@
 # fp32 within 1e-5; the stages run the same kernels on the same
 # micro-batches in the same order, so the runs agree to the bit).
 #
-#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | cnn | gpt | gpt3 | resume | kill |
+#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | cnn | gpt | gpt3 | dp | resume | kill |
 #                                     train_refused
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -117,6 +117,34 @@ gpt3)
   same ref g3g
   echo "ok: gpt, gpipe, 3 stages: the losses and final values of one rank"
   ;;
+dp)
+  # P x D = 2 x 2 on 4 ranks: rank r is stage r mod 2 of replica r / 2;
+  # each stage's 2 ranks sum their gradients (buckets of one stage's
+  # values), against one rank with the same global batch.
+  build mlp
+  one ref "$tmp/mlp" --batch 16 --accumulate 4
+  ranks 4 pd "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2
+  same ref pd
+  echo "ok: mlp, 2 stages x 2 data-parallel: the losses and final values of one rank"
+  "${mpi[@]}" -np 4 "$tmp/mlp" "${loud[@]}" --steps 1 --batch 8 --accumulate 4 --set pipeline_parallel=2 > "$tmp/start.txt"
+  grep -q "^ranks: world 4 (mpirun (Open MPI)), 2 stages, data-parallel groups of 2, shard dp" "$tmp/start.txt" &&
+    grep -q "^effective batch 64 (batch 8 x accumulate 4 x ranks 2)" "$tmp/start.txt" ||
+    { echo "FAIL: the start-up lines do not name 2 stages x 2 data-parallel"; grep -E "^(ranks|effective)" "$tmp/start.txt"; exit 1; }
+  # The tiny GPT (clip over the summed gradients, the tied embedding):
+  # the same values as data parallel alone on 2 ranks (whose sums are in
+  # another order than one rank's: its losses within 1e-5 of one rank's).
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  cd "$tmp/m"
+  common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
+  one gref "$tmp/gpt" --batch 4 --accumulate 4
+  ranks 2 gdp "$tmp/gpt" --batch 2 --accumulate 4
+  ranks 4 gpd "$tmp/gpt" --batch 2 --accumulate 4 --set pipeline_parallel=2
+  same gdp gpd
+  compare losses "$tmp/gref.json" "$tmp/gpd.json" 1e-5 || { echo "FAIL: the losses of gref and gpd differ"; exit 1; }
+  echo "ok: gpt, 2 stages x 2 data-parallel: data parallel's values, one rank's losses"
+  ;;
 resume)
   # One checkpoint, gathered from the stages: saved at P = 4 at step 10
   # it is, byte for byte, one rank's; resumed at P = 2 and at P = 1 the
@@ -191,8 +219,10 @@ train_refused)
   }
   refuse "pipeline_schedule = interleaved is not built (gpipe and 1f1b are)" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
   refuse "pipeline_schedule = zero_bubble is not built (gpipe and 1f1b are)" 2 --set pipeline_parallel=2 --set pipeline_schedule=zero_bubble
-  refuse "pipeline_parallel = 2 runs one stage per rank on 2 ranks, but the world has 1" 1 --set pipeline_parallel=2
-  refuse "pipeline_parallel = 2 runs one stage per rank on 2 ranks, but the world has 4 (pipeline x data parallel is not built)" 4 --batch 8 --set pipeline_parallel=2
+  refuse "pipeline_parallel = 2 does not divide the world of 1 rank" 1 --set pipeline_parallel=2
+  refuse "pipeline_parallel = 2 does not divide the world of 3 ranks" 3 --batch 8 --set pipeline_parallel=2
+  refuse "pipeline_parallel = 2 with shard = zero1 on 2 data-parallel ranks is not built" 4 --batch 8 --set pipeline_parallel=2 --shard zero1
+  refuse "pipeline_parallel with tensor_parallel is not built" 4 --batch 8 --set pipeline_parallel=2 --tensor-parallel 2
   refuse "pipeline_parallel with precision = fp16" 2 --set pipeline_parallel=2 --precision fp16
   ;;
 *)
