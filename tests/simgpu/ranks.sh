@@ -9,7 +9,7 @@
 # be free of the simulator's reports ("simulated device:" on stderr).
 #
 #   ranks.sh KILN CASE   CASE: dp | zero1 | zero2 | zero3 | tp | np3 | bf16 |
-#                              no_graph | mismatch | kill | timeout
+#                              no_graph | kill | timeout
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -73,6 +73,47 @@ no_graph)
   mlp
   shard_args=(--shard zero3)
   pair 2 --batch 24 --no-cuda-graph
+  ;;
+kill | timeout)
+  # kill: rank 1 killed (SIGKILL) mid-run; timeout: rank 1 stopped
+  # (SIGSTOP), the others wait in the device's NCCL collectives. The job
+  # ends non-zero with an error naming rank 1 within a bound, never a hang
+  # (timeout 60: 124 fails).
+  mlp
+  [ "$case_" = timeout ] && limit=(--comm-timeout 3) || limit=()
+  (set +e; cd "$tmp" && KILN_SIMULATED_GPU=h200 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
+     sh -c 'echo $$ > pid.$OMPI_COMM_WORLD_RANK; exec "$0" "$@"' "$tmp/m" --device cuda \
+     --data synthetic:4000 --batch 8 --epochs 1000 --eval-every 0 --log-every 50 ${limit[@]+"${limit[@]}"} > out.txt 2> err.txt
+   echo $? > rc) &
+  job=$!
+  # (training: a progress line with its loss)
+  for _ in $(seq 600); do [ -s "$tmp/pid.1" ] && grep -q "loss [0-9]" "$tmp/out.txt" 2> /dev/null && break; sleep 0.1; done
+  [ -s "$tmp/pid.1" ] && grep -q "loss [0-9]" "$tmp/out.txt" || { echo "FAIL: the job did not start training"; cat "$tmp/err.txt"; exit 1; }
+  # Mid-training. Each step rank 0 waits in two places for rank 1: in
+  # the device's NCCL collectives (the host waits for the device to read
+  # the loss) and in the loss sums' MPI all-reduce. comm_timeout watches
+  # both (the backend's host_wait, the MPI collectives' watchdog);
+  # without the first, a stop that lands in the device's collectives
+  # hung the job until the 60 s timeout.
+  sleep 0.5
+  victim=$(cat "$tmp/pid.1")
+  [ "$case_" = kill ] && kill -9 "$victim" || kill -STOP "$victim"
+  t0=$(date +%s)
+  wait "$job" || true
+  took=$(($(date +%s) - t0))
+  kill -KILL "$victim" 2> /dev/null || true
+  rc=$(cat "$tmp/rc")
+  echo "the job ended $took s after rank 1 was $([ "$case_" = kill ] && echo killed || echo stopped), exit $rc"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: exit $rc (124: it hung until the timeout)"; tail -5 "$tmp/err.txt"; exit 1; }
+  if [ "$case_" = kill ]; then
+    [ "$took" -le 30 ] || { echo "FAIL: took $took s (over 30)"; exit 1; }
+    grep -q "rank 1.*signal 9" "$tmp/err.txt" || { echo "FAIL: the error does not name rank 1 and the signal"; cat "$tmp/err.txt"; exit 1; }
+  else
+    [ "$took" -ge 3 ] && [ "$took" -le 20 ] || { echo "FAIL: took $took s (3 s timeout: expected 3-20 s)"; exit 1; }
+    grep -Eq "rank 0: (the GPU's queued work with its NCCL collectives \(.*\)|all_reduce sum of the loss and metric sums .*) did not complete within 3 s \(comm_timeout\): rank 1 did not arrive \(rank 0 waited\)" "$tmp/err.txt" ||
+      { echo "FAIL: the error does not name what did not complete and rank 1"; grep -v "^\[" "$tmp/err.txt" | head; exit 1; }
+    grep -m1 "did not arrive" "$tmp/err.txt"
+  fi
   ;;
 *)
   echo "unknown case $case_"; exit 2 ;;

@@ -357,6 +357,19 @@ SIM_EXPORT CUresult cuEventSynchronize(CUevent e)
     return sim_sticky();
 }
 
+SIM_EXPORT CUresult cuEventQuery(CUevent e)
+{
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = sim_sticky();
+    if (r)
+        return r;
+    pthread_mutex_lock(&lock);
+    bool done = e->completed >= e->recorded;
+    pthread_mutex_unlock(&lock);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
 SIM_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 {
     if (!a || !b)
