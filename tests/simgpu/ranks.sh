@@ -8,7 +8,7 @@
 # 1e-5: the GEMMs sum in another order; bf16 with `near`). Every run must
 # be free of the simulator's reports ("simulated device:" on stderr).
 #
-#   ranks.sh KILN CASE   CASE: dp | zero1 | zero2 | zero3 | tp | np3 | bf16 |
+#   ranks.sh KILN CASE   CASE: dp | zero1 | zero2 | zero3 | tp | tp_dp | np3 | bf16 |
 #                              no_graph | kill | timeout
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -54,6 +54,12 @@ tp)
   # tests/ranks/tp_mlp.kl's column/row pair split over 2 ranks.
   "$kiln" build tests/ranks/tp_mlp.kl -o "$tmp/m"
   pair 2 --batch 24 --tensor-parallel 2
+  ;;
+tp_dp)
+  # 4 ranks: tensor-parallel pairs and, across them, data-parallel pairs
+  # (two NCCL communicators per rank on the one communication stream).
+  "$kiln" build tests/ranks/tp_mlp.kl -o "$tmp/m"
+  pair 4 --batch 12 --tensor-parallel 2
   ;;
 np3)
   # 3 ranks, zero2: the buckets' slices padded (3 divides none of them).
