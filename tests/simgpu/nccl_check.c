@@ -257,8 +257,10 @@ static int child(const char *which, ncclUniqueId id)
     }
     int rc = p_ncclCommInitRank(&comm, world, id, rank);
     check(!rc, "ncclCommInitRank", "");
-    if (rc)
+    if (rc) {
+        unlink(errpath);
         return 1;
+    }
     if (!strcmp(which, "collectives")) {
         collectives();
     } else if (!strcmp(which, "mismatch")) {

@@ -300,8 +300,7 @@ SIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUnique
         if ((gone || now_s() - t0 > 300) && __atomic_load_n(&c->sh->joined, __ATOMIC_SEQ_CST) < nranks) {
             say("ncclCommInitRank: rank %d: %s before every rank joined", rank,
                 gone ? "a rank ended" : "300 s passed");
-            if (!rank)
-                shm_unlink(c->name);
+            shm_unlink(c->name); /* the communicator is dead: no rank joins it later */
             munmap(c->sh, c->map_bytes);
             free(c);
             return gone ? ncclRemoteError : ncclSystemError;
