@@ -5,7 +5,8 @@
  *   collectives  all-reduce (sum, max), reduce-scatter, all-gather and
  *                broadcast in f32, f64, bf16 and f16, over more than one
  *                staging chunk, each against the sums computed here
- *                (small integers: exact in every type); an all-reduce in
+ *                (small integers: exact in every type); two all-reduces
+ *                in a group; an all-reduce in
  *                place recorded in a graph on a second stream joined to
  *                the capture, replayed twice; a capture whose joined
  *                stream is not waited for is refused (UNJOINED).
@@ -34,7 +35,8 @@
     X(cuMemcpyDtoHAsync) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate)               \
     X(cuEventRecord) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)             \
     X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) \
-    X(ncclBroadcast) X(ncclCommGetAsyncError) X(ncclCommAbort) X(ncclGetErrorString)
+    X(ncclBroadcast) X(ncclCommGetAsyncError) X(ncclCommAbort) X(ncclGetErrorString) X(ncclGroupStart)           \
+    X(ncclGroupEnd)
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -159,6 +161,29 @@ static void collectives(void)
         check(ok, "ncclBroadcast ", type_names[t]);
         free(h);
         free(o);
+    }
+    /* A group: two all-reduces, then an unmatched ncclGroupEnd refused. */
+    {
+        float *g = malloc(8 * 4);
+        for (int i = 0; i < 8; i++)
+            g[i] = (float)(rank + i);
+        CUdeviceptr a = dev_alloc(4 * 4), b = dev_alloc(4 * 4);
+        p_cuMemcpyHtoDAsync(a, g, 16, s1);
+        p_cuMemcpyHtoDAsync(b, g + 4, 16, s1);
+        int rc = (int)p_ncclGroupStart();
+        rc = rc ? rc : (int)p_ncclAllReduce((void *)a, (void *)a, 4, ncclFloat32, ncclSum, comm, s1);
+        rc = rc ? rc : (int)p_ncclAllReduce((void *)b, (void *)b, 4, ncclFloat32, ncclSum, comm, s1);
+        rc = rc ? rc : (int)p_ncclGroupEnd();
+        p_cuMemcpyDtoHAsync(g, a, 16, s1);
+        p_cuMemcpyDtoHAsync(g + 4, b, 16, s1);
+        int sync = p_cuStreamSynchronize(s1);
+        /* element i: sum over r of (r + i) = world i + world (world - 1) / 2 */
+        int ok = !rc && !sync;
+        for (int i = 0; ok && i < 8; i++)
+            ok = g[i] == (float)(world * i + world * (world - 1) / 2);
+        check(ok, "two all-reduces in a group", "");
+        check(p_ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart is refused", "");
+        free(g);
     }
     /* A graph: s2 joins s1's capture through an event, all-reduces in
      * place on s2, s1 waits for it. Each replay sums again. */

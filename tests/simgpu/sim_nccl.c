@@ -1,8 +1,9 @@
 /* The simulated device's NCCL: the calls runtime/exec/nccl.c makes
  * (ncclGetVersion, ncclGetErrorString, ncclGetUniqueId, ncclCommInitRank,
  * ncclCommDestroy, ncclAllReduce, ncclReduceScatter, ncclAllGather,
- * ncclBroadcast), plus ncclCommGetAsyncError and ncclCommAbort, across
- * the ranks (processes) of a job on one machine.
+ * ncclBroadcast), plus ncclCommGetAsyncError, ncclCommAbort and
+ * ncclGroupStart/ncclGroupEnd, across the ranks (processes) of a job on
+ * one machine.
  *
  * A communicator is a POSIX shared memory object named by its unique id
  * (ncclGetUniqueId: a magic, the pid, random bits), which the ranks pass
@@ -600,4 +601,26 @@ SIM_EXPORT ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count
                                       ncclComm_t c, cudaStream_t stream)
 {
     return enqueue(K_BROADCAST, send, recv, count, dt, ncclSum, root, c, stream);
+}
+
+/* Group calls: NCCL launches a group's collectives together at
+ * ncclGroupEnd. Here each is queued when called, in the order every rank
+ * calls them (which NCCL requires too), so a group needs only its
+ * nesting checked. */
+static __thread int group_depth;
+
+SIM_EXPORT ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+SIM_EXPORT ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth == 0) {
+        say("ncclGroupEnd without ncclGroupStart");
+        return ncclInvalidUsage;
+    }
+    group_depth--;
+    return ncclSuccess;
 }
