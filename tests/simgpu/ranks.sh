@@ -9,7 +9,7 @@
 # be free of the simulator's reports ("simulated device:" on stderr).
 #
 #   ranks.sh KILN CASE   CASE: dp | zero1 | zero2 | zero3 | tp | tp_dp | np3 | bf16 |
-#                              no_graph | kill | timeout
+#                              no_graph | too_few | kill | timeout
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -79,6 +79,18 @@ no_graph)
   mlp
   shard_args=(--shard zero3)
   pair 2 --batch 24 --no-cuda-graph
+  ;;
+too_few)
+  # More ranks on the machine than simulated devices: the rank without
+  # one is refused by name, as on a real machine.
+  mlp
+  rc=0
+  KILN_SIMULATED_GPU=h200 KILN_SIMULATED_GPU_COUNT=2 "${mpi[@]}" -np 3 "$tmp/m" "${common[@]}" --device cuda \
+    > /dev/null 2> "$tmp/err.txt" || rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: 3 ranks on 2 devices: exit $rc"; exit 1; }
+  grep -q "rank 2 of 3 (local rank 2 of 3 on this machine): no GPU 2 (2 present)" "$tmp/err.txt" ||
+    { echo "FAIL: rank 2 is not refused by name"; grep -v "^\[" "$tmp/err.txt" | head -5; exit 1; }
+  echo "ok: $(grep -m1 -o "rank 2 of 3.*" "$tmp/err.txt")"
   ;;
 kill | timeout)
   # kill: rank 1 killed (SIGKILL) mid-run; timeout: rank 1 stopped
