@@ -328,7 +328,7 @@ typedef struct { int source, tag, error, pad[13]; } mpi_status;
  * or still working far behind). The lowest waiting rank reports at once
  * and aborts the job; the others report only if that abort has not
  * ended them a grace period later. */
-static KL_NORETURN void timed_out(kl_comm *c, const char *coll, const char *what, int64_t count, ir_dtype dt)
+static KL_NORETURN void timed_out_desc(kl_comm *c, const char *desc)
 {
     mpi_api *m = c->mpi;
     int64_t *seen = kl_xmalloc((size_t)c->world * sizeof *seen);
@@ -378,14 +378,32 @@ static KL_NORETURN void timed_out(kl_comm *c, const char *coll, const char *what
         else
             kl_buf_printf(&elsewhere, "; rank %d waits in collective %lld instead", w, (long long)seen[r]);
     }
-    kl_error("rank %d: %s of %s (%lld %s; collective %lld) did not complete within %g s (comm_timeout): "
+    kl_error("rank %d: %s did not complete within %g s (comm_timeout): "
              "rank%s %s did not arrive (rank%s %s waited%s); aborting the job\n"
              "---> a rank stopped, hung or is far behind the others; raise --comm-timeout if it is only slow "
              "(e.g. a long first-step compile)",
-             c->world_rank ? c->world_rank[c->rank] : c->rank, coll, what, (long long)count, ir_dtype_name(dt),
-             (long long)c->seq, c->timeout, nmissing == 1 ? "" : "s", nmissing ? missing.s : "none",
-             nwaiting == 1 ? "" : "s", waiting.s, elsewhere.s ? elsewhere.s : "");
+             c->world_rank ? c->world_rank[c->rank] : c->rank, desc, c->timeout, nmissing == 1 ? "" : "s",
+             nmissing ? missing.s : "none", nwaiting == 1 ? "" : "s", waiting.s, elsewhere.s ? elsewhere.s : "");
     kl_comm_abort(c, 1);
+}
+
+static KL_NORETURN void timed_out(kl_comm *c, const char *coll, const char *what, int64_t count, ir_dtype dt)
+{
+    char desc[400];
+    snprintf(desc, sizeof desc, "%s of %s (%lld %s; collective %lld)", coll, what, (long long)count,
+             ir_dtype_name(dt), (long long)c->seq);
+    timed_out_desc(c, desc);
+}
+
+double kl_comm_timeout(const kl_comm *c) { return c->timeout; }
+
+void kl_comm_timed_out(kl_comm *c, const char *what)
+{
+    if (!c->mpi) {
+        kl_error("%s did not complete within %g s (comm_timeout); aborting", what, c->timeout);
+        kl_comm_abort(c, 1);
+    }
+    timed_out_desc(c, what);
 }
 
 /* Waits for a non-blocking collective (MPI_Iallreduce and the like;

@@ -132,6 +132,14 @@ void kl_comm_gather_startup(kl_comm *c, const void *mine, size_t bytes, void *al
  * aborted with the ranks that did not arrive (0: forever); for c and the
  * groups split from its world. */
 void kl_comm_set_timeout(kl_comm *c, double seconds);
+/* That timeout (KL_COMM_TIMEOUT_DEFAULT unless set). */
+double kl_comm_timeout(const kl_comm *c);
+/* A wait outside the collectives above timed out (the CUDA backend's
+ * wait for work holding NCCL collectives): what did not complete ("the
+ * GPU's queued work ..."); as a collective's timeout, this rank tells
+ * c's other ranks, the error names the ranks that did not arrive, and
+ * the job is aborted. */
+KL_NORETURN void kl_comm_timed_out(kl_comm *c, const char *what);
 /* Runs k on host memory with the calls above (the CPU backend's
  * collective). */
 void kl_comm_run(const kl_coll *k);

@@ -38,7 +38,7 @@ void *kl_simgpu_dlopen(const char *const *names, char *why, size_t n)
     }
     const char *name = names[0] ? names[0] : "";
     if (!starts(name, "libcuda.so") && !starts(name, "libcublasLt.so") && !starts(name, "libnvrtc.so") &&
-        !starts(name, "libnvidia-ml.so")) {
+        !starts(name, "libnccl.so") && !starts(name, "libnvidia-ml.so")) {
         snprintf(why, n, "the simulated device (KILN_SIMULATED_GPU=%s) has no %s", v, name);
         return NULL;
     }

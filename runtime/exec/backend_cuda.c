@@ -23,8 +23,10 @@
 #include <cublasLt.h>
 #include <cuda.h>
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend_cuda_state.h"
 #include "cuda_launch.h"
@@ -33,6 +35,69 @@
 #ifdef KILN_HAVE_NCCL
 #include "nccl.h"
 #endif
+
+/* ---- the host's waits for the device ---- */
+
+#ifdef KILN_HAVE_NCCL
+/* The communicator whose comm_timeout bounds the host's waits: the
+ * widest world among the NCCL communicators' (NULL: none open). */
+static kl_comm *watch_comm(cuda_backend *cb)
+{
+    kl_comm *best = NULL;
+    for (int i = 0; i < cb->nccl.n; i++) {
+        kl_comm *c = kl_comm_whole(kl_nccl_comm(cb->nccl.v[i]));
+        if (!best || kl_comm_world(c) > kl_comm_world(best))
+            best = c;
+    }
+    return best;
+}
+#endif
+
+/* Waits until e's work completed. With NCCL communicators open the wait
+ * polls against comm_timeout: NCCL has no timeout of its own, so a rank
+ * that stopped or hung would leave the others waiting here forever (the
+ * CPU's collectives have the same watchdog, runtime/comm/comm.h). Past the
+ * timeout the ranks tell each other, the error names the ranks that did
+ * not arrive, and the job is aborted. why: what the host waits for. */
+static void host_wait(cuda_backend *cb, CUevent e, const char *why)
+{
+#ifdef KILN_HAVE_NCCL
+    kl_comm *c = watch_comm(cb);
+    double limit = c ? kl_comm_timeout(c) : 0;
+    if (limit > 0) {
+        double t0 = kl_now();
+        for (;;) {
+            CUresult r = kl_cu_api.cuEventQuery(e);
+            if (r != CUDA_ERROR_NOT_READY) {
+                CU(r);
+                return;
+            }
+            double t = kl_now() - t0;
+            if (t > limit) {
+                char desc[300];
+                snprintf(desc, sizeof desc, "the GPU's queued work with its NCCL collectives (%s)", why);
+                kl_comm_timed_out(c, desc);
+            }
+            /* As the driver's own wait spins at first; then the core is yielded, then slept on. */
+            if (t > 1e-2) {
+                struct timespec d = {0, 100000};
+                nanosleep(&d, NULL);
+            } else if (t > 1e-3) {
+                sched_yield();
+            }
+        }
+    }
+#endif
+    (void)why;
+    CU(kl_cu_api.cuEventSynchronize(e));
+}
+
+/* Waits until the work queued on s so far completed (host_wait). */
+static void host_sync(cuda_backend *cb, CUstream s, const char *why)
+{
+    CU(kl_cu_api.cuEventRecord(cb->host_ev, s));
+    host_wait(cb, cb->host_ev, why);
+}
 
 /* ---- memory and copies ---- */
 
@@ -46,7 +111,7 @@ static bool release_staging(cuda_backend *cb)
         if (!s->dev)
             continue;
         if (s->used)
-            CU(kl_cu_api.cuEventSynchronize(s->done));
+            host_wait(cb, s->done, "a copy slot's last copy");
         CU(kl_cu_api.cuMemFree(s->dev));
         s->dev = 0, s->dev_cap = 0;
         any = true;
@@ -75,7 +140,7 @@ static void *cuda_alloc(kl_backend *be, size_t bytes)
 
 static void cuda_free(kl_backend *be, void *p)
 {
-    CU(kl_cu_api.cuStreamSynchronize(cb_of(be)->compute));
+    host_sync(cb_of(be), cb_of(be)->compute, "before freeing device memory");
     CU(kl_cu_api.cuMemFree(dptr(p)));
 }
 
@@ -95,7 +160,7 @@ static copy_slot *next_slot(cuda_backend *cb, size_t host_bytes)
 {
     copy_slot *s = &cb->slots[cb->next_slot++ % NSLOTS];
     if (s->used)
-        CU(kl_cu_api.cuEventSynchronize(s->done));
+        host_wait(cb, s->done, "a copy slot's last copy");
     grow_host(&s->host, &s->host_cap, host_bytes);
     return s;
 }
@@ -156,7 +221,7 @@ static void cuda_copy_out(kl_backend *be, void *dst, const void *src, size_t byt
     for (size_t off = 0; off < bytes; off += chunk) {
         size_t n = bytes - off < chunk ? bytes - off : chunk;
         CU(kl_cu_api.cuMemcpyDtoHAsync(cb->bounce, dptr((const char *)src + off), n, cb->compute));
-        CU(kl_cu_api.cuStreamSynchronize(cb->compute));
+        host_sync(cb, cb->compute, "a copy to the host");
         memcpy((char *)dst + off, cb->bounce, n);
     }
 }
@@ -168,7 +233,7 @@ static void cuda_fill_zero(kl_backend *be, void *dst, size_t bytes)
 
 static void cuda_sync(kl_backend *be)
 {
-    CU(kl_cu_api.cuStreamSynchronize(cb_of(be)->compute));
+    host_sync(cb_of(be), cb_of(be)->compute, "the step's end");
 }
 
 /* ---- kernels ---- */
@@ -402,7 +467,7 @@ static void cuda_graph_launch(kl_backend *be, void *graph)
 
 static void cuda_graph_free(kl_backend *be, void *graph)
 {
-    CU(kl_cu_api.cuStreamSynchronize(cb_of(be)->compute));
+    host_sync(cb_of(be), cb_of(be)->compute, "before freeing a CUDA graph");
     CU(kl_cu_api.cuGraphExecDestroy((CUgraphExec)graph));
 }
 
@@ -424,7 +489,7 @@ static const void *pad_operand(cuda_backend *cb, const kl_coll *k, int64_t padde
 {
     size_t esz = (size_t)ir_dtype_size(k->dt), bytes = (size_t)padded * esz;
     if (bytes > cb->comm_pad_bytes) {
-        CU(kl_cu_api.cuStreamSynchronize(cb->comm));
+        host_sync(cb, cb->comm, "before growing reduce_scatter's padded operand");
         if (cb->comm_pad)
             CU(kl_cu_api.cuMemFree(cb->comm_pad));
         CU(kl_cu_api.cuMemAlloc(&cb->comm_pad, bytes));
@@ -485,9 +550,9 @@ static void cuda_collective_wait(kl_backend *be)
 static void cuda_destroy(kl_backend *be)
 {
     cuda_backend *cb = cb_of(be);
-    CU(kl_cu_api.cuStreamSynchronize(cb->compute));
-    CU(kl_cu_api.cuStreamSynchronize(cb->copy));
-    CU(kl_cu_api.cuStreamSynchronize(cb->comm));
+    host_sync(cb, cb->compute, "the run's end");
+    host_sync(cb, cb->copy, "the run's end");
+    host_sync(cb, cb->comm, "the run's end");
 #ifdef KILN_HAVE_NCCL
     for (int i = 0; i < cb->nccl.n; i++)
         kl_nccl_close(cb->nccl.v[i]);
@@ -529,6 +594,7 @@ static void cuda_destroy(kl_backend *be)
     CU(kl_cu_api.cuMemFree(cb->kargs));
     CU(kl_cu_api.cuEventDestroy(cb->t0));
     CU(kl_cu_api.cuEventDestroy(cb->t1));
+    CU(kl_cu_api.cuEventDestroy(cb->host_ev));
     CU(kl_cu_api.cuStreamDestroy(cb->compute));
     CU(kl_cu_api.cuStreamDestroy(cb->copy));
     CU(kl_cu_api.cuStreamDestroy(cb->comm));
@@ -697,6 +763,7 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     }
     CU(kl_cu_api.cuEventCreate(&cb->t0, CU_EVENT_DEFAULT));
     CU(kl_cu_api.cuEventCreate(&cb->t1, CU_EVENT_DEFAULT));
+    CU(kl_cu_api.cuEventCreate(&cb->host_ev, CU_EVENT_DISABLE_TIMING));
     CU(kl_cu_api.cuMemAlloc(&cb->kargs, sizeof(kl_kargs)));
     CU(kl_cu_api.cuMemAlloc(&cb->split_ws, (size_t)KIR_CUDA_WORKSPACE_BYTES));
     cb->workspace_bytes = (size_t)32 << 20;

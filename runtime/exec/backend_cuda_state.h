@@ -21,7 +21,7 @@
     X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)          \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamDestroy)      \
     X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
-    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)                     \
+    X(cuEventSynchronize) X(cuEventQuery) X(cuEventElapsedTime) X(cuModuleLoadData) X(cuModuleUnload)                     \
     X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuOccupancyMaxPotentialBlockSize)    \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuStreamBeginCapture) X(cuStreamEndCapture)          \
     X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
@@ -143,6 +143,7 @@ typedef struct cuda_backend {
     void *bounce; /* pinned, for copy_out */
     size_t bounce_cap;
     CUevent t0, t1;
+    CUevent host_ev; /* recorded where the host waits for a stream (host_wait) */
 } cuda_backend;
 
 static inline cuda_backend *cb_of(kl_backend *be)

@@ -106,6 +106,10 @@ kl_nccl *kl_nccl_open(kl_comm *c)
     if (kl_comm_rank(c) == 0)
         check(nc, api.ncclGetUniqueId(&id), "ncclGetUniqueId", "the communicator's start", "its id", 1, IR_I64);
     kl_comm_broadcast(c, &id, (int64_t)(sizeof id / sizeof(int64_t)), IR_I64, 0, "NCCL's unique id");
+    /* Every rank here before any waits in ncclCommInitRank, which has no
+     * timeout of its own: a rank that stopped is reported by this
+     * agreement's comm_timeout (the broadcast does not wait at its root). */
+    kl_comm_sum_startup(c, 1, "the ranks' arrival at NCCL's start");
     check(nc, api.ncclCommInitRank(&nc->nc, kl_comm_world(c), id, kl_comm_rank(c)), "ncclCommInitRank",
           "the communicator's start", "its id", 1, IR_I64);
     return nc;

@@ -467,11 +467,29 @@ static void ensure_startup(kl_exec *e, const kl_kargs *args)
     run_steps(e, 1u << IR_PHASE_STARTUP, args);
 }
 
+/* Whether a device backend's run of e goes through host memory in the
+ * middle (run_shard's copies out and back, which synchronise): such a
+ * run cannot be recorded as a graph (a capture allows no host copy). */
+static bool host_round_trip(const kl_exec *e)
+{
+    if (!strcmp(e->s->be->ops->name, "cpu"))
+        return false;
+    for (int i = 0; i < e->plan->steps.n; i++) {
+        const kl_step *st = &e->plan->steps.v[i];
+        if (st->kind != KL_STEP_COLLECTIVE)
+            continue;
+        ir_op op = ir_nd(e->g, st->node)->op;
+        if (op == IR_OP_SHARD_COPY || op == IR_OP_SHARD_GATHER)
+            return true;
+    }
+    return false;
+}
+
 /* The graph record of runs with this mask, or NULL when runs are not
  * recorded. */
 static kl_exec_graph *graph_of(kl_exec *e, unsigned mask)
 {
-    if (e->s->no_graphs || !e->s->be->ops->capture_begin)
+    if (e->s->no_graphs || !e->s->be->ops->capture_begin || host_round_trip(e))
         return NULL;
     for (int i = 0; i < e->ngraphs; i++)
         if (e->graphs[i].mask == mask)

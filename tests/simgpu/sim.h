@@ -29,8 +29,11 @@ typedef struct sim_part {
     size_t mem_bytes;
 } sim_part;
 
-/* The part KILN_SIMULATED_GPU names (after cuInit). */
+/* The part KILN_SIMULATED_GPU names (after cuInit), and how many of it
+ * the machine has (KILN_SIMULATED_GPU_COUNT, default 8). */
+#define SIM_MAX_DEVICES 64
 extern const sim_part *sim_dev;
+extern int sim_ndev;
 
 /* ---- device memory (sim_device.c) ---- */
 

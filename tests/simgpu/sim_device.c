@@ -21,6 +21,7 @@ static const sim_part parts[] = {
 };
 
 const sim_part *sim_dev;
+int sim_ndev;
 static size_t mem_total; /* the part's, or KILN_SIMULATED_GPU_MEMORY */
 
 /* ---- errors ---- */
@@ -84,6 +85,8 @@ static const struct {
      "operation not permitted when stream is capturing"},
     {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
      "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
+     "capture was not joined with the origin stream"},
     {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation is not permitted in this state"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -135,6 +138,23 @@ SIM_EXPORT CUresult cuInit(unsigned flags)
             sim_dev = &parts[i];
     if (!sim_dev)
         return CUDA_ERROR_NO_DEVICE; /* runtime/cpu/simgpu.c names the choices */
+    /* KILN_SIMULATED_GPU_COUNT devices of the part (default 8, an HGX
+     * node's), so that each rank of a job on one machine takes its own
+     * (its local rank). Each process has its own memory count: the
+     * devices share nothing but their NCCL communicators (sim_nccl.c). */
+    const char *k = getenv("KILN_SIMULATED_GPU_COUNT");
+    if (k && *k) {
+        char *end;
+        long v = strtol(k, &end, 10);
+        if (*end || v < 1 || v > SIM_MAX_DEVICES) {
+            sim_dev = NULL;
+            sim_say("KILN_SIMULATED_GPU_COUNT must be a count from 1 to %d, not '%.40s'", SIM_MAX_DEVICES, k);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        sim_ndev = (int)v;
+    } else {
+        sim_ndev = 8;
+    }
     mem_total = sim_dev->mem_bytes;
     const char *m = getenv("KILN_SIMULATED_GPU_MEMORY");
     if (m && *m) {
@@ -164,23 +184,23 @@ SIM_EXPORT CUresult cuDriverGetVersion(int *v)
 SIM_EXPORT CUresult cuDeviceGetCount(int *n)
 {
     NEED_INIT();
-    *n = 1;
+    *n = sim_ndev;
     return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
     NEED_INIT();
-    if (ordinal != 0)
+    if (ordinal < 0 || ordinal >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
-    *d = 0;
+    *d = ordinal;
     return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 {
     NEED_INIT();
-    if (d != 0)
+    if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -191,7 +211,7 @@ SIM_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 SIM_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d)
 {
     NEED_INIT();
-    if (d != 0)
+    if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
     *bytes = mem_total;
     return CUDA_SUCCESS;
@@ -200,7 +220,7 @@ SIM_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d)
 SIM_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
     NEED_INIT();
-    if (d != 0)
+    if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
     const sim_part *p = sim_dev;
     switch (a) {
@@ -230,7 +250,7 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice 
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *v = 2; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = d; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; break;
     default: return CUDA_ERROR_INVALID_VALUE;
@@ -242,25 +262,25 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice 
 
 static struct CUctx_st {
     int retained;
-} primary;
+} primary[SIM_MAX_DEVICES];
 static __thread CUcontext current;
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
     NEED_INIT();
-    if (d != 0)
+    if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
-    __atomic_add_fetch(&primary.retained, 1, __ATOMIC_SEQ_CST);
-    *c = &primary;
+    __atomic_add_fetch(&primary[d].retained, 1, __ATOMIC_SEQ_CST);
+    *c = &primary[d];
     return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d)
 {
     NEED_INIT();
-    if (d != 0)
+    if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
-    if (__atomic_sub_fetch(&primary.retained, 1, __ATOMIC_SEQ_CST) < 0)
+    if (__atomic_sub_fetch(&primary[d].retained, 1, __ATOMIC_SEQ_CST) < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     return CUDA_SUCCESS;
 }
@@ -268,7 +288,7 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d)
 SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext c)
 {
     NEED_INIT();
-    if (c && c != &primary)
+    if (c && (c < primary || c >= primary + sim_ndev))
         return CUDA_ERROR_INVALID_CONTEXT;
     current = c;
     return CUDA_SUCCESS;

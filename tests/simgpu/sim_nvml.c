@@ -3,8 +3,10 @@
  * the simulator's own counts (cuMemGetInfo's); utilisation, power,
  * temperature and clocks are plausible constants for the part, marked
  * simulated where Kiln prints them (never a GPU's measurement). Return
- * codes as NVML's: 0 success, 1 uninitialised, 2 invalid argument. The
- * one device is found by index (the simulator has no PCI bus id). */
+ * codes as NVML's: 0 success, 1 uninitialised, 2 invalid argument. A
+ * device is found by index (the simulator has no PCI bus id); every
+ * device reads this process's memory count (each rank of a job uses one
+ * device, its own). */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,7 +18,7 @@ typedef struct { unsigned gpu, memory; } nvml_util;
 typedef struct { unsigned long long total, free, used; } nvml_mem;
 
 static int nvml_inits;
-static char device_handle; /* the one device's handle: its address */
+static char device_handle[SIM_MAX_DEVICES]; /* device i's handle: &device_handle[i] */
 
 SIM_EXPORT int nvmlInit_v2(void)
 {
@@ -48,9 +50,9 @@ SIM_EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **dev)
 {
     if (!nvml_inits)
         return NVML_UNINITIALIZED;
-    if (i != 0 || !dev)
+    if (i >= (unsigned)sim_ndev || !dev)
         return NVML_INVALID;
-    *dev = &device_handle;
+    *dev = &device_handle[i];
     return NVML_OK;
 }
 
@@ -58,7 +60,7 @@ SIM_EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **dev)
     do {                                                                                                               \
         if (!nvml_inits)                                                                                               \
             return NVML_UNINITIALIZED;                                                                                 \
-        if ((dev) != &device_handle || !(out))                                                                         \
+        if ((char *)(dev) < device_handle || (char *)(dev) >= device_handle + sim_ndev || !(out))                     \
             return NVML_INVALID;                                                                                       \
     } while (0)
 

@@ -10,7 +10,12 @@
  *
  * Capture (cuStreamBeginCapture) records the stream's work as a graph
  * instead of running it; cuGraphLaunch queues the recorded nodes, in
- * their recorded order, as one item of the stream it is launched on. */
+ * their recorded order, as one item of the stream it is launched on.
+ * As in CUDA, a stream that waits on an event recorded in a capturing
+ * stream joins the capture (its later work is recorded in the same
+ * graph), and cuStreamEndCapture refuses a graph whose joined streams'
+ * last work the origin stream has not waited for
+ * (CUDA_ERROR_STREAM_CAPTURE_UNJOINED). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -41,10 +46,19 @@ struct CUstream_st {
     bool busy, quit;
     pthread_cond_t cv; /* work queued, or finished (under lock) */
     CUgraph capture;   /* capturing into this graph */
+    /* While capturing: the nodes this stream recorded, and how many of
+     * them the origin stream (or one joined to it) has waited for. */
+    uint64_t captured, joined;
+    uint64_t capture_id; /* of the capture it records into (a graph's number) */
 };
 
 struct CUevent_st {
     unsigned flags;
+    /* Recorded last in a capture: by which stream, after how many of its
+     * nodes (a wait on it joins that capture). */
+    uint64_t capture_id; /* 0: not recorded in a capture */
+    CUstream capture_stream;
+    uint64_t capture_at;
     uint64_t recorded, completed; /* generations */
     double when;                  /* seconds, at completion */
 };
@@ -135,6 +149,7 @@ CUresult sim_enqueue(CUstream s, sim_fn fn, void *arg, size_t arg_bytes)
     pthread_mutex_lock(&lock);
     if (s->capture) {
         CUgraph g = s->capture;
+        s->captured++;
         if (g->tail)
             g->tail->next = o;
         else
@@ -296,6 +311,9 @@ SIM_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
     pthread_mutex_lock(&lock);
     bool capturing = s && s->capture;
     ev_arg a = {e, capturing ? 0 : ++e->recorded};
+    e->capture_id = capturing ? s->capture_id : 0;
+    e->capture_stream = capturing ? s : NULL;
+    e->capture_at = capturing ? s->captured + 1 : 0; /* with the record itself */
     pthread_mutex_unlock(&lock);
     return sim_enqueue(s, capturing ? run_record_latest : run_record, &a, sizeof a);
 }
@@ -308,6 +326,21 @@ SIM_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     ev_arg a = {e, e->recorded};
+    /* The recording stream, while it still captures into that graph. */
+    CUstream rec = NULL;
+    for (CUstream o = live_streams; o && e->capture_id; o = o->next_live)
+        if (o == e->capture_stream && o->capture && o->capture_id == e->capture_id)
+            rec = o;
+    if (s && rec) {
+        if (!s->capture) {
+            /* Joins the capture: from here its work is the graph's. */
+            s->capture = rec->capture;
+            s->capture_id = rec->capture_id;
+            s->captured = s->joined = 0;
+        } else if (s->capture_id == rec->capture_id && rec->joined < e->capture_at) {
+            rec->joined = e->capture_at;
+        }
+    }
     pthread_mutex_unlock(&lock);
     return sim_enqueue(s, run_wait, &a, sizeof a);
 }
@@ -322,6 +355,19 @@ SIM_EXPORT CUresult cuEventSynchronize(CUevent e)
         pthread_cond_wait(&events_cv, &lock);
     pthread_mutex_unlock(&lock);
     return sim_sticky();
+}
+
+SIM_EXPORT CUresult cuEventQuery(CUevent e)
+{
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = sim_sticky();
+    if (r)
+        return r;
+    pthread_mutex_lock(&lock);
+    bool done = e->completed >= e->recorded;
+    pthread_mutex_unlock(&lock);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 SIM_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
@@ -479,8 +525,12 @@ SIM_EXPORT CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
     CUresult r = CUDA_SUCCESS;
     if (s->capture)
         r = CUDA_ERROR_ILLEGAL_STATE;
-    else
+    else {
         s->capture = calloc(1, sizeof *s->capture);
+        static uint64_t captures;
+        s->capture_id = ++captures;
+        s->captured = s->joined = 0;
+    }
     pthread_mutex_unlock(&lock);
     return r;
 }
@@ -492,9 +542,25 @@ SIM_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
     pthread_mutex_lock(&lock);
     CUgraph c = s->capture;
     s->capture = NULL;
+    bool unjoined = false;
+    if (c) {
+        /* The streams that joined leave it; each must have been waited for. */
+        for (CUstream o = live_streams; o; o = o->next_live)
+            if (o != s && o->capture == c) {
+                unjoined |= o->joined < o->captured;
+                o->capture = NULL;
+            }
+    }
     pthread_mutex_unlock(&lock);
     if (!c)
         return CUDA_ERROR_ILLEGAL_STATE;
+    if (unjoined) {
+        sim_say("cuStreamEndCapture: a stream joined the capture and its last work was not waited for by the origin stream");
+        free_ops(c->head);
+        free(c);
+        *g = NULL;
+        return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
     if (c->invalid) {
         free_ops(c->head);
         free(c);
