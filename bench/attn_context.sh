@@ -71,7 +71,7 @@ echo "kiln attention against context: $(grep -m1 'model name' /proc/cpuinfo | cu
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-9s %5s %11s %11s %10s %14s %14s %12s\n' form T arena_MB rss_MB ms_step "arena x T/2" "rss x T/2" "ms x T/2"
 for form in $forms; do
-  prev_arena= prev_rss= prev_ms=
+  prev_arena='' prev_rss='' prev_ms=''
   for t in $ts; do
     model "$form" "$t" > "$dir/$form$t.kl"
     arena=$("$kiln" ir "$dir/$form$t.kl" --after memplan --format timeline |
