@@ -32,7 +32,7 @@ bool cg_cuda_attention_fits(const cg_attn_native *a, int nbufs, char *why, size_
 {
     const char *env = getenv("KILN_CUDA_ATTENTION");
     if (a->kind == CG_ATTN_NONE)
-        snprintf(why, n, "not an f32 attention kernel");
+        snprintf(why, n, "not an attention kernel with f32 results and f32 or bf16 operands");
     else if (env && !strcmp(env, "generated"))
         snprintf(why, n, "KILN_CUDA_ATTENTION=generated");
     else if (!operands_alike(a))
