@@ -29,6 +29,9 @@ typedef struct cg_attn_native {
     /* The kernel parameter of each of the op's operands, then of each of
      * its results, in the op's order. */
     int arg[CG_ATTN_MAX_ARGS];
+    /* Per operand and result (the op's order): bf16 rather than f32 (with
+     * precision = bf16: q, k, v and dout; results are f32). */
+    bool bf16[CG_ATTN_MAX_ARGS];
     int nargs;
 } cg_attn_native;
 
@@ -37,8 +40,8 @@ typedef struct cg_attn_native {
 typedef struct kir_cuda kir_cuda;
 
 /* Whether the tiled kernel runs attention kernel a: true, or false with
- * the reason in why (not f32, a head wider than 128, or
- * KILN_CUDA_ATTENTION=generated). */
+ * the reason in why (not f32 or bf16 operands, f32 results, a head wider
+ * than 128, or KILN_CUDA_ATTENTION=generated). */
 bool cg_cuda_attention_fits(const cg_attn_native *a, int nbufs, char *why, size_t n);
 /* Replaces *c (the generated kernel `name`, of nbufs buffers) by the tiled
  * kernel when it fits; returns whether it did. */

@@ -18,13 +18,25 @@
 
 enum { FA_THREADS = 128, FA_FORWARD_ROWS = 64, FA_MAX_HEAD = 128 };
 
+/* q, k, v (and dout) all f32 or all bf16: the template's one operand type. */
+static bool operands_alike(const cg_attn_native *a)
+{
+    int n = a->kind == CG_ATTN_FORWARD ? 3 : 4;
+    for (int i = 1; i < n; i++)
+        if (a->bf16[i] != a->bf16[0])
+            return false;
+    return true;
+}
+
 bool cg_cuda_attention_fits(const cg_attn_native *a, int nbufs, char *why, size_t n)
 {
     const char *env = getenv("KILN_CUDA_ATTENTION");
     if (a->kind == CG_ATTN_NONE)
-        snprintf(why, n, "not an f32 attention kernel");
+        snprintf(why, n, "not an attention kernel with f32 results and f32 or bf16 operands");
     else if (env && !strcmp(env, "generated"))
         snprintf(why, n, "KILN_CUDA_ATTENTION=generated");
+    else if (!operands_alike(a))
+        snprintf(why, n, "q, k, v and dout of different dtypes (f32 and bf16)");
     else if (a->d > FA_MAX_HEAD || a->dv > FA_MAX_HEAD)
         snprintf(why, n, "head size d = %lld, dv = %lld: the tiled kernel takes at most %d", (long long)a->d,
                  (long long)a->dv, FA_MAX_HEAD);
@@ -65,18 +77,26 @@ bool cg_cuda_attention(const cg_attn_native *a, const char *name, kir_cuda *c)
                   (long long)a->d, (long long)a->dv, a->causal ? ", causal" : "");
     char fn_name[sizeof c->launches[0].fn];
     snprintf(fn_name, sizeof fn_name, "%s_tiled", name);
+    /* Each kernel parameter's C type: bf16 operands as their bits. */
+    const char *type[CG_ATTN_MAX_ARGS];
+    for (int i = 0; i < c->nbufs; i++)
+        type[i] = "float";
+    for (int i = 0; i < a->nargs; i++)
+        if (a->bf16[i])
+            type[a->arg[i]] = "unsigned short";
     kl_buf_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d, 3) %s(", FA_THREADS, fn_name);
     for (int i = 0; i < c->nbufs; i++)
-        kl_buf_printf(&b, "float *b%d, ", i);
+        kl_buf_printf(&b, "%s *b%d, ", type[i], i);
     kl_buf_puts(&b, "const kl_kargs *ka)\n{\n    (void)ka;\n");
-    kl_buf_printf(&b, "    %s<%lld, %lld, %s>(", fn[a->kind], (long long)a->d, (long long)a->dv, a->causal ? "true" : "false");
+    kl_buf_printf(&b, "    %s<%lld, %lld, %s, %s>(", fn[a->kind], (long long)a->d, (long long)a->dv, a->causal ? "true" : "false",
+                  a->bf16[0] ? "unsigned short" : "float");
     for (int i = 0; i < a->nargs; i++)
         kl_buf_printf(&b, "b%d, ", a->arg[i]);
     kl_buf_printf(&b, "%d, %d, %d, %.9gf);\n}\n", (int)a->batch, (int)a->tq, (int)a->tk, a->scale);
     kl_buf_printf(&b, "#ifdef KL_EMULATION\nextern \"C\" void kl_emu_%s(void *const *kb, const kl_kargs *ka)\n{\n    %s(", fn_name,
                   fn_name);
     for (int i = 0; i < c->nbufs; i++)
-        kl_buf_printf(&b, "(float *)kb[%d], ", i);
+        kl_buf_printf(&b, "(%s *)kb[%d], ", type[i], i);
     kl_buf_puts(&b, "ka);\n}\n#endif\n");
     int nbufs = c->nbufs;
     kir_cuda_free(c);

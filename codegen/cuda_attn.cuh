@@ -29,25 +29,31 @@
 #define KL_FA_BK 16 /* streamed rows per tile */
 #define KL_FA_LDT (KL_FA_BK + 1)
 
+/* An operand element as f32: itself, or a bf16's bits (the top half of
+ * its f32: exact). q, k, v and dout are f32, or bf16 with precision =
+ * bf16 (T = unsigned short); results are f32. */
+__device__ __forceinline__ float kl_fa_ld(float x) { return x; }
+__device__ __forceinline__ float kl_fa_ld(unsigned short b) { return __int_as_float((int)((unsigned int)b << 16)); }
+
 /* Rows [row0, row0 + R) of a row-major [n, W] matrix into sh[R][LD],
  * zeros past row n. */
-template <int R, int W, int LD>
-__device__ __forceinline__ void kl_fa_rows(float *sh, const float *g, int row0, int n)
+template <int R, int W, int LD, typename T>
+__device__ __forceinline__ void kl_fa_rows(float *sh, const T *g, int row0, int n)
 {
     for (int e = threadIdx.x; e < R * W; e += blockDim.x) {
         const int r = e / W, c = e % W;
-        sh[r * LD + c] = row0 + r < n ? g[(row0 + r) * W + c] : 0.0f;
+        sh[r * LD + c] = row0 + r < n ? kl_fa_ld(g[(row0 + r) * W + c]) : 0.0f;
     }
 }
 
 /* Rows [row0, row0 + KL_FA_BK) of a [n, W] matrix transposed into
  * sh[W][KL_FA_LDT], zeros past row n. */
-template <int W>
-__device__ __forceinline__ void kl_fa_cols(float *sh, const float *g, int row0, int n)
+template <int W, typename T>
+__device__ __forceinline__ void kl_fa_cols(float *sh, const T *g, int row0, int n)
 {
     for (int e = threadIdx.x; e < KL_FA_BK * W; e += blockDim.x) {
         const int r = e / W, c = e % W;
-        sh[c * KL_FA_LDT + r] = row0 + r < n ? g[(row0 + r) * W + c] : 0.0f;
+        sh[c * KL_FA_LDT + r] = row0 + r < n ? kl_fa_ld(g[(row0 + r) * W + c]) : 0.0f;
     }
 }
 
@@ -106,8 +112,8 @@ __device__ __forceinline__ float kl_fa_half_sum(float v)
 
 /* Forward: (q [B, tq, D], k [B, tk, D], v [B, tk, DV]) -> (out [B, tq, DV],
  * lse [B, tq]). A block per tile of 64 queries. */
-template <int D, int DV, bool CAUSAL>
-__device__ void kl_fa_forward(const float *q, const float *k, const float *v, float *out, float *lse, int batch,
+template <int D, int DV, bool CAUSAL, typename T>
+__device__ void kl_fa_forward(const T *q, const T *k, const T *v, float *out, float *lse, int batch,
                               int tq, int tk, float scale)
 {
     constexpr int R = 64, RW = R / KL_FA_WARPS, U = (DV + 31) / 32;
@@ -193,8 +199,8 @@ __device__ void kl_fa_forward(const float *q, const float *k, const float *v, fl
  * there) and D = dout . out, a thread per row summing in increasing c (the
  * CPU's order: D's rounding reaches every score gradient of the row, and
  * where softmax is nearly one-hot dq is mostly that rounding). */
-template <int R, int DV>
-__device__ __forceinline__ void kl_fa_row_stats(float *Ls, float *Dd, const float *dout, const float *out,
+template <int R, int DV, typename T>
+__device__ __forceinline__ void kl_fa_row_stats(float *Ls, float *Dd, const T *dout, const float *out,
                                                 const float *lse, int row0, int n)
 {
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
@@ -202,7 +208,7 @@ __device__ __forceinline__ void kl_fa_row_stats(float *Ls, float *Dd, const floa
         float dd = 0.0f;
         if (in)
             for (int c = 0; c < DV; c++)
-                dd += dout[(row0 + r) * DV + c] * out[(row0 + r) * DV + c];
+                dd += kl_fa_ld(dout[(row0 + r) * DV + c]) * out[(row0 + r) * DV + c];
         Dd[r] = dd;
         Ls[r] = in ? lse[row0 + r] : KL_INF;
     }
@@ -213,8 +219,8 @@ __device__ __forceinline__ void kl_fa_row_stats(float *Ls, float *Dd, const floa
 #define KL_FA_BWD_ROWS(D, DV) ((D) > 64 || (DV) > 64 ? 32 : 64)
 
 /* dq [B, tq, D] from (dout, q, k, v, out, lse): a block per query tile. */
-template <int D, int DV, bool CAUSAL>
-__device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, const float *v, const float *out,
+template <int D, int DV, bool CAUSAL, typename T>
+__device__ void kl_fa_grad_q(const T *dout, const T *q, const T *k, const T *v, const float *out,
                              const float *lse, float *dq, int batch, int tq, int tk, float scale)
 {
     constexpr int R = KL_FA_BWD_ROWS(D, DV), RW = R / KL_FA_WARPS, U = (D + 31) / 32;
@@ -278,8 +284,8 @@ __device__ void kl_fa_grad_q(const float *dout, const float *q, const float *k, 
 
 /* (dk [B, tk, D], dv [B, tk, DV]) from (dout, q, k, v, out, lse): a block
  * per key tile; the query tiles that see it stream through. */
-template <int D, int DV, bool CAUSAL>
-__device__ void kl_fa_grad_kv(const float *dout, const float *q, const float *k, const float *v, const float *out,
+template <int D, int DV, bool CAUSAL, typename T>
+__device__ void kl_fa_grad_kv(const T *dout, const T *q, const T *k, const T *v, const float *out,
                               const float *lse, float *dk, float *dv, int batch, int tq, int tk,
                               float scale)
 {

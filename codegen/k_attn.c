@@ -19,8 +19,9 @@
  *
  * Every dot product is a SEQ loop inside the row's iteration: on the GPU
  * that is one thread per row, grid-stride (codegen/cuda_map.c). The
- * result dtype is f32 (f64 for f64 models): the op's precision class
- * keeps the accumulating rows out of bf16. */
+ * result dtype is f32 (f64 for f64 models), also for bf16 operands
+ * (precision = bf16: widened as they are loaded), so the accumulating
+ * rows stay out of bf16. */
 #include <math.h>
 
 #include "attn_native.h"
@@ -315,13 +316,20 @@ bool cg_attention_native(const cg_group *grp, const kir_kernel *k, cg_attn_nativ
     cg_attn_native a = {.kind = kind, .nargs = n->in.n + n->out.n};
     for (int i = 0; i < a.nargs; i++) {
         int v = i < n->in.n ? n->in.v[i] : n->out.v[i - n->in.n];
-        if (ir_val(g, v)->type.dtype != IR_F32)
+        ir_dtype dt = ir_val(g, v)->type.dtype;
+        /* Results f32; operands f32 or bf16 (q, k and v alike). */
+        bool operand = i < n->in.n && (kind == CG_ATTN_FORWARD || i < 4);
+        if (dt != IR_F32 && !(dt == IR_BF16 && operand))
             return false;
+        a.bf16[i] = dt == IR_BF16;
         a.arg[i] = kernel_param_of(k, v);
         if (a.arg[i] < 0)
             return false;
     }
-    attn_geom geo = geom_of(g, n, kind == CG_ATTN_FORWARD ? 0 : 1);
+    int q0 = kind == CG_ATTN_FORWARD ? 0 : 1;
+    if (a.bf16[q0 + 1] != a.bf16[q0] || a.bf16[q0 + 2] != a.bf16[q0])
+        return false;
+    attn_geom geo = geom_of(g, n, q0);
     a.batch = geo.batch;
     a.tq = geo.tq;
     a.tk = geo.tk;

@@ -704,11 +704,14 @@ int ir_shape_attention(ir_infer *inf)
     double scale = ir_attr_float(inf->attrs, "scale", 1);
     if (!isfinite(scale))
         return ir_infer_error(inf, "attention: scale must be finite, got %g", scale);
+    /* The output rows accumulate: f32 for f32 and bf16 operands (f64
+     * for f64), like lse. */
     inf->out[0] = *q;
     inf->out[0].dim[q->rank - 1] = v->dim[v->rank - 1];
+    inf->out[0].dtype = q->dtype == IR_F64 ? IR_F64 : IR_F32;
     inf->out[1] = *q;
     inf->out[1].rank--;
-    inf->out[1].dtype = q->dtype == IR_F64 ? IR_F64 : IR_F32;
+    inf->out[1].dtype = inf->out[0].dtype;
     return 0;
 }
 
@@ -975,17 +978,23 @@ int ir_shape_shard(ir_infer *inf)
 }
 
 /* (dout, q, k, v, out, lse) -> dq (attention_grad_q) or dk, dv
- * (attention_grad_kv), each like its forward operand. */
+ * (attention_grad_kv), each the shape of its forward operand; dout has
+ * q's dtype or attention's result dtype (f32; f64 for f64), out, lse and
+ * the gradients the result dtype. */
 int ir_shape_attention_grad(ir_infer *inf)
 {
     if (check_attention(inf, 1))
         return -1;
     const ir_type *q = &inf->in[1];
-    ir_type o = *q, lse = *q;
-    o.dim[q->rank - 1] = inf->in[3].dim[q->rank - 1];
+    ir_dtype acc = q->dtype == IR_F64 ? IR_F64 : IR_F32;
+    ir_type dout = *q, o, lse = *q;
+    dout.dim[q->rank - 1] = inf->in[3].dim[q->rank - 1];
+    o = dout;
+    o.dtype = acc;
     lse.rank--;
-    lse.dtype = q->dtype == IR_F64 ? IR_F64 : IR_F32;
-    if (!ir_type_eq(&inf->in[0], &o) || !ir_type_eq(&inf->in[4], &o) || !ir_type_eq(&inf->in[5], &lse))
+    lse.dtype = acc;
+    if ((!ir_type_eq(&inf->in[0], &dout) && !ir_type_eq(&inf->in[0], &o)) || !ir_type_eq(&inf->in[4], &o) ||
+        !ir_type_eq(&inf->in[5], &lse))
         return ir_infer_error(inf, "%s: dout, out or lse do not match q, k, v", ir_op_name(inf->op));
     if (inf->op == IR_OP_ATTENTION_GRAD_Q) {
         inf->out[0] = *q;
@@ -993,5 +1002,7 @@ int ir_shape_attention_grad(ir_infer *inf)
         inf->out[0] = inf->in[2];
         inf->out[1] = inf->in[3];
     }
+    for (int i = 0; i < (inf->op == IR_OP_ATTENTION_GRAD_Q ? 1 : 2); i++)
+        inf->out[i].dtype = acc;
     return 0;
 }

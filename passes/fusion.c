@@ -143,7 +143,10 @@ static const pattern patterns[] = {
     {"grad_norms", anchor_grad_norm, true, EPI_NONE, sibling_grad_norm, 16, false, false},
     {"reduction", anchor_reduce, true, EPI_NONE, NULL, 0, false, false},
     {"pool", anchor_pool, false, EPI_ANCHOR_OUTPUT, NULL, 0, false, false},
-    {"optimizer", anchor_update, false, EPI_NONE, sibling_update, 8, false, false},
+    /* As many updates as the kernel's buffers allow (IR_KERNEL_MAX_BUFS:
+     * 15 Adam updates, of 4 buffers each, with the 2 shared scalars):
+     * the fewest launches over all parameters of a step. */
+    {"optimizer", anchor_update, false, EPI_NONE, sibling_update, IR_KERNEL_MAX_BUFS, false, false},
 };
 
 /* ---- the fusion state ---- */

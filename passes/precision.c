@@ -8,7 +8,9 @@
  *     take low-precision operands; their products accumulate in fp32, and
  *     those that give a param's gradient return fp32 (attribute out);
  *   - ops of class F32 (softmax, losses, reductions, exp/log, statistics)
- *     take fp32 operands and give fp32;
+ *     take fp32 operands and give fp32; attention and its backward, with
+ *     bf16, take bf16 q, k, v (and dout) and give fp32 (fp16 runs feed
+ *     them fp32);
  *   - the rest follow their operands: low when every computed float
  *     operand is low, fp32 otherwise; normalisations keep their data's
  *     dtype and compute their statistics in fp32;
@@ -38,7 +40,7 @@
 #include "passes.h"
 #include "ir/train_config.h"
 
-typedef enum { MODE_SKIP, MODE_LOW, MODE_F32, MODE_FOLLOW, MODE_NORM } mode;
+typedef enum { MODE_SKIP, MODE_LOW, MODE_F32, MODE_FOLLOW, MODE_NORM, MODE_ATTN } mode;
 
 typedef struct prec {
     ir_graph *g;
@@ -66,6 +68,8 @@ static mode mode_of(const prec *P, const ir_node *n)
         return MODE_NORM;
     if (want && !strcmp(want, "f32"))
         return MODE_F32;
+    if (ir_ops[n->op].kclass == IR_KC_ATTN && P->low == IR_BF16)
+        return MODE_ATTN;
     if (want && ir_dtype_from_name(want) == (int)P->low)
         return MODE_LOW;
     switch (ir_ops[n->op].precision) {
@@ -287,6 +291,16 @@ static void assign(prec *P, ir_node *n)
         if ((n->op == IR_OP_BATCHNORM_GRAD || n->op == IR_OP_LAYERNORM_GRAD) &&
             ir_val(g, n->in.v[0])->type.dtype != ir_val(g, n->in.v[1])->type.dtype)
             set_operand_dtype(P, n, 0, ir_val(g, n->in.v[1])->type.dtype);
+        retype(g, n);
+        return;
+    }
+    if (m == MODE_ATTN) {
+        /* bf16 operands (q, k, v; in backward dout too), f32 results:
+         * the kernels widen each row as they load it and accumulate in
+         * f32, and backward reads the forward's f32 out and lse. */
+        int nlow = n->op == IR_OP_ATTENTION ? 3 : 4;
+        for (int k = 0; k < n->in.n; k++)
+            set_operand_dtype(P, n, k, k < nlow ? P->low : IR_F32);
         retype(g, n);
         return;
     }

@@ -1,4 +1,5 @@
-/* Hand-written CPU kernels of the attention ops (f32), run by the CPU
+/* Hand-written CPU kernels of the attention ops (f32 results; f32 or bf16
+ * operands), run by the CPU
  * backend in place of the kernel IR's generated ones (codegen/k_attn.c),
  * which compute the same thing one key at a time and stay the reference
  * (KILN_CPU_ATTENTION=generated runs them instead).
@@ -9,8 +10,11 @@
  * (running maximum m and sum l per query row) rescales the output rows,
  * which live in a local accumulator, so no Tq x Tk buffer exists in
  * forward or backward, only BQ x BK per thread. The tiles are locals: at
- * most 144 KB of a thread's stack (grad_kv_tile), far below the 2-8 MB
- * threads get by default. Backward recomputes the
+ * most 176 KB of a thread's stack (grad_q_tile, grad_kv_tile), far below
+ * the 2-8 MB threads get by default. With precision = bf16, q, k, v and
+ * dout are bf16: each row is widened to f32 as a tile is loaded
+ * (transposed or into a local copy), and every sum is f32 as for f32
+ * operands; results are f32. Backward recomputes the
  * probabilities from the saved lse, p = exp(s scale - lse), and is split
  * by who owns the result rows (query tiles for dq, key tiles for dk and
  * dv), so there are no atomics and no reductions across threads.
@@ -63,18 +67,55 @@ bool kl_cpu_attention_supported(const cg_attn_native *a)
 typedef float v16 __attribute__((vector_size(64), aligned(4), may_alias));
 enum { W = 16 };
 
-/* dst[c * BK + j] = src[j * n + c] for j < rows, c < n, and 0 for the
+/* An operand: f32, or bf16 (precision = bf16), widened to f32 as it is
+ * loaded (exactly: a bf16 value is the top half of its f32). */
+typedef struct operand {
+    const void *p;
+    bool bf16;
+} operand;
+
+static inline __attribute__((always_inline)) float widen(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Rows r0 .. r0 + rows - 1 of x ([.., n]) as f32: x's own rows, or
+ * widened into buf (rows x n floats). */
+static inline __attribute__((always_inline)) const float *rows_f32(float *restrict buf, operand x, int64_t r0, int rows,
+                                                                   int64_t n)
+{
+    if (!x.bf16)
+        return (const float *)x.p + r0 * n;
+    const uint16_t *h = (const uint16_t *)x.p + r0 * n;
+    for (int64_t e = 0; e < rows * n; e++)
+        buf[e] = widen(h[e]);
+    return buf;
+}
+
+/* dst[c * BK + j] = x[(r0 + j) * n + c] for j < rows, c < n, and 0 for the
  * columns from rows up to the next multiple of W: a tile of rows
  * transposed, so a loop along the tile's rows is contiguous. */
-static void transpose_tile(float *restrict dst, const float *restrict src, int rows, int64_t n)
+static inline __attribute__((always_inline)) void transpose_tile(float *restrict dst, operand x, int64_t r0, int rows,
+                                                                 int64_t n)
 {
     int padded = (rows + W - 1) / W * W;
     for (int64_t c = 0; c < n; c++)
         for (int j = rows; j < padded; j++)
             dst[c * BK + j] = 0;
-    for (int j = 0; j < rows; j++)
-        for (int64_t c = 0; c < n; c++)
-            dst[c * BK + j] = src[j * n + c];
+    if (x.bf16) {
+        const uint16_t *src = (const uint16_t *)x.p + r0 * n;
+        for (int j = 0; j < rows; j++)
+            for (int64_t c = 0; c < n; c++)
+                dst[c * BK + j] = widen(src[j * n + c]);
+    } else {
+        const float *src = (const float *)x.p + r0 * n;
+        for (int j = 0; j < rows; j++)
+            for (int64_t c = 0; c < n; c++)
+                dst[c * BK + j] = src[j * n + c];
+    }
 }
 
 /* s[i * BK + j] = sum over c < n (in order) of x[i * ldx + c] * yt[c * BK + j]
@@ -193,13 +234,13 @@ static int64_t key_end(const cg_attn_native *a, int64_t i0, int nq)
     return a->causal && i0 + nq < a->tk ? i0 + nq : a->tk;
 }
 
-KL_ATTN_CLONES static void forward_tile(const cg_attn_native *a, const float *q, const float *k, const float *v,
-                                        float *out, float *lse, int64_t bh, int64_t i0, int nq)
+KL_ATTN_CLONES static void forward_tile(const cg_attn_native *a, operand q, operand k, operand v, float *out, float *lse,
+                                        int64_t bh, int64_t i0, int nq)
 {
     const int64_t d = a->d, dv = a->dv;
     const float scale = (float)a->scale;
-    const float *qt = q + (bh * a->tq + i0) * d, *kb = k + bh * a->tk * d, *vb = v + bh * a->tk * dv;
-    float kt[DMAX * BK], s[BQ * BK], acc[BQ * DMAX], m[BQ], l[BQ];
+    float kt[DMAX * BK], s[BQ * BK], acc[BQ * DMAX], m[BQ], l[BQ], qw[BQ * DMAX], vw[BK * DMAX];
+    const float *qt = rows_f32(qw, q, bh * a->tq + i0, nq, d);
     for (int i = 0; i < nq; i++) {
         m[i] = -INFINITY;
         l[i] = 0;
@@ -208,7 +249,7 @@ KL_ATTN_CLONES static void forward_tile(const cg_attn_native *a, const float *q,
     int64_t kend = key_end(a, i0, nq);
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         int nk = kend - j0 < BK ? (int)(kend - j0) : BK;
-        transpose_tile(kt, kb + j0 * d, nk, d);
+        transpose_tile(kt, k, bh * a->tk + j0, nk, d);
         tile_scores(s, qt, d, nq, kt, nk, d);
         for (int i = 0; i < nq; i++) {
             float *row = s + i * BK, *o = acc + i * dv;
@@ -236,7 +277,7 @@ KL_ATTN_CLONES static void forward_tile(const cg_attn_native *a, const float *q,
             for (int64_t c = 0; c < dv; c++)
                 o[c] *= alpha;
         }
-        tile_accumulate(acc, dv, nq, s, BK, 1, nk, vb + j0 * dv, dv, dv);
+        tile_accumulate(acc, dv, nq, s, BK, 1, nk, rows_f32(vw, v, bh * a->tk + j0, nk, dv), dv, dv);
     }
     for (int i = 0; i < nq; i++) {
         float inv = 1.0f / l[i], *o = out + (bh * a->tq + i0 + i) * dv;
@@ -260,50 +301,51 @@ static inline void score_grads(float *restrict s, float *restrict dp, int nv, in
         s[j] = dp[j] = 0;
 }
 
-KL_ATTN_CLONES static void grad_q_tile(const cg_attn_native *a, float *const *t, int64_t bh, int64_t i0, int nq)
+KL_ATTN_CLONES static void grad_q_tile(const cg_attn_native *a, const operand *t, int64_t bh, int64_t i0, int nq)
 {
-    const float *dout = t[0], *q = t[1], *k = t[2], *v = t[3], *out = t[4], *lse = t[5];
-    float *dq = t[6];
+    const float *out = t[4].p, *lse = t[5].p;
+    float *dq = (float *)t[6].p;
     const int64_t d = a->d, dv = a->dv;
     const float scale = (float)a->scale;
     const int64_t r0 = bh * a->tq + i0;
-    const float *kb = k + bh * a->tk * d, *vb = v + bh * a->tk * dv;
     float kt[DMAX * BK], vt[DMAX * BK], s[BQ * BK], dp[BQ * BK], acc[BQ * DMAX], dd[BQ];
+    float qw[BQ * DMAX], gw[BQ * DMAX], kw[BK * DMAX];
+    const float *dout = rows_f32(gw, t[0], r0, nq, dv), *qt = rows_f32(qw, t[1], r0, nq, d);
     for (int i = 0; i < nq; i++)
-        dd[i] = dot(dout + (r0 + i) * dv, out + (r0 + i) * dv, dv);
+        dd[i] = dot(dout + i * dv, out + (r0 + i) * dv, dv);
     memset(acc, 0, sizeof(float) * (size_t)(nq * d));
     int64_t kend = key_end(a, i0, nq);
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         int nk = kend - j0 < BK ? (int)(kend - j0) : BK;
-        transpose_tile(kt, kb + j0 * d, nk, d);
-        transpose_tile(vt, vb + j0 * dv, nk, dv);
-        tile_scores(s, q + r0 * d, d, nq, kt, nk, d);
-        tile_scores(dp, dout + r0 * dv, dv, nq, vt, nk, dv);
+        transpose_tile(kt, t[2], bh * a->tk + j0, nk, d);
+        transpose_tile(vt, t[3], bh * a->tk + j0, nk, dv);
+        tile_scores(s, qt, d, nq, kt, nk, d);
+        tile_scores(dp, dout, dv, nq, vt, nk, dv);
         for (int i = 0; i < nq; i++)
             score_grads(s + i * BK, dp + i * BK, visible_keys(a, i0 + i, j0, nk), nk, scale, lse[r0 + i], dd[i]);
-        tile_accumulate(acc, d, nq, dp, BK, 1, nk, kb + j0 * d, d, d);
+        tile_accumulate(acc, d, nq, dp, BK, 1, nk, rows_f32(kw, t[2], bh * a->tk + j0, nk, d), d, d);
     }
     memcpy(dq + r0 * d, acc, sizeof(float) * (size_t)(nq * d));
 }
 
-KL_ATTN_CLONES static void grad_kv_tile(const cg_attn_native *a, float *const *t, int64_t bh, int64_t j0, int nk)
+KL_ATTN_CLONES static void grad_kv_tile(const cg_attn_native *a, const operand *t, int64_t bh, int64_t j0, int nk)
 {
-    const float *dout = t[0], *q = t[1], *k = t[2], *v = t[3], *out = t[4], *lse = t[5];
-    float *dk = t[6], *dvo = t[7];
+    const float *out = t[4].p, *lse = t[5].p;
+    float *dk = (float *)t[6].p, *dvo = (float *)t[7].p;
     const int64_t d = a->d, dv = a->dv;
     const float scale = (float)a->scale;
     const int64_t rk = bh * a->tk + j0, rq = bh * a->tq;
-    float kt[DMAX * BK], vt[DMAX * BK], s[BQ * BK], dp[BQ * BK];
+    float kt[DMAX * BK], vt[DMAX * BK], s[BQ * BK], dp[BQ * BK], qw[BQ * DMAX], gw[BQ * DMAX];
     float acck[BK * DMAX], accv[BK * DMAX];
-    transpose_tile(kt, k + rk * d, nk, d);
-    transpose_tile(vt, v + rk * dv, nk, dv);
+    transpose_tile(kt, t[2], rk, nk, d);
+    transpose_tile(vt, t[3], rk, nk, dv);
     memset(acck, 0, sizeof(float) * (size_t)(nk * d));
     memset(accv, 0, sizeof(float) * (size_t)(nk * dv));
     /* Under causal masking the queries before j0 see none of the tile. */
     int64_t first = a->causal ? j0 / BQ * BQ : 0;
     for (int64_t i0 = first; i0 < a->tq; i0 += BQ) {
         int nq = a->tq - i0 < BQ ? (int)(a->tq - i0) : BQ;
-        const float *qt = q + (rq + i0) * d, *dot_ = dout + (rq + i0) * dv;
+        const float *qt = rows_f32(qw, t[1], rq + i0, nq, d), *dot_ = rows_f32(gw, t[0], rq + i0, nq, dv);
         tile_scores(s, qt, d, nq, kt, nk, d);
         tile_scores(dp, dot_, dv, nq, vt, nk, dv);
         for (int i = 0; i < nq; i++) {
@@ -321,9 +363,9 @@ KL_ATTN_CLONES static void grad_kv_tile(const cg_attn_native *a, float *const *t
 
 void kl_cpu_attention(const cg_attn_native *a, void *const *bufs)
 {
-    float *t[CG_ATTN_MAX_ARGS];
+    operand t[CG_ATTN_MAX_ARGS];
     for (int i = 0; i < a->nargs; i++)
-        t[i] = (float *)bufs[a->arg[i]];
+        t[i] = (operand){bufs[a->arg[i]], a->bf16[i]};
     /* Tasks own their result rows: query tiles, or key tiles for dk, dv. */
     int64_t rows = a->kind == CG_ATTN_GRAD_KV ? a->tk : a->tq;
     int64_t tile = a->kind == CG_ATTN_GRAD_KV ? BK : BQ;
@@ -335,7 +377,7 @@ void kl_cpu_attention(const cg_attn_native *a, void *const *bufs)
         int n = rows - r0 < tile ? (int)(rows - r0) : (int)tile;
         switch (a->kind) {
         case CG_ATTN_FORWARD:
-            forward_tile(a, t[0], t[1], t[2], t[3], t[4], bh, r0, n);
+            forward_tile(a, t[0], t[1], t[2], (float *)t[3].p, (float *)t[4].p, bh, r0, n);
             break;
         case CG_ATTN_GRAD_Q:
             grad_q_tile(a, t, bh, r0, n);

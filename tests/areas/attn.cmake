@@ -36,5 +36,8 @@ add_test(NAME attn.train COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/attention/trai
 add_test(NAME attn.reference.causal_fused COMMAND reference_check tests/attention/causal_fused.kl --batch 4 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 add_test(NAME attn.reference.causal_fused.bf16 COMMAND reference_check tests/attention/causal_fused.kl --batch 4 --set precision=bf16
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# precision = bf16 feeds attention bf16 q, k, v and dout (no casts), f32 results.
+add_test(NAME attn.bf16_operands COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/attention/bf16_operands.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(attn.train attn.reference.causal_fused attn.reference.causal_fused.bf16 PROPERTIES
   ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

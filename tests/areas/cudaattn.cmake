@@ -25,6 +25,16 @@ if(KILN_HAVE_CUDA)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(cudaattn.occupancy_fails PROPERTIES
     PASS_REGULAR_EXPRESSION "FAIL: kk_[0-9a-f]+_tiled \\(attention_grad_kv, from tests/cudaattn/gpt2_heads.kl")
+  # bf16 operands (precision = bf16: q, k, v and dout as bf16 bits,
+  # widened as the tiles are staged): NVRTC without spills, and the
+  # emulator against the CPU backend's bf16 kernels.
+  add_test(NAME cudaattn.nvrtc.bf16 COMMAND nvrtc_check --arch sm_80,sm_90 --precisions bf16 tests/cudaattn/gpt2_heads.kl
+           tests/cudaattn/causal_t70_d32.kl WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  add_test(NAME cudaattn.emulate.bf16 COMMAND kernel_check --emulate --batch 1 --precisions bf16 --config "train fused"
+           tests/cudaattn/causal_t70_d32.kl tests/cudaattn/full_d64_dv48.kl tests/cudaattn/causal_uneven.kl
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cudaattn.nvrtc.bf16 cudaattn.emulate.bf16 PROPERTIES
+    SKIP_RETURN_CODE 77 ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
   set_tests_properties(cudaattn.nvrtc cudaattn.emulate cudaattn.occupancy cudaattn.occupancy_fails PROPERTIES
     SKIP_RETURN_CODE 77 ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
 endif()

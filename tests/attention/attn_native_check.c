@@ -6,6 +6,10 @@
  * not, the default scale and others. Each result (out, lse, dq, dk, dv)
  * must agree within 2e-5 of its largest magnitude; and the kernels must
  * give the same bytes with 1 thread and with 3 (tasks own their rows).
+ * Then the same with bf16 operands (q, k, v and dout; precision = bf16):
+ * the results must be the bytes of the f32 kernels given those operands
+ * widened to f32 (widening is exact and the sums are the same), and
+ * within the bound of the f64 reference on the widened operands.
  *
  *   attn_native_check
  */
@@ -55,24 +59,59 @@ static float *zeros(int64_t n)
     return calloc((size_t)n, sizeof(float));
 }
 
-/* The five results of the kernels at the given thread count. */
-static void run_native(const case_ *c, const cg_attn_native *base, tensors *t, int threads)
+/* The bf16 operands of a run (h != NULL): q, k, v, dout. */
+typedef struct halves {
+    uint16_t *q, *k, *v, *dout;
+} halves;
+
+/* The five results of the kernels at the given thread count; with h, the
+ * operands are h's bf16 ones. */
+static void run_native(const case_ *c, const cg_attn_native *base, tensors *t, int threads, const halves *h)
 {
     omp_set_num_threads(threads);
     cg_attn_native a = *base;
+    void *q = h ? (void *)h->q : t->q, *k = h ? (void *)h->k : t->k, *v = h ? (void *)h->v : t->v;
+    void *dout = h ? (void *)h->dout : t->dout;
     a.kind = CG_ATTN_FORWARD;
     a.nargs = 5;
-    void *fw[] = {t->q, t->k, t->v, t->out, t->lse};
+    for (int i = 0; i < CG_ATTN_MAX_ARGS; i++)
+        a.bf16[i] = h && i < 3;
+    void *fw[] = {q, k, v, t->out, t->lse};
     kl_cpu_attention(&a, fw);
     a.kind = CG_ATTN_GRAD_Q;
     a.nargs = 7;
-    void *gq[] = {t->dout, t->q, t->k, t->v, t->out, t->lse, t->dq};
+    for (int i = 0; i < CG_ATTN_MAX_ARGS; i++)
+        a.bf16[i] = h && i < 4;
+    void *gq[] = {dout, q, k, v, t->out, t->lse, t->dq};
     kl_cpu_attention(&a, gq);
     a.kind = CG_ATTN_GRAD_KV;
     a.nargs = 8;
-    void *gkv[] = {t->dout, t->q, t->k, t->v, t->out, t->lse, t->dk, t->dv};
+    void *gkv[] = {dout, q, k, v, t->out, t->lse, t->dk, t->dv};
     kl_cpu_attention(&a, gkv);
     (void)c;
+}
+
+/* x rounded to bf16 (to nearest even; these values are finite), as bits. */
+static uint16_t *to_bf16(const float *x, int64_t n)
+{
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        h[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+    return h;
+}
+
+/* bf16 bits widened to f32 (exact). */
+static float *widened(const uint16_t *h, int64_t n)
+{
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&x[i], &u, 4);
+    }
+    return x;
 }
 
 typedef struct reference {
@@ -152,11 +191,20 @@ int main(void)
             failures++;
             continue;
         }
+        for (int bf = 0; bf < 2; bf++) {
         tensors t[2];
         float *q = randn(nq, &state), *k = randn(nk, &state), *v = randn(nv, &state), *go = randn(no, &state);
+        halves h = {0};
+        if (bf) { /* the operands rounded to bf16, and their f32 widening */
+            h = (halves){to_bf16(q, nq), to_bf16(k, nk), to_bf16(v, nv), to_bf16(go, no)};
+            free(q), free(k), free(v), free(go);
+            q = widened(h.q, nq), k = widened(h.k, nk), v = widened(h.v, nv), go = widened(h.dout, no);
+        }
+        /* bf16: run 0 the f32 kernels on the widened operands, run 1 the
+         * bf16 kernels (3 threads). */
         for (int r = 0; r < 2; r++) {
             t[r] = (tensors){q, k, v, go, zeros(no), zeros(B * c->tq), zeros(nq), zeros(nk), zeros(nv)};
-            run_native(c, &a, &t[r], r ? 3 : 1);
+            run_native(c, &a, &t[r], r ? 3 : 1, bf && r ? &h : NULL);
         }
         reference ref = attention_f64(c, &t[0], scale);
         struct { const char *name; float *x[2]; double *ref; int64_t n; } res[] = {
@@ -164,12 +212,12 @@ int main(void)
             {"dq", {t[0].dq, t[1].dq}, ref.dq, nq},    {"dk", {t[0].dk, t[1].dk}, ref.dk, nk},
             {"dv", {t[0].dv, t[1].dv}, ref.dv, nv},
         };
-        printf("case %zu: [%lld, %lld|%lld, %lld|%lld] %s scale %.4g:", ci, (long long)B, (long long)c->tq,
-               (long long)c->tk, (long long)c->d, (long long)c->dv, c->causal ? "causal" : "full", scale);
+        printf("case %zu%s: [%lld, %lld|%lld, %lld|%lld] %s scale %.4g:", ci, bf ? " bf16" : "", (long long)B,
+               (long long)c->tq, (long long)c->tk, (long long)c->d, (long long)c->dv, c->causal ? "causal" : "full", scale);
         for (size_t r = 0; r < sizeof res / sizeof res[0]; r++) {
             double w = worst(res[r].x[0], res[r].ref, res[r].n);
             bool same = !memcmp(res[r].x[0], res[r].x[1], sizeof(float) * (size_t)res[r].n);
-            printf(" %s %.1e%s", res[r].name, w, same ? "" : " (threads differ)");
+            printf(" %s %.1e%s", res[r].name, w, same ? "" : bf ? " (bf16 and f32 differ)" : " (threads differ)");
             if (!(w <= BOUND) || !same)
                 failures++;
             free(res[r].x[0]);
@@ -181,6 +229,8 @@ int main(void)
         free(k);
         free(v);
         free(go);
+        free(h.q), free(h.k), free(h.v), free(h.dout);
+        }
     }
     /* Head sizes past the kernels' limit run the generated kernel. */
     cg_attn_native big = {.kind = CG_ATTN_FORWARD, .batch = 1, .tq = 4, .tk = 4, .d = 129, .dv = 8};
