@@ -6,8 +6,8 @@
 # and recompute = auto under a memory limit choosing recomputation until
 # params, state and arena fit. Then the same file at a tiny size
 # (tests/gpt/gpt2_tiny.sh: vocabulary 512, width 96, context 32; still 12
-# layers and 12 heads) trains 12 steps from token files made by `kiln
-# pack`, fp32 and bf16: the first loss near ln(512), falling.
+# layers and 12 heads) trains 12 steps from u16 token files made by `kiln
+# pack --token-ids`, fp32 and bf16: the first loss near ln(512), falling.
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/gpt2_tiny.sh"
