@@ -1,5 +1,5 @@
 /* kiln pack: a data set into WebDataset tar shards plus a manifest, or
- * text into token files. The inputs are pack_sources.c's; this file
+ * text or token ids into token files. The inputs are pack_sources.c's; this file
  * writes. Everything lands in a staging folder beside the output folder,
  * which replaces the output folder in one rename when every file is
  * written: a reader sees the old pack or the new one, never a mixture. */
@@ -28,8 +28,8 @@ static const char pack_usage[] =
     "Converts a data set into POSIX tar shards in the WebDataset layout\n"
     "(DIR/SPLIT-000000.tar ..., each sample the members KEY.EXT sharing a key)\n"
     "with DIR/manifest.json (samples per split and shard, fields, dtypes,\n"
-    "shapes, class names); or text into token files (DIR/train.tok,\n"
-    "DIR/val.tok). Identical inputs give byte-identical output. DIR is\n"
+    "shapes, class names); or text or token ids into token files\n"
+    "(DIR/train.tok, DIR/val.tok). Identical inputs give byte-identical output. DIR is\n"
     "replaced whole when everything is written; an existing DIR must be\n"
     "empty or an earlier kiln pack output.\n"
     "\n"
@@ -47,6 +47,10 @@ static const char pack_usage[] =
     "  --text PATH        text (a file, or a folder read recursively in sorted\n"
     "                     order) as byte-level tokens (u8, vocabulary 256);\n"
     "                     repeatable; --text-ext .py keeps only such files\n"
+    "  --token-ids FILE   a 1-D integer .npy of token ids (a tokenizer's output,\n"
+    "                     e.g. GPT-2 BPE) as u16 tokens (u8 for a vocabulary\n"
+    "                     up to 256, u32 past 65,536); --vocab N gives the\n"
+    "                     vocabulary (default: the largest id + 1)\n"
     "\n"
     "  -o DIR                 the output folder\n"
     "  --shard-size SIZE      start a new shard before one would pass SIZE\n"
@@ -57,11 +61,12 @@ static const char pack_usage[] =
     "  --limit N              the first N samples of each split only\n"
     "  --shuffle SEED         store each split's samples in an order shuffled by\n"
     "                         SEED (keys stay the input positions)\n"
-    "  --val-fraction F       --text: the last F of the tokens are the\n"
+    "  --val-fraction F       --text, --token-ids: the last F of the tokens are the\n"
     "                         validation split (default 0.1; 0: none)\n";
 
 typedef struct pack_opts {
-    const char *out, *idx, *images, *text_ext;
+    const char *out, *idx, *images, *text_ext, *token_ids;
+    int64_t vocab;
     KL_VEC(char *) npy;
     KL_VEC(char *) test_npy;
     KL_VEC(char *) text;
@@ -461,35 +466,33 @@ static int read_text(const char *path, const char *ext, bool top, kl_buf *text, 
     return 0;
 }
 
-static int pack_text(const pack_opts *opt, const char *staging)
+/* Writes the token files (train, and val unless --val-fraction is 0) and
+ * the manifest: n tokens of dtype_bytes each at data; input, source,
+ * files and tokenizer describe them in the manifest. */
+static int write_token_files(const pack_opts *opt, const char *staging, const char *input, const char *source,
+                             int64_t files, const char *tokenizer, int dtype_bytes, uint64_t vocab, const void *data,
+                             int64_t n)
 {
-    kl_buf text = {0}, m = {0};
-    int64_t files = 0;
+    kl_buf m = {0};
     int rc = 0;
-    for (int i = 0; i < opt->text.n && !rc; i++)
-        rc = read_text(opt->text.v[i], opt->text_ext ? opt->text_ext : "", true, &text, &files);
-    if (!rc && !text.len) {
-        kl_error("%s: no text to pack%s", opt->text.v[0], opt->text_ext ? " (no file with the --text-ext ending)" : "");
-        rc = -1;
+    int64_t nval = (int64_t)((double)n * opt->val_fraction), ntrain = n - nval;
+    if (opt->val_fraction > 0 && (nval < 2 || ntrain < 2)) {
+        kl_error("%s: %lld tokens cannot be split with --val-fraction %g (each split needs at least 2)", source,
+                 (long long)n, opt->val_fraction);
+        return -1;
     }
-    int64_t n = (int64_t)text.len, nval = (int64_t)((double)n * opt->val_fraction), ntrain = n - nval;
-    if (!rc && opt->val_fraction > 0 && (nval < 2 || ntrain < 2)) {
-        kl_error("%s: %lld tokens cannot be split with --val-fraction %g (each split needs at least 2)",
-                 opt->text.v[0], (long long)n, opt->val_fraction);
-        rc = -1;
-    }
-    kl_buf_puts(&m, "{\n  \"format\": \"kiln-pack 1\",\n  \"layout\": \"tokens\",\n  \"input\": \"text\",\n  \"source\": ");
-    kl_buf src = {0};
-    for (int i = 0; i < opt->text.n; i++)
-        kl_buf_printf(&src, "%s%s", i ? " " : "", opt->text.v[i]);
-    pack_json_str(&m, src.s);
-    kl_buf_free(&src);
-    kl_buf_printf(&m, ",\n  \"files\": %lld,\n  \"tokenizer\": \"bytes\",\n  \"dtype\": \"u8\",\n  \"vocab\": 256,\n  \"splits\": {", (long long)files);
+    kl_buf_printf(&m, "{\n  \"format\": \"kiln-pack 1\",\n  \"layout\": \"tokens\",\n  \"input\": \"%s\",\n  \"source\": ",
+                  input);
+    pack_json_str(&m, source);
+    if (files >= 0)
+        kl_buf_printf(&m, ",\n  \"files\": %lld", (long long)files);
+    kl_buf_printf(&m, ",\n  \"tokenizer\": \"%s\",\n  \"dtype\": \"u%d\",\n  \"vocab\": %llu,\n  \"splits\": {",
+                  tokenizer, 8 * dtype_bytes, (unsigned long long)vocab);
     static const char *names[2] = {"train", "val"};
     for (int k = 0; k < (nval ? 2 : 1) && !rc; k++) {
         char *path = kl_xasprintf("%s/%s.tok", staging, names[k]);
         int64_t count = k ? nval : ntrain;
-        rc = kl_tokens_write(path, 1, 256, text.s + (k ? ntrain : 0), count);
+        rc = kl_tokens_write(path, dtype_bytes, vocab, (const char *)data + (k ? ntrain * dtype_bytes : 0), count);
         free(path);
         kl_buf_printf(&m, "%s\n    \"%s\": {\"file\": \"%s.tok\", \"tokens\": %lld}", k ? "," : "", names[k], names[k],
                       (long long)count);
@@ -502,7 +505,60 @@ static int pack_text(const pack_opts *opt, const char *staging)
         free(path);
     }
     kl_buf_free(&m);
+    return rc;
+}
+
+static int pack_text(const pack_opts *opt, const char *staging)
+{
+    kl_buf text = {0};
+    int64_t files = 0;
+    int rc = 0;
+    for (int i = 0; i < opt->text.n && !rc; i++)
+        rc = read_text(opt->text.v[i], opt->text_ext ? opt->text_ext : "", true, &text, &files);
+    if (!rc && !text.len) {
+        kl_error("%s: no text to pack%s", opt->text.v[0], opt->text_ext ? " (no file with the --text-ext ending)" : "");
+        rc = -1;
+    }
+    if (!rc) {
+        kl_buf src = {0};
+        for (int i = 0; i < opt->text.n; i++)
+            kl_buf_printf(&src, "%s%s", i ? " " : "", opt->text.v[i]);
+        rc = write_token_files(opt, staging, "text", src.s, files, "bytes", 1, 256, text.s, (int64_t)text.len);
+        kl_buf_free(&src);
+    }
     kl_buf_free(&text);
+    return rc;
+}
+
+/* ---- token ids (a tokenizer's output) to token files ---- */
+
+static int pack_token_ids(const pack_opts *opt, const char *staging)
+{
+    uint32_t *ids, max_id;
+    int64_t n;
+    if (pack_read_token_ids(opt->token_ids, &ids, &n, &max_id))
+        return -1;
+    uint64_t vocab = opt->vocab ? (uint64_t)opt->vocab : (uint64_t)max_id + 1;
+    int rc = 0;
+    if (max_id >= vocab) {
+        kl_error("%s: token id %u is not below --vocab %llu", opt->token_ids, max_id, (unsigned long long)vocab);
+        rc = -1;
+    }
+    /* the narrowest of u8, u16, u32 that holds every id below vocab */
+    int bytes = vocab <= 256 ? 1 : vocab <= 65536 ? 2 : 4;
+    void *data = kl_xmalloc((size_t)n * (size_t)bytes);
+    for (int64_t i = 0; i < n && !rc; i++) {
+        if (bytes == 1)
+            ((uint8_t *)data)[i] = (uint8_t)ids[i];
+        else if (bytes == 2)
+            ((uint16_t *)data)[i] = (uint16_t)ids[i];
+        else
+            ((uint32_t *)data)[i] = ids[i];
+    }
+    if (!rc)
+        rc = write_token_files(opt, staging, "token-ids", opt->token_ids, -1, "given", bytes, vocab, data, n);
+    free(data);
+    free(ids);
     return rc;
 }
 
@@ -550,6 +606,16 @@ int kl_pack_main(int argc, char **argv)
             kl_vec_push(opt.text, argv[++i]);
         } else if (!strcmp(a, "--text-ext") && has) {
             opt.text_ext = argv[++i];
+        } else if (!strcmp(a, "--token-ids") && has) {
+            opt.token_ids = argv[++i];
+        } else if (!strcmp(a, "--vocab") && has) {
+            if (parse_count(a, argv[++i], 1, &opt.vocab))
+                goto done;
+            if (opt.vocab > (int64_t)UINT32_MAX + 1) {
+                kl_error("kiln pack: --vocab %s: token files hold u32 ids at most (a vocabulary up to 4294967296)",
+                         argv[i]);
+                goto done;
+            }
         } else if (!strcmp(a, "--shard-size") && has) {
             opt.shard_bytes = kl_parse_bytes(argv[++i]);
             shard_size_given = true;
@@ -581,21 +647,33 @@ int kl_pack_main(int argc, char **argv)
             goto done;
         }
     }
-    int inputs = !!opt.idx + !!opt.images + !!opt.npy.n + !!opt.text.n;
+    int inputs = !!opt.idx + !!opt.images + !!opt.npy.n + !!opt.text.n + !!opt.token_ids;
     if (inputs != 1 || !opt.out) {
-        kl_error("kiln pack: needs one input (--idx, --images, --npy or --text) and -o DIR (see kiln pack --help)");
+        kl_error("kiln pack: needs one input (--idx, --images, --npy, --text or --token-ids) and -o DIR (see kiln pack "
+                 "--help)");
         goto done;
     }
+    /* text and token ids become token files, everything else shards */
+    bool tokens = opt.text.n || opt.token_ids;
     if (opt.test_npy.n && !opt.npy.n) {
         kl_error("kiln pack: --test-npy needs --npy for the train split");
         goto done;
     }
-    if (opt.text.n && (opt.limit || opt.shuffle || shard_size_given || opt.shard_samples)) {
-        kl_error("kiln pack: --text writes token files: --limit, --shuffle, --shard-size and --samples-per-shard do not apply");
+    if (tokens && (opt.limit || opt.shuffle || shard_size_given || opt.shard_samples)) {
+        kl_error("kiln pack: %s writes token files: --limit, --shuffle, --shard-size and --samples-per-shard do not apply",
+                 opt.text.n ? "--text" : "--token-ids");
         goto done;
     }
-    if (!opt.text.n && (opt.text_ext || opt.val_fraction != 0.1)) {
-        kl_error("kiln pack: --text-ext and --val-fraction apply to --text only");
+    if (!opt.text.n && opt.text_ext) {
+        kl_error("kiln pack: --text-ext applies to --text only");
+        goto done;
+    }
+    if (!tokens && opt.val_fraction != 0.1) {
+        kl_error("kiln pack: --val-fraction applies to --text and --token-ids only");
+        goto done;
+    }
+    if (!opt.token_ids && opt.vocab) {
+        kl_error("kiln pack: --vocab applies to --token-ids only");
         goto done;
     }
     if (!shard_size_given && opt.shard_samples)
@@ -610,11 +688,11 @@ int kl_pack_main(int argc, char **argv)
         kl_error("kiln pack: -o %s: name the output folder itself (not ., .. or /)", opt.out);
         goto done;
     }
-    if (check_out(opt.out) || (!opt.text.n && pack_libs_load()))
+    if (check_out(opt.out) || (!tokens && pack_libs_load()))
         goto done;
 
     pack_input in = {0};
-    if (!opt.text.n) {
+    if (!tokens) {
         int orc = opt.idx      ? pack_open_idx(opt.idx, opt.limit, &in)
                   : opt.images ? pack_open_imagefolder(opt.images, opt.limit, &in)
                                : pack_open_npy(opt.npy.v, opt.npy.n, opt.test_npy.v, opt.test_npy.n, opt.limit, &in);
@@ -624,7 +702,7 @@ int kl_pack_main(int argc, char **argv)
     /* The staging folder beside the output, so the final rename stays on
      * one file system. */
     char *parent = dir_of(opt.out);
-    if (!opt.text.n && check_room(&in, opt.out, parent)) {
+    if (!tokens && check_room(&in, opt.out, parent)) {
         free(parent);
         pack_input_free(&in);
         goto done;
@@ -635,7 +713,7 @@ int kl_pack_main(int argc, char **argv)
     if (!mkdtemp(staging)) {
         kl_error("%s: cannot make a folder beside it: %s", opt.out, strerror(errno));
         free(staging);
-        if (!opt.text.n)
+        if (!tokens)
             pack_input_free(&in);
         goto done;
     }
@@ -643,8 +721,10 @@ int kl_pack_main(int argc, char **argv)
     mode_t mask = umask(0);
     umask(mask);
     chmod(staging, 0777 & ~mask);
-    int prc = opt.text.n ? pack_text(&opt, staging) : pack_shards(&opt, &in, staging);
-    if (!opt.text.n)
+    int prc = opt.text.n     ? pack_text(&opt, staging)
+              : opt.token_ids ? pack_token_ids(&opt, staging)
+                              : pack_shards(&opt, &in, staging);
+    if (!tokens)
         pack_input_free(&in);
     if (prc || swap_in(staging, opt.out)) {
         remove_pack_dir(staging);

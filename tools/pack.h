@@ -1,6 +1,7 @@
 /* kiln pack: converts a data set into WebDataset tar shards (pack.c) from
  * the inputs in pack_sources.c (an IDX data set, an ImageFolder tree) and
- * pack_npy.c (NumPy arrays). Text becomes token files (runtime/data/tokens.h) instead. */
+ * pack_npy.c (NumPy arrays). Text and token ids become token files
+ * (runtime/data/tokens.h) instead. */
 #ifndef KILN_PACK_H
 #define KILN_PACK_H
 
@@ -51,6 +52,11 @@ int pack_open_imagefolder(const char *root, int64_t limit, pack_input *in);
  * train split, test_fields likewise for the test split (ntest may be 0). */
 int pack_open_npy(char **fields, int nfields, char **test_fields, int ntest, int64_t limit, pack_input *in);
 void pack_input_free(pack_input *in);
+/* A 1-D integer .npy of token ids (GPT-2 BPE ids, say): *ids (malloc'd)
+ * holds its n values, *max_id the largest. 0, or -1 after an error naming
+ * the file (not a 1-D integer array, empty, a negative id or one of 2^32
+ * or more). */
+int pack_read_token_ids(const char *path, uint32_t **ids, int64_t *n, uint32_t *max_id);
 /* Adds split name with count samples (at most limit when limit > 0). */
 void pack_add_split(pack_input *in, const char *name, int64_t count, int64_t limit);
 

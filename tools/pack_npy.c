@@ -1,5 +1,5 @@
-/* kiln pack's NumPy input: .npy arrays whose first axis is the samples.
- * See pack.h. */
+/* kiln pack's NumPy input: .npy arrays whose first axis is the samples,
+ * and 1-D arrays of token ids (--token-ids). See pack.h. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
@@ -377,4 +377,53 @@ fail:
     kl_buf_free(&src);
     pack_input_free(in);
     return -1;
+}
+
+/* ---- token ids: a 1-D integer .npy, for --token-ids ---- */
+
+int pack_read_token_ids(const char *path, uint32_t **ids, int64_t *n, uint32_t *max_id)
+{
+    npy_array a;
+    char *spec = kl_xasprintf("ids=%s", path);
+    int rc = npy_open(spec, &a);
+    free(spec);
+    *ids = NULL;
+    *n = 0;
+    *max_id = 0;
+    int t = rc ? -1 : npy_dtype(a.descr);
+    if (!rc && (a.rank != 0 || !npy_dtypes[t].integer || !strcmp(npy_dtypes[t].dtype, "bool"))) {
+        kl_error("%s: token ids are a 1-D integer array; this one is a %d-D %s array", path, a.rank + 1,
+                 npy_dtypes[t].dtype);
+        rc = -1;
+    }
+    if (!rc && a.count == 0) {
+        kl_error("%s: no token ids (an empty array)", path);
+        rc = -1;
+    }
+    if (!rc) {
+        *ids = kl_xmalloc((size_t)a.count * sizeof **ids);
+        for (int64_t i = 0; i < a.count && !rc; i++) {
+            int64_t v = npy_label(&a, i);
+            /* (u64 ids past 2^63 read as negative: too large) */
+            bool big = v > (int64_t)UINT32_MAX || (v < 0 && a.descr[1] == 'u');
+            if (v < 0 || big) {
+                kl_error("%s: token id %s%lld at position %lld is %s", path, big && v < 0 ? "above " : "",
+                         big && v < 0 ? (long long)INT64_MAX : (long long)v, (long long)i,
+                         big ? "2^32 or more (token files hold u32 ids at most)" : "negative (ids are 0 and up)");
+                rc = -1;
+                break;
+            }
+            (*ids)[i] = (uint32_t)v;
+            if ((uint32_t)v > *max_id)
+                *max_id = (uint32_t)v;
+        }
+        *n = a.count;
+    }
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
+    npy_close(&a);
+    return rc;
 }

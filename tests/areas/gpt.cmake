@@ -37,3 +37,14 @@ set_tests_properties(tokens.truncated PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${C
 add_test(NAME generate.bound COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/generate_bound.sh ${KILN_EXE}
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(generate.bound PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+
+# examples/gpt2_small.kl: params count, memory plans (fp32, bf16,
+# recompute = auto under a memory limit) and, at a tiny size, training
+# from kiln pack's token files in fp32 and bf16.
+add_test(NAME gpt.gpt2_small COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/gpt2_small.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(gpt.gpt2_small PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")
+# Its tiny size against the f64 reference, fp32 and bf16.
+add_test(NAME reference.examples.gpt2_small.tiny COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/gpt2_reference.sh ${KILN_EXE}
+         $<TARGET_FILE:reference_check> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(reference.examples.gpt2_small.tiny PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

