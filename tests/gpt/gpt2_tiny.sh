@@ -6,7 +6,8 @@
 # core, and its f64 reference far longer. The tokens take GPT-2's path:
 # ids of a 512-token vocabulary (tests/gpt's bytes, + 256 for a byte that
 # starts a word) in a .npy, packed by `kiln pack --token-ids` into u16
-# token files.
+# token files. Sourced by scripts in tests/gpt, so $0's folder is this one.
+source "$(dirname "$0")/../lib.sh"
 tiny_gpt2() { # KILN TMP
   local kiln=$1 dir=$2/m model=examples/gpt2_small.kl
   mkdir -p "$dir"
