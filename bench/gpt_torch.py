@@ -20,6 +20,11 @@ wrote (Kiln's names: gpt.1.block.N.dense.M.w, stored [in, out]).
         the same eager steps under torch.profiler after the warm-up: a
         table of operators by self CPU time
 
+PRECISION=bf16 in the environment runs the forward (and so the
+backward's matching GEMMs) under CPU autocast to bf16, with fp32
+parameters and optimizer, as Kiln's precision = bf16 keeps fp32 masters;
+WARM=N sets the warm-up steps (default max(3, STEPS / 10)).
+
 GELU=tanh in the environment selects GELU's tanh form (GPT-2's,
 F.gelu(approximate="tanh"), as `gelu(x, approximate = "tanh")` in Kiln);
 the exact erf form otherwise.
@@ -30,6 +35,7 @@ gpt.torch_first_loss.
 import json
 import math
 import os
+import re
 import struct
 import sys
 import time
@@ -39,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 GELU = "tanh" if os.environ.get("GELU") == "tanh" else "none"
+AUTOCAST = os.environ.get("PRECISION") == "bf16"
 
 ST_DTYPES = {"F32": np.float32}
 
@@ -73,9 +80,12 @@ class Gpt(torch.nn.Module):
         super().__init__()
         self.heads = heads
         self.p = torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(v.clone()) for k, v in w.items()})
-        self.layers = 0
-        while "gpt.1.block.%d.norm.1.g" % (self.layers + 1) in w:
-            self.layers += 1
+        # The blocks' name prefixes in the order they run: gpt.1.block.N.
+        # (examples/gpt.kl) or gpt.1.blocks4.M.block.N. (gpt2_small.kl,
+        # three calls of four blocks); a call's number counts the calls in
+        # the order they run, so sorting the numbers gives the order.
+        found = [re.match(r"^gpt\.1\.((?:blocks4\.\d+\.)?block\.\d+\.)norm\.1\.g$", k) for k in w]
+        self.blocks = sorted((m.group(1) for m in found if m), key=lambda p: [int(n) for n in re.findall(r"\d+", p)])
 
     def w(self, name):
         return self.p[name.replace(".", "_")]
@@ -86,10 +96,10 @@ class Gpt(torch.nn.Module):
     def norm(self, x, name):
         return F.layer_norm(x, x.shape[-1:], self.w(name + ".g"), self.w(name + ".b"), eps=1e-5)
 
-    def block(self, x, n):
+    def block(self, x, prefix):
         b, t, c = x.shape
         d = c // self.heads
-        pre = "gpt.1.block.%d." % n
+        pre = "gpt.1." + prefix
         h = self.norm(x, pre + "norm.1")
 
         def split(y):
@@ -105,8 +115,8 @@ class Gpt(torch.nn.Module):
         t = tokens.shape[1]
         wte = self.w("gpt.1.wte")
         x = wte[tokens] + self.w("gpt.1.wpe")[torch.arange(t)]
-        for n in range(1, self.layers + 1):
-            x = self.block(x, n)
+        for prefix in self.blocks:
+            x = self.block(x, prefix)
         logits = self.norm(x, "gpt.1.norm.1") @ wte.t()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -135,6 +145,9 @@ def speed(weights, tokens, context, heads, batch, steps, threads, mode, profile=
     gen = torch.Generator().manual_seed(1)
 
     def loss_of(x, y):
+        if AUTOCAST:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return net(x, y)
         return net(x, y)
 
     fn = torch.compile(loss_of) if mode == "compile" else loss_of
@@ -149,7 +162,7 @@ def speed(weights, tokens, context, heads, batch, steps, threads, mode, profile=
         opt.step()
         return loss.item()
 
-    warm = max(3, steps // 10)
+    warm = int(os.environ.get("WARM", max(3, steps // 10)))
     t_compile = time.perf_counter()
     for _ in range(warm):
         step()
@@ -162,13 +175,18 @@ def speed(weights, tokens, context, heads, batch, steps, threads, mode, profile=
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         return
     t0, c0 = time.perf_counter(), time.process_time()
+    each = []
     for _ in range(steps):
+        t1 = time.perf_counter()
         last = step()
+        each.append(time.perf_counter() - t1)
     secs, cpu_secs = time.perf_counter() - t0, time.process_time() - c0
     print(json.dumps({"framework": "pytorch %s" % torch.__version__, "mode": mode, "threads": threads,
                       "cpu": torch.backends.cpu.get_cpu_capability(), "steps": steps, "warmup_steps": warm,
                       "warmup_s": t0 - t_compile, "ms_per_step": 1e3 * secs / steps,
                       "cpu_ms_per_step": 1e3 * cpu_secs / steps,
+                      "median_ms_per_step": 1e3 * sorted(each)[len(each) // 2],
+                      "precision": "bf16 autocast" if AUTOCAST else "fp32",
                       "tokens_per_s": steps * batch * context / secs, "last_loss": last}))
 
 
