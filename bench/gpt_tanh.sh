@@ -68,7 +68,7 @@ import ctypes, ctypes.util
 lib = ctypes.CDLL(ctypes.util.find_library("openblas") or "libopenblas.so.0")
 lib.openblas_get_corename.restype = ctypes.c_char_p
 print(lib.openblas_get_corename().decode())' 2> /dev/null || echo unknown)
-gemms=$("$tmp/gpt" --steps 1 --threads 1 --eval-every 0 --set precision="$precision" 2>&1 | grep -o '[a-z0-9]* GEMMs: [^,]*' | head -1 || true)
+gemms=$("$tmp/gpt" --steps 1 --threads 1 --eval-every 0 --set precision="$precision" 2>&1 | grep -o '[a-z0-9]* GEMMs: [^,]*' | paste -sd ';' || true)
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
   "AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no), AMX: $(grep -qw amx_tile /proc/cpuinfo && echo yes || echo no)"
 echo "Kiln's $gemms; OpenBLAS core $core (OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset)"
