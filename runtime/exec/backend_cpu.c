@@ -553,7 +553,27 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     _mm_setcsr(_mm_getcsr() | 0x8040);
 #pragma omp parallel
     _mm_setcsr(_mm_getcsr() | 0x8040);
-    openblas_set_num_threads(threads);
+    /* KILN_GEMM_THREADS=N (a debugging setting, never a default): the
+     * GEMM library on N threads whatever the kernels' count, so runs at
+     * different thread counts can be compared bit for bit (OpenBLAS's
+     * sums depend on its thread count under some of its cores, e.g.
+     * OPENBLAS_CORETYPE=Haswell). */
+    int gemm_threads = threads;
+    const char *gt = getenv("KILN_GEMM_THREADS");
+    if (gt) {
+        char *end;
+        long n = strtol(gt, &end, 10);
+        if (end == gt || *end || n < 1 || n > 4096) {
+            kl_error("KILN_GEMM_THREADS must be a thread count from 1 to 4096, got '%s'", gt);
+            cpu_destroy(&cb->base);
+            return NULL;
+        }
+        gemm_threads = (int)n;
+        size_t used = strlen(cb->base.desc);
+        snprintf(cb->base.desc + used, sizeof cb->base.desc - used, ", OpenBLAS on %d thread%s (KILN_GEMM_THREADS)",
+                 gemm_threads, gemm_threads == 1 ? "" : "s");
+    }
+    openblas_set_num_threads(gemm_threads);
     cb->builtins = o ? o->builtins : NULL;
     cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
     cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
