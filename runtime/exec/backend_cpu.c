@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backend.h"
 #include "runtime/cpu/cpu_attn.h"
@@ -19,6 +20,7 @@
 /* OpenBLAS's own thread count; declared here to avoid depending on which
  * OpenBLAS header variant is installed. */
 void openblas_set_num_threads(int n);
+char *openblas_get_corename(void);
 
 typedef struct cpu_kernel {
     char *name;
@@ -37,6 +39,7 @@ typedef struct cpu_backend {
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
     kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 */
     kl_dnnl *dnnl_f32;          /* fp32 GEMMs (widened ones too) through oneDNN's sgemm; NULL: OpenBLAS */
+    bool few_on_openblas;       /* widened GEMMs of few columns on OpenBLAS (wide_on_openblas) */
     bool gemm16;                /* f16 GEMMs through gemm16.h's AVX-512 kernel; false: widened to fp32 */
     bool gemm16_every;          /* every f16 GEMM it takes (KILN_F16_GEMM=amx|avx512); false: by shape */
     kl_gemm16_ws gemm16_ws;
@@ -306,15 +309,31 @@ static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, co
     return false;
 }
 
+/* OpenBLAS's core (openblas_get_corename) is one of its AVX-512 sgemm
+ * kernels'. */
+bool kl_cpu_openblas_avx512(void)
+{
+    static const char *const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < KL_ARRAY_LEN(avx512); i++)
+        if (!strcasecmp(core, avx512[i]))
+            return true;
+    return false;
+}
+
 /* A widened GEMM with few result columns (n < 16: the MLP's 128 x 10
  * logits and their weight gradient) runs on OpenBLAS's sgemm where the
- * fp32 choice is oneDNN's: 63-82 against 44 GFLOP/s at 128 x 10 x 128,
- * either transpose (kiln bench --gemms, one thread, Zen 4). oneDNN stays
- * where the small dimension is K (128 x 128 x 10, B^T: 76 against 61).
- * The same fp32 products and fp32 sums, in another order. */
+ * fp32 choice is oneDNN's and OpenBLAS has its AVX-512 kernels: 63-82
+ * against 44 GFLOP/s at 128 x 10 x 128, either transpose (kiln bench
+ * --gemms, one thread, Zen 4, OpenBLAS core Cooperlake). With its AVX2
+ * kernels (core Haswell, which OpenBLAS 0.3.21 picks on CPUs it does not
+ * know) oneDNN is the faster: 69-75 against 43-49 (the same command, an
+ * AMD EPYC with AVX-512, 2026-12-04). oneDNN stays where the small
+ * dimension is K (128 x 128 x 10, B^T: 76 against 61). The same fp32
+ * products and fp32 sums, in another order. */
 static bool wide_on_openblas(const cpu_backend *cb, const kl_gemm *g)
 {
-    return cb->dnnl_f32 && g->n < 16;
+    return cb->dnnl_f32 && cb->few_on_openblas && g->n < 16;
 }
 
 static kl_f16_route f16_route(const cpu_backend *cb, const kl_gemm *g)
@@ -555,6 +574,7 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     _mm_setcsr(_mm_getcsr() | 0x8040);
     openblas_set_num_threads(threads);
     cb->builtins = o ? o->builtins : NULL;
+    cb->few_on_openblas = kl_cpu_openblas_avx512();
     cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
     cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
     cb->quiet = o && o->quiet;
