@@ -76,6 +76,12 @@ typedef struct kl_backend_ops {
      * build of the backend has none. */
     void (*collective)(kl_backend *be, const kl_coll *k);
     void (*collective_wait)(kl_backend *be);
+    /* Optional: drops every converted GEMM operand kept so far
+     * (kl_gemm.keep_a ...), and keeps and reuses them from now on only
+     * when on. The executor turns it on for one run of a plan's steps in
+     * their order (nothing else writes its buffers meanwhile) and off
+     * after, so a kept copy never outlives the elements it was made from. */
+    void (*gemm_reuse)(kl_backend *be, bool on);
 } kl_backend_ops;
 
 struct kl_backend {
