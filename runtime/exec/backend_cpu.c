@@ -270,6 +270,11 @@ static float *operand(cpu_backend *cb, int slot, int keep, int reuse, ir_dtype d
         }
         return k->w;
     }
+    /* One copy per id: a keep step that runs again in the run replaces its
+     * copy (a stale one must not stay findable). */
+    for (int i = 0; keep && i < cb->kept.n; i++)
+        if (cb->kept.v[i].id == keep)
+            cb->kept.v[i].id = 0;
     kept_operand *k = keep ? kept_slot(cb, n) : NULL;
     if (!k)
         return widen(cb, slot, dt, src, n, true);
