@@ -7,8 +7,9 @@
 #    non-finite gradients), checkpoint at 12 and 24: reuses happen (the
 #    count is printed), step 24's checkpoint equals KILN_GEMM_REUSE=off's;
 #  - resumed at step 12 under check, step 24's checkpoint is the same;
-#  - bf16 with --bf16-gemm openblas (widened bf16) and 2 steps of the fp16
-#    CNN (im2col columns, convolution gradients) under check;
+#  - bf16 with --bf16-gemm openblas (widened bf16), 2 steps of the fp16
+#    CNN (im2col columns, convolution gradients) and fp16 ZeRO-3 on 2
+#    ranks (gathered weights) under check;
 #  - another value of KILN_GEMM_REUSE is refused, naming it.
 source "$(dirname "$0")/../lib.sh"
 set -euo pipefail
@@ -66,6 +67,22 @@ for spec in "bf16:examples/mlp.kl --precision bf16 --bf16-gemm openblas --steps 
     fail=1
   fi
 done
+# ZeRO-3 on 2 ranks: the weights gathered before each GEMM (a collective
+# writes them) are kept only between gathers.
+zrun() {  # zrun REUSE CKPT
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_GEMM_REUSE="$1" "$kiln" run examples/mlp.kl \
+    --device cpu --threads 1 --eval-every 0 --data "$data" --precision fp16 --shard zero3 --steps 4 --save "$2" 2>&1
+}
+zrun check "$tmp/zc.ckpt" > "$tmp/zc.log"
+zrun off "$tmp/zo.ckpt" > "$tmp/zo.log"
+n=$(reused "$tmp/zc.log")
+if [ "$n" != none ] && [ "$n" -gt 0 ] && cmp -s "$tmp/zc.ckpt" "$tmp/zo.ckpt"; then
+  echo "ok: fp16 zero3 on 2 ranks under check: $n reused operands a rank, the checkpoint equal to off's"
+else
+  echo "FAIL: fp16 zero3 on 2 ranks under check: reused '$n', or its checkpoint differs from off's" >&2
+  tail -3 "$tmp/zc.log" >&2
+  fail=1
+fi
 if out=$(KILN_GEMM_REUSE=maybe "$kiln" run examples/mlp.kl --device cpu --steps 1 --data "$data" 2>&1); then
   echo "FAIL: KILN_GEMM_REUSE=maybe was accepted" >&2
   fail=1
