@@ -269,4 +269,5 @@ void plan_memory(kl_plan *p)
         plan_assign_offsets(p);
     else
         plan_assign_unplanned(p);
+    plan_mark_gemm_reuse(p);
 }

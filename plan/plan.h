@@ -77,6 +77,12 @@ typedef struct kl_gemm {
     double alpha, beta;
     int a, b, c;                          /* buffers */
     kl_gemm_epilogue epi;                 /* kind KL_LT_NONE: none */
+    /* Converted operands within one run (plan/gemm_reuse.c; 0: none):
+     * keep_a/keep_b, an id under which a backend that converts this
+     * operand (the CPU widens 16-bit ones) may keep the converted copy,
+     * since a later GEMM step reads it unchanged; reuse_a/reuse_b, the id
+     * of an earlier step's kept copy that holds this operand's elements. */
+    int keep_a, keep_b, reuse_a, reuse_b;
 } kl_gemm;
 
 /* "gelu_aux_bias": the CUBLASLT_EPILOGUE_* name, lower case. */
@@ -139,8 +145,11 @@ typedef struct kl_plan_opts {
 kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o);
 /* Memory planning of a lowered plan: liveness over its steps and arena
  * offsets (plan/memplan.c), or every buffer its own memory when the
- * plan is unplanned. */
+ * plan is unplanned; then plan_mark_gemm_reuse. */
 void plan_memory(kl_plan *p);
+/* The keep and reuse ids of the plan's 16-bit GEMM operands (kl_gemm;
+ * plan/gemm_reuse.c): after memory planning, which plan_memory does. */
+void plan_mark_gemm_reuse(kl_plan *p);
 /* True unless the environment turns memory planning off (KILN_MEMPLAN=0). */
 bool plan_memplan_enabled(void);
 void plan_free(kl_plan *p);

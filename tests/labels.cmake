@@ -17,7 +17,7 @@ set(KILN_FEATURE_RULES
   "language=^(roundtrip|ir|pool|language|sumto)\\."
   "fusion=^fusion\\."
   "memplan=^memplan\\.|^perf\\.batch_auto$"
-  "precision=^(precision|gemmpath|fp16)\\.|^perf\\.bf16_gemm$|^unit\\.(precision|halves|dnnl)$"
+  "precision=^(precision|gemmpath|fp16)\\.|^perf\\.bf16_gemm$|^unit\\.(precision|halves|dnnl|gemm_reuse)$"
   "attention=^(attn|cudaattn)\\."
   "ranks=^(ranks|tp|zero|overlap|comm|pipeline|hosts)\\.|^data\\.ranks$"
   "data=^(data|pack|sizes)\\.|^predict\\.shard_labels$"

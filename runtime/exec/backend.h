@@ -76,6 +76,12 @@ typedef struct kl_backend_ops {
      * build of the backend has none. */
     void (*collective)(kl_backend *be, const kl_coll *k);
     void (*collective_wait)(kl_backend *be);
+    /* Optional: drops every converted GEMM operand kept so far
+     * (kl_gemm.keep_a ...), and keeps and reuses them from now on only
+     * when on. The executor turns it on for one run of a plan's steps in
+     * their order (nothing else writes its buffers meanwhile) and off
+     * after, so a kept copy never outlives the elements it was made from. */
+    void (*gemm_reuse)(kl_backend *be, bool on);
 } kl_backend_ops;
 
 struct kl_backend {
@@ -109,8 +115,12 @@ typedef enum { KL_F16_WIDENED, KL_F16_AVX512, KL_F16_AMX } kl_f16_route;
 kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g);
 /* Whether a 16-bit GEMM g that a CPU backend widens to fp32 runs on
  * OpenBLAS's sgemm although the fp32 choice is oneDNN's (few result
- * columns, where OpenBLAS is the faster). */
+ * columns, where OpenBLAS is the faster: with its AVX-512 kernels,
+ * kl_cpu_openblas_avx512). */
 bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g);
+/* Whether OpenBLAS runs its AVX-512 sgemm kernels (its core is SkylakeX,
+ * Cooperlake or SapphireRapids). */
+bool kl_cpu_openblas_avx512(void);
 /* NULL after an error when o asks for what cannot be (--bf16-gemm onednn
  * without oneDNN or bf16 instructions, an unknown --bf16-gemm). */
 kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);

@@ -4,8 +4,10 @@
 #include <immintrin.h>
 #include <dlfcn.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backend.h"
 #include "runtime/cpu/cpu_attn.h"
@@ -19,11 +21,27 @@
 /* OpenBLAS's own thread count; declared here to avoid depending on which
  * OpenBLAS header variant is installed. */
 void openblas_set_num_threads(int n);
+char *openblas_get_corename(void);
 
 typedef struct cpu_kernel {
     char *name;
     kl_cpu_kernel_fn fn;
 } cpu_kernel;
+
+/* A widened GEMM operand kept for later GEMM steps of the run that read
+ * the same elements (kl_gemm.keep_a ..., plan/gemm_reuse.c). */
+typedef struct kept_operand {
+    int id;          /* the plan's keep id; 0: free */
+    const void *src; /* the 16-bit elements it was widened from */
+    int64_t n;
+    ir_dtype dt;
+    float *w;
+    int64_t cap;     /* floats allocated at w */
+} kept_operand;
+
+/* KILN_GEMM_REUSE: on (default), off, or check (every reuse compared
+ * with the operand widened again; a difference is an internal error). */
+typedef enum { REUSE_ON, REUSE_OFF, REUSE_CHECK } reuse_mode;
 
 typedef struct cpu_backend {
     kl_backend base;
@@ -37,9 +55,15 @@ typedef struct cpu_backend {
     KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
     kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 */
     kl_dnnl *dnnl_f32;          /* fp32 GEMMs (widened ones too) through oneDNN's sgemm; NULL: OpenBLAS */
+    bool few_on_openblas;       /* widened GEMMs of few columns on OpenBLAS (wide_on_openblas) */
     bool gemm16;                /* f16 GEMMs through gemm16.h's AVX-512 kernel; false: widened to fp32 */
     bool gemm16_every;          /* every f16 GEMM it takes (KILN_F16_GEMM=amx|avx512); false: by shape */
     kl_gemm16_ws gemm16_ws;
+    KL_VEC(kept_operand) kept;  /* widened operands kept within a run */
+    int64_t kept_floats;        /* allocated for them, at most KEPT_MAX_FLOATS */
+    reuse_mode reuse;
+    bool reuse_on;              /* within a run (gemm_reuse) and not off */
+    long reused, checked;       /* operands reused; of them compared (check) */
     char gemm_choice[860];      /* "fp32 GEMMs: ..., bf16 GEMMs: ...", for the start-up line */
     bool generated_attention;   /* KILN_CPU_ATTENTION=generated: attention
                                    through the kernel IR's C, not cpu_attn.c */
@@ -196,6 +220,83 @@ static float *widen(cpu_backend *cb, int slot, ir_dtype dt, const void *src, int
     return w;
 }
 
+/* Floats of kept widened operands at most (64 MiB): beyond, operands are
+ * widened at every use as without keeping. */
+#define KEPT_MAX_FLOATS ((int64_t)1 << 24)
+
+static kept_operand *kept_slot(cpu_backend *cb, int64_t n)
+{
+    kept_operand *best = NULL;
+    for (int i = 0; i < cb->kept.n; i++) {
+        kept_operand *k = &cb->kept.v[i];
+        if (!k->id && (!best || (k->cap >= n && (best->cap < n || k->cap < best->cap))))
+            best = k;
+    }
+    if (best && best->cap >= n)
+        return best;
+    if (!best) {
+        kept_operand k = {0};
+        kl_vec_push(cb->kept, k);
+        best = &cb->kept.v[cb->kept.n - 1];
+    }
+    if (cb->kept_floats - best->cap + n > KEPT_MAX_FLOATS)
+        return NULL;
+    cpu_free(&cb->base, best->w);
+    cb->kept_floats += n - best->cap;
+    best->w = cpu_alloc(&cb->base, sizeof(float) * (size_t)n);
+    best->cap = n;
+    return best;
+}
+
+/* The fp32 view of a GEMM operand's first n elements: a copy an earlier
+ * GEMM step of the run kept under id reuse, else widened now (kept under
+ * id keep when that is not 0). The same bits either way: a kept copy is
+ * the widening of elements no step has written since. */
+static float *operand(cpu_backend *cb, int slot, int keep, int reuse, ir_dtype dt, const void *src, int64_t n)
+{
+    if (dt == IR_F32 || !cb->reuse_on)
+        return widen(cb, slot, dt, src, n, true);
+    for (int i = 0; reuse && i < cb->kept.n; i++) {
+        kept_operand *k = &cb->kept.v[i];
+        if (k->id != reuse || k->src != src || k->n != n || k->dt != dt)
+            continue;
+        cb->reused++;
+        if (cb->reuse == REUSE_CHECK) {
+            float *w = widen(cb, slot, dt, src, n, true);
+            if (memcmp(w, k->w, sizeof(float) * (size_t)n))
+                kl_panic("KILN_GEMM_REUSE=check: the kept widened operand %d differs from its elements widened now",
+                         reuse);
+            cb->checked++;
+        }
+        return k->w;
+    }
+    /* One copy per id: a keep step that runs again in the run replaces its
+     * copy (a stale one must not stay findable). */
+    for (int i = 0; keep && i < cb->kept.n; i++)
+        if (cb->kept.v[i].id == keep)
+            cb->kept.v[i].id = 0;
+    kept_operand *k = keep ? kept_slot(cb, n) : NULL;
+    if (!k)
+        return widen(cb, slot, dt, src, n, true);
+    if (dt == IR_BF16)
+        widen_bf16(k->w, src, n);
+    else
+        kl_cpu_f16_widen(k->w, src, n);
+    k->id = keep;
+    k->src = src;
+    k->n = n;
+    k->dt = dt;
+    return k->w;
+}
+
+static void cpu_gemm_reuse(kl_backend *be, bool on)
+{
+    cpu_backend *cb = (cpu_backend *)be;
+    for (int i = 0; i < cb->kept.n; i++)
+        cb->kept.v[i].id = 0;
+    cb->reuse_on = on && cb->reuse != REUSE_OFF;
+}
+
 /* Elements a GEMM touches in one operand: from its offset to the end of
  * the last batch item. */
 static int64_t extent(int64_t off, int64_t stride, int64_t batch, int64_t each)
@@ -306,15 +407,31 @@ static bool cpu_gemm_panels(cpu_backend *cb, const kl_gemm *g, const void *a, co
     return false;
 }
 
+/* OpenBLAS's core (openblas_get_corename) is one of its AVX-512 sgemm
+ * kernels'. */
+bool kl_cpu_openblas_avx512(void)
+{
+    static const char *const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < KL_ARRAY_LEN(avx512); i++)
+        if (!strcasecmp(core, avx512[i]))
+            return true;
+    return false;
+}
+
 /* A widened GEMM with few result columns (n < 16: the MLP's 128 x 10
  * logits and their weight gradient) runs on OpenBLAS's sgemm where the
- * fp32 choice is oneDNN's: 63-82 against 44 GFLOP/s at 128 x 10 x 128,
- * either transpose (kiln bench --gemms, one thread, Zen 4). oneDNN stays
- * where the small dimension is K (128 x 128 x 10, B^T: 76 against 61).
- * The same fp32 products and fp32 sums, in another order. */
+ * fp32 choice is oneDNN's and OpenBLAS has its AVX-512 kernels: 63-82
+ * against 44 GFLOP/s at 128 x 10 x 128, either transpose (kiln bench
+ * --gemms, one thread, Zen 4, OpenBLAS core Cooperlake). With its AVX2
+ * kernels (core Haswell, which OpenBLAS 0.3.21 picks on CPUs it does not
+ * know) oneDNN is the faster: 69-75 against 43-49 (the same command, an
+ * AMD EPYC with AVX-512, 2026-12-04). oneDNN stays where the small
+ * dimension is K (128 x 128 x 10, B^T: 76 against 61). The same fp32
+ * products and fp32 sums, in another order. */
 static bool wide_on_openblas(const cpu_backend *cb, const kl_gemm *g)
 {
-    return cb->dnnl_f32 && g->n < 16;
+    return cb->dnnl_f32 && cb->few_on_openblas && g->n < 16;
 }
 
 static kl_f16_route f16_route(const cpu_backend *cb, const kl_gemm *g)
@@ -352,7 +469,8 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
     int64_t na = extent(g->off_a, g->stride_a, g->batch, g->m * g->k);
     int64_t nb = extent(g->off_b, g->stride_b, g->batch, g->k * g->n);
     int64_t nc = extent(g->off_c, g->stride_c, g->accumulate ? 1 : g->batch, g->m * g->n);
-    float *fa = widen(cb, 0, g->dtype, a, na, true), *fb = widen(cb, 1, g->dtype, b, nb, true);
+    float *fa = operand(cb, 0, g->keep_a, g->reuse_a, g->dtype, a, na);
+    float *fb = operand(cb, 1, g->keep_b, g->reuse_b, g->dtype, b, nb);
     bool wide_c = g->out_dtype != IR_F32;
     bool gaps = g->batch > 1 && g->stride_c != g->m * g->n;
     float *fc = wide_c ? widen(cb, 2, g->out_dtype, c, nc, g->beta != 0 || g->accumulate || gaps) : c;
@@ -407,6 +525,12 @@ static void cpu_destroy(kl_backend *be)
     free(cb->jit_reason);
     for (int i = 0; i < 3; i++)
         free(cb->wide[i]);
+    for (int i = 0; i < cb->kept.n; i++)
+        cpu_free(be, cb->kept.v[i].w);
+    kl_vec_free(cb->kept);
+    if (cb->reuse == REUSE_CHECK)
+        fprintf(stderr, "KILN_GEMM_REUSE=check: %ld reused widened GEMM operands, %ld checked, all equal\n",
+                cb->reused, cb->checked);
     kl_dnnl_close(cb->dnnl);
     kl_dnnl_close(cb->dnnl_f32);
     kl_gemm16_ws_free(&cb->gemm16_ws);
@@ -433,6 +557,7 @@ static const kl_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .destroy = cpu_destroy,
     .collective = cpu_collective,
+    .gemm_reuse = cpu_gemm_reuse,
 };
 
 const char *kl_cpu_gemm_choice(const kl_backend *be)
@@ -492,6 +617,22 @@ static int choose_dnnl(kl_dnnl **d, kl_dnnl_use use, const char *flag, const cha
         snprintf(text, len, "OpenBLAS sgemm%s", because);
     else
         snprintf(text, len, "%s", because);
+    return 0;
+}
+
+/* KILN_GEMM_REUSE: whether widened GEMM operands are kept for the later
+ * GEMM steps of a run that read them (on, the default), widened at every
+ * use (off), or kept and compared with a new widening at every reuse
+ * (check: tests). -1 on another value (reported). */
+static int choose_reuse(cpu_backend *cb)
+{
+    const char *env = getenv("KILN_GEMM_REUSE");
+    const char *want = env && *env ? env : "on";
+    cb->reuse = !strcmp(want, "off") ? REUSE_OFF : !strcmp(want, "check") ? REUSE_CHECK : REUSE_ON;
+    if (cb->reuse == REUSE_ON && strcmp(want, "on")) {
+        kl_error("KILN_GEMM_REUSE must be on, off or check, got '%s'", want);
+        return -1;
+    }
     return 0;
 }
 
@@ -575,6 +716,7 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
     }
     openblas_set_num_threads(gemm_threads);
     cb->builtins = o ? o->builtins : NULL;
+    cb->few_on_openblas = kl_cpu_openblas_avx512();
     cb->cache_dir = o && o->cache_dir ? kl_xstrdup(o->cache_dir) : NULL;
     cb->jit_reason = o && o->jit_reason ? kl_xstrdup(o->jit_reason) : NULL;
     cb->quiet = o && o->quiet;
@@ -599,7 +741,7 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
         return NULL;
     }
     char f16[120];
-    if (choose_gemm16(cb, f16, sizeof f16)) {
+    if (choose_reuse(cb) || choose_gemm16(cb, f16, sizeof f16)) {
         cpu_destroy(&cb->base);
         return NULL;
     }

@@ -429,11 +429,23 @@ static void filter_at(const kl_exec *e, int i)
         e->filter->at(e->filter->ctx, i);
 }
 
+/* Converted GEMM operands are kept within one run of the steps in their
+ * order (backend.h gemm_reuse): not across runs, between which the host
+ * writes inputs and checkpoints load, nor in a filtered run, whose
+ * callbacks between steps may write buffers. */
+static void gemm_reuse(const kl_exec *e, bool on)
+{
+    kl_backend *be = e->s->be;
+    if (be->ops->gemm_reuse)
+        be->ops->gemm_reuse(be, on && !e->filter);
+}
+
 static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
 {
     kl_plan *p = e->plan;
     bool nvtx = kl_nvtx_on();
     int phase = -1;
+    gemm_reuse(e, true);
     for (int i = 0; i < p->steps.n; i++) {
         if (!(phase_mask & (1u << p->steps.v[i].phase)))
             continue;
@@ -451,6 +463,7 @@ static void run_steps(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
     }
     if (e->overlap)
         kl_overlap_drain(e->overlap);
+    gemm_reuse(e, false);
     if (phase >= 0)
         kl_nvtx_pop();
 }
@@ -542,6 +555,7 @@ static void run_timed(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
     kl_plan *p = e->plan;
     bool nvtx = kl_nvtx_on();
     int phase = -1;
+    gemm_reuse(e, true);
     for (int i = 0; i < p->steps.n; i++) {
         if (!(phase_mask & (1u << p->steps.v[i].phase)))
             continue;
@@ -580,6 +594,7 @@ static void run_timed(kl_exec *e, unsigned phase_mask, const kl_kargs *args)
     }
     if (e->overlap)
         kl_overlap_drain(e->overlap);
+    gemm_reuse(e, false);
     if (phase >= 0)
         kl_nvtx_pop();
 }
