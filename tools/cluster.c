@@ -57,8 +57,10 @@ static const double inter_bw[] = {50 * G, 50 * G, 25 * G};
  *   lower backward on A100.
  * - kernel 0.75 of HBM bandwidth: elementwise kernels near STREAM's.
  * - link 0.80: NCCL's bus bandwidth against the link's (nccl-tests).
- * - launch 3 us per kernel or GEMM (stream-ordered launches). */
-static const kl_cost_eff gpu_eff = {0.70, 0.45, 0.75, 0.80, 3e-6};
+ * - launch 3 us per kernel or GEMM (stream-ordered launches).
+ * - 50 us a micro-batch for the host's loop (feeding the inputs, reading
+ *   the loss back). */
+static const kl_cost_eff gpu_eff = {0.70, 0.45, 0.75, 0.80, 3e-6, 50e-6};
 
 /* Latencies (alpha of the alpha-beta model) per ring or tree step:
  * assumptions of the order nccl-tests' small-message times show. */
@@ -129,8 +131,11 @@ static int cpu_device(kl_cluster *c, int ranks)
      * small GEMMs of the examples at about 0.6 of the 512^3 peak; the
      * hand-written attention at 0.35 of it; generated kernels at about
      * 0.25 of memcpy's bandwidth (exp, tanh and reductions cost more
-     * than their bytes); 2 us a step of dispatch. */
-    c->eff = (kl_cost_eff){0.60, 0.35, 0.25, 0.50, 2e-6};
+     * than their bytes); 2 us a step of dispatch (all of these only
+     * without --calibrate's timings, which replace them); 0.35 ms a
+     * micro-batch for the training loop's host work (fit on the CNN's
+     * 1 x 64 against 64 x 1 on one rank: bench/plan_validate.sh). */
+    c->eff = (kl_cost_eff){0.60, 0.35, 0.25, 0.50, 2e-6, 0.35e-3};
     c->measured = true;
     return 0;
 }
@@ -207,6 +212,7 @@ static const file_key file_keys[] = {
     {"eff_kernel", no_units, no_scale, "a share from 0 to 1"},
     {"eff_link", no_units, no_scale, "a share from 0 to 1"},
     {"launch", time_units, time_scale, "e.g. 3 us"},
+    {"micro_overhead", time_units, time_scale, "e.g. 50 us"},
     {"cores", no_units, no_scale, "a count"},
 };
 
@@ -228,7 +234,7 @@ static int set_key(kl_cluster *c, const char *key, double v)
     if (!strncmp(key, "eff_", 4) && (v <= 0 || v > 1))
         return -1;
     if (!count && strncmp(key, "eff_", 4) && strcmp(key, "intra_latency") && strcmp(key, "inter_latency") &&
-        strcmp(key, "launch") && v <= 0)
+        strcmp(key, "launch") && strcmp(key, "micro_overhead") && v <= 0)
         return -1;
     if (!strcmp(key, "gpus_per_node")) c->per_node = (int)v;
     else if (!strcmp(key, "nodes")) c->nodes = (int)v;
@@ -247,6 +253,7 @@ static int set_key(kl_cluster *c, const char *key, double v)
     else if (!strcmp(key, "eff_kernel")) c->eff.kernel = v;
     else if (!strcmp(key, "eff_link")) c->eff.link = v;
     else if (!strcmp(key, "launch")) c->eff.launch_s = v;
+    else if (!strcmp(key, "micro_overhead")) c->eff.micro_s = v;
     return 0;
 }
 
@@ -398,11 +405,11 @@ char *kl_cluster_describe(const kl_cluster *c)
     return kl_xasprintf("%s: %d node%s x %d %s; peaks fp32 %.3g, bf16 %.3g, fp16 %.3g TFLOP/s, memory %.1f GB at "
                         "%.3g GB/s; links: within a node %.3g GB/s + %.3g us, across nodes %.3g GB/s + %.3g us "
                         "(per rank, one direction); efficiencies gemm %.2f, attention %.2f, kernels %.2f, links "
-                        "%.2f, %.3g us a launch%s",
+                        "%.2f, %.3g us a launch, %.3g us a micro-batch%s",
                         c->name, c->nodes, c->nodes == 1 ? "" : "s", c->per_node, d->name, d->fp32 / 1e12,
                         d->bf16 / 1e12, d->fp16 / 1e12, d->mem_bytes / 1e9, d->mem_bw / 1e9, c->intra_bw / 1e9,
                         c->intra_lat * 1e6, c->inter_bw / 1e9, c->inter_lat * 1e6, c->eff.gemm, c->eff.attention,
-                        c->eff.kernel, c->eff.link, c->eff.launch_s * 1e6,
+                        c->eff.kernel, c->eff.link, c->eff.launch_s * 1e6, c->eff.micro_s * 1e6,
                         d->gpu ? " (GPU efficiencies are assumptions: no GPU has been measured by kiln plan)"
                                : (c->cores ? "" : ""));
 }

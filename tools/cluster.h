@@ -28,6 +28,7 @@ typedef struct kl_cost_eff {
     double kernel;     /* of mem_bw, for generated kernels */
     double link;       /* of a link's bandwidth, for collectives */
     double launch_s;   /* per kernel or GEMM */
+    double micro_s;    /* per micro-batch: the host's loop (feed the inputs, read the loss) */
 } kl_cost_eff;
 
 typedef struct kl_cluster {

@@ -25,7 +25,7 @@ static const char usage[] =
     "usage: kiln plan MODEL --cluster SPEC --global-batch B [--nodes N] [--json]\n"
     "                 [--precision LIST] [--shard LIST] [--tensor-parallel LIST]\n"
     "                 [--pipeline LIST] [--micro LIST] [--memory BYTES] [--top K]\n"
-    "                 [--all] [--set KEY=VALUE]...\n"
+    "                 [--all] [--no-calibrate] [--set KEY=VALUE]...\n"
     "\n"
     "Chooses the parallel layout, micro-batch and precision of a training run\n"
     "from the model's plans alone (nothing runs): every layout's training plan\n"
@@ -50,6 +50,9 @@ static const char usage[] =
     "  --memory BYTES   memory per rank (default: the device's; e.g. 80GB, 2MiB)\n"
     "  --top K          rows of the table (default 12) and commands (3)\n"
     "  --all            also rank layouts this build does not train (marked)\n"
+    "  --no-calibrate   on cpu clusters, the roofline's default efficiencies instead\n"
+    "                   of the steps timed on this CPU (one rank, three micro-batches)\n"
+    "  --calibrate      time them (the default on cpu clusters)\n"
     "  --set KEY=VALUE  a train setting for every layout (not one plan varies)\n";
 
 typedef struct cand {
@@ -67,7 +70,7 @@ typedef struct opts {
     const char *file, *cluster;
     int nodes, top;
     int64_t global, memory;
-    bool json, all;
+    bool json, all, calibrate, no_calibrate;
     const char *prec, *shard, *tp, *pp, *micro;
     const char *kv[72];
     int nkv;
@@ -225,7 +228,7 @@ static bool graph_has_split(const ir_graph *g)
 
 /* Evaluates one layout: compiles it, checks its memory (then with
  * recomputation when it does not fit), predicts its step. */
-static void evaluate(const opts *o, const kl_cluster *c, bool sync_bn, int64_t tps, cand *k)
+static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, bool sync_bn, int64_t tps, cand *k)
 {
     const char *nb = not_built(&k->L, c, sync_bn);
     k->built = !nb;
@@ -273,7 +276,7 @@ static void evaluate(const opts *o, const kl_cluster *c, bool sync_bn, int64_t t
     k->fits = true;
     if (nb)
         k->why = kl_xstrdup(nb);
-    kl_plan_cost(cp->plan, c, &k->L, &k->cost);
+    kl_plan_cost(cp->plan, c, calib, &k->L, &k->cost);
     int world = k->L.T * k->L.P * k->L.D;
     double peak = kl_cluster_peak(c, k->L.precision);
     k->mfu = k->cost.step_s > 0 && peak > 0 ? k->useful_flops / (k->cost.step_s * world * peak) : 0;
@@ -499,6 +502,10 @@ static int parse_args(int argc, char **argv, opts *o, bool *help)
             o->json = true;
         } else if (!strcmp(a, "--all")) {
             o->all = true;
+        } else if (!strcmp(a, "--calibrate")) {
+            o->calibrate = true;
+        } else if (!strcmp(a, "--no-calibrate")) {
+            o->no_calibrate = true;
         } else if (!strcmp(a, "--cluster") && has) {
             o->cluster = argv[++i];
         } else if ((!strcmp(a, "--nodes") || !strcmp(a, "--top")) && has) {
@@ -577,6 +584,10 @@ static int parse_args(int argc, char **argv, opts *o, bool *help)
         kl_error("kiln plan: no --cluster (h200x8, h100x8, a100x8, cpu, cpuxN or a cluster file)");
         return -1;
     }
+    if (o->calibrate && o->no_calibrate) {
+        kl_error("kiln plan: --calibrate and --no-calibrate together");
+        return -1;
+    }
     if (!o->global) {
         kl_error("kiln plan: no --global-batch (samples per optimizer step over all ranks)");
         return -1;
@@ -592,6 +603,7 @@ int kl_plan_main(int argc, char **argv)
     cand *v = NULL;
     int n = 0, cap = 0;
     kl_compiled *base = NULL;
+    kl_calib *calib = NULL;
     if (parse_args(argc, argv, &o, &help))
         goto done;
     if (help) {
@@ -648,6 +660,31 @@ int kl_plan_main(int argc, char **argv)
             kl_error("kiln plan: --tensor-parallel %lld does not divide the world of %d ranks", (long long)tpv[i], world);
             goto done;
         }
+    /* On this CPU: the steps' times measured at the smallest, a middle and
+     * the largest micro-batch (tools/plan_calib.c). */
+    if (o.calibrate && !c.measured) {
+        kl_error("kiln plan: --calibrate times the steps on this CPU: it needs --cluster cpu or cpuxN (or a cluster "
+                 "file with device = cpu)");
+        goto done;
+    }
+    if (c.measured && !o.no_calibrate) {
+        int64_t lo = 1, hi = o.global < 256 ? o.global : 256;
+        if (nmic) {
+            lo = hi = micv[0];
+            for (int i = 1; i < nmic; i++)
+                lo = micv[i] < lo ? micv[i] : lo, hi = micv[i] > hi ? micv[i] : hi;
+        }
+        int64_t pts[3] = {lo, 0, hi};
+        int npts = 1;
+        int64_t mid = (int64_t)llround(sqrt((double)lo * (double)hi));
+        if (mid > lo && mid < hi)
+            pts[npts++] = mid;
+        if (hi > lo)
+            pts[npts++] = hi;
+        calib = kl_calib_measure(o.file, kv_end, precs, nprec, pts, npts);
+        if (!calib)
+            goto done;
+    }
     for (int ti = 0; ti < ntp; ti++)
         for (int pi = 0; pi < npp; pi++) {
             int T = (int)tpv[ti], P = (int)ppv[pi];
@@ -683,7 +720,7 @@ int kl_plan_main(int argc, char **argv)
                                                .schedule = sc ? "1f1b" : "gpipe", .micro = mics[mi],
                                                .accumulate = per / mics[mi], .precision = precs[pr],
                                                .overlap = overlap};
-                            evaluate(&o, &c, sync_bn, tps, k);
+                            evaluate(&o, &c, calib, sync_bn, tps, k);
                         }
                 }
         }
@@ -703,6 +740,7 @@ done:
     for (int i = 0; i < n; i++)
         free(v[i].why);
     free(v);
+    kl_calib_free(calib);
     kl_compiled_free(base);
     for (int i = 0; i < o.nowned; i++)
         free(o.owned[i]);

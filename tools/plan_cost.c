@@ -1,5 +1,6 @@
 /* The cost model of kiln plan: see plan_cost.h for the formulas. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +40,8 @@ static double dtype_peak(const kl_cluster *c, ir_dtype dt)
 enum { CLS_COMPUTE, CLS_MEMORY, CLS_LAUNCH };
 
 /* A kernel's or GEMM's seconds on one device; *cls: what bounds it. */
-static double step_seconds(const kl_plan *p, const kl_step *st, const kl_cluster *c, double *flops, int *cls)
+static double step_seconds(const kl_plan *p, const kl_step *st, const kl_cluster *c, const kl_calib *calib,
+                           int64_t micro, double *flops, int *cls)
 {
     const kl_cost_eff *e = &c->eff;
     double bytes = (double)st->bytes, f = 0, peak = 0, eff = 1;
@@ -58,9 +60,21 @@ static double step_seconds(const kl_plan *p, const kl_step *st, const kl_cluster
     double tm = bytes / (c->dev.mem_bw * (st->kind == KL_STEP_GEMM ? 1.0 : e->kernel));
     double t = tc > tm ? tc : tm;
     *cls = tc > tm ? CLS_COMPUTE : CLS_MEMORY;
-    if (e->launch_s > t)
+    double launch = e->launch_s, measured = kl_calib_seconds(calib, p, st);
+    if (calib) {
+        /* Measured on this CPU: the step's key timed, else the timed
+         * kernels' bandwidth; dispatch is in the context factor. */
+        double bw = kl_calib_kernel_bw(calib);
+        if (measured >= 0)
+            t = measured;
+        else if (st->kind == KL_STEP_KERNEL && bw > 0 && bytes / bw > tc)
+            t = bytes / bw;
+        t *= kl_calib_factor(calib, micro);
+        launch = 0;
+    }
+    if (launch > t)
         *cls = CLS_LAUNCH;
-    return t + e->launch_s;
+    return t + launch;
 }
 
 /* The link a group of n ranks uses: across nodes or within one. */
@@ -140,6 +154,7 @@ typedef struct model {
     const kl_plan *p;
     const kl_cluster *c;
     const kl_layout *L;
+    const kl_calib *calib;
     int *stage;       /* per step */
     int *writer_stage;/* per buffer, scratch */
     double slow;      /* ranks sharing cores */
@@ -204,9 +219,23 @@ static void run_pass(const model *m, int stage, bool update, sim *s)
             bool tp = group && !strcmp(group, "tp");
             int ranks = tp ? m->L->T : m->L->D;
             link l = tp ? m->tp : m->dp;
-            int sb = n->op == IR_OP_ALL_GATHER && st->nargs > 1 ? st->args[1] : st->args[0];
-            double S = sb >= 0 ? (double)p->buffers.v[sb].bytes : 0, sent = 0;
-            double dt = collective_seconds(n->op, S, ranks, l, &sent) * m->slow;
+            /* The message: what a gather writes (the whole), what the
+             * others read (their operand). shard_copy takes this rank's
+             * slice of the params: a copy in memory, no message. */
+            double S = 0, sent = 0, dt;
+            bool gather = n->op == IR_OP_ALL_GATHER || n->op == IR_OP_SHARD_GATHER;
+            for (int a = 0; a < st->nargs; a++) {
+                bool w = (st->rw[a] & (KL_ARG_WRITE | KL_ARG_WRITE_FIRST)) != 0;
+                if (st->args[a] >= 0 && w == gather && (gather || S == 0))
+                    S += (double)p->buffers.v[st->args[a]].bytes;
+            }
+            if (n->op == IR_OP_SHARD_COPY) {
+                dt = (double)st->bytes / (m->c->dev.mem_bw * m->c->eff.kernel) * m->slow;
+                s->t += dt;
+                s->cls[CLS_MEMORY] += dt;
+                continue;
+            }
+            dt = collective_seconds(gather ? IR_OP_ALL_GATHER : n->op, S, ranks, l, &sent) * m->slow;
             if (l.inter)
                 s->inter += dt, s->inter_bytes += sent;
             else
@@ -227,7 +256,7 @@ static void run_pass(const model *m, int stage, bool update, sim *s)
         } else if (!(st->lt_covered && m->c->dev.gpu)) {
             double f = 0;
             int cls = CLS_MEMORY;
-            double dt = step_seconds(p, st, m->c, &f, &cls) * m->slow;
+            double dt = step_seconds(p, st, m->c, m->calib, m->L->micro, &f, &cls) * m->slow;
             s->t += dt;
             s->cls[cls] += dt;
             s->flops += f;
@@ -266,12 +295,12 @@ static void sim_scale_add(sim *acc, const sim *x, double k)
     acc->flops += k * x->flops;
 }
 
-void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_layout *L, kl_cost *out)
+void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, const kl_layout *L, kl_cost *out)
 {
     memset(out, 0, sizeof *out);
     const ir_graph *g = p->g;
     int P = L->P > 1 ? L->P : 1, world = L->T * P * L->D;
-    model m = {.p = p, .c = c, .L = L};
+    model m = {.p = p, .c = c, .L = L, .calib = calib};
     m.stage = kl_xcalloc((size_t)p->steps.n + 1, sizeof *m.stage);
     if (P > 1) {
         int *ns = kl_xmalloc(sizeof(int) * ((size_t)g->nodes.n + 1));
@@ -322,10 +351,12 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_layout *L, kl_
     /* The busiest stage's counts, m micro-batches of them. */
     sim_scale_add(&total, &worst_body, (double)mb);
     sim_scale_add(&total, &worst_extra, 1);
-    out->step_s = (double)(mb - 1) * max_body + sum_body + max_extra;
+    /* The host's loop per micro-batch (every stage runs it). */
+    double host = c->eff.micro_s * m.slow;
+    out->step_s = (double)(mb - 1) * (max_body + host) + sum_body + max_extra + host;
     out->compute_s = total.cls[CLS_COMPUTE];
     out->memory_s = total.cls[CLS_MEMORY];
-    out->launch_s = total.cls[CLS_LAUNCH];
+    out->launch_s = total.cls[CLS_LAUNCH] + host * (double)mb;
     out->intra_s = total.intra, out->inter_s = total.inter;
     out->exposed_intra_s = total.exp_intra, out->exposed_inter_s = total.exp_inter;
     out->intra_bytes = total.intra_bytes, out->inter_bytes = total.inter_bytes;

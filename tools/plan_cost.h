@@ -53,8 +53,24 @@ typedef struct kl_cost {
     const char *bound; /* compute, memory, intra-node, inter-node, launch */
 } kl_cost;
 
-/* Predicts p's step (the plan one rank of layout L runs) on c. */
-void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_layout *L, kl_cost *out);
+/* Step times measured on this CPU (tools/plan_calib.c). */
+typedef struct kl_calib kl_calib;
+/* Times the model's one-rank plans (train overrides kv, NULL-terminated
+ * pairs) at each precision and micro-batch; NULL after an error (reported). */
+kl_calib *kl_calib_measure(const char *file, const char *const *kv, const char *const *precisions, int nprec,
+                           const int64_t *micros, int nmicro);
+void kl_calib_free(kl_calib *c);
+/* A step's seconds from the measured points of its key, or -1 when none. */
+double kl_calib_seconds(const kl_calib *c, const kl_plan *p, const kl_step *st);
+/* The context factor at a micro-batch (1 without calibration), and the
+ * bandwidth of the timed kernels (bytes/s; 0 without). */
+double kl_calib_factor(const kl_calib *c, int64_t micro);
+double kl_calib_kernel_bw(const kl_calib *c);
+int kl_calib_points(const kl_calib *c);
+
+/* Predicts p's step (the plan one rank of layout L runs) on c, with the
+ * measured step times of calib where it has them (NULL: the roofline). */
+void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, const kl_layout *L, kl_cost *out);
 
 /* An attention kernel's FLOPs (0 for other kernels). */
 double kl_attention_flops(const kl_kernel_src *k);
