@@ -402,7 +402,7 @@ double kl_cluster_peak(const kl_cluster *c, const char *precision)
 char *kl_cluster_describe(const kl_cluster *c)
 {
     const kl_device *d = &c->dev;
-    return kl_xasprintf("%s: %d node%s x %d %s; peaks fp32 %.3g, bf16 %.3g, fp16 %.3g TFLOP/s, memory %.1f GB at "
+    return kl_xasprintf("%s: %d node%s x %d %s; peaks fp32 %.3g, bf16 %.3g, fp16 %.3g TFLOP/s, memory %.4g GB at "
                         "%.3g GB/s; links: within a node %.3g GB/s + %.3g us, across nodes %.3g GB/s + %.3g us "
                         "(per rank, one direction); efficiencies gemm %.2f, attention %.2f, kernels %.2f, links "
                         "%.2f, %.3g us a launch, %.3g us a micro-batch%s",

@@ -267,8 +267,10 @@ static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, 
             char with[80] = "";
             if (rmem > 0)
                 snprintf(with, sizeof with, "; %.2f MB with recompute = auto", rmem / 1e6);
-            k->why = kl_xasprintf("needs %.2f MB a rank (params and state %.2f MB + arena %.2f MB%s), over %.2f MB",
-                                  k->mem / 1e6, k->persistent / 1e6, k->arena / 1e6, with, capacity / 1e6);
+            char lim[40];
+            k->why = kl_xasprintf("needs %.2f MB a rank (params and state %.2f MB + arena %.2f MB%s), over %s",
+                                  k->mem / 1e6, k->persistent / 1e6, k->arena / 1e6, with,
+                                  kl_limit_text(lim, sizeof lim, (int64_t)capacity));
             kl_compiled_free(cp);
             return;
         }
@@ -391,7 +393,7 @@ static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64
                    (long long)k->persistent, (long long)k->arena);
         if (k->fits) {
             const kl_cost *q = &k->cost;
-            printf(", \"step_s\": %.9g, \"samples_s\": %.6g, \"tokens_s\": %.6g, \"mfu\": %.6g, \"compute_s\": %.9g, "
+            printf(", \"step_s\": %.9g, \"samples_s\": %.6g, \"tokens_s\": %.6g, \"mfu\": %.9g, \"compute_s\": %.9g, "
                    "\"memory_s\": %.9g, \"launch_s\": %.9g, \"intra_s\": %.9g, \"inter_s\": %.9g, \"exposed_intra_s\": "
                    "%.9g, \"exposed_inter_s\": %.9g, \"intra_bytes\": %.0f, \"inter_bytes\": %.0f, \"flops\": %.6g, "
                    "\"useful_flops\": %.6g, \"bubble\": %.6g, \"bound\": \"%s\"",
@@ -736,6 +738,12 @@ int kl_plan_main(int argc, char **argv)
     else
         print_table(&o, &c, v, n, tps);
     rc = fflush(stdout) ? 1 : 0;
+    if (!v[0].fits || !v[0].built) {
+        kl_error("kiln plan: no layout of %s fits and trains on %s with global batch %lld (%s)\n---> more memory a "
+                 "rank (--memory), more ranks (--nodes), or another global batch",
+                 o.file, c.name, (long long)o.global, v[0].why ? v[0].why : "see the table");
+        rc = 1;
+    }
 done:
     for (int i = 0; i < n; i++)
         free(v[i].why);
