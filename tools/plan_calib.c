@@ -122,9 +122,6 @@ static int measure(kl_calib *c, const char *file, const char *const *kv, int64_t
         whole[r] = kl_now() - t0;
     }
     qsort(whole, R, sizeof *whole, cmp_double);
-    if (getenv("KILN_PLAN_DEBUG"))
-        fprintf(stderr, "calibration: whole step min %.3f ms, median %.3f ms, sum of steps %.3f ms, %d steps\n",
-                whole[0] * 1e3, whole[R / 2] * 1e3, sum * 1e3, n);
     if (c->runs < 32 && sum > 0) {
         c->micro[c->runs] = (double)micro;
         c->factor[c->runs] = whole[R / 2] / sum;
