@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """kiln plan's predicted step times against the measured ones
-(bench/plan_validate.sh writes OUT/results.tsv and OUT/MODEL.planW.json).
+(bench/plan_validate.sh writes OUT/results.tsv and OUT/MODEL.planW.json;
+the measurement is the step on an otherwise idle machine, see there).
 
 Prints a markdown table (model, world, layout, measured, predicted,
 predicted / measured, bound), Spearman's rank correlation of predicted
@@ -43,8 +44,8 @@ def main():
     plans = {}
     rows = []
     for line in open(os.path.join(out, "results.tsv")):
-        m, w, shard, P, sched, micro, acc, ms = line.split("\t")
-        w, P, micro, acc, ms = int(w), int(P), int(micro), int(acc), float(ms)
+        m, w, shard, P, sched, micro, acc, ms, wall, cpu = line.split("\t")
+        w, P, micro, acc, ms, wall, cpu = int(w), int(P), int(micro), int(acc), float(ms), float(wall), float(cpu)
         key = (m, w)
         if key not in plans:
             plans[key] = json.load(open(os.path.join(out, f"{m}.plan{w}.json")))
@@ -59,11 +60,11 @@ def main():
             print(f"no prediction for {m} world {w} {shard} P{P} {sched} {micro}x{acc}", file=sys.stderr)
             continue
         lay = f"{shard} P{P}{' ' + sched if P > 1 else ''} {micro}x{acc}"
-        rows.append((m, w, lay, ms, found["step_s"] * 1e3, found["bound"]))
-    print("| model | ranks | layout | measured ms | predicted ms | predicted / measured | bound |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for m, w, lay, ms, pr, bound in rows:
-        print(f"| {m} | {w} | {lay} | {ms:.1f} | {pr:.1f} | {pr / ms:.2f} | {bound} |")
+        rows.append((m, w, lay, ms, found["step_s"] * 1e3, found["bound"], wall, cpu))
+    print("| model | ranks | layout | measured ms (idle) | wall ms, CPU share | predicted ms | predicted / measured | bound |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for m, w, lay, ms, pr, bound, wall, cpu in rows:
+        print(f"| {m} | {w} | {lay} | {ms:.1f} | {wall:.1f}, {cpu:.0f}% | {pr:.1f} | {pr / ms:.2f} | {bound} |")
     meas = [r[3] for r in rows]
     pred = [r[4] for r in rows]
     within = sum(1 for a, b in zip(meas, pred) if abs(b - a) <= 0.25 * a)
