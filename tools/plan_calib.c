@@ -38,13 +38,19 @@ struct kl_calib {
     double kernel_bw; /* bytes/s over every timed kernel: for keys not timed */
 };
 
+/* A step's key: its kernel's ops (or its GEMM's op and transposes), its
+ * node's place in the model file and its phase; NULL for a step no model
+ * line made (a pass's: bucket assembly, slices of a bucket), which the
+ * one-rank runs do not time for the layout that has it. */
 static char *step_key(const kl_plan *p, const kl_step *st)
 {
     const ir_node *n = ir_nd(p->g, st->node);
+    if (n->loc.line <= 0)
+        return NULL;
     if (st->kind == KL_STEP_GEMM)
         return kl_xasprintf("g %s %d:%d %d%d %d", ir_op_name(n->op), n->loc.line, n->loc.col, st->gemm.ta, st->gemm.tb,
                             (int)st->phase);
-    return kl_xasprintf("k %s %d", p->kernels.v[st->kernel].what, (int)st->phase);
+    return kl_xasprintf("k %s %d:%d %d", p->kernels.v[st->kernel].what, n->loc.line, n->loc.col, (int)st->phase);
 }
 
 static double step_x(const kl_plan *p, const kl_step *st)
@@ -122,7 +128,8 @@ static int measure(kl_calib *c, const char *file, const char *const *kv, int64_t
          * ever adds time. */
         qsort(v, R, sizeof *v, cmp_double);
         calib_point pt = {step_key(p, st), step_x(p, st), v[0]};
-        kl_vec_push(c->pts, pt);
+        if (pt.key)
+            kl_vec_push(c->pts, pt);
         sum += v[0];
         n++;
     }
@@ -219,6 +226,8 @@ double kl_calib_seconds(const kl_calib *c, const kl_plan *p, const kl_step *st)
         return -1;
     char *key = step_key(p, st);
     double x = step_x(p, st);
+    if (!key)
+        return -1;
     /* The key's points summed per size (one key may name several steps
      * of a run), then the two nearest sizes around x in log-log. */
     double xs[64], ss[64], cnt[64];
