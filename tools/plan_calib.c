@@ -103,6 +103,7 @@ static int measure(kl_calib *c, const char *file, const char *const *kv, int64_t
     kl_exec *e = kl_compiled_exec(s, cp, NULL);
     if (!e) {
         kl_session_free(s);
+        be->ops->destroy(be);
         return -1;
     }
     kl_exec_random_inputs(e, 99);
@@ -147,6 +148,7 @@ static int measure(kl_calib *c, const char *file, const char *const *kv, int64_t
     }
     kl_exec_free(e);
     kl_session_free(s);
+    be->ops->destroy(be);
     return 0;
 }
 
