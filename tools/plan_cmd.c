@@ -20,6 +20,7 @@
 #include "driver/budget.h"
 #include "driver/compile.h"
 #include "ir/train_config.h"
+#include "passes/passes.h"
 
 static const char usage[] =
     "usage: kiln plan MODEL --cluster SPEC --global-batch B [--nodes N] [--json]\n"
@@ -61,6 +62,7 @@ typedef struct cand {
     int64_t mem, persistent, arena;
     bool compiled, fits, built;
     char *why;            /* why it is dropped or not built, or NULL */
+    char *zero;           /* params, gradients and state per rank against ZeRO's formulas (D > 1, one stage) */
     kl_cost cost;
     double useful_flops;  /* every rank's GEMM and attention FLOPs a step, without recomputation */
     double mfu, samples_s, tokens_s;
@@ -247,6 +249,8 @@ static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, 
     k->persistent = kl_persistent_bytes(cp->g), k->arena = cp->plan->arena_bytes;
     k->mem = k->persistent + k->arena;
     k->useful_flops = useful_flops(cp->plan, &k->L);
+    if (k->L.D > 1 && k->L.P == 1)
+        k->zero = pass_rank_memory(cp->g, k->L.T * k->L.D);
     if ((double)k->mem > capacity) {
         /* Recomputation of cheap activations (recompute = auto), the
          * training executable's own suggestion. */
@@ -408,6 +412,10 @@ static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64
         if (k->why) {
             printf(", \"why\": ");
             json_str(stdout, k->why);
+        }
+        if (k->zero) {
+            printf(", \"zero_memory\": ");
+            json_str(stdout, k->zero);
         }
         printf("}");
     }
@@ -746,7 +754,7 @@ int kl_plan_main(int argc, char **argv)
     }
 done:
     for (int i = 0; i < n; i++)
-        free(v[i].why);
+        free(v[i].why), free(v[i].zero);
     free(v);
     kl_calib_free(calib);
     kl_compiled_free(base);
