@@ -6,7 +6,7 @@
  * (bytes or FLOPs, CPU seconds) points (the fastest of 5 repeats). A layout's step then takes the time
  * its key's points give at its size (interpolated in log-log, clamped at
  * the ends), in place of the roofline; steps with no key fall back to it.
- * A run's whole step (the fastest of 5) over the sum of its steps timed alone
+ * A run's whole step (median of 5) over the sum of its steps timed alone
  * is its context factor (steps alone find their operands in cache, a run
  * does not always; the dispatch between steps), interpolated by
  * micro-batch and applied to every step of a layout. Kernels whose key no
@@ -143,7 +143,7 @@ static int measure(kl_calib *c, const char *file, const char *const *kv, int64_t
     qsort(whole, R, sizeof *whole, cmp_double);
     if (c->runs < 32 && sum > 0) {
         c->micro[c->runs] = (double)micro;
-        c->factor[c->runs] = whole[0] / sum;
+        c->factor[c->runs] = whole[R / 2] / sum;
         c->runs++;
     }
     kl_exec_free(e);
