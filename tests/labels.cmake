@@ -16,7 +16,7 @@
 set(KILN_FEATURE_RULES
   "language=^(roundtrip|ir|pool|language|sumto)\\."
   "fusion=^fusion\\."
-  "memplan=^memplan\\.|^perf\\.batch_auto$"
+  "memplan=^(memplan|plan)\\.|^perf\\.batch_auto$"
   "precision=^(precision|gemmpath|fp16)\\.|^perf\\.bf16_gemm$|^unit\\.(precision|halves|dnnl|gemm_reuse)$"
   "attention=^(attn|cudaattn)\\."
   "ranks=^(ranks|tp|zero|overlap|comm|pipeline|hosts)\\.|^data\\.ranks$"

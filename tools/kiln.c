@@ -11,6 +11,7 @@
 #include "ckpt.h"
 #include "pack.h"
 #include "counters.h"
+#include "plan_cmd.h"
 #include "doctor_cmd.h"
 #include "plan/memplan.h"
 #include "plan/plan.h"
@@ -35,6 +36,7 @@ static const char usage[] =
     "  pack INPUT -o DIR   convert a data set to WebDataset tar shards, or text to token files\n"
     "  doctor              what Kiln finds on this machine (CPU, GPU, compilers) and whether it fits\n"
     "  counters FILE       deterministic counters of a model's plans (kernels, FLOPs, bytes)\n"
+    "  plan FILE --cluster C --global-batch B   rank the parallel layouts of a model on a cluster\n"
     "\n"
     "options:\n"
     "  -h, --help     this help; `kiln COMMAND --help` for a command's\n"
@@ -411,6 +413,8 @@ int main(int argc, char **argv)
         return kl_doctor_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "counters"))
         return kl_counters_main(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan"))
+        return kl_plan_main(argc - 2, argv + 2);
     if (!strcmp(cmd, "build"))
         return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run"))

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# kiln plan (docs/guides/plan.md) on tests/plan/tiny.kl, whose GEMMs are
+# known by hand (2 x 16 x 784 x 10 FLOPs each, forward and the gradient
+# of w), on tests/plan/h.cluster, whose numbers make the arithmetic exact
+# (GEMMs at 0.5e12 FLOP/s, kernels' bytes at 750 TB/s, no launch or host
+# cost, a 1 GB/s link with 10 us a step):
+#   arith    the cost model's roofline and alpha-beta arithmetic for dp on
+#            2 ranks, micro-batch 16: compute 2 x 250,880 / 0.5e12 s, the
+#            gradients' all-reduce (31,360 bytes, a ring of 2: 2 x 10 us
+#            + 31,360 / 1e9 s, exposed: the update waits for it), the
+#            step their sum, MFU, bytes per link; --json parses
+#   memory   on one rank with 120 kB a rank: the memory per rank the plan
+#            prints is the training executable's peak ("peak X MB with
+#            params and state"); the layout it drops for memory is refused
+#            by the executable with --memory-limit for the same reason,
+#            and one it keeps trains under the same limit
+#   errors   bad flags and cluster files: a clear error, non-zero exit
+#
+#   plan.sh KILN CASE
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+kiln=$1
+case_=$2
+new_tmpdir
+model=$testdir/plan/tiny.kl
+cluster=$testdir/plan/h.cluster
+
+case $case_ in
+arith)
+  "$kiln" plan "$model" --cluster "$cluster" --global-batch 32 --precision fp32 --json > "$tmp/p.json"
+  python3 - "$tmp/p.json" << 'EOF' || fail=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+L = [l for l in d["layouts"] if l["shard"] == "dp" and l["D"] == 2 and l["micro"] == 16 and l["fits"]]
+assert len(L) == 1, "one dp layout of micro-batch 16 on 2 ranks"
+l = L[0]
+gemm = 2 * 16 * 784 * 10                    # FLOPs of one of the two GEMMs
+compute = 2 * gemm / 0.5e12                 # both, at peak x eff_gemm
+S = 784 * 10 * 4                            # the gradient of w, f32
+ring = 2 * (2 - 1) * 10e-6 + 2 * (2 - 1) / 2 * S / 1e9
+bad = []
+def near(name, got, want, tol):
+    if abs(got - want) > tol:
+        bad.append(f"{name}: {got!r}, by hand {want!r}")
+near("flops per rank", l["flops"], 2 * gemm, 0.5)
+near("useful flops", l["useful_flops"], 2 * 2 * gemm, 0.5)
+near("compute_s", l["compute_s"], compute, 1e-12)
+near("intra_bytes", l["intra_bytes"], S, 0.5)
+near("exposed_intra_s", l["exposed_intra_s"], ring, 1e-12)
+# The kernels' bytes at 750 TB/s add well under a nanosecond.
+near("step_s", l["step_s"], compute + ring, 1e-9)
+near("mfu", l["mfu"], 2 * 2 * gemm / (l["step_s"] * 2 * 1e12), 1e-9)
+assert l["bound"] == "intra-node", l["bound"]
+assert l["bubble"] == 0
+for b in bad:
+    print("FAIL:", b)
+if bad:
+    sys.exit(1)
+print(f"ok: dp 16 x 1 on 2 ranks: compute {l['compute_s']:.6g} s, all-reduce {l['exposed_intra_s']:.6g} s, "
+      f"step {l['step_s']:.6g} s, MFU {l['mfu']:.4f}: the hand-computed values")
+EOF
+  # The table and its command lines.
+  "$kiln" plan "$model" --cluster "$cluster" --global-batch 32 --precision fp32 > "$tmp/p.txt"
+  grep -q "mpirun -np 2 ./tiny --batch 16 --accumulate 1 --precision fp32 --shard " "$tmp/p.txt" &&
+    grep -q "memory-limit 1000000$" "$tmp/p.txt" && ok "the command lines of the best layouts" ||
+    { bad "no command line"; cat "$tmp/p.txt"; }
+  ;;
+memory)
+  # One rank: micro-batch 16 does not fit in 120 kB (recomputation does
+  # not save it), 4 x 4 does.
+  sed -e 's/^device = a100x2$/device = a100x1/' -e 's/^memory = 1 MB$/memory = 120 kB/' "$cluster" > "$tmp/one.cluster"
+  grep -q "^device = a100x1" "$tmp/one.cluster" || { bad "the cluster file's device line"; exit 1; }
+  "$kiln" plan "$model" --cluster "$tmp/one.cluster" --global-batch 16 --micro 16,4 --json > "$tmp/m.json"
+  python3 - "$tmp/m.json" > "$tmp/m.txt" << 'EOF' || { bad "the layouts are not as expected"; cat "$tmp/m.txt"; exit 1; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+f = {l["micro"]: l for l in d["layouts"] if l["precision"] == "fp32"}
+assert not f[16]["fits"] and "over 0.12 MB" in f[16]["why"], f[16]
+assert f[4]["fits"] and f[4]["memory"] <= 120000, f[4]
+for m in (16, 4):
+    assert f[m]["memory"] == f[m]["persistent"] + f[m]["arena"]
+print(f[16]["memory"], f[4]["memory"])
+EOF
+  read -r m16 m4 < "$tmp/m.txt"
+  ok "micro-batch 16 dropped ($m16 bytes a rank > 120000), 4 x 4 kept ($m4 bytes)"
+  build_log=$("$kiln" build "$model" -o "$tmp/tiny" 2>&1) || { bad "kiln build"; echo "$build_log"; exit 1; }
+  # The executable's peak is the plan's memory per rank (MB, 2 decimals).
+  "$tmp/tiny" --steps 1 --batch 4 --accumulate 4 --memory-limit 120000 > "$tmp/t4.txt" 2>&1 ||
+    { bad "4 x 4 does not train under the limit"; cat "$tmp/t4.txt"; }
+  want=$(awk -v b="$m4" 'BEGIN { printf "%.2f", b / 1e6 }')
+  grep -q "peak $want MB with params and state" "$tmp/t4.txt" && ok "4 x 4 trains; its peak is the plan's $want MB" ||
+    { bad "the executable's peak is not the plan's $want MB"; grep "memory plan" "$tmp/t4.txt"; }
+  if "$tmp/tiny" --steps 1 --batch 16 --memory-limit 120000 > "$tmp/t16.txt" 2>&1; then
+    bad "micro-batch 16 trained over the limit"
+  else
+    want=$(awk -v b="$m16" 'BEGIN { printf "%.2f", b / 1e6 }')
+    grep -q "the training step needs $want MB .* over the memory limit" "$tmp/t16.txt" &&
+      ok "micro-batch 16 refused by the executable: $(grep -o 'the training step needs [^(]*' "$tmp/t16.txt")" ||
+      { bad "not refused for the plan's reason ($want MB)"; cat "$tmp/t16.txt"; }
+  fi
+  ;;
+errors)
+  expect() { # WHAT PATTERN ARGS...
+    local what=$1 pat=$2
+    shift 2
+    if "$kiln" plan "$@" > "$tmp/out" 2> "$tmp/err"; then
+      bad "$what: exit 0"
+    elif grep -q -- "$pat" "$tmp/err"; then
+      ok "$what: $(head -1 "$tmp/err")"
+    else
+      bad "$what: no '$pat' in: $(cat "$tmp/err")"
+    fi
+  }
+  expect "no cluster" "no --cluster" "$model" --global-batch 8
+  expect "no global batch" "no --global-batch" "$model" --cluster h100x8
+  expect "unknown cluster" "not a built-in cluster" "$model" --cluster nosuch --global-batch 8
+  expect "bad count" "bad count after x" "$model" --cluster h100x0 --global-batch 8
+  expect "bad precision" "unknown 'fp8'" "$model" --cluster h100x8 --global-batch 8 --precision fp8
+  expect "a key plan chooses" "kiln plan chooses batch" "$model" --cluster h100x8 --global-batch 8 --set batch=4
+  expect "bad --micro" "positive integers" "$model" --cluster h100x8 --global-batch 8 --micro 4,x
+  expect "unknown flag" "unknown option" "$model" --cluster h100x8 --global-batch 8 --bogus
+  expect "--calibrate off the CPU" "needs --cluster cpu" "$model" --cluster h100x8 --global-batch 8 --calibrate
+  printf 'device = a100\nbogus = 3\n' > "$tmp/c1"
+  expect "unknown key" "c1:2: unknown key 'bogus'" "$model" --cluster "$tmp/c1" --global-batch 8
+  printf 'device = a100\nmemory = lots\n' > "$tmp/c2"
+  expect "bad value" "c2:2: memory: bad value 'lots'" "$model" --cluster "$tmp/c2" --global-batch 8
+  printf 'nodes = 2\n' > "$tmp/c3"
+  expect "no device first" "c3:1: the first key must be" "$model" --cluster "$tmp/c3" --global-batch 8
+  printf 'device = tpu\n' > "$tmp/c4"
+  expect "unknown device" "c4:1: unknown device 'tpu'" "$model" --cluster "$tmp/c4" --global-batch 8
+  printf 'device = a100x1\nmemory = 1 kB\n' > "$tmp/c5"
+  expect "nothing fits" "no layout of" "$model" --cluster "$tmp/c5" --global-batch 8
+  expect "a model that does not load" "error" "$tmp/c5" --cluster h100x8 --global-batch 8
+  ;;
+*)
+  echo "unknown case $case_"
+  exit 2
+  ;;
+esac
+exit $fail
