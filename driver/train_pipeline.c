@@ -92,6 +92,10 @@ typedef struct pipe_span {
 
 enum { SPAN_F, SPAN_B, SPAN_W, SPAN_BW, SPAN_SEND, SPAN_RECV };
 
+/* Per stage: busy, span, the measured steps, the receives' waits and
+ * the four pass kinds' seconds and counts. */
+enum { ST_BUSY, ST_SPAN, ST_STEPS, ST_WAIT, ST_KIND, ST_COUNT = ST_KIND + 4, ST_N = ST_COUNT + 4 };
+
 /* The pass running: its steps' hooks do the transfers and the W copies
  * (PASS_FB), or put the W copies back (PASS_W). */
 enum { PASS_FB, PASS_W };
@@ -382,6 +386,13 @@ static void analyse_zb(trainer *t, train_pipe *q)
             q->is_w[i] ? q->nw++ : q->nb_steps++;
     }
     free(is_b);
+    if (!q->nb_steps) {
+        /* No step of this stage's backward is needed elsewhere (stage 0's):
+         * it runs whole where 1f1b runs it, with nothing to copy. */
+        memcpy(q->run_b, q->run, (size_t)ns * sizeof *q->run);
+        memset(q->run_w, 0, (size_t)ns * sizeof *q->run_w);
+        q->nb_steps = q->nw, q->nw = 0;
+    }
     /* The W copies, in step order: a buffer a W step of this stage reads,
      * last written by a forward or backward step that is not this stage's
      * W step (or fed by the host), once per write. Values from before
@@ -441,6 +452,83 @@ static void analyse_zb(trainer *t, train_pipe *q)
     q->wslots = q->wdefer + 1;
     q->wmem = kl_xmalloc((size_t)(q->wbytes * q->wslots) + 1);
     q->umem = kl_xmalloc((size_t)q->ubytes + 1);
+}
+
+/* One pass of the schedule: its kind (SPAN_F, SPAN_B, SPAN_W, SPAN_BW)
+ * and micro-batch. */
+typedef struct pipe_op {
+    int kind, mb;
+} pipe_op;
+
+/* Stage s's passes in order, into ops (3m at most); split: its backward
+ * in B and W passes (zero_bubble, where the stage has W steps). gpipe:
+ * every forward, then every backward; 1f1b: P - 1 - s forwards, then a
+ * forward and a backward in turn, then the rest of the backwards;
+ * zero_bubble: 1f1b's order of F and B, with W of the oldest micro-batch
+ * once more than s wait (ZB-H1), the rest after the last B. */
+static int schedule(kl_pipe_schedule sched, int P, int m, int s, bool split, pipe_op *ops)
+{
+    int warm = sched == KL_PIPE_GPIPE ? m : (P - 1 - s < m ? P - 1 - s : m);
+    int wdefer = s < m - 1 ? s : m - 1, n = 0, f = 0, b = 0, w = 0;
+    for (; f < warm; f++)
+        ops[n++] = (pipe_op){SPAN_F, f};
+    while (b < m) {
+        if (f < m)
+            ops[n++] = (pipe_op){SPAN_F, f++};
+        ops[n++] = (pipe_op){split ? SPAN_B : SPAN_BW, b++};
+        while (split && b - w > wdefer)
+            ops[n++] = (pipe_op){SPAN_W, w++};
+    }
+    while (split && w < m)
+        ops[n++] = (pipe_op){SPAN_W, w++};
+    return n;
+}
+
+/* The bubble fraction the schedule gives with each stage's measured mean
+ * pass times (stats: ST_N per stage), transfers taking no time: each
+ * pass starts when its stage is free and its input is there (F after
+ * the previous stage's F, B or the whole backward after the next
+ * stage's). The mean over the stages of the time not in passes. */
+static double simulated_bubble(const train_pipe *q, const double *stats)
+{
+    int P = q->P, m = q->m;
+    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * m * P));
+    int *n = kl_xcalloc((size_t)P, sizeof *n), *next = kl_xcalloc((size_t)P, sizeof *next);
+    double *fdone = kl_xmalloc(sizeof(double) * (size_t)(P * m)), *bdone = kl_xmalloc(sizeof(double) * (size_t)(P * m));
+    double *clock = kl_xcalloc((size_t)P, sizeof *clock), busy = 0;
+    for (int i = 0; i < P * m; i++)
+        fdone[i] = bdone[i] = -1;
+    for (int s = 0; s < P; s++)
+        n[s] = schedule(q->sched, P, m, s, stats[s * ST_N + ST_COUNT + SPAN_W] > 0, ops + 3 * m * s);
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int s = 0; s < P; s++)
+            while (next[s] < n[s]) {
+                const pipe_op *o = &ops[3 * m * s + next[s]];
+                double ready = 0;
+                if (o->kind == SPAN_F && s > 0)
+                    ready = fdone[(s - 1) * m + o->mb];
+                if ((o->kind == SPAN_B || o->kind == SPAN_BW) && s < P - 1)
+                    ready = bdone[(s + 1) * m + o->mb];
+                if (ready < 0)
+                    break;
+                const double *x = stats + (size_t)s * ST_N;
+                double d = x[ST_COUNT + o->kind] > 0 ? x[ST_KIND + o->kind] / x[ST_COUNT + o->kind] : 0;
+                clock[s] = (clock[s] > ready ? clock[s] : ready) + d;
+                busy += d;
+                if (o->kind == SPAN_F)
+                    fdone[s * m + o->mb] = clock[s];
+                else if (o->kind != SPAN_W)
+                    bdone[s * m + o->mb] = clock[s];
+                next[s]++;
+                moved = true;
+            }
+    }
+    double end = 0;
+    for (int s = 0; s < P; s++)
+        end = clock[s] > end ? clock[s] : end;
+    free(ops), free(n), free(next), free(fdone), free(bdone), free(clock);
+    return end > 0 ? 1 - busy / (P * end) : 0;
 }
 
 int train_pipeline_prepare(trainer *t)
@@ -624,7 +712,7 @@ static void backward(trainer *t, train_loop *lp, int k, double *sums)
     read_results(t, lp, IR_PHASE_BACKWARD, sums);
     if (q->is_w)
         update_copies(q, t->train, true);
-    pass_done(q, q->is_w ? SPAN_B : SPAN_BW, k, t0, wait0);
+    pass_done(q, q->nw ? SPAN_B : SPAN_BW, k, t0, wait0);
 }
 
 /* zero_bubble: the W pass of micro-batch k (no transfers). */
@@ -664,24 +752,21 @@ static void sync_persistent(trainer *t)
 int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
 {
     train_pipe *q = t->pipe;
-    int m = q->m, s = q->stage, P = q->P;
-    int warm = q->sched == KL_PIPE_GPIPE ? m : (P - 1 - s < m ? P - 1 - s : m);
-    int f = 0, b = 0, w = 0;
+    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m));
+    int n = schedule(q->sched, q->P, q->m, q->stage, q->nw > 0, ops);
     q->step_t0 = kl_now();
     q->step_busy = 0;
-    for (; f < warm; f++)
-        if (forward(t, lp, f, sums))
+    for (int i = 0; i < n; i++) {
+        if (ops[i].kind == SPAN_F && forward(t, lp, ops[i].mb, sums)) {
+            free(ops);
             return -1;
-    while (b < m) {
-        if (f < m && forward(t, lp, f++, sums))
-            return -1;
-        backward(t, lp, b++, sums);
-        /* zero_bubble: W of the oldest once more than wdefer wait. */
-        while (q->is_w && b - w > q->wdefer)
-            weights(t, lp, w++);
+        }
+        if (ops[i].kind == SPAN_B || ops[i].kind == SPAN_BW)
+            backward(t, lp, ops[i].mb, sums);
+        if (ops[i].kind == SPAN_W)
+            weights(t, lp, ops[i].mb);
     }
-    while (q->is_w && w < m)
-        weights(t, lp, w++);
+    free(ops);
     double span_end = kl_now() - q->step_t0;
     if (q->is_w)
         update_copies(q, t->train, false);
@@ -775,9 +860,6 @@ static const char *span_name(int kind)
     return names[kind];
 }
 
-/* Per stage: busy, span, the measured steps, the receives' waits and
- * the four pass kinds' seconds and counts. */
-enum { ST_BUSY, ST_SPAN, ST_STEPS, ST_WAIT, ST_KIND, ST_COUNT = ST_KIND + 4, ST_N = ST_COUNT + 4 };
 
 void train_pipeline_finish(trainer *t)
 {
@@ -858,11 +940,12 @@ void train_pipeline_print_profile(const trainer *t)
                 printf(" %s %.3f ms", span_name(k), 1e3 * x[ST_KIND + k] / x[ST_COUNT + k]);
         printf("\n");
     }
-    printf("  measured %.1f%% (mean of the stages) against the theoretical %.1f%% (%s); span %.2f ms a step\n",
+    printf("  measured %.1f%% (mean of the stages) against the theoretical %.1f%% (%s) and %.1f%% (the schedule "
+           "with these pass times, transfers free); span %.2f ms a step\n",
            100 * mean, 100 * theory(q),
            q->sched == KL_PIPE_ZERO_BUBBLE ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
                                            : "(P-1)/(m+P-1)",
-           1e3 * span);
+           100 * simulated_bubble(q, a), 1e3 * span);
 }
 
 void train_pipeline_print_start(const trainer *t)
