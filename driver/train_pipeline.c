@@ -94,7 +94,8 @@ enum { SPAN_F, SPAN_B, SPAN_W, SPAN_BW, SPAN_SEND, SPAN_RECV };
 
 /* Per stage: busy, span, the measured steps, the receives' waits and
  * the four pass kinds' seconds and counts. */
-enum { ST_BUSY, ST_SPAN, ST_STEPS, ST_WAIT, ST_KIND, ST_COUNT = ST_KIND + 4, ST_N = ST_COUNT + 4 };
+enum { ST_BUSY, ST_SPAN, ST_STEPS, ST_WAIT, ST_KIND, ST_COUNT = ST_KIND + 4, ST_RSS = ST_COUNT + 4, ST_OWN, ST_A, ST_SLOTS,
+       ST_WSLOTS, ST_N };
 
 /* The pass running: its steps' hooks do the transfers and the W copies
  * (PASS_FB), or put the W copies back (PASS_W). */
@@ -114,6 +115,7 @@ struct train_pipe {
     char *slot_mem;          /* slots x stash_bytes */
     int loss_stage, loss_phase, report_stage, report_phase;
     int64_t sent_bytes, recv_bytes;
+    int64_t own_bytes, persist_bytes; /* params and state: this stage's, every stage's */
     /* zero_bubble: per step, whether it is a W step (any stage's); this
      * stage's B and W steps; the W copies by step (cap_at: steps + 1
      * entries), each step's next backward step (-1: none) and the first;
@@ -311,6 +313,12 @@ static void analyse(trainer *t, train_pipe *q)
             q->stash_bytes += p->buffers.v[b].bytes;
         }
     }
+    for (int b = 0; b < nb; b++)
+        if (p->buffers.v[b].region == KL_REGION_PERSISTENT) {
+            q->persist_bytes += p->buffers.v[b].bytes;
+            if (owner[b] == q->stage || (owner[b] < 0 && read_by[(size_t)b * (size_t)q->P + (size_t)q->stage]))
+                q->own_bytes += p->buffers.v[b].bytes;
+        }
     /* The persistent values' owners, for settle: kept in writer[]. */
     free(writer);
     free(saved);
@@ -869,6 +877,11 @@ void train_pipeline_finish(trainer *t)
     double mine[ST_N] = {q->sum_busy, q->sum_span, (double)q->measured, q->recv_wait - q->sum_wait};
     for (int k = 0; k < 4; k++)
         mine[ST_KIND + k] = q->sum_kind[k], mine[ST_COUNT + k] = (double)q->n_kind[k];
+    mine[ST_RSS] = (double)kl_host_rss_peak();
+    mine[ST_OWN] = (double)q->own_bytes;
+    mine[ST_A] = (double)q->stash_bytes;
+    mine[ST_SLOTS] = q->slots;
+    mine[ST_WSLOTS] = (double)(q->wbytes * q->wslots);
     q->all_stats = kl_xmalloc(sizeof mine * (size_t)q->P);
     kl_comm_gather_startup(q->c, mine, sizeof mine, q->all_stats, "the stages' pass times");
     if (!q->record)
@@ -946,6 +959,34 @@ void train_pipeline_print_profile(const trainer *t)
            q->sched == KL_PIPE_ZERO_BUBBLE ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
                                            : "(P-1)/(m+P-1)",
            100 * simulated_bubble(q, a), 1e3 * span);
+    /* Memory: the schedule's part (the saved-activation slots) against
+     * gpipe's, and the peak resident set, which also holds what every
+     * rank allocates whatever its stage. */
+    char ar[32], ps[32];
+    kl_format_bytes(ar, sizeof ar, t->train->plan->arena_bytes);
+    kl_format_bytes(ps, sizeof ps, q->persist_bytes);
+    printf("pipeline memory (%s; every rank allocates the whole plan's arena, %s, and every stage's params and state, "
+           "%s):\n",
+           kl_pipe_schedule_name(q->sched), ar, ps);
+    for (int s = 0; s < q->P; s++) {
+        const double *x = a + (size_t)s * ST_N;
+        char rss[32], one[32], sl[32], gp[32], own[32], f[32];
+        kl_format_bytes(rss, sizeof rss, (int64_t)x[ST_RSS]);
+        kl_format_bytes(one, sizeof one, (int64_t)x[ST_A]);
+        kl_format_bytes(sl, sizeof sl, (int64_t)(x[ST_A] * x[ST_SLOTS]));
+        kl_format_bytes(gp, sizeof gp, (int64_t)x[ST_A] * q->m);
+        kl_format_bytes(own, sizeof own, (int64_t)x[ST_OWN]);
+        kl_format_bytes(f, sizeof f, (int64_t)(x[ST_OWN] + x[ST_A] * x[ST_SLOTS] + x[ST_WSLOTS]));
+        printf("  stage %d: peak resident %s; saved activations %.0f x %s = %s (gpipe's %d x = %s: %.3f of it); its "
+               "params and state %s;",
+               s, rss, x[ST_SLOTS], one, sl, q->m, gp, x[ST_SLOTS] / q->m, own);
+        if (q->is_w) {
+            char w[32];
+            kl_format_bytes(w, sizeof w, (int64_t)x[ST_WSLOTS]);
+            printf(" weight-gradient inputs %s;", w);
+        }
+        printf(" formula %s\n", f);
+    }
 }
 
 void train_pipeline_print_start(const trainer *t)

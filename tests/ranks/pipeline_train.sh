@@ -275,7 +275,13 @@ observe)
       grep -q "^  measured [0-9.]*% (mean of the stages) against the theoretical" "$tmp/$s.bubble" ||
       { echo "FAIL: $s: the bubble lines"; cat "$tmp/$s.bubble"; exit 1; }
     cat "$tmp/$s.bubble"
+    # Memory: 1f1b's slots on stage s are P - s of gpipe's m.
+    grep -A2 "^pipeline memory ($s; " "$tmp/$s.txt" > "$tmp/$s.mem"
+    grep -q "^  stage 0: peak resident .*; saved activations 2 x .* (gpipe's 8 x = .*: 0.250 of it); its params and state .* formula " "$tmp/$s.mem" &&
+      grep -q "^  stage 1: peak resident .*; saved activations 1 x .* (gpipe's 8 x = .*: 0.125 of it);" "$tmp/$s.mem" ||
+      { echo "FAIL: $s: the memory lines"; cat "$tmp/$s.mem"; exit 1; }
   done
+  grep -q "weight-gradient inputs" "$tmp/zero_bubble.mem" || { echo "FAIL: zero_bubble's W slots are not in its memory"; exit 1; }
   grep -q "theoretical 11.1% ((P-1)/(m+P-1))" "$tmp/1f1b.bubble" &&
     grep -q "theoretical 4.0% (ZB-H1" "$tmp/zero_bubble.bubble" ||
     { echo "FAIL: the theoretical bubbles are not (P-1)/(m+P-1) = 1/9 and (P-1)/(3m+P-1) = 1/25"; exit 1; }
