@@ -928,16 +928,8 @@ void train_pipeline_finish(trainer *t)
     }
 }
 
-void train_pipeline_print_profile(const trainer *t)
+static void print_bubble(const train_pipe *q, const double *a)
 {
-    const train_pipe *q = t->pipe;
-    if (!q || !q->all_stats)
-        return;
-    const double *a = q->all_stats;
-    if (a[ST_STEPS] < 1) {
-        printf("\npipeline: one step: its bubble is not measured (the first step warms up)\n");
-        return;
-    }
     printf("\npipeline bubble (%s, P = %d, m = %d; each stage's time not in its passes or waiting in receives, over "
            "the span from the step's start to the last stage's last pass; %.0f steps after the first):\n",
            kl_pipe_schedule_name(q->sched), q->P, q->m, a[ST_STEPS]);
@@ -959,6 +951,18 @@ void train_pipeline_print_profile(const trainer *t)
            q->sched == KL_PIPE_ZERO_BUBBLE ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
                                            : "(P-1)/(m+P-1)",
            100 * simulated_bubble(q, a), 1e3 * span);
+}
+
+void train_pipeline_print_profile(const trainer *t)
+{
+    const train_pipe *q = t->pipe;
+    if (!q || !q->all_stats)
+        return;
+    const double *a = q->all_stats;
+    if (a[ST_STEPS] < 1)
+        printf("\npipeline: one step: its bubble is not measured (the first step warms up)\n");
+    else
+        print_bubble(q, a);
     /* Memory: the schedule's part (the saved-activation slots) against
      * gpipe's, and the peak resident set, which also holds what every
      * rank allocates whatever its stage. */

