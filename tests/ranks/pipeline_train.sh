@@ -126,6 +126,13 @@ dp)
   ranks 4 pd "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2
   same ref pd
   echo "ok: mlp, 2 stages x 2 data-parallel: the losses and final values of one rank"
+  # One micro-batch: the update reads backward's gradients themselves,
+  # each stage's in buckets of its own (a bucket once took stage 0's
+  # gradients into stage 1's: the losses differed from step 2).
+  one ref1 "$tmp/mlp" --batch 16
+  ranks 4 pd1 "$tmp/mlp" --batch 8 --set pipeline_parallel=2
+  same ref1 pd1
+  echo "ok: mlp, 2 stages x 2 data-parallel, one micro-batch: one rank's values"
   "${mpi[@]}" -np 4 "$tmp/mlp" "${loud[@]}" --steps 1 --batch 8 --accumulate 4 --set pipeline_parallel=2 > "$tmp/start.txt"
   grep -q "^ranks: world 4 (mpirun (Open MPI)), 2 stages, data-parallel groups of 2, shard dp" "$tmp/start.txt" &&
     grep -q "^effective batch 64 (batch 8 x accumulate 4 x ranks 2)" "$tmp/start.txt" ||
