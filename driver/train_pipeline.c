@@ -928,11 +928,12 @@ void train_pipeline_finish(trainer *t)
     }
 }
 
-static void print_bubble(const train_pipe *q, const double *a)
+static void print_bubble(const train_pipe *q, const double *a, int replicas)
 {
-    printf("\npipeline bubble (%s, P = %d, m = %d; each stage's time not in its passes or waiting in receives, over "
+    printf("\npipeline bubble (%s, P = %d, m = %d%s; each stage's time not in its passes or waiting in receives, over "
            "the span from the step's start to the last stage's last pass; %.0f steps after the first):\n",
-           kl_pipe_schedule_name(q->sched), q->P, q->m, a[ST_STEPS]);
+           kl_pipe_schedule_name(q->sched), q->P, q->m, replicas > 1 ? ", rank 0's data-parallel replica" : "",
+           a[ST_STEPS]);
     double mean = 0, span = a[ST_SPAN] / a[ST_STEPS];
     for (int s = 0; s < q->P; s++) {
         const double *x = a + (size_t)s * ST_N;
@@ -962,7 +963,7 @@ void train_pipeline_print_profile(const trainer *t)
     if (a[ST_STEPS] < 1)
         printf("\npipeline: one step: its bubble is not measured (the first step warms up)\n");
     else
-        print_bubble(q, a);
+        print_bubble(q, a, t->world);
     /* Memory: the schedule's part (the saved-activation slots) against
      * gpipe's, and the peak resident set, which also holds what every
      * rank allocates whatever its stage. */
