@@ -134,7 +134,8 @@ struct train_pipe {
      * span seconds, seconds per pass kind, receive waits; the spans for
      * the trace when one is written (on any stage: record). */
     bool record;
-    double step_t0, step_busy, recv_wait, clock_off;
+    double step_t0, step_busy, recv_wait;
+    double *offsets; /* stage 0, tracing: each stage's clock's to add */
     int64_t measured;
     double sum_busy, sum_span, sum_kind[4], sum_wait;
     int64_t n_kind[4];
@@ -839,17 +840,37 @@ void train_pipeline_observe(trainer *t)
     train_pipe *q = t->pipe;
     if (!q)
         return;
-    /* Spans are kept when rank 0 writes a trace; the clocks are compared
-     * at the end of one gather (each stage's offset to stage 0's). */
+    /* Spans are kept when rank 0 writes a trace. */
     int mine = t->trace != NULL, *all = kl_xmalloc(sizeof mine * (size_t)q->P);
     kl_comm_gather_startup(q->c, &mine, sizeof mine, all, "whether the stages trace");
-    double now = kl_now(), *clocks = kl_xmalloc(sizeof now * (size_t)q->P);
     for (int s = 0; s < q->P; s++)
         q->record |= all[s] != 0;
-    kl_comm_gather_startup(q->c, &now, sizeof now, clocks, "the stages' clocks");
-    q->clock_off = clocks[0] - now;
     free(all);
-    free(clocks);
+    if (!q->record)
+        return;
+    /* Each stage's clock against stage 0's (hosts have their own): 8
+     * round trips, stage 0's midpoint less the stage's reading, from the
+     * quickest trip (off by at most half of it). */
+    int tag = q->xfers.n + q->syncs.n + 3;
+    q->offsets = kl_xcalloc((size_t)q->P, sizeof *q->offsets);
+    for (int s = 1; s < q->P; s++) {
+        double best = -1;
+        for (int k = 0; k < 8; k++) {
+            double t0 = kl_now(), there = 0;
+            if (q->stage == 0) {
+                kl_comm_send(q->c, &t0, sizeof t0, s, tag, "a clock reading");
+                kl_comm_recv(q->c, &there, sizeof there, s, tag + 1, "a stage's clock reading");
+                double t1 = kl_now();
+                if (best < 0 || t1 - t0 < best)
+                    best = t1 - t0, q->offsets[s] = (t0 + t1) / 2 - there;
+            } else if (q->stage == s) {
+                kl_comm_recv(q->c, &there, sizeof there, 0, tag, "stage 0's clock reading");
+                double now = kl_now();
+                kl_comm_send(q->c, &now, sizeof now, 0, tag + 1, "a clock reading");
+            }
+        }
+    }
+    kl_comm_send_wait(q->c);
 }
 
 /* The schedule's bubble fraction in theory: (P-1)/(m+P-1) for gpipe
@@ -891,8 +912,6 @@ void train_pipeline_finish(trainer *t)
     int tag = q->xfers.n + q->syncs.n + 1;
     if (q->stage) {
         int64_t n = q->spans.n;
-        for (int i = 0; i < q->spans.n; i++)
-            q->spans.v[i].t0 += q->clock_off, q->spans.v[i].t1 += q->clock_off;
         kl_comm_send(q->c, &n, sizeof n, 0, tag, "the number of the stage's spans");
         if (n)
             kl_comm_send(q->c, q->spans.v, sizeof *q->spans.v * (size_t)n, 0, tag + 1, "the stage's spans");
@@ -920,8 +939,8 @@ void train_pipeline_finish(trainer *t)
             } else {
                 snprintf(name, sizeof name, "%s %d", span_name(x->kind), x->mb);
             }
-            kl_trace_event(t->trace, name, x->buf >= 0 ? "transfer" : span_name(x->kind), KL_TRACE_STAGE0 + s, x->t0,
-                           x->t1);
+            kl_trace_event(t->trace, name, x->buf >= 0 ? "transfer" : span_name(x->kind), KL_TRACE_STAGE0 + s,
+                           x->t0 + q->offsets[s], x->t1 + q->offsets[s]);
         }
         if (s)
             free(v);
@@ -1059,6 +1078,7 @@ void train_pipeline_free(trainer *t)
     kl_vec_free(q->ucap);
     kl_vec_free(q->spans);
     free(q->all_stats);
+    free(q->offsets);
     free(q);
     t->pipe = NULL;
 }
