@@ -686,11 +686,14 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
             goto done;
         kl_exec_trace(t.train, t.trace);
     }
+    train_pipeline_observe(&t);
     if (preemptible)
         train_preempt_arm();
     rc = run_training(&t);
     train_preempt_disarm();
     rc = rc == TRAIN_EXIT_PREEMPTED ? rc : rc ? 1 : 0;
+    if (rc == 0 || rc == TRAIN_EXIT_PREEMPTED)
+        train_pipeline_finish(&t);
     if (t.opt.profile)
         train_print_profile(&t);
 done:

@@ -223,5 +223,6 @@ void train_print_profile(const trainer *t)
 {
     printf("\nprofile of the training step:\n");
     kl_exec_print_profile(t->train, stdout, 30);
+    train_pipeline_print_profile(t);
     print_bottleneck(t);
 }

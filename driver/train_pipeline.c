@@ -34,8 +34,31 @@
  * pass's all_reduces, in buckets of one stage's values) over t->comm,
  * the stage's data-parallel group.
  *
- * Refused with the reason (not built): interleaved and zero_bubble
- * schedules, pipeline x tensor parallel, ZeRO and sync_batchnorm with
+ * zero_bubble (ZB-H1, Qi et al. 2024) splits each stage's backward in
+ * two passes: the input-gradient pass (B: every backward step a transfer
+ * to another stage needs, and those steps' producers on the stage) and
+ * the weight-gradient pass (W: the rest, which only accumulates the
+ * stage's param gradients). B runs where 1f1b runs the whole backward,
+ * so the gradient reaches the previous stage without waiting for this
+ * stage's weight gradients; stage s runs W of the oldest micro-batch
+ * once more than s are waiting, and the rest after its last B, in the
+ * time it would otherwise wait (at most P micro-batches between forward
+ * and weight gradient on any stage, as 1f1b's stage 0). Every transfer
+ * happens in F and B passes, in 1f1b's order; a W pass only computes.
+ * What a W step reads from outside its pass is copied at its place in
+ * the B pass and put back right before it in the W pass (its W slot),
+ * so a W pass sees the values the plan's order gives it; W passes run
+ * in micro-batch order, so the gradients sum as one rank's and the
+ * losses equal 1f1b's to the bit.
+ *
+ * Measured (train_pipeline_finish): each stage's busy time (its passes,
+ * less their waits in receives) over the span from the step's start to
+ * the last stage's last pass: the bubble fraction --profile prints next
+ * to the schedule's theoretical one; --trace gets one track per stage
+ * with its forward, input-gradient, weight-gradient and transfer spans.
+ *
+ * Refused with the reason (not built): the interleaved schedule,
+ * pipeline x tensor parallel, ZeRO and sync_batchnorm with
  * data-parallel stages, fp16's loss scaling, a GPU, and the executable's
  * uses other than training. */
 #include <stdlib.h>
@@ -52,6 +75,32 @@ typedef struct pipe_xfer {
     int step, buf, from, to;
 } pipe_xfer;
 
+/* A buffer a W step reads from outside the W pass: copied at the step's
+ * place in the B pass, put back before it in the W pass, at off in the
+ * micro-batch's W slot. */
+typedef struct pipe_cap {
+    int step, buf;
+    int64_t off;
+} pipe_cap;
+
+/* A span of the timeline: a pass (kind F, B, W or the whole backward)
+ * or a transfer, in this rank's kl_now() seconds. */
+typedef struct pipe_span {
+    double t0, t1;
+    int kind, mb, buf; /* buf: the transfer's buffer, -1 for a pass */
+} pipe_span;
+
+enum { SPAN_F, SPAN_B, SPAN_W, SPAN_BW, SPAN_SEND, SPAN_RECV };
+
+/* Per stage: busy, span, the measured steps, the receives' waits and
+ * the four pass kinds' seconds and counts. */
+enum { ST_BUSY, ST_SPAN, ST_STEPS, ST_WAIT, ST_KIND, ST_COUNT = ST_KIND + 4, ST_RSS = ST_COUNT + 4, ST_OWN, ST_A, ST_SLOTS,
+       ST_WSLOTS, ST_N };
+
+/* The pass running: its steps' hooks do the transfers and the W copies
+ * (PASS_FB), or put the W copies back (PASS_W). */
+enum { PASS_FB, PASS_W };
+
 struct train_pipe {
     int P, stage, m, slots;
     kl_pipe_schedule sched;
@@ -66,6 +115,33 @@ struct train_pipe {
     char *slot_mem;          /* slots x stash_bytes */
     int loss_stage, loss_phase, report_stage, report_phase;
     int64_t sent_bytes, recv_bytes;
+    int64_t own_bytes, persist_bytes; /* params and state: this stage's, every stage's */
+    /* zero_bubble: per step, whether it is a W step (any stage's); this
+     * stage's B and W steps; the W copies by step (cap_at: steps + 1
+     * entries), each step's next backward step (-1: none) and the first;
+     * W slots (wslots x wbytes); the buffers the update reads from B
+     * (ucap, ubytes, in umem); W steps waiting at most wdefer. */
+    bool *is_w, *run_b, *run_w;
+    KL_VEC(pipe_cap) wcap;
+    int *cap_at, *next_bw, first_bw;
+    int64_t wbytes, ubytes;
+    int wslots, wdefer, nw, nb_steps;
+    char *wmem, *umem;
+    KL_VEC(int) ucap;
+    int mode, cur; /* the running pass (PASS_*) and its micro-batch */
+    /* Measuring: the running step's start, busy seconds and waits in
+     * receives; over the measured steps (all but the first): busy and
+     * span seconds, seconds per pass kind, receive waits; the spans for
+     * the trace when one is written (on any stage: record). */
+    bool record;
+    double step_t0, step_busy, recv_wait;
+    double *offsets; /* stage 0, tracing: each stage's clock's to add */
+    int64_t measured;
+    double sum_busy, sum_span, sum_kind[4], sum_wait;
+    int64_t n_kind[4];
+    KL_VEC(pipe_span) spans;
+    /* Rank 0, after train_pipeline_finish: every stage's totals. */
+    double *all_stats;
 };
 
 /* Settings this build does not run across stages: the reason, or NULL. */
@@ -73,9 +149,7 @@ static const char *not_built(const trainer *t, const kl_backend *be)
 {
     const kl_train_config *c = &t->cfg;
     if (c->pipeline_schedule == KL_PIPE_INTERLEAVED)
-        return "pipeline_schedule = interleaved is not built (gpipe and 1f1b are)";
-    if (c->pipeline_schedule == KL_PIPE_ZERO_BUBBLE)
-        return "pipeline_schedule = zero_bubble is not built (gpipe and 1f1b are)";
+        return "pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)";
     if (c->tensor_parallel > 1)
         return "pipeline_parallel with tensor_parallel is not built";
     if (c->precision == KL_PREC_FP16)
@@ -96,7 +170,7 @@ int train_pipeline_check(trainer *t)
     const char *why = not_built(t, NULL);
     if (why) {
         kl_error("%s: pipeline_parallel = %d (schedule %s): %s\n"
-                 "---> use pipeline_schedule = gpipe or 1f1b, or train with pipeline_parallel = 1",
+                 "---> use pipeline_schedule = gpipe, 1f1b or zero_bubble, or train with pipeline_parallel = 1",
                  t->model, P, kl_pipe_schedule_name(t->cfg.pipeline_schedule), why);
         return -1;
     }
@@ -240,6 +314,12 @@ static void analyse(trainer *t, train_pipe *q)
             q->stash_bytes += p->buffers.v[b].bytes;
         }
     }
+    for (int b = 0; b < nb; b++)
+        if (p->buffers.v[b].region == KL_REGION_PERSISTENT) {
+            q->persist_bytes += p->buffers.v[b].bytes;
+            if (owner[b] == q->stage || (owner[b] < 0 && read_by[(size_t)b * (size_t)q->P + (size_t)q->stage]))
+                q->own_bytes += p->buffers.v[b].bytes;
+        }
     /* The persistent values' owners, for settle: kept in writer[]. */
     free(writer);
     free(saved);
@@ -260,6 +340,204 @@ static void analyse(trainer *t, train_pipe *q)
         }
     }
     free(owner);
+}
+
+/* zero_bubble: which backward steps are W steps (on every stage: none
+ * writes what crosses to another stage or what a B step of its stage
+ * reads), this stage's W copies (what its W steps read that the W pass
+ * does not make: forward's values, B's, the host's and other stages'),
+ * and what its update reads from B. */
+static void analyse_zb(trainer *t, train_pipe *q)
+{
+    const kl_plan *p = t->train->plan;
+    int ns = p->steps.n, nb = p->buffers.n;
+    bool *is_b = kl_xcalloc((size_t)ns + 1, 1);
+    for (int k = 0; k < q->xfers.n; k++)
+        if (p->steps.v[q->xfers.v[k].step].phase == IR_PHASE_BACKWARD)
+            is_b[q->xfers.v[k].step] = true;
+    /* Producers: (reader, writer) pairs of one stage's backward steps, in
+     * reader order; walked backwards, a B step makes its producers B. */
+    KL_VEC(int) edges = {0};
+    int *writer = kl_xmalloc(sizeof(int) * (size_t)(nb + 1));
+    for (int b = 0; b < nb; b++)
+        writer[b] = -1;
+    int bufs[IR_KERNEL_MAX_BUFS + 4], n;
+    bool rd[IR_KERNEL_MAX_BUFS + 4], wr[IR_KERNEL_MAX_BUFS + 4];
+    for (int i = 0; i < ns; i++) {
+        const kl_step *st = &p->steps.v[i];
+        if (st->phase == IR_PHASE_STARTUP)
+            continue;
+        n = step_access(p, st, bufs, rd, wr);
+        for (int k = 0; k < n; k++) {
+            int w = bufs[k] >= 0 && rd[k] ? writer[bufs[k]] : -1;
+            if (st->phase == IR_PHASE_BACKWARD && w >= 0 && p->steps.v[w].phase == IR_PHASE_BACKWARD &&
+                q->stage_of[w] == q->stage_of[i]) {
+                kl_vec_push(edges, i);
+                kl_vec_push(edges, w);
+            }
+        }
+        for (int k = 0; k < n; k++)
+            if (bufs[k] >= 0 && wr[k])
+                writer[bufs[k]] = i;
+    }
+    for (int e = edges.n - 2; e >= 0; e -= 2)
+        if (is_b[edges.v[e]])
+            is_b[edges.v[e + 1]] = true;
+    kl_vec_free(edges);
+    q->is_w = kl_xcalloc((size_t)ns + 1, 1);
+    q->run_b = kl_xcalloc((size_t)ns + 1, 1);
+    q->run_w = kl_xcalloc((size_t)ns + 1, 1);
+    for (int i = 0; i < ns; i++) {
+        q->is_w[i] = p->steps.v[i].phase == IR_PHASE_BACKWARD && !is_b[i];
+        q->run_b[i] = q->run[i] && !q->is_w[i];
+        q->run_w[i] = q->run[i] && q->is_w[i];
+        if (q->run[i] && p->steps.v[i].phase == IR_PHASE_BACKWARD)
+            q->is_w[i] ? q->nw++ : q->nb_steps++;
+    }
+    free(is_b);
+    if (!q->nb_steps) {
+        /* No step of this stage's backward is needed elsewhere (stage 0's):
+         * it runs whole where 1f1b runs it, with nothing to copy. */
+        memcpy(q->run_b, q->run, (size_t)ns * sizeof *q->run);
+        memset(q->run_w, 0, (size_t)ns * sizeof *q->run_w);
+        q->nb_steps = q->nw, q->nw = 0;
+    }
+    /* The W copies, in step order: a buffer a W step of this stage reads,
+     * last written by a forward or backward step that is not this stage's
+     * W step (or fed by the host), once per write. Values from before
+     * the micro-batch (state, constants) are not copied. */
+    int *copied = kl_xmalloc(sizeof(int) * (size_t)(nb + 1));
+    for (int b = 0; b < nb; b++)
+        writer[b] = -1, copied[b] = -2;
+    q->cap_at = kl_xcalloc((size_t)ns + 2, sizeof *q->cap_at);
+    q->next_bw = kl_xmalloc(sizeof(int) * (size_t)(ns + 1));
+    q->first_bw = -1;
+    for (int i = ns - 1, next = -1; i >= 0; i--) {
+        q->next_bw[i] = next;
+        if (p->steps.v[i].phase == IR_PHASE_BACKWARD)
+            next = q->first_bw = i;
+    }
+    bool *ucopied = kl_xcalloc((size_t)nb + 1, 1);
+    for (int i = 0; i < ns; i++) {
+        const kl_step *st = &p->steps.v[i];
+        q->cap_at[i] = q->wcap.n;
+        if (st->phase == IR_PHASE_STARTUP)
+            continue;
+        n = step_access(p, st, bufs, rd, wr);
+        for (int k = 0; k < n; k++) {
+            int b = bufs[k];
+            if (b < 0 || !rd[k] || p->buffers.v[b].region != KL_REGION_ARENA)
+                continue;
+            int w = writer[b];
+            bool outside = w >= 0 ? (p->steps.v[w].phase == IR_PHASE_FORWARD ||
+                                     p->steps.v[w].phase == IR_PHASE_BACKWARD) && !q->run_w[w]
+                                  : p->buffers.v[b].pinned;
+            if (q->run_w[i] && outside && copied[b] != w) {
+                copied[b] = w;
+                pipe_cap c = {i, b, q->wbytes};
+                kl_vec_push(q->wcap, c);
+                q->wbytes += p->buffers.v[b].bytes;
+            }
+            /* The update reads what B (or another stage) made. */
+            if (q->run[i] && st->phase == IR_PHASE_UPDATE && w >= 0 && p->steps.v[w].phase == IR_PHASE_BACKWARD &&
+                !q->run_w[w] && !ucopied[b]) {
+                ucopied[b] = true;
+                kl_vec_push(q->ucap, b);
+                q->ubytes += p->buffers.v[b].bytes;
+            }
+        }
+        for (int k = 0; k < n; k++)
+            if (bufs[k] >= 0 && wr[k])
+                writer[bufs[k]] = i;
+    }
+    q->cap_at[ns] = q->wcap.n;
+    free(ucopied);
+    free(copied);
+    free(writer);
+    /* At most wdefer W passes wait after a B pass: stage s's, so that
+     * every stage holds at most P micro-batches (1f1b's P - s between F
+     * and B, s more between B and W). */
+    q->wdefer = q->stage < q->m - 1 ? q->stage : q->m - 1;
+    q->wslots = q->wdefer + 1;
+    q->wmem = kl_xmalloc((size_t)(q->wbytes * q->wslots) + 1);
+    q->umem = kl_xmalloc((size_t)q->ubytes + 1);
+}
+
+/* One pass of the schedule: its kind (SPAN_F, SPAN_B, SPAN_W, SPAN_BW)
+ * and micro-batch. */
+typedef struct pipe_op {
+    int kind, mb;
+} pipe_op;
+
+/* Stage s's passes in order, into ops (3m at most); split: its backward
+ * in B and W passes (zero_bubble, where the stage has W steps). gpipe:
+ * every forward, then every backward; 1f1b: P - 1 - s forwards, then a
+ * forward and a backward in turn, then the rest of the backwards;
+ * zero_bubble: 1f1b's order of F and B, with W of the oldest micro-batch
+ * once more than s wait (ZB-H1), the rest after the last B. */
+static int schedule(kl_pipe_schedule sched, int P, int m, int s, bool split, pipe_op *ops)
+{
+    int warm = sched == KL_PIPE_GPIPE ? m : (P - 1 - s < m ? P - 1 - s : m);
+    int wdefer = s < m - 1 ? s : m - 1, n = 0, f = 0, b = 0, w = 0;
+    for (; f < warm; f++)
+        ops[n++] = (pipe_op){SPAN_F, f};
+    while (b < m) {
+        if (f < m)
+            ops[n++] = (pipe_op){SPAN_F, f++};
+        ops[n++] = (pipe_op){split ? SPAN_B : SPAN_BW, b++};
+        while (split && b - w > wdefer)
+            ops[n++] = (pipe_op){SPAN_W, w++};
+    }
+    while (split && w < m)
+        ops[n++] = (pipe_op){SPAN_W, w++};
+    return n;
+}
+
+/* The bubble fraction the schedule gives with each stage's measured mean
+ * pass times (stats: ST_N per stage), transfers taking no time: each
+ * pass starts when its stage is free and its input is there (F after
+ * the previous stage's F, B or the whole backward after the next
+ * stage's). The mean over the stages of the time not in passes. */
+static double simulated_bubble(const train_pipe *q, const double *stats)
+{
+    int P = q->P, m = q->m;
+    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * m * P));
+    int *n = kl_xcalloc((size_t)P, sizeof *n), *next = kl_xcalloc((size_t)P, sizeof *next);
+    double *fdone = kl_xmalloc(sizeof(double) * (size_t)(P * m)), *bdone = kl_xmalloc(sizeof(double) * (size_t)(P * m));
+    double *clock = kl_xcalloc((size_t)P, sizeof *clock), busy = 0;
+    for (int i = 0; i < P * m; i++)
+        fdone[i] = bdone[i] = -1;
+    for (int s = 0; s < P; s++)
+        n[s] = schedule(q->sched, P, m, s, stats[s * ST_N + ST_COUNT + SPAN_W] > 0, ops + 3 * m * s);
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int s = 0; s < P; s++)
+            while (next[s] < n[s]) {
+                const pipe_op *o = &ops[3 * m * s + next[s]];
+                double ready = 0;
+                if (o->kind == SPAN_F && s > 0)
+                    ready = fdone[(s - 1) * m + o->mb];
+                if ((o->kind == SPAN_B || o->kind == SPAN_BW) && s < P - 1)
+                    ready = bdone[(s + 1) * m + o->mb];
+                if (ready < 0)
+                    break;
+                const double *x = stats + (size_t)s * ST_N;
+                double d = x[ST_COUNT + o->kind] > 0 ? x[ST_KIND + o->kind] / x[ST_COUNT + o->kind] : 0;
+                clock[s] = (clock[s] > ready ? clock[s] : ready) + d;
+                busy += d;
+                if (o->kind == SPAN_F)
+                    fdone[s * m + o->mb] = clock[s];
+                else if (o->kind != SPAN_W)
+                    bdone[s * m + o->mb] = clock[s];
+                next[s]++;
+                moved = true;
+            }
+    }
+    double end = 0;
+    for (int s = 0; s < P; s++)
+        end = clock[s] > end ? clock[s] : end;
+    free(ops), free(n), free(next), free(fdone), free(bdone), free(clock);
+    return end > 0 ? 1 - busy / (P * end) : 0;
 }
 
 int train_pipeline_prepare(trainer *t)
@@ -294,27 +572,65 @@ int train_pipeline_prepare(trainer *t)
             return -1;
         }
     q->slot_mem = kl_xmalloc((size_t)(q->stash_bytes * q->slots) + 1);
+    if (q->sched == KL_PIPE_ZERO_BUBBLE)
+        analyse_zb(t, q);
     return 0;
 }
 
+static void span(train_pipe *q, int kind, int mb, int buf, double t0, double t1)
+{
+    if (!q->record)
+        return;
+    pipe_span x = {t0, t1, kind, mb, buf};
+    kl_vec_push(q->spans, x);
+}
+
+/* The W copies of step i: into the running micro-batch's W slot (save)
+ * or back into the arena. */
+static void w_copies(train_pipe *q, kl_exec *e, int i, bool save)
+{
+    char *slot = q->wmem + (size_t)(q->cur % q->wslots) * (size_t)q->wbytes;
+    for (int k = q->cap_at[i]; k < q->cap_at[i + 1]; k++) {
+        const pipe_cap *c = &q->wcap.v[k];
+        size_t n = (size_t)e->plan->buffers.v[c->buf].bytes;
+        if (save)
+            memcpy(slot + c->off, e->ptrs[c->buf], n);
+        else
+            memcpy(e->ptrs[c->buf], slot + c->off, n);
+    }
+}
+
 /* At step i's place: this stage sends what it wrote there and receives
- * what another stage wrote there. */
+ * what another stage wrote there; in a B pass it copies what its W step
+ * i reads, in a W pass it puts back what the next backward step reads. */
 static void at_step(void *ctx, int i)
 {
     trainer *t = ctx;
     train_pipe *q = t->pipe;
     kl_exec *e = t->train;
+    if (q->mode == PASS_W) {
+        if (q->next_bw[i] >= 0)
+            w_copies(q, e, q->next_bw[i], false);
+        return;
+    }
+    if (q->is_w && q->run_w[i])
+        w_copies(q, e, i, true);
     for (int k = q->at[i]; k < q->at[i + 1]; k++) {
         const pipe_xfer *x = &q->xfers.v[k];
         size_t bytes = (size_t)e->plan->buffers.v[x->buf].bytes;
         const char *what = e->plan->buffers.v[x->buf].value >= 0 ? ir_val(e->g, e->plan->buffers.v[x->buf].value)->name
                                                                   : "a scratch buffer";
+        double t0 = kl_now();
         if (x->from == q->stage) {
             kl_comm_send(q->c, e->ptrs[x->buf], bytes, x->to, k, what);
             q->sent_bytes += (int64_t)bytes;
+            span(q, SPAN_SEND, q->cur, x->buf, t0, kl_now());
         } else if (x->to == q->stage) {
             kl_comm_recv(q->c, e->ptrs[x->buf], bytes, x->from, k, what);
             q->recv_bytes += (int64_t)bytes;
+            double t1 = kl_now();
+            q->recv_wait += t1 - t0;
+            span(q, SPAN_RECV, q->cur, x->buf, t0, t1);
         }
     }
 }
@@ -324,6 +640,22 @@ static void stash(train_pipe *q, kl_exec *e, int k, bool save)
     char *at = q->slot_mem + (size_t)(k % q->slots) * (size_t)q->stash_bytes;
     for (int i = 0; i < q->stash.n; i++) {
         int b = q->stash.v[i];
+        size_t n = (size_t)e->plan->buffers.v[b].bytes;
+        if (save)
+            memcpy(at, e->ptrs[b], n);
+        else
+            memcpy(e->ptrs[b], at, n);
+        at += n;
+    }
+}
+
+/* The buffers the update reads from B: saved after each B pass (the
+ * last micro-batch's stay), put back before the update. */
+static void update_copies(train_pipe *q, kl_exec *e, bool save)
+{
+    char *at = q->umem;
+    for (int i = 0; i < q->ucap.n; i++) {
+        int b = q->ucap.v[i];
         size_t n = (size_t)e->plan->buffers.v[b].bytes;
         if (save)
             memcpy(at, e->ptrs[b], n);
@@ -343,6 +675,17 @@ static void read_results(trainer *t, train_loop *lp, int ph, double *sums)
         sums[1] += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
 }
 
+/* A pass of kind over micro-batch k from t0: its busy time (less its
+ * waits in receives) and its span. */
+static void pass_done(train_pipe *q, int kind, int k, double t0, double wait0)
+{
+    double t1 = kl_now(), busy = t1 - t0 - (q->recv_wait - wait0);
+    q->step_busy += busy;
+    q->sum_kind[kind] += busy;
+    q->n_kind[kind]++;
+    span(q, kind, k, -1, t0, t1);
+}
+
 static int forward(trainer *t, train_loop *lp, int k, double *sums)
 {
     train_pipe *q = t->pipe;
@@ -354,22 +697,46 @@ static int forward(trainer *t, train_loop *lp, int k, double *sums)
         return -1;
     train_feed(t->train, &t->tb, b);
     kl_loader_release(lp->loader, b);
+    double t0 = kl_now(), wait0 = q->recv_wait;
     lp->args.step = lp->step * q->m + k;
+    q->mode = PASS_FB, q->cur = k;
     kl_exec_filter f = {q->run, at_step, t};
     kl_exec_run_filtered(t->train, 1u << IR_PHASE_FORWARD, &lp->args, &f);
     read_results(t, lp, IR_PHASE_FORWARD, sums);
     stash(q, t->train, k, true);
+    pass_done(q, SPAN_F, k, t0, wait0);
     return 0;
 }
 
+/* The backward of micro-batch k: whole, or (zero_bubble) its B pass. */
 static void backward(trainer *t, train_loop *lp, int k, double *sums)
 {
     train_pipe *q = t->pipe;
+    double t0 = kl_now(), wait0 = q->recv_wait;
     stash(q, t->train, k, false);
     lp->args.step = lp->step * q->m + k;
-    kl_exec_filter f = {q->run, at_step, t};
+    q->mode = PASS_FB, q->cur = k;
+    kl_exec_filter f = {q->is_w ? q->run_b : q->run, at_step, t};
     kl_exec_run_filtered(t->train, 1u << IR_PHASE_BACKWARD, &lp->args, &f);
     read_results(t, lp, IR_PHASE_BACKWARD, sums);
+    if (q->is_w)
+        update_copies(q, t->train, true);
+    pass_done(q, q->nw ? SPAN_B : SPAN_BW, k, t0, wait0);
+}
+
+/* zero_bubble: the W pass of micro-batch k (no transfers). */
+static void weights(trainer *t, train_loop *lp, int k)
+{
+    train_pipe *q = t->pipe;
+    double t0 = kl_now(), wait0 = q->recv_wait;
+    lp->args.step = lp->step * q->m + k;
+    q->mode = PASS_W, q->cur = k;
+    if (q->first_bw >= 0)
+        w_copies(q, t->train, q->first_bw, false);
+    kl_exec_filter f = {q->run_w, at_step, t};
+    kl_exec_run_filtered(t->train, 1u << IR_PHASE_BACKWARD, &lp->args, &f);
+    q->mode = PASS_FB;
+    pass_done(q, SPAN_W, k, t0, wait0);
 }
 
 /* The params and state another stage reads, from the stage that updated
@@ -394,20 +761,42 @@ static void sync_persistent(trainer *t)
 int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
 {
     train_pipe *q = t->pipe;
-    int m = q->m, s = q->stage, P = q->P;
-    int warm = q->sched == KL_PIPE_GPIPE ? m : (P - 1 - s < m ? P - 1 - s : m);
-    int f = 0, b = 0;
-    for (; f < warm; f++)
-        if (forward(t, lp, f, sums))
+    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m));
+    int n = schedule(q->sched, q->P, q->m, q->stage, q->nw > 0, ops);
+    q->step_t0 = kl_now();
+    q->step_busy = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].kind == SPAN_F && forward(t, lp, ops[i].mb, sums)) {
+            free(ops);
             return -1;
-    while (b < m) {
-        if (f < m && forward(t, lp, f++, sums))
-            return -1;
-        backward(t, lp, b++, sums);
+        }
+        if (ops[i].kind == SPAN_B || ops[i].kind == SPAN_BW)
+            backward(t, lp, ops[i].mb, sums);
+        if (ops[i].kind == SPAN_W)
+            weights(t, lp, ops[i].mb);
     }
+    free(ops);
+    double span_end = kl_now() - q->step_t0;
+    if (q->is_w)
+        update_copies(q, t->train, false);
+    q->mode = PASS_FB;
     kl_exec_filter fl = {q->run, at_step, t};
     kl_exec_run_filtered(t->train, 1u << IR_PHASE_UPDATE, &lp->args, &fl);
     sync_persistent(t);
+    if (q->record || t->opt.profile) {
+        /* The pipeline's span: to the last stage's last pass. */
+        kl_comm_all_reduce(q->c, &span_end, 1, IR_F64, KL_REDUCE_MAX, "the stages' ends of the step");
+        if (lp->step > lp->first_step) {
+            q->measured++;
+            q->sum_busy += q->step_busy;
+            q->sum_span += span_end;
+        } else {
+            /* The first step warms up: its passes are not counted. */
+            memset(q->sum_kind, 0, sizeof q->sum_kind);
+            memset(q->n_kind, 0, sizeof q->n_kind);
+            q->sum_wait = q->recv_wait;
+        }
+    }
     /* The last stage's loss, the preemption flag of any stage: on every
      * stage (the first prints). */
     kl_comm_all_reduce(q->c, sums, 3, IR_F64, KL_REDUCE_SUM, "the loss and metric sums of the stages");
@@ -446,12 +835,191 @@ void train_pipeline_settle(trainer *t)
     }
 }
 
+void train_pipeline_observe(trainer *t)
+{
+    train_pipe *q = t->pipe;
+    if (!q)
+        return;
+    /* Spans are kept when rank 0 writes a trace. */
+    int mine = t->trace != NULL, *all = kl_xmalloc(sizeof mine * (size_t)q->P);
+    kl_comm_gather_startup(q->c, &mine, sizeof mine, all, "whether the stages trace");
+    for (int s = 0; s < q->P; s++)
+        q->record |= all[s] != 0;
+    free(all);
+    if (!q->record)
+        return;
+    /* Each stage's clock against stage 0's (hosts have their own): 8
+     * round trips, stage 0's midpoint less the stage's reading, from the
+     * quickest trip (off by at most half of it). */
+    int tag = q->xfers.n + q->syncs.n + 3;
+    q->offsets = kl_xcalloc((size_t)q->P, sizeof *q->offsets);
+    for (int s = 1; s < q->P; s++) {
+        double best = -1;
+        for (int k = 0; k < 8; k++) {
+            double t0 = kl_now(), there = 0;
+            if (q->stage == 0) {
+                kl_comm_send(q->c, &t0, sizeof t0, s, tag, "a clock reading");
+                kl_comm_recv(q->c, &there, sizeof there, s, tag + 1, "a stage's clock reading");
+                double t1 = kl_now();
+                if (best < 0 || t1 - t0 < best)
+                    best = t1 - t0, q->offsets[s] = (t0 + t1) / 2 - there;
+            } else if (q->stage == s) {
+                kl_comm_recv(q->c, &there, sizeof there, 0, tag, "stage 0's clock reading");
+                double now = kl_now();
+                kl_comm_send(q->c, &now, sizeof now, 0, tag + 1, "a clock reading");
+            }
+        }
+    }
+    kl_comm_send_wait(q->c);
+}
+
+/* The schedule's bubble fraction in theory: (P-1)/(m+P-1) for gpipe
+ * and 1f1b; ZB-H1's with forward, input gradient and weight gradient
+ * taking equal times, (P-1)/(3m+P-1). */
+static double theory(const train_pipe *q)
+{
+    if (q->sched == KL_PIPE_ZERO_BUBBLE)
+        return (double)(q->P - 1) / (3.0 * q->m + q->P - 1);
+    return (double)(q->P - 1) / (double)(q->m + q->P - 1);
+}
+
+static const char *span_name(int kind)
+{
+    static const char *names[] = {"forward", "input gradient", "weight gradient", "backward", "send", "recv"};
+    return names[kind];
+}
+
+
+void train_pipeline_finish(trainer *t)
+{
+    train_pipe *q = t->pipe;
+    if (!q || !(q->record || t->opt.profile))
+        return;
+    double mine[ST_N] = {q->sum_busy, q->sum_span, (double)q->measured, q->recv_wait - q->sum_wait};
+    for (int k = 0; k < 4; k++)
+        mine[ST_KIND + k] = q->sum_kind[k], mine[ST_COUNT + k] = (double)q->n_kind[k];
+    mine[ST_RSS] = (double)kl_host_rss_peak();
+    mine[ST_OWN] = (double)q->own_bytes;
+    mine[ST_A] = (double)q->stash_bytes;
+    mine[ST_SLOTS] = q->slots;
+    mine[ST_WSLOTS] = (double)(q->wbytes * q->wslots);
+    q->all_stats = kl_xmalloc(sizeof mine * (size_t)q->P);
+    kl_comm_gather_startup(q->c, mine, sizeof mine, q->all_stats, "the stages' pass times");
+    if (!q->record)
+        return;
+    /* The spans, to stage 0, which writes them on one track per stage. */
+    kl_exec *e = t->train;
+    int tag = q->xfers.n + q->syncs.n + 1;
+    if (q->stage) {
+        int64_t n = q->spans.n;
+        kl_comm_send(q->c, &n, sizeof n, 0, tag, "the number of the stage's spans");
+        if (n)
+            kl_comm_send(q->c, q->spans.v, sizeof *q->spans.v * (size_t)n, 0, tag + 1, "the stage's spans");
+        kl_comm_send_wait(q->c);
+        return;
+    }
+    for (int s = 0; s < q->P; s++) {
+        pipe_span *v = q->spans.v;
+        int64_t n = q->spans.n;
+        if (s) {
+            kl_comm_recv(q->c, &n, sizeof n, s, tag, "the number of a stage's spans");
+            v = kl_xmalloc(sizeof *v * (size_t)n + 1);
+            if (n)
+                kl_comm_recv(q->c, v, sizeof *v * (size_t)n, s, tag + 1, "a stage's spans");
+        }
+        char name[160];
+        snprintf(name, sizeof name, "pipeline stage %d", s);
+        kl_trace_track(t->trace, KL_TRACE_STAGE0 + s, name);
+        for (int64_t i = 0; i < n; i++) {
+            const pipe_span *x = &v[i];
+            if (x->buf >= 0) {
+                int val = e->plan->buffers.v[x->buf].value;
+                snprintf(name, sizeof name, "%s %s (micro-batch %d)", span_name(x->kind),
+                         val >= 0 ? ir_val(e->g, val)->name : "a scratch buffer", x->mb);
+            } else {
+                snprintf(name, sizeof name, "%s %d", span_name(x->kind), x->mb);
+            }
+            kl_trace_event(t->trace, name, x->buf >= 0 ? "transfer" : span_name(x->kind), KL_TRACE_STAGE0 + s,
+                           x->t0 + q->offsets[s], x->t1 + q->offsets[s]);
+        }
+        if (s)
+            free(v);
+    }
+}
+
+static void print_bubble(const train_pipe *q, const double *a, int replicas)
+{
+    printf("\npipeline bubble (%s, P = %d, m = %d%s; each stage's time not in its passes or waiting in receives, over "
+           "the span from the step's start to the last stage's last pass; %.0f steps after the first):\n",
+           kl_pipe_schedule_name(q->sched), q->P, q->m, replicas > 1 ? ", rank 0's data-parallel replica" : "",
+           a[ST_STEPS]);
+    double mean = 0, span = a[ST_SPAN] / a[ST_STEPS];
+    for (int s = 0; s < q->P; s++) {
+        const double *x = a + (size_t)s * ST_N;
+        double bubble = 1 - x[ST_BUSY] / x[ST_SPAN];
+        mean += bubble / q->P;
+        printf("  stage %d: bubble %5.1f%%, busy %.2f ms a step, waiting in receives %.2f ms a step;", s, 100 * bubble,
+               1e3 * x[ST_BUSY] / x[ST_STEPS], 1e3 * x[ST_WAIT] / x[ST_STEPS]);
+        for (int k = 0; k < 4; k++)
+            if (x[ST_COUNT + k] > 0)
+                printf(" %s %.3f ms", span_name(k), 1e3 * x[ST_KIND + k] / x[ST_COUNT + k]);
+        printf("\n");
+    }
+    printf("  measured %.1f%% (mean of the stages) against the theoretical %.1f%% (%s) and %.1f%% (the schedule "
+           "with these pass times, transfers free); span %.2f ms a step\n",
+           100 * mean, 100 * theory(q),
+           q->sched == KL_PIPE_ZERO_BUBBLE ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
+                                           : "(P-1)/(m+P-1)",
+           100 * simulated_bubble(q, a), 1e3 * span);
+}
+
+void train_pipeline_print_profile(const trainer *t)
+{
+    const train_pipe *q = t->pipe;
+    if (!q || !q->all_stats)
+        return;
+    const double *a = q->all_stats;
+    if (a[ST_STEPS] < 1)
+        printf("\npipeline: one step: its bubble is not measured (the first step warms up)\n");
+    else
+        print_bubble(q, a, t->world);
+    /* Memory: the schedule's part (the saved-activation slots) against
+     * gpipe's, and the peak resident set, which also holds what every
+     * rank allocates whatever its stage. */
+    char ar[32], ps[32];
+    kl_format_bytes(ar, sizeof ar, t->train->plan->arena_bytes);
+    kl_format_bytes(ps, sizeof ps, q->persist_bytes);
+    printf("pipeline memory (%s; every rank allocates the whole plan's arena, %s, and every stage's params and state, "
+           "%s):\n",
+           kl_pipe_schedule_name(q->sched), ar, ps);
+    for (int s = 0; s < q->P; s++) {
+        const double *x = a + (size_t)s * ST_N;
+        char rss[32], one[32], sl[32], gp[32], own[32], f[32];
+        kl_format_bytes(rss, sizeof rss, (int64_t)x[ST_RSS]);
+        kl_format_bytes(one, sizeof one, (int64_t)x[ST_A]);
+        kl_format_bytes(sl, sizeof sl, (int64_t)(x[ST_A] * x[ST_SLOTS]));
+        kl_format_bytes(gp, sizeof gp, (int64_t)x[ST_A] * q->m);
+        kl_format_bytes(own, sizeof own, (int64_t)x[ST_OWN]);
+        kl_format_bytes(f, sizeof f, (int64_t)(x[ST_OWN] + x[ST_A] * x[ST_SLOTS] + x[ST_WSLOTS]));
+        printf("  stage %d: peak resident %s; saved activations %.0f x %s = %s (gpipe's %d x = %s: %.3f of it); its "
+               "params and state %s;",
+               s, rss, x[ST_SLOTS], one, sl, q->m, gp, x[ST_SLOTS] / q->m, own);
+        if (q->is_w) {
+            char w[32];
+            kl_format_bytes(w, sizeof w, (int64_t)x[ST_WSLOTS]);
+            printf(" weight-gradient inputs %s;", w);
+        }
+        printf(" formula %s\n", f);
+    }
+}
+
 void train_pipeline_print_start(const trainer *t)
 {
     train_pipe *q = t->pipe;
     if (!q)
         return;
-    int64_t mine[3] = {q->stash_bytes, q->slots, (int64_t)q->stash.n}, *all = kl_xmalloc(sizeof mine * (size_t)q->P);
+    int64_t mine[8] = {q->stash_bytes, q->slots, (int64_t)q->stash.n, q->wbytes, q->wslots, q->ubytes, q->nb_steps, q->nw},
+            *all = kl_xmalloc(sizeof mine * (size_t)q->P);
     kl_comm_gather_startup(q->c, mine, sizeof mine, all, "the stages' saved activations");
     if (t->opt.quiet) {
         free(all);
@@ -467,10 +1035,22 @@ void train_pipeline_print_start(const trainer *t)
            q->P, kl_pipe_schedule_name(q->sched), q->m, q->m == 1 ? "" : "es", n[0], n[1], n[2], q->syncs.n);
     for (int s = 0; s < q->P; s++) {
         char a[32], b[32];
-        kl_format_bytes(a, sizeof a, all[3 * s]);
-        kl_format_bytes(b, sizeof b, all[3 * s] * all[3 * s + 1]);
+        const int64_t *x = all + 8 * s;
+        kl_format_bytes(a, sizeof a, x[0]);
+        kl_format_bytes(b, sizeof b, x[0] * x[1]);
         printf("pipeline: stage %d: saved activations %s per micro-batch (%lld buffers) x %lld in flight = %s\n", s, a,
-               (long long)all[3 * s + 2], (long long)all[3 * s + 1], b);
+               (long long)x[2], (long long)x[1], b);
+        if (q->is_w) {
+            char c[32];
+            kl_format_bytes(a, sizeof a, x[3]);
+            kl_format_bytes(b, sizeof b, x[3] * x[4]);
+            kl_format_bytes(c, sizeof c, x[5]);
+            printf("pipeline: stage %d: zero_bubble: %lld input-gradient and %lld weight-gradient steps; weight "
+                   "gradients of at most %lld micro-batch%s wait; their inputs %s per micro-batch x %lld = %s; the "
+                   "update's from the input gradients %s\n",
+                   s, (long long)x[6], (long long)x[7], (long long)x[4] - 1, x[4] == 2 ? "" : "es", a, (long long)x[4],
+                   b, c);
+        }
     }
     free(all);
 }
@@ -487,6 +1067,18 @@ void train_pipeline_free(trainer *t)
     kl_vec_free(q->syncs);
     kl_vec_free(q->stash);
     free(q->slot_mem);
+    free(q->is_w);
+    free(q->run_b);
+    free(q->run_w);
+    kl_vec_free(q->wcap);
+    free(q->cap_at);
+    free(q->next_bw);
+    free(q->wmem);
+    free(q->umem);
+    kl_vec_free(q->ucap);
+    kl_vec_free(q->spans);
+    free(q->all_stats);
+    free(q->offsets);
     free(q);
     t->pipe = NULL;
 }

@@ -335,6 +335,12 @@ typedef struct train_pipe train_pipe;
 int train_pipeline_check(trainer *t);
 int train_pipeline_prepare(trainer *t);
 void train_pipeline_print_start(const trainer *t);
+/* observe: after the trace opens (every stage: whether to keep spans);
+ * finish: after the run (every stage: the measured pass times to rank 0,
+ * the spans into its trace); print_profile: --profile's bubble lines. */
+void train_pipeline_observe(trainer *t);
+void train_pipeline_finish(trainer *t);
+void train_pipeline_print_profile(const trainer *t);
 void train_pipeline_settle(trainer *t);
 void train_pipeline_free(trainer *t);
 /* The ranks' agreement on the settings that must match (train_agree.c),

@@ -214,10 +214,11 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
         ir_dtype dt = ir_val(g, vals.v[i])->type.dtype;
         /* At most 32 values a bucket: a kernel has at most
          * IR_KERNEL_MAX_BUFS buffers. */
-        int members[32], m = 0;
+        int members[32], m = 0, st = vstage[vals.v[i]];
         int64_t bytes = 0;
+        /* vals.v[i] is taken first (and set to -1): its stage is st. */
         for (int j = i; j < vals.n && m < (int)KL_ARRAY_LEN(members); j++) {
-            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt || vstage[vals.v[j]] != vstage[vals.v[i]])
+            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt || vstage[vals.v[j]] != st)
                 continue;
             int64_t b = ir_type_bytes(&ir_val(g, vals.v[j])->type);
             if (m > 0 && (bucket_bytes == 0 || bytes + b > bucket_bytes))
@@ -226,7 +227,7 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             bytes += b;
             vals.v[j] = -1;
         }
-        int mark = g->nodes.n, st = vstage[members[0]];
+        int mark = g->nodes.n;
         reduce_bucket(g, members, m, ranks, &bucket_no);
         for (int k = mark; staged && k < g->nodes.n; k++)
             ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", st);

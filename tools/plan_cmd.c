@@ -720,14 +720,15 @@ int kl_plan_main(int argc, char **argv)
                 for (int si = 0; si < nsh; si++) {
                     if (D == 1 && strcmp(shs[si], "dp"))
                         continue; /* one replica: nothing to shard */
-                    for (int sc = 0; sc < (P > 1 ? 2 : 1); sc++)
+                    static const char *const schedules[] = {"gpipe", "1f1b", "zero_bubble"};
+                    for (int sc = 0; sc < (P > 1 ? 3 : 1); sc++)
                         for (int mi = 0; mi < nm; mi++) {
                             if (n == cap)
                                 v = kl_xrealloc(v, sizeof *v * (size_t)(cap = cap ? 2 * cap : 64));
                             cand *k = &v[n++];
                             memset(k, 0, sizeof *k);
                             k->L = (kl_layout){.shard = shs[si], .T = T, .P = P, .D = D,
-                                               .schedule = sc ? "1f1b" : "gpipe", .micro = mics[mi],
+                                               .schedule = schedules[sc], .micro = mics[mi],
                                                .accumulate = per / mics[mi], .precision = precs[pr],
                                                .overlap = overlap};
                             evaluate(&o, &c, calib, sync_bn, tps, k);

@@ -353,7 +353,13 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
     sim_scale_add(&total, &worst_extra, 1);
     /* The host's loop per micro-batch (every stage runs it). */
     double host = c->eff.micro_s * m.slow;
-    out->step_s = (double)(mb - 1) * (max_body + host) + sum_body + max_extra + host;
+    /* The other stages' passes of the fill and drain: whole in gpipe and
+     * 1f1b; zero_bubble (ZB-H1) defers weight gradients into them, about
+     * a third of a pass each (forward, input gradient, weight gradient),
+     * so (P - 1) / 3 passes stay exposed: 3m + P - 1 thirds in all. */
+    bool zb = P > 1 && L->schedule && !strcmp(L->schedule, "zero_bubble");
+    double fill = zb ? (sum_body - max_body) / 3 : sum_body - max_body;
+    out->step_s = (double)(mb - 1) * (max_body + host) + max_body + fill + max_extra + host;
     out->compute_s = total.cls[CLS_COMPUTE];
     out->memory_s = total.cls[CLS_MEMORY];
     out->launch_s = total.cls[CLS_LAUNCH] + host * (double)mb;
@@ -361,7 +367,7 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
     out->exposed_intra_s = total.exp_intra, out->exposed_inter_s = total.exp_inter;
     out->intra_bytes = total.intra_bytes, out->inter_bytes = total.inter_bytes;
     out->flops = total.flops;
-    out->bubble = P > 1 ? (double)(P - 1) / (double)(mb + P - 1) : 0;
+    out->bubble = P <= 1 ? 0 : zb ? (double)(P - 1) / (double)(3 * mb + P - 1) : (double)(P - 1) / (double)(mb + P - 1);
     const char *names[] = {"compute", "memory", "launch", "intra-node", "inter-node"};
     double v[] = {out->compute_s, out->memory_s, out->launch_s, out->exposed_intra_s, out->exposed_inter_s};
     int best = 0;

@@ -65,6 +65,17 @@ void kl_trace_event(kl_trace *t, const char *name, const char *cat, int track, d
     kl_outfile_note(&t->o);
 }
 
+void kl_trace_track(kl_trace *t, int track, const char *name)
+{
+    if (!t)
+        return;
+    open_event(t, "thread_name");
+    fprintf(t->f, ", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": ", track);
+    put_string(t->f, name);
+    fputs("}}", t->f);
+    kl_outfile_note(&t->o);
+}
+
 void kl_trace_counter(kl_trace *t, const char *name, double ts, double value)
 {
     if (!t)

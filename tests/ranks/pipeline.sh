@@ -126,11 +126,11 @@ refused)
     "$kiln" ir examples/mlp.kl --set pipeline_schedule=pipedream
   expect_error zero "--set pipeline_parallel: error: pipeline_parallel must be an integer of at least 1" \
     "$kiln" ir examples/mlp.kl --set pipeline_parallel=0
-  # Training at P > 1 is refused before any step (no schedule runs the
-  # stages across ranks in this build): never the whole model on each rank.
+  # A schedule this build does not run is refused before any step:
+  # never the whole model on each rank.
   "$kiln" build examples/mlp.kl -o "$tmp/mlp" > /dev/null 2>&1 || { bad "kiln build examples/mlp.kl"; exit 1; }
-  expect_error --not '^step' train "pipeline_parallel = 2 (schedule zero_bubble): pipeline_schedule = zero_bubble is not built (gpipe and 1f1b are)" \
-    "$tmp/mlp" --data synthetic --steps 1 --set pipeline_parallel=2 --set pipeline_schedule=zero_bubble
+  expect_error --not '^step' train "pipeline_parallel = 2 (schedule interleaved): pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)" \
+    "$tmp/mlp" --data synthetic --steps 1 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
 esac

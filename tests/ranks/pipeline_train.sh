@@ -7,7 +7,7 @@
 # micro-batches in the same order, so the runs agree to the bit).
 #
 #   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | cnn | gpt | gpt3 | dp | resume | kill |
-#                                     train_refused
+#                                     zero_bubble | zero_bubble_gpt | observe | train_refused
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -126,6 +126,13 @@ dp)
   ranks 4 pd "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2
   same ref pd
   echo "ok: mlp, 2 stages x 2 data-parallel: the losses and final values of one rank"
+  # One micro-batch: the update reads backward's gradients themselves,
+  # each stage's in buckets of its own (a bucket once took stage 0's
+  # gradients into stage 1's: the losses differed from step 2).
+  one ref1 "$tmp/mlp" --batch 16
+  ranks 4 pd1 "$tmp/mlp" --batch 8 --set pipeline_parallel=2
+  same ref1 pd1
+  echo "ok: mlp, 2 stages x 2 data-parallel, one micro-batch: one rank's values"
   "${mpi[@]}" -np 4 "$tmp/mlp" "${loud[@]}" --steps 1 --batch 8 --accumulate 4 --set pipeline_parallel=2 > "$tmp/start.txt"
   grep -q "^ranks: world 4 (mpirun (Open MPI)), 2 stages, data-parallel groups of 2, shard dp" "$tmp/start.txt" &&
     grep -q "^effective batch 64 (batch 8 x accumulate 4 x ranks 2)" "$tmp/start.txt" ||
@@ -202,6 +209,116 @@ kill)
     fi
   done
   ;;
+zero_bubble)
+  # zero_bubble (ZB-H1): each stage's backward in an input-gradient pass
+  # (what the previous stage needs) and a weight-gradient pass deferred
+  # into the bubbles. The same kernels on the same micro-batches, the
+  # weight gradients summed in micro-batch order: 1f1b's checkpoint byte
+  # for byte, and one rank's values.
+  build mlp
+  mb=(--batch 16 --accumulate 4)
+  one ref "$tmp/mlp" "${mb[@]}"
+  pipe 3 zb3 "$tmp/mlp" "${mb[@]}" --set pipeline_schedule=zero_bubble
+  pipe 3 f3 "$tmp/mlp" "${mb[@]}" --set pipeline_schedule=1f1b
+  same ref zb3
+  cmp "$tmp/f3.ckpt" "$tmp/zb3.ckpt" || { echo "FAIL: zero_bubble's checkpoint is not 1f1b's"; exit 1; }
+  compare losses "$tmp/f3.json" "$tmp/zb3.json" 0 || { echo "FAIL: zero_bubble's losses are not 1f1b's to the bit"; exit 1; }
+  echo "ok: zero_bubble, 3 stages: 1f1b's losses and checkpoint to the bit, one rank's values"
+  # bf16 (the same kernels: one rank's values too), and accumulate 1
+  # (the update reads the one micro-batch's gradients).
+  one bf "$tmp/mlp" "${mb[@]}" --precision bf16
+  pipe 2 zbb "$tmp/mlp" "${mb[@]}" --precision bf16 --set pipeline_schedule=zero_bubble
+  same bf zbb
+  echo "ok: zero_bubble, 2 stages, bf16: one rank's values"
+  pipe 2 zb1 "$tmp/mlp" --batch 16 --set pipeline_schedule=zero_bubble
+  pipe 2 f1 "$tmp/mlp" --batch 16
+  cmp "$tmp/f1.ckpt" "$tmp/zb1.ckpt" || { echo "FAIL: accumulate 1: zero_bubble's checkpoint is not 1f1b's"; exit 1; }
+  echo "ok: zero_bubble, one micro-batch: 1f1b's checkpoint"
+  # P x D: 2 stages x 2 data-parallel (the stages' gradient all-reduces
+  # after deferred weight gradients).
+  ranks 4 zpd "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2 --set pipeline_schedule=zero_bubble
+  same ref zpd
+  echo "ok: zero_bubble, 2 stages x 2 data-parallel: one rank's values"
+  # The split is real: stage s defers at most s micro-batches' weight
+  # gradients, stage 2's has weight-gradient steps of its own, stage 0's
+  # backward needs nothing elsewhere and runs whole.
+  "${mpi[@]}" -np 3 "$tmp/mlp" "${loud[@]}" --steps 1 "${mb[@]}" --set pipeline_parallel=3 \
+    --set pipeline_schedule=zero_bubble > "$tmp/start.txt"
+  grep -q "^pipeline: stage 0: zero_bubble: [1-9][0-9]* input-gradient and 0 weight-gradient steps; weight gradients of at most 0 micro-batches wait" "$tmp/start.txt" &&
+    grep -q "^pipeline: stage 2: zero_bubble: [1-9][0-9]* input-gradient and [1-9][0-9]* weight-gradient steps; weight gradients of at most 2 micro-batches wait; their inputs .* x 3 = " "$tmp/start.txt" ||
+    { echo "FAIL: the start-up lines do not show the split"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
+  echo "ok: $(grep '^pipeline: stage 2: zero_bubble' "$tmp/start.txt")"
+  ;;
+zero_bubble_gpt)
+  # The tiny GPT at 4 stages: the tied embedding's gradient crossing to
+  # stage 0 (its step runs in the input-gradient pass), the clip over the
+  # stages' squared norms after the deferred weight gradients.
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  mb=(--batch 2 --accumulate 8)
+  cd "$tmp/m"
+  common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
+  one ref "$tmp/gpt" "${mb[@]}"
+  pipe 4 z4 "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=zero_bubble
+  pipe 4 f4 "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=1f1b
+  same ref z4
+  cmp "$tmp/f4.ckpt" "$tmp/z4.ckpt" || { echo "FAIL: gpt: zero_bubble's checkpoint is not 1f1b's"; exit 1; }
+  echo "ok: gpt, zero_bubble, 4 stages: 1f1b's checkpoint to the bit, one rank's values"
+  ;;
+observe)
+  # --profile: each stage's measured bubble beside the schedule's
+  # theoretical one; --trace: one track per stage with its forward,
+  # input-gradient, weight-gradient and transfer spans, on rank 0's clock.
+  build mlp
+  for s in 1f1b zero_bubble; do
+    "${mpi[@]}" -np 2 "$tmp/mlp" "${loud[@]}" --steps 4 --batch 16 --accumulate 8 --set pipeline_parallel=2 \
+      --set pipeline_schedule=$s --profile --trace "$tmp/$s.trace.json" > "$tmp/$s.txt"
+    grep -A3 "^pipeline bubble ($s, P = 2, m = 8" "$tmp/$s.txt" > "$tmp/$s.bubble" ||
+      { echo "FAIL: $s: no bubble lines in --profile"; cat "$tmp/$s.txt"; exit 1; }
+    grep -q "^  stage 1: bubble *[0-9.]*%, busy" "$tmp/$s.bubble" &&
+      grep -q "^  measured [0-9.]*% (mean of the stages) against the theoretical" "$tmp/$s.bubble" ||
+      { echo "FAIL: $s: the bubble lines"; cat "$tmp/$s.bubble"; exit 1; }
+    cat "$tmp/$s.bubble"
+    # Memory: 1f1b's slots on stage s are P - s of gpipe's m.
+    grep -A2 "^pipeline memory ($s; " "$tmp/$s.txt" > "$tmp/$s.mem"
+    grep -q "^  stage 0: peak resident .*; saved activations 2 x .* (gpipe's 8 x = .*: 0.250 of it); its params and state .* formula " "$tmp/$s.mem" &&
+      grep -q "^  stage 1: peak resident .*; saved activations 1 x .* (gpipe's 8 x = .*: 0.125 of it);" "$tmp/$s.mem" ||
+      { echo "FAIL: $s: the memory lines"; cat "$tmp/$s.mem"; exit 1; }
+  done
+  grep -q "weight-gradient inputs" "$tmp/zero_bubble.mem" || { echo "FAIL: zero_bubble's W slots are not in its memory"; exit 1; }
+  grep -q "theoretical 11.1% ((P-1)/(m+P-1))" "$tmp/1f1b.bubble" &&
+    grep -q "theoretical 4.0% (ZB-H1" "$tmp/zero_bubble.bubble" ||
+    { echo "FAIL: the theoretical bubbles are not (P-1)/(m+P-1) = 1/9 and (P-1)/(3m+P-1) = 1/25"; exit 1; }
+  python3 - "$tmp" <<'PY' || exit 1
+import json, sys
+tmp = sys.argv[1]
+for s, kinds in (("1f1b", {"forward", "backward"}), ("zero_bubble", {"forward", "input gradient", "weight gradient"})):
+    ev = json.load(open(f"{tmp}/{s}.trace.json"))
+    names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M"}
+    for st in (0, 1):
+        tid = [t for t, n in names.items() if n == f"pipeline stage {st}"]
+        assert tid, f"{s}: no track 'pipeline stage {st}' in {sorted(names.values())}"
+        spans = [e for e in ev if e.get("tid") == tid[0] and e.get("ph") == "X"]
+        cats = {e["cat"] for e in spans}
+        want = set(kinds) | {"transfer"}
+        if s == "zero_bubble" and st == 0:
+            want = {"forward", "backward", "transfer"}  # stage 0's backward needs nothing elsewhere: whole
+        assert want <= cats, f"{s}: stage {st}: spans {sorted(cats)}, want {sorted(want)}"
+        # 4 steps x 8 micro-batches of each pass kind.
+        for k in want - {"transfer"}:
+            n = sum(e["cat"] == k for e in spans)
+            assert n == 32, f"{s}: stage {st}: {n} {k} spans, not 4 x 8"
+    # On one clock: stage 1's first receive ends after stage 0's first
+    # send began (within 1 ms for the clocks' offset).
+    t0, t1 = (next(t for t, n in names.items() if n == f"pipeline stage {st}") for st in (0, 1))
+    send0 = min(e["ts"] for e in ev if e.get("tid") == t0 and e["name"].startswith("send "))
+    recv1 = min(e["ts"] + e["dur"] for e in ev if e.get("tid") == t1 and e["name"].startswith("recv "))
+    assert recv1 >= send0 - 1000, f"{s}: stage 1's first receive ends at {recv1} us, before stage 0's send at {send0}"
+    print(f"ok: {s}: tracks {sorted(n for n in names.values() if n.startswith('pipeline'))}, {len(ev)} events")
+PY
+  echo "ok: the bubble in --profile, the stages' tracks in --trace"
+  ;;
 train_refused)
   build mlp
   # What is not built is refused before any step, on every rank.
@@ -217,8 +334,7 @@ train_refused)
     grep -qF -- "$want" "$tmp/err.txt" || { echo "FAIL: $*: the error does not say '$want'"; cat "$tmp/err.txt"; exit 1; }
     echo "ok: refused: $want"
   }
-  refuse "pipeline_schedule = interleaved is not built (gpipe and 1f1b are)" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
-  refuse "pipeline_schedule = zero_bubble is not built (gpipe and 1f1b are)" 2 --set pipeline_parallel=2 --set pipeline_schedule=zero_bubble
+  refuse "pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
   refuse "pipeline_parallel = 2 does not divide the world of 1 rank" 1 --set pipeline_parallel=2
   refuse "pipeline_parallel = 2 does not divide the world of 3 ranks" 3 --batch 8 --set pipeline_parallel=2
   refuse "pipeline_parallel = 2 with shard = zero1 on 2 data-parallel ranks is not built" 4 --batch 8 --set pipeline_parallel=2 --shard zero1
