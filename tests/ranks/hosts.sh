@@ -8,13 +8,18 @@
 # in the other namespace with a bare environment). mpirun runs in the
 # first namespace: rank 0 there, rank 1 in the second.
 #
-#   hosts.sh KILN CASE   CASE: dp | files
+#   hosts.sh KILN CASE   CASE: dp | pipeline | files
 #
 #  dp:    data parallel x 2 of the MLP and of the tiny GPT
 #         (tests/gpt/tiny.sh), and zero1 of the MLP, across the two
 #         hosts: the same losses and final checkpoint (compare.py,
 #         tests/ranks/helpers.bash's `same`) as the same two ranks on one
 #         host (shared memory), and the start-up line names 2 hosts.
+#  pipeline: a 2-stage pipeline, one stage per host (1f1b and
+#         zero_bubble, 4 micro-batches of the tiny GPT; gpipe of the MLP):
+#         activations and their gradients cross the veth pair (MPI
+#         point-to-point over TCP); the same bytes as the two stages on
+#         one host, and one rank's losses and final values within 1e-5.
 #  files: the hosts do not share the run's folder (the second host has a
 #         copy of its own mounted over it, hosts_rsh): each host
 #         compiles into its own kernel cache, rank 0's files (--save,
@@ -127,6 +132,36 @@ dp)
   same gpt_one_host gpt_two_hosts
   bitwise gpt_one_host gpt_two_hosts
   echo "ok: tiny gpt, dp x 2 across two hosts: the same as on one host"
+  ;;
+pipeline)
+  mb=(--batch 16 --accumulate 4)
+  build mlp
+  one p_ref "$tmp/mlp" "${mb[@]}"
+  ranks 2 p_one_host "$tmp/mlp" "${mb[@]}" --set pipeline_parallel=2 --set pipeline_schedule=gpipe
+  common=("${loud[@]}")
+  hosts p_two_hosts "$tmp/mlp" "${mb[@]}" --set pipeline_parallel=2 --set pipeline_schedule=gpipe
+  common=("${loud[@]}" --quiet)
+  grep -q "^ranks: world 2 (mpirun (Open MPI), 2 hosts)" "$tmp/p_two_hosts.out" ||
+    { echo "FAIL: the start-up line does not name 2 hosts"; grep "^ranks:" "$tmp/p_two_hosts.out"; exit 1; }
+  same p_ref p_two_hosts
+  bitwise p_one_host p_two_hosts
+  echo "ok: mlp, gpipe, a stage on each host: one host's bytes, one rank's losses and values"
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt"
+  common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
+  mb=(--batch 4 --accumulate 4)
+  one g_ref "$tmp/gpt" "${mb[@]}"
+  for sched in 1f1b zero_bubble; do
+    ranks 2 "g_${sched}_one_host" "$tmp/gpt" "${mb[@]}" --set pipeline_parallel=2 --set pipeline_schedule=$sched
+    hosts "g_${sched}_two_hosts" "$tmp/gpt" "${mb[@]}" --set pipeline_parallel=2 --set pipeline_schedule=$sched
+    same g_ref "g_${sched}_two_hosts"
+    bitwise "g_${sched}_one_host" "g_${sched}_two_hosts"
+    echo "ok: tiny gpt, $sched, a stage on each host: one host's bytes, one rank's losses and values"
+  done
+  # The control: a wrong global batch across the hosts must not match.
+  hosts g_ctl "$tmp/gpt" --batch 4 --accumulate 2 --set pipeline_parallel=2 --set pipeline_schedule=1f1b
+  differ g_ref g_ctl
   ;;
 files)
   # $tmp/run is the run's folder on both hosts, but the second host's is
