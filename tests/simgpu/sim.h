@@ -1,5 +1,6 @@
 /* The simulated CUDA device's internals (libkiln_simgpu.so), shared by its
- * files: the device (sim_device.c), streams, events and graphs
+ * files: the device (sim_device.c), memory and the sanitizer
+ * (sim_mem.c), streams, events and graphs
  * (sim_stream.c), modules and kernels (sim_module.c), cuBLASLt
  * (sim_lt.c) and the NVRTC wrapper (sim_nvrtc.c).
  *

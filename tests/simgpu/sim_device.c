@@ -1,6 +1,6 @@
 /* The simulated device: the parts' attribute tables (H200, A100), cuInit
- * and the device queries, the primary context, error names, and memory
- * (sim_mem.c holds device memory and the sanitizer). */
+ * and the device queries, the primary context and error names (device
+ * memory and the sanitizer are sim_mem.c's). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
