@@ -5,6 +5,7 @@
  * end cleanly, and `off` checks that KILN_SIMGPU_SANITIZE=0 turns the
  * reports back into the API's refusals.
  *   san_check LIBRARY CASE   (KILN_SIMULATED_GPU set by the test) */
+#include <cublasLt.h>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -21,7 +22,8 @@
     X(cuInit) X(cuMemAlloc) X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)  \
     X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate)                \
     X(cuEventRecord) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuDevicePrimaryCtxRetain)          \
-    X(cuDevicePrimaryCtxRelease)
+    X(cuDevicePrimaryCtxRelease) X(cublasLtCreate) X(cublasLtMatmulDescCreate) X(cublasLtMatrixLayoutCreate)          \
+    X(cublasLtMatmul)
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -89,6 +91,19 @@ static int run_case(const char *c)
         CUdeviceptr x;
         p_cuMemAlloc(&x, (THREADS - 1) * sizeof(float));
         launch_poke(load_poke(), x, b, s1);
+    } else if (!strcmp(c, "oob_gemm")) { /* D = A B, 4 x 4 in f32, A's leading dimension 5 in 64 bytes */
+        cublasLtHandle_t lt;
+        cublasLtMatmulDesc_t d;
+        cublasLtMatrixLayout_t la, l4;
+        p_cublasLtCreate(&lt);
+        p_cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        p_cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, 4, 4, 5);
+        p_cublasLtMatrixLayoutCreate(&l4, CUDA_R_32F, 4, 4, 4);
+        CUdeviceptr x;
+        p_cuMemAlloc(&x, 64);
+        float one = 1, zero = 0;
+        p_cublasLtMatmul(lt, d, &one, (void *)x, la, (void *)b, l4, &zero, (void *)b, l4, (void *)b, l4, NULL, NULL, 0,
+                         (cudaStream_t)s1);
     } else if (!strcmp(c, "uaf_copy")) {
         p_cuMemFree(a);
         p_cuMemcpyDtoHAsync(host, a, 4, s1);
@@ -151,6 +166,7 @@ static const struct {
     {"oob_copy", "out of bounds: cuMemcpyDtoDAsync, destination [+0, 1028 bytes) of buffer #2 (1024 bytes", NULL},
     {"oob_memset", "out of bounds: cuMemsetD32Async, destination [+4, 1024 bytes) of buffer #1 (1024 bytes", NULL},
     {"oob_kernel", "out of bounds: kernel poke (on stream 1) wrote byte +124 of buffer #4 (124 bytes", NULL},
+    {"oob_gemm", "out of bounds: cublasLtMatmul, operand A [+0, 76 bytes) of buffer #4 (64 bytes", "12 bytes past its end"},
     {"uaf_copy", "use after free: cuMemcpyDtoHAsync, source [+0, 4 bytes) of buffer #1", NULL},
     {"uaf_kernel", "use after free: kernel poke, argument 0 points at byte +0 of buffer #1", NULL},
     {"uninit", "uninitialised memory: cuMemcpyDtoHAsync copies to the host 4 words nothing wrote, the first at byte +48 "
