@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Line coverage (gcov) of the CUDA backend's host code by the simulated
 # device's tests: builds the tree with --coverage into its own build
-# directory (build-coverage, or $KILN_COVERAGE_BUILD), runs the tests
+# directory (build-coverage, or $KILN_COVERAGE_BUILD; -DKILN_COVERAGE=ON,
+# which the executables kiln build links get too), runs the tests
 # labelled simgpu there, and prints, per file, the lines executed and
 # the lines never executed (file:line: source). Not part of the suite
 # (a full build and the simgpu tests: minutes); run by hand from the
@@ -16,8 +17,8 @@ files=(runtime/exec/backend_cuda.c runtime/exec/backend_cuda_gemm.c runtime/exec
        runtime/exec/nvrtc.c runtime/exec/nccl.c)
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
-cmake -S . -B "$bdir" "${launcher[@]}" -DCMAKE_C_FLAGS=--coverage -DCMAKE_EXE_LINKER_FLAGS=--coverage \
-  -DCMAKE_SHARED_LINKER_FLAGS=--coverage > "$bdir.configure.log" 2>&1 || { tail "$bdir.configure.log"; exit 2; }
+cmake -S . -B "$bdir" "${launcher[@]}" -DKILN_COVERAGE=ON -DCMAKE_C_FLAGS= -DCMAKE_EXE_LINKER_FLAGS= \
+  -DCMAKE_SHARED_LINKER_FLAGS= > "$bdir.configure.log" 2>&1 || { tail "$bdir.configure.log"; exit 2; }
 cmake --build "$bdir" -j2 --target kiln_cli kiln_simgpu simgpu_api_check simgpu_nccl_check simgpu_san_check kernel_check > "$bdir.build.log" 2>&1 || { tail -20 "$bdir.build.log"; exit 2; }
 find "$bdir" -name '*.gcda' -delete
 ctest --test-dir "$bdir" -L simgpu ${1:+-R "$1"} -j2 > "$bdir.ctest.log" 2>&1 ||
