@@ -8,6 +8,7 @@
 # (a full build and the simgpu tests: minutes); run by hand from the
 # repository root:
 #   tests/simgpu/coverage.sh [CTEST_REGEX]   (default: every simgpu test)
+#   tests/simgpu/coverage.sh --report        (the last run's counts again)
 # Exits 1 when the total is under 90% (the issue's target).
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -15,19 +16,22 @@ source "$(dirname "$0")/../lib.sh"
 bdir=${KILN_COVERAGE_BUILD:-build-coverage}
 files=(runtime/exec/backend_cuda.c runtime/exec/backend_cuda_gemm.c runtime/exec/backend_cuda_api.c
        runtime/exec/nvrtc.c runtime/exec/nccl.c)
+if [ "${1:-}" != --report ]; then
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "$bdir" "${launcher[@]}" -DKILN_COVERAGE=ON -DCMAKE_C_FLAGS= -DCMAKE_EXE_LINKER_FLAGS= \
   -DCMAKE_SHARED_LINKER_FLAGS= > "$bdir.configure.log" 2>&1 || { tail "$bdir.configure.log"; exit 2; }
 cmake --build "$bdir" -j2 --target kiln_cli kiln_simgpu simgpu_api_check simgpu_nccl_check simgpu_san_check kernel_check > "$bdir.build.log" 2>&1 || { tail -20 "$bdir.build.log"; exit 2; }
 find "$bdir" -name '*.gcda' -delete
-ctest --test-dir "$bdir" -L simgpu ${1:+-R "$1"} -j2 > "$bdir.ctest.log" 2>&1 ||
+ctest --test-dir "$bdir" -L simgpu ${1:+-R "$1"} -j2 --output-on-failure > "$bdir.ctest.log" 2>&1 ||
   echo "some simgpu tests failed (see $bdir.ctest.log); coverage of what ran:"
+fi
 objdir=$bdir/CMakeFiles/kiln_runtime_exec.dir/runtime/exec
 new_tmpdir
 total=0 hit=0
 for f in "${files[@]}"; do
-  (cd "$tmp" && gcov -o "$OLDPWD/$objdir" "$OLDPWD/$f" > /dev/null 2>&1)
+  gcda=$PWD/$objdir/$(basename "$f").gcda
+  (cd "$tmp" && gcov -o "$(dirname "$gcda")" "$gcda" > /dev/null 2>&1)
   g=$tmp/$(basename "$f").gcov
   [ -f "$g" ] || { echo "$f: no coverage data"; continue; }
   n=$(grep -cE '^ *([0-9]+\*?|#####):' "$g")
