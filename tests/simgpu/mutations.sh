@@ -17,6 +17,8 @@ mutations=(
   "gemm_ld|runtime/exec/backend_cuda_gemm.c|s/: layout(ab, n, k, n, key->batch, key->stride_b);/: layout(ab, n, k, n + 1, key->batch, key->stride_b);/|train.sh mlp 20 1e-4 --data synthetic:2000"
   "no_algorithm|runtime/exec/backend_cuda_gemm.c|s/if (hs == CUBLAS_STATUS_NOT_SUPPORTED)/if (0)/|env KILN_SIMGPU_LT_NO_ALGORITHM=epilogue train.sh mlp 20 1e-4 --data synthetic:2000"
   "allreduce_stream|runtime/exec/backend_cuda.c|s/k->op, cb->comm, k->what);/k->op, cb->copy, k->what);/|ranks.sh dp"
+  "graph_stale|runtime/exec/session.c|s/if (e->graphs\[i\].mask == mask)/if (1)/|train.sh mlp 20 1e-4 --data synthetic:2000 --accumulate 2 --batch 32"
+  "freed_early|runtime/exec/backend_cuda.c|/^static bool release_staging/,/^}/s/s->dev = 0, s->dev_cap = 0;/;/|batch_auto.sh"
   "staging_kept|runtime/exec/backend_cuda.c|s/\&\& release_staging(cb_of(be))/\&\& false \&\& release_staging(cb_of(be))/|batch_auto.sh"
 )
 new_tmpdir

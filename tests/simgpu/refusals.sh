@@ -16,6 +16,17 @@ expect_error "a bad device count" "KILN_SIMULATED_GPU_COUNT must be a count from
   env KILN_SIMULATED_GPU=h200 KILN_SIMULATED_GPU_COUNT=0 "${run[@]}"
 expect_error "a missing library" "cannot open the simulated device's library /nonexistent.so" \
   env KILN_SIMULATED_GPU=a100 KILN_SIMGPU_LIB=/nonexistent.so "${run[@]}"
+expect_error "a bad KILN_CUDA_ATTENTION" "KILN_CUDA_ATTENTION must be tiled or generated, got 'bogus'" \
+  env KILN_SIMULATED_GPU=h200 KILN_CUDA_ATTENTION=bogus "${run[@]}"
+expect_error "a bad KILN_CUDA_LT_EPILOGUE" "KILN_CUDA_LT_EPILOGUE must be 0 or 1, not '2'" \
+  env KILN_SIMULATED_GPU=h200 KILN_CUDA_LT_EPILOGUE=2 "${run[@]}"
+# Device memory too small: for the plan (the error says how much, and hints), and for the
+# backend's own workspaces (the failing call, file and line).
+expect_error "a plan larger than the device" "of 64.0 MiB free): CUDA_ERROR_OUT_OF_MEMORY" \
+  env KILN_SIMULATED_GPU=h200 KILN_SIMULATED_GPU_MEMORY=64M "$tmp/mlp" --device cuda --steps 1 --batch 20000 \
+  --data synthetic:20000
+expect_error "a device smaller than the workspaces" "failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" \
+  env KILN_SIMULATED_GPU=h200 KILN_SIMULATED_GPU_MEMORY=1M "${run[@]}"
 out=$(KILN_SIMULATED_GPU=a100 "$kiln" doctor 2>&1)
 grep -q "gpu 0     NVIDIA A100-SXM4-80GB (simulated device): sm_80, 108 SMs, 80.0 GiB" <<< "$out" &&
   ok "kiln doctor: $(grep 'gpu 0' <<< "$out")" || { bad "kiln doctor does not name the simulated A100"; echo "$out" | tail -8; }

@@ -1,9 +1,6 @@
 /* The simulated device: the parts' attribute tables (H200, A100), cuInit
- * and the device queries, the primary context, error names, and memory
- * (device allocations checked against the part's size, pinned host
- * memory). Device memory is host memory from malloc, so the emulated
- * kernels use device pointers directly; every allocation is kept in a
- * table, so a copy or memset outside one is refused as a GPU would fault. */
+ * and the device queries, the primary context and error names (device
+ * memory and the sanitizer are sim_mem.c's). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +19,7 @@ static const sim_part parts[] = {
 
 const sim_part *sim_dev;
 int sim_ndev;
-static size_t mem_total; /* the part's, or KILN_SIMULATED_GPU_MEMORY */
+size_t sim_mem_total; /* the part's, or KILN_SIMULATED_GPU_MEMORY */
 
 /* ---- errors ---- */
 
@@ -155,15 +152,16 @@ SIM_EXPORT CUresult cuInit(unsigned flags)
     } else {
         sim_ndev = 8;
     }
-    mem_total = sim_dev->mem_bytes;
+    sim_mem_total = sim_dev->mem_bytes;
     const char *m = getenv("KILN_SIMULATED_GPU_MEMORY");
     if (m && *m) {
-        mem_total = parse_size(m);
-        if (!mem_total) {
+        sim_mem_total = parse_size(m);
+        if (!sim_mem_total) {
             sim_say("KILN_SIMULATED_GPU_MEMORY must be a size such as 24G or 512M, not '%.40s'", m);
             return CUDA_ERROR_INVALID_VALUE;
         }
     }
+    sim_san_init();
     return CUDA_SUCCESS;
 }
 
@@ -213,7 +211,7 @@ SIM_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d)
     NEED_INIT();
     if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = mem_total;
+    *bytes = sim_mem_total;
     return CUDA_SUCCESS;
 }
 
@@ -282,6 +280,12 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d)
         return CUDA_ERROR_INVALID_DEVICE;
     if (__atomic_sub_fetch(&primary[d].retained, 1, __ATOMIC_SEQ_CST) < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
+    /* The last context released: what is still allocated leaked. */
+    int held = 0;
+    for (int i = 0; i < sim_ndev; i++)
+        held += __atomic_load_n(&primary[i].retained, __ATOMIC_SEQ_CST);
+    if (!held)
+        sim_san_leaks("cuDevicePrimaryCtxRelease");
     return CUDA_SUCCESS;
 }
 
@@ -292,176 +296,6 @@ SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext c)
         return CUDA_ERROR_INVALID_CONTEXT;
     current = c;
     return CUDA_SUCCESS;
-}
-
-/* ---- memory ---- */
-
-typedef struct sim_alloc {
-    char *p;
-    size_t n;
-    bool pinned; /* host memory from cuMemHostAlloc */
-} sim_alloc;
-
-static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static sim_alloc *allocs;
-static int nallocs, cap_allocs;
-static size_t mem_used;
-
-static int find_alloc(const void *p, size_t n, bool pinned)
-{
-    for (int i = 0; i < nallocs; i++)
-        if (allocs[i].pinned == pinned && (const char *)p >= allocs[i].p &&
-            (const char *)p + n <= allocs[i].p + allocs[i].n)
-            return i;
-    return -1;
-}
-
-bool sim_mem_valid(CUdeviceptr p, size_t n)
-{
-    pthread_mutex_lock(&mem_lock);
-    bool ok = find_alloc((const void *)(uintptr_t)p, n, false) >= 0;
-    pthread_mutex_unlock(&mem_lock);
-    return ok;
-}
-
-bool sim_host_pinned(const void *p, size_t n)
-{
-    pthread_mutex_lock(&mem_lock);
-    bool ok = find_alloc(p, n, true) >= 0;
-    pthread_mutex_unlock(&mem_lock);
-    return ok;
-}
-
-static CUresult add_alloc(void **out, size_t n, bool pinned)
-{
-    /* Device memory comes in 2 MiB pages' granularity on a GPU; the
-     * simulator counts 512-byte units (cuMemAlloc aligns to 256). */
-    size_t charged = (n + 511) / 512 * 512;
-    pthread_mutex_lock(&mem_lock);
-    if (!pinned && mem_used + charged > mem_total) {
-        pthread_mutex_unlock(&mem_lock);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    void *p = NULL;
-    if (posix_memalign(&p, 256, charged)) {
-        pthread_mutex_unlock(&mem_lock);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (nallocs == cap_allocs) {
-        cap_allocs = cap_allocs ? 2 * cap_allocs : 256;
-        allocs = realloc(allocs, sizeof *allocs * (size_t)cap_allocs);
-    }
-    allocs[nallocs++] = (sim_alloc){p, n, pinned};
-    if (!pinned) {
-        mem_used += charged;
-        /* A GPU's new memory holds whatever was there: here all-ones
-         * bytes, a NaN in every float type (and -1 in integers), so a
-         * read of memory nothing wrote shows in the results. */
-        memset(p, 0xff, charged);
-    }
-    pthread_mutex_unlock(&mem_lock);
-    *out = p;
-    return CUDA_SUCCESS;
-}
-
-/* Freed device memory is poisoned (all-ones bytes, as new memory) and
- * held back from reuse while the most recent QUARANTINE_BYTES of frees
- * fit: a later copy, memset or GEMM operand there is refused as outside
- * every allocation, and a kernel reading it reads NaNs. */
-#define QUARANTINE_BYTES ((size_t)256 << 20)
-static struct {
-    void *p;
-    size_t n;
-} quarantine[4096];
-static int q_head, q_count;
-static size_t q_bytes;
-
-static void quarantine_add(void *p, size_t n)
-{
-    memset(p, 0xff, n);
-    while (q_count && (q_bytes + n > QUARANTINE_BYTES || q_count == (int)(sizeof quarantine / sizeof *quarantine))) {
-        free(quarantine[q_head].p);
-        q_bytes -= quarantine[q_head].n;
-        q_head = (q_head + 1) % (int)(sizeof quarantine / sizeof *quarantine);
-        q_count--;
-    }
-    if (n > QUARANTINE_BYTES) {
-        free(p);
-        return;
-    }
-    int at = (q_head + q_count) % (int)(sizeof quarantine / sizeof *quarantine);
-    quarantine[at].p = p, quarantine[at].n = n;
-    q_bytes += n;
-    q_count++;
-}
-
-static CUresult remove_alloc(void *p, bool pinned)
-{
-    pthread_mutex_lock(&mem_lock);
-    for (int i = 0; i < nallocs; i++)
-        if (allocs[i].p == p && allocs[i].pinned == pinned) {
-            size_t charged = (allocs[i].n + 511) / 512 * 512;
-            if (!pinned)
-                mem_used -= charged;
-            allocs[i] = allocs[--nallocs];
-            if (pinned)
-                free(p);
-            else
-                quarantine_add(p, charged);
-            pthread_mutex_unlock(&mem_lock);
-            return CUDA_SUCCESS;
-        }
-    pthread_mutex_unlock(&mem_lock);
-    return CUDA_ERROR_INVALID_VALUE;
-}
-
-SIM_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
-{
-    NEED_INIT();
-    if (!dptr || !bytes)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = sim_sticky();
-    if (r)
-        return r;
-    void *p;
-    if ((r = add_alloc(&p, bytes, false)))
-        return r;
-    *dptr = (CUdeviceptr)(uintptr_t)p;
-    return CUDA_SUCCESS;
-}
-
-SIM_EXPORT CUresult cuMemFree(CUdeviceptr p)
-{
-    NEED_INIT();
-    if (!p)
-        return CUDA_SUCCESS;
-    /* The queued work that may still use it runs first. */
-    sim_device_idle();
-    return remove_alloc((void *)(uintptr_t)p, false);
-}
-
-SIM_EXPORT CUresult cuMemGetInfo(size_t *free_b, size_t *total)
-{
-    NEED_INIT();
-    pthread_mutex_lock(&mem_lock);
-    *free_b = mem_total - mem_used;
-    *total = mem_total;
-    pthread_mutex_unlock(&mem_lock);
-    return CUDA_SUCCESS;
-}
-
-SIM_EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
-{
-    NEED_INIT();
-    if (!p || !bytes || flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
-        return CUDA_ERROR_INVALID_VALUE;
-    return add_alloc(p, bytes, true);
-}
-
-SIM_EXPORT CUresult cuMemFreeHost(void *p)
-{
-    NEED_INIT();
-    return remove_alloc(p, true);
 }
 
 /* Kiln's loader checks for this symbol: the library is the simulator. */

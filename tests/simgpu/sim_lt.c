@@ -372,6 +372,13 @@ static double *dense_op(const lt_layout *l, const char *p, bool trans, bool rows
     return out;
 }
 
+/* The bytes a layout's batch items span. */
+static size_t span(const lt_layout *l)
+{
+    size_t one = l->cols ? ((size_t)l->cols - 1) * (size_t)l->ld + l->rows : 0;
+    return ((size_t)(l->batch - 1) * (size_t)l->stride + one) * (size_t)type_size(l->type);
+}
+
 static void run_matmul(void *p)
 {
     mm_arg *m = p;
@@ -389,6 +396,17 @@ static void run_matmul(void *p)
     uint64_t rows = m->dl.rows, cols = m->dl.cols, k = m->k;
     size_t ea = (size_t)type_size(m->a.type), ec = (size_t)type_size(m->c.type), edl = (size_t)type_size(m->dl.type);
     double *sums = bgrad ? calloc(rows + 1, sizeof(double)) : NULL;
+    /* The operands' accesses, for the sanitizer's cross-stream check. */
+    sim_san_access("cublasLtMatmul", "operand A", m->pa, span(&m->a), false);
+    sim_san_access("cublasLtMatmul", "operand B", m->pb, span(&m->b), false);
+    if (m->beta != 0)
+        sim_san_access("cublasLtMatmul", "operand C", m->pc, span(&m->c), false);
+    size_t es = (size_t)type_size(m->dl.type), aux_bytes = ((cols - 1) * (size_t)d->aux_ld + rows) * es;
+    if (bias_in || bgrad)
+        sim_san_access("cublasLtMatmul", "the bias", d->bias, rows * es, bgrad);
+    if (aux_in || aux_out)
+        sim_san_access("cublasLtMatmul", "the aux matrix", d->aux, aux_bytes, aux_out);
+    sim_san_access("cublasLtMatmul", "operand D", m->pd, span(&m->dl), true);
     for (int32_t item = 0; item < m->dl.batch; item++) {
         double *A = dense_op(&m->a, m->pa + (size_t)item * (size_t)m->a.stride * ea, d->ta, true, k, tf);
         double *B = dense_op(&m->b, m->pb + (size_t)item * (size_t)m->b.stride * ea, d->tb, false, k, tf);
@@ -439,13 +457,6 @@ static void run_matmul(void *p)
     free(sums);
 }
 
-/* The bytes a layout's batch items span. */
-static size_t span(const lt_layout *l)
-{
-    size_t one = l->cols ? ((size_t)l->cols - 1) * (size_t)l->ld + l->rows : 0;
-    return ((size_t)(l->batch - 1) * (size_t)l->stride + one) * (size_t)type_size(l->type);
-}
-
 SIM_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                                         cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb,
                                         const void *beta, const void *C, cublasLtMatrixLayout_t lc, void *D,
@@ -473,11 +484,11 @@ SIM_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         return CUBLAS_STATUS_INVALID_VALUE;
     /* Every operand inside device memory: a wrong leading dimension or
      * stride reads past its buffer, which a GPU may not notice. */
-    const char *what = !sim_mem_valid((CUdeviceptr)(uintptr_t)A, span(&m.a))   ? "A"
-                       : !sim_mem_valid((CUdeviceptr)(uintptr_t)B, span(&m.b)) ? "B"
-                       : (m.beta != 0 && !sim_mem_valid((CUdeviceptr)(uintptr_t)C, span(&m.c))) ? "C"
-                       : !sim_mem_valid((CUdeviceptr)(uintptr_t)D, span(&m.dl))                ? "D"
-                                                                                                : NULL;
+    const char *what = !sim_mem_check("cublasLtMatmul", "operand A", A, span(&m.a))                    ? "A"
+                       : !sim_mem_check("cublasLtMatmul", "operand B", B, span(&m.b))                  ? "B"
+                       : (m.beta != 0 && !sim_mem_check("cublasLtMatmul", "operand C", C, span(&m.c))) ? "C"
+                       : !sim_mem_check("cublasLtMatmul", "operand D", D, span(&m.dl))                 ? "D"
+                                                                                                       : NULL;
     if (what) {
         sim_say("cublasLtMatmul: operand %s (%llu x %llu, ld %lld, batch %d) is not inside one device allocation",
                 what, (unsigned long long)(what[0] == 'A' ? m.a.rows : what[0] == 'B' ? m.b.rows : m.dl.rows),
@@ -489,12 +500,12 @@ SIM_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     size_t es = (size_t)type_size(m.dl.type);
     if ((e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
          e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU_BGRAD) &&
-        !sim_mem_valid((CUdeviceptr)(uintptr_t)m.d.bias, m.dl.rows * es)) {
+        !sim_mem_check("cublasLtMatmul", "the bias", m.d.bias, m.dl.rows * es)) {
         sim_say("cublasLtMatmul: the bias (%llu elements) is not inside one device allocation",
                 (unsigned long long)m.dl.rows);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (epi_aux(e) && !sim_mem_valid((CUdeviceptr)(uintptr_t)m.d.aux,
+    if (epi_aux(e) && !sim_mem_check("cublasLtMatmul", "the aux matrix", m.d.aux,
                                      ((m.dl.cols - 1) * (size_t)m.d.aux_ld + m.dl.rows) * es)) {
         sim_say("cublasLtMatmul: the aux matrix (ld %lld) is not inside one device allocation", (long long)m.d.aux_ld);
         return CUBLAS_STATUS_INVALID_VALUE;

@@ -495,11 +495,14 @@ static void run_launch(void *p)
     struct timespec t0, t1;
     if (trace)
         clock_gettime(CLOCK_MONOTONIC, &t0);
+    sim_san_kernel_before(a->f->name, a->ptrs, np);
     pthread_mutex_lock(&m->run_lock);
     emu_run_fn go = m->flat ? m->run_flat : m->run;
     int rc = go((void (*)(void *const *, const void *))a->f->host, a->grid, a->block, a->ptrs,
                 np ? a->ptrs[np - 1] : NULL, 0, err, sizeof err);
     pthread_mutex_unlock(&m->run_lock);
+    if (!rc)
+        sim_san_kernel_after(a->f->name, a->ptrs, np);
     if (trace) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         sim_say("trace: %s, %u blocks of %u threads%s: %.3f ms", a->f->name, a->grid, a->block,

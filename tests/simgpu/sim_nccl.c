@@ -503,6 +503,12 @@ static void run_coll(void *p)
         return;
     call_meta m = {++c->seq, a->kind, (int32_t)a->dt, (int32_t)a->op, a->root, a->count};
     size_t esz = dtype_size(a->dt), world = (size_t)c->nranks;
+    /* The buffers' accesses, for the sanitizer's cross-stream check. */
+    size_t send_n = a->kind == K_REDUCE_SCATTER ? a->count * world : a->count;
+    size_t recv_n = a->kind == K_ALL_GATHER ? a->count * world : a->count;
+    if (a->kind != K_BROADCAST || c->rank == a->root)
+        sim_san_access(kind_names[a->kind], "the send buffer", a->send, send_n * esz, false);
+    sim_san_access(kind_names[a->kind], "the receive buffer", a->recv, recv_n * esz, true);
     char *mine = staging(c, c->rank);
     /* Elements per round: all-reduce and broadcast move count, reduce-
      * scatter world blocks of recvcount, all-gather sendcount. */
@@ -567,8 +573,8 @@ static ncclResult_t enqueue(int kind, const void *send, void *recv, size_t count
     size_t send_n = kind == K_REDUCE_SCATTER ? count * world : count;
     size_t recv_n = kind == K_ALL_GATHER ? count * world : count;
     bool needs_send = kind != K_BROADCAST || root == c->rank;
-    if (count && ((needs_send && !sim_mem_valid((CUdeviceptr)(uintptr_t)send, send_n * esz)) ||
-                  !sim_mem_valid((CUdeviceptr)(uintptr_t)recv, recv_n * esz))) {
+    if (count && ((needs_send && !sim_mem_check(call, "the send buffer", send, send_n * esz)) ||
+                  !sim_mem_check(call, "the receive buffer", recv, recv_n * esz))) {
         say("%s: the buffers (%zu and %zu %s elements) are not inside device allocations", call, send_n, recv_n,
             dtype_name(dt));
         return ncclInvalidArgument;

@@ -26,17 +26,23 @@ typedef struct sim_op {
     sim_fn fn;
     void *arg;
     struct sim_op *next;
+    CUstream stream;  /* queued on, or recorded from (a capture) */
+    int lane;         /* in an executable graph: its branch's lane (-1: the launching stream's) */
+    uint64_t *host_vc; /* the host's clock, taken when queued (sim_mem.c) */
 } sim_op;
 
 struct CUgraph_st {
     sim_op *head, *tail;
     int n;
-    bool invalid; /* an unsupported call during capture */
+    bool invalid;    /* an unsupported call during capture */
+    CUstream origin; /* the stream that began the capture */
 };
 
 struct CUgraphExec_st {
     sim_op *nodes; /* the graph's, moved here */
     int n;
+    int lanes[SIM_LANES]; /* one per joined stream's branch */
+    int nlanes;
 };
 
 struct CUstream_st {
@@ -50,6 +56,8 @@ struct CUstream_st {
      * them the origin stream (or one joined to it) has waited for. */
     uint64_t captured, joined;
     uint64_t capture_id; /* of the capture it records into (a graph's number) */
+    int lane;            /* its clock (sim_mem.c) */
+    uint64_t host_epoch; /* the host's clock epoch its last operation took */
 };
 
 struct CUevent_st {
@@ -61,6 +69,7 @@ struct CUevent_st {
     uint64_t capture_at;
     uint64_t recorded, completed; /* generations */
     double when;                  /* seconds, at completion */
+    uint64_t vc[SIM_LANES];       /* the recording lane's clock, at completion */
 };
 
 /* One lock for every queue and event: the simulator is about order, not
@@ -81,6 +90,7 @@ static void free_ops(sim_op *o)
     while (o) {
         sim_op *n = o->next;
         free(o->arg);
+        free(o->host_vc);
         free(o);
         o = n;
     }
@@ -119,9 +129,13 @@ static void *worker(void *arg)
             struct timespec d = {delay_ms() / 1000, (long)(delay_ms() % 1000) * 1000000L};
             nanosleep(&d, NULL);
         }
+        if (o->host_vc)
+            sim_clock_merge(s->lane, o->host_vc);
+        sim_lane_enter(s->lane);
         if (!sim_sticky())
             o->fn(o->arg);
         free(o->arg);
+        free(o->host_vc);
         free(o);
         pthread_mutex_lock(&lock);
         s->busy = false;
@@ -135,13 +149,18 @@ CUresult sim_enqueue(CUstream s, sim_fn fn, void *arg, size_t arg_bytes)
 {
     sim_op *o = calloc(1, sizeof *o);
     o->fn = fn;
+    o->stream = s;
+    o->lane = -1;
     if (arg_bytes) {
         o->arg = malloc(arg_bytes);
         memcpy(o->arg, arg, arg_bytes);
     }
     if (!s) {
-        /* The legacy default stream: here, at once (Kiln never uses it). */
+        /* The legacy default stream: here, at once (Kiln never uses it),
+         * in the host's lane. */
+        sim_lane_enter(0);
         fn(o->arg);
+        sim_host_synced_lane(0);
         free(o->arg);
         free(o);
         return sim_sticky();
@@ -157,6 +176,14 @@ CUresult sim_enqueue(CUstream s, sim_fn fn, void *arg, size_t arg_bytes)
         g->tail = o;
         g->n++;
     } else {
+        /* What the host waited for before it queued this is ordered
+         * before it. */
+        uint64_t epoch = sim_host_epoch();
+        if (s->host_epoch != epoch) {
+            o->host_vc = malloc(sizeof(uint64_t) * SIM_LANES);
+            sim_clock_get(0, o->host_vc);
+            s->host_epoch = epoch;
+        }
         if (s->tail)
             s->tail->next = o;
         else
@@ -177,6 +204,7 @@ SIM_EXPORT CUresult cuStreamCreate(CUstream *out, unsigned flags)
     if (!out || flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
         return CUDA_ERROR_INVALID_VALUE;
     CUstream s = calloc(1, sizeof *s);
+    s->lane = sim_lane_new(false);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->th, NULL, worker, s)) {
         free(s);
@@ -201,6 +229,8 @@ void sim_device_idle(void)
     pthread_mutex_lock(&lock);
     for (CUstream s = live_streams; s; s = s->next_live)
         wait_idle(s);
+    for (CUstream s = live_streams; s; s = s->next_live)
+        sim_host_synced_lane(s->lane);
     pthread_mutex_unlock(&lock);
 }
 
@@ -215,6 +245,7 @@ SIM_EXPORT CUresult cuStreamSynchronize(CUstream s)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     wait_idle(s);
+    sim_host_synced_lane(s->lane);
     pthread_mutex_unlock(&lock);
     return sim_sticky();
 }
@@ -236,6 +267,7 @@ SIM_EXPORT CUresult cuStreamDestroy(CUstream s)
     pthread_mutex_unlock(&lock);
     pthread_join(s->th, NULL);
     pthread_cond_destroy(&s->cv);
+    sim_lane_free(s->lane);
     free(s);
     return CUDA_SUCCESS;
 }
@@ -278,6 +310,7 @@ static void run_record(void *p)
     ev_arg *a = p;
     pthread_mutex_lock(&lock);
     a->e->when = now();
+    sim_clock_get(sim_lane_current(), a->e->vc);
     if (a->e->completed < a->gen)
         a->e->completed = a->gen;
     pthread_cond_broadcast(&events_cv);
@@ -290,6 +323,7 @@ static void run_record_latest(void *p)
     ev_arg *a = p;
     pthread_mutex_lock(&lock);
     a->e->when = now();
+    sim_clock_get(sim_lane_current(), a->e->vc);
     a->e->completed = a->e->recorded;
     pthread_cond_broadcast(&events_cv);
     pthread_mutex_unlock(&lock);
@@ -301,6 +335,7 @@ static void run_wait(void *p)
     pthread_mutex_lock(&lock);
     while (a->e->completed < a->gen && !sim_sticky())
         pthread_cond_wait(&events_cv, &lock);
+    sim_clock_merge(sim_lane_current(), a->e->vc);
     pthread_mutex_unlock(&lock);
 }
 
@@ -353,6 +388,7 @@ SIM_EXPORT CUresult cuEventSynchronize(CUevent e)
     uint64_t g = e->recorded;
     while (e->completed < g && !sim_sticky())
         pthread_cond_wait(&events_cv, &lock);
+    sim_host_synced(e->vc);
     pthread_mutex_unlock(&lock);
     return sim_sticky();
 }
@@ -366,6 +402,8 @@ SIM_EXPORT CUresult cuEventQuery(CUevent e)
         return r;
     pthread_mutex_lock(&lock);
     bool done = e->completed >= e->recorded;
+    if (done)
+        sim_host_synced(e->vc);
     pthread_mutex_unlock(&lock);
     return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -397,19 +435,38 @@ typedef struct copy_arg {
     const void *src;
     size_t n;
     char *staged; /* pageable host source, copied when queued */
+    int pending;  /* a copy to pinned memory: its sim_san_pending_d2h slot */
 } copy_arg;
 
-static void run_copy(void *p)
+static void run_htod(void *p)
 {
     copy_arg *a = p;
+    sim_san_access("cuMemcpyHtoDAsync", "destination", a->dst, a->n, true);
     memcpy(a->dst, a->staged ? a->staged : a->src, a->n);
 }
 
-static void run_copy_staged_free(void *p)
+static void run_htod_staged_free(void *p)
 {
     copy_arg *a = p;
-    memcpy(a->dst, a->staged, a->n);
+    run_htod(a);
     free(a->staged);
+}
+
+static void run_dtoh(void *p)
+{
+    copy_arg *a = p;
+    sim_san_uninit("cuMemcpyDtoHAsync", a->src, a->n);
+    sim_san_access("cuMemcpyDtoHAsync", "source", a->src, a->n, false);
+    memcpy(a->dst, a->src, a->n);
+    sim_san_d2h_ran(a->pending);
+}
+
+static void run_dtod(void *p)
+{
+    copy_arg *a = p;
+    sim_san_access("cuMemcpyDtoDAsync", "source", a->src, a->n, false);
+    sim_san_access("cuMemcpyDtoDAsync", "destination", a->dst, a->n, true);
+    memcpy(a->dst, a->src, a->n);
 }
 
 #define DEV(p) ((void *)(uintptr_t)(p))
@@ -424,38 +481,46 @@ SIM_EXPORT CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n
 {
     if (!n)
         return sim_sticky();
-    if (!sim_mem_valid(dst, n))
+    if (!sim_mem_check("cuMemcpyHtoDAsync", "destination", DEV(dst), n))
         return bad_range("cuMemcpyHtoDAsync", dst, n);
     if (s && s->capture) {
         /* Kiln never copies from the host inside a graph. */
         s->capture->invalid = true;
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
-    copy_arg a = {DEV(dst), src, n, NULL};
+    copy_arg a = {DEV(dst), src, n, NULL, -1};
     if (!sim_host_pinned(src, n)) {
         /* From pageable memory the driver stages the data before it
          * returns; from pinned memory it reads it when the copy runs. */
         a.staged = malloc(n);
         memcpy(a.staged, src, n);
-        return sim_enqueue(s, run_copy_staged_free, &a, sizeof a);
+        return sim_enqueue(s, run_htod_staged_free, &a, sizeof a);
     }
-    return sim_enqueue(s, run_copy, &a, sizeof a);
+    a.src = sim_pinned_device_view(src);
+    return sim_enqueue(s, run_htod, &a, sizeof a);
 }
 
 SIM_EXPORT CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
     if (!n)
         return sim_sticky();
-    if (!sim_mem_valid(src, n))
+    if (!sim_mem_check("cuMemcpyDtoHAsync", "source", DEV(src), n))
         return bad_range("cuMemcpyDtoHAsync", src, n);
     if (s && s->capture) {
         s->capture->invalid = true;
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
-    copy_arg a = {dst, DEV(src), n, NULL};
-    CUresult r = sim_enqueue(s, run_copy, &a, sizeof a);
+    copy_arg a = {dst, DEV(src), n, NULL, -1};
+    bool pinned = sim_host_pinned(dst, n);
+    if (pinned) {
+        /* The host may not look until it synchronised with the copy. */
+        a.dst = sim_pinned_device_view(dst);
+        if (s)
+            a.pending = sim_san_pending_d2h(dst, n, s->lane);
+    }
+    CUresult r = sim_enqueue(s, run_dtoh, &a, sizeof a);
     /* To pageable memory the call returns once the copy is done. */
-    if (!r && !sim_host_pinned(dst, n))
+    if (!r && !pinned)
         r = cuStreamSynchronize(s);
     return r;
 }
@@ -464,12 +529,12 @@ SIM_EXPORT CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n
 {
     if (!n)
         return sim_sticky();
-    if (!sim_mem_valid(dst, n))
+    if (!sim_mem_check("cuMemcpyDtoDAsync", "destination", DEV(dst), n))
         return bad_range("cuMemcpyDtoDAsync (destination)", dst, n);
-    if (!sim_mem_valid(src, n))
+    if (!sim_mem_check("cuMemcpyDtoDAsync", "source", DEV(src), n))
         return bad_range("cuMemcpyDtoDAsync (source)", src, n);
-    copy_arg a = {DEV(dst), DEV(src), n, NULL};
-    return sim_enqueue(s, run_copy, &a, sizeof a);
+    copy_arg a = {DEV(dst), DEV(src), n, NULL, -1};
+    return sim_enqueue(s, run_dtod, &a, sizeof a);
 }
 
 typedef struct set_arg {
@@ -481,6 +546,8 @@ typedef struct set_arg {
 static void run_set(void *p)
 {
     set_arg *a = p;
+    sim_san_access(a->width == 1 ? "cuMemsetD8Async" : "cuMemsetD32Async", "destination", a->dst, a->n * a->width,
+                   true);
     if (a->width == 1) {
         memset(a->dst, (int)(a->value & 0xff), a->n);
         return;
@@ -494,7 +561,7 @@ SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, 
 {
     if (!n)
         return sim_sticky();
-    if (!sim_mem_valid(dst, n))
+    if (!sim_mem_check("cuMemsetD8Async", "destination", DEV(dst), n))
         return bad_range("cuMemsetD8Async", dst, n);
     set_arg a = {DEV(dst), v, n, 1};
     return sim_enqueue(s, run_set, &a, sizeof a);
@@ -506,7 +573,7 @@ SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUst
         return sim_sticky();
     if (dst % 4)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_mem_valid(dst, n * 4))
+    if (!sim_mem_check("cuMemsetD32Async", "destination", DEV(dst), n * 4))
         return bad_range("cuMemsetD32Async", dst, n * 4);
     set_arg a = {DEV(dst), v, n, 4};
     return sim_enqueue(s, run_set, &a, sizeof a);
@@ -527,6 +594,7 @@ SIM_EXPORT CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
         r = CUDA_ERROR_ILLEGAL_STATE;
     else {
         s->capture = calloc(1, sizeof *s->capture);
+        s->capture->origin = s;
         static uint64_t captures;
         s->capture_id = ++captures;
         s->captured = s->joined = 0;
@@ -581,9 +649,24 @@ SIM_EXPORT CUresult cuGraphInstantiate(CUgraphExec *ex, CUgraph g, unsigned long
     /* The executable graph owns copies of the nodes: the graph may be
      * destroyed at once (Kiln does). */
     sim_op *copy = NULL, **at = &copy;
+    /* Each joined stream's nodes are a branch of their own, with a lane
+     * (its order against the rest is the graph's events'). */
+    CUstream branch[SIM_LANES];
     for (sim_op *o = g->head; o; o = o->next) {
         sim_op *c = calloc(1, sizeof *c);
         c->fn = o->fn;
+        c->stream = o->stream;
+        c->lane = -1;
+        if (o->stream != g->origin) {
+            int b = 0;
+            while (b < e->nlanes && branch[b] != o->stream)
+                b++;
+            if (b == e->nlanes && b < SIM_LANES) {
+                branch[b] = o->stream;
+                e->lanes[e->nlanes++] = sim_lane_new(true);
+            }
+            c->lane = b < SIM_LANES ? e->lanes[b] : -1;
+        }
         c->arg = o->arg; /* shared until the graph goes */
         *at = c;
         at = &c->next;
@@ -613,8 +696,12 @@ typedef struct graph_arg {
 static void run_graph(void *p)
 {
     graph_arg *a = p;
-    for (sim_op *o = a->e->nodes; o && !sim_sticky(); o = o->next)
+    int outer = sim_lane_current();
+    for (sim_op *o = a->e->nodes; o && !sim_sticky(); o = o->next) {
+        sim_lane_enter(o->stream == NULL || o->lane < 0 ? outer : o->lane);
         o->fn(o->arg);
+    }
+    sim_lane_set(outer);
 }
 
 SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
@@ -632,6 +719,8 @@ SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
     /* The caller synchronises before (a launched graph still running is
      * its mistake, as on a GPU). */
     free_ops(e->nodes);
+    for (int i = 0; i < e->nlanes; i++)
+        sim_lane_free(e->lanes[i]);
     free(e);
     return CUDA_SUCCESS;
 }
