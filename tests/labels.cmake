@@ -124,6 +124,17 @@ set(KILN_SLOW_TESTS
   zero\\.zero3\\.runtime
 )
 
+# N=REGEX: a test whose name matches REGEX (the first rule that matches)
+# runs N processes at once, mpirun's ranks (ctest's PROCESSORS): `ctest
+# -j2` then runs a many-rank test alone instead of beside another test
+# (ctest counts a test of more processors than -j as -j), where ranks
+# waiting in a collective for a rank that has no core spin and slow both.
+set(KILN_PROCESSORS_RULES
+  "3=^(overlap\\.|data\\.ranks$|simgpu\\.ranks\\.np3$)"
+  "2=^(gemmpath\\.|comm\\.|hosts\\.|ckpt\\.preempt$|simgpu\\.ranks\\.)"
+  "4=^(ranks|tp|zero|pipeline)\\."
+)
+
 function(kiln_label_tests)
   get_property(tests DIRECTORY PROPERTY TESTS)
   list(JOIN KILN_SLOW_TESTS "|" slow)
@@ -158,6 +169,17 @@ function(kiln_label_tests)
     # the long ones last, one slot idle at the end: slow tests start first.
     if(speed STREQUAL "slow")
       set_tests_properties(${t} PROPERTIES COST 100)
+    endif()
+    get_test_property(${t} PROCESSORS procs)
+    if(NOT procs)
+      foreach(rule ${KILN_PROCESSORS_RULES})
+        string(REGEX REPLACE "=.*$" "" n "${rule}")
+        string(REGEX REPLACE "^[^=]*=" "" regex "${rule}")
+        if(t MATCHES "${regex}")
+          set_tests_properties(${t} PROPERTIES PROCESSORS ${n})
+          break()
+        endif()
+      endforeach()
     endif()
   endforeach()
   list(REMOVE_DUPLICATES features)
