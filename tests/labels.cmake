@@ -52,8 +52,10 @@ set(KILN_SLOW_TESTS
   cuda\\.emulate\\.mlp
   cuda\\.emulate\\.nan_inf
   cuda\\.emulate\\.split_reduce
-  cuda\\.nvrtc
+  cuda\\.nvrtc\\.fashion_cnn
+  cuda\\.nvrtc\\.gpt
   cuda\\.nvrtc\\.grad
+  cuda\\.nvrtc\\.mlp
   cuda\\.nvrtc\\.nan_inf
   cuda\\.occupancy
   cudaattn\\.emulate
