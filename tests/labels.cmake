@@ -32,7 +32,8 @@ set(KILN_FEATURE_RULES
 )
 
 # Measured on 2 cores: the tests that take the
-# longest; each feature keeps quick tests (kiln_label_tests checks that).
+# longest (with a cold kernel cache: compiling is most of a fresh clone's
+# time); each feature keeps quick tests (kiln_label_tests checks that).
 set(KILN_SLOW_TESTS
   attn\\.cuda\\.emulate
   attn\\.cuda\\.nvrtc
@@ -54,6 +55,7 @@ set(KILN_SLOW_TESTS
   cuda\\.emulate\\.split_reduce
   cuda\\.nvrtc\\.fashion_cnn
   cuda\\.nvrtc\\.gpt
+  cuda\\.nvrtc\\.gpt2_small
   cuda\\.nvrtc\\.grad
   cuda\\.nvrtc\\.mlp
   cuda\\.nvrtc\\.nan_inf
@@ -78,6 +80,7 @@ set(KILN_SLOW_TESTS
   gemmpath\\.fp32_onednn
   gemmpath\\.fp32_openblas
   gpt\\.generate
+  gpt\\.gpt2_small
   gpt\\.train
   gpu\\.kit
   harden\\.reference\\.gpt_batch2
@@ -87,6 +90,7 @@ set(KILN_SLOW_TESTS
   memplan\\.budget
   memplan\\.e2e
   observe\\.tensorboard
+  outputs
   overlap\\.same
   pack\\.roundtrip_and_errors
   perf\\.batch_auto
@@ -98,7 +102,15 @@ set(KILN_SLOW_TESTS
   ranks\\.resume
   reference\\.examples\\.fashion_cnn\\.fp16
   reference\\.examples\\.gpt
+  reference\\.examples\\.gpt2_small\\.tiny
   sampler\\.draws
+  simgpu\\.batch_auto
+  simgpu\\.cnn\\.bf16
+  simgpu\\.cnn\\.fp32
+  simgpu\\.gpt\\.bf16
+  simgpu\\.gpt\\.fp16
+  simgpu\\.gpt\\.fp32
+  simgpu\\.ranks\\.tp_dp
   sumto\\.one_pass
   tp\\.clip
   tp\\.cnn
