@@ -32,7 +32,8 @@ set(KILN_FEATURE_RULES
 )
 
 # Measured on 2 cores: the tests that take the
-# longest; each feature keeps quick tests (kiln_label_tests checks that).
+# longest (with a cold kernel cache: compiling is most of a fresh clone's
+# time); each feature keeps quick tests (kiln_label_tests checks that).
 set(KILN_SLOW_TESTS
   attn\\.cuda\\.emulate
   attn\\.cuda\\.nvrtc
@@ -52,8 +53,11 @@ set(KILN_SLOW_TESTS
   cuda\\.emulate\\.mlp
   cuda\\.emulate\\.nan_inf
   cuda\\.emulate\\.split_reduce
-  cuda\\.nvrtc
+  cuda\\.nvrtc\\.fashion_cnn
+  cuda\\.nvrtc\\.gpt
+  cuda\\.nvrtc\\.gpt2_small
   cuda\\.nvrtc\\.grad
+  cuda\\.nvrtc\\.mlp
   cuda\\.nvrtc\\.nan_inf
   cuda\\.occupancy
   cudaattn\\.emulate
@@ -76,6 +80,7 @@ set(KILN_SLOW_TESTS
   gemmpath\\.fp32_onednn
   gemmpath\\.fp32_openblas
   gpt\\.generate
+  gpt\\.gpt2_small
   gpt\\.train
   gpu\\.kit
   harden\\.reference\\.gpt_batch2
@@ -85,6 +90,7 @@ set(KILN_SLOW_TESTS
   memplan\\.budget
   memplan\\.e2e
   observe\\.tensorboard
+  outputs
   overlap\\.same
   pack\\.roundtrip_and_errors
   perf\\.batch_auto
@@ -96,7 +102,15 @@ set(KILN_SLOW_TESTS
   ranks\\.resume
   reference\\.examples\\.fashion_cnn\\.fp16
   reference\\.examples\\.gpt
+  reference\\.examples\\.gpt2_small\\.tiny
   sampler\\.draws
+  simgpu\\.batch_auto
+  simgpu\\.cnn\\.bf16
+  simgpu\\.cnn\\.fp32
+  simgpu\\.gpt\\.bf16
+  simgpu\\.gpt\\.fp16
+  simgpu\\.gpt\\.fp32
+  simgpu\\.ranks\\.tp_dp
   sumto\\.one_pass
   tp\\.clip
   tp\\.cnn
@@ -122,6 +136,17 @@ set(KILN_SLOW_TESTS
   zero\\.zero3\\.precision
   zero\\.zero3\\.resume
   zero\\.zero3\\.runtime
+)
+
+# N=REGEX: a test whose name matches REGEX (the first rule that matches)
+# runs N processes at once, mpirun's ranks (ctest's PROCESSORS): `ctest
+# -j2` then runs a many-rank test alone instead of beside another test
+# (ctest counts a test of more processors than -j as -j), where ranks
+# waiting in a collective for a rank that has no core spin and slow both.
+set(KILN_PROCESSORS_RULES
+  "3=^(overlap\\.|data\\.ranks$|simgpu\\.ranks\\.np3$)"
+  "2=^(gemmpath\\.|comm\\.|hosts\\.|ckpt\\.preempt$|simgpu\\.ranks\\.)"
+  "4=^(ranks|tp|zero|pipeline)\\."
 )
 
 function(kiln_label_tests)
@@ -158,6 +183,17 @@ function(kiln_label_tests)
     # the long ones last, one slot idle at the end: slow tests start first.
     if(speed STREQUAL "slow")
       set_tests_properties(${t} PROPERTIES COST 100)
+    endif()
+    get_test_property(${t} PROCESSORS procs)
+    if(NOT procs)
+      foreach(rule ${KILN_PROCESSORS_RULES})
+        string(REGEX REPLACE "=.*$" "" n "${rule}")
+        string(REGEX REPLACE "^[^=]*=" "" regex "${rule}")
+        if(t MATCHES "${regex}")
+          set_tests_properties(${t} PROPERTIES PROCESSORS ${n})
+          break()
+        endif()
+      endforeach()
     endif()
   endforeach()
   list(REMOVE_DUPLICATES features)

@@ -30,6 +30,12 @@ export KILN_TEST_RUNQ_SHARE=0
 # instead of 0.84 (median of 8 here), and the suite starts hundreds.
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
+# A rank waiting in Open MPI (MPI_Init, a barrier, MPI_Finalize) yields its
+# core instead of spinning: the suite runs more ranks than cores (mpirun
+# --oversubscribe, other tests beside), and a spinning rank takes the core
+# the rank it waits for needs. (Kiln's own waits yield after 1 ms:
+# runtime/comm/comm.c comm_wait.)
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 
 # ---- Helpers for the test scripts (one copy, not one per script) ----
 # The folder of the tests (this file's), whichever script sources it.

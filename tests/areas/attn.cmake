@@ -17,7 +17,7 @@ if(KILN_HAVE_CUDA)
   set(KILN_ATTN_CUDA_MODELS tests/attention/fused_causal.kl tests/attention/fused_full.kl tests/grad/attention.kl
       tests/attention/causal_fused.kl)
   # sm_90 only (the H200's): the generated kernels carry no per-architecture
-  # code, and cuda.nvrtc compiles the examples' kernels (the GPT's
+  # code, and cuda.nvrtc.* compile the examples' kernels (the GPT's
   # transformer kernels among them) for sm_80 too; the spill check per
   # architecture is cudaattn.nvrtc's for the hand-written tiled kernels.
   add_test(NAME attn.cuda.nvrtc COMMAND nvrtc_check --arch sm_90 ${KILN_ATTN_CUDA_MODELS}

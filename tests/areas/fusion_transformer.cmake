@@ -38,7 +38,7 @@ add_test(NAME fusion.vecmath COMMAND xfuse_vecmath_check)
 # GELU' and the bias gradient's column sums, softmax + cross-entropy).
 if(KILN_HAVE_CUDA)
   # sm_90 only (the H200's): the generated kernels carry no per-architecture
-  # code, and cuda.nvrtc compiles the examples' kernels (the GPT's
+  # code, and cuda.nvrtc.* compile the examples' kernels (the GPT's
   # transformer kernels among them) for sm_80 too; the spill check per
   # architecture is cudaattn.nvrtc's for the hand-written tiled kernels.
   add_test(NAME fusion.cuda.nvrtc COMMAND nvrtc_check --arch sm_90 tests/grad/transformer_fusions.kl tests/fusion/block.kl

@@ -8,7 +8,7 @@ if(KILN_HAVE_CUDA)
   set(KILN_XFORMER_CUDA_MODELS ${PROJECT_SOURCE_DIR}/tests/reference/tril_arange.kl
       ${PROJECT_SOURCE_DIR}/tests/reference/seq_dense.kl ${PROJECT_SOURCE_DIR}/tests/language/causal.kl)
   # sm_90 only (the H200's): the generated kernels carry no per-architecture
-  # code, and cuda.nvrtc compiles the examples' kernels (the GPT's
+  # code, and cuda.nvrtc.* compile the examples' kernels (the GPT's
   # transformer kernels among them) for sm_80 too; the spill check per
   # architecture is cudaattn.nvrtc's for the hand-written tiled kernels.
   add_test(NAME language.cuda.nvrtc COMMAND nvrtc_check --arch sm_90 ${KILN_XFORMER_CUDA_MODELS}

@@ -872,44 +872,53 @@ int main(int argc, char **argv)
     kl_cpu_options co = {.threads = 1, .quiet = true};
     kl_backend *be = kl_cpu_backend_new(&co);
     int failures = 0;
+    /* Every model's configurations built first, so that the emulation
+     * compiles every distinct kernel of all the models once, in a few
+     * programs (chunks compiled in parallel): one C++ compile per chunk,
+     * not per model, and a kernel two models share (an optimizer update,
+     * a loss) once. */
+    typedef struct model_plans {
+        plan_config cfg[16];
+        int nc;
+        kl_session *sess[16];
+        kl_exec *ex[16];
+    } model_plans;
+    model_plans *mp = kl_xcalloc((size_t)models.n + 1, sizeof *mp);
+    KL_VEC(char *) names = {0};
+    int nchunks = threads * 2 < 2 ? 2 : threads * 2;
+    kl_buf chunk[64] = {{0}};
+    if (nchunks > 64)
+        nchunks = 64;
+    int count = 0;
     for (int m = 0; m < models.n; m++) {
-        plan_config all[16], cfg[16];
-        int na = plan_configs(all, precisions), nc = 0;
+        plan_config all[16];
+        model_plans *q = &mp[m];
+        int na = plan_configs(all, precisions);
         for (int c = 0; c < na; c++) {
             char cs[64];
             if (!only || strstr(plan_config_str(&all[c], cs, sizeof cs), only))
-                cfg[nc++] = all[c];
+                q->cfg[q->nc++] = all[c];
         }
-        if (nc == 0) {
+        if (q->nc == 0) {
             printf("FAIL: no configuration matches --config \"%s\"\n", only);
             failures++;
         }
-        kl_session *sess[16] = {0};
-        kl_exec *ex[16] = {0};
-        /* Every distinct kernel of every configuration, in chunks that
-         * compile in parallel (for the emulation). */
-        KL_VEC(char *) names = {0};
-        int nchunks = threads * 2 < 2 ? 2 : threads * 2;
-        kl_buf chunk[64] = {{0}};
-        if (nchunks > 64)
-            nchunks = 64;
-        int count = 0;
-        for (int c = 0; c < nc; c++) {
+        for (int c = 0; c < q->nc; c++) {
             char cs[64];
-            kl_compiled *cc = plan_config_compile(models.v[m], batch, &cfg[c]);
+            kl_compiled *cc = plan_config_compile(models.v[m], batch, &q->cfg[c]);
             if (!cc) {
-                printf("FAIL: %s (%s) does not build\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
+                printf("FAIL: %s (%s) does not build\n", models.v[m], plan_config_str(&q->cfg[c], cs, sizeof cs));
                 failures++;
                 continue;
             }
-            sess[c] = kl_session_new(be, 3);
-            ex[c] = kl_compiled_exec(sess[c], cc, NULL);
-            if (!ex[c]) {
-                printf("FAIL: %s (%s): no exec\n", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
+            q->sess[c] = kl_session_new(be, 3);
+            q->ex[c] = kl_compiled_exec(q->sess[c], cc, NULL);
+            if (!q->ex[c]) {
+                printf("FAIL: %s (%s): no exec\n", models.v[m], plan_config_str(&q->cfg[c], cs, sizeof cs));
                 failures++;
                 continue;
             }
-            const kl_plan *p = ex[c]->plan;
+            const kl_plan *p = q->ex[c]->plan;
             for (int k = 0; k < p->kernels.n; k++) {
                 bool seen = false;
                 for (int j = 0; j < names.n && !seen; j++)
@@ -920,67 +929,74 @@ int main(int argc, char **argv)
                 kl_buf_puts(&chunk[count++ % nchunks], p->kernels.v[k].cuda.src);
             }
         }
-        int nl = gpu ? 0 : count < nchunks ? count : nchunks;
-        char **programs = kl_xcalloc((size_t)nl + 1, sizeof(char *));
-        for (int i = 0; i < nl; i++) {
-            char *body = kir_cuda_program(chunk[i].s, KIR_CUDA_BF16 | KIR_CUDA_F16);
-            programs[i] = kl_xasprintf("#include \"emu.h\"\n%s", body);
-            free(body);
+    }
+    int nl = gpu ? 0 : count < nchunks ? count : nchunks;
+    char **programs = kl_xcalloc((size_t)nl + 1, sizeof(char *));
+    for (int i = 0; i < nl; i++) {
+        char *body = kir_cuda_program(chunk[i].s, KIR_CUDA_BF16 | KIR_CUDA_F16);
+        programs[i] = kl_xasprintf("#include \"emu.h\"\n%s", body);
+        free(body);
+    }
+    for (int i = 0; i < 64; i++)
+        kl_buf_free(&chunk[i]);
+    emu_lib *libs = kl_xcalloc((size_t)nl + 1, sizeof *libs);
+    r.libs = libs;
+    r.nlibs = nl;
+    double t0 = kl_now();
+    bool built = !nl || build_libs(programs, nl, threads, libs) == 0;
+    if (!built)
+        failures++;
+    else if (nl)
+        printf("emulation: %d distinct kernels of %d model(s) in %d programs, compiled for the host in %.1f s\n", count,
+               models.n, nl, kl_now() - t0);
+    for (int m = 0; m < models.n && built; m++) {
+        model_plans *q = &mp[m];
+        double t1 = kl_now();
+        stats st = {0};
+        for (int c = 0; c < q->nc; c++) {
+            if (!q->ex[c])
+                continue;
+            char cs[64], where[256];
+            snprintf(where, sizeof where, "%s, %s", models.v[m], plan_config_str(&q->cfg[c], cs, sizeof cs));
+            random_inputs(q->ex[c], seed + (uint64_t)c);
+            check_plan(q->ex[c], where, &r, &st);
         }
-        for (int i = 0; i < 64; i++)
-            kl_buf_free(&chunk[i]);
-        emu_lib *libs = kl_xcalloc((size_t)nl + 1, sizeof *libs);
-        r.libs = libs;
-        r.nlibs = nl;
-        double t0 = kl_now();
-        if (nl && build_libs(programs, nl, threads, libs)) {
-            failures++;
-        } else {
-            double t1 = kl_now();
-            stats st = {0};
-            for (int c = 0; c < nc; c++) {
-                if (!ex[c])
-                    continue;
-                char cs[64], where[256];
-                snprintf(where, sizeof where, "%s, %s", models.v[m], plan_config_str(&cfg[c], cs, sizeof cs));
-                random_inputs(ex[c], seed + (uint64_t)c);
-                check_plan(ex[c], where, &r, &st);
-            }
-            printf("%s: %d distinct kernels (%d kernel steps%s in %d configurations, batch %s), %s: %d runs, %d launches; "
-                   "worst relative error f64 %.2g, f32 %.2g, bf16 %.2g, f16 %.2g; %d failures (%s%.1f s, run %.1f s)\n",
-                   models.v[m], st.seen.n, st.kernels, gpu ? " and their GEMMs" : "", nc, batch,
-                   gpu ? "on the GPU" : "emulated twice each", st.runs, st.launches, st.worst[IR_F64], st.worst[IR_F32], st.worst[IR_BF16],
-                   st.worst[IR_F16], st.failures, gpu ? "setup " : "compile ", t1 - t0, kl_now() - t1);
-            if (st.lt_epilogues)
-                printf("%s: %d GEMM steps with their cuBLASLt epilogue (%s) against the CPU's GEMM and epilogue kernel; "
-                       "%d not taken by cuBLASLt (the kernel ran)\n",
-                       models.v[m], st.lt_epilogues, gpu ? "cuBLASLt on the GPU" : "the host stand-in, tests/cuda/lt_emu.h",
-                       st.lt_fallbacks);
-            failures += st.failures;
-            for (int i = 0; i < st.seen.n; i++)
-                free(st.seen.v[i]);
-            kl_vec_free(st.seen);
-        }
-        for (int i = 0; i < nl; i++) {
-            free(programs[i]);
-            if (libs[i].h) {
-                void (*release)(void) = (void (*)(void))dlsym(libs[i].h, "kl_emu_release");
-                if (release)
-                    release();
-                dlclose(libs[i].h);
-            }
-        }
-        free(programs);
-        free(libs);
-        for (int i = 0; i < names.n; i++)
-            free(names.v[i]);
-        kl_vec_free(names);
-        for (int c = 0; c < nc; c++) {
-            kl_exec_free(ex[c]);
-            if (sess[c])
-                kl_session_free(sess[c]);
+        printf("%s: %d distinct kernels (%d kernel steps%s in %d configurations, batch %s), %s: %d runs, %d launches; "
+               "worst relative error f64 %.2g, f32 %.2g, bf16 %.2g, f16 %.2g; %d failures (run %.1f s)\n",
+               models.v[m], st.seen.n, st.kernels, gpu ? " and their GEMMs" : "", q->nc, batch,
+               gpu ? "on the GPU" : "emulated twice each", st.runs, st.launches, st.worst[IR_F64], st.worst[IR_F32],
+               st.worst[IR_BF16], st.worst[IR_F16], st.failures, kl_now() - t1);
+        if (st.lt_epilogues)
+            printf("%s: %d GEMM steps with their cuBLASLt epilogue (%s) against the CPU's GEMM and epilogue kernel; "
+                   "%d not taken by cuBLASLt (the kernel ran)\n",
+                   models.v[m], st.lt_epilogues, gpu ? "cuBLASLt on the GPU" : "the host stand-in, tests/cuda/lt_emu.h",
+                   st.lt_fallbacks);
+        failures += st.failures;
+        for (int i = 0; i < st.seen.n; i++)
+            free(st.seen.v[i]);
+        kl_vec_free(st.seen);
+    }
+    for (int i = 0; i < nl; i++) {
+        free(programs[i]);
+        if (libs[i].h) {
+            void (*release)(void) = (void (*)(void))dlsym(libs[i].h, "kl_emu_release");
+            if (release)
+                release();
+            dlclose(libs[i].h);
         }
     }
+    free(programs);
+    free(libs);
+    for (int i = 0; i < names.n; i++)
+        free(names.v[i]);
+    kl_vec_free(names);
+    for (int m = 0; m < models.n; m++)
+        for (int c = 0; c < mp[m].nc; c++) {
+            kl_exec_free(mp[m].ex[c]);
+            if (mp[m].sess[c])
+                kl_session_free(mp[m].sess[c]);
+        }
+    free(mp);
     be->ops->destroy(be);
     if (r.gpu)
         r.gpu->ops->destroy(r.gpu);

@@ -11,6 +11,9 @@
 #   tests/perf/guard.sh KILN --accept      write the current counters as
 #                                          the new baseline
 #   tests/perf/guard.sh KILN --baseline F  compare against F instead
+#   tests/perf/guard.sh KILN --now F       compare the counters of F (a
+#                                          file --accept wrote) instead of
+#                                          measuring them (guard_catches.sh)
 #   (cmake --build build --target perf_baseline runs --accept)
 source "$(dirname "$0")/../lib.sh"
 set -uo pipefail
@@ -20,10 +23,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 baseline=$here/baseline.json
 accept=0
+now=
 while [ $# -gt 0 ]; do
   case $1 in
     --accept) accept=1 ;;
     --baseline) baseline=$2; shift ;;
+    --now) now=$2; shift ;;
     *) echo "guard.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -31,23 +36,27 @@ done
 new_tmpdir
 # The cases: each example at each precision.
 cd "$root" || exit 1
-: > "$tmp/now.jsonl"
-for ex in examples/*.kl; do
-  for prec in fp32 bf16 fp16; do
-    name=$(basename "$ex" .kl)/$prec
-    if ! "$kiln" counters "$ex" --set precision=$prec --json > "$tmp/one.json" 2> "$tmp/err"; then
-      echo "FAIL: kiln counters $ex --set precision=$prec:"; cat "$tmp/err"; exit 1
-    fi
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"case": sys.argv[2], "counters": d["counters"]}))' \
-      "$tmp/one.json" "$name" >> "$tmp/now.jsonl" || exit 1
+# One file of kiln counters --json per case (CASE = example/precision,
+# the file named with a '+'), read by the one Python below.
+if [ -z "$now" ]; then
+  mkdir "$tmp/cases"
+  for ex in examples/*.kl; do
+    for prec in fp32 bf16 fp16; do
+      name=$(basename "$ex" .kl)/$prec
+      if ! "$kiln" counters "$ex" --set precision=$prec --json > "$tmp/cases/${name/\//+}.json" 2> "$tmp/err"; then
+        echo "FAIL: kiln counters $ex --set precision=$prec:"; cat "$tmp/err"; exit 1
+      fi
+    done
   done
-done
-python3 - "$tmp/now.jsonl" "$baseline" "$accept" <<'PY'
-import json, sys
+fi
+python3 - "${now:-$tmp/cases}" "$baseline" "$accept" <<'PY'
+import json, os, sys
 now = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    now[r["case"]] = r["counters"]
+if os.path.isdir(sys.argv[1]):
+    for f in sorted(os.listdir(sys.argv[1])):
+        now[f[:-len(".json")].replace("+", "/")] = json.load(open(os.path.join(sys.argv[1], f)))["counters"]
+else:
+    now = json.load(open(sys.argv[1]))
 path, accept = sys.argv[2], sys.argv[3] == "1"
 if accept:
     with open(path + ".tmp", "w") as f:

@@ -226,6 +226,57 @@ static int job_limit(void)
     return n < 1 ? 1 : n;
 }
 
+/* emu.h precompiled once (as tests/cuda/kernel_check.c's emu_pch: the
+ * header's own includes are most of a small module's compile time) into
+ * DIR/pch-KEY/emu.h.gch, KEY the compiler, flags and headers, that folder
+ * first on the include path, where GCC takes the .gch in place of the
+ * header. Only a speed-up: where it cannot be made, or the compiler reads
+ * no .gch this way, the modules compile the header. Made once a process
+ * (the first module to need a compile), under a temporary name renamed
+ * into its folder (a concurrent process may win: its file is the same). */
+static pthread_mutex_t pch_lock = PTHREAD_MUTEX_INITIALIZER;
+static int pch_state; /* 0 not tried, 1 made, -1 none */
+static char pch_dir[1000];
+
+static const char *host_pch(char *dir, const char *cxx, const char *flags, uint64_t key)
+{
+    pthread_mutex_lock(&pch_lock);
+    if (!pch_state) {
+        pch_state = -1;
+        char gch[1100], tmp[1100], log[1100], why[600], fl[512];
+        snprintf(pch_dir, sizeof pch_dir, "%s/pch-%016llx", dir, (unsigned long long)key);
+        snprintf(gch, sizeof gch, "%s/emu.h.gch", pch_dir);
+        snprintf(tmp, sizeof tmp, "%s.%d.gch", pch_dir, (int)getpid());
+        snprintf(log, sizeof log, "%s.%d.log", pch_dir, (int)getpid());
+        struct stat st;
+        if (stat(gch, &st) == 0) {
+            pch_state = 1;
+        } else if (mkdirs(dir) == 0) {
+            char *argv[32];
+            int a = 0;
+            argv[a++] = (char *)cxx;
+            snprintf(fl, sizeof fl, "%s %s", flags, FP_FLAGS);
+            for (char *w = strtok(fl, " "); w && a < 24; w = strtok(NULL, " "))
+                argv[a++] = w;
+            argv[a++] = "-x";
+            argv[a++] = "c++-header";
+            argv[a++] = "-I" KILN_SIMGPU_EMU_DIR;
+            argv[a++] = "-I" KILN_SIMGPU_INCLUDE;
+            argv[a++] = "-o";
+            argv[a++] = tmp;
+            argv[a++] = KILN_SIMGPU_EMU_DIR "/emu.h";
+            argv[a] = NULL;
+            if (run(argv, log, why, sizeof why) == 0 && (mkdir(pch_dir, 0700) == 0 || errno == EEXIST) &&
+                (rename(tmp, gch) == 0 || stat(gch, &st) == 0))
+                pch_state = 1;
+            remove(tmp);
+            remove(log);
+        }
+    }
+    pthread_mutex_unlock(&pch_lock);
+    return pch_state > 0 ? pch_dir : NULL;
+}
+
 static void *build(void *arg)
 {
     struct CUmod_st *m = arg;
@@ -238,9 +289,16 @@ static void *build(void *arg)
     h = fnv(h, flags, strlen(flags));
     h = file_hash(h, KILN_SIMGPU_EMU_DIR "/emu.h");
     h = file_hash(h, KILN_SIMGPU_INCLUDE "/base/scalar.h");
+    /* The header's key: the same but the module's text. */
+    uint64_t hk = fnv(14695981039346656037ull, cxx, strlen(cxx));
+    hk = fnv(hk, flags, strlen(flags));
+    hk = fnv(hk, FP_FLAGS, strlen(FP_FLAGS));
+    hk = file_hash(hk, KILN_SIMGPU_EMU_DIR "/emu.h");
+    hk = file_hash(hk, KILN_SIMGPU_INCLUDE "/base/scalar.h");
     snprintf(m->so, sizeof m->so, "%s/%016llx.so", dir, (unsigned long long)h);
     struct stat st;
     if (stat(m->so, &st) != 0) {
+        const char *pch = host_pch(dir, cxx, flags, hk);
         pthread_mutex_lock(&jobs_lock);
         while (jobs_running >= job_limit())
             pthread_cond_wait(&jobs_cv, &jobs_lock);
@@ -264,6 +322,11 @@ static void *build(void *arg)
             snprintf(fl, sizeof fl, "%s %s", flags, FP_FLAGS);
             for (char *w = strtok(fl, " "); w && a < 24; w = strtok(NULL, " "))
                 argv[a++] = w;
+            char pch_inc[1100];
+            if (pch) {
+                snprintf(pch_inc, sizeof pch_inc, "-I%s", pch);
+                argv[a++] = pch_inc;
+            }
             argv[a++] = "-I" KILN_SIMGPU_EMU_DIR;
             argv[a++] = "-I" KILN_SIMGPU_INCLUDE;
             argv[a++] = "-o";

@@ -165,10 +165,13 @@ static void test_runtime(void **state)
  * 16-bit pattern widened, in one row and in rows of 1 to 40 and of 4099
  * (the blocks and every tail), every 5th float narrowed in rows of 4099
  * and the first ones in rows of 1 to 40, with and without flush-to-zero;
- * nothing written past a row's end. kl_cpu_f16_widen's choice and every
- * loop of runtime/cpu/f16_rows.c this CPU can run (software, AVX2 F16C,
- * AVX-512 F16C). */
-enum { ROWS_AUTO = -1 };
+ * nothing written past a row's end. Every loop of runtime/cpu/f16_rows.c
+ * this CPU can run (software, AVX2 F16C, AVX-512 F16C) takes each row in
+ * turn, against one reference conversion of the row (one sweep over the
+ * floats, not one per loop); kl_cpu_f16_widen and kl_cpu_f16_narrow
+ * (kl_f16_rows_best's loop, swept in full as itself) on every widening
+ * row and the short narrowing rows. */
+enum { ROWS_AUTO = -1, ROWS_PATHS = 4 };
 
 static void rows_widen(int isa, float *w, const uint16_t *h, int64_t n)
 {
@@ -186,74 +189,113 @@ static void rows_narrow(int isa, uint16_t *h, const float *w, int64_t n)
         kl_f16_rows_narrow((kl_f16_rows_isa)isa, h, w, n);
 }
 
-static void check_gemm_f16_isa(int isa, int flush)
+static const char *rows_name(int isa)
 {
-    unsigned saved = _mm_getcsr();
-    if (flush)
-        _mm_setcsr(saved | 0x8040);
-    enum { CHUNK = 4099 }; /* not a multiple of 8 or 16: the tail too */
-    static uint16_t h[65536], got[CHUNK + 1];
-    static float w[65536 + 1], x[CHUNK];
-    for (uint32_t i = 0; i < 65536; i++)
-        h[i] = (uint16_t)i;
-    long bad = 0;
-    uint32_t first = 0;
-    const char *what = "widening";
-    /* One row, then rows of 1..40 and of CHUNK over every pattern. */
-    for (int pass = 0; pass < 3 && !bad; pass++) {
-        for (int64_t i0 = 0, len = 1; i0 < 65536 && !bad; i0 += len, len = pass == 1 ? len % 40 + 1 : CHUNK) {
-            int64_t n = pass == 0 ? 65536 : (65536 - i0 < len ? 65536 - i0 : len);
-            w[i0 + n] = -7.0f; /* a guard past the row's end */
-            rows_widen(isa, w + i0, h + i0, n);
-            if (i0 + n < 65536 && w[i0 + n] != -7.0f && !bad++)
-                first = (uint32_t)(i0 + n);
-            for (int64_t i = i0; i < i0 + n; i++) {
-                float r = kl_f16_to_f32((uint16_t)i);
-                if (memcmp(&r, &w[i], 4) && !bad++)
-                    first = (uint32_t)i;
-            }
-            if (pass == 0)
-                break;
-        }
+    return isa == ROWS_AUTO ? "kl_cpu_f16_widen/narrow" : kl_f16_rows_name((kl_f16_rows_isa)isa);
+}
+
+/* The first mismatch of one path. */
+typedef struct {
+    int isa;
+    long bad;
+    uint32_t first;
+    const char *what;
+} rows_check;
+
+static void rows_bad(rows_check *c, const char *what, uint32_t first)
+{
+    if (!c->bad++) {
+        c->what = what;
+        c->first = first;
     }
-    for (uint64_t base = 0, row = 0; base < (1ull << 32) && !bad; base += 5ull * CHUNK, row++) {
-        int n = 0;
-        int want = row < 1000 ? (int)(row % 40) + 1 : CHUNK; /* short rows first */
-        for (uint64_t v = base; n < want && v < (1ull << 32); v += 5, n++) {
-            uint32_t u = (uint32_t)v;
-            memcpy(&x[n], &u, 4);
-        }
-        got[n] = 0x1234;
-        rows_narrow(isa, got, x, n);
-        if (got[n] != 0x1234 && !bad++) {
-            what = "narrowing (past the row's end)";
-            memcpy(&first, &x[n - 1], 4);
-        }
-        for (int i = 0; i < n; i++)
-            if (got[i] != kl_f32_to_f16(x[i]) && !bad++) {
-                what = "narrowing";
-                memcpy(&first, &x[i], 4);
-            }
-        if (want < CHUNK)
-            base -= 5ull * CHUNK - 5ull * (uint64_t)n; /* short rows cover the floats from 0 */
-    }
-    _mm_setcsr(saved);
-    if (bad)
-        fail_msg("%s, %s: the GEMM's f16 %s differs from the scalar one, first at 0x%08x",
-                 isa == ROWS_AUTO ? "kl_cpu_f16_widen" : kl_f16_rows_name((kl_f16_rows_isa)isa),
-                 flush ? "FTZ/DAZ" : "IEEE", what, first);
 }
 
 static void check_gemm_f16(int flush)
 {
-    check_gemm_f16_isa(ROWS_AUTO, flush);
+    /* kl_cpu_f16_widen takes the fastest loop the CPU can run. */
+    kl_f16_rows_isa want_best = kl_f16_rows_can(KL_F16_ROWS_AVX512) ? KL_F16_ROWS_AVX512
+                                : kl_f16_rows_can(KL_F16_ROWS_AVX2) ? KL_F16_ROWS_AVX2
+                                                                    : KL_F16_ROWS_SCALAR;
+    if (kl_f16_rows_best() != want_best)
+        fail_msg("kl_f16_rows_best: %s, but this CPU can run %s", kl_f16_rows_name(kl_f16_rows_best()),
+                 kl_f16_rows_name(want_best));
+    rows_check paths[ROWS_PATHS];
+    int np = 0;
+    paths[np++] = (rows_check){.isa = ROWS_AUTO, .what = "widening"};
     kl_f16_rows_isa isas[] = {KL_F16_ROWS_SCALAR, KL_F16_ROWS_AVX2, KL_F16_ROWS_AVX512};
     for (int i = 0; i < 3; i++) {
         if (kl_f16_rows_can(isas[i]))
-            check_gemm_f16_isa(isas[i], flush);
+            paths[np++] = (rows_check){.isa = isas[i], .what = "widening"};
         else
             print_message("skip %s: not on this CPU\n", kl_f16_rows_name(isas[i]));
     }
+    unsigned saved = _mm_getcsr();
+    if (flush)
+        _mm_setcsr(saved | 0x8040);
+    enum { CHUNK = 4099 }; /* not a multiple of 8 or 16: the tail too */
+    static uint16_t h[65536], got[CHUNK + 1], want[CHUNK];
+    static float w[65536 + 1], x[CHUNK], wide[65536];
+    for (uint32_t i = 0; i < 65536; i++) {
+        h[i] = (uint16_t)i;
+        wide[i] = kl_f16_to_f32((uint16_t)i);
+    }
+    /* One row, then rows of 1..40 and of CHUNK over every pattern. */
+    for (int p = 0; p < np; p++) {
+        rows_check *c = &paths[p];
+        for (int pass = 0; pass < 3 && !c->bad; pass++) {
+            for (int64_t i0 = 0, len = 1; i0 < 65536 && !c->bad; i0 += len, len = pass == 1 ? len % 40 + 1 : CHUNK) {
+                int64_t n = pass == 0 ? 65536 : (65536 - i0 < len ? 65536 - i0 : len);
+                w[i0 + n] = -7.0f; /* a guard past the row's end */
+                rows_widen(c->isa, w + i0, h + i0, n);
+                if (i0 + n < 65536 && w[i0 + n] != -7.0f)
+                    rows_bad(c, "widening (past the row's end)", (uint32_t)(i0 + n));
+                for (int64_t i = i0; i < i0 + n; i++)
+                    if (memcmp(&wide[i], &w[i], 4))
+                        rows_bad(c, "widening", (uint32_t)i);
+                if (pass == 0)
+                    break;
+            }
+        }
+    }
+    for (uint64_t base = 0, row = 0; base < (1ull << 32); base += 5ull * CHUNK, row++) {
+        int n = 0;
+        int len = row < 1000 ? (int)(row % 40) + 1 : CHUNK; /* short rows first */
+        for (uint64_t v = base; n < len && v < (1ull << 32); v += 5, n++) {
+            uint32_t u = (uint32_t)v;
+            memcpy(&x[n], &u, 4);
+        }
+        for (int i = 0; i < n; i++)
+            want[i] = kl_f32_to_f16(x[i]);
+        for (int p = 0; p < np; p++) {
+            rows_check *c = &paths[p];
+            if (c->bad || (c->isa == ROWS_AUTO && len == CHUNK))
+                continue;
+            got[n] = 0x1234;
+            rows_narrow(c->isa, got, x, n);
+            if (got[n] != 0x1234) {
+                uint32_t u;
+                memcpy(&u, &x[n - 1], 4);
+                rows_bad(c, "narrowing (past the row's end)", u);
+            }
+            if (memcmp(got, want, (size_t)n * sizeof *got))
+                for (int i = 0; i < n; i++)
+                    if (got[i] != want[i]) {
+                        uint32_t u;
+                        memcpy(&u, &x[i], 4);
+                        rows_bad(c, "narrowing", u);
+                    }
+        }
+        if (len < CHUNK)
+            base -= 5ull * CHUNK - 5ull * (uint64_t)n; /* short rows cover the floats from 0 */
+    }
+    _mm_setcsr(saved);
+    int failed = 0;
+    for (int p = 0; p < np; p++)
+        if (paths[p].bad && ++failed)
+            print_error("%s, %s: the GEMM's f16 %s differs from the scalar one, first at 0x%08x\n",
+                        rows_name(paths[p].isa), flush ? "FTZ/DAZ" : "IEEE", paths[p].what, paths[p].first);
+    if (failed)
+        fail_msg("%d of %d f16 row loops differ from the scalar conversions", failed, np);
 }
 
 static void test_gemm_f16_ieee(void **state)
