@@ -216,8 +216,11 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
          * IR_KERNEL_MAX_BUFS buffers. */
         int members[32], m = 0;
         int64_t bytes = 0;
+        /* The bucket's stage, read before its first member (vals.v[i])
+         * is marked taken below. */
+        int st = vstage[vals.v[i]];
         for (int j = i; j < vals.n && m < (int)KL_ARRAY_LEN(members); j++) {
-            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt || vstage[vals.v[j]] != vstage[vals.v[i]])
+            if (vals.v[j] < 0 || ir_val(g, vals.v[j])->type.dtype != dt || vstage[vals.v[j]] != st)
                 continue;
             int64_t b = ir_type_bytes(&ir_val(g, vals.v[j])->type);
             if (m > 0 && (bucket_bytes == 0 || bytes + b > bucket_bytes))
@@ -226,7 +229,7 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
             bytes += b;
             vals.v[j] = -1;
         }
-        int mark = g->nodes.n, st = vstage[members[0]];
+        int mark = g->nodes.n;
         reduce_bucket(g, members, m, ranks, &bucket_no);
         for (int k = mark; staged && k < g->nodes.n; k++)
             ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", st);
