@@ -8,23 +8,33 @@
  * continues exactly. A second signal while the first is pending is the
  * same request. Installed over the default action, the handlers keep
  * outfile_temps.c's (which it installs only over a default) away.
+ * Kiln's helper threads start with these signals blocked
+ * (kl_thread_create), but a thread OpenMP or a library starts may still
+ * take one: the flag is a lock-free atomic, which a handler on any
+ * thread may set and the loop on another read (a volatile sig_atomic_t
+ * is only safe within one thread).
  *
  * A test hook: KILN_TEST_SIGNAL_AT=STEP raises SIGTERM (the real
  * handler's path) as optimizer step STEP (1-based) begins, so that a
  * test can preempt a run at a step it chose. */
+#include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trainer.h"
 
-static volatile sig_atomic_t pending;
+static atomic_int pending;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the preemption flag must be lock-free to be set in a signal handler");
 static struct sigaction saved_term, saved_usr1;
 static bool armed;
 
 static void on_preempt(int sig)
 {
-    pending = sig;
+    int e = errno;
+    atomic_store(&pending, sig);
+    errno = e;
 }
 
 void train_preempt_arm(void)
@@ -54,7 +64,7 @@ void train_preempt_disarm(void)
 
 int train_preempt_pending(void)
 {
-    return pending;
+    return atomic_load(&pending);
 }
 
 void train_preempt_test_hook(int64_t step)

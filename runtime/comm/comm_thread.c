@@ -6,6 +6,7 @@
 
 #include "comm_thread.h"
 #include "base/support.h"
+#include "base/thread.h"
 
 struct kl_comm_thread {
     pthread_t thread;
@@ -50,7 +51,7 @@ kl_comm_thread *kl_comm_thread_start(void)
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->posted, NULL);
     pthread_cond_init(&t->finished, NULL);
-    int rc = pthread_create(&t->thread, NULL, thread_main, t);
+    int rc = kl_thread_create(&t->thread, thread_main, t);
     if (rc) {
         kl_error("cannot start the communication thread: %s", strerror(rc));
         pthread_cond_destroy(&t->posted);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_dnnl.h"
+#include "base/thread.h"
 
 #ifndef KILN_HAVE_DNNL
 
@@ -203,6 +204,9 @@ void kl_dnnl_gemm(kl_dnnl *d, const kl_gemm *g, const void *a, const void *b, vo
         rest = find_prim(d, g, 1.0);
     else
         rest = first;
+    /* As kl_dnnl_sgemm: a matmul may run the same GEMM kernels. */
+    sigset_t old;
+    kl_signals_block(&old);
     for (int64_t i = 0; i < g->batch; i++) {
         dnnl_gemm_prim *p = i == 0 ? first : rest;
         int64_t oa = g->off_a + i * g->stride_a, ob = g->off_b + i * g->stride_b, oc = g->off_c + i * g->stride_c;
@@ -213,12 +217,19 @@ void kl_dnnl_gemm(kl_dnnl *d, const kl_gemm *g, const void *a, const void *b, vo
         DNNL_CHECK(d, dnnl_primitive_execute(p->prim, d->stream, 3, args));
     }
     DNNL_CHECK(d, dnnl_stream_wait(d->stream));
+    kl_signals_restore(&old);
 }
 
 void kl_dnnl_sgemm(kl_dnnl *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                    const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
+    /* Its JIT kernels run with the stack pointer in a heap workspace
+     * (base/thread.h): no signal frame may land there. OpenMP's other
+     * threads block the stop signals for good (backend_cpu.c). */
+    sigset_t old;
+    kl_signals_block(&old);
     DNNL_CHECK(d, dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
+    kl_signals_restore(&old);
 }
 
 void kl_dnnl_close(kl_dnnl *d)

@@ -36,6 +36,7 @@
 #include "wds_set.h"
 #include "base/scalar.h"
 #include "base/support.h"
+#include "base/thread.h"
 
 typedef enum { SLOT_FREE, SLOT_READING, SLOT_RAW, SLOT_FILLING, SLOT_READY, SLOT_TAKEN } slot_state;
 
@@ -600,9 +601,9 @@ kl_loader *kl_loader_new_opts(const kl_dataset *d, const kl_loader_opts *o)
     l->nworkers = o->workers < 1 ? 1 : o->workers;
     l->workers = kl_xcalloc((size_t)l->nworkers, sizeof *l->workers);
     for (int i = 0; i < l->nworkers; i++)
-        if (pthread_create(&l->workers[i], NULL, l->streamed ? decode_worker : memory_worker, l))
+        if (kl_thread_create(&l->workers[i], l->streamed ? decode_worker : memory_worker, l))
             kl_panic("cannot start a loader thread");
-    if (l->streamed && pthread_create(&l->reader, NULL, reader_thread, l))
+    if (l->streamed && kl_thread_create(&l->reader, reader_thread, l))
         kl_panic("cannot start the shard reader thread");
     return l;
 }

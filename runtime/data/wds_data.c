@@ -10,6 +10,7 @@
 #include "wds_set.h"
 #include "base/scalar.h"
 #include "base/support.h"
+#include "base/thread.h"
 
 int kl_dataset_field(const kl_dataset *d, const char *name)
 {
@@ -384,7 +385,7 @@ int kl_shards_prepare(kl_dataset *d, char *note, size_t n)
     if (nw > 64)
         nw = 64;
     for (int i = 0; i < nw; i++)
-        if (pthread_create(&th[i], NULL, cache_worker, &j))
+        if (kl_thread_create(&th[i], cache_worker, &j))
             kl_panic("cannot start a data worker");
     for (int i = 0; i < nw; i++)
         pthread_join(th[i], NULL);

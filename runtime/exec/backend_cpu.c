@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "backend.h"
+#include "base/thread.h"
 #include "runtime/cpu/cpu_attn.h"
 #include "runtime/cpu/cpu_dnnl.h"
 #include "runtime/cpu/cpu_features.h"
@@ -692,8 +693,16 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
      * optimizer state drifts into subnormals, where x86 arithmetic is
      * two orders of magnitude slower. */
     _mm_setcsr(_mm_getcsr() | 0x8040);
+    /* And OpenMP's other threads block the stop signals for good: they
+     * run oneDNN's GEMM kernels, during which no signal frame may land
+     * on their stack pointer (base/thread.h); a signal goes to the
+     * thread that started the run, which blocks them during a GEMM. */
 #pragma omp parallel
-    _mm_setcsr(_mm_getcsr() | 0x8040);
+    {
+        _mm_setcsr(_mm_getcsr() | 0x8040);
+        if (omp_get_thread_num() != 0)
+            kl_signals_block(NULL);
+    }
     /* KILN_GEMM_THREADS=N (a debugging setting, never a default): the
      * GEMM library on N threads whatever the kernels' count, so runs at
      * different thread counts can be compared bit for bit (OpenBLAS's

@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "cache_dir.h"
 #include "nvrtc.h"
+#include "base/thread.h"
 #include "runtime/cpu/simgpu.h"
 #include "runtime/files/outfile.h"
 
@@ -400,7 +401,7 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     pthread_t tid[64];
     int started = 0;
     for (int t = 0; t < threads; t++)
-        if (pthread_create(&tid[t], NULL, worker, &cx) == 0)
+        if (kl_thread_create(&tid[t], worker, &cx) == 0)
             started++;
     if (!started)
         worker(&cx);

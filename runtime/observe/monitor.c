@@ -12,6 +12,7 @@
 #include "monitor.h"
 #include "hostmetrics.h"
 #include "base/support.h"
+#include "base/thread.h"
 #include "runtime/cpu/simgpu.h"
 
 typedef struct nvml_utilization {
@@ -181,7 +182,7 @@ kl_monitor *kl_monitor_start(double interval_s, int cuda_device, bool quiet)
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
-    if (pthread_create(&s->thread, NULL, run, s)) {
+    if (kl_thread_create(&s->thread, run, s)) {
         kl_error("cannot start the monitor thread");
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->wake);

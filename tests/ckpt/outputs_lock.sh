@@ -13,8 +13,10 @@ enter_tmpdir
 build_example mlp
 run=(./mlp --data synthetic:256 --batch 32 --threads 1 --quiet --log-every 1)
 
-# The holder: a run far longer than the test, stopped below.
-"${run[@]}" --steps 1000000 --metrics m.json --save a.ckpt > /dev/null 2> holder.err & holder=$!
+# The holder: a run far longer than the test, stopped below (--epochs:
+# --steps only shortens a run, and the default epochs end within 20 s
+# under a sanitizer on a loaded machine).
+"${run[@]}" --epochs 100000 --metrics m.json --save a.ckpt > /dev/null 2> holder.err & holder=$!
 for _ in $(seq 200); do
   [ -s m.json ] && break
   kill -0 $holder 2> /dev/null || break
