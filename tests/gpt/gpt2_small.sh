@@ -61,7 +61,12 @@ for p in fp32 bf16; do
 import json, math, sys
 tr = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "train"]
 assert len(tr) == 12, tr
-assert abs(tr[0] - math.log(512)) < 0.05, f"first loss {tr[0]}, expected about ln(512) = {math.log(512):.4f}"
+# At init the logits are x . wte with x layer-normed (unit variance) and
+# wte ~ N(0, 0.02^2) over width 96: std s = 0.02 sqrt(96) = 0.196, so the
+# expected loss is about ln(512) + s^2 / 2 = 6.257; 128 tokens' mean
+# spreads it by about s. 0.15 holds that and refuses a model that is not
+# near uniform at init (or has another vocabulary: ln(256) is 0.69 off).
+assert abs(tr[0] - math.log(512)) < 0.15, f"first loss {tr[0]}, expected about ln(512) = {math.log(512):.4f}"
 first, last = sum(tr[:3]) / 3, sum(tr[-3:]) / 3
 assert last < first - 0.5, f"the loss did not fall by 0.5 nats: {first:.4f} -> {last:.4f}"
 print(f"ok: tiny {sys.argv[2]}: loss {first:.4f} (first 3 steps) -> {last:.4f} (last 3)")
