@@ -635,34 +635,30 @@ static void at_step(void *ctx, int i)
     }
 }
 
+/* Copies buffers bufs[0..n) of e to (save) or from consecutive bytes at
+ * at. */
+static void copy_buffers(kl_exec *e, const int *bufs, int n, char *at, bool save)
+{
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)e->plan->buffers.v[bufs[i]].bytes;
+        if (save)
+            memcpy(at, e->ptrs[bufs[i]], bytes);
+        else
+            memcpy(e->ptrs[bufs[i]], at, bytes);
+        at += bytes;
+    }
+}
+
 static void stash(train_pipe *q, kl_exec *e, int k, bool save)
 {
-    char *at = q->slot_mem + (size_t)(k % q->slots) * (size_t)q->stash_bytes;
-    for (int i = 0; i < q->stash.n; i++) {
-        int b = q->stash.v[i];
-        size_t n = (size_t)e->plan->buffers.v[b].bytes;
-        if (save)
-            memcpy(at, e->ptrs[b], n);
-        else
-            memcpy(e->ptrs[b], at, n);
-        at += n;
-    }
+    copy_buffers(e, q->stash.v, q->stash.n, q->slot_mem + (size_t)(k % q->slots) * (size_t)q->stash_bytes, save);
 }
 
 /* The buffers the update reads from B: saved after each B pass (the
  * last micro-batch's stay), put back before the update. */
 static void update_copies(train_pipe *q, kl_exec *e, bool save)
 {
-    char *at = q->umem;
-    for (int i = 0; i < q->ucap.n; i++) {
-        int b = q->ucap.v[i];
-        size_t n = (size_t)e->plan->buffers.v[b].bytes;
-        if (save)
-            memcpy(at, e->ptrs[b], n);
-        else
-            memcpy(e->ptrs[b], at, n);
-        at += n;
-    }
+    copy_buffers(e, q->ucap.v, q->ucap.n, q->umem, save);
 }
 
 /* The loss and report of a micro-batch whose phase ph just ran here. */
