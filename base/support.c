@@ -179,6 +179,28 @@ void kl_buf_puts(kl_buf *b, const char *s)
     kl_buf_putn(b, s, strlen(s));
 }
 
+void kl_buf_put_json_str(kl_buf *b, const char *s)
+{
+    kl_buf_putc(b, '"');
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            kl_buf_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            kl_buf_printf(b, "\\u%04x", *p);
+        else
+            kl_buf_putc(b, (char)*p);
+    }
+    kl_buf_putc(b, '"');
+}
+
+void kl_fput_json_str(FILE *f, const char *s)
+{
+    kl_buf b = {0};
+    kl_buf_put_json_str(&b, s);
+    fputs(b.s, f);
+    kl_buf_free(&b);
+}
+
 void kl_buf_vprintf(kl_buf *b, const char *fmt, va_list ap)
 {
     va_list ap2;

@@ -76,6 +76,11 @@ char *kl_buf_take(kl_buf *b);
 void kl_buf_free(kl_buf *b);
 /* Shortest decimal that reads back as the same double. */
 void kl_buf_put_double(kl_buf *b, double x);
+/* s as a JSON string, quotes included: '"' and '\\' escaped, control
+ * bytes as \u00XX; a NULL s is the empty string. */
+void kl_buf_put_json_str(kl_buf *b, const char *s);
+/* The same, written to f. */
+void kl_fput_json_str(FILE *f, const char *s);
 
 /* Bump allocator: many small objects freed at once (AST, lowering scopes). */
 typedef struct kl_arena_chunk kl_arena_chunk;

@@ -315,31 +315,15 @@ int train_config_expand(int *argc, char ***argv, train_options *o, const char *m
     return 0;
 }
 
-/* A JSON string of s. */
-static void json_str(kl_buf *b, const char *s)
-{
-    kl_buf_putc(b, '"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            kl_buf_printf(b, "\\%c", c);
-        else if (c < 0x20)
-            kl_buf_printf(b, "\\u%04x", c);
-        else
-            kl_buf_putc(b, (char)c);
-    }
-    kl_buf_putc(b, '"');
-}
-
 char *train_config_json(const train_options *o)
 {
     kl_buf b = {0};
     kl_buf_puts(&b, "{\"type\": \"config\", \"file\": ");
-    json_str(&b, o->config);
+    kl_buf_put_json_str(&b, o->config);
     /* text: the settings as a config file (the file's lines, then the
      * command line's); settings: each key's value in effect (the last). */
     kl_buf_puts(&b, ", \"text\": ");
-    json_str(&b, o->config_text);
+    kl_buf_put_json_str(&b, o->config_text);
     kl_buf_puts(&b, ", \"settings\": {");
     KL_VEC(char *) keys = {0}, vals = {0};
     for (const char *p = o->config_text; *p;) {
@@ -363,9 +347,9 @@ char *train_config_json(const train_options *o)
         if (later)
             continue;
         kl_buf_puts(&b, n++ ? ", " : "");
-        json_str(&b, keys.v[i]);
+        kl_buf_put_json_str(&b, keys.v[i]);
         kl_buf_puts(&b, ": ");
-        json_str(&b, vals.v[i]);
+        kl_buf_put_json_str(&b, vals.v[i]);
     }
     for (int i = 0; i < keys.n; i++)
         free(keys.v[i]);

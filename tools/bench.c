@@ -185,17 +185,6 @@ static kl_exec *build(kl_session *s, const bench_opts *o, bool fuse)
     return e;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fputc('\\', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 /* Where the step's time goes: each step's time alone by category, the
  * rest of the whole step's median as host overhead; no data loading. */
 static kl_bottleneck bottleneck(const kl_exec *e, const timed *t, double bw, const bench_opts *o)
@@ -224,7 +213,7 @@ static void json_bottleneck(const kl_exec *e, const timed *t, double bw, const b
                1e3 * b.seconds[c], b.bytes[c], b.flops[c]);
     char v[400];
     printf("}, \"verdict\": ");
-    json_str(stdout, kl_bottleneck_verdict(&b, v, sizeof v));
+    kl_fput_json_str(stdout, kl_bottleneck_verdict(&b, v, sizeof v));
 }
 
 static void report(const kl_exec *e, const timed *t, const timed *other, double bw, const bench_opts *o, bool fused)
@@ -233,9 +222,9 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
     FILE *out = stdout;
     if (o->json) {
         printf("{\"model\": ");
-        json_str(out, o->file);
+        kl_fput_json_str(out, o->file);
         printf(", \"backend\": \"%s\", \"device\": ", e->s->be->ops->name);
-        json_str(out, e->s->be->desc);
+        kl_fput_json_str(out, e->s->be->desc);
         if (o->gpu && kl_simgpu_wanted())
             printf(", \"simulated_device\": true");
         printf(", \"threads\": %d, \"copy_gb_s\": %.3f, \"fused\": %s, \"steps\": [", e->s->be->threads, bw,
@@ -251,9 +240,9 @@ static void report(const kl_exec *e, const timed *t, const timed *other, double 
         double ms = t->step_ms[i], mb = (double)st->bytes / 1e6, gbs = ms > 0 ? mb / ms : 0;
         if (o->json) {
             printf("%s{\"kernel\": ", i ? ", " : "");
-            json_str(out, name);
+            kl_fput_json_str(out, name);
             printf(", \"ops\": ");
-            json_str(out, label);
+            kl_fput_json_str(out, label);
             printf(", \"ms\": %.5f, \"bytes\": %lld, \"gb_s\": %.3f, \"copy_share\": %.4f, \"gflop_s\": %.3f}", ms,
                    (long long)st->bytes, gbs, gbs / bw, st->flops > 0 && ms > 0 ? st->flops / ms / 1e6 : 0.0);
         } else {

@@ -21,21 +21,6 @@ static const char usage[] =
     "\n"
     "  --json   one JSON object instead of text\n";
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 static void version3(char *out, size_t n, int v, int major_div, int minor_div, int minor_mod)
 {
     if (v)
@@ -98,40 +83,40 @@ static void print_text(const kl_doctor_facts *f, const kl_doctor_verdict *v, int
 static void print_json(const kl_doctor_facts *f, const kl_doctor_verdict *v, int nv, bool fits)
 {
     printf("{\"kiln\": \"%s\", \"os\": ", KILN_VERSION);
-    json_str(f->os);
+    kl_fput_json_str(stdout, f->os);
     printf(", \"cpu\": {\"model\": ");
-    json_str(f->cpu_model);
+    kl_fput_json_str(stdout, f->cpu_model);
     printf(", \"physical_cores\": %d, \"logical_cpus\": %d, \"avx2\": %s, \"avx512f\": %s, \"avx512_bf16\": %s, "
            "\"amx\": %s}",
            f->physical_cores, f->logical_cpus, f->avx2 ? "true" : "false", f->avx512f ? "true" : "false",
            f->avx512_bf16 ? "true" : "false", f->amx ? "true" : "false");
     printf(", \"openblas\": {\"core\": ");
-    json_str(f->blas_core);
+    kl_fput_json_str(stdout, f->blas_core);
     printf(", \"config\": ");
-    json_str(f->blas_config);
+    kl_fput_json_str(stdout, f->blas_config);
     printf(", \"threads\": %d, \"parallel\": \"%s\"}, \"cc\": {\"command\": ", f->blas_threads,
            parallel_name(f->blas_parallel));
-    json_str(f->cc);
+    kl_fput_json_str(stdout, f->cc);
     printf(", \"version\": ");
     if (f->cc_version[0])
-        json_str(f->cc_version);
+        kl_fput_json_str(stdout, f->cc_version);
     else
         printf("null");
     printf("}, \"mpi\": ");
     if (f->mpi[0])
-        json_str(f->mpi);
+        kl_fput_json_str(stdout, f->mpi);
     else
         printf("null");
     printf(", \"driver\": ");
     if (f->driver_cuda) {
         printf("{\"cuda\": \"%d.%d\", \"release\": ", f->driver_cuda / 1000, f->driver_cuda % 1000 / 10);
-        json_str(f->driver_release);
+        kl_fput_json_str(stdout, f->driver_release);
         printf("}");
     } else {
         printf("null");
     }
     printf(", \"driver_why\": ");
-    json_str(f->driver_why);
+    kl_fput_json_str(stdout, f->driver_why);
     printf(", \"nvrtc\": ");
     if (f->nvrtc_major) {
         printf("{\"version\": \"%d.%d\", \"archs\": [", f->nvrtc_major, f->nvrtc_minor);
@@ -146,26 +131,26 @@ static void print_json(const kl_doctor_facts *f, const kl_doctor_verdict *v, int
     version3(nccl, sizeof nccl, f->nccl, 10000, 100, 100);
     printf(", \"cublaslt\": ");
     if (f->cublaslt)
-        json_str(lt);
+        kl_fput_json_str(stdout, lt);
     else
         printf("null");
     printf(", \"nccl\": ");
     if (f->nccl)
-        json_str(nccl);
+        kl_fput_json_str(stdout, nccl);
     else
         printf("null");
     printf(", \"cudnn\": \"not used\", \"gpus\": [");
     for (int i = 0; i < f->ngpus; i++) {
         const kl_doctor_gpu *g = &f->gpus[i];
         printf("%s{\"name\": ", i ? ", " : "");
-        json_str(g->name);
+        kl_fput_json_str(stdout, g->name);
         printf(", \"arch\": \"sm_%d%d\", \"sms\": %d, \"memory_bytes\": %lld, \"clock_mhz\": %d, \"memory_clock_mhz\": %d}",
                g->cc_major, g->cc_minor, g->sms, (long long)g->memory, g->clock_mhz, g->memory_clock_mhz);
     }
     printf("], \"verdicts\": [");
     for (int i = 0; i < nv; i++) {
         printf("%s{\"level\": \"%s\", \"text\": ", i ? ", " : "", kl_doctor_level_name(v[i].level));
-        json_str(v[i].text);
+        kl_fput_json_str(stdout, v[i].text);
         printf("}");
     }
     printf("], \"fits\": %s}\n", fits ? "true" : "false");

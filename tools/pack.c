@@ -397,9 +397,9 @@ static int pack_shards(const pack_opts *opt, pack_input *in, const char *staging
 {
     kl_buf m = {0};
     kl_buf_puts(&m, "{\n  \"format\": \"kiln-pack 1\",\n  \"layout\": \"webdataset\",\n  \"input\": ");
-    pack_json_str(&m, in->kind);
+    kl_buf_put_json_str(&m, in->kind);
     kl_buf_puts(&m, ",\n  \"source\": ");
-    pack_json_str(&m, in->source);
+    kl_buf_put_json_str(&m, in->source);
     kl_buf_puts(&m, ",\n  \"splits\": {");
     int rc = 0;
     for (int k = 0; k < in->nsplits && !rc; k++)
@@ -483,7 +483,7 @@ static int write_token_files(const pack_opts *opt, const char *staging, const ch
     }
     kl_buf_printf(&m, "{\n  \"format\": \"kiln-pack 1\",\n  \"layout\": \"tokens\",\n  \"input\": \"%s\",\n  \"source\": ",
                   input);
-    pack_json_str(&m, source);
+    kl_buf_put_json_str(&m, source);
     if (files >= 0)
         kl_buf_printf(&m, ",\n  \"files\": %lld", (long long)files);
     kl_buf_printf(&m, ",\n  \"tokenizer\": \"%s\",\n  \"dtype\": \"u%d\",\n  \"vocab\": %llu,\n  \"splits\": {",

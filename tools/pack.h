@@ -67,6 +67,5 @@ int pack_read_file(const char *path, kl_buf *b);
 int kl_pack_main(int argc, char **argv);
 
 /* A JSON string literal for s. */
-void pack_json_str(kl_buf *b, const char *s);
 
 #endif

@@ -24,20 +24,6 @@ kl_buf *pack_sample_add(pack_sample *s, const char *ext)
     return b;
 }
 
-void pack_json_str(kl_buf *b, const char *s)
-{
-    kl_buf_putc(b, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            kl_buf_printf(b, "\\%c", *p);
-        else if (*p < 0x20)
-            kl_buf_printf(b, "\\u%04x", *p);
-        else
-            kl_buf_putc(b, (char)*p);
-    }
-    kl_buf_putc(b, '"');
-}
-
 void pack_input_free(pack_input *in)
 {
     if (in->free)
@@ -534,7 +520,7 @@ int pack_open_imagefolder(const char *root, int64_t limit, pack_input *in)
     kl_buf_puts(&in->class_names, "[");
     for (int i = 0; i < x->classes.n; i++) {
         kl_buf_puts(&in->class_names, i ? ", " : "");
-        pack_json_str(&in->class_names, x->classes.v[i]);
+        kl_buf_put_json_str(&in->class_names, x->classes.v[i]);
     }
     kl_buf_puts(&in->class_names, "]");
     in->num_classes = x->classes.n;

@@ -333,21 +333,6 @@ static char *command_line(const opts *o, const kl_cluster *c, const cand *k)
     return kl_buf_take(&b);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 static int by_step(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
@@ -370,11 +355,11 @@ static const char assumptions_cpu[] =
 static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64_t tps)
 {
     printf("{\"model\": ");
-    json_str(stdout, o->file);
+    kl_fput_json_str(stdout, o->file);
     printf(", \"cluster\": {\"name\": ");
-    json_str(stdout, c->name);
+    kl_fput_json_str(stdout, c->name);
     printf(", \"device\": ");
-    json_str(stdout, c->dev.name);
+    kl_fput_json_str(stdout, c->dev.name);
     printf(", \"gpus_per_node\": %d, \"nodes\": %d, \"peak_fp32\": %.6g, \"peak_bf16\": %.6g, \"peak_fp16\": %.6g, "
            "\"mem_bw\": %.6g, \"memory\": %.6g, \"intra_bw\": %.6g, \"intra_latency\": %.6g, \"inter_bw\": %.6g, "
            "\"inter_latency\": %.6g, \"measured\": %s}, \"global_batch\": %lld, \"tokens_per_sample\": %lld, "
@@ -382,7 +367,7 @@ static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64
            c->per_node, c->nodes, c->dev.fp32, c->dev.bf16, c->dev.fp16, c->dev.mem_bw, c->dev.mem_bytes, c->intra_bw,
            c->intra_lat, c->inter_bw, c->inter_lat, c->measured ? "true" : "false", (long long)o->global,
            (long long)tps, o->memory > 0 ? (double)o->memory : c->dev.mem_bytes);
-    json_str(stdout, c->dev.gpu ? assumptions_gpu : assumptions_cpu);
+    kl_fput_json_str(stdout, c->dev.gpu ? assumptions_gpu : assumptions_cpu);
     printf(", \"layouts\": [");
     for (int i = 0; i < n; i++) {
         const cand *k = &v[i];
@@ -406,16 +391,16 @@ static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64
                    k->useful_flops, q->bubble, q->bound);
             char *cmd = command_line(o, c, k);
             printf(", \"command\": ");
-            json_str(stdout, cmd);
+            kl_fput_json_str(stdout, cmd);
             free(cmd);
         }
         if (k->why) {
             printf(", \"why\": ");
-            json_str(stdout, k->why);
+            kl_fput_json_str(stdout, k->why);
         }
         if (k->zero) {
             printf(", \"zero_memory\": ");
-            json_str(stdout, k->zero);
+            kl_fput_json_str(stdout, k->zero);
         }
         printf("}");
     }

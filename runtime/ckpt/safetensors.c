@@ -45,21 +45,6 @@ static void *aligned_copy(const kl_st_tensor *t)
     return p;
 }
 
-static void json_str(kl_buf *b, const char *s)
-{
-    kl_buf_putc(b, '"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            kl_buf_printf(b, "\\%c", c);
-        else if (c < 0x20)
-            kl_buf_printf(b, "\\u%04x", c);
-        else
-            kl_buf_putc(b, (char)c);
-    }
-    kl_buf_putc(b, '"');
-}
-
 int kl_st_write(const char *path, const kl_st_tensor *t, int n, ir_dtype out, const char *const *meta)
 {
     kl_buf h = {0};
@@ -68,9 +53,9 @@ int kl_st_write(const char *path, const kl_st_tensor *t, int n, ir_dtype out, co
         kl_buf_puts(&h, "\"__metadata__\":{");
         for (int i = 0; meta[i]; i += 2) {
             kl_buf_puts(&h, i ? "," : "");
-            json_str(&h, meta[i]);
+            kl_buf_put_json_str(&h, meta[i]);
             kl_buf_putc(&h, ':');
-            json_str(&h, meta[i + 1]);
+            kl_buf_put_json_str(&h, meta[i + 1]);
         }
         kl_buf_puts(&h, "}");
     }
@@ -79,7 +64,7 @@ int kl_st_write(const char *path, const kl_st_tensor *t, int n, ir_dtype out, co
         ir_dtype dt = out != IR_NONE && ir_dtype_is_float(t[i].type.dtype) ? out : t[i].type.dtype;
         uint64_t bytes = (uint64_t)ir_type_numel(&t[i].type) * (uint64_t)ir_dtype_size(dt);
         kl_buf_puts(&h, i || (meta && meta[0]) ? "," : "");
-        json_str(&h, t[i].name);
+        kl_buf_put_json_str(&h, t[i].name);
         kl_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", kl_st_dtype_name(dt));
         for (int d = 0; d < t[i].type.rank; d++)
             kl_buf_printf(&h, "%s%lld", d ? "," : "", (long long)t[i].type.dim[d]);

@@ -275,6 +275,30 @@ static void test_put_double_through_parser(void **state)
     }
 }
 
+/* One JSON string writer for every JSON output (manifests, safetensors
+ * headers, config records, doctor, plan, bench): quotes and backslashes
+ * escaped, every control byte as \\u00XX, bytes >= 0x80 as they are. */
+static void test_put_json_str(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s, *want;
+    } rows[] = {
+        {"", "\"\""},
+        {NULL, "\"\""},
+        {"plain name", "\"plain name\""},
+        {"a\"b\\c", "\"a\\\"b\\\\c\""},
+        {"\x1b[31mred\n\t", "\"\\u001b[31mred\\u000a\\u0009\""},
+        {"\x7f\xc3\xa9", "\"\x7f\xc3\xa9\""},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        kl_buf b = {0};
+        kl_buf_put_json_str(&b, rows[i].s);
+        assert_string_equal(b.s, rows[i].want);
+        kl_buf_free(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -282,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_parse_rejects),
         cmocka_unit_test(test_put_double),
         cmocka_unit_test(test_put_double_through_parser),
+        cmocka_unit_test(test_put_json_str),
     };
     return cmocka_run_group_tests_name("ir_text", tests, NULL, NULL);
 }
