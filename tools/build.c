@@ -285,7 +285,11 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
         kl_argv_add(&cmd, "-w");
         kl_argv_add(&cmd, "-o");
         kl_argv_add(&cmd, tmp_out);
-        kl_argv_add(&cmd, mpath);
+        /* main.c from standard input: the object then names it
+         * "<stdin>", not the temporary folder's random name, so two
+         * builds of one model give the same executable (the sanitizers'
+         * global descriptors embed the source's path). */
+        kl_argv_add_words(&cmd, "-x c - -x none");
         kl_argv_add(&cmd, kobj ? kobj : kpath);
         if (asm_path)
             kl_argv_add(&cmd, asm_path);
@@ -298,11 +302,11 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
         kl_argv_add_words(&cmd, "-lopenblas -lpng -ljpeg -lz -lm -lpthread -ldl");
         if (verbose) {
             char *line = kl_argv_str(&cmd);
-            kl_fprintf_escaped(stderr, "+ %s\n", line);
+            kl_fprintf_escaped(stderr, "+ %s < %s\n", line, mpath);
             free(line);
         }
         char why[512];
-        int st = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
+        int st = kl_spawn_input(kl_argv_end(&cmd), mpath, log, why, sizeof why);
         kl_argv_free(&cmd);
         if (st == 0) {
             rc = kl_outfile_commit(&o, 0777);

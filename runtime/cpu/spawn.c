@@ -68,8 +68,15 @@ char *kl_argv_str(const kl_argv *a)
 
 int kl_spawn(char *const *argv, const char *log, char *why, size_t why_len)
 {
+    return kl_spawn_input(argv, NULL, log, why, why_len);
+}
+
+int kl_spawn_input(char *const *argv, const char *in, const char *log, char *why, size_t why_len)
+{
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
+    if (in)
+        posix_spawn_file_actions_addopen(&fa, 0, in, O_RDONLY | O_NOFOLLOW, 0);
     const char *out = log ? log : "/dev/null";
     posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);

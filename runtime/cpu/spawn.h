@@ -32,6 +32,8 @@ char *kl_argv_str(const kl_argv *a);
  * else -1 with what went wrong in why: "cc: not found", "exit status 1",
  * "killed by signal 9". */
 int kl_spawn(char *const *argv, const char *log, char *why, size_t why_len);
+/* The same with standard input read from the file in (NULL: inherited). */
+int kl_spawn_input(char *const *argv, const char *in, const char *log, char *why, size_t why_len);
 
 /* Appends the C compiler's words (kl_cc()) and kl_cc_flags() to a
  * (runtime/cpu/cc.c). */
