@@ -32,7 +32,22 @@
  * With a world of P x D ranks, rank r is stage r mod P of data-parallel
  * replica r / P: each stage's D ranks sum their gradients (the shard
  * pass's all_reduces, in buckets of one stage's values) over t->comm,
- * the stage's data-parallel group.
+ * the stage's data-parallel group. With tensor parallel (T x P x D,
+ * tensor parallel innermost as Megatron: world rank w is tensor-parallel
+ * rank w mod T of stage (w / T) mod P of replica w / (T P)) the stages
+ * split the ranks of one tp index (train_tp_setup runs first), so each tp
+ * index has its own pipeline and a stage's T ranks run its layers'
+ * all_reduces over their tensor-parallel group. Collectives run in
+ * program order with stages (no communication thread): a collective's
+ * result that crosses (a stage's last row-split all_reduce, the input
+ * gradient of its first column split) is complete at its place, and the
+ * transfers' MPI calls never meet another thread's.
+ *
+ * fp16: the optimizer's check of the gradients for inf/NaN sums every
+ * stage's squared gradients (update-phase transfers to the stage that
+ * checks, whose verdict goes back with the update's scale); the verdict
+ * itself reaches every stage with the step's loss (train_pipeline_step),
+ * so each stage skips and backs off its loss scale alike.
  *
  * zero_bubble (ZB-H1, Qi et al. 2024) splits each stage's backward in
  * two passes: the input-gradient pass (B: every backward step a transfer
@@ -57,10 +72,9 @@
  * to the schedule's theoretical one; --trace gets one track per stage
  * with its forward, input-gradient, weight-gradient and transfer spans.
  *
- * Refused with the reason (not built): the interleaved schedule,
- * pipeline x tensor parallel, ZeRO and sync_batchnorm with
- * data-parallel stages, fp16's loss scaling, a GPU, and the executable's
- * uses other than training. */
+ * Refused with the reason (not built): the interleaved schedule, ZeRO
+ * and sync_batchnorm with data-parallel stages, a GPU, and the
+ * executable's uses other than training. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +82,7 @@
 #include "train_loop.h"
 #include "passes/passes.h"
 #include "runtime/exec/backend_cuda.h"
+#include "runtime/data/values.h"
 
 /* A buffer crossing from stage `from` to `to` after step `step` (step -1:
  * after the update phase, a persistent value). */
@@ -114,6 +129,7 @@ struct train_pipe {
     int64_t stash_bytes;     /* per micro-batch */
     char *slot_mem;          /* slots x stash_bytes */
     int loss_stage, loss_phase, report_stage, report_phase;
+    int finite_stage; /* fp16: the stage that checks every stage's gradients (-1: none) */
     int64_t sent_bytes, recv_bytes;
     int64_t own_bytes, persist_bytes; /* params and state: this stage's, every stage's */
     /* zero_bubble: per step, whether it is a W step (any stage's); this
@@ -150,10 +166,6 @@ static const char *not_built(const trainer *t, const kl_backend *be)
     const kl_train_config *c = &t->cfg;
     if (c->pipeline_schedule == KL_PIPE_INTERLEAVED)
         return "pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)";
-    if (c->tensor_parallel > 1)
-        return "pipeline_parallel with tensor_parallel is not built";
-    if (c->precision == KL_PREC_FP16)
-        return "pipeline_parallel with precision = fp16 (loss scaling's check spans the stages) is not built";
     if (t->opt.eval_only || t->opt.generate || t->opt.predict)
         return "--eval-only, --generate and --predict run on one rank: pipeline_parallel applies to training";
     if (be && kl_backend_is_cuda(be))
@@ -165,6 +177,13 @@ int train_pipeline_check(trainer *t)
 {
     int P = t->cfg.pipeline_parallel;
     t->pp = 1;
+    if (t->opt.force_overflow_stage >= 0 && t->opt.force_overflow > 0 &&
+        (P <= 1 || t->opt.force_overflow_stage >= P || t->cfg.precision != KL_PREC_FP16)) {
+        kl_error("%s: --force-overflow %lld:%d poisons a stage's gradients: it needs precision = fp16 and a stage "
+                 "below pipeline_parallel = %d", t->model, (long long)t->opt.force_overflow,
+                 t->opt.force_overflow_stage, P > 1 ? P : 1);
+        return -1;
+    }
     if (P <= 1)
         return 0;
     const char *why = not_built(t, NULL);
@@ -175,9 +194,14 @@ int train_pipeline_check(trainer *t)
         return -1;
     }
     if (t->world % P) {
-        kl_error("%s: pipeline_parallel = %d does not divide the world of %d rank%s (the world is stages x "
-                 "data-parallel ranks)\n---> launch a multiple of %d ranks (mpirun -np %d ...)",
-                 t->model, P, t->world, t->world == 1 ? "" : "s", P, P);
+        /* train_tp_setup ran: t->world is the world over tensor_parallel. */
+        int T = t->tp > 1 ? t->tp : 1, N = t->world * T;
+        char tp[48] = "";
+        if (T > 1)
+            snprintf(tp, sizeof tp, " x tensor_parallel = %d", T);
+        kl_error("%s: pipeline_parallel = %d%s does not divide the world of %d rank%s (the world is stages x "
+                 "%sdata-parallel ranks)\n---> launch a multiple of %d ranks (mpirun -np %d ...)",
+                 t->model, P, tp, N, N == 1 ? "" : "s", T > 1 ? "tensor-parallel x " : "", P * T, P * T);
         return -1;
     }
     if (t->world > P && t->cfg.shard != KL_SHARD_NONE && t->cfg.shard != KL_SHARD_DP) {
@@ -201,6 +225,36 @@ int train_pipeline_check(trainer *t)
         t->cfg.tensorboard = NULL;
     }
     return 0;
+}
+
+/* The start-up lines of the layout (every rank calls it; rank 0 prints). */
+static void print_layout(const trainer *t)
+{
+    /* Every rank's place, gathered over the world: its stage, its
+     * tensor-parallel group and its data-parallel group (the ranks of
+     * its stage and tensor-parallel index), printed by rank 0. */
+    kl_comm *w = kl_comm_whole(t->comm);
+    int N = kl_comm_world(w), T = t->tp > 1 ? t->tp : 1, D = t->world;
+    int mine[3] = {t->stage, t->tp_rank, t->rank}, *all = kl_xmalloc(sizeof mine * (size_t)N);
+    kl_comm_gather_startup(w, mine, sizeof mine, all, "the ranks' stages and groups");
+    if (t->opt.quiet) {
+        free(all);
+        return;
+    }
+    printf("layout: world %d = %d stages x %d tensor-parallel x %d data-parallel (rank = tp + %d (stage + %d replica))\n",
+           N, t->pp, T, D, T, t->pp);
+    for (int r = 0; r < N; r++) {
+        const int *x = all + 3 * r;
+        /* Its tensor-parallel group: the T consecutive ranks from r - tp;
+         * its data-parallel group: the ranks of its stage and tp index. */
+        int tp0 = r - x[1];
+        printf("layout: rank %d: stage %d, tensor-parallel rank %d of ranks %d..%d, data-parallel rank %d of ranks",
+               r, x[0], x[1], tp0, tp0 + T - 1, x[2]);
+        for (int d = 0; d < D; d++)
+            printf("%s%d", d ? "," : " ", x[1] + T * (x[0] + t->pp * d));
+        printf("\n");
+    }
+    free(all);
 }
 
 /* The buffers step st reads and writes (real buffers, views followed). */
@@ -325,7 +379,7 @@ static void analyse(trainer *t, train_pipe *q)
     free(saved);
     free(read_by);
     /* The loss and the first report: the stage and phase of their step. */
-    q->loss_stage = q->report_stage = -1;
+    q->loss_stage = q->report_stage = q->finite_stage = -1;
     for (int i = 0; i < ns; i++) {
         int bufs[IR_KERNEL_MAX_BUFS + 4], n;
         bool rd[IR_KERNEL_MAX_BUFS + 4], wr[IR_KERNEL_MAX_BUFS + 4];
@@ -337,6 +391,8 @@ static void analyse(trainer *t, train_pipe *q)
                 q->loss_stage = q->stage_of[i], q->loss_phase = p->steps.v[i].phase;
             if (g->reports.n && bufs[k] == plan_real_buffer(p, p->value_buf[g->reports.v[0].value]))
                 q->report_stage = q->stage_of[i], q->report_phase = p->steps.v[i].phase;
+            if (t->finite_value >= 0 && bufs[k] == plan_real_buffer(p, p->value_buf[t->finite_value]))
+                q->finite_stage = q->stage_of[i];
         }
     }
     free(owner);
@@ -563,9 +619,11 @@ int train_pipeline_prepare(trainer *t)
         return -1;
     }
     analyse(t, q);
-    /* A collective's result may still be on the communication thread at
-     * its step's place: none crosses (buckets are one stage's). */
-    for (int i = 0; i < q->xfers.n; i++)
+    /* A collective's result crosses at its step's place (tensor
+     * parallel's all_reduce of a stage's last layer, or of the input
+     * gradient of its first): complete there, as collectives run in
+     * program order with stages (train.c: no overlap). */
+    for (int i = 0; i < q->xfers.n && t->train->overlap; i++)
         if (t->train->plan->steps.v[q->xfers.v[i].step].kind == KL_STEP_COLLECTIVE) {
             kl_error("%s: pipeline_parallel = %d: a collective's result (step %d) crosses to another stage", t->model,
                      q->P, q->xfers.v[i].step);
@@ -754,6 +812,32 @@ static void sync_persistent(trainer *t)
     }
 }
 
+/* --force-overflow N:S, a test hook: before step N's update, stage S
+ * makes one of its own gradients inf (an fp16 overflow on that stage
+ * alone), which the check of every stage's gradients must see. */
+static void poison_gradient(trainer *t)
+{
+    kl_exec *e = t->train;
+    const ir_graph *g = e->g;
+    for (int i = 0; i < g->grads.n; i++) {
+        const ir_value *pv = ir_val(g, g->grads.v[i].param);
+        if (ir_attr_int(&pv->attrs, "_stage", 0) != t->pipe->stage)
+            continue;
+        /* The update reads the accumulator when there is one. */
+        char *name = kl_xasprintf("%s.grad_acc", pv->name);
+        int v = ir_find_value(g, name);
+        free(name);
+        if (v < 0)
+            v = g->grads.v[i].grad;
+        int b = e->plan->value_buf[v];
+        if (b < 0)
+            continue;
+        kl_store_as(ir_val(g, v)->type.dtype, e->ptrs[plan_real_buffer(e->plan, b)], 0, 1.0 / 0.0);
+        return;
+    }
+    kl_panic("--force-overflow: stage %d has no gradient to poison", t->pipe->stage);
+}
+
 int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
 {
     train_pipe *q = t->pipe;
@@ -776,6 +860,8 @@ int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
     if (q->is_w)
         update_copies(q, t->train, false);
     q->mode = PASS_FB;
+    if (t->opt.force_overflow == lp->step + 1 && t->opt.force_overflow_stage == q->stage)
+        poison_gradient(t);
     kl_exec_filter fl = {q->run, at_step, t};
     kl_exec_run_filtered(t->train, 1u << IR_PHASE_UPDATE, &lp->args, &fl);
     sync_persistent(t);
@@ -793,9 +879,22 @@ int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
             q->sum_wait = q->recv_wait;
         }
     }
-    /* The last stage's loss, the preemption flag of any stage: on every
-     * stage (the first prints). */
-    kl_comm_all_reduce(q->c, sums, 3, IR_F64, KL_REDUCE_SUM, "the loss and metric sums of the stages");
+    /* The last stage's loss, the preemption flag of any stage and (fp16)
+     * the check of every stage's gradients, from the stage that made it:
+     * on every stage (the first prints; each adjusts its loss scale from
+     * the check, so the scales and skipped steps agree everywhere). */
+    double all[4] = {sums[0], sums[1], sums[2], 0};
+    if (q->finite_stage >= 0 && q->finite_stage == q->stage)
+        all[3] = kl_exec_scalar(t->train, t->finite_value);
+    kl_comm_all_reduce(q->c, all, q->finite_stage >= 0 ? 4 : 3, IR_F64, KL_REDUCE_SUM,
+                       "the loss and metric sums of the stages");
+    memcpy(sums, all, 3 * sizeof *sums);
+    if (q->finite_stage >= 0 && q->finite_stage != q->stage) {
+        const ir_value *v = ir_val(t->train->g, t->finite_value);
+        unsigned char one[8];
+        kl_store_as(v->type.dtype, one, 0, all[3]);
+        kl_exec_write(t->train, t->finite_value, one, (size_t)ir_dtype_size(v->type.dtype));
+    }
     kl_comm_send_wait(q->c);
     return 0;
 }
@@ -1014,6 +1113,7 @@ void train_pipeline_print_start(const trainer *t)
     train_pipe *q = t->pipe;
     if (!q)
         return;
+    print_layout(t);
     int64_t mine[8] = {q->stash_bytes, q->slots, (int64_t)q->stash.n, q->wbytes, q->wslots, q->ubytes, q->nb_steps, q->nw},
             *all = kl_xmalloc(sizeof mine * (size_t)q->P);
     kl_comm_gather_startup(q->c, mine, sizeof mine, all, "the stages' saved activations");
