@@ -7,7 +7,7 @@
 # micro-batches in the same order, so the runs agree to the bit).
 #
 #   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | cnn | gpt | gpt3 | dp | resume | fp16 | tp |
-#                                     kill | zero_bubble | zero_bubble_gpt | observe | train_refused
+#                                     interleaved | kill | zero_bubble | zero_bubble_gpt | observe | train_refused
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -290,6 +290,37 @@ print("ok: the 8 ranks' stages and groups are tp + T (stage + P replica)")
 PY
   grep "^layout: rank 5" "$tmp/start.txt"
   ;;
+interleaved)
+  # Megatron's interleaved 1F1B: 2 stages per rank (stage k on rank k mod
+  # P), each rank's chunks taking the micro-batches in groups of P; every
+  # stage runs its micro-batches in order, so the gradients sum as one
+  # rank's. The CNN (batch norm's statistics settled from their stages)
+  # at P = 2 (4 stages), and the tiny GPT (tied embedding: stage 0's
+  # embedding to stage 3 and its head gradient back, rank 1 to rank 0;
+  # clip: stage 2's squared norms to stage 0 stay on rank 0).
+  build fashion_cnn
+  mb=(--batch 4 --accumulate 4)
+  one ref "$tmp/fashion_cnn" "${mb[@]}"
+  pipe 2 c2 "$tmp/fashion_cnn" "${mb[@]}" --set pipeline_schedule=interleaved
+  same ref c2
+  echo "ok: cnn, interleaved, 2 ranks x 2 stages: the losses and final values of one rank"
+  "${mpi[@]}" -np 2 "$tmp/fashion_cnn" "${loud[@]}" --steps 1 "${mb[@]}" --set pipeline_parallel=2 \
+    --set pipeline_schedule=interleaved > "$tmp/start.txt"
+  grep -q "^pipeline: 4 stages on 2 ranks (stage k on rank k mod 2), schedule interleaved, 4 micro-batches" "$tmp/start.txt" &&
+    grep -q "^pipeline: stage 3 (rank 1): saved activations .* x [0-9]* in flight" "$tmp/start.txt" ||
+    { echo "FAIL: the start-up lines do not name 4 stages on 2 ranks"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
+  grep "^pipeline" "$tmp/start.txt"
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  cd "$tmp/m"
+  common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
+  mb=(--batch 2 --accumulate 4)
+  one gref "$tmp/gpt" "${mb[@]}"
+  pipe 2 gi "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=interleaved
+  same gref gi
+  echo "ok: gpt, interleaved, 2 ranks x 2 stages: the losses and final values of one rank"
+  ;;
 kill)
   # A stage killed mid-run ends the job with an error within 30 s, never
   # a hang; a stage stopped (SIGSTOP) makes its neighbour's receive time
@@ -449,7 +480,7 @@ train_refused)
     grep -qF -- "$want" "$tmp/err.txt" || { echo "FAIL: $*: the error does not say '$want'"; cat "$tmp/err.txt"; exit 1; }
     echo "ok: refused: $want"
   }
-  refuse "pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
+  refuse "pipeline_schedule = interleaved needs the micro-batches (accumulate = 1) to be a multiple of pipeline_parallel = 2" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
   refuse "pipeline_parallel = 2 does not divide the world of 1 rank" 1 --set pipeline_parallel=2
   refuse "pipeline_parallel = 2 does not divide the world of 3 ranks" 3 --batch 8 --set pipeline_parallel=2
   refuse "pipeline_parallel = 2 with shard = zero1 on 2 data-parallel ranks is not built" 4 --batch 8 --set pipeline_parallel=2 --shard zero1
