@@ -261,15 +261,15 @@ tp)
   echo "ok: 2 stages x 2 tensor-parallel, zero_bubble: one rank's values"
   # 3D: 2 stages x 2 tensor-parallel x 2 data-parallel on 8 ranks (2
   # cores: 6 steps), against one rank's first 6 steps.
-  common=(--data synthetic:600 --steps 6 --eval-every 0 --log-every 1 --quiet)
+  # The same run's start-up lines: the layout, each rank's stage,
+  # tensor-parallel group and data-parallel group, in Megatron's order.
+  loud=(--data synthetic:600 --steps 6 --eval-every 0 --log-every 1)
+  common=("${loud[@]}" --quiet)
   one ref6 "$tmp/tp" --batch 16 --accumulate 2
-  pipe_tp 8 p3d --batch 8 --accumulate 2
+  "${mpi[@]}" -np 8 "$tmp/tp" "${loud[@]}" --metrics "$tmp/p3d.json" --save "$tmp/p3d.ckpt" --batch 8 \
+    --accumulate 2 --tensor-parallel 2 --set pipeline_parallel=2 > "$tmp/start.txt"
   same ref6 p3d
   echo "ok: 2 stages x 2 tensor-parallel x 2 data-parallel: one rank's values"
-  # The start-up lines: the layout, each rank's stage, tensor-parallel
-  # group and data-parallel group, in Megatron's order.
-  "${mpi[@]}" -np 8 "$tmp/tp" --data synthetic:600 --steps 1 --eval-every 0 --batch 8 --accumulate 2 \
-    --tensor-parallel 2 --set pipeline_parallel=2 > "$tmp/start.txt"
   grep -q "^ranks: world 8 (mpirun (Open MPI)), 2 stages, tensor-parallel groups of 2, data-parallel groups of 2" \
     "$tmp/start.txt" &&
     grep -q "^layout: world 8 = 2 stages x 2 tensor-parallel x 2 data-parallel" "$tmp/start.txt" ||
@@ -301,11 +301,10 @@ interleaved)
   build fashion_cnn
   mb=(--batch 4 --accumulate 4)
   one ref "$tmp/fashion_cnn" "${mb[@]}"
-  pipe 2 c2 "$tmp/fashion_cnn" "${mb[@]}" --set pipeline_schedule=interleaved
+  "${mpi[@]}" -np 2 "$tmp/fashion_cnn" "${loud[@]}" --metrics "$tmp/c2.json" --save "$tmp/c2.ckpt" "${mb[@]}" \
+    --set pipeline_parallel=2 --set pipeline_schedule=interleaved > "$tmp/start.txt"
   same ref c2
   echo "ok: cnn, interleaved, 2 ranks x 2 stages: the losses and final values of one rank"
-  "${mpi[@]}" -np 2 "$tmp/fashion_cnn" "${loud[@]}" --steps 1 "${mb[@]}" --set pipeline_parallel=2 \
-    --set pipeline_schedule=interleaved > "$tmp/start.txt"
   grep -q "^pipeline: 4 stages on 2 ranks (stage k on rank k mod 2), schedule interleaved, 4 micro-batches" "$tmp/start.txt" &&
     grep -q "^pipeline: stage 3 (rank 1): saved activations .* x [0-9]* in flight" "$tmp/start.txt" ||
     { echo "FAIL: the start-up lines do not name 4 stages on 2 ranks"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
