@@ -216,10 +216,14 @@ PY
   skipped=$(grep '"type": "train"' "$tmp/f2.json" | tail -1 | sed 's/.*"skipped": \([0-9]*\).*/\1/')
   [ "$skipped" -gt 0 ] || { echo "FAIL: the fp16 case skipped no step, so it tests nothing"; exit 1; }
   echo "ok: fp16, 1f1b, 2 stages: one rank's losses, its $skipped skipped steps and loss scales"
-  pipe 3 z3 "$tmp/mlp" "${mb[@]}" --set pipeline_schedule=zero_bubble
-  near fp16 ref z3
-  scales ref z3
-  echo "ok: fp16, zero_bubble, 3 stages: one rank's losses, skipped steps and loss scales"
+  # With clip, the updates read min(check, clip's scale) from the
+  # checking stage, not the check itself: the stages learn the check from
+  # the step's end alone.
+  one refc "$tmp/mlp" "${mb[@]}" --set clip=1
+  pipe 3 z3 "$tmp/mlp" "${mb[@]}" --set clip=1 --set pipeline_schedule=zero_bubble
+  near fp16 refc z3
+  scales refc z3
+  echo "ok: fp16 with clip, zero_bubble, 3 stages: one rank's losses, skipped steps and loss scales"
   # An overflow on one stage alone (--force-overflow N:S makes one of
   # stage S's own gradients inf before step N's update): every stage
   # skips step N and halves its scale, as one rank does when its step N
