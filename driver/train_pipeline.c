@@ -1214,8 +1214,9 @@ static void print_bubble(const train_pipe *q, const double *a, int replicas)
     printf("  measured %.1f%% (mean of the stages) against the theoretical %.1f%% (%s) and %.1f%% (the schedule "
            "with these pass times, transfers free); span %.2f ms a step\n",
            100 * mean, 100 * theory(q),
-           q->sched == KL_PIPE_ZERO_BUBBLE ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
-                                           : "(P-1)/(m+P-1)",
+           q->sched == KL_PIPE_ZERO_BUBBLE   ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
+           : q->sched == KL_PIPE_INTERLEAVED ? "(P-1)/(vm+P-1), v = 2 stages per rank"
+                                             : "(P-1)/(m+P-1)",
            100 * simulated_bubble(q, a), 1e3 * span);
 }
 
