@@ -194,7 +194,6 @@ struct train_pipe {
 /* Settings this build does not run across stages: the reason, or NULL. */
 static const char *not_built(const trainer *t, const kl_backend *be)
 {
-    const kl_train_config *c = &t->cfg;
     if (t->opt.eval_only || t->opt.generate || t->opt.predict)
         return "--eval-only, --generate and --predict run on one rank: pipeline_parallel applies to training";
     if (be && kl_backend_is_cuda(be))
@@ -615,16 +614,16 @@ static int schedule(kl_pipe_schedule sched, int P, int m, int s, bool split, pip
     int warm = sched == KL_PIPE_GPIPE ? m : (P - 1 - s < m ? P - 1 - s : m);
     int wdefer = s < m - 1 ? s : m - 1, n = 0, f = 0, b = 0, w = 0;
     for (; f < warm; f++)
-        ops[n++] = (pipe_op){SPAN_F, f};
+        ops[n++] = (pipe_op){SPAN_F, f, 0};
     while (b < m) {
         if (f < m)
-            ops[n++] = (pipe_op){SPAN_F, f++};
-        ops[n++] = (pipe_op){split ? SPAN_B : SPAN_BW, b++};
+            ops[n++] = (pipe_op){SPAN_F, f++, 0};
+        ops[n++] = (pipe_op){split ? SPAN_B : SPAN_BW, b++, 0};
         while (split && b - w > wdefer)
-            ops[n++] = (pipe_op){SPAN_W, w++};
+            ops[n++] = (pipe_op){SPAN_W, w++, 0};
     }
     while (split && w < m)
-        ops[n++] = (pipe_op){SPAN_W, w++};
+        ops[n++] = (pipe_op){SPAN_W, w++, 0};
     return n;
 }
 

@@ -351,7 +351,7 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
             free(chosen);
         }
         if (most < P) {
-            char want[96];
+            char want[160];
             if (P != ranks_P)
                 snprintf(want, sizeof want, "pipeline_parallel = %d with pipeline_schedule = interleaved (%d virtual "
                          "stages per rank: %d stages)", ranks_P, KL_PIPE_VIRTUAL, P);
