@@ -313,6 +313,11 @@ interleaved)
     grep -q "^pipeline: stage 3 (rank 1): saved activations .* x [0-9]* in flight" "$tmp/start.txt" ||
     { echo "FAIL: the start-up lines do not name 4 stages on 2 ranks"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
   grep "^pipeline" "$tmp/start.txt"
+  # m = P: every forward first (Megatron's all-warm-up case).
+  one ref2 "$tmp/fashion_cnn" --batch 4 --accumulate 2
+  pipe 2 c2m2 "$tmp/fashion_cnn" --batch 4 --accumulate 2 --set pipeline_schedule=interleaved
+  same ref2 c2m2
+  echo "ok: cnn, interleaved, m = P = 2: one rank's values"
   source "$testdir/gpt/tiny.sh"
   tiny_gpt "$kiln" "$tmp" || exit 1
   "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
@@ -323,6 +328,11 @@ interleaved)
   pipe 2 gi "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=interleaved
   same gref gi
   echo "ok: gpt, interleaved, 2 ranks x 2 stages: the losses and final values of one rank"
+  # With data parallel, 2 x 2: each stage's 2 ranks sum its gradients
+  # (in another order than one rank: the losses within 1e-5).
+  ranks 4 gid "$tmp/gpt" --batch 1 --accumulate 4 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
+  compare losses "$tmp/gref.json" "$tmp/gid.json" 1e-5 || { echo "FAIL: the losses of gref and gid differ"; exit 1; }
+  echo "ok: gpt, interleaved, 2 x 2 stages x 2 data-parallel: one rank's losses"
   ;;
 kill)
   # A stage killed mid-run ends the job with an error within 30 s, never
