@@ -293,6 +293,16 @@ for m in rows:
 print("ok: the 8 ranks' stages and groups are tp + T (stage + P replica)")
 PY
   grep "^layout: rank 5" "$tmp/start.txt"
+  # fp16 in 3D from a scale that overflows: whether a step overflows
+  # depends on each rank's micro-batch (8 rows), so the reference takes
+  # the 2 replicas' 2 micro-batches as 4 of 8 rows (as ranks.precision).
+  ls="loss_scale=dynamic(scale=1e6, interval=4)"
+  one f8 "$tmp/tp" --batch 8 --accumulate 4 --precision fp16 --set "$ls"
+  pipe_tp 8 f3d --batch 8 --accumulate 2 --precision fp16 --set "$ls"
+  near fp16 f8 f3d
+  grep '"type": "train"' "$tmp/f3d.json" | tail -1 | grep -q '"skipped": [1-9]' ||
+    { echo "FAIL: the 3D fp16 run skipped no step, so it tests nothing"; exit 1; }
+  echo "ok: fp16, 2 stages x 2 tensor-parallel x 2 data-parallel: one rank's losses and skipped steps"
   ;;
 interleaved)
   # Megatron's interleaved 1F1B: 2 stages per rank (stage k on rank k mod
