@@ -515,7 +515,8 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
     if (rP != P)
         kl_buf_printf(&b, "; %d virtual stages per rank (stage k on rank k mod %d)", P / rP, rP);
     if (ranks > 1)
-        kl_buf_printf(&b, "; world %d = %d stages x %d tensor-parallel x %d data-parallel", ranks, rP, T, ranks / (rP * T));
+        kl_buf_printf(&b, "; world %d = %d %s x %d tensor-parallel x %d data-parallel", ranks, rP,
+                      rP != P ? "pipeline ranks" : "stages", T, ranks / (rP * T));
     kl_buf_puts(&b, "\n");
     double top = 0;
     for (int t = 0; t < P; t++) {
