@@ -66,7 +66,7 @@ static void write_hyper(trainer *t, int64_t step, double *lr_out)
     kl_persist *ls = kl_session_find(t->s, "loss_scale");
     /* --force-overflow N: step N's gradients become inf, as an fp16
      * overflow would make them (the tests check the step is skipped). */
-    float sv = step == t->opt.force_overflow ? (float)(1.0 / 0.0) : (float)t->loss_scale;
+    float sv = step == t->opt.force_overflow && t->opt.force_overflow_stage < 0 ? (float)(1.0 / 0.0) : (float)t->loss_scale;
     if (ls)
         t->s->be->ops->copy_in(t->s->be, ls->ptr, &sv, sizeof sv);
     *lr_out = lr;
@@ -579,7 +579,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     /* The watchdog's timeout, then the ranks' agreement on their
      * settings before any collective that depends on them. */
     kl_comm_set_timeout(t.comm, t.cfg.comm_timeout);
-    if (train_agree_settings(&t, t.comm, &g->train, NULL) || train_pipeline_check(&t) || train_tp_setup(&t) || train_check_value_sizes(&t))
+    if (train_agree_settings(&t, t.comm, &g->train, NULL) || train_tp_setup(&t) || train_pipeline_check(&t) || train_check_value_sizes(&t))
         goto done;
     /* --generate reads no data: it needs the checkpoint alone. */
     if (t.opt.generate)
@@ -632,7 +632,11 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     t.s = kl_session_new(be, (uint64_t)t.cfg.seed);
     t.s->no_graphs = t.opt.no_cuda_graph;
     t.s->comm = t.comm;
-    t.s->overlap = t.cfg.overlap;
+    /* With stages, collectives run in program order: a result that
+     * crosses to another stage is complete at its step's place, and the
+     * transfers' MPI calls never meet the communication thread's (MPI
+     * serialises them: one thread at a time). */
+    t.s->overlap = t.cfg.overlap && t.pp <= 1;
     if (t.opt.batch_auto && train_choose_batch(&t, &src, be, &g))
         goto done;
     t.scaled_lr = kl_train_scaled_lr(&t.cfg, t.world);

@@ -276,7 +276,11 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             }
             *(!strcmp(a, "--keep") ? &o->keep : &o->save_every) = n;
         } else if (!strcmp(a, "--force-overflow") && has) {
-            o->force_overflow = strtoll(argv[++i], NULL, 10);
+            /* N: step N's loss scale is inf; N:S (pipelines): stage S
+             * alone makes one of its gradients inf. */
+            char *end;
+            o->force_overflow = strtoll(argv[++i], &end, 10);
+            o->force_overflow_stage = *end == ':' ? (int)strtol(end + 1, NULL, 10) : -1;
         } else if (!strcmp(a, "--save-init") && has) {
             o->save_init = argv[++i];
         } else if (!strcmp(a, "--init") && has) {

@@ -12,6 +12,8 @@ void train_overlap_print_start(const trainer *t)
         return;
     if (!t->cfg.overlap)
         printf("overlap: off (collectives in program order; overlap = off)\n");
+    else if (t->pp > 1)
+        printf("overlap: off (pipeline_parallel: collectives in program order, between the stages' transfers)\n");
     else if (!kl_comm_serialized(t->comm))
         printf("overlap: off (MPI does not provide MPI_THREAD_SERIALIZED: collectives in program order)\n");
     else

@@ -14,7 +14,7 @@
  * same place of the same plan, the pairs match by construction.
  *
  * The schedule: gpipe runs every micro-batch's forward, then every
- * backward; 1f1b runs P - 1 - s forwards on stage s, then one forward and
+ * backward (interleaved: below); 1f1b runs P - 1 - s forwards on stage s, then one forward and
  * one backward in turn, then the remaining backwards: at most P - s
  * micro-batches in flight on stage s. A micro-batch in flight keeps its
  * saved activations (the buffers forward writes and this stage's
@@ -32,7 +32,22 @@
  * With a world of P x D ranks, rank r is stage r mod P of data-parallel
  * replica r / P: each stage's D ranks sum their gradients (the shard
  * pass's all_reduces, in buckets of one stage's values) over t->comm,
- * the stage's data-parallel group.
+ * the stage's data-parallel group. With tensor parallel (T x P x D,
+ * tensor parallel innermost as Megatron: world rank w is tensor-parallel
+ * rank w mod T of stage (w / T) mod P of replica w / (T P)) the stages
+ * split the ranks of one tp index (train_tp_setup runs first), so each tp
+ * index has its own pipeline and a stage's T ranks run its layers'
+ * all_reduces over their tensor-parallel group. Collectives run in
+ * program order with stages (no communication thread): a collective's
+ * result that crosses (a stage's last row-split all_reduce, the input
+ * gradient of its first column split) is complete at its place, and the
+ * transfers' MPI calls never meet another thread's.
+ *
+ * fp16: the optimizer's check of the gradients for inf/NaN sums every
+ * stage's squared gradients (update-phase transfers to the stage that
+ * checks, whose verdict goes back with the update's scale); the verdict
+ * itself reaches every stage with the step's loss (train_pipeline_step),
+ * so each stage skips and backs off its loss scale alike.
  *
  * zero_bubble (ZB-H1, Qi et al. 2024) splits each stage's backward in
  * two passes: the input-gradient pass (B: every backward step a transfer
@@ -51,16 +66,26 @@
  * in micro-batch order, so the gradients sum as one rank's and the
  * losses equal 1f1b's to the bit.
  *
- * Measured (train_pipeline_finish): each stage's busy time (its passes,
+ * interleaved (Megatron's interleaved 1F1B): the compiler cuts P v
+ * stages (v = KL_PIPE_VIRTUAL), stage k on rank k mod P, chunk k / P of
+ * it. Each F and B pass runs one chunk's steps (its own filter) and
+ * does the transfers of that stage only; the update runs every chunk of
+ * the rank in the plan's order, where a value between two stages of the
+ * rank (clip's norms) stays in place. Each chunk has its own
+ * saved-activation slots; the host's inputs of a micro-batch are fed
+ * at its first chunk's forward and put back for the later chunks'. A
+ * forward or backward value between two stages of one rank is refused
+ * (it would wait in the arena between passes).
+ *
+ * Measured (driver/train_pipeline_observe.c, train_pipeline_finish): each stage's busy time (its passes,
  * less their waits in receives) over the span from the step's start to
  * the last stage's last pass: the bubble fraction --profile prints next
  * to the schedule's theoretical one; --trace gets one track per stage
  * with its forward, input-gradient, weight-gradient and transfer spans.
  *
- * Refused with the reason (not built): the interleaved schedule,
- * pipeline x tensor parallel, ZeRO and sync_batchnorm with
- * data-parallel stages, fp16's loss scaling, a GPU, and the executable's
- * uses other than training. */
+ * Refused with the reason (not built): ZeRO and sync_batchnorm with
+ * data-parallel stages, a GPU, the executable's uses other than
+ * training, and interleaved with micro-batches that P does not divide. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,92 +93,12 @@
 #include "train_loop.h"
 #include "passes/passes.h"
 #include "runtime/exec/backend_cuda.h"
-
-/* A buffer crossing from stage `from` to `to` after step `step` (step -1:
- * after the update phase, a persistent value). */
-typedef struct pipe_xfer {
-    int step, buf, from, to;
-} pipe_xfer;
-
-/* A buffer a W step reads from outside the W pass: copied at the step's
- * place in the B pass, put back before it in the W pass, at off in the
- * micro-batch's W slot. */
-typedef struct pipe_cap {
-    int step, buf;
-    int64_t off;
-} pipe_cap;
-
-/* A span of the timeline: a pass (kind F, B, W or the whole backward)
- * or a transfer, in this rank's kl_now() seconds. */
-typedef struct pipe_span {
-    double t0, t1;
-    int kind, mb, buf; /* buf: the transfer's buffer, -1 for a pass */
-} pipe_span;
-
-enum { SPAN_F, SPAN_B, SPAN_W, SPAN_BW, SPAN_SEND, SPAN_RECV };
-
-/* Per stage: busy, span, the measured steps, the receives' waits and
- * the four pass kinds' seconds and counts. */
-enum { ST_BUSY, ST_SPAN, ST_STEPS, ST_WAIT, ST_KIND, ST_COUNT = ST_KIND + 4, ST_RSS = ST_COUNT + 4, ST_OWN, ST_A, ST_SLOTS,
-       ST_WSLOTS, ST_N };
-
-/* The pass running: its steps' hooks do the transfers and the W copies
- * (PASS_FB), or put the W copies back (PASS_W). */
-enum { PASS_FB, PASS_W };
-
-struct train_pipe {
-    int P, stage, m, slots;
-    kl_pipe_schedule sched;
-    kl_comm *c;       /* the pipeline group: rank = stage */
-    bool *run;        /* per step: this stage's */
-    int *stage_of;    /* per step */
-    int *at;          /* per step: its first transfer in xfers (steps + 1 entries) */
-    KL_VEC(pipe_xfer) xfers;
-    KL_VEC(pipe_xfer) syncs; /* after the update */
-    KL_VEC(int) stash;       /* this stage's saved buffers */
-    int64_t stash_bytes;     /* per micro-batch */
-    char *slot_mem;          /* slots x stash_bytes */
-    int loss_stage, loss_phase, report_stage, report_phase;
-    int64_t sent_bytes, recv_bytes;
-    int64_t own_bytes, persist_bytes; /* params and state: this stage's, every stage's */
-    /* zero_bubble: per step, whether it is a W step (any stage's); this
-     * stage's B and W steps; the W copies by step (cap_at: steps + 1
-     * entries), each step's next backward step (-1: none) and the first;
-     * W slots (wslots x wbytes); the buffers the update reads from B
-     * (ucap, ubytes, in umem); W steps waiting at most wdefer. */
-    bool *is_w, *run_b, *run_w;
-    KL_VEC(pipe_cap) wcap;
-    int *cap_at, *next_bw, first_bw;
-    int64_t wbytes, ubytes;
-    int wslots, wdefer, nw, nb_steps;
-    char *wmem, *umem;
-    KL_VEC(int) ucap;
-    int mode, cur; /* the running pass (PASS_*) and its micro-batch */
-    /* Measuring: the running step's start, busy seconds and waits in
-     * receives; over the measured steps (all but the first): busy and
-     * span seconds, seconds per pass kind, receive waits; the spans for
-     * the trace when one is written (on any stage: record). */
-    bool record;
-    double step_t0, step_busy, recv_wait;
-    double *offsets; /* stage 0, tracing: each stage's clock's to add */
-    int64_t measured;
-    double sum_busy, sum_span, sum_kind[4], sum_wait;
-    int64_t n_kind[4];
-    KL_VEC(pipe_span) spans;
-    /* Rank 0, after train_pipeline_finish: every stage's totals. */
-    double *all_stats;
-};
+#include "runtime/data/values.h"
+#include "train_pipeline.h"
 
 /* Settings this build does not run across stages: the reason, or NULL. */
 static const char *not_built(const trainer *t, const kl_backend *be)
 {
-    const kl_train_config *c = &t->cfg;
-    if (c->pipeline_schedule == KL_PIPE_INTERLEAVED)
-        return "pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)";
-    if (c->tensor_parallel > 1)
-        return "pipeline_parallel with tensor_parallel is not built";
-    if (c->precision == KL_PREC_FP16)
-        return "pipeline_parallel with precision = fp16 (loss scaling's check spans the stages) is not built";
     if (t->opt.eval_only || t->opt.generate || t->opt.predict)
         return "--eval-only, --generate and --predict run on one rank: pipeline_parallel applies to training";
     if (be && kl_backend_is_cuda(be))
@@ -165,19 +110,38 @@ int train_pipeline_check(trainer *t)
 {
     int P = t->cfg.pipeline_parallel;
     t->pp = 1;
+    if (t->opt.force_overflow_stage >= 0 && t->opt.force_overflow > 0 &&
+        (P <= 1 || t->opt.force_overflow_stage >= P || t->cfg.precision != KL_PREC_FP16)) {
+        kl_error("%s: --force-overflow %lld:%d poisons a stage's gradients: it needs precision = fp16 and a stage "
+                 "below pipeline_parallel = %d", t->model, (long long)t->opt.force_overflow,
+                 t->opt.force_overflow_stage, P > 1 ? P : 1);
+        return -1;
+    }
     if (P <= 1)
         return 0;
     const char *why = not_built(t, NULL);
     if (why) {
         kl_error("%s: pipeline_parallel = %d (schedule %s): %s\n"
-                 "---> use pipeline_schedule = gpipe, 1f1b or zero_bubble, or train with pipeline_parallel = 1",
+                 "---> train with pipeline_parallel = 1",
                  t->model, P, kl_pipe_schedule_name(t->cfg.pipeline_schedule), why);
         return -1;
     }
+    int m = t->cfg.accumulate > 1 ? (int)t->cfg.accumulate : 1;
+    if (t->cfg.pipeline_schedule == KL_PIPE_INTERLEAVED && m % P) {
+        kl_error("%s: pipeline_schedule = interleaved needs the micro-batches (accumulate = %d) to be a multiple of "
+                 "pipeline_parallel = %d (each stage's micro-batches go in groups of P)\n---> use --accumulate %d",
+                 t->model, m, P, (m + P - 1) / P * P);
+        return -1;
+    }
     if (t->world % P) {
-        kl_error("%s: pipeline_parallel = %d does not divide the world of %d rank%s (the world is stages x "
-                 "data-parallel ranks)\n---> launch a multiple of %d ranks (mpirun -np %d ...)",
-                 t->model, P, t->world, t->world == 1 ? "" : "s", P, P);
+        /* train_tp_setup ran: t->world is the world over tensor_parallel. */
+        int T = t->tp > 1 ? t->tp : 1, N = t->world * T;
+        char tp[48] = "";
+        if (T > 1)
+            snprintf(tp, sizeof tp, " x tensor_parallel = %d", T);
+        kl_error("%s: pipeline_parallel = %d%s does not divide the world of %d rank%s (the world is stages x "
+                 "%sdata-parallel ranks)\n---> launch a multiple of %d ranks (mpirun -np %d ...)",
+                 t->model, P, tp, N, N == 1 ? "" : "s", T > 1 ? "tensor-parallel x " : "", P * T, P * T);
         return -1;
     }
     if (t->world > P && t->cfg.shard != KL_SHARD_NONE && t->cfg.shard != KL_SHARD_DP) {
@@ -248,15 +212,20 @@ static void analyse(trainer *t, train_pipe *q)
     q->run = kl_xcalloc((size_t)ns + 1, sizeof *q->run);
     q->stage_of = kl_xcalloc((size_t)ns + 1, sizeof *q->stage_of);
     q->at = kl_xcalloc((size_t)ns + 2, sizeof *q->at);
+    for (int c = 0; c < q->v; c++)
+        q->ch[c].run = q->v > 1 ? kl_xcalloc((size_t)ns + 1, sizeof *q->ch[c].run) : q->run;
     for (int i = 0; i < ns; i++) {
-        q->stage_of[i] = node_stage[p->steps.v[i].node];
-        q->run[i] = q->stage_of[i] == q->stage || p->steps.v[i].phase == IR_PHASE_STARTUP;
+        int s = q->stage_of[i] = node_stage[p->steps.v[i].node];
+        bool startup = p->steps.v[i].phase == IR_PHASE_STARTUP;
+        q->run[i] = s % q->P == q->stage || startup;
+        for (int c = 0; c < q->v && q->v > 1; c++)
+            q->ch[c].run[i] = s == c * q->P + q->stage || startup;
     }
     free(node_stage);
     int *writer = kl_xmalloc(sizeof(int) * (size_t)(nb + 1));
     int *owner = kl_xmalloc(sizeof(int) * (size_t)(nb + 1));
-    bool *saved = kl_xcalloc((size_t)nb + 1, 1);
-    bool *read_by = kl_xcalloc((size_t)nb * (size_t)q->P + 1, 1);
+    unsigned char *saved = kl_xcalloc((size_t)nb + 1, 1); /* a bit per chunk */
+    bool *read_by = kl_xcalloc((size_t)nb * (size_t)q->S + 1, 1);
     for (int b = 0; b < nb; b++)
         writer[b] = owner[b] = -1;
     for (int i = 0; i < ns; i++) {
@@ -269,7 +238,7 @@ static void analyse(trainer *t, train_pipe *q)
             int b = bufs[k];
             if (b < 0 || !rd[k] || st->phase == IR_PHASE_STARTUP)
                 continue;
-            read_by[(size_t)b * (size_t)q->P + (size_t)s] = true;
+            read_by[(size_t)b * (size_t)q->S + (size_t)s] = true;
             int w = writer[b];
             if (w >= 0 && p->steps.v[w].phase != IR_PHASE_STARTUP && q->stage_of[w] != s) {
                 /* Written by another stage: it crosses after the writer. */
@@ -277,9 +246,9 @@ static void analyse(trainer *t, train_pipe *q)
             }
             /* Saved for backward: forward made it (or the host fed it). */
             bool from_forward = w >= 0 ? p->steps.v[w].phase == IR_PHASE_FORWARD : p->buffers.v[b].pinned;
-            if (st->phase == IR_PHASE_BACKWARD && s == q->stage && from_forward &&
+            if (st->phase == IR_PHASE_BACKWARD && s % q->P == q->stage && from_forward &&
                 p->buffers.v[b].region == KL_REGION_ARENA)
-                saved[b] = true;
+                saved[b] |= (unsigned char)(1u << (s / q->P));
         }
         for (int k = 0; k < n; k++) {
             if (bufs[k] < 0 || !wr[k] || st->phase == IR_PHASE_STARTUP)
@@ -304,20 +273,24 @@ static void analyse(trainer *t, train_pipe *q)
     }
     for (int b = 0; b < nb; b++) {
         if (p->buffers.v[b].region == KL_REGION_PERSISTENT && owner[b] >= 0)
-            for (int s = 0; s < q->P; s++)
-                if (s != owner[b] && read_by[(size_t)b * (size_t)q->P + (size_t)s]) {
+            for (int s = 0; s < q->S; s++)
+                if (s != owner[b] && read_by[(size_t)b * (size_t)q->S + (size_t)s]) {
                     pipe_xfer x = {-1, b, owner[b], s};
                     kl_vec_push(q->syncs, x);
                 }
-        if (saved[b]) {
-            kl_vec_push(q->stash, b);
-            q->stash_bytes += p->buffers.v[b].bytes;
-        }
+        for (int c = 0; c < q->v; c++)
+            if (saved[b] & (1u << c)) {
+                kl_vec_push(q->ch[c].stash, b);
+                q->ch[c].stash_bytes += p->buffers.v[b].bytes;
+            }
     }
     for (int b = 0; b < nb; b++)
         if (p->buffers.v[b].region == KL_REGION_PERSISTENT) {
             q->persist_bytes += p->buffers.v[b].bytes;
-            if (owner[b] == q->stage || (owner[b] < 0 && read_by[(size_t)b * (size_t)q->P + (size_t)q->stage]))
+            bool read_here = false;
+            for (int c = 0; c < q->v; c++)
+                read_here |= read_by[(size_t)b * (size_t)q->S + (size_t)(c * q->P + q->stage)];
+            if ((owner[b] >= 0 && owner[b] % q->P == q->stage) || (owner[b] < 0 && read_here))
                 q->own_bytes += p->buffers.v[b].bytes;
         }
     /* The persistent values' owners, for settle: kept in writer[]. */
@@ -325,7 +298,7 @@ static void analyse(trainer *t, train_pipe *q)
     free(saved);
     free(read_by);
     /* The loss and the first report: the stage and phase of their step. */
-    q->loss_stage = q->report_stage = -1;
+    q->loss_stage = q->report_stage = q->finite_stage = -1;
     for (int i = 0; i < ns; i++) {
         int bufs[IR_KERNEL_MAX_BUFS + 4], n;
         bool rd[IR_KERNEL_MAX_BUFS + 4], wr[IR_KERNEL_MAX_BUFS + 4];
@@ -337,6 +310,8 @@ static void analyse(trainer *t, train_pipe *q)
                 q->loss_stage = q->stage_of[i], q->loss_phase = p->steps.v[i].phase;
             if (g->reports.n && bufs[k] == plan_real_buffer(p, p->value_buf[g->reports.v[0].value]))
                 q->report_stage = q->stage_of[i], q->report_phase = p->steps.v[i].phase;
+            if (t->finite_value >= 0 && bufs[k] == plan_real_buffer(p, p->value_buf[t->finite_value]))
+                q->finite_stage = q->stage_of[i];
         }
     }
     free(owner);
@@ -463,81 +438,62 @@ static void analyse_zb(trainer *t, train_pipe *q)
     q->umem = kl_xmalloc((size_t)q->ubytes + 1);
 }
 
-/* One pass of the schedule: its kind (SPAN_F, SPAN_B, SPAN_W, SPAN_BW)
- * and micro-batch. */
-typedef struct pipe_op {
-    int kind, mb;
-} pipe_op;
+/* interleaved (Megatron's interleaved 1F1B, Narayanan et al. 2021):
+ * stage s's v chunks take the micro-batches in groups of P, chunk after
+ * chunk (forward k: chunk (k mod P v) / P, micro-batch (k / (P v)) P +
+ * k mod P; backward: the chunks in reverse); (P - s - 1) 2 + (v - 1) P
+ * forwards first (all when m = P), then one forward and one backward in
+ * turn, then the rest of the backwards. With m a multiple of P every
+ * chunk takes its micro-batches in order, and the order never waits on
+ * itself (a receive's send comes earlier on its rank). */
+static pipe_op interleaved_op(int P, int v, int k, bool forward)
+{
+    int c = (k % (P * v)) / P;
+    return (pipe_op){forward ? SPAN_F : SPAN_BW, (k / (P * v)) * P + k % P, forward ? c : v - 1 - c};
+}
+
+static int schedule_interleaved(int P, int v, int m, int s, pipe_op *ops)
+{
+    int total = m * v, n = 0;
+    int warm = m == P ? total : (P - s - 1) * 2 + (v - 1) * P;
+    warm = warm < total ? warm : total;
+    for (int k = 0; k < warm; k++)
+        ops[n++] = interleaved_op(P, v, k, true);
+    for (int k = 0; k < total - warm; k++) {
+        ops[n++] = interleaved_op(P, v, k + warm, true);
+        ops[n++] = interleaved_op(P, v, k, false);
+    }
+    for (int k = total - warm; k < total; k++)
+        ops[n++] = interleaved_op(P, v, k, false);
+    return n;
+}
 
 /* Stage s's passes in order, into ops (3m at most); split: its backward
  * in B and W passes (zero_bubble, where the stage has W steps). gpipe:
  * every forward, then every backward; 1f1b: P - 1 - s forwards, then a
  * forward and a backward in turn, then the rest of the backwards;
  * zero_bubble: 1f1b's order of F and B, with W of the oldest micro-batch
- * once more than s wait (ZB-H1), the rest after the last B. */
-static int schedule(kl_pipe_schedule sched, int P, int m, int s, bool split, pipe_op *ops)
+ * once more than s wait (ZB-H1), the rest after the last B;
+ * interleaved: schedule_interleaved's order over the rank's chunks.
+ * At most 3 m v passes. */
+int train_pipe_schedule(kl_pipe_schedule sched, int P, int m, int s, bool split, pipe_op *ops)
 {
+    if (sched == KL_PIPE_INTERLEAVED)
+        return schedule_interleaved(P, KL_PIPE_VIRTUAL, m, s, ops);
     int warm = sched == KL_PIPE_GPIPE ? m : (P - 1 - s < m ? P - 1 - s : m);
     int wdefer = s < m - 1 ? s : m - 1, n = 0, f = 0, b = 0, w = 0;
     for (; f < warm; f++)
-        ops[n++] = (pipe_op){SPAN_F, f};
+        ops[n++] = (pipe_op){SPAN_F, f, 0};
     while (b < m) {
         if (f < m)
-            ops[n++] = (pipe_op){SPAN_F, f++};
-        ops[n++] = (pipe_op){split ? SPAN_B : SPAN_BW, b++};
+            ops[n++] = (pipe_op){SPAN_F, f++, 0};
+        ops[n++] = (pipe_op){split ? SPAN_B : SPAN_BW, b++, 0};
         while (split && b - w > wdefer)
-            ops[n++] = (pipe_op){SPAN_W, w++};
+            ops[n++] = (pipe_op){SPAN_W, w++, 0};
     }
     while (split && w < m)
-        ops[n++] = (pipe_op){SPAN_W, w++};
+        ops[n++] = (pipe_op){SPAN_W, w++, 0};
     return n;
-}
-
-/* The bubble fraction the schedule gives with each stage's measured mean
- * pass times (stats: ST_N per stage), transfers taking no time: each
- * pass starts when its stage is free and its input is there (F after
- * the previous stage's F, B or the whole backward after the next
- * stage's). The mean over the stages of the time not in passes. */
-static double simulated_bubble(const train_pipe *q, const double *stats)
-{
-    int P = q->P, m = q->m;
-    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * m * P));
-    int *n = kl_xcalloc((size_t)P, sizeof *n), *next = kl_xcalloc((size_t)P, sizeof *next);
-    double *fdone = kl_xmalloc(sizeof(double) * (size_t)(P * m)), *bdone = kl_xmalloc(sizeof(double) * (size_t)(P * m));
-    double *clock = kl_xcalloc((size_t)P, sizeof *clock), busy = 0;
-    for (int i = 0; i < P * m; i++)
-        fdone[i] = bdone[i] = -1;
-    for (int s = 0; s < P; s++)
-        n[s] = schedule(q->sched, P, m, s, stats[s * ST_N + ST_COUNT + SPAN_W] > 0, ops + 3 * m * s);
-    for (bool moved = true; moved;) {
-        moved = false;
-        for (int s = 0; s < P; s++)
-            while (next[s] < n[s]) {
-                const pipe_op *o = &ops[3 * m * s + next[s]];
-                double ready = 0;
-                if (o->kind == SPAN_F && s > 0)
-                    ready = fdone[(s - 1) * m + o->mb];
-                if ((o->kind == SPAN_B || o->kind == SPAN_BW) && s < P - 1)
-                    ready = bdone[(s + 1) * m + o->mb];
-                if (ready < 0)
-                    break;
-                const double *x = stats + (size_t)s * ST_N;
-                double d = x[ST_COUNT + o->kind] > 0 ? x[ST_KIND + o->kind] / x[ST_COUNT + o->kind] : 0;
-                clock[s] = (clock[s] > ready ? clock[s] : ready) + d;
-                busy += d;
-                if (o->kind == SPAN_F)
-                    fdone[s * m + o->mb] = clock[s];
-                else if (o->kind != SPAN_W)
-                    bdone[s * m + o->mb] = clock[s];
-                next[s]++;
-                moved = true;
-            }
-    }
-    double end = 0;
-    for (int s = 0; s < P; s++)
-        end = clock[s] > end ? clock[s] : end;
-    free(ops), free(n), free(next), free(fdone), free(bdone), free(clock);
-    return end > 0 ? 1 - busy / (P * end) : 0;
 }
 
 int train_pipeline_prepare(trainer *t)
@@ -556,22 +512,63 @@ int train_pipeline_prepare(trainer *t)
     q->c = kl_comm_pp(t->comm);
     q->m = t->cfg.accumulate > 1 ? (int)t->cfg.accumulate : 1;
     q->sched = t->cfg.pipeline_schedule;
-    q->slots = q->sched == KL_PIPE_GPIPE ? q->m : (q->P - q->stage < q->m ? q->P - q->stage : q->m);
-    if (pass_pipeline_count(t->train->g) != q->P) {
-        kl_error("%s: the training plan has %d stages, but pipeline_parallel = %d", t->model,
-                 pass_pipeline_count(t->train->g), q->P);
+    q->v = q->sched == KL_PIPE_INTERLEAVED ? KL_PIPE_VIRTUAL : 1;
+    q->S = q->P * q->v;
+    q->vs = -1;
+    if (pass_pipeline_count(t->train->g) != q->S) {
+        kl_error("%s: the training plan has %d stages, but pipeline_parallel = %d makes %d", t->model,
+                 pass_pipeline_count(t->train->g), q->P, q->S);
         return -1;
     }
     analyse(t, q);
-    /* A collective's result may still be on the communication thread at
-     * its step's place: none crosses (buckets are one stage's). */
-    for (int i = 0; i < q->xfers.n; i++)
+    /* Each chunk's slots: the most micro-batches between its forward and
+     * its backward in this rank's order. */
+    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));
+    int n = train_pipe_schedule(q->sched, q->P, q->m, q->stage, false, ops), in[KL_PIPE_VIRTUAL] = {0};
+    for (int i = 0; i < n; i++) {
+        pipe_chunk *c = &q->ch[ops[i].chunk];
+        in[ops[i].chunk] += ops[i].kind == SPAN_F ? 1 : -1;
+        c->slots = in[ops[i].chunk] > c->slots ? in[ops[i].chunk] : c->slots;
+    }
+    free(ops);
+    /* A value one of this rank's stages sends to another of its stages in
+     * forward or backward would wait in the arena between their passes,
+     * where other passes reuse its memory (in the update, which runs the
+     * rank's stages in the plan's order, it stays). */
+    for (int i = 0; i < q->xfers.n; i++) {
+        const pipe_xfer *x = &q->xfers.v[i];
+        if (x->from % q->P == x->to % q->P && t->train->plan->steps.v[x->step].phase != IR_PHASE_UPDATE) {
+            int val = t->train->plan->buffers.v[x->buf].value;
+            kl_error("%s: pipeline_schedule = interleaved: %s crosses from stage %d to stage %d, both on rank %d: "
+                     "not built (only neighbouring stages may exchange activations and gradients)\n"
+                     "---> use pipeline_schedule = 1f1b", t->model, val >= 0 ? ir_val(t->train->g, val)->name : "a buffer",
+                     x->from, x->to, x->from % q->P);
+            return -1;
+        }
+    }
+    /* A collective's result crosses at its step's place (tensor
+     * parallel's all_reduce of a stage's last layer, or of the input
+     * gradient of its first): complete there, as collectives run in
+     * program order with stages (train.c: no overlap). */
+    for (int i = 0; i < q->xfers.n && t->train->overlap; i++)
         if (t->train->plan->steps.v[q->xfers.v[i].step].kind == KL_STEP_COLLECTIVE) {
             kl_error("%s: pipeline_parallel = %d: a collective's result (step %d) crosses to another stage", t->model,
                      q->P, q->xfers.v[i].step);
             return -1;
         }
-    q->slot_mem = kl_xmalloc((size_t)(q->stash_bytes * q->slots) + 1);
+    for (int c = 0; c < q->v; c++)
+        q->ch[c].slot_mem = kl_xmalloc((size_t)(q->ch[c].stash_bytes * q->ch[c].slots) + 1);
+    const ir_graph *g = t->train->g;
+    const kl_plan *p = t->train->plan;
+    for (int i = 0; i < g->decls.n && q->v > 1; i++) {
+        int v = g->decls.v[i];
+        if (ir_val(g, v)->kind != IR_VAL_INPUT || p->value_buf[v] < 0)
+            continue;
+        int b = plan_real_buffer(p, p->value_buf[v]);
+        kl_vec_push(q->in_bufs, b);
+        q->in_bytes += p->buffers.v[b].bytes;
+    }
+    q->in_mem = kl_xmalloc((size_t)(q->in_bytes * q->m) + 1);
     if (q->sched == KL_PIPE_ZERO_BUBBLE)
         analyse_zb(t, q);
     return 0;
@@ -581,7 +578,7 @@ static void span(train_pipe *q, int kind, int mb, int buf, double t0, double t1)
 {
     if (!q->record)
         return;
-    pipe_span x = {t0, t1, kind, mb, buf};
+    pipe_span x = {t0, t1, kind, mb, buf, q->vs >= 0 ? q->vs : q->stage};
     kl_vec_push(q->spans, x);
 }
 
@@ -600,9 +597,15 @@ static void w_copies(train_pipe *q, kl_exec *e, int i, bool save)
     }
 }
 
+/* Whether stage s is the running pass's (an F or B pass), or one of this
+ * rank's (the update, q->vs -1). */
+static bool mine(const train_pipe *q, int s) { return q->vs >= 0 ? s == q->vs : s % q->P == q->stage; }
+
 /* At step i's place: this stage sends what it wrote there and receives
- * what another stage wrote there; in a B pass it copies what its W step
- * i reads, in a W pass it puts back what the next backward step reads. */
+ * what another stage wrote there (from its rank, stage mod P; between
+ * two stages of this rank, in the update, the value stays where it is);
+ * in a B pass it copies what its W step i reads, in a W pass it puts
+ * back what the next backward step reads. */
 static void at_step(void *ctx, int i)
 {
     trainer *t = ctx;
@@ -621,12 +624,15 @@ static void at_step(void *ctx, int i)
         const char *what = e->plan->buffers.v[x->buf].value >= 0 ? ir_val(e->g, e->plan->buffers.v[x->buf].value)->name
                                                                   : "a scratch buffer";
         double t0 = kl_now();
-        if (x->from == q->stage) {
-            kl_comm_send(q->c, e->ptrs[x->buf], bytes, x->to, k, what);
+        bool from = mine(q, x->from), to = mine(q, x->to);
+        if (from && to)
+            continue;
+        if (from) {
+            kl_comm_send(q->c, e->ptrs[x->buf], bytes, x->to % q->P, k, what);
             q->sent_bytes += (int64_t)bytes;
             span(q, SPAN_SEND, q->cur, x->buf, t0, kl_now());
-        } else if (x->to == q->stage) {
-            kl_comm_recv(q->c, e->ptrs[x->buf], bytes, x->from, k, what);
+        } else if (to) {
+            kl_comm_recv(q->c, e->ptrs[x->buf], bytes, x->from % q->P, k, what);
             q->recv_bytes += (int64_t)bytes;
             double t1 = kl_now();
             q->recv_wait += t1 - t0;
@@ -649,9 +655,10 @@ static void copy_buffers(kl_exec *e, const int *bufs, int n, char *at, bool save
     }
 }
 
-static void stash(train_pipe *q, kl_exec *e, int k, bool save)
+static void stash(train_pipe *q, kl_exec *e, int c, int k, bool save)
 {
-    copy_buffers(e, q->stash.v, q->stash.n, q->slot_mem + (size_t)(k % q->slots) * (size_t)q->stash_bytes, save);
+    pipe_chunk *h = &q->ch[c];
+    copy_buffers(e, h->stash.v, h->stash.n, h->slot_mem + (size_t)(k % h->slots) * (size_t)h->stash_bytes, save);
 }
 
 /* The buffers the update reads from B: saved after each B pass (the
@@ -665,9 +672,9 @@ static void update_copies(train_pipe *q, kl_exec *e, bool save)
 static void read_results(trainer *t, train_loop *lp, int ph, double *sums)
 {
     train_pipe *q = t->pipe;
-    if (q->loss_stage == q->stage && q->loss_phase == ph)
+    if (q->loss_stage == q->vs && q->loss_phase == ph)
         sums[0] += kl_exec_scalar(t->train, t->train->g->loss);
-    if (lp->metric_count && q->report_stage == q->stage && q->report_phase == ph)
+    if (lp->metric_count && q->report_stage == q->vs && q->report_phase == ph)
         sums[1] += kl_exec_scalar(t->train, t->train->g->reports.v[0].value);
 }
 
@@ -682,37 +689,48 @@ static void pass_done(train_pipe *q, int kind, int k, double t0, double wait0)
     span(q, kind, k, -1, t0, t1);
 }
 
-static int forward(trainer *t, train_loop *lp, int k, double *sums)
+/* The forward of micro-batch k on chunk c. The first chunk's feeds the
+ * micro-batch (every stage reads the loader alike); interleaved, the
+ * inputs wait in the micro-batch's input slot for the later chunks'. */
+static int forward(trainer *t, train_loop *lp, int c, int k, double *sums)
 {
     train_pipe *q = t->pipe;
-    double w0 = kl_now();
-    const kl_batch *b = kl_loader_next(lp->loader);
-    if (t->trace)
-        kl_trace_event(t->trace, "next batch", "data", KL_TRACE_DATA, w0, kl_now());
-    if (!b)
-        return -1;
-    train_feed(t->train, &t->tb, b);
-    kl_loader_release(lp->loader, b);
+    char *in_slot = q->in_mem + (size_t)k * (size_t)q->in_bytes;
+    if (c == 0) {
+        double w0 = kl_now();
+        const kl_batch *b = kl_loader_next(lp->loader);
+        if (t->trace)
+            kl_trace_event(t->trace, "next batch", "data", KL_TRACE_DATA, w0, kl_now());
+        if (!b)
+            return -1;
+        train_feed(t->train, &t->tb, b);
+        kl_loader_release(lp->loader, b);
+        if (q->v > 1)
+            copy_buffers(t->train, q->in_bufs.v, q->in_bufs.n, in_slot, true);
+    } else {
+        copy_buffers(t->train, q->in_bufs.v, q->in_bufs.n, in_slot, false);
+    }
     double t0 = kl_now(), wait0 = q->recv_wait;
     lp->args.step = lp->step * q->m + k;
-    q->mode = PASS_FB, q->cur = k;
-    kl_exec_filter f = {q->run, at_step, t};
+    q->mode = PASS_FB, q->cur = k, q->vs = c * q->P + q->stage;
+    kl_exec_filter f = {q->ch[c].run, at_step, t};
     kl_exec_run_filtered(t->train, 1u << IR_PHASE_FORWARD, &lp->args, &f);
     read_results(t, lp, IR_PHASE_FORWARD, sums);
-    stash(q, t->train, k, true);
+    stash(q, t->train, c, k, true);
     pass_done(q, SPAN_F, k, t0, wait0);
     return 0;
 }
 
-/* The backward of micro-batch k: whole, or (zero_bubble) its B pass. */
-static void backward(trainer *t, train_loop *lp, int k, double *sums)
+/* The backward of micro-batch k on chunk c: whole, or (zero_bubble) its
+ * B pass. */
+static void backward(trainer *t, train_loop *lp, int c, int k, double *sums)
 {
     train_pipe *q = t->pipe;
     double t0 = kl_now(), wait0 = q->recv_wait;
-    stash(q, t->train, k, false);
+    stash(q, t->train, c, k, false);
     lp->args.step = lp->step * q->m + k;
-    q->mode = PASS_FB, q->cur = k;
-    kl_exec_filter f = {q->is_w ? q->run_b : q->run, at_step, t};
+    q->mode = PASS_FB, q->cur = k, q->vs = c * q->P + q->stage;
+    kl_exec_filter f = {q->is_w ? q->run_b : q->ch[c].run, at_step, t};
     kl_exec_run_filtered(t->train, 1u << IR_PHASE_BACKWARD, &lp->args, &f);
     read_results(t, lp, IR_PHASE_BACKWARD, sums);
     if (q->is_w)
@@ -726,7 +744,7 @@ static void weights(trainer *t, train_loop *lp, int k)
     train_pipe *q = t->pipe;
     double t0 = kl_now(), wait0 = q->recv_wait;
     lp->args.step = lp->step * q->m + k;
-    q->mode = PASS_W, q->cur = k;
+    q->mode = PASS_W, q->cur = k, q->vs = q->stage;
     if (q->first_bw >= 0)
         w_copies(q, t->train, q->first_bw, false);
     kl_exec_filter f = {q->run_w, at_step, t};
@@ -746,28 +764,56 @@ static void sync_persistent(trainer *t)
         const pipe_xfer *x = &q->syncs.v[i];
         size_t bytes = (size_t)e->plan->buffers.v[x->buf].bytes;
         const char *what = ir_val(e->g, e->plan->buffers.v[x->buf].value)->name;
-        int tag = q->xfers.n + i;
-        if (x->from == q->stage)
-            kl_comm_send(q->c, e->ptrs[x->buf], bytes, x->to, tag, what);
-        else if (x->to == q->stage)
-            kl_comm_recv(q->c, e->ptrs[x->buf], bytes, x->from, tag, what);
+        int tag = q->xfers.n + i, from = x->from % q->P, to = x->to % q->P;
+        if (from == to)
+            continue;
+        if (from == q->stage)
+            kl_comm_send(q->c, e->ptrs[x->buf], bytes, to, tag, what);
+        else if (to == q->stage)
+            kl_comm_recv(q->c, e->ptrs[x->buf], bytes, from, tag, what);
     }
+}
+
+/* --force-overflow N:S, a test hook: before step N's update, stage S
+ * makes one of its own gradients inf (an fp16 overflow on that stage
+ * alone), which the check of every stage's gradients must see. */
+static void poison_gradient(trainer *t)
+{
+    kl_exec *e = t->train;
+    const ir_graph *g = e->g;
+    for (int i = 0; i < g->grads.n; i++) {
+        const ir_value *pv = ir_val(g, g->grads.v[i].param);
+        if (ir_attr_int(&pv->attrs, "_stage", 0) % t->pipe->P != t->pipe->stage)
+            continue;
+        /* The update reads the accumulator when there is one. */
+        char *name = kl_xasprintf("%s.grad_acc", pv->name);
+        int v = ir_find_value(g, name);
+        free(name);
+        if (v < 0)
+            v = g->grads.v[i].grad;
+        int b = e->plan->value_buf[v];
+        if (b < 0)
+            continue;
+        kl_store_as(ir_val(g, v)->type.dtype, e->ptrs[plan_real_buffer(e->plan, b)], 0, 1.0 / 0.0);
+        return;
+    }
+    kl_panic("--force-overflow: stage %d has no gradient to poison", t->pipe->stage);
 }
 
 int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
 {
     train_pipe *q = t->pipe;
-    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m));
-    int n = schedule(q->sched, q->P, q->m, q->stage, q->nw > 0, ops);
+    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));
+    int n = train_pipe_schedule(q->sched, q->P, q->m, q->stage, q->nw > 0, ops);
     q->step_t0 = kl_now();
     q->step_busy = 0;
     for (int i = 0; i < n; i++) {
-        if (ops[i].kind == SPAN_F && forward(t, lp, ops[i].mb, sums)) {
+        if (ops[i].kind == SPAN_F && forward(t, lp, ops[i].chunk, ops[i].mb, sums)) {
             free(ops);
             return -1;
         }
         if (ops[i].kind == SPAN_B || ops[i].kind == SPAN_BW)
-            backward(t, lp, ops[i].mb, sums);
+            backward(t, lp, ops[i].chunk, ops[i].mb, sums);
         if (ops[i].kind == SPAN_W)
             weights(t, lp, ops[i].mb);
     }
@@ -775,7 +821,9 @@ int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
     double span_end = kl_now() - q->step_t0;
     if (q->is_w)
         update_copies(q, t->train, false);
-    q->mode = PASS_FB;
+    q->mode = PASS_FB, q->vs = -1;
+    if (t->opt.force_overflow == lp->step + 1 && t->opt.force_overflow_stage == q->stage)
+        poison_gradient(t);
     kl_exec_filter fl = {q->run, at_step, t};
     kl_exec_run_filtered(t->train, 1u << IR_PHASE_UPDATE, &lp->args, &fl);
     sync_persistent(t);
@@ -793,9 +841,22 @@ int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
             q->sum_wait = q->recv_wait;
         }
     }
-    /* The last stage's loss, the preemption flag of any stage: on every
-     * stage (the first prints). */
-    kl_comm_all_reduce(q->c, sums, 3, IR_F64, KL_REDUCE_SUM, "the loss and metric sums of the stages");
+    /* The last stage's loss, the preemption flag of any stage and (fp16)
+     * the check of every stage's gradients, from the stage that made it:
+     * on every stage (the first prints; each adjusts its loss scale from
+     * the check, so the scales and skipped steps agree everywhere). */
+    double all[4] = {sums[0], sums[1], sums[2], 0};
+    if (q->finite_stage >= 0 && q->finite_stage % q->P == q->stage)
+        all[3] = kl_exec_scalar(t->train, t->finite_value);
+    kl_comm_all_reduce(q->c, all, q->finite_stage >= 0 ? 4 : 3, IR_F64, KL_REDUCE_SUM,
+                       "the loss and metric sums of the stages");
+    memcpy(sums, all, 3 * sizeof *sums);
+    if (q->finite_stage >= 0 && q->finite_stage % q->P != q->stage) {
+        const ir_value *v = ir_val(t->train->g, t->finite_value);
+        unsigned char one[8];
+        kl_store_as(v->type.dtype, one, 0, all[3]);
+        kl_exec_write(t->train, t->finite_value, one, (size_t)ir_dtype_size(v->type.dtype));
+    }
     kl_comm_send_wait(q->c);
     return 0;
 }
@@ -826,230 +887,11 @@ void train_pipeline_settle(trainer *t)
         if (owner < 0)
             continue;
         bool even = kb->bytes % 4 == 0;
-        kl_comm_broadcast(q->c, e->ptrs[b], kb->bytes / (even ? 4 : 2), even ? IR_F32 : IR_BF16, owner,
+        kl_comm_broadcast(q->c, e->ptrs[b], kb->bytes / (even ? 4 : 2), even ? IR_F32 : IR_BF16, owner % q->P,
                           ir_val(e->g, kb->value)->name);
     }
 }
 
-void train_pipeline_observe(trainer *t)
-{
-    train_pipe *q = t->pipe;
-    if (!q)
-        return;
-    /* Spans are kept when rank 0 writes a trace. */
-    int mine = t->trace != NULL, *all = kl_xmalloc(sizeof mine * (size_t)q->P);
-    kl_comm_gather_startup(q->c, &mine, sizeof mine, all, "whether the stages trace");
-    for (int s = 0; s < q->P; s++)
-        q->record |= all[s] != 0;
-    free(all);
-    if (!q->record)
-        return;
-    /* Each stage's clock against stage 0's (hosts have their own): 8
-     * round trips, stage 0's midpoint less the stage's reading, from the
-     * quickest trip (off by at most half of it). */
-    int tag = q->xfers.n + q->syncs.n + 3;
-    q->offsets = kl_xcalloc((size_t)q->P, sizeof *q->offsets);
-    for (int s = 1; s < q->P; s++) {
-        double best = -1;
-        for (int k = 0; k < 8; k++) {
-            double t0 = kl_now(), there = 0;
-            if (q->stage == 0) {
-                kl_comm_send(q->c, &t0, sizeof t0, s, tag, "a clock reading");
-                kl_comm_recv(q->c, &there, sizeof there, s, tag + 1, "a stage's clock reading");
-                double t1 = kl_now();
-                if (best < 0 || t1 - t0 < best)
-                    best = t1 - t0, q->offsets[s] = (t0 + t1) / 2 - there;
-            } else if (q->stage == s) {
-                kl_comm_recv(q->c, &there, sizeof there, 0, tag, "stage 0's clock reading");
-                double now = kl_now();
-                kl_comm_send(q->c, &now, sizeof now, 0, tag + 1, "a clock reading");
-            }
-        }
-    }
-    kl_comm_send_wait(q->c);
-}
-
-/* The schedule's bubble fraction in theory: (P-1)/(m+P-1) for gpipe
- * and 1f1b; ZB-H1's with forward, input gradient and weight gradient
- * taking equal times, (P-1)/(3m+P-1). */
-static double theory(const train_pipe *q)
-{
-    if (q->sched == KL_PIPE_ZERO_BUBBLE)
-        return (double)(q->P - 1) / (3.0 * q->m + q->P - 1);
-    return (double)(q->P - 1) / (double)(q->m + q->P - 1);
-}
-
-static const char *span_name(int kind)
-{
-    static const char *names[] = {"forward", "input gradient", "weight gradient", "backward", "send", "recv"};
-    return names[kind];
-}
-
-
-void train_pipeline_finish(trainer *t)
-{
-    train_pipe *q = t->pipe;
-    if (!q || !(q->record || t->opt.profile))
-        return;
-    double mine[ST_N] = {q->sum_busy, q->sum_span, (double)q->measured, q->recv_wait - q->sum_wait};
-    for (int k = 0; k < 4; k++)
-        mine[ST_KIND + k] = q->sum_kind[k], mine[ST_COUNT + k] = (double)q->n_kind[k];
-    mine[ST_RSS] = (double)kl_host_rss_peak();
-    mine[ST_OWN] = (double)q->own_bytes;
-    mine[ST_A] = (double)q->stash_bytes;
-    mine[ST_SLOTS] = q->slots;
-    mine[ST_WSLOTS] = (double)(q->wbytes * q->wslots);
-    q->all_stats = kl_xmalloc(sizeof mine * (size_t)q->P);
-    kl_comm_gather_startup(q->c, mine, sizeof mine, q->all_stats, "the stages' pass times");
-    if (!q->record)
-        return;
-    /* The spans, to stage 0, which writes them on one track per stage. */
-    kl_exec *e = t->train;
-    int tag = q->xfers.n + q->syncs.n + 1;
-    if (q->stage) {
-        int64_t n = q->spans.n;
-        kl_comm_send(q->c, &n, sizeof n, 0, tag, "the number of the stage's spans");
-        if (n)
-            kl_comm_send(q->c, q->spans.v, sizeof *q->spans.v * (size_t)n, 0, tag + 1, "the stage's spans");
-        kl_comm_send_wait(q->c);
-        return;
-    }
-    for (int s = 0; s < q->P; s++) {
-        pipe_span *v = q->spans.v;
-        int64_t n = q->spans.n;
-        if (s) {
-            kl_comm_recv(q->c, &n, sizeof n, s, tag, "the number of a stage's spans");
-            v = kl_xmalloc(sizeof *v * (size_t)n + 1);
-            if (n)
-                kl_comm_recv(q->c, v, sizeof *v * (size_t)n, s, tag + 1, "a stage's spans");
-        }
-        char name[160];
-        snprintf(name, sizeof name, "pipeline stage %d", s);
-        kl_trace_track(t->trace, KL_TRACE_STAGE0 + s, name);
-        for (int64_t i = 0; i < n; i++) {
-            const pipe_span *x = &v[i];
-            if (x->buf >= 0) {
-                int val = e->plan->buffers.v[x->buf].value;
-                snprintf(name, sizeof name, "%s %s (micro-batch %d)", span_name(x->kind),
-                         val >= 0 ? ir_val(e->g, val)->name : "a scratch buffer", x->mb);
-            } else {
-                snprintf(name, sizeof name, "%s %d", span_name(x->kind), x->mb);
-            }
-            kl_trace_event(t->trace, name, x->buf >= 0 ? "transfer" : span_name(x->kind), KL_TRACE_STAGE0 + s,
-                           x->t0 + q->offsets[s], x->t1 + q->offsets[s]);
-        }
-        if (s)
-            free(v);
-    }
-}
-
-static void print_bubble(const train_pipe *q, const double *a, int replicas)
-{
-    printf("\npipeline bubble (%s, P = %d, m = %d%s; each stage's time not in its passes or waiting in receives, over "
-           "the span from the step's start to the last stage's last pass; %.0f steps after the first):\n",
-           kl_pipe_schedule_name(q->sched), q->P, q->m, replicas > 1 ? ", rank 0's data-parallel replica" : "",
-           a[ST_STEPS]);
-    double mean = 0, span = a[ST_SPAN] / a[ST_STEPS];
-    for (int s = 0; s < q->P; s++) {
-        const double *x = a + (size_t)s * ST_N;
-        double bubble = 1 - x[ST_BUSY] / x[ST_SPAN];
-        mean += bubble / q->P;
-        printf("  stage %d: bubble %5.1f%%, busy %.2f ms a step, waiting in receives %.2f ms a step;", s, 100 * bubble,
-               1e3 * x[ST_BUSY] / x[ST_STEPS], 1e3 * x[ST_WAIT] / x[ST_STEPS]);
-        for (int k = 0; k < 4; k++)
-            if (x[ST_COUNT + k] > 0)
-                printf(" %s %.3f ms", span_name(k), 1e3 * x[ST_KIND + k] / x[ST_COUNT + k]);
-        printf("\n");
-    }
-    printf("  measured %.1f%% (mean of the stages) against the theoretical %.1f%% (%s) and %.1f%% (the schedule "
-           "with these pass times, transfers free); span %.2f ms a step\n",
-           100 * mean, 100 * theory(q),
-           q->sched == KL_PIPE_ZERO_BUBBLE ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
-                                           : "(P-1)/(m+P-1)",
-           100 * simulated_bubble(q, a), 1e3 * span);
-}
-
-void train_pipeline_print_profile(const trainer *t)
-{
-    const train_pipe *q = t->pipe;
-    if (!q || !q->all_stats)
-        return;
-    const double *a = q->all_stats;
-    if (a[ST_STEPS] < 1)
-        printf("\npipeline: one step: its bubble is not measured (the first step warms up)\n");
-    else
-        print_bubble(q, a, t->world);
-    /* Memory: the schedule's part (the saved-activation slots) against
-     * gpipe's, and the peak resident set, which also holds what every
-     * rank allocates whatever its stage. */
-    char ar[32], ps[32];
-    kl_format_bytes(ar, sizeof ar, t->train->plan->arena_bytes);
-    kl_format_bytes(ps, sizeof ps, q->persist_bytes);
-    printf("pipeline memory (%s; every rank allocates the whole plan's arena, %s, and every stage's params and state, "
-           "%s):\n",
-           kl_pipe_schedule_name(q->sched), ar, ps);
-    for (int s = 0; s < q->P; s++) {
-        const double *x = a + (size_t)s * ST_N;
-        char rss[32], one[32], sl[32], gp[32], own[32], f[32];
-        kl_format_bytes(rss, sizeof rss, (int64_t)x[ST_RSS]);
-        kl_format_bytes(one, sizeof one, (int64_t)x[ST_A]);
-        kl_format_bytes(sl, sizeof sl, (int64_t)(x[ST_A] * x[ST_SLOTS]));
-        kl_format_bytes(gp, sizeof gp, (int64_t)x[ST_A] * q->m);
-        kl_format_bytes(own, sizeof own, (int64_t)x[ST_OWN]);
-        kl_format_bytes(f, sizeof f, (int64_t)(x[ST_OWN] + x[ST_A] * x[ST_SLOTS] + x[ST_WSLOTS]));
-        printf("  stage %d: peak resident %s; saved activations %.0f x %s = %s (gpipe's %d x = %s: %.3f of it); its "
-               "params and state %s;",
-               s, rss, x[ST_SLOTS], one, sl, q->m, gp, x[ST_SLOTS] / q->m, own);
-        if (q->is_w) {
-            char w[32];
-            kl_format_bytes(w, sizeof w, (int64_t)x[ST_WSLOTS]);
-            printf(" weight-gradient inputs %s;", w);
-        }
-        printf(" formula %s\n", f);
-    }
-}
-
-void train_pipeline_print_start(const trainer *t)
-{
-    train_pipe *q = t->pipe;
-    if (!q)
-        return;
-    int64_t mine[8] = {q->stash_bytes, q->slots, (int64_t)q->stash.n, q->wbytes, q->wslots, q->ubytes, q->nb_steps, q->nw},
-            *all = kl_xmalloc(sizeof mine * (size_t)q->P);
-    kl_comm_gather_startup(q->c, mine, sizeof mine, all, "the stages' saved activations");
-    if (t->opt.quiet) {
-        free(all);
-        return;
-    }
-    int n[3] = {0, 0, 0};
-    for (int i = 0; i < q->xfers.n; i++) {
-        ir_phase ph = t->train->plan->steps.v[q->xfers.v[i].step].phase;
-        n[ph == IR_PHASE_FORWARD ? 0 : ph == IR_PHASE_BACKWARD ? 1 : 2]++;
-    }
-    printf("pipeline: %d stages (rank = stage), schedule %s, %d micro-batch%s; transfers: %d forward and %d backward "
-           "per micro-batch, %d in the update and %d after it\n",
-           q->P, kl_pipe_schedule_name(q->sched), q->m, q->m == 1 ? "" : "es", n[0], n[1], n[2], q->syncs.n);
-    for (int s = 0; s < q->P; s++) {
-        char a[32], b[32];
-        const int64_t *x = all + 8 * s;
-        kl_format_bytes(a, sizeof a, x[0]);
-        kl_format_bytes(b, sizeof b, x[0] * x[1]);
-        printf("pipeline: stage %d: saved activations %s per micro-batch (%lld buffers) x %lld in flight = %s\n", s, a,
-               (long long)x[2], (long long)x[1], b);
-        if (q->is_w) {
-            char c[32];
-            kl_format_bytes(a, sizeof a, x[3]);
-            kl_format_bytes(b, sizeof b, x[3] * x[4]);
-            kl_format_bytes(c, sizeof c, x[5]);
-            printf("pipeline: stage %d: zero_bubble: %lld input-gradient and %lld weight-gradient steps; weight "
-                   "gradients of at most %lld micro-batch%s wait; their inputs %s per micro-batch x %lld = %s; the "
-                   "update's from the input gradients %s\n",
-                   s, (long long)x[6], (long long)x[7], (long long)x[4] - 1, x[4] == 2 ? "" : "es", a, (long long)x[4],
-                   b, c);
-        }
-    }
-    free(all);
-}
 
 void train_pipeline_free(trainer *t)
 {
@@ -1061,8 +903,14 @@ void train_pipeline_free(trainer *t)
     free(q->at);
     kl_vec_free(q->xfers);
     kl_vec_free(q->syncs);
-    kl_vec_free(q->stash);
-    free(q->slot_mem);
+    for (int c = 0; c < q->v; c++) {
+        if (q->v > 1)
+            free(q->ch[c].run);
+        kl_vec_free(q->ch[c].stash);
+        free(q->ch[c].slot_mem);
+    }
+    kl_vec_free(q->in_bufs);
+    free(q->in_mem);
     free(q->is_w);
     free(q->run_b);
     free(q->run_w);

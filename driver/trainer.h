@@ -29,6 +29,7 @@ typedef struct train_options {
     int threads;
     const char *device, *metrics, *save, *save_init, *resume;
     int64_t force_overflow; /* a test hook: poison this step's loss scale */
+    int force_overflow_stage; /* or (pipelines, >= 0) this stage's gradients */
     /* Checkpoints (train_ckpt.c): every save_every steps to SAVE.step-N,
      * the newest keep of them kept (0: all). */
     int64_t save_every, keep;

@@ -322,6 +322,10 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
                    "(the world is stages x tensor-parallel x data-parallel ranks)", P, T, cx->ranks);
         return -1;
     }
+    /* The ranks' stages; interleaved: KL_PIPE_VIRTUAL of them per rank,
+     * which is what the cut makes (P below: the stages). */
+    int ranks_P = P;
+    P = kl_pipe_stage_count(P, sched);
     stage_view s = {0};
     view_build(g, &s);
     int *stage = kl_xcalloc((size_t)s.n + 1, sizeof *stage);
@@ -347,10 +351,16 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
             free(chosen);
         }
         if (most < P) {
-            pass_error(g, (kl_loc){0, 0}, "pipeline_parallel = %d, but model %s can be cut into at most %d stage%s with a "
+            char want[160];
+            if (P != ranks_P)
+                snprintf(want, sizeof want, "pipeline_parallel = %d with pipeline_schedule = interleaved (%d virtual "
+                         "stages per rank: %d stages)", ranks_P, KL_PIPE_VIRTUAL, P);
+            else
+                snprintf(want, sizeof want, "pipeline_parallel = %d", P);
+            pass_error(g, (kl_loc){0, 0}, "%s, but model %s can be cut into at most %d stage%s with a "
                        "layer (GEMM, convolution or attention) each where the fewest values (%d) cross (lower "
                        "pipeline_parallel, or mark the stages with stage = k on calls)",
-                       P, g->name, most, most == 1 ? "" : "s", fewest);
+                       want, g->name, most, most == 1 ? "" : "s", fewest);
             rc = -1;
         } else {
             int *chosen = kl_xcalloc((size_t)P, sizeof *chosen);
@@ -500,8 +510,13 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
     kl_buf b = {0};
     kl_buf_printf(&b, "# pipeline: %d stages, schedule %s, %lld micro-batch%s (accumulate)", P,
                   kl_pipe_schedule_name(cfg.pipeline_schedule), (long long)m, m == 1 ? "" : "es");
+    /* interleaved: P stages on P / KL_PIPE_VIRTUAL ranks. */
+    int rP = cfg.pipeline_parallel > 1 ? cfg.pipeline_parallel : 1;
+    if (rP != P)
+        kl_buf_printf(&b, "; %d virtual stages per rank (stage k on rank k mod %d)", P / rP, rP);
     if (ranks > 1)
-        kl_buf_printf(&b, "; world %d = %d stages x %d tensor-parallel x %d data-parallel", ranks, P, T, ranks / (P * T));
+        kl_buf_printf(&b, "; world %d = %d %s x %d tensor-parallel x %d data-parallel", ranks, rP,
+                      rP != P ? "pipeline ranks" : "stages", T, ranks / (rP * T));
     kl_buf_puts(&b, "\n");
     double top = 0;
     for (int t = 0; t < P; t++) {
@@ -594,16 +609,25 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
             kl_format_bytes(ac, sizeof ac, saved[t]);
             kl_format_bytes(gp, sizeof gp, saved[t] * m);
             kl_format_bytes(fb, sizeof fb, saved[t] * inflight);
-            kl_buf_printf(&b, "# pipeline: memory stage %d: params and state %s; saved activations %s per micro-batch: "
-                          "gpipe %lld x = %s, 1f1b %lld x = %s\n", t, ps, ac, (long long)m, gp, (long long)inflight, fb);
+            if (rP != P)
+                kl_buf_printf(&b, "# pipeline: memory stage %d: params and state %s; saved activations %s per micro-batch: "
+                              "gpipe %lld x = %s (interleaved: the run's start-up lines give its slots)\n", t, ps, ac,
+                              (long long)m, gp);
+            else
+                kl_buf_printf(&b, "# pipeline: memory stage %d: params and state %s; saved activations %s per micro-batch: "
+                              "gpipe %lld x = %s, 1f1b %lld x = %s\n", t, ps, ac, (long long)m, gp, (long long)inflight, fb);
         }
         free(saved);
         free(state);
     }
     free(pstage);
-    double bubble = (double)(P - 1) / (double)(m + P - 1);
-    kl_buf_printf(&b, "# pipeline: balance: the largest stage %.3f x the mean; bubble of gpipe and 1f1b (P-1)/(m+P-1) = %.3f\n",
-                  total > 0 ? top * P / total : 1.0, bubble);
+    if (rP != P)
+        kl_buf_printf(&b, "# pipeline: balance: the largest stage %.3f x the mean; bubble of interleaved (P-1)/(vm+P-1) = "
+                      "%.3f (v = %d)\n", total > 0 ? top * P / total : 1.0,
+                      (double)(rP - 1) / (double)(P / rP * m + rP - 1), P / rP);
+    else
+        kl_buf_printf(&b, "# pipeline: balance: the largest stage %.3f x the mean; bubble of gpipe and 1f1b (P-1)/(m+P-1) = "
+                      "%.3f\n", total > 0 ? top * P / total : 1.0, (double)(P - 1) / (double)(m + P - 1));
     kl_buf_printf(&b, "# pipeline: forward FLOPs %.0f, of them matmul and conv2d %.0f\n", total,
                   gemm);
     if (shared.s)

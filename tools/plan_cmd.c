@@ -178,10 +178,6 @@ static kl_compiled *compile_layout(const opts *o, const kl_layout *L, char **why
  * NULL (driver/train_pipeline.c, not_built and train_pipeline_check). */
 static const char *not_built(const kl_layout *L, const kl_cluster *c, bool sync_bn)
 {
-    if (L->P > 1 && L->T > 1)
-        return "pipeline_parallel with tensor_parallel is not built";
-    if (L->P > 1 && !strcmp(L->precision, "fp16"))
-        return "pipeline_parallel with precision = fp16 is not built";
     if (L->P > 1 && L->D > 1 && strcmp(L->shard, "dp"))
         return "pipeline_parallel with shard = zero* on data-parallel stages is not built";
     if (L->P > 1 && L->D > 1 && sync_bn)

@@ -670,7 +670,7 @@ static kl_comm *split(kl_comm *c, int color, const char *what)
     /* The world's index of each of the group's ranks, for the watchdog's
      * errors. */
     g->world_rank = kl_xmalloc((size_t)g->world * sizeof *g->world_rank);
-    int me = c->rank;
+    int me = c->world_rank ? c->world_rank[c->rank] : c->rank;
     kl_comm_gather_startup(g, &me, sizeof me, g->world_rank, "the group's ranks");
     snprintf(g->desc, sizeof g->desc, "%s %d of %d", what, g->rank, g->world);
     return g;
@@ -696,11 +696,20 @@ kl_comm *kl_comm_split_pp(kl_comm *c, int pp)
     kl_check(pp >= 1 && c->world % pp == 0);
     if (!c->mpi || pp == 1)
         return c;
-    /* Rank r is stage r mod P of data-parallel replica r / P. */
+    /* Rank r of c is stage r mod P of data-parallel replica r / P. c
+     * may be the data-parallel group of a tensor-parallel split (the
+     * ranks of one tensor-parallel index): its tensor-parallel group
+     * moves to the new data-parallel group, which closes it. */
     kl_comm *dp = split(c, c->rank % pp, "data-parallel rank");
     dp->pp = split(c, c->rank / pp, "stage");
     dp->parent = c;
-    snprintf(dp->desc, sizeof dp->desc, "%.96s, %d stages, data-parallel groups of %d", c->desc, pp, dp->world);
+    dp->tp = c->tp;
+    c->tp = NULL;
+    if (dp->tp)
+        snprintf(dp->desc, sizeof dp->desc, "%.96s, %d stages, tensor-parallel groups of %d, data-parallel groups of %d",
+                 c->parent->desc, pp, dp->tp->world, dp->world);
+    else
+        snprintf(dp->desc, sizeof dp->desc, "%.96s, %d stages, data-parallel groups of %d", c->desc, pp, dp->world);
     return dp;
 }
 
@@ -740,7 +749,12 @@ void kl_comm_send_wait(kl_comm *c)
     }
     c->sends.n = c->sent.n = 0;
 }
-kl_comm *kl_comm_whole(kl_comm *c) { return c->parent ? c->parent : c; }
+kl_comm *kl_comm_whole(kl_comm *c)
+{
+    while (c->parent)
+        c = c->parent;
+    return c;
+}
 
 void kl_comm_abort(kl_comm *c, int code)
 {

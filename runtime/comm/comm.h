@@ -97,12 +97,14 @@ void kl_comm_broadcast(kl_comm *c, void *buf, int64_t count, ir_dtype dt, int ro
  * tensor-parallel group (kl_comm_tp); c itself when tp is 1 or c a world
  * of one. tp must divide c's world. */
 kl_comm *kl_comm_split_tp(kl_comm *c, int tp);
-/* Pipeline parallelism: c's ranks as P stages (rank r is stage r mod P
- * of data-parallel replica r / P; tensor parallelism is not combined
- * with it yet). Returns this rank's data-parallel group (the ranks of its
- * stage), which holds c (closed with it) and this rank's pipeline group
- * (kl_comm_pp: one rank per stage, ranked by stage); c itself when P is 1
- * or c a world of one. P must divide c's world. */
+/* Pipeline parallelism: c's ranks as P stages (rank r of c is stage r
+ * mod P of data-parallel replica r / P). Returns this rank's
+ * data-parallel group (the ranks of its stage), which holds c (closed
+ * with it), this rank's pipeline group (kl_comm_pp: one rank per stage,
+ * ranked by stage) and c's tensor-parallel group when c is the
+ * data-parallel group of kl_comm_split_tp (tensor parallel innermost: a
+ * world rank w is tensor-parallel rank w mod T of stage (w / T) mod P);
+ * c itself when P is 1 or c a world of one. P must divide c's world. */
 kl_comm *kl_comm_split_pp(kl_comm *c, int pp);
 kl_comm *kl_comm_pp(kl_comm *c);
 /* Point-to-point transfers between a group's ranks: send copies bytes
@@ -113,7 +115,8 @@ kl_comm *kl_comm_pp(kl_comm *c);
 void kl_comm_send(kl_comm *c, const void *buf, size_t bytes, int dest, int tag, const char *what);
 void kl_comm_recv(kl_comm *c, void *buf, size_t bytes, int src, int tag, const char *what);
 void kl_comm_send_wait(kl_comm *c);
-/* The world a data-parallel group was split from; c itself otherwise. */
+/* The world a data-parallel group was split from (through every split);
+ * c itself otherwise. */
 kl_comm *kl_comm_whole(kl_comm *c);
 /* The tensor-parallel group of a data-parallel group, or NULL. */
 kl_comm *kl_comm_tp(kl_comm *c);

@@ -126,11 +126,14 @@ refused)
     "$kiln" ir examples/mlp.kl --set pipeline_schedule=pipedream
   expect_error zero "--set pipeline_parallel: error: pipeline_parallel must be an integer of at least 1" \
     "$kiln" ir examples/mlp.kl --set pipeline_parallel=0
-  # A schedule this build does not run is refused before any step:
-  # never the whole model on each rank.
+  # interleaved cuts 2 stages per rank: 4 for P = 2, more than the mlp has.
+  expect_error interleaved_cuts "error: pipeline_parallel = 2 with pipeline_schedule = interleaved (2 virtual stages per rank: 4 stages), but model mlp can be cut into at most 3 stages" \
+    "$kiln" ir examples/mlp.kl --after pipeline --set pipeline_parallel=2 --set pipeline_schedule=interleaved
+  # What a schedule cannot run is refused before any step: interleaved's
+  # micro-batches go in groups of P.
   "$kiln" build examples/mlp.kl -o "$tmp/mlp" > /dev/null 2>&1 || { bad "kiln build examples/mlp.kl"; exit 1; }
-  expect_error --not '^step' train "pipeline_parallel = 2 (schedule interleaved): pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)" \
-    "$tmp/mlp" --data synthetic --steps 1 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
+  expect_error --not '^step' train "pipeline_schedule = interleaved needs the micro-batches (accumulate = 3) to be a multiple of pipeline_parallel = 2" \
+    "$tmp/mlp" --data synthetic --steps 1 --accumulate 3 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
   ;;
 *) echo "unknown case $case_"; exit 2 ;;
 esac

@@ -6,8 +6,8 @@
 # fp32 within 1e-5; the stages run the same kernels on the same
 # micro-batches in the same order, so the runs agree to the bit).
 #
-#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | cnn | gpt | gpt3 | dp | resume | kill |
-#                                     zero_bubble | zero_bubble_gpt | observe | train_refused
+#   pipeline_train.sh KILN CASE   CASE: gpipe_mlp | 1f1b_mlp | cnn | gpt | gpt3 | dp | resume | fp16 | tp |
+#                                     interleaved | kill | zero_bubble | zero_bubble_gpt | observe | train_refused
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -69,9 +69,20 @@ cnn)
   pipe 2 c2 "$tmp/fashion_cnn" "${mb[@]}" --set pipeline_schedule=gpipe
   same ref c2
   echo "ok: cnn, gpipe, 2 stages: the losses and final values of one rank"
-  pipe 4 c4 "$tmp/fashion_cnn" "${mb[@]}" --set pipeline_schedule=1f1b
+  # With --profile (the same values): each stage's peak memory beside
+  # the formula, its params and state plus 1f1b's P - s slots of saved
+  # activations, (P - s) / m of gpipe's m.
+  "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${loud[@]}" --metrics "$tmp/c4.json" --save "$tmp/c4.ckpt" "${mb[@]}" \
+    --set pipeline_schedule=1f1b --set pipeline_parallel=4 --profile > "$tmp/c4.txt"
   same ref c4
   echo "ok: cnn, 1f1b, 4 stages: the losses and final values of one rank"
+  grep -A4 "^pipeline memory (1f1b; " "$tmp/c4.txt" > "$tmp/c4.mem"
+  for s in 0 1 2 3; do
+    f=$(awk -v s=$s 'BEGIN { printf "%.3f", (4 - s) / 4 }')
+    grep -q "^  stage $s: peak resident .*; saved activations $((4 - s)) x .* (gpipe's 4 x = .*: $f of it); its params and state .*; formula " "$tmp/c4.mem" ||
+      { echo "FAIL: stage $s: no memory line with $((4 - s)) slots ($f of gpipe's)"; cat "$tmp/c4.mem"; exit 1; }
+  done
+  cat "$tmp/c4.mem"
   ;;
 gpt)
   # examples/gpt.kl at a tiny size (tests/gpt/tiny.sh: width 32, context
@@ -174,6 +185,164 @@ resume)
     compare losses "$tmp/full.json" "$tmp/$m.json" 1e-5 || { echo "FAIL: resumed $m differs from the uninterrupted run"; exit 1; }
   done
   echo "ok: saved at 4 stages, resumed at 2 and at 1: the uninterrupted run's losses"
+  ;;
+fp16)
+  # precision = fp16 across the stages (dynamic loss scaling): the check
+  # for inf/NaN sums every stage's squared gradients (transfers in the
+  # update, to the stage that checks), its verdict reaches every stage, so
+  # an overflow anywhere skips the step on every stage and each stage
+  # backs off its scale alike: the same skipped steps and loss scales as
+  # one rank with the same global batch. The stages run one rank's
+  # kernels on its micro-batches in its order, so the values agree (near
+  # fp16: 2 u sqrt(20) = 4.37e-3, tests/ranks/helpers.bash, the bound a
+  # change of the fp32 sums' order would need; measured: see the lines).
+  build mlp
+  scales() {  # the loss scale of every step, A's against B's
+    python3 - "$tmp/$1.json" "$tmp/$2.json" <<'PY' || { echo "FAIL: the loss scales of $1 and $2 differ"; exit 1; }
+import json, sys
+a, b = ([(r["step"], r["loss_scale"], r["skipped"]) for r in map(json.loads, open(f)) if r.get("type") == "train"] for f in sys.argv[1:])
+assert a == b, f"(step, scale, skipped): {a} against {b}"
+print(f"ok: {len(a)} steps' loss scales agree; last step {a[-1][0]}: scale {a[-1][1]}, skipped {a[-1][2]}")
+PY
+  }
+  # A scale that overflows at first (1e6: f16's largest is 65504), and
+  # grows every 4 clean steps.
+  ls="loss_scale=dynamic(scale=1e6, interval=4)"
+  mb=(--batch 16 --accumulate 4 --precision fp16 --set "$ls")
+  one ref "$tmp/mlp" "${mb[@]}"
+  pipe 2 f2 "$tmp/mlp" "${mb[@]}"
+  near fp16 ref f2
+  scales ref f2
+  skipped=$(grep '"type": "train"' "$tmp/f2.json" | tail -1 | sed 's/.*"skipped": \([0-9]*\).*/\1/')
+  [ "$skipped" -gt 0 ] || { echo "FAIL: the fp16 case skipped no step, so it tests nothing"; exit 1; }
+  echo "ok: fp16, 1f1b, 2 stages: one rank's losses, its $skipped skipped steps and loss scales"
+  # With clip, the updates read min(check, clip's scale) from the
+  # checking stage, not the check itself: the stages learn the check from
+  # the step's end alone.
+  one refc "$tmp/mlp" "${mb[@]}" --set clip=1
+  pipe 3 z3 "$tmp/mlp" "${mb[@]}" --set clip=1 --set pipeline_schedule=zero_bubble
+  near fp16 refc z3
+  scales refc z3
+  echo "ok: fp16 with clip, zero_bubble, 3 stages: one rank's losses, skipped steps and loss scales"
+  # An overflow on one stage alone (--force-overflow N:S makes one of
+  # stage S's own gradients inf before step N's update): every stage
+  # skips step N and halves its scale, as one rank does when its step N
+  # overflows (--force-overflow N poisons its loss scale).
+  mb=(--batch 16 --accumulate 4 --precision fp16 --set "loss_scale=dynamic(scale=1024, interval=1000)")
+  one over "$tmp/mlp" "${mb[@]}" --force-overflow 5
+  for s in 0 2; do
+    pipe 3 over$s "$tmp/mlp" "${mb[@]}" --force-overflow 5:$s
+    near fp16 over over$s
+    scales over over$s
+  done
+  grep '"step": 5,' "$tmp/over0.json" | grep -q '"loss_scale": 512, "skipped": 1' ||
+    { echo "FAIL: step 5 was not skipped with the scale halved"; grep '"step": 5,' "$tmp/over0.json"; exit 1; }
+  echo "ok: fp16: an overflow on stage 0 alone, or on stage 2 alone, skips step 5 on every stage (one rank's values)"
+  # The control: without the overflow the run differs (the step counts).
+  one clean "$tmp/mlp" "${mb[@]}"
+  differ over clean
+  echo "ok: the control (no overflow) differs"
+  ;;
+tp)
+  # Pipeline x tensor parallel (tests/ranks/tp_mlp.kl: a column/row pair
+  # split over T ranks): rank r is tensor-parallel rank r mod T of stage
+  # (r / T) mod P of data-parallel replica r / (T P) (tensor parallel
+  # innermost, as Megatron). Each stage's T ranks split its layers (their
+  # all_reduces over the stage's tensor-parallel group), each tp index has
+  # its own pipeline of P stages (an activation crosses between ranks of
+  # equal tp index, and so does the column split's input gradient, an
+  # all_reduce's result); the checkpoint gathers the stages, then the
+  # slices: one rank's values with the same global batch.
+  "$kiln" build tests/ranks/tp_mlp.kl -o "$tmp/tp"
+  one ref "$tmp/tp" --batch 16 --accumulate 4
+  # pipe_tp NP NAME ARGS...: 2 stages x 2 tensor-parallel (x NP / 4 data-parallel).
+  pipe_tp() { local np=$1 n=$2; shift 2; ranks "$np" "$n" "$tmp/tp" "$@" --tensor-parallel 2 --set pipeline_parallel=2; }
+  pipe_tp 4 pt --batch 16 --accumulate 4
+  same ref pt
+  echo "ok: 2 stages x 2 tensor-parallel, 1f1b: the losses and final values of one rank"
+  pipe_tp 4 ptz --batch 16 --accumulate 4 --set pipeline_schedule=zero_bubble
+  same ref ptz
+  echo "ok: 2 stages x 2 tensor-parallel, zero_bubble: one rank's values"
+  # 3D: 2 stages x 2 tensor-parallel x 2 data-parallel on 8 ranks (2
+  # cores: 6 steps), against one rank's first 6 steps.
+  # The same run's start-up lines: the layout, each rank's stage,
+  # tensor-parallel group and data-parallel group, in Megatron's order.
+  loud=(--data synthetic:600 --steps 6 --eval-every 0 --log-every 1)
+  common=("${loud[@]}" --quiet)
+  one ref6 "$tmp/tp" --batch 16 --accumulate 2
+  "${mpi[@]}" -np 8 "$tmp/tp" "${loud[@]}" --metrics "$tmp/p3d.json" --save "$tmp/p3d.ckpt" --batch 8 \
+    --accumulate 2 --tensor-parallel 2 --set pipeline_parallel=2 > "$tmp/start.txt"
+  same ref6 p3d
+  echo "ok: 2 stages x 2 tensor-parallel x 2 data-parallel: one rank's values"
+  grep -q "^ranks: world 8 (mpirun (Open MPI)), 2 stages, tensor-parallel groups of 2, data-parallel groups of 2" \
+    "$tmp/start.txt" &&
+    grep -q "^layout: world 8 = 2 stages x 2 tensor-parallel x 2 data-parallel" "$tmp/start.txt" ||
+    { echo "FAIL: the start-up lines do not name the 3D layout"; grep -E "^(ranks|layout)" "$tmp/start.txt"; exit 1; }
+  python3 - "$tmp/start.txt" <<'PY' || exit 1
+import re, sys
+T, P, D = 2, 2, 2
+rows = [re.match(r"layout: rank (\d+): stage (\d+), tensor-parallel rank (\d+) of ranks (\d+)\.\.(\d+), "
+                 r"data-parallel rank (\d+) of ranks (.*)$", l) for l in open(sys.argv[1]) if l.startswith("layout: rank ")]
+assert len(rows) == 8 and all(rows), f"{len(rows)} rank lines"
+for m in rows:
+    r, s, t, lo, hi, d = map(int, m.groups()[:6])
+    dp = [int(x) for x in m.group(7).split(",")]
+    # Megatron's order, from each rank's own stage, tp and dp ranks.
+    assert r == t + T * (s + P * d), f"rank {r}: stage {s} tp {t} dp {d}"
+    assert (lo, hi) == (r - t, r - t + T - 1) and r in dp and len(dp) == D, m.group(0)
+print("ok: the 8 ranks' stages and groups are tp + T (stage + P replica)")
+PY
+  grep "^layout: rank 5" "$tmp/start.txt"
+  # fp16 in 3D from a scale that overflows: whether a step overflows
+  # depends on each rank's micro-batch (8 rows), so the reference takes
+  # the 2 replicas' 2 micro-batches as 4 of 8 rows (as ranks.precision).
+  ls="loss_scale=dynamic(scale=1e6, interval=4)"
+  one f8 "$tmp/tp" --batch 8 --accumulate 4 --precision fp16 --set "$ls"
+  pipe_tp 8 f3d --batch 8 --accumulate 2 --precision fp16 --set "$ls"
+  near fp16 f8 f3d
+  grep '"type": "train"' "$tmp/f3d.json" | tail -1 | grep -q '"skipped": [1-9]' ||
+    { echo "FAIL: the 3D fp16 run skipped no step, so it tests nothing"; exit 1; }
+  echo "ok: fp16, 2 stages x 2 tensor-parallel x 2 data-parallel: one rank's losses and skipped steps"
+  ;;
+interleaved)
+  # Megatron's interleaved 1F1B: 2 stages per rank (stage k on rank k mod
+  # P), each rank's chunks taking the micro-batches in groups of P; every
+  # stage runs its micro-batches in order, so the gradients sum as one
+  # rank's. The CNN (batch norm's statistics settled from their stages)
+  # at P = 2 (4 stages), and the tiny GPT (tied embedding: stage 0's
+  # embedding to stage 3 and its head gradient back, rank 1 to rank 0;
+  # clip: stage 2's squared norms to stage 0 stay on rank 0).
+  build fashion_cnn
+  mb=(--batch 4 --accumulate 4)
+  one ref "$tmp/fashion_cnn" "${mb[@]}"
+  "${mpi[@]}" -np 2 "$tmp/fashion_cnn" "${loud[@]}" --metrics "$tmp/c2.json" --save "$tmp/c2.ckpt" "${mb[@]}" \
+    --set pipeline_parallel=2 --set pipeline_schedule=interleaved > "$tmp/start.txt"
+  same ref c2
+  echo "ok: cnn, interleaved, 2 ranks x 2 stages: the losses and final values of one rank"
+  grep -q "^pipeline: 4 stages on 2 ranks (stage k on rank k mod 2), schedule interleaved, 4 micro-batches" "$tmp/start.txt" &&
+    grep -q "^pipeline: stage 3 (rank 1): saved activations .* x [0-9]* in flight" "$tmp/start.txt" ||
+    { echo "FAIL: the start-up lines do not name 4 stages on 2 ranks"; grep "^pipeline" "$tmp/start.txt"; exit 1; }
+  grep "^pipeline" "$tmp/start.txt"
+  # m = P: every forward first (Megatron's all-warm-up case).
+  one ref2 "$tmp/fashion_cnn" --batch 4 --accumulate 2
+  pipe 2 c2m2 "$tmp/fashion_cnn" --batch 4 --accumulate 2 --set pipeline_schedule=interleaved
+  same ref2 c2m2
+  echo "ok: cnn, interleaved, m = P = 2: one rank's values"
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  cd "$tmp/m"
+  common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
+  mb=(--batch 2 --accumulate 4)
+  one gref "$tmp/gpt" "${mb[@]}"
+  pipe 2 gi "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=interleaved
+  same gref gi
+  echo "ok: gpt, interleaved, 2 ranks x 2 stages: the losses and final values of one rank"
+  # With data parallel, 2 x 2: each stage's 2 ranks sum its gradients
+  # (in another order than one rank: the losses within 1e-5).
+  ranks 4 gid "$tmp/gpt" --batch 1 --accumulate 4 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
+  compare losses "$tmp/gref.json" "$tmp/gid.json" 1e-5 || { echo "FAIL: the losses of gref and gid differ"; exit 1; }
+  echo "ok: gpt, interleaved, 2 x 2 stages x 2 data-parallel: one rank's losses"
   ;;
 kill)
   # A stage killed mid-run ends the job with an error within 30 s, never
@@ -334,12 +503,11 @@ train_refused)
     grep -qF -- "$want" "$tmp/err.txt" || { echo "FAIL: $*: the error does not say '$want'"; cat "$tmp/err.txt"; exit 1; }
     echo "ok: refused: $want"
   }
-  refuse "pipeline_schedule = interleaved (virtual stages per rank) is not built (gpipe, 1f1b and zero_bubble are)" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
+  refuse "pipeline_schedule = interleaved needs the micro-batches (accumulate = 1) to be a multiple of pipeline_parallel = 2" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
   refuse "pipeline_parallel = 2 does not divide the world of 1 rank" 1 --set pipeline_parallel=2
   refuse "pipeline_parallel = 2 does not divide the world of 3 ranks" 3 --batch 8 --set pipeline_parallel=2
   refuse "pipeline_parallel = 2 with shard = zero1 on 2 data-parallel ranks is not built" 4 --batch 8 --set pipeline_parallel=2 --shard zero1
-  refuse "pipeline_parallel with tensor_parallel is not built" 4 --batch 8 --set pipeline_parallel=2 --tensor-parallel 2
-  refuse "pipeline_parallel with precision = fp16" 2 --set pipeline_parallel=2 --precision fp16
+  refuse "--force-overflow 3:2 poisons a stage's gradients: it needs precision = fp16 and a stage below pipeline_parallel = 2" 2 --set pipeline_parallel=2 --precision fp16 --force-overflow 3:2
   ;;
 *)
   echo "unknown case $case_"; exit 2 ;;
