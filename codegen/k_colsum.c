@@ -158,7 +158,13 @@ typedef struct one_pass {
 /* At (row r, column col): every value of the elementwise part that
  * escapes it, stored as the body's nest stores it; then the terms, read
  * back from the buffers just written (so a low-precision buffer's
- * rounding is in the sum, as in the body). */
+ * rounding is in the sum, as in the body). An f16 value is summed as
+ * the value just stored, rounded to f16 (the bits the read-back
+ * widens, without reading the buffer back): the C printer then
+ * computes nothing for a value that is one of its f16 loads (relu's
+ * gradient of dy: a select of dy, widened with F16C in a staged row,
+ * where the read-back was a software widening an element), and the
+ * buffer, no longer read in the loop, can be a staged row. */
 static void one_pass_element(cg_builder *b, int r, int col, void *arg, kir_expr **out)
 {
     const one_pass *o = arg;
@@ -172,9 +178,14 @@ static void one_pass_element(cg_builder *b, int r, int col, void *arg, kir_expr 
             if (cg_value_escapes(part, n->out.v[k]))
                 cg_store_at(b, n->out.v[k], cg_value_at(b, n->out.v[k]));
     }
-    for (int i = 0; i < o->nsum; i++)
+    for (int i = 0; i < o->nsum; i++) {
+        if (ir_val(part->g, o->sums[i])->type.dtype == IR_F16 && cg_computed_inside(part, o->sums[i])) {
+            out[i] = kir_un(K, KU_ROUND_F16, cg_value_at(b, o->sums[i]));
+            continue;
+        }
         out[i] = kir_load(K, cg_buf(b, o->sums[i]),
                           kir_iadd(K, kir_imul(K, kir_varref(K, r), o->cols), kir_varref(K, col)));
+    }
 }
 
 /* The body's form: the elementwise part's nest (every element, stored
