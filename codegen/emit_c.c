@@ -192,6 +192,71 @@ static void print_chunked(printer *p, const kir_stmt *s, int collapse, const sta
     kl_buf_puts(p->e.b, "}\n");
 }
 
+/* Lanes of a sum whose order is free (kir_stmt.free_order). */
+#define FREE_LANES 64
+
+/* Leaf RED loop s with one sum whose order is free (only tested for
+ * finiteness: the fp16 loss scale's check of the gradients), in
+ * FREE_LANES independent partial sums: blocks of FREE_LANES elements,
+ * each element added to its lane's sum (several vector registers, each
+ * its own chain of adds), then the lanes and the tail into the
+ * accumulator. One accumulator waits an add's latency per vector (the
+ * check of the fp16 MLP's 235,000 gradients was a chain of 29,000 adds). */
+static bool print_free_order(printer *p, const kir_stmt *s)
+{
+    const kir_kernel *k = p->e.k;
+    if (!s->free_order || s->naccs != 1 || s->accs[0].op != KA_SUM || s->extent < 4 * FREE_LANES || has_halves(k) ||
+        k->var_types[s->accs[0].var] != KT_F32 || !kir_c_is_leaf_loop(s))
+        return false;
+    const char *v = k->var_names[s->var], *acc = k->var_names[s->accs[0].var];
+    long long n = (long long)s->extent, m = n / FREE_LANES * FREE_LANES;
+    ind(p);
+    kl_buf_puts(p->e.b, "{\n");
+    p->e.indent++;
+    ind(p);
+    kl_buf_printf(p->e.b, "float kl_lane[%d] __attribute__((aligned(64))) = {0.0f};\n", FREE_LANES);
+    ind(p);
+    kl_buf_printf(p->e.b, "for (int64_t kl_b = 0; kl_b < %lldLL; kl_b += %dLL) {\n", m, FREE_LANES);
+    p->e.indent++;
+    ind(p);
+    kl_buf_puts(p->e.b, "#pragma omp simd\n");
+    ind(p);
+    kl_buf_printf(p->e.b, "for (int64_t %s = kl_b; %s < kl_b + %dLL; %s++) {\n", v, v, FREE_LANES, v);
+    p->e.indent++;
+    const char **rename = kl_xcalloc((size_t)k->nvars + 1, sizeof *rename);
+    const char **saved = p->e.rename;
+    if (saved)
+        memcpy(rename, saved, sizeof *rename * (size_t)k->nvars);
+    char *lane = kl_xasprintf("kl_lane[%s - kl_b]", v);
+    rename[s->accs[0].var] = lane;
+    p->e.rename = rename;
+    print_stmts(p, s->body, 0, 0);
+    p->e.rename = saved;
+    free(lane);
+    free(rename);
+    p->e.indent--;
+    ind(p);
+    kl_buf_puts(p->e.b, "}\n");
+    p->e.indent--;
+    ind(p);
+    kl_buf_puts(p->e.b, "}\n");
+    ind(p);
+    kl_buf_printf(p->e.b, "for (int64_t kl_j = 0; kl_j < %dLL; kl_j++) %s += kl_lane[kl_j];\n", FREE_LANES, acc);
+    if (m < n) {
+        ind(p);
+        kl_buf_printf(p->e.b, "for (int64_t %s = %lldLL; %s < %lldLL; %s++) {\n", v, m, v, n, v);
+        p->e.indent++;
+        print_stmts(p, s->body, 0, 0);
+        p->e.indent--;
+        ind(p);
+        kl_buf_puts(p->e.b, "}\n");
+    }
+    p->e.indent--;
+    ind(p);
+    kl_buf_puts(p->e.b, "}\n");
+    return true;
+}
+
 /* collapse > 0: this loop opens an OpenMP nest of that many loops; skip > 0:
  * this loop is inside such a nest and takes no pragma. */
 static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
@@ -204,6 +269,8 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
                       kir_print_acc_init(&kir_target_c, s->accs[a].op, t));
     }
     bool leaf = kir_c_is_leaf_loop(s);
+    if (leaf && collapse == 0 && skip == 0 && print_free_order(p, s))
+        return;
     staging st, plane;
     /* Rows of planes around a serial loop over a leaf loop (plan_plane);
      * the leaf, printed inside, reads and writes them. */
@@ -213,6 +280,24 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     if (planes) {
         kir_c_print_staging_begin(p, plane_leaf, &plane);
         p->pl = &plane;
+    }
+    /* Rows of the leaf inside that every iteration reads alike, widened
+     * once before this loop (plan_hoist); not inside an OpenMP nest,
+     * where nothing may come between the loops. */
+    hoisting *hoist = NULL;
+    const hoisting *outer_hoist = p->hoist;
+    if (!leaf && !planes && !p->pl && skip == 0 && collapse <= 1) {
+        hoist = kl_xmalloc(sizeof *hoist);
+        if (kir_c_plan_hoist(p, s, hoist)) {
+            ind(p);
+            kl_buf_puts(p->e.b, "{\n");
+            p->e.indent++;
+            kir_c_print_hoist(p, s, hoist);
+            p->hoist = hoist;
+        } else {
+            free(hoist);
+            hoist = NULL;
+        }
     }
     bool in_plane = leaf && p->pl && p->pl->var == s->var;
     /* A leaf loop with f16 rows that OpenMP shares out, or too long for
@@ -225,6 +310,8 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
     }
     bool staged = !in_plane && !chunk && collapse == 0 && skip == 0 && leaf && kir_c_plan_staging(p, s, false, false, &st) &&
                   kir_c_drop_unread_rows(p, s, &st);
+    if (staged)
+        kir_c_use_hoisted(p, s, &st);
     if (leaf && !in_plane && collapse == 0 && skip == 0)
         kir_c_print_prefetch(p, s, p->around);
     if (staged)
@@ -283,6 +370,13 @@ static void print_loop(printer *p, const kir_stmt *s, int collapse, int skip)
         p->pl = NULL;
         kir_c_print_staging_end(p, plane_leaf, &plane);
     }
+    if (hoist) {
+        p->hoist = outer_hoist;
+        free(hoist);
+        p->e.indent--;
+        ind(p);
+        kl_buf_puts(p->e.b, "}\n");
+    }
 }
 
 static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip);
@@ -326,7 +420,7 @@ static void print_stmt(printer *p, const kir_stmt *s, int collapse, int skip)
             ind(p);
             const char *v = k->var_names[s->var];
             if (s->accop == KA_SUM) {
-                kl_buf_printf(p->e.b, "%s += ", v);
+                kl_buf_printf(p->e.b, "%s += ", kir_print_var(&p->e, s->var));
                 kir_print_expr(&p->e, s->a);
             } else {
                 /* acc = (x > acc || x != x) ? x : acc: a select, which

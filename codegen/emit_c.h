@@ -67,7 +67,20 @@ typedef struct staging {
     int nloads;
     bool strided;                       /* rows of strided planes (plan_strided) */
     bool bf16;                          /* bf16 rows too (planes: plan_plane) */
+    bool hoisted[STAGE_ROWS];           /* a load row widened before the loop around (plan_hoist) */
 } staging;
+
+/* Loop-invariant rows (kir_c_plan_hoist): the f16 load rows of the leaf
+ * loop inside a loop that are the same row in every iteration of that
+ * loop, widened once before it; the leaf's staging reads them by name. */
+typedef struct hoisting {
+    int n;
+    int buf[STAGE_ROWS];
+    const kir_expr *index[STAGE_ROWS];
+    char name[STAGE_ROWS][24];
+    staging st;                         /* the leaf's rows, for printing the hoisted ones' starts */
+    const kir_stmt *leaf;
+} hoisting;
 
 typedef struct printer {
     kir_printer e;       /* the shared expression printer: kernel, output, indent */
@@ -76,6 +89,7 @@ typedef struct printer {
     const staging *st;   /* the rows staged around the leaf loop being printed */
     const staging *pl;   /* rows staged around a leaf loop's outer loop (plan_plane) */
     const kir_stmt *around; /* the innermost loop whose body is being printed */
+    const hoisting *hoist;  /* rows widened before the loop being printed (plan_hoist), or NULL */
     /* Prints statement list s (emit_c.c's print_stmts): the staged-row
      * planner's trial print of a body, to see which rows it reads. */
     void (*print_body)(const struct printer *p, const kir_stmt *s);
@@ -101,6 +115,14 @@ bool kir_c_plan_plane(const printer *p, const kir_stmt *s, staging *st, const ki
 /* Strided planes: the runs of elements the 16-bit loads of the leaf under
  * serial loop s read, staged once around s (*leaf_out: that leaf). */
 bool kir_c_plan_strided(const printer *p, const kir_stmt *s, staging *st, const kir_stmt **leaf_out);
+/* Loop-invariant rows: the load rows of the leaf loop of loop s whose
+ * index s does not change, widened once before s (false: none). */
+bool kir_c_plan_hoist(const printer *p, const kir_stmt *s, hoisting *h);
+/* Prints the hoisted rows' arrays and their widening. */
+void kir_c_print_hoist(printer *p, const kir_stmt *s, const hoisting *h);
+/* Marks the rows of st, staged around leaf loop `loop`, that p's hoisted
+ * rows stand for (read by name, neither declared nor widened there). */
+void kir_c_use_hoisted(const printer *p, const kir_stmt *loop, staging *st);
 /* Leaves out the load rows that printing leaf loop s does not read;
  * false when no row is left. */
 bool kir_c_drop_unread_rows(const printer *p, const kir_stmt *s, staging *st);

@@ -522,6 +522,69 @@ bool kir_c_plan_strided(const printer *p, const kir_stmt *s, staging *st, const 
     return true;
 }
 
+static void print_start(printer *p, const kir_stmt *loop, const staging *st, int buf, const kir_expr *index,
+                        int64_t delta, const kir_stmt *next);
+
+/* Loop-invariant rows: when loop s's body is lets that load nothing and
+ * one leaf loop that the printer stages row by row (not chunked), the
+ * leaf's f16 load rows whose index does not read s's variable (through
+ * the lets of both loops) are the same row in every iteration of s: they
+ * are widened once before s rather than once an iteration (add + relu's
+ * bias row, the same for each of a batch's rows: 128 widenings of it a
+ * call). Rows of buffers the kernel writes, or that share memory with
+ * another, are left alone, so the row is the buffer's for the whole
+ * kernel. */
+bool kir_c_plan_hoist(const printer *p, const kir_stmt *s, hoisting *h)
+{
+    const kir_kernel *k = p->e.k;
+    const kir_stmt *leaf = plane_leaf(s);
+    memset(h, 0, sizeof *h);
+    if (!leaf || leaf->extent > STAGE_FLOATS || s->extent < 2 || !kir_c_plan_staging(p, leaf, false, false, &h->st) ||
+        !kir_c_drop_unread_rows(p, leaf, &h->st))
+        return false;
+    h->leaf = leaf;
+    for (int r = 0; r < h->st.nrows; r++) {
+        int buf = h->st.buf[r];
+        if (h->st.store[r] || k->bufs[buf].written || k->bufs[buf].aliased || k->bufs[buf].dtype != IR_F16 ||
+            reads_var(s, leaf, h->st.index[r], s->var))
+            continue;
+        h->buf[h->n] = buf;
+        h->index[h->n] = h->st.index[r];
+        snprintf(h->name[h->n], sizeof h->name[h->n], "kl_hrow%d", h->n);
+        h->n++;
+    }
+    h->st.outer = s;
+    return h->n > 0;
+}
+
+void kir_c_print_hoist(printer *p, const kir_stmt *s, const hoisting *h)
+{
+    (void)s;
+    for (int i = 0; i < h->n; i++) {
+        ind(p);
+        kl_buf_printf(p->e.b, "float %s[%lld] __attribute__((aligned(64)));\n", h->name[i], (long long)h->leaf->extent);
+    }
+    for (int i = 0; i < h->n; i++) {
+        ind(p);
+        kl_buf_printf(p->e.b, "kl_f16_widen_row(%s, ", h->name[i]);
+        print_start(p, h->leaf, &h->st, h->buf[i], h->index[i], 0, NULL);
+        kl_buf_printf(p->e.b, ", %lldLL);\n", (long long)h->leaf->extent);
+    }
+}
+
+void kir_c_use_hoisted(const printer *p, const kir_stmt *loop, staging *st)
+{
+    const hoisting *h = p->hoist;
+    if (!h || h->leaf != loop || st->chunked || st->outer || st->strided || st->extent != h->leaf->extent)
+        return;
+    for (int r = 0; r < st->nrows; r++)
+        for (int i = 0; i < h->n && !st->store[r]; i++)
+            if (st->buf[r] == h->buf[i] && same_expr(st->index[r], h->index[i])) {
+                st->hoisted[r] = true;
+                snprintf(st->name[r], sizeof st->name[r], "%s", h->name[i]);
+            }
+}
+
 /* Prints the loads of st as its rows' elements (st NULL: as loads). */
 void kir_c_use_staging(printer *p, const staging *st)
 {
@@ -740,14 +803,14 @@ void kir_c_print_staging_begin(printer *p, const kir_stmt *loop, const staging *
     kl_buf_puts(p->e.b, "{\n");
     p->e.indent++;
     for (int r = 0; r < st->nrows; r++) {
-        if (st->twin[r])
+        if (st->twin[r] || st->hoisted[r])
             continue;
         ind(p);
         kl_buf_printf(p->e.b, "float %s[%lld] __attribute__((aligned(64)));\n", st->name[r],
                       (long long)(st->len[r] ? st->len[r] : st->extent));
     }
     for (int r = 0; r < st->nrows; r++) {
-        if (st->store[r])
+        if (st->store[r] || st->hoisted[r])
             continue;
         ind(p);
         kl_buf_printf(p->e.b, "kl_%s_widen_row(%s, ", p->e.k->bufs[st->buf[r]].dtype == IR_BF16 ? "bf16" : "f16",

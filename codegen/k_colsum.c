@@ -155,10 +155,30 @@ typedef struct one_pass {
     int64_t cols;
 } one_pass;
 
+/* Whether value v of the part is relu's gradient of an f16 dy the part
+ * loads: at each element dy or 0, one of its f16 loads, which the C
+ * printer rounds to f16 with nothing to convert (codegen/print_expr.c
+ * exact16). */
+static bool f16_select_of_load(const cg_group *part, int v)
+{
+    const ir_value *val = ir_val(part->g, v);
+    if (val->type.dtype != IR_F16 || !cg_computed_inside(part, v))
+        return false;
+    const ir_node *n = ir_nd(part->g, val->def);
+    return n->op == IR_OP_RELU_GRAD && ir_val(part->g, n->in.v[0])->type.dtype == IR_F16 &&
+           !cg_computed_inside(part, n->in.v[0]);
+}
+
 /* At (row r, column col): every value of the elementwise part that
  * escapes it, stored as the body's nest stores it; then the terms, read
  * back from the buffers just written (so a low-precision buffer's
- * rounding is in the sum, as in the body). */
+ * rounding is in the sum, as in the body). Relu's gradient of an f16 dy
+ * is summed as the value just stored, rounded to f16 (the bits the
+ * read-back widens, without reading the buffer back): the C printer
+ * sums dy or 0 from dy's staged F16C row, where the read-back was a
+ * software widening an element. Other f16 values keep the read-back: a
+ * computed value (GELU's gradient) would be rounded twice, in the store
+ * and in the sum. */
 static void one_pass_element(cg_builder *b, int r, int col, void *arg, kir_expr **out)
 {
     const one_pass *o = arg;
@@ -172,9 +192,14 @@ static void one_pass_element(cg_builder *b, int r, int col, void *arg, kir_expr 
             if (cg_value_escapes(part, n->out.v[k]))
                 cg_store_at(b, n->out.v[k], cg_value_at(b, n->out.v[k]));
     }
-    for (int i = 0; i < o->nsum; i++)
+    for (int i = 0; i < o->nsum; i++) {
+        if (f16_select_of_load(part, o->sums[i])) {
+            out[i] = kir_un(K, KU_ROUND_F16, cg_value_at(b, o->sums[i]));
+            continue;
+        }
         out[i] = kir_load(K, cg_buf(b, o->sums[i]),
                           kir_iadd(K, kir_imul(K, kir_varref(K, r), o->cols), kir_varref(K, col)));
+    }
 }
 
 /* The body's form: the elementwise part's nest (every element, stored

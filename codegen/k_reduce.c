@@ -8,6 +8,33 @@
 
 enum { KEPT = CG_KEPT, REDUCED = CG_REDUCED };
 
+/* Whether value v is only tested for finiteness: not reported nor an
+ * output, and each use an isfinite or an add whose result is only tested
+ * so (the fp16 loss scale's check of the gradients' sums of squares
+ * without clipping: passes/optimizer.c update_scale). */
+static bool only_tested_finite(const ir_graph *g, int v, int depth)
+{
+    if (depth > 64)
+        return false;
+    for (int i = 0; i < g->reports.n; i++)
+        if (g->reports.v[i].value == v)
+            return false;
+    for (int i = 0; i < g->outputs.n; i++)
+        if (g->outputs.v[i].value == v)
+            return false;
+    const ir_value *val = ir_val(g, v);
+    if (!val->uses.n)
+        return false;
+    for (int u = 0; u < val->uses.n; u++) {
+        const ir_node *n = ir_nd(g, val->uses.v[u].node);
+        if (n->op == IR_OP_ADD && n->out.n == 1 && only_tested_finite(g, n->out.v[0], depth + 1))
+            continue;
+        if (n->op != IR_OP_ISFINITE)
+            return false;
+    }
+    return true;
+}
+
 /* sum, mean, max over axes and sum_to: kept dims PAR, reduced dims RED. */
 static void build_axes_reduce(cg_builder *b, const ir_node *n)
 {
@@ -33,6 +60,12 @@ static void build_axes_reduce(cg_builder *b, const ir_node *n)
     int acc;
     int outer = cg_open_class(b, KEPT, KL_PAR, NULL, 0, NULL);
     int inner = cg_open_class(b, REDUCED, KL_RED, &op, 1, &acc);
+    /* A whole sum tested only for finiteness: any order of its terms
+     * tells inf and NaN alike (apart from a total within rounding of
+     * FLT_MAX), so the C printer may sum in independent lanes, where one
+     * accumulator waits on each add. */
+    if (n->op == IR_OP_SUM && inner == 1 && outer == 0 && only_tested_finite(g, y, 0))
+        kir_loop_free_order(b->k);
     if (!inner) {
         /* Nothing to reduce (all reduced dims are 1): a copy. */
         acc = kir_let(b->k, kir_const_f(b->k, 0), "acc");
@@ -284,6 +317,8 @@ static void build_full_sums(cg_builder *b)
         kir_acc_op op = KA_SUM;
         int acc;
         int inner = cg_open_class(b, REDUCED, KL_RED, &op, 1, &acc);
+        if (inner == 1 && only_tested_finite(grp->g, n->out.v[0], 0))
+            kir_loop_free_order(b->k);
         cg_reset_cache(b);
         kir_acc_add(b->k, acc, cg_value_at(b, n->in.v[0]));
         cg_close_loops(b, inner);

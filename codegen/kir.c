@@ -246,6 +246,13 @@ void kir_loop_lanes(kir_kernel *k)
     s->lanes = true;
 }
 
+void kir_loop_free_order(kir_kernel *k)
+{
+    kir_stmt *s = innermost_loop(k);
+    kl_check(s->kind == KS_LOOP && s->loop == KL_RED);
+    s->free_order = true;
+}
+
 int kir_loop_acc(kir_kernel *k, kir_acc_op op, const char *hint)
 {
     kir_stmt *s = innermost_loop(k);

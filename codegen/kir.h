@@ -101,6 +101,9 @@ struct kir_stmt {
                          loops (each carries only its own values, KS_SET on
                          vars declared in the body): the C printer
                          vectorises across it (kir_loop_lanes) */
+    bool free_order;  /* LOOP RED: its one sum's order is free (the sum is
+                         only tested for finiteness): the C printer sums in
+                         independent lanes (kir_loop_free_order) */
     kir_acc_op accop; /* ACC: how the accumulator combines */
     kir_acc accs[16]; /* LOOP RED: declared and initialised before the loop */
     int naccs;
@@ -193,6 +196,9 @@ int kir_loop_begin(kir_kernel *k, kir_loop_kind kind, int64_t extent, const char
 void kir_loop_lanes(kir_kernel *k);
 /* For RED loops: declares an accumulator of the innermost open loop. */
 int kir_loop_acc(kir_kernel *k, kir_acc_op op, const char *hint);
+/* Marks the innermost open RED loop's sum as free of order (it is only
+ * tested for finiteness): see kir_stmt.free_order. */
+void kir_loop_free_order(kir_kernel *k);
 void kir_loop_end(kir_kernel *k);
 void kir_if_begin(kir_kernel *k, kir_expr *cond);
 void kir_if_end(kir_kernel *k);

@@ -139,4 +139,34 @@ if [ "$widened" = "conv2d_grad_weight maxpool maxpool_grad " ] && [ "$windows" =
 else
   bad "bf16: planes widened in '$widened' (expected conv2d_grad_weight maxpool maxpool_grad), $windows window lines (expected 10), narrowed whole in '$planes' (expected conv2d maxpool)"
 fi
+# The fp16 MLP: the bias row of add + relu (and of the logits' add +
+# cast), the same for every row of the batch, is widened once before the
+# loop over the rows (codegen/emit_c.c
+# plan_hoist: kl_hrow), not once a row; the one-pass relu_grad + cast +
+# sum_to sums its selects of dy as floats, dy read from a staged row,
+# where it read back each stored f16 and widened it in software
+# (codegen/k_colsum.c one_pass_element). Values: reference.examples.mlp.fp16
+# and reference.examples.fashion_cnn.fp16 (its dense layers).
+"$kiln" ir examples/mlp.kl --set precision=fp16 --kernels > "$tmp/mlp16.c"
+hoisted=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} /kl_f16_widen_row\(kl_hrow0, &b1\[0\]/{print c}' "$tmp/mlp16.c" | sort | uniq -c | awk '{$1 = $1; print}' | tr '\n' ';')
+perrow=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} c == "/* add + relu */" && /kl_f16_widen_row\(kl_row[0-9]+, &b1\[0\]/' "$tmp/mlp16.c" | wc -l)
+readback=$(grep -c '= (float)(((b[0-9]*\[col[0-9]*\]) + kl_f16_to_f32(' "$tmp/mlp16.c" || true)
+if [ "$hoisted" = "1 /* add + cast */;2 /* add + relu */;" ] && [ "$perrow" = 0 ] && [ "$readback" = 0 ]; then
+  ok "fp16 MLP: bias rows widened once a call in add + relu and add + cast; one-pass bias gradients read no f16 back"
+else
+  bad "fp16 MLP: hoisted bias rows '$hoisted' (expected the logits' add + cast and 2 add + relu), $perrow widened a row, $readback one-pass sums widening a read-back f16"
+fi
+# The loss scale's check of the gradients (sums of squares only tested
+# for finiteness) sums in 64 independent lanes (codegen/emit_c.c
+# print_free_order), the four sums of 256 or more elements; with
+# clipping the same sums make the gradient's norm and keep one
+# accumulator. precision.e2e checks that a forced overflow still skips.
+lanes=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} /kl_lane\[r[0-9]* - kl_b\] \+= /{print c}' "$tmp/mlp16.c" | sort | uniq -c | awk '{$1 = $1; print}' | tr '\n' ';')
+"$kiln" ir examples/mlp.kl --set precision=fp16 --set clip=1 --kernels > "$tmp/mlp16clip.c"
+cliplanes=$(grep -c 'kl_lane' "$tmp/mlp16clip.c" || true)
+if [ "$lanes" = "4 /* mul + sum + mul + sum + mul + sum + mul + sum + mul + sum + mul + sum */;" ] && [ "$cliplanes" = 0 ]; then
+  ok "fp16 MLP: the finite check sums in lanes ($lanes), the clipped norm does not"
+else
+  bad "fp16 MLP: sums in lanes '$lanes' (expected 4 in the finite check), $cliplanes lines with lanes under clipping (expected 0)"
+fi
 exit $fail
