@@ -16,7 +16,9 @@
  *                   micro-batch, the update with the last; with overlap on
  *                   a collective runs on a channel of its own from where
  *                   the schedule placed it, and a step touching its
- *                   memory waits for it (runtime/exec/overlap.h)
+ *                   memory waits for it (runtime/exec/overlap.h); CPU
+ *                   ranks' communication thread hides it only on a core
+ *                   no rank holds (world < cores), else it is in line
  *   pipeline        per stage s one micro-batch's forward and backward
  *                   F_s + B_s (with its transfers, alpha + bytes / bw):
  *                   (m - 1) max_s (F_s + B_s) + sum_s (F_s + B_s), the
