@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """kiln plan's predicted step times against the measured ones
-(bench/plan_validate.sh writes OUT/results.tsv and OUT/MODEL.planW.json;
-the measurement is the step on an otherwise idle machine, see there).
+(bench/plan_validate.sh writes OUT/runs.tsv, one line per run, and
+OUT/MODEL.planW.json; the measurement is the wall time of a step, the
+median of the rounds, see there).
 
-Prints a markdown table (model, world, layout, measured, predicted,
-predicted / measured, bound), Spearman's rank correlation of predicted
-against measured (over all rows and per model; ties get their mean rank)
-and the share of rows predicted within 25% of the measurement.
+Prints a markdown table (model, world, layout, measured median and the
+rounds' range, rank 0's CPU share and the load average during the runs,
+predicted, predicted / measured, the measured collective time a step
+against the predicted one, bound), Spearman's rank correlation of
+predicted against measured (over all rows and per model; ties get
+their mean rank) and the share of rows predicted within 25% of the
+measurement.
 
     python3 bench/plan_validate.py OUT
 """
 import json
 import os
+import statistics
 import sys
 
 
@@ -42,16 +47,23 @@ def spearman(a, b):
 def main():
     out = sys.argv[1]
     plans = {}
+    runs = {}
+    order = []
+    for line in open(os.path.join(out, "runs.tsv")):
+        m, w, shard, P, sched, micro, acc, r, ms, cpu, load, cms, cexp = line.rstrip("\n").split("\t")
+        key = (m, int(w), shard, int(P), sched, int(micro), int(acc))
+        if key not in runs:
+            runs[key] = []
+            order.append(key)
+        runs[key].append((float(ms), float(cpu), float(load), float(cms), float(cexp)))
     rows = []
-    for line in open(os.path.join(out, "results.tsv")):
-        m, w, shard, P, sched, micro, acc, ms, wall, cpu = line.split("\t")
-        w, P, micro, acc, ms, wall, cpu = int(w), int(P), int(micro), int(acc), float(ms), float(wall), float(cpu)
-        key = (m, w)
-        if key not in plans:
-            plans[key] = json.load(open(os.path.join(out, f"{m}.plan{w}.json")))
+    for key in order:
+        m, w, shard, P, sched, micro, acc = key
+        if (m, w) not in plans:
+            plans[(m, w)] = json.load(open(os.path.join(out, f"{m}.plan{w}.json")))
         D = w // P
         found = None
-        for l in plans[key]["layouts"]:
+        for l in plans[(m, w)]["layouts"]:
             if (l["T"] == 1 and l["P"] == P and l["D"] == D and l["micro"] == micro and l["accumulate"] == acc
                     and l["precision"] == "fp32" and (l["shard"] == shard or D == 1)
                     and (P == 1 or l["schedule"] == sched) and l.get("fits")):
@@ -59,24 +71,54 @@ def main():
         if not found:
             print(f"no prediction for {m} world {w} {shard} P{P} {sched} {micro}x{acc}", file=sys.stderr)
             continue
+        v = runs[key]
+        ms = statistics.median(x[0] for x in v)
         lay = f"{shard} P{P}{' ' + sched if P > 1 else ''} {micro}x{acc}"
-        rows.append((m, w, lay, ms, found["step_s"] * 1e3, found["bound"], wall, cpu))
-    print("| model | ranks | layout | measured ms (idle) | wall ms, CPU share | predicted ms | predicted / measured | bound |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for m, w, lay, ms, pr, bound, wall, cpu in rows:
-        print(f"| {m} | {w} | {lay} | {ms:.1f} | {wall:.1f}, {cpu:.0f}% | {pr:.1f} | {pr / ms:.2f} | {bound} |")
-    meas = [r[3] for r in rows]
-    pred = [r[4] for r in rows]
+        comm = statistics.median(x[3] for x in v)
+        pcomm = 1e3 * (found.get("exposed_intra_s", 0) + found.get("exposed_inter_s", 0))
+        rows.append(dict(m=m, w=w, lay=lay, ms=ms, lo=min(x[0] for x in v), hi=max(x[0] for x in v),
+                         cpu=statistics.median(x[1] for x in v), load=statistics.median(x[2] for x in v),
+                         comm=comm, cexp=statistics.median(x[4] for x in v), pcomm=pcomm,
+                         pr=found["step_s"] * 1e3, bound=found["bound"], n=len(v)))
+    print("| model | ranks | layout | measured ms (median, range) | CPU share, load | predicted ms | predicted / measured "
+          "| collectives ms: measured (exposed) / predicted exposed | bound |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        c = f"{r['comm']:.2f} ({r['cexp']:.2f}) / {r['pcomm']:.2f}" if r["w"] > 1 else "-"
+        print(f"| {r['m']} | {r['w']} | {r['lay']} | {r['ms']:.1f} ({r['lo']:.1f}-{r['hi']:.1f}) | {r['cpu']:.0f}%, "
+              f"{r['load']:.1f} | {r['pr']:.1f} | {r['pr'] / r['ms']:.2f} | {c} | {r['bound']} |")
+    # Per term, for the rows with collectives: the step without the
+    # collective time rank 0 waited for, measured and predicted (the
+    # compute and host part), and the collectives themselves.
+    multi = [r for r in rows if r["w"] > 1]
+    if multi:
+        print()
+        print("| model | ranks | layout | step less exposed collectives: measured / predicted | ratio | "
+              "collectives exposed: measured / predicted |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r in multi:
+            mc, pc = r["ms"] - r["cexp"], r["pr"] - r["pcomm"]
+            print(f"| {r['m']} | {r['w']} | {r['lay']} | {mc:.1f} / {pc:.1f} | {pc / mc if mc > 0 else 0:.2f} | "
+                  f"{r['cexp']:.2f} / {r['pcomm']:.2f} |")
+        print()
+    meas = [r["ms"] for r in rows]
+    pred = [r["pr"] for r in rows]
     within = sum(1 for a, b in zip(meas, pred) if abs(b - a) <= 0.25 * a)
     print()
-    print(f"{len(rows)} layouts: Spearman {spearman(pred, meas):.3f}; within 25%: {within} of {len(rows)} "
-          f"({100 * within / max(len(rows), 1):.0f}%)")
-    for m in sorted({r[0] for r in rows}):
-        sub = [r for r in rows if r[0] == m]
-        a = [r[3] for r in sub]
-        b = [r[4] for r in sub]
+    print(f"{len(rows)} layouts (median of {min((r['n'] for r in rows), default=0)}-"
+          f"{max((r['n'] for r in rows), default=0)} rounds): Spearman {spearman(pred, meas):.3f}; "
+          f"within 25%: {within} of {len(rows)} ({100 * within / max(len(rows), 1):.0f}%)")
+    for m in sorted({r["m"] for r in rows}):
+        sub = [r for r in rows if r["m"] == m]
+        a = [r["ms"] for r in sub]
+        b = [r["pr"] for r in sub]
         win = sum(1 for x, y in zip(a, b) if abs(y - x) <= 0.25 * x)
         print(f"  {m}: {len(sub)} layouts, Spearman {spearman(b, a):.3f}, within 25%: {win} of {len(sub)}")
+    for w in sorted({r["w"] for r in rows}):
+        sub = [r for r in rows if r["w"] == w]
+        ratios = sorted(r["pr"] / r["ms"] for r in sub)
+        print(f"  {w} rank{'s' if w > 1 else ''}: {len(sub)} layouts, predicted / measured "
+              f"{ratios[0]:.2f}-{ratios[-1]:.2f}, median {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":

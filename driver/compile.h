@@ -22,6 +22,9 @@ typedef struct kl_compile_opts {
     bool no_fusion;  /* one kernel per node (the unfused baseline) */
     const kl_plan_opts *plan; /* kept values, memory planning off (NULL: defaults) */
     int ranks;       /* the ranks the run has (the shard pass); 0 or 1: one */
+    /* the plan runs on another machine (kiln plan for a GPU cluster): its
+     * size is not checked against this machine's memory */
+    bool elsewhere;
 } kl_compile_opts;
 
 typedef struct kl_compiled {

@@ -97,6 +97,8 @@ static const char usage[] =
     "  --top-k K          with --generate: draw among the K likeliest (default 0: all)\n"
     "  --set KEY=VALUE    any other train setting\n"
     "  --profile          time every kernel and GEMM; print a table at the end\n"
+    "  --plan-predict MS  kiln plan's predicted step for this layout: the summary\n"
+    "                     compares the measured step with it\n"
     "  --trace FILE       write a timeline of every step, kernel, GEMM, data wait\n"
     "                     and evaluation (Chrome trace format; open in Perfetto)\n"
     "  --tensorboard DIR  write TensorBoard event files (scalars) into DIR\n"
@@ -349,6 +351,16 @@ int train_parse_flags(int argc, char **argv, train_options *o, const char *model
             o->quiet = true;
         } else if (!strcmp(a, "--profile")) {
             o->profile = true;
+        } else if (!strcmp(a, "--plan-predict") && has) {
+            char *end;
+            double v = strtod(argv[++i], &end);
+            if (end == argv[i] || (*end && strcmp(end, "ms")) || !(v > 0) || v > 1e9) {
+                kl_error("--plan-predict needs kiln plan's predicted step in milliseconds (e.g. 12.5 or 12.5ms), "
+                         "got '%s'",
+                         argv[i]);
+                return -1;
+            }
+            o->plan_predict_ms = v;
         } else if (!strcmp(a, "--trace") && has) {
             o->trace_path = argv[++i];
         } else {

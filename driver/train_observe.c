@@ -161,6 +161,14 @@ void train_print_summary(trainer *t, train_loop *lp)
         printf("; final %s %.4f, best %.4f (epoch %lld)", metric_name, lp->er.metric[0], lp->best,
                (long long)lp->best_epoch);
     printf("\n");
+    /* kiln plan's prediction against the step past the warm-up steps
+     * (all of them when the run is shorter). */
+    if (t->opt.plan_predict_ms > 0 && (timed_ms > 0 || ms > 0)) {
+        double got = timed_ms > 0 ? timed_ms : ms;
+        printf("plan: measured %.2f ms/step (%s) against kiln plan's %.2f ms: measured / predicted %.2f\n", got,
+               timed_ms > 0 ? "past the warm-up steps" : "every step: none past the warm-up", t->opt.plan_predict_ms,
+               got / t->opt.plan_predict_ms);
+    }
     train_overlap_print_summary(t, k->run_steps);
     /* The host over the whole run (CPU time over wall time, the resident
      * set's high-water mark), and the GPU's readings. */
@@ -183,6 +191,8 @@ void train_print_summary(trainer *t, train_loop *lp)
     kl_buf_printf(&j, "{\"type\": \"summary\", \"steps\": %lld, \"run_steps\": %lld, \"seconds\": %.3f, \"step_seconds\": %.3f, \"eval_seconds\": %.3f, \"ms_per_step\": %.3f, \"samples_per_s\": %.1f, \"timed_steps\": %lld, \"timed_ms_per_step\": %.3f, \"timed_samples_per_s\": %.1f",
                   (long long)lp->step, (long long)k->run_steps, secs, k->run_s, lp->eval_s, ms, sps,
                   (long long)(k->run_steps - k->warm_steps), timed_ms, timed_sps);
+    if (t->opt.plan_predict_ms > 0)
+        kl_buf_printf(&j, ", \"plan_predict_ms\": %.4f", t->opt.plan_predict_ms);
     kl_buf_printf(&j, ", \"host_cpu_percent\": %.1f, \"host_rss_peak_bytes\": %lld", cpu, (long long)rss_peak);
     train_overlap_json(t, k->run_steps, &j);
     if (rs->ngpu)

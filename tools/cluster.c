@@ -138,6 +138,10 @@ static int cpu_device(kl_cluster *c, int ranks)
      * 4 x 16 took 23.2, 24.6 and 24.3 ms). */
     c->eff = (kl_cost_eff){0.60, 0.35, 0.25, 0.50, 2e-6, 0.1e-3};
     c->measured = true;
+    /* Other work on the machine shares the cores with the measurement
+     * (which times CPU time, so it is slowed less than the wall time). */
+    double la[1];
+    c->load = getloadavg(la, 1) == 1 ? la[0] : -1;
     return 0;
 }
 
@@ -403,14 +407,28 @@ double kl_cluster_peak(const kl_cluster *c, const char *precision)
 char *kl_cluster_describe(const kl_cluster *c)
 {
     const kl_device *d = &c->dev;
-    return kl_xasprintf("%s: %d node%s x %d %s; peaks fp32 %.3g, bf16 %.3g, fp16 %.3g TFLOP/s, memory %.4g GB at "
+    int world = c->per_node * c->nodes;
+    char *cpu = !c->cores ? kl_xstrdup("")
+                : world > c->cores
+                    ? kl_xasprintf("; %d ranks on %d cores: oversubscribed, the ranks share the cores (a step is at least "
+                                   "every rank's busy time over %d cores)",
+                                   world, c->cores, c->cores)
+                    : kl_xasprintf("; %d rank%s on %d cores, a core each", world, world == 1 ? "" : "s", c->cores);
+    if (c->measured && c->load >= 0) {
+        char *with = kl_xasprintf("%s; load average %.2f while measured (other work on the machine)", cpu, c->load);
+        free(cpu);
+        cpu = with;
+    }
+    char *out = kl_xasprintf("%s: %d node%s x %d %s; peaks fp32 %.3g, bf16 %.3g, fp16 %.3g TFLOP/s, memory %.4g GB at "
                         "%.3g GB/s; links: within a node %.3g GB/s + %.3g us, across nodes %.3g GB/s + %.3g us "
                         "(per rank, one direction); efficiencies gemm %.2f, attention %.2f, kernels %.2f, links "
-                        "%.2f, %.3g us a launch, %.3g us a micro-batch%s",
+                        "%.2f, %.3g us a launch, %.3g us a micro-batch%s%s",
                         c->name, c->nodes, c->nodes == 1 ? "" : "s", c->per_node, d->name, d->fp32 / 1e12,
                         d->bf16 / 1e12, d->fp16 / 1e12, d->mem_bytes / 1e9, d->mem_bw / 1e9, c->intra_bw / 1e9,
                         c->intra_lat * 1e6, c->inter_bw / 1e9, c->inter_lat * 1e6, c->eff.gemm, c->eff.attention,
                         c->eff.kernel, c->eff.link, c->eff.launch_s * 1e6, c->eff.micro_s * 1e6,
-                        d->gpu ? " (GPU efficiencies are assumptions: no GPU has been measured by kiln plan)"
-                               : (c->cores ? "" : ""));
+                        d->gpu ? " (GPU efficiencies are assumptions: no GPU has been measured by kiln plan)" : "",
+                        cpu);
+    free(cpu);
+    return out;
 }

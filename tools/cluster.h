@@ -40,6 +40,7 @@ typedef struct kl_cluster {
     int cores;          /* CPU: cores the ranks share (0: a device each) */
     kl_cost_eff eff;
     bool measured;      /* the device's peaks were measured here */
+    double load;        /* CPU: the load average (1 minute) when they were measured (-1: unknown) */
 } kl_cluster;
 
 /* Reads SPEC: h200x8, h100x8, a100x8 (xN: GPUs per node; h200 alone is

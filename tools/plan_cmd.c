@@ -9,6 +9,7 @@
  * the best. Layouts the training executable refuses for other reasons
  * (driver/train_pipeline.c's not_built and train_pipeline_check; a
  * compile error) are dropped with the reason. */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +53,7 @@ static const char usage[] =
     "  --top K          rows of the table (default 12) and commands (3)\n"
     "  --all            also rank layouts this build does not train (marked)\n"
     "  --no-calibrate   on cpu clusters, the roofline's default efficiencies instead\n"
-    "                   of the steps timed on this CPU (one rank, three micro-batches)\n"
+    "                   of the steps timed on this CPU (one rank, each micro-batch)\n"
     "  --calibrate      time them (the default on cpu clusters)\n"
     "  --set KEY=VALUE  a train setting for every layout (not one plan varies)\n";
 
@@ -73,6 +74,7 @@ typedef struct opts {
     int nodes, top;
     int64_t global, memory;
     bool json, all, calibrate, no_calibrate;
+    bool elsewhere; /* the cluster is not this machine: plans not checked against its memory */
     const char *prec, *shard, *tp, *pp, *micro;
     const char *kv[72];
     int nkv;
@@ -160,7 +162,11 @@ static kl_compiled *compile_layout(const opts *o, const kl_layout *L, char **why
     FILE *m = open_memstream(&buf, &len);
     FILE *prev = kl_diag_stream();
     kl_diag_set_stream(m);
-    kl_compile_opts co = {.kv = kv, .mode = KL_MODE_TRAIN, .ranks = L->T * L->P * L->D};
+    /* For another machine (a GPU cluster): not checked against this
+     * one's memory, and without the plan checker, whose map of the arena
+     * grows with it (training runs it where the plan runs). */
+    kl_compile_opts co = {.kv = kv, .mode = KL_MODE_TRAIN, .ranks = L->T * L->P * L->D, .elsewhere = o->elsewhere,
+                          .stop_after = o->elsewhere ? "memplan" : NULL};
     kl_compiled *c = kl_compile_file(o->file, &co);
     kl_diag_set_stream(prev);
     fclose(m);
@@ -214,6 +220,30 @@ static int64_t tokens_per_sample(const ir_graph *g)
             return v->type.dim[1];
     }
     return 0;
+}
+
+/* The micro-batches of a replica's batch per: the --micro list's that
+ * divide it, else the powers of two dividing it and per itself. */
+static int micro_list(int64_t per, const int64_t *micv, int nmic, int64_t *out)
+{
+    int nm = 0;
+    if (nmic) {
+        for (int i = 0; i < nmic; i++)
+            if (per % micv[i] == 0)
+                out[nm++] = micv[i];
+        return nm;
+    }
+    for (int64_t b = 1; b < per && nm < 63; b *= 2)
+        if (per % b == 0)
+            out[nm++] = b;
+    out[nm++] = per;
+    return nm;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 static bool graph_has_split(const ir_graph *g)
@@ -295,6 +325,26 @@ static void layout_text(const cand *k, char *buf, size_t n)
         snprintf(buf + off, n - (size_t)off, " %s", L->schedule);
 }
 
+/* A word of a shell command: as it is when it holds only characters no
+ * shell treats specially, else in single quotes (data=synthetic(600)). */
+static void shell_word(kl_buf *b, const char *w)
+{
+    bool plain = *w != 0;
+    for (const char *p = w; *p && plain; p++)
+        plain = isalnum((unsigned char)*p) || strchr("_./=:,+-@%", *p);
+    if (plain) {
+        kl_buf_puts(b, w);
+        return;
+    }
+    kl_buf_putc(b, '\'');
+    for (const char *p = w; *p; p++)
+        if (*p == '\'')
+            kl_buf_puts(b, "'\\''");
+        else
+            kl_buf_putc(b, *p);
+    kl_buf_putc(b, '\'');
+}
+
 static char *command_line(const opts *o, const kl_cluster *c, const cand *k)
 {
     const kl_layout *L = &k->L;
@@ -319,12 +369,16 @@ static char *command_line(const opts *o, const kl_cluster *c, const cand *k)
         kl_buf_printf(&b, " --set pipeline_parallel=%d --set pipeline_schedule=%s", L->P, L->schedule);
     if (L->recompute)
         kl_buf_puts(&b, " --set recompute=auto");
-    for (int i = 0; i < o->nkv; i += 2)
-        kl_buf_printf(&b, " --set %s=%s", o->kv[i], o->kv[i + 1]);
+    for (int i = 0; i < o->nkv; i += 2) {
+        char *kv = kl_xasprintf("%s=%s", o->kv[i], o->kv[i + 1]);
+        kl_buf_puts(&b, " --set ");
+        shell_word(&b, kv);
+        free(kv);
+    }
     if (!c->dev.gpu)
         kl_buf_puts(&b, " --device cpu --threads 1");
     double cap = o->memory > 0 ? (double)o->memory : c->dev.mem_bytes;
-    kl_buf_printf(&b, " --memory-limit %.0f", floor(cap));
+    kl_buf_printf(&b, " --memory-limit %.0f --plan-predict %.4g", floor(cap), k->cost.step_s * 1e3);
     free(exe);
     return kl_buf_take(&b);
 }
@@ -364,6 +418,10 @@ static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64
            c->intra_lat, c->inter_bw, c->inter_lat, c->measured ? "true" : "false", (long long)o->global,
            (long long)tps, o->memory > 0 ? (double)o->memory : c->dev.mem_bytes);
     kl_fput_json_str(stdout, c->dev.gpu ? assumptions_gpu : assumptions_cpu);
+    char *desc = kl_cluster_describe(c);
+    printf(", \"cores\": %d, \"load_average\": %.2f, \"description\": ", c->cores, c->measured ? c->load : -1.0);
+    kl_fput_json_str(stdout, desc);
+    free(desc);
     printf(", \"layouts\": [");
     for (int i = 0; i < n; i++) {
         const cand *k = &v[i];
@@ -381,10 +439,10 @@ static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64
             printf(", \"step_s\": %.9g, \"samples_s\": %.6g, \"tokens_s\": %.6g, \"mfu\": %.9g, \"compute_s\": %.9g, "
                    "\"memory_s\": %.9g, \"launch_s\": %.9g, \"intra_s\": %.9g, \"inter_s\": %.9g, \"exposed_intra_s\": "
                    "%.9g, \"exposed_inter_s\": %.9g, \"intra_bytes\": %.0f, \"inter_bytes\": %.0f, \"flops\": %.6g, "
-                   "\"useful_flops\": %.6g, \"bubble\": %.6g, \"bound\": \"%s\"",
+                   "\"useful_flops\": %.6g, \"bubble\": %.6g, \"bound\": \"%s\", \"critical_s\": %.9g, \"cores_s\": %.9g",
                    q->step_s, k->samples_s, k->tokens_s, k->mfu, q->compute_s, q->memory_s, q->launch_s, q->intra_s,
                    q->inter_s, q->exposed_intra_s, q->exposed_inter_s, q->intra_bytes, q->inter_bytes, q->flops,
-                   k->useful_flops, q->bubble, q->bound);
+                   k->useful_flops, q->bubble, q->bound, q->critical_s, q->cores_s);
             char *cmd = command_line(o, c, k);
             printf(", \"command\": ");
             kl_fput_json_str(stdout, cmd);
@@ -606,6 +664,7 @@ int kl_plan_main(int argc, char **argv)
     if (kl_cluster_load(o.cluster, o.nodes, &c))
         goto done;
     int world = c.per_node * c.nodes;
+    o.elsewhere = !c.measured;
     /* The model as given: its settings, whether it has split matmuls. */
     kl_compile_opts bo = {.kv = o.nkv ? o.kv : NULL, .mode = KL_MODE_TRAIN, .stop_after = "lower"};
     const char *kv_end[72];
@@ -651,27 +710,44 @@ int kl_plan_main(int argc, char **argv)
             kl_error("kiln plan: --tensor-parallel %lld does not divide the world of %d ranks", (long long)tpv[i], world);
             goto done;
         }
-    /* On this CPU: the steps' times measured at the smallest, a middle and
-     * the largest micro-batch (tools/plan_calib.c). */
+    /* On this CPU: the steps timed at each micro-batch the layouts have
+     * (at most 12 of them), one rank (tools/plan_calib.c). */
     if (o.calibrate && !c.measured) {
         kl_error("kiln plan: --calibrate times the steps on this CPU: it needs --cluster cpu or cpuxN (or a cluster "
                  "file with device = cpu)");
         goto done;
     }
     if (c.measured && !o.no_calibrate) {
-        int64_t lo = 1, hi = o.global < 256 ? o.global : 256;
-        if (nmic) {
-            lo = hi = micv[0];
-            for (int i = 1; i < nmic; i++)
-                lo = micv[i] < lo ? micv[i] : lo, hi = micv[i] > hi ? micv[i] : hi;
+        /* Every micro-batch a layout will have (each GEMM's shape timed,
+         * not interpolated), at most 12 of them (then log-spaced, with
+         * the smallest and the largest). */
+        int64_t all[64];
+        int nall = 0;
+        for (int ti = 0; ti < ntp; ti++)
+            for (int pi = 0; pi < npp; pi++) {
+                int T = (int)tpv[ti], P = (int)ppv[pi];
+                if (world % (T * P) || o.global % (world / (T * P)))
+                    continue;
+                int64_t mics[64];
+                int nm = micro_list(o.global / (world / (T * P)), micv, nmic, mics);
+                for (int i = 0; i < nm; i++) {
+                    int k = 0;
+                    while (k < nall && all[k] != mics[i])
+                        k++;
+                    if (k == nall && nall < 64)
+                        all[nall++] = mics[i];
+                }
+            }
+        qsort(all, (size_t)nall, sizeof *all, cmp_i64);
+        int64_t pts[12];
+        int npts = 0;
+        for (int i = 0; i < 12 && i < nall; i++) {
+            int at = nall <= 12 ? i : (int)llround((double)i * (nall - 1) / 11.0);
+            if (!npts || pts[npts - 1] != all[at])
+                pts[npts++] = all[at];
         }
-        int64_t pts[3] = {lo, 0, hi};
-        int npts = 1;
-        int64_t mid = (int64_t)llround(sqrt((double)lo * (double)hi));
-        if (mid > lo && mid < hi)
-            pts[npts++] = mid;
-        if (hi > lo)
-            pts[npts++] = hi;
+        if (!npts) /* no layout: the error below says why */
+            pts[npts++] = 1;
         calib = kl_calib_measure(o.file, kv_end, precs, nprec, pts, npts);
         if (!calib)
             goto done;
@@ -686,17 +762,7 @@ int kl_plan_main(int argc, char **argv)
                 continue;
             int64_t per = o.global / D;
             int64_t mics[64];
-            int nm = 0;
-            if (nmic) {
-                for (int i = 0; i < nmic; i++)
-                    if (per % micv[i] == 0)
-                        mics[nm++] = micv[i];
-            } else {
-                for (int64_t b = 1; b < per && nm < 63; b *= 2)
-                    if (per % b == 0)
-                        mics[nm++] = b;
-                mics[nm++] = per;
-            }
+            int nm = micro_list(per, micv, nmic, mics);
             for (int pr = 0; pr < nprec; pr++)
                 for (int si = 0; si < nsh; si++) {
                     if (D == 1 && strcmp(shs[si], "dp"))

@@ -145,6 +145,7 @@ static int step_bufs(const kl_plan *p, const kl_step *st, int *out, bool *writes
  * channel and each buffer's pending collective. */
 typedef struct sim {
     double t, chan;
+    double cpu;     /* the rank's busy time: steps, collectives and transfers (not its waits) */
     double *busy;   /* per buffer: when the collective on it ends */
     double cls[3];
     double intra, inter, exp_intra, exp_inter, intra_bytes, inter_bytes, flops;
@@ -157,9 +158,9 @@ typedef struct model {
     const kl_calib *calib;
     int *stage;       /* per step */
     int *writer_stage;/* per buffer, scratch */
-    double slow;      /* ranks sharing cores */
     link tp, dp;
     link *cut;        /* per cut s -> s + 1 */
+    bool overlap;     /* data-parallel collectives hide behind compute */
 } model;
 
 static void wait_for(sim *s, double until, bool inter)
@@ -202,12 +203,13 @@ static void run_pass(const model *m, int stage, bool update, sim *s)
                 continue;
             int cut = from < stage ? stage - 1 : stage;
             link l = m->cut[cut];
-            double bytes = (double)p->buffers.v[b].bytes, dt = (l.lat + bytes / l.bw) * m->slow;
+            double bytes = (double)p->buffers.v[b].bytes, dt = l.lat + bytes / l.bw;
             if (l.inter)
                 s->inter += dt, s->exp_inter += dt, s->inter_bytes += bytes;
             else
                 s->intra += dt, s->exp_intra += dt, s->intra_bytes += bytes;
             s->t += dt;
+            s->cpu += dt;
             m->writer_stage[b] = stage;
         }
         /* Steps touching a pending collective's memory wait for it. */
@@ -230,17 +232,19 @@ static void run_pass(const model *m, int stage, bool update, sim *s)
                     S += (double)p->buffers.v[st->args[a]].bytes;
             }
             if (n->op == IR_OP_SHARD_COPY) {
-                dt = (double)st->bytes / (m->c->dev.mem_bw * m->c->eff.kernel) * m->slow;
+                dt = (double)st->bytes / (m->c->dev.mem_bw * m->c->eff.kernel);
                 s->t += dt;
+                s->cpu += dt;
                 s->cls[CLS_MEMORY] += dt;
                 continue;
             }
-            dt = collective_seconds(gather ? IR_OP_ALL_GATHER : n->op, S, ranks, l, &sent) * m->slow;
+            dt = collective_seconds(gather ? IR_OP_ALL_GATHER : n->op, S, ranks, l, &sent);
+            s->cpu += dt;
             if (l.inter)
                 s->inter += dt, s->inter_bytes += sent;
             else
                 s->intra += dt, s->intra_bytes += sent;
-            if (m->L->overlap && !tp) {
+            if (m->overlap && !tp) {
                 double start = s->chan > s->t ? s->chan : s->t;
                 s->chan = start + dt;
                 for (int k = 0; k < nb; k++)
@@ -256,8 +260,9 @@ static void run_pass(const model *m, int stage, bool update, sim *s)
         } else if (!(st->lt_covered && m->c->dev.gpu)) {
             double f = 0;
             int cls = CLS_MEMORY;
-            double dt = step_seconds(p, st, m->c, m->calib, m->L->micro, &f, &cls) * m->slow;
+            double dt = step_seconds(p, st, m->c, m->calib, m->L->micro, &f, &cls);
             s->t += dt;
+            s->cpu += dt;
             s->cls[cls] += dt;
             s->flops += f;
         }
@@ -287,6 +292,7 @@ static void sim_reset(sim *s, double *busy, int nbuf)
 static void sim_scale_add(sim *acc, const sim *x, double k)
 {
     acc->t += k * x->t;
+    acc->cpu += k * x->cpu;
     for (int i = 0; i < 3; i++)
         acc->cls[i] += k * x->cls[i];
     acc->intra += k * x->intra, acc->inter += k * x->inter;
@@ -314,7 +320,12 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
         free(ns);
     }
     m.writer_stage = kl_xmalloc(sizeof(int) * ((size_t)p->buffers.n + 1));
-    m.slow = c->cores > 0 && world > c->cores ? (double)world / c->cores : 1.0;
+    /* CPU ranks run their collectives on a communication thread (MPI
+     * over shared memory: the copies and the sums are the CPU's work):
+     * it hides them behind compute only on a core no rank's compute
+     * thread holds; with as many ranks as cores or more, the thread
+     * takes its time from the rank's own core, as if in line. */
+    m.overlap = L->overlap && (c->dev.gpu || c->cores <= 0 || world < c->cores);
     /* Placement: rank r is stage r mod P of data-parallel replica r / P
      * (tensor-parallel groups: T consecutive ranks); a group spans nodes
      * when its ranks do. */
@@ -332,7 +343,7 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
     /* Per stage: one micro-batch without the update (body), and the last
      * one with it. Step = (m - 1) max_s body_s + sum_s body_s + max_s
      * (last_s - body_s); with one stage, (m - 1) body + last. */
-    double max_body = 0, sum_body = 0, max_extra = 0;
+    double max_body = 0, sum_body = 0, max_extra = 0, stages_cpu = 0;
     sim total = {0}, worst_body = {0}, worst_extra = {0};
     for (int s = 0; s < P; s++) {
         sim body, last;
@@ -345,6 +356,7 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
             max_body = body.t, worst_body = body;
         sim extra = last;
         sim_scale_add(&extra, &body, -1);
+        stages_cpu += (double)mb * body.cpu + extra.cpu;
         if (s == 0 || extra.t > max_extra)
             max_extra = extra.t, worst_extra = extra;
     }
@@ -352,14 +364,22 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
     sim_scale_add(&total, &worst_body, (double)mb);
     sim_scale_add(&total, &worst_extra, 1);
     /* The host's loop per micro-batch (every stage runs it). */
-    double host = c->eff.micro_s * m.slow;
+    double host = c->eff.micro_s;
     /* The other stages' passes of the fill and drain: whole in gpipe and
      * 1f1b; zero_bubble (ZB-H1) defers weight gradients into them, about
      * a third of a pass each (forward, input gradient, weight gradient),
      * so (P - 1) / 3 passes stay exposed: 3m + P - 1 thirds in all. */
     bool zb = P > 1 && L->schedule && !strcmp(L->schedule, "zero_bubble");
     double fill = zb ? (sum_body - max_body) / 3 : sum_body - max_body;
-    out->step_s = (double)(mb - 1) * (max_body + host) + max_body + fill + max_extra + host;
+    out->critical_s = (double)(mb - 1) * (max_body + host) + max_body + fill + max_extra + host;
+    /* More ranks than cores (CPU ranks under mpirun --oversubscribe):
+     * the cores run every rank's busy time, and a rank that waits (a
+     * pipeline's bubble, a collective's peer) yields its core to the
+     * others, so the step is at least all ranks' busy time over the
+     * cores, and at least the critical path. */
+    double ranks_cpu = (double)(L->T * L->D) * (stages_cpu + (double)P * (double)mb * host);
+    out->cores_s = c->cores > 0 && world > c->cores ? ranks_cpu / c->cores : 0;
+    out->step_s = out->critical_s > out->cores_s ? out->critical_s : out->cores_s;
     out->compute_s = total.cls[CLS_COMPUTE];
     out->memory_s = total.cls[CLS_MEMORY];
     out->launch_s = total.cls[CLS_LAUNCH] + host * (double)mb;
@@ -374,7 +394,7 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
     for (int i = 1; i < 5; i++)
         if (v[i] > v[best])
             best = i;
-    out->bound = names[best];
+    out->bound = out->cores_s > out->critical_s ? "cores" : names[best];
     free(busy);
     free(m.cut);
     free(m.writer_stage);

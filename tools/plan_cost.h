@@ -16,14 +16,18 @@
  *                   micro-batch, the update with the last; with overlap on
  *                   a collective runs on a channel of its own from where
  *                   the schedule placed it, and a step touching its
- *                   memory waits for it (runtime/exec/overlap.h)
+ *                   memory waits for it (runtime/exec/overlap.h); CPU
+ *                   ranks' communication thread hides it only on a core
+ *                   no rank holds (world < cores), else it is in line
  *   pipeline        per stage s one micro-batch's forward and backward
  *                   F_s + B_s (with its transfers, alpha + bytes / bw):
  *                   (m - 1) max_s (F_s + B_s) + sum_s (F_s + B_s), the
  *                   ideal bubble (P - 1) / (m + P - 1); gpipe and 1f1b
  *                   take the same time (they differ in memory)
- *   CPU ranks       more ranks than cores share them: compute and
- *                   communication times x ranks / cores. */
+ *   CPU ranks       more ranks than cores share them: the step is at
+ *                   least every rank's busy time (steps, collectives,
+ *                   transfers, the host's loop; not its waits, in which
+ *                   it yields the core) over the cores. */
 #ifndef KILN_PLAN_COST_H
 #define KILN_PLAN_COST_H
 
@@ -41,7 +45,9 @@ typedef struct kl_layout {
 } kl_layout;
 
 typedef struct kl_cost {
-    double step_s;
+    double step_s;     /* max(critical_s, cores_s) */
+    double critical_s; /* the critical path: one rank's steps, waits and the pipeline's fill and drain */
+    double cores_s;    /* more ranks than cores: every rank's busy time over the cores (else 0) */
     double compute_s;  /* steps bound by FLOPs (on the critical path, summed) */
     double memory_s;   /* steps bound by bytes */
     double launch_s;
@@ -50,7 +56,7 @@ typedef struct kl_cost {
     double intra_bytes, inter_bytes; /* sent per rank per step on each link */
     double flops;      /* per rank per step, as the plan runs them */
     double bubble;     /* (P - 1) / (m + P - 1) */
-    const char *bound; /* compute, memory, intra-node, inter-node, launch */
+    const char *bound; /* compute, memory, intra-node, inter-node, launch, cores */
 } kl_cost;
 
 /* Step times measured on this CPU (tools/plan_calib.c). */

@@ -15,6 +15,29 @@
 #            by the executable with --memory-limit for the same reason,
 #            and one it keeps trains under the same limit
 #   errors   bad flags and cluster files: a clear error, non-zero exit
+#   zero     the memory per rank against ZeRO's formulas (Rajbhandari
+#            et al. 2020, section 5: mixed-precision Adam holds 2 Psi of
+#            params, 2 Psi of gradients and K Psi of state, K = 12; stage
+#            1 divides the state by N, stage 2 the gradients too, stage 3
+#            everything), for the paper's example of Psi = 7.5e9 on N = 64
+#            (tests/plan/psi75.kl on 8 nodes of a100x8): the formula rows
+#            kiln plan prints are 120 GB, 31.4 GB, 16.6 GB and 1.88 GB
+#            to the byte (16 Psi, 4 Psi + 12 Psi / N, 2 Psi + 14 Psi / N,
+#            16 Psi / N), and the plan's own params, gradients and state
+#            per rank at fp32 (4 + 4 + 8 bytes a param) equal them for dp
+#            and zero3 and Kiln's bytes' formula (fp32 params and
+#            gradients whole under zero1, params under zero2) for the
+#            others
+#   trains   examples/mlp.kl on 2 CPU ranks (synthetic data, fp32, micro-
+#            batches 2 and 8 of a global batch of 16, under a memory
+#            limit halfway between the smallest and the largest layout):
+#            every layout kiln plan keeps (data parallel dp / zero1 /
+#            zero2 / zero3, pipeline stages gpipe / 1f1b / zero_bubble)
+#            trains 2 steps with the command line it prints (whose
+#            --plan-predict puts the prediction beside the measured step
+#            in the summary), and every
+#            layout it drops for memory is refused by the training
+#            executable at start-up for the same bytes
 #
 #   plan.sh KILN CASE
 set -euo pipefail
@@ -62,7 +85,7 @@ EOF
   # The table and its command lines.
   "$kiln" plan "$model" --cluster "$cluster" --global-batch 32 --precision fp32 > "$tmp/p.txt"
   grep -q "mpirun -np 2 ./tiny --batch 16 --accumulate 1 --precision fp32 --shard " "$tmp/p.txt" &&
-    grep -q "memory-limit 1000000$" "$tmp/p.txt" && ok "the command lines of the best layouts" ||
+    grep -q "memory-limit 1000000 --plan-predict 0.05[0-9]*$" "$tmp/p.txt" && ok "the command lines of the best layouts" ||
     { bad "no command line"; cat "$tmp/p.txt"; }
   ;;
 memory)
@@ -131,6 +154,109 @@ errors)
   printf 'device = a100x1\nmemory = 1 kB\n' > "$tmp/c5"
   expect "nothing fits" "no layout of" "$model" --cluster "$tmp/c5" --global-batch 8
   expect "a model that does not load" "error" "$tmp/c5" --cluster h100x8 --global-batch 8
+  ;;
+zero)
+  "$kiln" plan "$testdir/plan/psi75.kl" --cluster a100x8 --nodes 8 --global-batch 64 --micro 1 --precision fp32 \
+    --tensor-parallel 1 --pipeline 1 --memory 1TB --json > "$tmp/z.json" || { bad "kiln plan of psi75.kl"; exit 1; }
+  python3 - "$tmp/z.json" << 'EOF2' || fail=1
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+psi, N, MB = 7.5e9, 64, 1e6
+paper = {"dp": 16 * psi, "zero1": 4 * psi + 12 * psi / N, "zero2": 2 * psi + 14 * psi / N, "zero3": 16 * psi / N}
+# Kiln at fp32: params 4, gradients 4, Adam's m and v 8, ZeRO's fp32 master slice 4 (zero1, zero2).
+kiln = {"dp": 16 * psi, "zero1": 8 * psi + 12 * psi / N, "zero2": 4 * psi + 16 * psi / N, "zero3": 16 * psi / N}
+bad = []
+seen = set()
+for l in d["layouts"]:
+    z = l.get("zero_memory")
+    if not z:
+        continue
+    seen.add(l["shard"])
+    m = re.search(r"ZeRO formulas \(K = 12, Psi = (\d+) params\): dp 16 Psi = ([0-9.]+) MB, zero1 ([0-9.]+) MB, "
+                  r"zero2 ([0-9.]+) MB, zero3 ([0-9.]+) MB", z)
+    if not m or int(m.group(1)) != psi:
+        bad.append(f"{l['shard']}: no formula row for Psi = 7.5e9 in: {z}")
+        continue
+    for k, got in zip(("dp", "zero1", "zero2", "zero3"), m.groups()[1:]):
+        if abs(float(got) - paper[k] / MB) > 0.005 + 1e-9:  # printed to 0.01 MB
+            bad.append(f"{l['shard']}: the {k} row {got} MB, the paper's formula {paper[k] / MB:.3f} MB")
+    held = float(re.search(r"total ([0-9.]+) MB", z).group(1))
+    if abs(held - kiln[l["shard"]] / MB) > 0.005 + 1e-9:
+        bad.append(f"{l['shard']}: the plan holds {held} MB a rank, Kiln's bytes give {kiln[l['shard']] / MB:.3f} MB")
+    print(f"{l['shard']}: the plan holds {held:.2f} MB a rank; ZeRO's formula {paper[l['shard']] / MB:.2f} MB "
+          f"(x {held / (paper[l['shard']] / MB):.3f})")
+if seen != set(paper):
+    bad.append(f"layouts with zero_memory: {sorted(seen)}")
+for b in bad:
+    print("FAIL:", b)
+sys.exit(1 if bad else 0)
+EOF2
+  [ $fail = 0 ] && ok "Psi = 7.5e9 on 64 ranks: ZeRO's rows 120000, 31406.25, 16640.62, 1875 MB; dp and zero3 at fp32 hold them exactly"
+  ;;
+trains)
+  mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+  mlp=$testdir/../examples/mlp.kl
+  plan=("$kiln" plan "$mlp" --cluster cpux2 --global-batch 16 --precision fp32 --micro 2,8 --no-calibrate
+        --set "data=synthetic(600)" --json)
+  "${plan[@]}" > "$tmp/all.json" || { bad "kiln plan without a limit"; exit 1; }
+  limit=$(python3 -c '
+import json, sys
+m = [l["memory"] for l in json.load(open(sys.argv[1]))["layouts"] if "memory" in l and l["built"]]
+print((min(m) + max(m)) // 2)' "$tmp/all.json")
+  "${plan[@]}" --memory "$limit" > "$tmp/p.json" || { bad "kiln plan under $limit bytes"; exit 1; }
+  # One line a layout: keep COMMAND... or drop MB FLAGS...
+  python3 - "$tmp/p.json" "$limit" > "$tmp/runs.txt" << 'EOF2' || { bad "the plan's layouts"; cat "$tmp/runs.txt"; exit 1; }
+import json, shlex, sys
+d = json.load(open(sys.argv[1]))
+keep = drop = 0
+for l in d["layouts"]:
+    if not l["built"] or "memory" not in l:
+        continue  # refused before planning (not built, or no plan)
+    if l["fits"]:
+        keep += 1
+        print("keep", l["command"].split(" && ", 1)[1])
+    else:
+        drop += 1
+        flags = ["--batch", str(l["micro"]), "--accumulate", str(l["accumulate"]), "--precision", l["precision"],
+                 "--shard", l["shard"], "--set", "data=synthetic(600)", "--memory-limit", sys.argv[2]]
+        if l["P"] > 1:
+            flags += ["--set", f"pipeline_parallel={l['P']}", "--set", f"pipeline_schedule={l['schedule']}"]
+        print("drop", "%.2f" % (l["memory"] / 1e6), l["P"] * l["D"], shlex.join(flags))
+assert keep >= 4 and drop >= 2, f"{keep} kept, {drop} dropped: the limit should split them"
+EOF2
+  build_log=$("$kiln" build "$mlp" -o "$tmp/mlp" 2>&1) || { bad "kiln build"; echo "$build_log"; exit 1; }
+  kept=0 dropped=0
+  while read -r what rest; do
+    if [ "$what" = keep ]; then
+      # The printed command line, its ./mlp and mpirun pointed here.
+      eval "cmd=($rest)"
+      [ "${cmd[0]}" = mpirun ] && cmd=("${mpi[@]}" "${cmd[@]:1}")
+      for i in "${!cmd[@]}"; do [ "${cmd[$i]}" = ./mlp ] && cmd[$i]=$tmp/mlp; done
+      if "${cmd[@]}" --steps 2 --eval-every 0 < /dev/null > "$tmp/run.txt" 2>&1 && grep -q '^done: 2 steps' "$tmp/run.txt" &&
+        grep -q '^plan: measured [0-9.]* ms/step (every step: none past the warm-up) against kiln plan' "$tmp/run.txt"; then
+        kept=$((kept + 1))
+      else
+        bad "kept but does not train: $rest"
+        tail -5 "$tmp/run.txt"
+      fi
+    else
+      read -r want np flags <<< "$rest"
+      eval "args=($flags)"
+      if "${mpi[@]}" -np "$np" "$tmp/mlp" "${args[@]}" --steps 2 --eval-every 0 --device cpu --threads 1 \
+           < /dev/null > "$tmp/run.txt" 2>&1; then
+        bad "dropped for memory ($want MB) but trains: $flags"
+      elif grep -q "the training step needs $want MB .* over the memory limit" "$tmp/run.txt"; then
+        dropped=$((dropped + 1))
+      else
+        bad "dropped for $want MB, refused otherwise: $flags"
+        grep -m3 -i "error\|needs" "$tmp/run.txt"
+      fi
+    fi
+  done < "$tmp/runs.txt"
+  want=$(grep -c . "$tmp/runs.txt")
+  [ $((kept + dropped)) = "$want" ] || bad "$((kept + dropped)) of the $want layouts checked"
+  ok "under a limit of $limit bytes: $kept layouts kiln plan keeps train with its command lines, $dropped it drops" \
+     "for memory are refused by the executable for the same bytes"
   ;;
 *)
   echo "unknown case $case_"
