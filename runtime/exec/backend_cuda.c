@@ -747,8 +747,15 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     snprintf(cb->arch, sizeof cb->arch, "sm_%d%d", major, minor);
     snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %.80s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
              (double)mem / 1073741824.0);
-    if ((r = kl_cu_api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = kl_cu_api.cuCtxSetCurrent(cb->ctx))) {
+    if ((r = kl_cu_api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) != CUDA_SUCCESS) {
         snprintf(why, n, "cannot open a context on %s: %s", name, kl_cu_error(r));
+        free(cb);
+        return NULL;
+    }
+    if ((r = kl_cu_api.cuCtxSetCurrent(cb->ctx)) != CUDA_SUCCESS) {
+        /* The caller may go on to the CPU: the retained context goes. */
+        snprintf(why, n, "cannot make the context on %s current: %s", name, kl_cu_error(r));
+        kl_cu_api.cuDevicePrimaryCtxRelease(dev);
         free(cb);
         return NULL;
     }
