@@ -435,7 +435,9 @@ static int cuda_capture_begin(kl_backend *be)
     cuda_backend *cb = cb_of(be);
     CUresult r = kl_cu_api.cuStreamBeginCapture(cb->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     if (r != CUDA_SUCCESS) {
-        kl_error("cannot capture a CUDA graph: %s; running without graphs", kl_cu_error(r));
+        /* Not an error: the run goes on, the step queued as it comes. */
+        kl_fprintf_escaped(kl_diag_stream(), "kiln: note: cannot capture a CUDA graph: %s; running without graphs\n",
+                           kl_cu_error(r));
         return -1;
     }
     cb->capturing = true;
@@ -454,7 +456,8 @@ static void *cuda_capture_end(kl_backend *be)
     if (g)
         CU(kl_cu_api.cuGraphDestroy(g));
     if (r != CUDA_SUCCESS) {
-        kl_error("recording the step as a CUDA graph failed: %s; running without graphs", kl_cu_error(r));
+        kl_fprintf_escaped(kl_diag_stream(), "kiln: note: recording the step as a CUDA graph failed: %s; running without graphs\n",
+                           kl_cu_error(r));
         return NULL;
     }
     return ex;

@@ -132,13 +132,13 @@ run)
 graph)
   # A step that cannot be recorded as a CUDA graph runs without one.
   recovers "capture refused" \
-    "cannot capture a CUDA graph: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (operation not permitted when stream is capturing); running without graphs" \
+    "kiln: note: cannot capture a CUDA graph: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (operation not permitted when stream is capturing); running without graphs" \
     cuda KILN_SIMGPU_FAIL=cuStreamBeginCapture:1
   recovers "capture invalidated" \
-    "recording the step as a CUDA graph failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (operation failed due to a previous error during capture); running without graphs" \
+    "kiln: note: recording the step as a CUDA graph failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (operation failed due to a previous error during capture); running without graphs" \
     cuda KILN_SIMGPU_FAIL=cuStreamEndCapture:1
   recovers "no memory for the graph" \
-    "recording the step as a CUDA graph failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory); running without graphs" \
+    "kiln: note: recording the step as a CUDA graph failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory); running without graphs" \
     cuda KILN_SIMGPU_FAIL=cuGraphInstantiate:1
   fails "a graph launch" "cuGraphLaunch((CUgraphExec)graph, cb_of(be)->compute) failed: CUDA_ERROR_INVALID_VALUE" \
     KILN_SIMGPU_FAIL=cuGraphLaunch:2
