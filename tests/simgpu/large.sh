@@ -4,10 +4,17 @@
 # over the backend's LARGE_COPY (64 MiB), whose copies to the device go in
 # pinned chunks (its upload at start, and a checkpoint's at resume) and to
 # the host in 8 MiB pieces; strided-batch GEMMs (a Gram matrix per
-# sample) and the per-item GEMMs of their gradients. The losses agree
-# with the CPU run's (relative 1e-4: the GEMMs sum in another order), and
-# a run resumed on the simulated device from its step-2 checkpoint has
-# the uninterrupted run's losses for steps 3 and 4.
+# sample, and its gradients). The losses agree
+# with the CPU run's within 1e-3 relative: besides the GEMMs' order of
+# sums (1e-4, as train.sh), the loss holds a sum over big's 17M elements,
+# each at most 1.6e-5, that the two backends add in another order: about
+# sqrt(17e6) u = 2.5e-4 of the partial sums (at most about 0.6 here), so
+# up to 1.5e-4 of the loss, and 1e-3 is 6 times that; a copy of big that
+# puts a chunk's elements in another chunk's place moves the loss by about
+# 5e-2 (the rows' sums weighted differently). A run resumed on the
+# simulated device from its step-2 checkpoint has the uninterrupted run's
+# losses for steps 3 and 4 bit for bit (the same device, the same order
+# of sums).
 #   large.sh KILN
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -25,22 +32,21 @@ sim() { # NAME ARGS...
     { bad "$n: the run on the simulated device failed"; tail -5 "$tmp/$n.log"; return 1; }
   ! grep -q "simulated device:" "$tmp/$n.log" || { bad "$n: the simulator reported:"; grep "simulated device:" "$tmp/$n.log" | head -3; }
 }
-# near A B FIRST: the losses of A from step FIRST on against B's, relative 1e-4.
+# near A B: the losses of A against B's, relative 1e-3.
 near() {
-  paste <(train_losses "$1" | tail -n +"$3") <(train_losses "$2" | tail -n +"$3") | awk '
+  paste <(train_losses "$1") <(train_losses "$2") | awk '
     { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > w) w = r; n++ }
-    END { printf "%d steps, max relative loss difference %.3g\n", n, w; exit !(n > 0 && w < 1e-4) }'
+    END { printf "%d steps, max relative loss difference %.3g\n", n, w; exit !(n > 0 && w < 1e-3) }'
 }
 if sim sim --save "$tmp/sim.ckpt" --save-every 2; then
-  near "$tmp/cpu.json" "$tmp/sim.json" 1 && ok "the simulated device's losses are the CPU's" ||
+  near "$tmp/cpu.json" "$tmp/sim.json" && ok "the simulated device's losses are the CPU's" ||
     bad "the simulated device's losses differ from the CPU's"
   [ -f "$tmp/sim.ckpt.step-2" ] || bad "no checkpoint at step 2"
   if sim resumed --resume "$tmp/sim.ckpt.step-2"; then
     [ "$(train_losses "$tmp/resumed.json" | wc -l)" -eq 2 ] || bad "the resumed run did not train steps 3 and 4"
-    paste <(train_losses "$tmp/sim.json" | tail -n 2) <(train_losses "$tmp/resumed.json") | awk '
-      { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > w) w = r; n++ }
-      END { printf "resumed at step 3: %d steps, max relative loss difference %.3g\n", n, w; exit !(n == 2 && w < 1e-4) }' &&
-      ok "resumed on the simulated device from step 2: the same losses" || bad "the resumed run's losses differ"
+    cmp -s <(train_losses "$tmp/sim.json" | tail -n 2) <(train_losses "$tmp/resumed.json") &&
+      ok "resumed on the simulated device from step 2: the same losses bit for bit ($(train_losses "$tmp/resumed.json" | tr '\n' ' '))" ||
+      bad "the resumed run's losses differ: $(train_losses "$tmp/sim.json" | tail -n 2 | tr '\n' ' ')vs $(train_losses "$tmp/resumed.json" | tr '\n' ' ')"
   fi
 fi
 exit $fail
