@@ -32,8 +32,8 @@ bool kl_simgpu_covers(const char *name)
 void *kl_simgpu_dlopen(const char *const *names, char *why, size_t n)
 {
     const char *v = getenv("KILN_SIMULATED_GPU");
-    if (strcmp(v, "h200") && strcmp(v, "a100")) {
-        snprintf(why, n, "KILN_SIMULATED_GPU must be h200 or a100, not '%.40s'", v);
+    if (strcmp(v, "h200") && strcmp(v, "a100") && strcmp(v, "p100")) {
+        snprintf(why, n, "KILN_SIMULATED_GPU must be h200, a100 or p100, not '%.40s'", v);
         return NULL;
     }
     const char *name = names[0] ? names[0] : "";
@@ -41,6 +41,27 @@ void *kl_simgpu_dlopen(const char *const *names, char *why, size_t n)
         !starts(name, "libnccl.so") && !starts(name, "libnvidia-ml.so")) {
         snprintf(why, n, "the simulated device (KILN_SIMULATED_GPU=%s) has no %s", v, name);
         return NULL;
+    }
+    /* KILN_SIMGPU_ABSENT=libcublasLt,libnccl: those libraries are not
+     * installed (a machine with a driver but without the toolkit's
+     * libraries), as dlopen says. */
+    const char *absent = getenv("KILN_SIMGPU_ABSENT");
+    for (const char *a = absent; a && *a;) {
+        size_t len = strcspn(a, ",");
+        static const char *const libs[] = {"libcuda", "libcublasLt", "libnvrtc", "libnccl", "libnvidia-ml"};
+        bool known = false;
+        for (size_t i = 0; i < sizeof libs / sizeof *libs; i++)
+            known |= strlen(libs[i]) == len && !strncmp(libs[i], a, len);
+        if (!known) {
+            snprintf(why, n, "KILN_SIMGPU_ABSENT must name libcuda, libcublasLt, libnvrtc, libnccl or libnvidia-ml, not '%.*s'",
+                     (int)(len < 40 ? len : 40), a);
+            return NULL;
+        }
+        if (!strncmp(name, a, len) && name[len] == '.') {
+            snprintf(why, n, "%s: cannot open shared object file: No such file or directory (KILN_SIMGPU_ABSENT)", name);
+            return NULL;
+        }
+        a += len + (a[len] == ',');
     }
     /* Never in place of a real GPU's driver. */
     void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

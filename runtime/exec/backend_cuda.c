@@ -435,7 +435,9 @@ static int cuda_capture_begin(kl_backend *be)
     cuda_backend *cb = cb_of(be);
     CUresult r = kl_cu_api.cuStreamBeginCapture(cb->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     if (r != CUDA_SUCCESS) {
-        kl_error("cannot capture a CUDA graph: %s; running without graphs", kl_cu_error(r));
+        /* Not an error: the run goes on, the step queued as it comes. */
+        kl_fprintf_escaped(kl_diag_stream(), "kiln: note: cannot capture a CUDA graph: %s; running without graphs\n",
+                           kl_cu_error(r));
         return -1;
     }
     cb->capturing = true;
@@ -454,7 +456,8 @@ static void *cuda_capture_end(kl_backend *be)
     if (g)
         CU(kl_cu_api.cuGraphDestroy(g));
     if (r != CUDA_SUCCESS) {
-        kl_error("recording the step as a CUDA graph failed: %s; running without graphs", kl_cu_error(r));
+        kl_fprintf_escaped(kl_diag_stream(), "kiln: note: recording the step as a CUDA graph failed: %s; running without graphs\n",
+                           kl_cu_error(r));
         return NULL;
     }
     return ex;
@@ -747,8 +750,15 @@ kl_backend *kl_cuda_backend_new(const kl_cuda_options *o, char *why, size_t n)
     snprintf(cb->arch, sizeof cb->arch, "sm_%d%d", major, minor);
     snprintf(cb->base.desc, sizeof cb->base.desc, "cuda: %.80s (%s, %d SMs, %.0f GiB)", name, cb->arch, sms,
              (double)mem / 1073741824.0);
-    if ((r = kl_cu_api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) || (r = kl_cu_api.cuCtxSetCurrent(cb->ctx))) {
+    if ((r = kl_cu_api.cuDevicePrimaryCtxRetain(&cb->ctx, dev)) != CUDA_SUCCESS) {
         snprintf(why, n, "cannot open a context on %s: %s", name, kl_cu_error(r));
+        free(cb);
+        return NULL;
+    }
+    if ((r = kl_cu_api.cuCtxSetCurrent(cb->ctx)) != CUDA_SUCCESS) {
+        /* The caller may go on to the CPU: the retained context goes. */
+        snprintf(why, n, "cannot make the context on %s current: %s", name, kl_cu_error(r));
+        kl_cu_api.cuDevicePrimaryCtxRelease(dev);
         free(cb);
         return NULL;
     }

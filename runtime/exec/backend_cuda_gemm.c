@@ -133,10 +133,16 @@ static gemm_plan *gemm_plan_of(cuda_backend *cb, const gemm_key *key, const kl_g
                                "kiln: cuBLASLt has no algorithm for epilogue %s on a %lld x %lld x %lld GEMM: the "
                                "generated kernel does it\n",
                                plan_lt_epi_name((kl_lt_epi)key->epi), (long long)m, (long long)n, (long long)k);
-    } else if (!gp.ok)
-        kl_panic("cuBLASLt has no algorithm for a %s x %s -> %s GEMM of %lld x %lld x %lld (batch %lld)",
-                 ir_dtype_name((ir_dtype)key->dtype), ir_dtype_name((ir_dtype)key->dtype),
-                 ir_dtype_name((ir_dtype)key->out_dtype), (long long)m, (long long)n, (long long)k, (long long)key->batch);
+    } else if (!gp.ok) {
+        /* The library's limit, not Kiln's invariant: an error, not a panic. */
+        size_t v = kl_cu_api.cublasLtGetVersion(); /* major * 10000 + minor * 100 + patch */
+        kl_error("cuBLASLt %zu.%zu.%zu has no algorithm for a %s x %s -> %s GEMM of %lld x %lld x %lld (batch %lld) on %s\n"
+                 "---> check that this cuBLASLt supports the GPU, or train with --device cpu",
+                 v / 10000, v / 100 % 100, v % 100, ir_dtype_name((ir_dtype)key->dtype), ir_dtype_name((ir_dtype)key->dtype),
+                 ir_dtype_name((ir_dtype)key->out_dtype), (long long)m, (long long)n, (long long)k, (long long)key->batch,
+                 cb->arch);
+        exit(1);
+    }
     if (gp.ok)
         gp.algo = res.algo;
     kl_vec_push(cb->gemms, gp);

@@ -130,9 +130,11 @@ static void nv_open(void)
     NVRTC_FUNCS(X)
 #undef X
     nv.simulated = dlsym(h, "kiln_simgpu_part") != NULL;
-    if (nv.nvrtcVersion(&nv.major, &nv.minor) != NVRTC_SUCCESS) {
-        snprintf(nv.why, sizeof nv.why, "nvrtcVersion failed");
+    nvrtcResult vr = nv.nvrtcVersion(&nv.major, &nv.minor);
+    if (vr != NVRTC_SUCCESS) {
+        snprintf(nv.why, sizeof nv.why, "nvrtcVersion failed: %s", nv.nvrtcGetErrorString(vr));
         nv.rc = -1;
+        return;
     }
     /* The targets, where NVRTC lists them (11.2 and later). */
     nvrtcResult (*num)(int *) = (nvrtcResult(*)(int *))dlsym(h, "nvrtcGetNumSupportedArchs");
@@ -175,13 +177,15 @@ void kl_nvrtc_version(int *major, int *minor)
     *minor = nv.minor;
 }
 
-/* Every NVRTC call is checked: a failure names the call, file and line. */
+/* Every NVRTC call is checked: a failure names the call, file and line,
+ * and goes to the function's `failed` label (which releases what it
+ * holds). */
 #define NVRTC_CHECK(call)                                                                              \
     do {                                                                                               \
         nvrtcResult rc_ = (call);                                                                      \
         if (rc_ != NVRTC_SUCCESS) {                                                                    \
             kl_error("%s:%d: %s failed: %s", __FILE__, __LINE__, #call, nv.nvrtcGetErrorString(rc_)); \
-            return -1;                                                                                 \
+            goto failed;                                                                               \
         }                                                                                              \
     } while (0)
 
@@ -273,7 +277,8 @@ static int compile_one(compile_ctx *cx, kl_nvrtc_job *j)
             return 0;
         }
     }
-    nvrtcProgram prog;
+    nvrtcProgram prog = NULL;
+    int result = -1;
     NVRTC_CHECK(nv.nvrtcCreateProgram(&prog, j->src, j->name, 0, NULL, NULL));
     nvrtcResult rc = nv.nvrtcCompileProgram(prog, cx->nopts, cx->opts);
     size_t ls = 0;
@@ -291,10 +296,7 @@ static int compile_one(compile_ctx *cx, kl_nvrtc_job *j)
                  nv.nvrtcGetErrorString(rc), j->log);
         print_numbered(kl_diag_stream(), j->src);
         pthread_mutex_unlock(&cx->lock);
-        nv.nvrtcDestroyProgram(&prog);
-        free(img_path);
-        free(log_path);
-        return -1;
+        goto failed;
     }
     size_t size = 0;
     if (o->ptx) {
@@ -308,14 +310,21 @@ static int compile_one(compile_ctx *cx, kl_nvrtc_job *j)
         NVRTC_CHECK(nv.nvrtcGetCUBIN(prog, j->image));
     }
     j->size = size;
-    NVRTC_CHECK(nv.nvrtcDestroyProgram(&prog));
+    nvrtcProgram done = prog;
+    prog = NULL; /* not destroyed twice, even when this fails */
+    NVRTC_CHECK(nv.nvrtcDestroyProgram(&done));
     if (img_path) {
         write_atomic(log_path, j->log, strlen(j->log)); /* the log first: an image implies its log */
         write_atomic(img_path, j->image, j->size);
     }
+    result = 0;
+failed:
+    /* The job's image and log are the caller's (kl_nvrtc_jobs_free). */
+    if (prog)
+        nv.nvrtcDestroyProgram(&prog);
     free(img_path);
     free(log_path);
-    return 0;
+    return result;
 }
 
 static void *worker(void *arg)
@@ -413,18 +422,6 @@ int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o)
     for (int i = 0; i < n; i++)
         failed += jobs[i].rc != 0;
     return failed;
-}
-
-kl_nvrtc_job *kl_nvrtc_plan_jobs(const kl_plan *p)
-{
-    kl_nvrtc_job *jobs = kl_xcalloc((size_t)p->kernels.n + 1, sizeof *jobs);
-    for (int i = 0; i < p->kernels.n; i++) {
-        const kl_kernel_src *k = &p->kernels.v[i];
-        jobs[i].name = k->name;
-        jobs[i].owned = kir_cuda_program(k->cuda.src, k->cuda.needs);
-        jobs[i].src = jobs[i].owned;
-    }
-    return jobs;
 }
 
 void kl_nvrtc_jobs_free(kl_nvrtc_job *jobs, int n)

@@ -48,8 +48,6 @@ int kl_nvrtc_target(int arch, bool *ptx);
  * Returns the number that failed; each failure prints NVRTC's log and
  * the program with line numbers. */
 int kl_nvrtc_compile(kl_nvrtc_job *jobs, int n, const kl_nvrtc_opts *o);
-/* Jobs for every kernel of a plan (their programs owned by the jobs). */
-kl_nvrtc_job *kl_nvrtc_plan_jobs(const kl_plan *p);
 void kl_nvrtc_jobs_free(kl_nvrtc_job *jobs, int n);
 
 /* What ptxas reported for __global__ function fn (needs the log of a

@@ -16,7 +16,8 @@
 #define FUNCS(X)                                                                                                       \
     X(cuInit) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)   \
     X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate)                \
-    X(cuEventRecord) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)
+    X(cuEventRecord) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)              \
+    X(cuEventDestroy) X(cuGraphDestroy) X(cuGraphExecDestroy)
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -111,6 +112,9 @@ int main(int argc, char **argv)
     p_cuMemcpyDtoHAsync(host, a, 4, s1);
     p_cuStreamSynchronize(s1);
     check(host[0] == 13, "cuGraphLaunch replays it");
+    p_cuGraphExecDestroy(ex);
+    p_cuGraphDestroy(g);
+    p_cuEventDestroy(e);
     /* Copies outside an allocation are refused. */
     check(p_cuMemcpyDtoDAsync(b, a, (1 << 20) + 4, s1) == CUDA_ERROR_INVALID_VALUE,
           "a copy one element past the allocation is refused");

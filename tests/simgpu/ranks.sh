@@ -10,6 +10,7 @@
 #
 #   ranks.sh KILN CASE   CASE: dp | zero1 | zero2 | zero3 | tp | tp_dp | np3 | bf16 |
 #                              no_graph | too_few | kill | timeout
+#   ranks.sh KILN nccl_device NCCL_CHECK
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -132,6 +133,21 @@ kill | timeout)
       { echo "FAIL: the error does not name what did not complete and rank 1"; grep -v "^\[" "$tmp/err.txt" | head; exit 1; }
     grep -m1 "did not arrive" "$tmp/err.txt"
   fi
+  ;;
+nccl_device)
+  # The backend's collectives alone (tests/ranks/comm/nccl_check.c device,
+  # its path the third argument): every kind in f32, bf16 and f16 on 2 and
+  # 3 ranks, an odd count (reduce_scatter's operand padded on the device),
+  # in place and not, bit for bit against what each collective means.
+  check=${3:?nccl_check}
+  for np in 2 3; do
+    KILN_SIMULATED_GPU=h200 "${mpi[@]}" -np "$np" "$check" device > "$tmp/nd$np.out" 2> "$tmp/nd$np.err" ||
+      { echo "FAIL: nccl_check device on $np ranks"; cat "$tmp/nd$np.out"; grep -v "^\[" "$tmp/nd$np.err" | head -5; exit 1; }
+    [ "$(grep -c "^ok: rank [0-9] of $np: 24 collectives" "$tmp/nd$np.out")" -eq "$np" ] ||
+      { echo "FAIL: not every rank of $np checked 24 collectives"; cat "$tmp/nd$np.out"; exit 1; }
+    ! grep -q "simulated device:" "$tmp/nd$np.err" || { echo "FAIL: the simulator reported:"; grep "simulated device:" "$tmp/nd$np.err" | head -3; exit 1; }
+    echo "ok: $np ranks: $(grep -m1 '^ok' "$tmp/nd$np.out")"
+  done
   ;;
 *)
   echo "unknown case $case_"; exit 2 ;;

@@ -9,7 +9,7 @@ kiln=$1
 new_tmpdir
 build_example mlp "$tmp/mlp"
 run=("$tmp/mlp" --device cuda --steps 1 --data synthetic:200)
-expect_error "an unknown part" "KILN_SIMULATED_GPU must be h200 or a100, not 'bogus'" env KILN_SIMULATED_GPU=bogus "${run[@]}"
+expect_error "an unknown part" "KILN_SIMULATED_GPU must be h200, a100 or p100, not 'bogus'" env KILN_SIMULATED_GPU=bogus "${run[@]}"
 expect_error "a bad memory size" "KILN_SIMULATED_GPU_MEMORY must be a size such as 24G or 512M, not '3x'" \
   env KILN_SIMULATED_GPU=h200 KILN_SIMULATED_GPU_MEMORY=3x "${run[@]}"
 expect_error "a bad device count" "KILN_SIMULATED_GPU_COUNT must be a count from 1 to 64, not '0'" \

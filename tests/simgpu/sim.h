@@ -110,6 +110,22 @@ CUresult sim_sticky(void);
 /* A message from the simulated device on stderr. */
 void sim_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- fault injection (sim_fault.c) ---- */
+
+/* KILN_SIMGPU_FAIL=FUNCTION:N,...: 0, or the error code the Nth call of
+ * fn fails with (said on stderr). */
+int sim_fault(const char *fn);
+/* KILN_SIMGPU_FAIL is malformed (said once): cuInit refuses to start. */
+bool sim_fault_spec_bad(void);
+/* The first statement of each function that can fail on purpose: T is
+ * its result type. */
+#define SIM_FAULT(T, fn)                                                                                               \
+    do {                                                                                                               \
+        int fault_ = sim_fault(fn);                                                                                    \
+        if (fault_)                                                                                                    \
+            return (T)fault_;                                                                                          \
+    } while (0)
+
 /* ---- streams (sim_stream.c) ---- */
 
 /* Waits until every stream's queue has run (cuMemFree does, as

@@ -15,6 +15,9 @@ static const sim_part parts[] = {
      228 << 10, 50 << 20, 1980000, 3201000, 6144, (size_t)143771 << 20},
     {"a100", "NVIDIA A100-SXM4-80GB (simulated device)", 8, 0, 108, 1024, 2048, 32, 65536, 65536, 48 << 10,
      163 << 10, 164 << 10, 40 << 20, 1410000, 1593000, 5120, (size_t)81920 << 20},
+    /* Compute capability 6.0, older than Kiln supports: its refusal. */
+    {"p100", "NVIDIA Tesla P100-SXM2-16GB (simulated device)", 6, 0, 56, 1024, 2048, 32, 65536, 65536, 48 << 10,
+     48 << 10, 64 << 10, 4 << 20, 1480000, 715000, 4096, (size_t)16280 << 20},
 };
 
 const sim_part *sim_dev;
@@ -70,6 +73,9 @@ static const struct {
     {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+     "system has unsupported display driver / cuda driver combination"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
@@ -127,6 +133,9 @@ static size_t parse_size(const char *s)
 
 SIM_EXPORT CUresult cuInit(unsigned flags)
 {
+    if (sim_fault_spec_bad())
+        return CUDA_ERROR_INVALID_VALUE; /* said why */
+    SIM_FAULT(CUresult, "cuInit");
     if (flags)
         return CUDA_ERROR_INVALID_VALUE;
     const char *want = getenv("KILN_SIMULATED_GPU");
@@ -181,6 +190,7 @@ SIM_EXPORT CUresult cuDriverGetVersion(int *v)
 
 SIM_EXPORT CUresult cuDeviceGetCount(int *n)
 {
+    SIM_FAULT(CUresult, "cuDeviceGetCount");
     NEED_INIT();
     *n = sim_ndev;
     return CUDA_SUCCESS;
@@ -188,6 +198,7 @@ SIM_EXPORT CUresult cuDeviceGetCount(int *n)
 
 SIM_EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
+    SIM_FAULT(CUresult, "cuDeviceGet");
     NEED_INIT();
     if (ordinal < 0 || ordinal >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -197,6 +208,7 @@ SIM_EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
 
 SIM_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 {
+    SIM_FAULT(CUresult, "cuDeviceGetName");
     NEED_INIT();
     if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -208,6 +220,7 @@ SIM_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 
 SIM_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d)
 {
+    SIM_FAULT(CUresult, "cuDeviceTotalMem");
     NEED_INIT();
     if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -217,6 +230,7 @@ SIM_EXPORT CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d)
 
 SIM_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
+    SIM_FAULT(CUresult, "cuDeviceGetAttribute");
     NEED_INIT();
     if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -265,6 +279,7 @@ static __thread CUcontext current;
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
+    SIM_FAULT(CUresult, "cuDevicePrimaryCtxRetain");
     NEED_INIT();
     if (d < 0 || d >= sim_ndev)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -291,6 +306,7 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d)
 
 SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext c)
 {
+    SIM_FAULT(CUresult, "cuCtxSetCurrent");
     NEED_INIT();
     if (c && (c < primary || c >= primary + sim_ndev))
         return CUDA_ERROR_INVALID_CONTEXT;

@@ -69,6 +69,7 @@ SIM_EXPORT const char *cublasLtGetStatusString(cublasStatus_t s)
 
 SIM_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtCreate");
     if (!h)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!sim_dev)
@@ -91,6 +92,7 @@ SIM_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
 
 SIM_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType scale)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatmulDescCreate");
     if (!d)
         return CUBLAS_STATUS_INVALID_VALUE;
     bool ok = (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_FAST_TF32) ? scale == CUDA_R_32F
@@ -122,6 +124,7 @@ SIM_EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
 SIM_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
                                                         const void *buf, size_t size)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatmulDescSetAttribute");
     lt_desc *x = (lt_desc *)d;
     if (!x || !buf)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -153,6 +156,7 @@ static int type_size(cudaDataType t)
 SIM_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
                                                     uint64_t cols, int64_t ld)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatrixLayoutCreate");
     if (!l)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!type_size(t))
@@ -174,6 +178,7 @@ SIM_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
 SIM_EXPORT cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a,
                                                           const void *buf, size_t size)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatrixLayoutSetAttribute");
     lt_layout *x = (lt_layout *)l;
     if (!x || !buf)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -190,6 +195,7 @@ SIM_EXPORT cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_
 
 SIM_EXPORT cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatmulPreferenceCreate");
     if (!p)
         return CUBLAS_STATUS_INVALID_VALUE;
     *p = (cublasLtMatmulPreference_t)calloc(1, sizeof(lt_pref));
@@ -206,6 +212,7 @@ SIM_EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPre
                                                               cublasLtMatmulPreferenceAttributes_t a, const void *buf,
                                                               size_t size)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatmulPreferenceSetAttribute");
     lt_pref *x = (lt_pref *)p;
     uint32_t al;
     if (!x || !buf)
@@ -258,16 +265,17 @@ static cublasStatus_t check_shapes(const lt_desc *d, const lt_layout *a, const l
 
 /* KILN_SIMGPU_LT_NO_ALGORITHM=epilogue: no algorithm for any GEMM with an
  * epilogue, as cuBLASLt answers for shapes and alignments it cannot fuse
- * (the caller's fallback is then taken on every such GEMM). */
-static bool no_epilogue_algorithms(void)
+ * (the caller's fallback is then taken on every such GEMM); =all: for no
+ * GEMM at all, as a cuBLASLt that does not support the device. */
+static bool no_algorithms(bool epilogue)
 {
     const char *v = getenv("KILN_SIMGPU_LT_NO_ALGORITHM");
-    return v && !strcmp(v, "epilogue");
+    return v && (!strcmp(v, "all") || (epilogue && !strcmp(v, "epilogue")));
 }
 
 static bool has_algorithm(const lt_desc *d, const lt_layout *dl)
 {
-    if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && no_epilogue_algorithms())
+    if (no_algorithms(d->epi != CUBLASLT_EPILOGUE_DEFAULT))
         return false;
     if (!epi_known(d->epi))
         return false;
@@ -284,6 +292,7 @@ SIM_EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
                                                         cublasLtMatmulPreference_t pref, int requested,
                                                         cublasLtMatmulHeuristicResult_t *res, int *found)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatmulAlgoGetHeuristic");
     if (!h || h->magic != HANDLE_MAGIC)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!desc || !la || !lb || !lc || !ld || !pref || requested <= 0 || !res || !found)
@@ -463,6 +472,7 @@ SIM_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                                         cublasLtMatrixLayout_t ldd, const cublasLtMatmulAlgo_t *algo, void *ws,
                                         size_t ws_bytes, cudaStream_t stream)
 {
+    SIM_FAULT(cublasStatus_t, "cublasLtMatmul");
     (void)ws;
     (void)ws_bytes;
     if (!h || h->magic != HANDLE_MAGIC)

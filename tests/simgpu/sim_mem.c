@@ -750,6 +750,7 @@ static void drop_pending_locked(const char *lo, const char *hi)
 
 SIM_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
 {
+    SIM_FAULT(CUresult, "cuMemAlloc");
     if (!sim_dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!dptr || !bytes)
@@ -766,6 +767,7 @@ SIM_EXPORT CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytes)
 
 SIM_EXPORT CUresult cuMemFree(CUdeviceptr p)
 {
+    SIM_FAULT(CUresult, "cuMemFree");
     if (!sim_dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!p)
@@ -777,6 +779,7 @@ SIM_EXPORT CUresult cuMemFree(CUdeviceptr p)
 
 SIM_EXPORT CUresult cuMemGetInfo(size_t *free_b, size_t *total)
 {
+    SIM_FAULT(CUresult, "cuMemGetInfo");
     if (!sim_dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&mem_lock);
@@ -788,6 +791,7 @@ SIM_EXPORT CUresult cuMemGetInfo(size_t *free_b, size_t *total)
 
 SIM_EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
 {
+    SIM_FAULT(CUresult, "cuMemHostAlloc");
     if (!sim_dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!p || !bytes || flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))

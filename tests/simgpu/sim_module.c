@@ -388,6 +388,7 @@ static CUresult ready(struct CUmod_st *m)
 
 SIM_EXPORT CUresult cuModuleLoadData(CUmodule *out, const void *image)
 {
+    SIM_FAULT(CUresult, "cuModuleLoadData");
     if (!sim_dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!out || !image)
@@ -438,6 +439,7 @@ SIM_EXPORT CUresult cuModuleUnload(CUmodule m)
 
 SIM_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
+    SIM_FAULT(CUresult, "cuModuleGetFunction");
     if (!m)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!f || !name)
@@ -487,6 +489,7 @@ static int blocks_per_sm(const struct CUfunc_st *f, int block, size_t dyn_smem)
 
 SIM_EXPORT CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f)
 {
+    SIM_FAULT(CUresult, "cuFuncGetAttribute");
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     switch (a) {
@@ -505,6 +508,7 @@ SIM_EXPORT CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunctio
 
 SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block, size_t dyn_smem)
 {
+    SIM_FAULT(CUresult, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!n)
@@ -517,6 +521,7 @@ SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfuncti
 SIM_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction f, CUoccupancyB2DSize smem_of,
                                                      size_t dyn_smem, int limit)
 {
+    SIM_FAULT(CUresult, "cuOccupancyMaxPotentialBlockSize");
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!min_grid || !block)
@@ -579,6 +584,7 @@ static void run_launch(void *p)
 SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                    unsigned bz, unsigned smem, CUstream s, void **params, void **extra)
 {
+    SIM_FAULT(CUresult, "cuLaunchKernel");
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = sim_sticky();

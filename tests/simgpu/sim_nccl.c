@@ -90,6 +90,7 @@ static char *staging(ncclComm_t c, int r) { return (char *)&c->sh->slots[c->nran
 
 SIM_EXPORT ncclResult_t ncclGetVersion(int *version)
 {
+    SIM_FAULT(ncclResult_t, "ncclGetVersion");
     if (!version)
         return ncclInvalidArgument;
     *version = NCCL_VERSION_CODE;
@@ -200,6 +201,7 @@ static int wait_all(ncclComm_t c, size_t field, uint64_t want, const char *call)
 
 SIM_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
+    SIM_FAULT(ncclResult_t, "ncclGetUniqueId");
     if (!id)
         return ncclInvalidArgument;
     memset(id, 0, sizeof *id);
@@ -232,6 +234,7 @@ static void say(const char *fmt, ...)
 
 SIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank)
 {
+    SIM_FAULT(ncclResult_t, "ncclCommInitRank");
     if (!out)
         return ncclInvalidArgument;
     *out = NULL;
@@ -316,6 +319,7 @@ SIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUnique
 
 SIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
+    SIM_FAULT(ncclResult_t, "ncclCommDestroy");
     if (!c)
         return ncclInvalidArgument;
     /* NCCL finishes the communicator's queued work first. */
@@ -588,24 +592,28 @@ static ncclResult_t enqueue(int kind, const void *send, void *recv, size_t count
 SIM_EXPORT ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
                                       ncclComm_t c, cudaStream_t stream)
 {
+    SIM_FAULT(ncclResult_t, "ncclAllReduce");
     return enqueue(K_ALL_REDUCE, send, recv, count, dt, op, 0, c, stream);
 }
 
 SIM_EXPORT ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t dt,
                                           ncclRedOp_t op, ncclComm_t c, cudaStream_t stream)
 {
+    SIM_FAULT(ncclResult_t, "ncclReduceScatter");
     return enqueue(K_REDUCE_SCATTER, send, recv, recvcount, dt, op, 0, c, stream);
 }
 
 SIM_EXPORT ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t dt, ncclComm_t c,
                                       cudaStream_t stream)
 {
+    SIM_FAULT(ncclResult_t, "ncclAllGather");
     return enqueue(K_ALL_GATHER, send, recv, sendcount, dt, ncclSum, 0, c, stream);
 }
 
 SIM_EXPORT ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root,
                                       ncclComm_t c, cudaStream_t stream)
 {
+    SIM_FAULT(ncclResult_t, "ncclBroadcast");
     return enqueue(K_BROADCAST, send, recv, count, dt, ncclSum, root, c, stream);
 }
 

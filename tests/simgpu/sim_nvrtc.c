@@ -67,6 +67,7 @@ typedef struct sim_prog {
 
 SIM_EXPORT nvrtcResult nvrtcVersion(int *major, int *minor)
 {
+    SIM_FAULT(nvrtcResult, "nvrtcVersion");
     NEED_REAL();
     return real.nvrtcVersion(major, minor);
 }
@@ -77,21 +78,66 @@ SIM_EXPORT const char *nvrtcGetErrorString(nvrtcResult r)
     return real.rc ? "NVRTC is missing (simulated device)" : real.nvrtcGetErrorString(r);
 }
 
+/* KILN_SIMGPU_NVRTC_ARCHS=75,80,86: the CUBIN targets NVRTC lists, in
+ * place of the real one's: an NVRTC older than the part, whose kernels
+ * Kiln then compiles to PTX for the newest target below the part's
+ * (runtime/exec/nvrtc.c), as for a GPU newer than the toolkit. */
+static int fake_archs[64], nfake_archs = -1; /* -1: not read yet; 0: the real list */
+static pthread_once_t archs_once = PTHREAD_ONCE_INIT;
+
+static void read_archs(void)
+{
+    nfake_archs = 0;
+    const char *v = getenv("KILN_SIMGPU_NVRTC_ARCHS");
+    if (!v || !*v)
+        return;
+    int n = 0;
+    for (const char *s = v; *s && n >= 0;) {
+        char *end;
+        long a = strtol(s, &end, 10);
+        if (end == s || a < 10 || a > 999 || (*end && *end != ',') || n == 64)
+            n = -1;
+        else
+            fake_archs[n++] = (int)a, s = *end ? end + 1 : end;
+    }
+    if (n <= 0) {
+        sim_say("KILN_SIMGPU_NVRTC_ARCHS must be architectures such as 75,80,86, not '%.40s'", v);
+        nfake_archs = -1;
+        return;
+    }
+    nfake_archs = n;
+}
+
 SIM_EXPORT nvrtcResult nvrtcGetNumSupportedArchs(int *n)
 {
     NEED_REAL();
+    pthread_once(&archs_once, read_archs);
+    if (nfake_archs < 0)
+        return NVRTC_ERROR_INVALID_INPUT;
+    if (nfake_archs > 0) {
+        *n = nfake_archs;
+        return NVRTC_SUCCESS;
+    }
     return real.nvrtcGetNumSupportedArchs(n);
 }
 
 SIM_EXPORT nvrtcResult nvrtcGetSupportedArchs(int *a)
 {
     NEED_REAL();
+    pthread_once(&archs_once, read_archs);
+    if (nfake_archs < 0)
+        return NVRTC_ERROR_INVALID_INPUT;
+    if (nfake_archs > 0) {
+        memcpy(a, fake_archs, sizeof(int) * (size_t)nfake_archs);
+        return NVRTC_SUCCESS;
+    }
     return real.nvrtcGetSupportedArchs(a);
 }
 
 SIM_EXPORT nvrtcResult nvrtcCreateProgram(nvrtcProgram *out, const char *src, const char *name, int nh,
                                           const char *const *headers, const char *const *include_names)
 {
+    SIM_FAULT(nvrtcResult, "nvrtcCreateProgram");
     NEED_REAL();
     if (!out || !src)
         return NVRTC_ERROR_INVALID_INPUT;
@@ -123,6 +169,7 @@ SIM_EXPORT nvrtcResult nvrtcDestroyProgram(nvrtcProgram *p)
 
 SIM_EXPORT nvrtcResult nvrtcCompileProgram(nvrtcProgram p, int n, const char *const *opts)
 {
+    SIM_FAULT(nvrtcResult, "nvrtcCompileProgram");
     NEED_REAL();
     return p ? real.nvrtcCompileProgram(SP(p)->p, n, opts) : NVRTC_ERROR_INVALID_PROGRAM;
 }
@@ -170,12 +217,14 @@ static nvrtcResult wrap(sim_prog *sp, bool ptx, char *out, size_t *size)
 
 SIM_EXPORT nvrtcResult nvrtcGetCUBINSize(nvrtcProgram p, size_t *n)
 {
+    SIM_FAULT(nvrtcResult, "nvrtcGetCUBINSize");
     NEED_REAL();
     return p ? wrap(SP(p), false, NULL, n) : NVRTC_ERROR_INVALID_PROGRAM;
 }
 
 SIM_EXPORT nvrtcResult nvrtcGetCUBIN(nvrtcProgram p, char *out)
 {
+    SIM_FAULT(nvrtcResult, "nvrtcGetCUBIN");
     NEED_REAL();
     size_t n;
     return p ? wrap(SP(p), false, out, &n) : NVRTC_ERROR_INVALID_PROGRAM;
@@ -183,12 +232,14 @@ SIM_EXPORT nvrtcResult nvrtcGetCUBIN(nvrtcProgram p, char *out)
 
 SIM_EXPORT nvrtcResult nvrtcGetPTXSize(nvrtcProgram p, size_t *n)
 {
+    SIM_FAULT(nvrtcResult, "nvrtcGetPTXSize");
     NEED_REAL();
     return p ? wrap(SP(p), true, NULL, n) : NVRTC_ERROR_INVALID_PROGRAM;
 }
 
 SIM_EXPORT nvrtcResult nvrtcGetPTX(nvrtcProgram p, char *out)
 {
+    SIM_FAULT(nvrtcResult, "nvrtcGetPTX");
     NEED_REAL();
     size_t n;
     return p ? wrap(SP(p), true, out, &n) : NVRTC_ERROR_INVALID_PROGRAM;

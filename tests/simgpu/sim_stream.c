@@ -199,6 +199,7 @@ CUresult sim_enqueue(CUstream s, sim_fn fn, void *arg, size_t arg_bytes)
 
 SIM_EXPORT CUresult cuStreamCreate(CUstream *out, unsigned flags)
 {
+    SIM_FAULT(CUresult, "cuStreamCreate");
     if (!sim_dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!out || flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
@@ -236,6 +237,7 @@ void sim_device_idle(void)
 
 SIM_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
+    SIM_FAULT(CUresult, "cuStreamSynchronize");
     if (!s)
         return sim_sticky();
     pthread_mutex_lock(&lock);
@@ -276,6 +278,7 @@ SIM_EXPORT CUresult cuStreamDestroy(CUstream s)
 
 SIM_EXPORT CUresult cuEventCreate(CUevent *out, unsigned flags)
 {
+    SIM_FAULT(CUresult, "cuEventCreate");
     if (!sim_dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!out || flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS))
@@ -341,6 +344,7 @@ static void run_wait(void *p)
 
 SIM_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
+    SIM_FAULT(CUresult, "cuEventRecord");
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&lock);
@@ -355,6 +359,7 @@ SIM_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 
 SIM_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 {
+    SIM_FAULT(CUresult, "cuStreamWaitEvent");
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags)
@@ -382,6 +387,7 @@ SIM_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 
 SIM_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
+    SIM_FAULT(CUresult, "cuEventSynchronize");
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&lock);
@@ -395,6 +401,7 @@ SIM_EXPORT CUresult cuEventSynchronize(CUevent e)
 
 SIM_EXPORT CUresult cuEventQuery(CUevent e)
 {
+    SIM_FAULT(CUresult, "cuEventQuery");
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = sim_sticky();
@@ -410,6 +417,7 @@ SIM_EXPORT CUresult cuEventQuery(CUevent e)
 
 SIM_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
 {
+    SIM_FAULT(CUresult, "cuEventElapsedTime");
     if (!a || !b)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!ms)
@@ -479,6 +487,7 @@ static CUresult bad_range(const char *call, CUdeviceptr p, size_t n)
 
 SIM_EXPORT CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
+    SIM_FAULT(CUresult, "cuMemcpyHtoDAsync");
     if (!n)
         return sim_sticky();
     if (!sim_mem_check("cuMemcpyHtoDAsync", "destination", DEV(dst), n))
@@ -502,6 +511,7 @@ SIM_EXPORT CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n
 
 SIM_EXPORT CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
+    SIM_FAULT(CUresult, "cuMemcpyDtoHAsync");
     if (!n)
         return sim_sticky();
     if (!sim_mem_check("cuMemcpyDtoHAsync", "source", DEV(src), n))
@@ -527,6 +537,7 @@ SIM_EXPORT CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUst
 
 SIM_EXPORT CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
+    SIM_FAULT(CUresult, "cuMemcpyDtoDAsync");
     if (!n)
         return sim_sticky();
     if (!sim_mem_check("cuMemcpyDtoDAsync", "destination", DEV(dst), n))
@@ -559,6 +570,7 @@ static void run_set(void *p)
 
 SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
 {
+    SIM_FAULT(CUresult, "cuMemsetD8Async");
     if (!n)
         return sim_sticky();
     if (!sim_mem_check("cuMemsetD8Async", "destination", DEV(dst), n))
@@ -569,6 +581,7 @@ SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, 
 
 SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s)
 {
+    SIM_FAULT(CUresult, "cuMemsetD32Async");
     if (!n)
         return sim_sticky();
     if (dst % 4)
@@ -583,6 +596,7 @@ SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUst
 
 SIM_EXPORT CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
 {
+    SIM_FAULT(CUresult, "cuStreamBeginCapture");
     if (!s)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
@@ -622,6 +636,14 @@ SIM_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
     pthread_mutex_unlock(&lock);
     if (!c)
         return CUDA_ERROR_ILLEGAL_STATE;
+    /* An injected failure (sim_fault.c): the capture ends all the same. */
+    int fault = sim_fault("cuStreamEndCapture");
+    if (fault) {
+        free_ops(c->head);
+        free(c);
+        *g = NULL;
+        return (CUresult)fault;
+    }
     if (unjoined) {
         sim_say("cuStreamEndCapture: a stream joined the capture and its last work was not waited for by the origin stream");
         free_ops(c->head);
@@ -641,6 +663,7 @@ SIM_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
 
 SIM_EXPORT CUresult cuGraphInstantiate(CUgraphExec *ex, CUgraph g, unsigned long long flags)
 {
+    SIM_FAULT(CUresult, "cuGraphInstantiate");
     if (!ex || !g || flags)
         return CUDA_ERROR_INVALID_VALUE;
     CUgraphExec e = calloc(1, sizeof *e);
@@ -706,6 +729,7 @@ static void run_graph(void *p)
 
 SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
 {
+    SIM_FAULT(CUresult, "cuGraphLaunch");
     if (!e)
         return CUDA_ERROR_INVALID_VALUE;
     graph_arg a = {e};
