@@ -615,7 +615,8 @@ static void print_comment_flat(cu *c, cu_phase *const *ph, int n)
  * aligned). base: variables printed by other names (NULL: none); extent:
  * the innermost loop's extent as printed (a constant, or the variable
  * that holds it in a shared body). */
-static void print_flat_phase(cu *c, const cu_phase *p, const char *q, bool wide, const char **base, const char *extent)
+static void print_flat_phase(cu *c, const cu_phase *p, const char *q, bool wide, const char **base, const char *extent,
+                             const char *reselect)
 {
     const kir_kernel *k = c->k;
     c->rename = base;
@@ -695,6 +696,15 @@ static void print_flat_phase(cu *c, const cu_phase *p, const char *q, bool wide,
     c->lanes = 0;
     c->indent--;
     line(c, "}");
+    /* A shared body sets its stores' pointers again here (lines of
+     * reselect), so that they are not held in registers over the
+     * arithmetic. */
+    for (const char *r = reselect; r && *r;) {
+        const char *e = strchr(r, '\n');
+        ind(c);
+        kl_buf_printf(c->b, "%.*s\n", (int)(e - r), r);
+        r = e + 1;
+    }
     rename[last->var] = "kl_base";
     c->rename = rename;
     for (int b = 0; b < k->nbufs; b++) {
@@ -748,6 +758,7 @@ typedef struct alike {
     int *var_m2t, *var_t2m;
     int buf_m2t[IR_KERNEL_MAX_BUFS], buf_t2m[IR_KERNEL_MAX_BUFS];
     const bool *local_t, *local_m;
+    const int *canon; /* per variable: the first of the launch's values from before its phases that holds the same */
     cu_bufset vec_t, vec_m;
 } alike;
 
@@ -765,6 +776,10 @@ static void mark_locals(const kir_stmt *s, bool *local)
 static bool alike_var(alike *al, int vt, int vm)
 {
     const kir_kernel *k = al->k;
+    if (!al->local_t[vt] && !al->local_m[vm]) {
+        vt = al->canon[vt];
+        vm = al->canon[vm];
+    }
     if (al->local_t[vt] != al->local_m[vm] || k->var_types[vt] != k->var_types[vm] || k->var_acc[vt] != k->var_acc[vm])
         return false;
     if (al->var_m2t[vm] < 0 && al->var_t2m[vt] < 0) {
@@ -851,8 +866,65 @@ typedef struct flat_form {
     bool *slot_var;
 } flat_form;
 
+/* Whether two expressions are the same: same operators, constants,
+ * buffers and (canonical) variables. */
+static bool same_expr(const kir_expr *a, const kir_expr *b, const int *canon)
+{
+    if (!a || !b)
+        return a == b;
+    if (a->kind != b->kind || a->type != b->type || a->op != b->op || a->i != b->i || a->buf != b->buf ||
+        memcmp(&a->f, &b->f, sizeof a->f))
+        return false;
+    if ((a->kind == KE_VAR || a->kind == KE_ARG) && (a->kind == KE_VAR ? canon[a->var] != canon[b->var] : a->var != b->var))
+        return false;
+    return same_expr(a->a, b->a, canon) && same_expr(a->b, b->b, canon) && same_expr(a->c, b->c, canon);
+}
+
+static void collect_lets(const kir_stmt *s, const kir_expr **def)
+{
+    for (; s; s = s->next) {
+        if (s->kind == KS_LET)
+            def[s->var] = s->a;
+        collect_lets(s->body, def);
+    }
+}
+
+/* canon[v]: v, or for a value from before the phases (a LET the function
+ * recomputes at its start, print_outer_lets) the first such value the
+ * launch's phases read that has the same expression: the two hold the
+ * same number (the optimizer's learning rate, read once per update). */
+static void canon_values(const kir_kernel *k, cu_phase *const *ph, int n, bool *const *local, int *canon)
+{
+    const kir_expr **def = kl_xcalloc((size_t)k->nvars + 1, sizeof *def);
+    bool *read = kl_xcalloc((size_t)k->nvars + 1, 1);
+    collect_lets(k->body, def);
+    for (int i = 0; i < n; i++) {
+        bool *r = kl_xcalloc((size_t)k->nvars + 1, 1);
+        cu_stmts_vars(ph[i]->first, ph[i]->end, r);
+        for (int g = 0; g < ph[i]->nguards; g++)
+            cu_expr_vars(ph[i]->guards[g]->a, r);
+        for (int v = 0; v < k->nvars; v++)
+            read[v] |= r[v] && !local[i][v];
+        free(r);
+    }
+    for (int v = 0; v <= k->nvars; v++)
+        canon[v] = v;
+    for (int v = 0; v < k->nvars; v++) {
+        if (!read[v] || !def[v] || k->var_acc[v] != -1)
+            continue;
+        for (int u = 0; u < v; u++)
+            if (read[u] && def[u] && canon[u] == u && k->var_acc[u] == -1 && k->var_types[u] == k->var_types[v] &&
+                same_expr(def[u], def[v], canon)) {
+                canon[v] = u;
+                break;
+            }
+    }
+    free(read);
+    free(def);
+}
+
 /* Sorts the phases into forms; returns how many (form[i]: phase i's). */
-static int flat_forms(const kir_kernel *k, cu_phase *const *ph, int n, flat_form *forms, int *form)
+static int flat_forms(const kir_kernel *k, cu_phase *const *ph, int n, flat_form *forms, int *form, int *canon)
 {
     int nf = 0;
     bool **local = kl_xcalloc((size_t)n, sizeof *local);
@@ -863,13 +935,14 @@ static int flat_forms(const kir_kernel *k, cu_phase *const *ph, int n, flat_form
             mark_locals(ph[i]->chain[0]->body, local[i]);
         }
     }
+    canon_values(k, ph, n, local, canon);
     int *m2t = kl_xmalloc(sizeof *m2t * ((size_t)k->nvars + 1));
     for (int i = 0; i < n; i++) {
         form[i] = -1;
         int *t2m = kl_xmalloc(sizeof *t2m * ((size_t)k->nvars + 1));
         for (int f = 0; f < nf && form[i] < 0; f++) {
             const int t = forms[f].members[0];
-            alike al = {.k = k, .var_m2t = m2t, .var_t2m = t2m, .local_t = local[t], .local_m = local[i]};
+            alike al = {.k = k, .var_m2t = m2t, .var_t2m = t2m, .local_t = local[t], .local_m = local[i], .canon = canon};
             for (int v = 0; v <= k->nvars; v++)
                 m2t[v] = t2m[v] = -1;
             for (int b = 0; b < IR_KERNEL_MAX_BUFS; b++)
@@ -906,7 +979,7 @@ static int flat_forms(const kir_kernel *k, cu_phase *const *ph, int n, flat_form
             for (int b = 0; b < k->nbufs; b++)
                 F->slot_buf[b] |= F->buf_t2m[m][b] >= 0 && F->buf_t2m[m][b] != b;
             for (int v = 0; v < k->nvars; v++)
-                F->slot_var[v] |= !local[t][v] && F->var_t2m[m][v] >= 0 && F->var_t2m[m][v] != v;
+                F->slot_var[v] |= !local[t][v] && F->var_t2m[m][canon[v]] >= 0 && F->var_t2m[m][canon[v]] != canon[v];
         }
     }
     for (int i = 0; i < n; i++)
@@ -938,7 +1011,8 @@ static int slot_take(slot_pool *sp, bool *taken, const char *type)
 }
 
 /* The launch's phases printed with one body per form (see above). */
-static void print_flat_shared(cu *c, cu_phase *const *ph, int n, flat_form *forms, int nf, const int *form, bool wide)
+static void print_flat_shared(cu *c, cu_phase *const *ph, int n, flat_form *forms, int nf, const int *form, const int *canon,
+                              bool wide)
 {
     const kir_kernel *k = c->k;
     const char *ut = wide ? "unsigned long long" : "unsigned int";
@@ -1001,7 +1075,7 @@ static void print_flat_shared(cu *c, cu_phase *const *ph, int n, flat_form *form
                 kl_buf_printf(c->b, " kl_x%d = %s;", buf_slot[f][b], k->bufs[F->buf_t2m[m][b]].name);
         for (int v = 0; v < k->nvars; v++)
             if (var_slot[f][v] >= 0)
-                kl_buf_printf(c->b, " kl_x%d = %s;", var_slot[f][v], k->var_names[F->var_t2m[m][v]]);
+                kl_buf_printf(c->b, " kl_x%d = %s;", var_slot[f][v], k->var_names[F->var_t2m[m][canon[v]]]);
         kl_buf_putc(c->b, '\n');
         c->indent--;
         off += ph[i]->units;
@@ -1032,9 +1106,44 @@ static void print_flat_shared(cu *c, cu_phase *const *ph, int n, flat_form *form
             snprintf(ext, sizeof ext, "kl_n");
         else
             snprintf(ext, sizeof ext, "%lldLL", (long long)t->chain[0]->extent);
+        /* The stores' pointers again, by the tests on the members' ranges
+         * (ascending: the first whose end is past kl_u is the thread's). */
+        kl_buf rs = {0};
+        int64_t end = 0;
+        for (int i = 0, seen = 0; i < n; i++) {
+            end += ph[i]->units;
+            if (form[i] != f)
+                continue;
+            int m = 0;
+            while (F->members[m] != i)
+                m++;
+            if (F->nmembers > 1 && ++seen < F->nmembers)
+                kl_buf_printf(&rs, "%sif (kl_u < %lldu) {\n    ", seen > 1 ? "} else " : "", (long long)end);
+            else if (F->nmembers > 1)
+                kl_buf_puts(&rs, "} else {\n    ");
+            bool any = false;
+            for (int b = 0; b < k->nbufs; b++)
+                if (buf_slot[f][b] >= 0 && k->bufs[b].written) {
+                    kl_buf_printf(&rs, "%skl_x%d = %s;", any ? " " : "", buf_slot[f][b], k->bufs[F->buf_t2m[m][b]].name);
+                    any = true;
+                }
+            kl_buf_putc(&rs, '\n');
+        }
+        if (F->nmembers > 1)
+            kl_buf_puts(&rs, "}\n");
+        char *reselect = kl_buf_take(&rs);
+        bool stores_vary = false;
+        for (int b = 0; b < k->nbufs; b++)
+            stores_vary |= buf_slot[f][b] >= 0 && k->bufs[b].written;
         c->k = &kt;
-        print_flat_phase(c, t, "kl_q", wide, rename, ext);
+        /* Measured over every kernel of the examples (sm_80, sm_90): with
+         * one or two forms, reselecting keeps the registers within the
+         * per-phase form's allocation (ptxas holds the selected pointers
+         * otherwise: the MLP's bf16 update 47 -> 54 at sm_80); with more,
+         * the second chains cost more than the pointers they free. */
+        print_flat_phase(c, t, "kl_q", wide, rename, ext, stores_vary && nf <= 2 ? reselect : NULL);
         c->k = k;
+        free(reselect);
         free(vnames);
         free(rename);
         if (nf > 1)
@@ -1078,9 +1187,10 @@ static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *
          ut, (long long)total, ut);
     c->indent++;
     flat_form *forms = n > 1 ? kl_xcalloc((size_t)n, sizeof *forms) : NULL;
-    int form[64], nf = n > 1 ? flat_forms(k, ph, n, forms, form) : n;
+    int form[64], *canon = kl_xmalloc(sizeof *canon * ((size_t)k->nvars + 1));
+    int nf = n > 1 ? flat_forms(k, ph, n, forms, form, canon) : n;
     if (nf < n) {
-        print_flat_shared(c, ph, n, forms, nf, form, wide);
+        print_flat_shared(c, ph, n, forms, nf, form, canon, wide);
     } else {
         int64_t off = 0;
         for (int i = 0; i < n; i++) {
@@ -1093,7 +1203,7 @@ static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *
             snprintf(q, sizeof q, "kl_q%d", i);
             line(c, "const %s %s = kl_u - %lldu;", ut, q, (long long)off);
             snprintf(ext, sizeof ext, "%lldLL", (long long)p->chain[p->nchain - 1]->extent);
-            print_flat_phase(c, p, q, wide, NULL, ext);
+            print_flat_phase(c, p, q, wide, NULL, ext, NULL);
             if (n > 1)
                 c->indent--;
             off += p->units;
@@ -1107,6 +1217,7 @@ static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *
         free(forms[f].slot_var);
     }
     free(forms);
+    free(canon);
     c->indent--;
     line(c, "}");
     kl_buf_puts(c->b, "}\n");
