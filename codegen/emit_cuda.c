@@ -609,6 +609,554 @@ static void print_comment_flat(cu *c, cu_phase *const *ph, int n)
     kl_buf_puts(c->b, ", grid-stride; inner loops run serially in the thread. */\n");
 }
 
+/* One flat phase's work for the flat index q (declared before it): its
+ * guards, the chain's variables and the body, the innermost loop in
+ * groups of p->vec elements (16-byte accesses when every pointer is
+ * aligned). base: variables printed by other names (NULL: none); extent:
+ * the innermost loop's extent as printed (a constant, or the variable
+ * that holds it in a shared body). */
+static void print_flat_phase(cu *c, const cu_phase *p, const char *q, bool wide, const char **base, const char *extent,
+                             const char *reselect)
+{
+    const kir_kernel *k = c->k;
+    c->rename = base;
+    open_guards(c, p);
+    const kir_stmt *last = p->chain[p->nchain - 1];
+    if (p->vec == 1) {
+        decompose(c, p->chain, p->nchain, q, wide);
+        chain_lets(c, p->chain, p->nchain);
+        print_thread(c, last->body, NULL);
+        close_guards(c, p);
+        c->rename = NULL;
+        return;
+    }
+    /* The innermost loop in groups of vec elements. */
+    const kir_stmt *gch[CU_MAX_CHAIN];
+    memcpy(gch, p->chain, sizeof(gch[0]) * (size_t)p->nchain);
+    kir_stmt group = *last;
+    group.extent = (last->extent + p->vec - 1) / p->vec;
+    group.var = k->nvars; /* printed through rename */
+    gch[p->nchain - 1] = &group;
+    const char **rename = kl_xcalloc((size_t)k->nvars + 2, sizeof *rename);
+    if (base)
+        memcpy(rename, base, sizeof *rename * (size_t)k->nvars);
+    rename[k->nvars] = "kl_g";
+    c->rename = rename;
+    decompose(c, gch, p->nchain, q, wide);
+    c->rename = base;
+    chain_lets(c, p->chain, p->nchain);
+    const char *iv = kir_print_var(c, last->var);
+    line(c, "const long long kl_base = kl_g * %dLL;", p->vec);
+    line(c, "if (kl_aligned && kl_base + %d <= %s) {", p->vec, extent);
+    c->indent++;
+    /* Vector loads of the buffers indexed by the innermost variable. */
+    rename[last->var] = "kl_base";
+    c->rename = rename;
+    cu_bufset loaded = 0, stored = 0;
+    cu_stmts_rw(last->body, NULL, &loaded, &stored);
+    const kir_expr *addr[64] = {0};
+    for (const kir_stmt *s = last->body; s; s = s->next) {
+        if (s->kind == KS_STORE && ((p->vecbuf >> s->buf) & 1))
+            addr[s->buf] = s->a;
+        const kir_expr *stack[256];
+        int sp = 0;
+        if (s->a) stack[sp++] = s->a;
+        if (s->b) stack[sp++] = s->b;
+        while (sp) {
+            const kir_expr *x = stack[--sp];
+            if (x->kind == KE_LOAD && ((p->vecbuf >> x->buf) & 1) && !addr[x->buf])
+                addr[x->buf] = x->a;
+            kl_check(sp + 3 <= 256);
+            if (x->a) stack[sp++] = x->a;
+            if (x->b) stack[sp++] = x->b;
+            if (x->c) stack[sp++] = x->c;
+        }
+    }
+    for (int b = 0; b < k->nbufs; b++) {
+        if (!((p->vecbuf >> b) & 1))
+            continue;
+        const kir_buf *kb = &k->bufs[b];
+        if ((loaded >> b) & 1) {
+            ind(c);
+            kl_buf_printf(c->b, "const kl_vec<%s, %d> kl_l%s = *reinterpret_cast<const kl_vec<%s, %d> *>(%s + (",
+                          kir_print_storage(c->t, kb->dtype), p->vec, kb->name, kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
+            kir_print_expr(c, addr[b]);
+            kl_buf_puts(c->b, "));\n");
+        }
+        if ((stored >> b) & 1)
+            line(c, "kl_vec<%s, %d> kl_s%s;", kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
+    }
+    c->rename = base;
+    line(c, "#pragma unroll");
+    line(c, "for (int kl_j = 0; kl_j < %d; kl_j++) {", p->vec);
+    c->indent++;
+    line(c, "const long long %s = kl_base + kl_j;", iv);
+    c->lanes = p->vecbuf;
+    print_thread(c, last->body, NULL);
+    c->lanes = 0;
+    c->indent--;
+    line(c, "}");
+    /* A shared body sets its stores' pointers again here (lines of
+     * reselect), so that they are not held in registers over the
+     * arithmetic. */
+    for (const char *r = reselect; r && *r;) {
+        const char *e = strchr(r, '\n');
+        ind(c);
+        kl_buf_printf(c->b, "%.*s\n", (int)(e - r), r);
+        r = e + 1;
+    }
+    rename[last->var] = "kl_base";
+    c->rename = rename;
+    for (int b = 0; b < k->nbufs; b++) {
+        if (!((p->vecbuf >> b) & 1) || !((stored >> b) & 1))
+            continue;
+        const kir_buf *kb = &k->bufs[b];
+        ind(c);
+        kl_buf_printf(c->b, "*reinterpret_cast<kl_vec<%s, %d> *>(%s + (", kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
+        kir_print_expr(c, addr[b]);
+        kl_buf_printf(c->b, ")) = kl_s%s;\n", kb->name);
+    }
+    c->rename = base;
+    free(rename);
+    c->indent--;
+    line(c, "} else {");
+    c->indent++;
+    line(c, "for (long long %s = kl_base; %s < kl_base + %d && %s < %s; %s++) {", iv, iv, p->vec, iv, extent, iv);
+    c->indent++;
+    print_thread(c, last->body, NULL);
+    c->indent--;
+    line(c, "}");
+    c->indent--;
+    line(c, "}");
+    close_guards(c, p);
+    c->rename = NULL;
+}
+
+/* ---- flat phases of one form (a shared body) ----
+ *
+ * The phases of one launch are often the same computation over other
+ * buffers: the optimizer's updates, up to 15 Adam updates of a model's
+ * parameters in one kernel. Printing each phase's body once makes a
+ * kernel of 15 copies of Adam's arithmetic (75 with the vector path's
+ * unrolled lanes and the scalar tail), which ptxas takes seconds to
+ * compile and which fills the GPU's instruction cache. Phases of one
+ * form (alike: the same statements, operators, constants, dtypes and
+ * vectorisation, and only their buffers, the values computed before them
+ * and the innermost extent different) share one body instead: a chain of
+ * tests on the flat index, as before, picks the phase and sets its
+ * pointers, values and extent, and the form's body follows. Per element
+ * the GPU does what it did (the same loads, 16 bytes at a time, the same
+ * arithmetic, the same stores); per thread it adds a few register moves
+ * to the tests it already made. */
+
+/* A phase (m) matched against its form's first phase (t): per variable of
+ * m, t's (var: both directions), per buffer, t's. Variables local to a
+ * phase (its loops' and LETs') must match local ones, values from before
+ * it (outer LETs) outer ones. */
+typedef struct alike {
+    const kir_kernel *k;
+    int *var_m2t, *var_t2m;
+    int buf_m2t[IR_KERNEL_MAX_BUFS], buf_t2m[IR_KERNEL_MAX_BUFS];
+    const bool *local_t, *local_m;
+    const int *canon; /* per variable: the first of the launch's values from before its phases that holds the same */
+    cu_bufset vec_t, vec_m;
+} alike;
+
+static void mark_locals(const kir_stmt *s, bool *local)
+{
+    for (; s; s = s->next) {
+        if (s->kind == KS_LET || s->kind == KS_LOOP)
+            local[s->var] = true;
+        for (int a = 0; s->kind == KS_LOOP && a < s->naccs; a++)
+            local[s->accs[a].var] = true;
+        mark_locals(s->body, local);
+    }
+}
+
+static bool alike_var(alike *al, int vt, int vm)
+{
+    const kir_kernel *k = al->k;
+    if (!al->local_t[vt] && !al->local_m[vm]) {
+        vt = al->canon[vt];
+        vm = al->canon[vm];
+    }
+    if (al->local_t[vt] != al->local_m[vm] || k->var_types[vt] != k->var_types[vm] || k->var_acc[vt] != k->var_acc[vm])
+        return false;
+    if (al->var_m2t[vm] < 0 && al->var_t2m[vt] < 0) {
+        al->var_m2t[vm] = vt;
+        al->var_t2m[vt] = vm;
+    }
+    return al->var_m2t[vm] == vt && al->var_t2m[vt] == vm;
+}
+
+static bool alike_buf(alike *al, int bt, int bm)
+{
+    const kir_buf *t = &al->k->bufs[bt], *m = &al->k->bufs[bm];
+    if (t->dtype != m->dtype || t->written != m->written || t->aliased != m->aliased ||
+        ((al->vec_t >> bt) & 1) != ((al->vec_m >> bm) & 1))
+        return false;
+    if (al->buf_m2t[bm] < 0 && al->buf_t2m[bt] < 0) {
+        al->buf_m2t[bm] = bt;
+        al->buf_t2m[bt] = bm;
+    }
+    return al->buf_m2t[bm] == bt && al->buf_t2m[bt] == bm;
+}
+
+static bool alike_expr(alike *al, const kir_expr *t, const kir_expr *m)
+{
+    if (!t || !m)
+        return t == m;
+    if (t->kind != m->kind || t->type != m->type || t->op != m->op || t->i != m->i || memcmp(&t->f, &m->f, sizeof t->f))
+        return false;
+    if (t->kind == KE_VAR && !alike_var(al, t->var, m->var))
+        return false;
+    if (t->kind == KE_ARG && t->var != m->var)
+        return false;
+    if (t->kind == KE_LOAD && !alike_buf(al, t->buf, m->buf))
+        return false;
+    return alike_expr(al, t->a, m->a) && alike_expr(al, t->b, m->b) && alike_expr(al, t->c, m->c);
+}
+
+static bool alike_stmts(alike *al, const kir_stmt *t, const kir_stmt *m)
+{
+    for (; t && m; t = t->next, m = m->next) {
+        if (t->kind != m->kind || t->loop != m->loop || t->lanes != m->lanes || t->accop != m->accop || t->naccs != m->naccs)
+            return false;
+        if (t->kind == KS_LOOP && t->extent != m->extent)
+            return false;
+        if ((t->kind == KS_LOOP || t->kind == KS_LET || t->kind == KS_SET || t->kind == KS_ACC) && !alike_var(al, t->var, m->var))
+            return false;
+        for (int a = 0; a < t->naccs; a++)
+            if (t->accs[a].op != m->accs[a].op || !alike_var(al, t->accs[a].var, m->accs[a].var))
+                return false;
+        if ((t->kind == KS_STORE || t->kind == KS_ADDTO) && !alike_buf(al, t->buf, m->buf))
+            return false;
+        if (!alike_expr(al, t->a, m->a) || !alike_expr(al, t->b, m->b) || !alike_stmts(al, t->body, m->body))
+            return false;
+    }
+    return !t && !m;
+}
+
+/* Whether phase m has phase t's form; fills al's maps. One-loop chains
+ * only (the innermost extent is then the one extent that may differ). */
+static bool alike_phases(alike *al, const cu_phase *t, const cu_phase *m)
+{
+    if (t->nchain != 1 || m->nchain != 1 || t->vec != m->vec || t->nguards != m->nguards)
+        return false;
+    al->vec_t = t->vecbuf;
+    al->vec_m = m->vecbuf;
+    for (int g = 0; g < t->nguards; g++)
+        if (!alike_expr(al, t->guards[g]->a, m->guards[g]->a))
+            return false;
+    const kir_stmt *lt = t->chain[0], *lm = m->chain[0];
+    return lt->loop == lm->loop && alike_var(al, lt->var, lm->var) && alike_stmts(al, lt->body, lm->body);
+}
+
+/* A form: its phases (first the template, whose body is printed) and, per
+ * phase, the maps to the template's variables and buffers. */
+typedef struct flat_form {
+    int members[64], nmembers;
+    int *var_t2m[64];
+    int buf_t2m[64][IR_KERNEL_MAX_BUFS];
+    bool extent_varies;
+    /* Printed through a variable the phase test sets: the template's
+     * buffers and values from before the phase that another member has
+     * others in their place. */
+    bool slot_buf[IR_KERNEL_MAX_BUFS];
+    bool *slot_var;
+} flat_form;
+
+/* Whether two expressions are the same: same operators, constants,
+ * buffers and (canonical) variables. */
+static bool same_expr(const kir_expr *a, const kir_expr *b, const int *canon)
+{
+    if (!a || !b)
+        return a == b;
+    if (a->kind != b->kind || a->type != b->type || a->op != b->op || a->i != b->i || a->buf != b->buf ||
+        memcmp(&a->f, &b->f, sizeof a->f))
+        return false;
+    if ((a->kind == KE_VAR || a->kind == KE_ARG) && (a->kind == KE_VAR ? canon[a->var] != canon[b->var] : a->var != b->var))
+        return false;
+    return same_expr(a->a, b->a, canon) && same_expr(a->b, b->b, canon) && same_expr(a->c, b->c, canon);
+}
+
+static void collect_lets(const kir_stmt *s, const kir_expr **def)
+{
+    for (; s; s = s->next) {
+        if (s->kind == KS_LET)
+            def[s->var] = s->a;
+        collect_lets(s->body, def);
+    }
+}
+
+/* canon[v]: v, or for a value from before the phases (a LET the function
+ * recomputes at its start, print_outer_lets) the first such value the
+ * launch's phases read that has the same expression: the two hold the
+ * same number (the optimizer's learning rate, read once per update). */
+static void canon_values(const kir_kernel *k, cu_phase *const *ph, int n, bool *const *local, int *canon)
+{
+    const kir_expr **def = kl_xcalloc((size_t)k->nvars + 1, sizeof *def);
+    bool *read = kl_xcalloc((size_t)k->nvars + 1, 1);
+    collect_lets(k->body, def);
+    for (int i = 0; i < n; i++) {
+        bool *r = kl_xcalloc((size_t)k->nvars + 1, 1);
+        cu_stmts_vars(ph[i]->first, ph[i]->end, r);
+        for (int g = 0; g < ph[i]->nguards; g++)
+            cu_expr_vars(ph[i]->guards[g]->a, r);
+        for (int v = 0; v < k->nvars; v++)
+            read[v] |= r[v] && !local[i][v];
+        free(r);
+    }
+    for (int v = 0; v <= k->nvars; v++)
+        canon[v] = v;
+    for (int v = 0; v < k->nvars; v++) {
+        if (!read[v] || !def[v] || k->var_acc[v] != -1)
+            continue;
+        for (int u = 0; u < v; u++)
+            if (read[u] && def[u] && canon[u] == u && k->var_acc[u] == -1 && k->var_types[u] == k->var_types[v] &&
+                same_expr(def[u], def[v], canon)) {
+                canon[v] = u;
+                break;
+            }
+    }
+    free(read);
+    free(def);
+}
+
+/* Sorts the phases into forms; returns how many (form[i]: phase i's). */
+static int flat_forms(const kir_kernel *k, cu_phase *const *ph, int n, flat_form *forms, int *form, int *canon)
+{
+    int nf = 0;
+    bool **local = kl_xcalloc((size_t)n, sizeof *local);
+    for (int i = 0; i < n; i++) {
+        local[i] = kl_xcalloc((size_t)k->nvars + 1, 1);
+        if (ph[i]->nchain == 1) {
+            local[i][ph[i]->chain[0]->var] = true;
+            mark_locals(ph[i]->chain[0]->body, local[i]);
+        }
+    }
+    canon_values(k, ph, n, local, canon);
+    int *m2t = kl_xmalloc(sizeof *m2t * ((size_t)k->nvars + 1));
+    for (int i = 0; i < n; i++) {
+        form[i] = -1;
+        int *t2m = kl_xmalloc(sizeof *t2m * ((size_t)k->nvars + 1));
+        for (int f = 0; f < nf && form[i] < 0; f++) {
+            const int t = forms[f].members[0];
+            alike al = {.k = k, .var_m2t = m2t, .var_t2m = t2m, .local_t = local[t], .local_m = local[i], .canon = canon};
+            for (int v = 0; v <= k->nvars; v++)
+                m2t[v] = t2m[v] = -1;
+            for (int b = 0; b < IR_KERNEL_MAX_BUFS; b++)
+                al.buf_m2t[b] = al.buf_t2m[b] = -1;
+            if (!alike_phases(&al, ph[t], ph[i]))
+                continue;
+            form[i] = f;
+            flat_form *F = &forms[f];
+            F->var_t2m[F->nmembers] = t2m;
+            memcpy(F->buf_t2m[F->nmembers], al.buf_t2m, sizeof al.buf_t2m);
+            F->members[F->nmembers++] = i;
+            F->extent_varies |= ph[i]->chain[0]->extent != ph[t]->chain[0]->extent;
+        }
+        if (form[i] >= 0)
+            continue;
+        /* A form of its own: every map the identity. */
+        form[i] = nf;
+        flat_form *F = &forms[nf++];
+        memset(F, 0, sizeof *F);
+        for (int v = 0; v <= k->nvars; v++)
+            t2m[v] = v;
+        for (int b = 0; b < IR_KERNEL_MAX_BUFS; b++)
+            F->buf_t2m[0][b] = b;
+        F->var_t2m[0] = t2m;
+        F->members[0] = i;
+        F->nmembers = 1;
+    }
+    free(m2t);
+    for (int f = 0; f < nf; f++) {
+        flat_form *F = &forms[f];
+        const int t = F->members[0];
+        F->slot_var = kl_xcalloc((size_t)k->nvars + 1, 1);
+        for (int m = 1; m < F->nmembers; m++) {
+            for (int b = 0; b < k->nbufs; b++)
+                F->slot_buf[b] |= F->buf_t2m[m][b] >= 0 && F->buf_t2m[m][b] != b;
+            for (int v = 0; v < k->nvars; v++)
+                F->slot_var[v] |= !local[t][v] && F->var_t2m[m][canon[v]] >= 0 && F->var_t2m[m][canon[v]] != canon[v];
+        }
+    }
+    for (int i = 0; i < n; i++)
+        free(local[i]);
+    free(local);
+    return nf;
+}
+
+/* The variables the phase test sets, shared by the forms (only one
+ * form's are live after the test): a form's j-th of a C type is the
+ * pool's j-th of that type. */
+#define FLAT_MAX_SLOTS (2 * IR_KERNEL_MAX_BUFS)
+typedef struct slot_pool {
+    char type[FLAT_MAX_SLOTS][64];
+    int n;
+} slot_pool;
+
+static int slot_take(slot_pool *sp, bool *taken, const char *type)
+{
+    for (int i = 0; i < sp->n; i++)
+        if (!taken[i] && !strcmp(sp->type[i], type)) {
+            taken[i] = true;
+            return i;
+        }
+    kl_check(sp->n < FLAT_MAX_SLOTS);
+    snprintf(sp->type[sp->n], sizeof sp->type[0], "%s", type);
+    taken[sp->n] = true;
+    return sp->n++;
+}
+
+/* The launch's phases printed with one body per form (see above). */
+static void print_flat_shared(cu *c, cu_phase *const *ph, int n, flat_form *forms, int nf, const int *form, const int *canon,
+                              bool wide)
+{
+    const kir_kernel *k = c->k;
+    const char *ut = wide ? "unsigned long long" : "unsigned int";
+    /* Per form, the pool's variable of each varying buffer and value. */
+    slot_pool sp = {0};
+    int (*buf_slot)[IR_KERNEL_MAX_BUFS] = kl_xcalloc((size_t)nf, sizeof *buf_slot);
+    int **var_slot = kl_xcalloc((size_t)nf, sizeof *var_slot);
+    for (int f = 0; f < nf; f++) {
+        const flat_form *F = &forms[f];
+        bool taken[FLAT_MAX_SLOTS] = {0};
+        char type[64];
+        var_slot[f] = kl_xmalloc(sizeof **var_slot * ((size_t)k->nvars + 1));
+        for (int b = 0; b < k->nbufs; b++) {
+            buf_slot[f][b] = -1;
+            if (!F->slot_buf[b])
+                continue;
+            const kir_buf *kb = &k->bufs[b];
+            snprintf(type, sizeof type, "%s%s *%s", kb->written ? "" : "const ", kir_print_storage(c->t, kb->dtype),
+                     kb->aliased ? "" : "__restrict__ ");
+            buf_slot[f][b] = slot_take(&sp, taken, type);
+        }
+        for (int v = 0; v < k->nvars; v++)
+            var_slot[f][v] = F->slot_var[v] ? slot_take(&sp, taken, kir_print_ctype(c->t, k->var_types[v])) : -1;
+    }
+    /* What the phase test sets: the form, the flat index within the
+     * phase, the extent (where a form's members differ in it), the
+     * pointers and values. */
+    line(c, "%s kl_q = 0;", ut);
+    if (nf > 1)
+        line(c, "int kl_f = 0;");
+    bool any_extent = false;
+    for (int f = 0; f < nf; f++)
+        any_extent |= forms[f].extent_varies;
+    if (any_extent)
+        line(c, "long long kl_n = 0;");
+    for (int i = 0; i < sp.n; i++) {
+        const char *t = sp.type[i];
+        line(c, "%s%skl_x%d = 0;", t, t[strlen(t) - 1] == ' ' ? "" : " ", i);
+    }
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const int f = form[i];
+        const flat_form *F = &forms[f];
+        int m = 0;
+        while (F->members[m] != i)
+            m++;
+        if (i + 1 < n)
+            line(c, "%sif (kl_u < %lldu) {", i ? "} else " : "", (long long)(off + ph[i]->units));
+        else
+            line(c, "} else {");
+        c->indent++;
+        ind(c);
+        if (nf > 1)
+            kl_buf_printf(c->b, "kl_f = %d; ", f);
+        kl_buf_printf(c->b, "kl_q = kl_u - %lldu;", (long long)off);
+        if (F->extent_varies)
+            kl_buf_printf(c->b, " kl_n = %lldLL;", (long long)ph[i]->chain[0]->extent);
+        for (int b = 0; b < k->nbufs; b++)
+            if (buf_slot[f][b] >= 0)
+                kl_buf_printf(c->b, " kl_x%d = %s;", buf_slot[f][b], k->bufs[F->buf_t2m[m][b]].name);
+        for (int v = 0; v < k->nvars; v++)
+            if (var_slot[f][v] >= 0)
+                kl_buf_printf(c->b, " kl_x%d = %s;", var_slot[f][v], k->var_names[F->var_t2m[m][canon[v]]]);
+        kl_buf_putc(c->b, '\n');
+        c->indent--;
+        off += ph[i]->units;
+    }
+    line(c, "}");
+    /* One body per form: the template's, its varying buffers and values
+     * printed by the names the phase test set. */
+    for (int f = 0; f < nf; f++) {
+        const flat_form *F = &forms[f];
+        const cu_phase *t = ph[F->members[0]];
+        if (nf > 1)
+            line(c, "%sif (kl_f == %d) {", f ? "} else " : "", f);
+        if (nf > 1)
+            c->indent++;
+        kir_kernel kt = *k;
+        const char **rename = kl_xcalloc((size_t)k->nvars + 2, sizeof *rename);
+        char (*vnames)[16] = kl_xcalloc((size_t)k->nvars + 1, sizeof *vnames);
+        for (int b = 0; b < k->nbufs; b++)
+            if (buf_slot[f][b] >= 0)
+                snprintf(kt.bufs[b].name, sizeof kt.bufs[b].name, "kl_x%d", buf_slot[f][b]);
+        for (int v = 0; v < k->nvars; v++)
+            if (var_slot[f][v] >= 0) {
+                snprintf(vnames[v], sizeof vnames[v], "kl_x%d", var_slot[f][v]);
+                rename[v] = vnames[v];
+            }
+        char ext[32];
+        if (F->extent_varies)
+            snprintf(ext, sizeof ext, "kl_n");
+        else
+            snprintf(ext, sizeof ext, "%lldLL", (long long)t->chain[0]->extent);
+        /* The stores' pointers again, by the tests on the members' ranges
+         * (ascending: the first whose end is past kl_u is the thread's). */
+        kl_buf rs = {0};
+        int64_t end = 0;
+        for (int i = 0, seen = 0; i < n; i++) {
+            end += ph[i]->units;
+            if (form[i] != f)
+                continue;
+            int m = 0;
+            while (F->members[m] != i)
+                m++;
+            if (F->nmembers > 1 && ++seen < F->nmembers)
+                kl_buf_printf(&rs, "%sif (kl_u < %lldu) {\n    ", seen > 1 ? "} else " : "", (long long)end);
+            else if (F->nmembers > 1)
+                kl_buf_puts(&rs, "} else {\n    ");
+            bool any = false;
+            for (int b = 0; b < k->nbufs; b++)
+                if (buf_slot[f][b] >= 0 && k->bufs[b].written) {
+                    kl_buf_printf(&rs, "%skl_x%d = %s;", any ? " " : "", buf_slot[f][b], k->bufs[F->buf_t2m[m][b]].name);
+                    any = true;
+                }
+            kl_buf_putc(&rs, '\n');
+        }
+        if (F->nmembers > 1)
+            kl_buf_puts(&rs, "}\n");
+        char *reselect = kl_buf_take(&rs);
+        bool stores_vary = false;
+        for (int b = 0; b < k->nbufs; b++)
+            stores_vary |= buf_slot[f][b] >= 0 && k->bufs[b].written;
+        c->k = &kt;
+        /* Measured over every kernel of the examples (sm_80, sm_90): with
+         * one or two forms, reselecting keeps the registers within the
+         * per-phase form's allocation (ptxas holds the selected pointers
+         * otherwise: the MLP's bf16 update 47 -> 54 at sm_80); with more,
+         * the second chains cost more than the pointers they free. */
+        print_flat_phase(c, t, "kl_q", wide, rename, ext, stores_vary && nf <= 2 ? reselect : NULL);
+        c->k = k;
+        free(reselect);
+        free(vnames);
+        free(rename);
+        if (nf > 1)
+            c->indent--;
+    }
+    if (nf > 1)
+        line(c, "}");
+    for (int f = 0; f < nf; f++)
+        free(var_slot[f]);
+    free(var_slot);
+    free(buf_slot);
+}
+
 static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *printed, bool ws)
 {
     const kir_kernel *k = c->k;
@@ -638,119 +1186,38 @@ static void print_flat(cu *c, cu_phase *const *ph, int n, const char *fn, bool *
     line(c, "for (%s kl_u = blockIdx.x * (%s)blockDim.x + threadIdx.x; kl_u < %lldu; kl_u += (%s)gridDim.x * blockDim.x) {", ut,
          ut, (long long)total, ut);
     c->indent++;
-    int64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const cu_phase *p = ph[i];
-        if (n > 1)
-            line(c, "%sif (kl_u < %lldu) {", i ? "} else " : "", (long long)(off + p->units));
-        if (n > 1)
-            c->indent++;
-        char q[32];
-        snprintf(q, sizeof q, "kl_q%d", i);
-        line(c, "const %s %s = kl_u - %lldu;", ut, q, (long long)off);
-        open_guards(c, p);
-        const kir_stmt *last = p->chain[p->nchain - 1];
-        if (p->vec == 1) {
-            decompose(c, p->chain, p->nchain, q, wide);
-            chain_lets(c, p->chain, p->nchain);
-            print_thread(c, last->body, NULL);
-        } else {
-            /* The innermost loop in groups of vec elements. */
-            const kir_stmt *gch[CU_MAX_CHAIN];
-            memcpy(gch, p->chain, sizeof(gch[0]) * (size_t)p->nchain);
-            kir_stmt group = *last;
-            group.extent = (last->extent + p->vec - 1) / p->vec;
-            group.var = k->nvars; /* printed through rename */
-            gch[p->nchain - 1] = &group;
-            const char **rename = kl_xcalloc((size_t)k->nvars + 2, sizeof *rename);
-            rename[k->nvars] = "kl_g";
-            c->rename = rename;
-            decompose(c, gch, p->nchain, q, wide);
-            c->rename = NULL;
-            chain_lets(c, p->chain, p->nchain);
-            const char *iv = k->var_names[last->var];
-            line(c, "const long long kl_base = kl_g * %dLL;", p->vec);
-            line(c, "if (kl_aligned && kl_base + %d <= %lldLL) {", p->vec, (long long)last->extent);
-            c->indent++;
-            /* Vector loads of the buffers indexed by the innermost variable. */
-            rename[last->var] = "kl_base";
-            c->rename = rename;
-            cu_bufset loaded = 0, stored = 0;
-            cu_stmts_rw(last->body, NULL, &loaded, &stored);
-            const kir_expr *addr[64] = {0};
-            for (const kir_stmt *s = last->body; s; s = s->next) {
-                if (s->kind == KS_STORE && ((p->vecbuf >> s->buf) & 1))
-                    addr[s->buf] = s->a;
-                const kir_expr *stack[256];
-                int sp = 0;
-                if (s->a) stack[sp++] = s->a;
-                if (s->b) stack[sp++] = s->b;
-                while (sp) {
-                    const kir_expr *x = stack[--sp];
-                    if (x->kind == KE_LOAD && ((p->vecbuf >> x->buf) & 1) && !addr[x->buf])
-                        addr[x->buf] = x->a;
-                    kl_check(sp + 3 <= 256);
-                    if (x->a) stack[sp++] = x->a;
-                    if (x->b) stack[sp++] = x->b;
-                    if (x->c) stack[sp++] = x->c;
-                }
-            }
-            for (int b = 0; b < k->nbufs; b++) {
-                if (!((p->vecbuf >> b) & 1))
-                    continue;
-                const kir_buf *kb = &k->bufs[b];
-                if ((loaded >> b) & 1) {
-                    ind(c);
-                    kl_buf_printf(c->b, "const kl_vec<%s, %d> kl_l%s = *reinterpret_cast<const kl_vec<%s, %d> *>(%s + (",
-                                  kir_print_storage(c->t, kb->dtype), p->vec, kb->name, kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
-                    kir_print_expr(c, addr[b]);
-                    kl_buf_puts(c->b, "));\n");
-                }
-                if ((stored >> b) & 1)
-                    line(c, "kl_vec<%s, %d> kl_s%s;", kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
-            }
-            c->rename = NULL;
-            line(c, "#pragma unroll");
-            line(c, "for (int kl_j = 0; kl_j < %d; kl_j++) {", p->vec);
-            c->indent++;
-            line(c, "const long long %s = kl_base + kl_j;", iv);
-            c->lanes = p->vecbuf;
-            print_thread(c, last->body, NULL);
-            c->lanes = 0;
-            c->indent--;
-            line(c, "}");
-            rename[last->var] = "kl_base";
-            c->rename = rename;
-            for (int b = 0; b < k->nbufs; b++) {
-                if (!((p->vecbuf >> b) & 1) || !((stored >> b) & 1))
-                    continue;
-                const kir_buf *kb = &k->bufs[b];
-                ind(c);
-                kl_buf_printf(c->b, "*reinterpret_cast<kl_vec<%s, %d> *>(%s + (", kir_print_storage(c->t, kb->dtype), p->vec, kb->name);
-                kir_print_expr(c, addr[b]);
-                kl_buf_printf(c->b, ")) = kl_s%s;\n", kb->name);
-            }
-            c->rename = NULL;
-            free(rename);
-            c->indent--;
-            line(c, "} else {");
-            c->indent++;
-            line(c, "for (long long %s = kl_base; %s < kl_base + %d && %s < %lldLL; %s++) {", iv, iv, p->vec, iv,
-                 (long long)last->extent, iv);
-            c->indent++;
-            print_thread(c, last->body, NULL);
-            c->indent--;
-            line(c, "}");
-            c->indent--;
-            line(c, "}");
+    flat_form *forms = n > 1 ? kl_xcalloc((size_t)n, sizeof *forms) : NULL;
+    int form[64], *canon = kl_xmalloc(sizeof *canon * ((size_t)k->nvars + 1));
+    int nf = n > 1 ? flat_forms(k, ph, n, forms, form, canon) : n;
+    if (nf < n) {
+        print_flat_shared(c, ph, n, forms, nf, form, canon, wide);
+    } else {
+        int64_t off = 0;
+        for (int i = 0; i < n; i++) {
+            const cu_phase *p = ph[i];
+            if (n > 1)
+                line(c, "%sif (kl_u < %lldu) {", i ? "} else " : "", (long long)(off + p->units));
+            if (n > 1)
+                c->indent++;
+            char q[32], ext[32];
+            snprintf(q, sizeof q, "kl_q%d", i);
+            line(c, "const %s %s = kl_u - %lldu;", ut, q, (long long)off);
+            snprintf(ext, sizeof ext, "%lldLL", (long long)p->chain[p->nchain - 1]->extent);
+            print_flat_phase(c, p, q, wide, NULL, ext, NULL);
+            if (n > 1)
+                c->indent--;
+            off += p->units;
         }
-        close_guards(c, p);
         if (n > 1)
-            c->indent--;
-        off += p->units;
+            line(c, "}");
     }
-    if (n > 1)
-        line(c, "}");
+    for (int f = 0; forms && f < nf; f++) {
+        for (int m = 0; m < forms[f].nmembers; m++)
+            free(forms[f].var_t2m[m]);
+        free(forms[f].slot_var);
+    }
+    free(forms);
+    free(canon);
     c->indent--;
     line(c, "}");
     kl_buf_puts(c->b, "}\n");

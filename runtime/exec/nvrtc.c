@@ -3,9 +3,12 @@
  *
  * The cache key is a hash of the program, the options (architecture and
  * include folder among them), the output kind and NVRTC's version; an
- * entry is the image and NVRTC's log (ptxas -v lines), each written under
- * a temporary name and renamed into place, so concurrent processes never
- * read half a file. A warm start compiles nothing. */
+ * entry is the key's whole text (KEY.key: a hit is compared with it, so a
+ * program never gets another's image whose key hashes alike), the image
+ * and NVRTC's log (ptxas -v lines), each written under a temporary name
+ * and renamed into place, so concurrent processes never read half a file.
+ * A missing entry is compiled under the key's lock (KEY.lock), once when
+ * several processes need it at once. A warm start compiles nothing. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <nvrtc.h>
@@ -259,24 +262,10 @@ static void print_numbered(FILE *f, const char *src)
     }
 }
 
-static int compile_one(compile_ctx *cx, kl_nvrtc_job *j)
+/* NVRTC's image and log of j (no cache). */
+static int compile_program(compile_ctx *cx, kl_nvrtc_job *j)
 {
     const kl_nvrtc_opts *o = cx->o;
-    uint64_t key = kl_hash_bytes(cx->key_base, j->src, strlen(j->src));
-    char *img_path = NULL, *log_path = NULL;
-    if (cx->dir) {
-        img_path = kl_xasprintf("%s/%016llx.%s", cx->dir, (unsigned long long)key, o->ptx ? "ptx" : "cubin");
-        log_path = kl_xasprintf("%s/%016llx.log", cx->dir, (unsigned long long)key);
-        size_t ls;
-        if (read_all(img_path, &j->image, &j->size) == 0) {
-            if (read_all(log_path, (void **)&j->log, &ls))
-                j->log = kl_xstrdup("");
-            j->cached = true;
-            free(img_path);
-            free(log_path);
-            return 0;
-        }
-    }
     nvrtcProgram prog = NULL;
     int result = -1;
     NVRTC_CHECK(nv.nvrtcCreateProgram(&prog, j->src, j->name, 0, NULL, NULL));
@@ -313,18 +302,78 @@ static int compile_one(compile_ctx *cx, kl_nvrtc_job *j)
     nvrtcProgram done = prog;
     prog = NULL; /* not destroyed twice, even when this fails */
     NVRTC_CHECK(nv.nvrtcDestroyProgram(&done));
-    if (img_path) {
-        write_atomic(log_path, j->log, strlen(j->log)); /* the log first: an image implies its log */
-        write_atomic(img_path, j->image, j->size);
-    }
     result = 0;
 failed:
     /* The job's image and log are the caller's (kl_nvrtc_jobs_free). */
     if (prog)
         nv.nvrtcDestroyProgram(&prog);
-    free(img_path);
-    free(log_path);
     return result;
+}
+
+/* The key's text: everything the key hashes (the options, NVRTC's
+ * version, the output kind, the program), which a cache entry carries
+ * (KEY.key) so that a hit is this program's and never another's whose
+ * key hashes alike. */
+static char *key_text(const compile_ctx *cx, const char *src)
+{
+    kl_buf b = {0};
+    for (int i = 0; i < cx->nopts; i++)
+        kl_buf_printf(&b, "%s\n", cx->opts[i]);
+    kl_buf_printf(&b, "NVRTC %d.%d %s%s\n", nv.major, nv.minor, cx->o->ptx ? "ptx" : "cubin", nv.simulated ? " simulated" : "");
+    kl_buf_puts(&b, src);
+    return kl_buf_take(&b);
+}
+
+/* The cache's entry for the key, if it has one and it is the key's. */
+static bool read_entry(kl_nvrtc_job *j, const char *img_path, const char *log_path, const char *key_path, const char *key)
+{
+    void *text = NULL;
+    size_t n = 0, ls;
+    bool ours = read_all(key_path, &text, &n) == 0 && n == strlen(key) && !memcmp(text, key, n);
+    free(text);
+    if (!ours || read_all(img_path, &j->image, &j->size))
+        return false;
+    if (read_all(log_path, (void **)&j->log, &ls))
+        j->log = kl_xstrdup("");
+    j->cached = true;
+    return true;
+}
+
+/* From the cache, else compiled and stored. A missing key is compiled
+ * under its lock (cache_dir.h), so that tests or ranks needing one kernel
+ * at once compile it once: the others wait and read what the first
+ * wrote. */
+static int compile_one(compile_ctx *cx, kl_nvrtc_job *j)
+{
+    if (!cx->dir)
+        return compile_program(cx, j);
+    const kl_nvrtc_opts *o = cx->o;
+    uint64_t h = kl_hash_bytes(cx->key_base, j->src, strlen(j->src));
+    char *base = kl_xasprintf("%s/%016llx", cx->dir, (unsigned long long)h);
+    char *img_path = kl_xasprintf("%s.%s", base, o->ptx ? "ptx" : "cubin");
+    char *log_path = kl_xasprintf("%s.log", base), *key_path = kl_xasprintf("%s.key", base);
+    char *lock_path = kl_xasprintf("%s.lock", base), *key = key_text(cx, j->src);
+    int rc = 0, lk = -1;
+    bool hit = read_entry(j, img_path, log_path, key_path, key);
+    if (!hit && (lk = kl_cache_lock(lock_path)) >= 0)
+        hit = read_entry(j, img_path, log_path, key_path, key); /* another may have compiled it meanwhile */
+    if (!hit) {
+        rc = compile_program(cx, j);
+        if (rc == 0) {
+            /* The key and the log first: an image implies both. */
+            write_atomic(key_path, key, strlen(key));
+            write_atomic(log_path, j->log, strlen(j->log));
+            write_atomic(img_path, j->image, j->size);
+        }
+    }
+    kl_cache_unlock(lk);
+    free(key);
+    free(lock_path);
+    free(key_path);
+    free(log_path);
+    free(img_path);
+    free(base);
+    return rc;
 }
 
 static void *worker(void *arg)
