@@ -767,9 +767,13 @@ int kl_plan_main(int argc, char **argv)
                 for (int si = 0; si < nsh; si++) {
                     if (D == 1 && strcmp(shs[si], "dp"))
                         continue; /* one replica: nothing to shard */
-                    static const char *const schedules[] = {"gpipe", "1f1b", "zero_bubble"};
-                    for (int sc = 0; sc < (P > 1 ? 3 : 1); sc++)
+                    static const char *const schedules[] = {"gpipe", "1f1b", "zero_bubble", "interleaved"};
+                    for (int sc = 0; sc < (P > 1 ? 4 : 1); sc++)
                         for (int mi = 0; mi < nm; mi++) {
+                            /* (interleaved: the micro-batches a multiple of P, as the
+                             * training executable requires) */
+                            if (sc == 3 && (per / mics[mi]) % P)
+                                continue;
                             if (n == cap)
                                 v = kl_xrealloc(v, sizeof *v * (size_t)(cap = cap ? 2 * cap : 64));
                             cand *k = &v[n++];

@@ -325,7 +325,10 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
      * it hides them behind compute only on a core no rank's compute
      * thread holds; with as many ranks as cores or more, the thread
      * takes its time from the rank's own core, as if in line. */
-    m.overlap = L->overlap && (c->dev.gpu || c->cores <= 0 || world < c->cores);
+    /* With pipeline stages the training executable runs every collective
+     * in program order on the main thread (driver/train_pipeline.c): no
+     * overlap there. */
+    m.overlap = L->overlap && L->P <= 1 && (c->dev.gpu || c->cores <= 0 || world < c->cores);
     /* Placement: rank r is stage r mod P of data-parallel replica r / P
      * (tensor-parallel groups: T consecutive ranks); a group spans nodes
      * when its ranks do. */
@@ -369,8 +372,12 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
      * 1f1b; zero_bubble (ZB-H1) defers weight gradients into them, about
      * a third of a pass each (forward, input gradient, weight gradient),
      * so (P - 1) / 3 passes stay exposed: 3m + P - 1 thirds in all. */
+    /* interleaved (2 stages per rank, Megatron's interleaved 1F1B) fills
+     * and drains with chunks of half a stage: half the exposed passes,
+     * (P - 1) / (2m + P - 1); its doubled transfers are not modelled. */
     bool zb = P > 1 && L->schedule && !strcmp(L->schedule, "zero_bubble");
-    double fill = zb ? (sum_body - max_body) / 3 : sum_body - max_body;
+    bool il = P > 1 && L->schedule && !strcmp(L->schedule, "interleaved");
+    double fill = zb ? (sum_body - max_body) / 3 : il ? (sum_body - max_body) / 2 : sum_body - max_body;
     out->critical_s = (double)(mb - 1) * (max_body + host) + max_body + fill + max_extra + host;
     /* More ranks than cores (CPU ranks under mpirun --oversubscribe):
      * the cores run every rank's busy time, and a rank that waits (a
@@ -387,7 +394,10 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
     out->exposed_intra_s = total.exp_intra, out->exposed_inter_s = total.exp_inter;
     out->intra_bytes = total.intra_bytes, out->inter_bytes = total.inter_bytes;
     out->flops = total.flops;
-    out->bubble = P <= 1 ? 0 : zb ? (double)(P - 1) / (double)(3 * mb + P - 1) : (double)(P - 1) / (double)(mb + P - 1);
+    out->bubble = P <= 1 ? 0
+                  : zb   ? (double)(P - 1) / (double)(3 * mb + P - 1)
+                  : il   ? (double)(P - 1) / (double)(2 * mb + P - 1)
+                         : (double)(P - 1) / (double)(mb + P - 1);
     const char *names[] = {"compute", "memory", "launch", "intra-node", "inter-node"};
     double v[] = {out->compute_s, out->memory_s, out->launch_s, out->exposed_intra_s, out->exposed_inter_s};
     int best = 0;
