@@ -134,6 +134,20 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o);
  * notice and the error. Returns the dlopen handle, or NULL after printing
  * why (the compiler's output included). */
 void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason);
+/* One generated kernel for kl_cpu_jit_kernels: its symbol, its C source
+ * (after kir_c_prelude()), and the function found (out). */
+typedef struct kl_jit_kernel {
+    const char *name, *src;
+    void *fn;
+} kl_jit_kernel;
+typedef KL_VEC(void *) kl_jit_handles;
+/* Each kernel of ks from the cache: from the object that already holds
+ * it, whatever plan it was compiled for (the cache's per-kernel index),
+ * the others compiled, split into chunks compiled at once on this
+ * machine's cores. Every object opened is appended to handles (the caller
+ * dlcloses them). Returns 0, or -1 after printing why. */
+int kl_cpu_jit_kernels(kl_jit_kernel *ks, int n, const char *prelude, const char *cache_dir, bool quiet,
+                       const char *reason, kl_jit_handles *handles);
 /* The kernel cache's relocatable object of source (for kiln build to
  * link), compiled into the cache when missing; its path (caller frees), or
  * NULL after an error was printed. */

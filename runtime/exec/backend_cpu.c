@@ -53,7 +53,7 @@ typedef struct cpu_backend {
     char *jit_reason;
     bool quiet;
     KL_VEC(cpu_kernel) kernels; /* every kernel resolved so far, by name */
-    KL_VEC(void *) handles;     /* dlopen handles of compiled kernels */
+    kl_jit_handles handles;     /* dlopen handles of compiled kernels */
     kl_dnnl *dnnl;              /* bf16 GEMMs through oneDNN; NULL: widened to fp32 */
     kl_dnnl *dnnl_f32;          /* fp32 GEMMs (widened ones too) through oneDNN's sgemm; NULL: OpenBLAS */
     bool few_on_openblas;       /* widened GEMMs of few columns on OpenBLAS (wide_on_openblas) */
@@ -114,11 +114,13 @@ static void remember(cpu_backend *cb, const char *name, kl_cpu_kernel_fn fn)
 static int cpu_prepare(kl_backend *be, const kl_plan *plan)
 {
     cpu_backend *cb = (cpu_backend *)be;
-    kl_buf missing = {0};
-    int nmissing = 0;
+    KL_VEC(kl_jit_kernel) missing = {0};
     for (int i = 0; i < plan->kernels.n; i++) {
         const kl_kernel_src *k = &plan->kernels.v[i];
-        if (find_kernel(cb, k->name))
+        bool seen = find_kernel(cb, k->name) != NULL;
+        for (int j = 0; j < missing.n && !seen; j++)
+            seen = !strcmp(missing.v[j].name, k->name);
+        if (seen)
             continue;
         kl_cpu_kernel_fn fn = NULL;
         for (const kl_builtin_kernel *b = cb->builtins; b && b->name; b++)
@@ -128,31 +130,18 @@ static int cpu_prepare(kl_backend *be, const kl_plan *plan)
             remember(cb, k->name, fn);
             continue;
         }
-        if (!nmissing)
-            kl_buf_puts(&missing, kir_c_prelude());
-        kl_buf_puts(&missing, k->c_src);
-        kl_buf_putc(&missing, '\n');
-        nmissing++;
+        kl_jit_kernel m = {k->name, k->c_src, NULL};
+        kl_vec_push(missing, m);
     }
-    if (!nmissing)
-        return 0;
-    void *h = kl_cpu_jit(missing.s, cb->cache_dir, cb->quiet, cb->jit_reason);
-    kl_buf_free(&missing);
-    if (!h)
-        return -1;
-    kl_vec_push(cb->handles, h);
-    for (int i = 0; i < plan->kernels.n; i++) {
-        const kl_kernel_src *k = &plan->kernels.v[i];
-        if (find_kernel(cb, k->name))
-            continue;
-        kl_cpu_kernel_fn fn = (kl_cpu_kernel_fn)dlsym(h, k->name);
-        if (!fn) {
-            kl_error("compiled kernels lack %s", k->name);
-            return -1;
-        }
-        remember(cb, k->name, fn);
+    int rc = 0;
+    if (missing.n) {
+        rc = kl_cpu_jit_kernels(missing.v, missing.n, kir_c_prelude(), cb->cache_dir, cb->quiet, cb->jit_reason,
+                                &cb->handles);
+        for (int i = 0; i < missing.n && rc == 0; i++)
+            remember(cb, missing.v[i].name, (kl_cpu_kernel_fn)missing.v[i].fn);
     }
-    return 0;
+    kl_vec_free(missing);
+    return rc;
 }
 
 static void cpu_launch(kl_backend *be, const kl_plan *plan, int kernel, void *const *bufs, const kl_kargs *args)

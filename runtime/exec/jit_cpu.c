@@ -10,8 +10,11 @@
  * replaced) instead. Temporaries are created O_EXCL (mkstemps), so no
  * link planted at a cache name is written through. The compiler runs
  * from an argument vector (runtime/cpu/spawn.c), never through a shell. */
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE /* memmem, sched_getaffinity */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "base/thread.h"
 #include "cache_dir.h"
 #include "runtime/files/outfile.h"
 #include "runtime/cpu/spawn.h"
@@ -241,29 +245,37 @@ static int compile_object(const char *source, const char *mark, const char *dir,
     return rc;
 }
 
-/* The cache's compiled form of source: a loaded shared object (shared) or
- * the path of a relocatable object to link (in *path; the caller frees).
- * A missing key is compiled under its lock (cache_dir.h), so processes
- * that need it at once (the ranks of a job) compile it once; the others
- * wait and load what the first wrote. */
-static void *cached(const char *source, const char *cache_dir, bool quiet, const char *reason, bool shared,
-                    char **path)
+/* Whether the object of key h in dir is this cache's (verified), opened:
+ * a dlopen handle (shared) or (void *)1 for a relocatable object. */
+static void *open_verified(const char *so, const char *sum, const char *mark, bool shared)
 {
-    char *dir = cache_dir ? kl_xstrdup(cache_dir) : kl_cache_dir("cpu");
-    char why[1024];
-    if (!dir)
-        return NULL; /* kl_cache_dir said why */
-    if (cache_dir && kl_cache_seal(dir, dir, why, sizeof why)) {
-        kl_error("the kernel cache folder is not private: %s", why);
-        free(dir);
+    if (!verified(so, sum, mark))
         return NULL;
-    }
+    return shared ? dlopen(so, RTLD_NOW | RTLD_LOCAL) : (void *)1;
+}
+
+static uint64_t object_key(const char *source, bool shared)
+{
     uint64_t h = kl_hash_bytes(KL_HASH_INIT, source, strlen(source));
     h = kl_hash_bytes(h, kl_cc(), strlen(kl_cc()));
     h = kl_hash_bytes(h, kl_cc_flags(), strlen(kl_cc_flags()));
     h = hash_native_cpu(h);
     const char *ext = shared ? "so" : "o";
-    h = kl_hash_bytes(h, ext, strlen(ext));
+    return kl_hash_bytes(h, ext, strlen(ext));
+}
+
+/* The cache's compiled form of source in the sealed folder dir: a loaded
+ * shared object (shared) or the path of a relocatable object to link (in
+ * *path; the caller frees); its key in *key. A missing key is compiled
+ * under its lock (cache_dir.h), so processes that need it at once (the
+ * ranks of a job) compile it once; the others wait and load what the
+ * first wrote. The notice "compiling kernels" is printed unless quiet, by
+ * the first compile of those that share announced. */
+static void *cached_in(const char *dir, const char *source, bool quiet, int *announced, const char *reason,
+                       bool shared, char **path, uint64_t *key)
+{
+    uint64_t h = object_key(source, shared);
+    const char *ext = shared ? "so" : "o";
     char *so = kl_xasprintf("%s/%016llx.%s", dir, (unsigned long long)h, ext), *mark = object_mark(h);
     char *sum = kl_xasprintf("%s/%016llx.sum", dir, (unsigned long long)h);
     char *lock = kl_xasprintf("%s/%016llx.lock", dir, (unsigned long long)h);
@@ -274,15 +286,14 @@ static void *cached(const char *source, const char *cache_dir, bool quiet, const
          * lock (another may have compiled it meanwhile). */
         if (pass == 1 && (lk = kl_cache_lock(lock)) < 0)
             break;
-        if (verified(so, sum, mark))
-            handle = shared ? dlopen(so, RTLD_NOW | RTLD_LOCAL) : (void *)1;
+        handle = open_verified(so, sum, mark, shared);
     }
     if (!handle) {
-        if (!quiet)
+        if (!quiet && !__atomic_exchange_n(announced, 1, __ATOMIC_ACQ_REL))
             kl_fprintf_escaped(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "",
                                reason ? reason : "", kl_cc(), kl_cc_flags());
         if (compile_object(source, mark, dir, h, so, sum, reason, shared, &handle) == 0 && !handle &&
-            !(verified(so, sum, mark) && (handle = shared ? dlopen(so, RTLD_NOW | RTLD_LOCAL) : (void *)1))) {
+            !(handle = open_verified(so, sum, mark, shared))) {
             const char *de = shared ? dlerror() : NULL;
             kl_error("cannot load compiled kernels %s: %s", so, de ? de : "it is not the cache's object for its key");
         }
@@ -290,12 +301,264 @@ static void *cached(const char *source, const char *cache_dir, bool quiet, const
     kl_cache_unlock(lk);
     if (handle && path)
         *path = kl_xstrdup(so);
+    if (key)
+        *key = h;
     free(lock);
     free(sum);
     free(mark);
     free(so);
+    return handle;
+}
+
+/* The cache's folder: cache_dir (sealed: made 0700 and checked) or the
+ * user's default; NULL after saying why. The caller frees. */
+static char *cache_folder(const char *cache_dir)
+{
+    char *dir = cache_dir ? kl_xstrdup(cache_dir) : kl_cache_dir("cpu");
+    char why[1024];
+    if (dir && cache_dir && kl_cache_seal(dir, dir, why, sizeof why)) {
+        kl_error("the kernel cache folder is not private: %s", why);
+        free(dir);
+        return NULL;
+    }
+    return dir; /* NULL: kl_cache_dir said why */
+}
+
+static void *cached(const char *source, const char *cache_dir, bool quiet, const char *reason, bool shared,
+                    char **path)
+{
+    char *dir = cache_folder(cache_dir);
+    int announced = 0;
+    void *handle = dir ? cached_in(dir, source, quiet, &announced, reason, shared, path, NULL) : NULL;
     free(dir);
     return handle;
+}
+
+/* ---- kernels shared between plans ----
+ *
+ * Plans of one model at other batches, ranks or settings have many
+ * kernels in common (a kernel's name is a hash of its source), so the
+ * cache also keeps an index entry per kernel, KERNELKEY.k, naming the
+ * object that holds it: "kiln-jit-kernel NAME OBJECTKEY". A plan loads
+ * each kernel from the object its entry names (verified as any object)
+ * and compiles only the others, in chunks compiled at once on the
+ * machine's cores, each an object of its own key. An entry that is
+ * missing, foreign, malformed or names an object that does not verify or
+ * lacks the kernel counts as missing: the kernel is compiled again. */
+
+/* Sources of at least this many bytes are split into chunks compiled at
+ * once (the prelude alone costs about 0.1 s of compiling per chunk). */
+#define CHUNK_BYTES 65536
+#define MAX_CHUNKS 16
+
+static uint64_t kernel_key(const char *prelude, const kl_jit_kernel *k)
+{
+    uint64_t h = object_key(prelude, true);
+    h = kl_hash_bytes(h, k->name, strlen(k->name) + 1);
+    return kl_hash_bytes(h, k->src, strlen(k->src));
+}
+
+static char *index_path(const char *dir, uint64_t kk)
+{
+    return kl_xasprintf("%s/%016llx.k", dir, (unsigned long long)kk);
+}
+
+/* The key of the object that the index says holds kernel name, or 0. */
+static uint64_t index_lookup(const char *dir, uint64_t kk, const char *name)
+{
+    char *p = index_path(dir, kk);
+    kl_buf b = {0};
+    uint64_t obj = 0;
+    if (read_cache_file(p, &b) == 0 && b.s) {
+        kl_buf_putc(&b, '\0');
+        char got[80];
+        unsigned long long key;
+        int end = 0;
+        if (sscanf(b.s, "kiln-jit-kernel %79s %16llx\n%n", got, &key, &end) == 2 && end == (int)b.len - 1 &&
+            !strcmp(got, name))
+            obj = key;
+    }
+    kl_buf_free(&b);
+    free(p);
+    return obj;
+}
+
+static void index_write(const char *dir, uint64_t kk, const char *name, uint64_t obj)
+{
+    char *p = index_path(dir, kk);
+    char *line = kl_xasprintf("kiln-jit-kernel %s %016llx\n", name, (unsigned long long)obj);
+    kl_outfile o;
+    kl_cache_clear_odd(p);
+    if (kl_outfile_begin(&o, p) == 0) {
+        kl_outfile_write(&o, line, strlen(line));
+        kl_outfile_commit(&o, 0644);
+    }
+    free(line);
+    free(p);
+}
+
+typedef struct jit_chunk {
+    kl_buf source;
+    void *handle;
+    uint64_t key;
+} jit_chunk;
+
+typedef struct jit_work {
+    jit_chunk *chunks;
+    int n, first, next; /* next: the count of chunks taken (atomic) */
+    const char *dir, *reason;
+    bool quiet;
+    int announced;
+} jit_work;
+
+static void *chunk_worker(void *arg)
+{
+    jit_work *w = arg;
+    for (int i; (i = __atomic_fetch_add(&w->next, 1, __ATOMIC_ACQ_REL)) < w->n;) {
+        jit_chunk *c = &w->chunks[(w->first + i) % w->n];
+        c->handle = cached_in(w->dir, c->source.s, w->quiet, &w->announced, w->reason, true, NULL, &c->key);
+    }
+    return NULL;
+}
+
+/* The first core this process may run on: ranks bound to cores start on
+ * different chunks, so that they compile one each instead of waiting for
+ * one process to compile all. */
+static int first_core(int *count)
+{
+    cpu_set_t set;
+    *count = 1;
+    if (sched_getaffinity(0, sizeof set, &set))
+        return 0;
+    *count = CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            return c;
+    return 0;
+}
+
+/* Compiles the kernels of ks marked in todo into chunks (by the machine's
+ * online cores, so that every rank of a job cuts them alike), the chunks
+ * at once on this process's cores; records each kernel's object. */
+static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint64_t *kk, const char *prelude,
+                          const char *dir, bool quiet, const char *reason, kl_jit_handles *handles)
+{
+    size_t bytes = 0;
+    int want = 0;
+    for (int i = 0; i < n; i++)
+        if (todo[i]) {
+            bytes += strlen(ks[i].src);
+            want++;
+        }
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int nchunks = (int)(bytes / CHUNK_BYTES);
+    if (nchunks > online)
+        nchunks = (int)online;
+    if (nchunks > MAX_CHUNKS)
+        nchunks = MAX_CHUNKS;
+    if (nchunks > want)
+        nchunks = want;
+    if (nchunks < 1)
+        nchunks = 1;
+    jit_chunk *chunks = kl_xcalloc((size_t)nchunks, sizeof *chunks);
+    int *of = kl_xcalloc((size_t)n, sizeof *of);
+    /* Contiguous runs of about bytes / nchunks each, in the plan's order. */
+    size_t done = 0;
+    for (int i = 0, c = 0; i < n; i++) {
+        if (!todo[i])
+            continue;
+        if (c + 1 < nchunks && done >= bytes / (size_t)nchunks * (size_t)(c + 1) && chunks[c].source.len)
+            c++;
+        if (!chunks[c].source.len)
+            kl_buf_puts(&chunks[c].source, prelude);
+        kl_buf_puts(&chunks[c].source, ks[i].src);
+        kl_buf_putc(&chunks[c].source, '\n');
+        done += strlen(ks[i].src);
+        of[i] = c;
+    }
+    int cores, first = first_core(&cores);
+    jit_work w = {.chunks = chunks, .n = nchunks, .first = first % nchunks, .dir = dir, .reason = reason,
+                  .quiet = quiet};
+    int nthreads = cores < nchunks ? cores : nchunks;
+    pthread_t th[MAX_CHUNKS];
+    int started = 0;
+    for (int t = 1; t < nthreads; t++)
+        if (kl_thread_create(&th[started], chunk_worker, &w) == 0)
+            started++;
+    chunk_worker(&w);
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    int rc = 0;
+    for (int c = 0; c < nchunks; c++) {
+        if (!chunks[c].handle)
+            rc = -1;
+        else
+            kl_vec_push(*handles, chunks[c].handle);
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!todo[i])
+            continue;
+        ks[i].fn = dlsym(chunks[of[i]].handle, ks[i].name);
+        if (!ks[i].fn) {
+            kl_error("compiled kernels lack %s", ks[i].name);
+            rc = -1;
+        } else {
+            index_write(dir, kk[i], ks[i].name, chunks[of[i]].key);
+        }
+    }
+    for (int c = 0; c < nchunks; c++)
+        kl_buf_free(&chunks[c].source);
+    free(chunks);
+    free(of);
+    return rc;
+}
+
+int kl_cpu_jit_kernels(kl_jit_kernel *ks, int n, const char *prelude, const char *cache_dir, bool quiet,
+                       const char *reason, kl_jit_handles *handles)
+{
+    char *dir = cache_folder(cache_dir);
+    if (!dir)
+        return -1;
+    uint64_t *kk = kl_xcalloc((size_t)n + 1, sizeof *kk);
+    bool *todo = kl_xcalloc((size_t)n + 1, sizeof *todo);
+    /* Objects already opened for this call, by key: each verified once. */
+    KL_VEC(uint64_t) keys = {0};
+    KL_VEC(void *) opened = {0};
+    int missing = 0;
+    for (int i = 0; i < n; i++) {
+        ks[i].fn = NULL;
+        kk[i] = kernel_key(prelude, &ks[i]);
+        uint64_t obj = index_lookup(dir, kk[i], ks[i].name);
+        void *h = NULL;
+        for (int j = 0; obj && j < keys.n && !h; j++)
+            if (keys.v[j] == obj)
+                h = opened.v[j];
+        if (obj && !h) {
+            char *so = kl_xasprintf("%s/%016llx.so", dir, (unsigned long long)obj), *mark = object_mark(obj);
+            char *sum = kl_xasprintf("%s/%016llx.sum", dir, (unsigned long long)obj);
+            if ((h = open_verified(so, sum, mark, true))) {
+                kl_vec_push(keys, obj);
+                kl_vec_push(opened, h);
+                kl_vec_push(*handles, h);
+            }
+            free(sum);
+            free(mark);
+            free(so);
+        }
+        if (h)
+            ks[i].fn = dlsym(h, ks[i].name);
+        if (!ks[i].fn) {
+            todo[i] = true;
+            missing++;
+        }
+    }
+    int rc = missing ? compile_chunks(ks, n, todo, kk, prelude, dir, quiet, reason, handles) : 0;
+    kl_vec_free(keys);
+    kl_vec_free(opened);
+    free(todo);
+    free(kk);
+    free(dir);
+    return rc;
 }
 
 void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason)
