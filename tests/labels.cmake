@@ -82,7 +82,6 @@ set(KILN_SLOW_TESTS
   gpt\\.generate
   gpt\\.gpt2_small
   gpt\\.train
-  gpu\\.kit
   harden\\.reference\\.gpt_batch2
   language\\.cuda\\.emulate
   language\\.cuda\\.nvrtc
@@ -144,6 +143,10 @@ set(KILN_SLOW_TESTS
 # (ctest counts a test of more processors than -j as -j), where ranks
 # waiting in a collective for a rank that has no core spin and slow both.
 set(KILN_PROCESSORS_RULES
+  # A stopped or killed rank's job: the others wait (yielding) for the
+  # collective timeout or the launcher, so these mostly sleep and run
+  # beside another test.
+  "1=^(ranks\\.timeout|ranks\\.kill|pipeline\\.kill|simgpu\\.ranks\\.timeout)$"
   "3=^(overlap\\.|data\\.ranks$|simgpu\\.ranks\\.np3$)"
   "2=^(gemmpath\\.|comm\\.|hosts\\.|ckpt\\.preempt$|simgpu\\.ranks\\.)"
   "4=^(ranks|tp|zero|pipeline)\\."
