@@ -4,7 +4,8 @@
  * the cache is private: every folder Kiln makes for it is 0700, and a
  * folder or object that is not the user's own, or that group or others
  * may write, or that is a symbolic link, is never used. Objects are
- * opened without following links. See docs/notes/cache.md. */
+ * opened without following links. See docs/cli.md, "Kernels compiled at
+ * start, and their cache". */
 #ifndef KILN_CACHE_DIR_H
 #define KILN_CACHE_DIR_H
 
