@@ -92,7 +92,7 @@ static int write_text(const char *path, const char *text)
 /* Adds the kernels of one plan of the model (lowered with overrides);
  * their CUDA programs to cuda (parallel to names) when it is not NULL. */
 static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl_buf *kernels, name_list *names,
-                   name_list *cuda)
+                   name_list *srcs, name_list *cuda)
 {
     kl_compile_opts co = {.kv = kv, .mode = mode};
     kl_compiled *c = kl_compile_source(src, &co);
@@ -106,6 +106,7 @@ static int collect(const kl_source *src, const char *const *kv, kl_mode mode, kl
         if (seen)
             continue;
         kl_vec_push(*names, kl_xstrdup(p->kernels.v[i].name));
+        kl_vec_push(*srcs, kl_xstrdup(p->kernels.v[i].c_src));
         if (cuda)
             kl_vec_push(*cuda, kir_cuda_program(p->kernels.v[i].cuda.src, p->kernels.v[i].cuda.needs));
         kl_buf_puts(kernels, p->kernels.v[i].c_src);
@@ -188,7 +189,8 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     char *asm_path = NULL;
     int rc = -1;
     char *lib = NULL, *dir = NULL;
-    name_list names = {0};
+    name_list names = {0}, srcs = {0}; /* each kernel's name and C source */
+    char **kobj = NULL;
     kl_buf kernels = {0}, main_c = {0};
     ir_graph *g = kl_compile_load(&src, kv);
     if (!g)
@@ -205,7 +207,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
 
     /* The kernels of the training plan and the evaluation plans. */
     kl_buf_puts(&kernels, kir_c_prelude());
-    if (collect(&src, kv, KL_MODE_TRAIN, &kernels, &names, cuda_archs ? &cuda : NULL)) {
+    if (collect(&src, kv, KL_MODE_TRAIN, &kernels, &names, &srcs, cuda_archs ? &cuda : NULL)) {
         kl_train_config_free(&cfg);
         goto done;
     }
@@ -229,7 +231,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
             ekv[n++] = "batch";
             ekv[n++] = num;
             ekv[n] = NULL;
-            if (collect(&src, ekv, KL_MODE_EVAL, &kernels, &names, cuda_archs ? &cuda : NULL)) {
+            if (collect(&src, ekv, KL_MODE_EVAL, &kernels, &names, &srcs, cuda_archs ? &cuda : NULL)) {
                 kl_train_config_free(&cfg);
                 goto done;
             }
@@ -272,9 +274,14 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
      * replaces out whole (outfile.h). */
     kl_outfile o = {0};
     /* The kernels come compiled from the kernel cache (the same plans
-     * built again, or by another test or rank, compile once); without a
-     * cache they are compiled in the link below. */
-    char *kobj = kl_cpu_object(kernels.s, true);
+     * built again, or by another test or rank, compile once), in chunks
+     * compiled at once; without a cache they are compiled in the link
+     * below. */
+    kl_jit_kernel *ks = kl_xcalloc((size_t)names.n + 1, sizeof *ks);
+    for (int i = 0; i < names.n; i++)
+        ks[i] = (kl_jit_kernel){names.v[i], srcs.v[i], NULL};
+    kobj = kl_cpu_objects(ks, names.n, kir_c_prelude(), true);
+    free(ks);
     if (write_text(kpath, kernels.s) == 0 && write_text(mpath, main_c.s) == 0 && kl_outfile_begin_external(&o, out) == 0) {
         const char *tmp_out = o.tmp;
         /* KILN_LINK_FLAGS: what libkiln.a was built with needs at link
@@ -290,7 +297,10 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
          * builds of one model give the same executable (the sanitizers'
          * global descriptors embed the source's path). */
         kl_argv_add_words(&cmd, "-x c - -x none");
-        kl_argv_add(&cmd, kobj ? kobj : kpath);
+        for (int i = 0; kobj && kobj[i]; i++)
+            kl_argv_add(&cmd, kobj[i]);
+        if (!kobj)
+            kl_argv_add(&cmd, kpath);
         if (asm_path)
             kl_argv_add(&cmd, asm_path);
         kl_argv_add(&cmd, lib);
@@ -333,14 +343,19 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
             remove(asm_path);
         rmdir(dir);
     }
-    free(kobj);
     free(kpath);
     free(mpath);
     free(log);
 done:
-    for (int i = 0; i < names.n; i++)
+    for (int i = 0; kobj && kobj[i]; i++)
+        free(kobj[i]);
+    free(kobj);
+    for (int i = 0; i < names.n; i++) {
         free(names.v[i]);
+        free(srcs.v[i]);
+    }
     kl_vec_free(names);
+    kl_vec_free(srcs);
     for (int i = 0; i < cuda.n; i++)
         free(cuda.v[i]);
     kl_vec_free(cuda);

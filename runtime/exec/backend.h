@@ -148,10 +148,11 @@ typedef KL_VEC(void *) kl_jit_handles;
  * dlcloses them). Returns 0, or -1 after printing why. */
 int kl_cpu_jit_kernels(kl_jit_kernel *ks, int n, const char *prelude, const char *cache_dir, bool quiet,
                        const char *reason, kl_jit_handles *handles);
-/* The kernel cache's relocatable object of source (for kiln build to
- * link), compiled into the cache when missing; its path (caller frees), or
- * NULL after an error was printed. */
-char *kl_cpu_object(const char *source, bool quiet);
+/* The kernel cache's relocatable objects of the kernels ks (for kiln
+ * build to link): cut into chunks as kl_cpu_jit_kernels does, compiled at
+ * once where missing. A NULL-terminated array of paths (the caller frees
+ * each and the array), or NULL after an error was printed. */
+char **kl_cpu_objects(const kl_jit_kernel *ks, int n, const char *prelude, bool quiet);
 /* The cache folder for compiled kernels, created 0700 and checked private
  * (runtime/exec/cache_dir.h): $KILN_CACHE_DIR/sub, $XDG_CACHE_HOME/kiln/sub,
  * ~/.cache/kiln/sub, else (or when that one is not private, with a note)

@@ -346,8 +346,8 @@ static void *cached(const char *source, const char *cache_dir, bool quiet, const
  * missing, foreign, malformed or names an object that does not verify or
  * lacks the kernel counts as missing: the kernel is compiled again. */
 
-/* Sources of at least this many bytes are split into chunks compiled at
- * once (the prelude alone costs about 0.1 s of compiling per chunk). */
+/* Sources are split into chunks of about this many bytes (at least),
+ * compiled at once (the prelude alone costs about 0.1 s of compiling per chunk). */
 #define CHUNK_BYTES 65536
 #define MAX_CHUNKS 16
 
@@ -399,7 +399,8 @@ static void index_write(const char *dir, uint64_t kk, const char *name, uint64_t
 
 typedef struct jit_chunk {
     kl_buf source;
-    void *handle;
+    void *handle; /* a dlopen handle, or (void *)1 for a relocatable object */
+    char *path;   /* a relocatable object's */
     uint64_t key;
 } jit_chunk;
 
@@ -407,7 +408,7 @@ typedef struct jit_work {
     jit_chunk *chunks;
     int n, first, next; /* next: the count of chunks taken (atomic) */
     const char *dir, *reason;
-    bool quiet;
+    bool quiet, shared;
     int announced;
 } jit_work;
 
@@ -416,7 +417,8 @@ static void *chunk_worker(void *arg)
     jit_work *w = arg;
     for (int i; (i = __atomic_fetch_add(&w->next, 1, __ATOMIC_ACQ_REL)) < w->n;) {
         jit_chunk *c = &w->chunks[(w->first + i) % w->n];
-        c->handle = cached_in(w->dir, c->source.s, w->quiet, &w->announced, w->reason, true, NULL, &c->key);
+        c->handle = cached_in(w->dir, c->source.s, w->quiet, &w->announced, w->reason, w->shared,
+                              w->shared ? NULL : &c->path, &c->key);
     }
     return NULL;
 }
@@ -437,21 +439,23 @@ static int first_core(int *count)
     return 0;
 }
 
-/* Compiles the kernels of ks marked in todo into chunks (by the machine's
- * online cores, so that every rank of a job cuts them alike), the chunks
- * at once on this process's cores; records each kernel's object. */
-static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint64_t *kk, const char *prelude,
-                          const char *dir, bool quiet, const char *reason, kl_jit_handles *handles)
+/* Cuts the kernels of ks marked in todo (all when todo is NULL) into
+ * chunks, each the prelude and a contiguous run of about the same bytes,
+ * in the plan's order: as many as the source has CHUNK_BYTES (rounded), at most the
+ * machine's online cores (not this process's: every rank of a job cuts
+ * alike) and MAX_CHUNKS. of[i]: kernel i's chunk. Returns the count. */
+static int cut_chunks(const kl_jit_kernel *ks, int n, const bool *todo, const char *prelude, jit_chunk **out,
+                      int *of)
 {
     size_t bytes = 0;
     int want = 0;
     for (int i = 0; i < n; i++)
-        if (todo[i]) {
+        if (!todo || todo[i]) {
             bytes += strlen(ks[i].src);
             want++;
         }
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int nchunks = (int)(bytes / CHUNK_BYTES);
+    int nchunks = (int)((bytes + CHUNK_BYTES / 2) / CHUNK_BYTES);
     if (nchunks > online)
         nchunks = (int)online;
     if (nchunks > MAX_CHUNKS)
@@ -461,11 +465,9 @@ static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint
     if (nchunks < 1)
         nchunks = 1;
     jit_chunk *chunks = kl_xcalloc((size_t)nchunks, sizeof *chunks);
-    int *of = kl_xcalloc((size_t)n, sizeof *of);
-    /* Contiguous runs of about bytes / nchunks each, in the plan's order. */
     size_t done = 0;
     for (int i = 0, c = 0; i < n; i++) {
-        if (!todo[i])
+        if (todo && !todo[i])
             continue;
         if (c + 1 < nchunks && done >= bytes / (size_t)nchunks * (size_t)(c + 1) && chunks[c].source.len)
             c++;
@@ -476,9 +478,16 @@ static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint
         done += strlen(ks[i].src);
         of[i] = c;
     }
+    *out = chunks;
+    return nchunks;
+}
+
+/* Compiles (or finds) every chunk, at once on this process's cores. */
+static void run_chunks(jit_chunk *chunks, int nchunks, const char *dir, bool quiet, const char *reason, bool shared)
+{
     int cores, first = first_core(&cores);
     jit_work w = {.chunks = chunks, .n = nchunks, .first = first % nchunks, .dir = dir, .reason = reason,
-                  .quiet = quiet};
+                  .quiet = quiet, .shared = shared};
     int nthreads = cores < nchunks ? cores : nchunks;
     pthread_t th[MAX_CHUNKS];
     int started = 0;
@@ -488,6 +497,26 @@ static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint
     chunk_worker(&w);
     for (int t = 0; t < started; t++)
         pthread_join(th[t], NULL);
+}
+
+static void chunks_free(jit_chunk *chunks, int nchunks)
+{
+    for (int c = 0; c < nchunks; c++) {
+        kl_buf_free(&chunks[c].source);
+        free(chunks[c].path);
+    }
+    free(chunks);
+}
+
+/* Compiles the kernels of ks marked in todo in chunks and records each
+ * kernel's object in the index. */
+static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint64_t *kk, const char *prelude,
+                          const char *dir, bool quiet, const char *reason, kl_jit_handles *handles)
+{
+    jit_chunk *chunks;
+    int *of = kl_xcalloc((size_t)n, sizeof *of);
+    int nchunks = cut_chunks(ks, n, todo, prelude, &chunks, of);
+    run_chunks(chunks, nchunks, dir, quiet, reason, true);
     int rc = 0;
     for (int c = 0; c < nchunks; c++) {
         if (!chunks[c].handle)
@@ -506,11 +535,37 @@ static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint
             index_write(dir, kk[i], ks[i].name, chunks[of[i]].key);
         }
     }
-    for (int c = 0; c < nchunks; c++)
-        kl_buf_free(&chunks[c].source);
-    free(chunks);
+    chunks_free(chunks, nchunks);
     free(of);
     return rc;
+}
+
+char **kl_cpu_objects(const kl_jit_kernel *ks, int n, const char *prelude, bool quiet)
+{
+    char *dir = cache_folder(NULL);
+    if (!dir)
+        return NULL;
+    jit_chunk *chunks;
+    int *of = kl_xcalloc((size_t)n + 1, sizeof *of);
+    int nchunks = cut_chunks(ks, n, NULL, prelude, &chunks, of);
+    run_chunks(chunks, nchunks, dir, quiet, NULL, false);
+    char **paths = kl_xcalloc((size_t)nchunks + 1, sizeof *paths);
+    bool ok = true;
+    for (int c = 0; c < nchunks; c++) {
+        ok = ok && chunks[c].handle && chunks[c].path;
+        paths[c] = chunks[c].path;
+        chunks[c].path = NULL;
+    }
+    chunks_free(chunks, nchunks);
+    free(of);
+    free(dir);
+    if (!ok) {
+        for (int c = 0; c < nchunks; c++)
+            free(paths[c]);
+        free(paths);
+        return NULL;
+    }
+    return paths;
 }
 
 int kl_cpu_jit_kernels(kl_jit_kernel *ks, int n, const char *prelude, const char *cache_dir, bool quiet,
@@ -564,10 +619,4 @@ int kl_cpu_jit_kernels(kl_jit_kernel *ks, int n, const char *prelude, const char
 void *kl_cpu_jit(const char *source, const char *cache_dir, bool quiet, const char *reason)
 {
     return cached(source, cache_dir, quiet, reason, true, NULL);
-}
-
-char *kl_cpu_object(const char *source, bool quiet)
-{
-    char *path = NULL;
-    return cached(source, NULL, quiet, NULL, false, &path) ? path : NULL;
 }
