@@ -58,6 +58,74 @@ static void test_inplace_rule(void **state)
     kir_free(k);
 }
 
+/* The softmax cross-entropy gradient's shape of kernel over rows x cols
+ * (codegen/k_reduce.c): per row the label's logit, the row's maximum and
+ * sum of exponentials (reductions), then the gradient row stored over
+ * the logits. Variants that must be refused: 1 the row after this one is
+ * read (r + 1), 2 the label is not clamped into the row, 3 the loss term
+ * reads a logit after the gradient row is stored, 4 no reduction between
+ * the loads before the store loop and it, 5 the store loop is one column
+ * short of the row. */
+static kir_kernel *logits_kernel(int64_t rows, int64_t cols, int variant, int *bi, int *bo)
+{
+    kir_kernel *k = kir_new("cross_entropy_grad", KT_F32);
+    int bl = kir_buf_add(k, 1, IR_I32, rows);
+    *bi = kir_buf_add(k, 2, IR_F32, rows * cols);
+    *bo = kir_buf_add(k, 3, IR_F32, rows * cols);
+    int bloss = kir_buf_add(k, 4, IR_F32, 1);
+    int r = kir_loop_begin(k, KL_RED, rows, "r");
+    int loss = kir_loop_acc(k, KA_SUM, "loss");
+    kir_expr *row = kir_imul(k, kir_varref(k, r), cols);
+    kir_expr *l = kir_load(k, bl, kir_varref(k, r));
+    if (variant != 2)
+        l = kir_bin(k, KB_MAX, kir_const_i(k, 0), kir_bin(k, KB_MIN, l, kir_const_i(k, cols - 1)));
+    int label = kir_let(k, l, "label");
+    int xl = kir_let(k, kir_load(k, *bi, kir_iadd(k, row, kir_varref(k, label))), "xl");
+    int m = -1;
+    if (variant != 4) {
+        int c = kir_loop_begin(k, KL_RED, cols, "c");
+        m = kir_loop_acc(k, KA_MAX, "m");
+        kir_expr *at = kir_iadd(k, variant == 1 ? kir_imul(k, kir_iadd(k, kir_varref(k, r), kir_const_i(k, 1)), cols) : row,
+                                kir_varref(k, c));
+        kir_acc_add(k, m, kir_load(k, *bi, at));
+        kir_loop_end(k);
+    }
+    int c = kir_loop_begin(k, KL_BPAR, variant == 5 ? cols - 1 : cols, "c");
+    kir_expr *x = kir_load(k, *bi, kir_iadd(k, row, kir_varref(k, c)));
+    kir_expr *d = kir_bin(k, KB_SUB, x, m >= 0 ? kir_varref(k, m) : kir_varref(k, xl));
+    kir_store(k, *bo, kir_iadd(k, row, kir_varref(k, c)), kir_un(k, KU_EXP, d));
+    kir_loop_end(k);
+    kir_expr *term = kir_varref(k, xl);
+    if (variant == 3)
+        term = kir_load(k, *bi, kir_iadd(k, row, kir_varref(k, label)));
+    kir_acc_add(k, loss, term);
+    kir_loop_end(k);
+    kir_store(k, bloss, kir_const_i(k, 0), kir_varref(k, loss));
+    return k;
+}
+
+/* A result written row by row over its operand: each row read whole
+ * (reductions) before the same row is stored; refused when another row is
+ * read, a label may leave the row, a load follows the stores, no
+ * reduction separates the loads from the stores, or the rows are not
+ * covered. */
+static void test_inplace_rows(void **state)
+{
+    (void)state;
+    static const bool ok[] = {true, false, false, false, false, false};
+    for (int variant = 0; variant < 6; variant++) {
+        int bi, bo;
+        kir_kernel *k = logits_kernel(8, 10, variant, &bi, &bo);
+        if (ok[variant] != plan_kernel_inplace_ok(k, bi, bo))
+            fail_msg("row variant %d: in place %s", variant, ok[variant] ? "refused" : "allowed");
+        kir_free(k);
+    }
+}
+
+/* The model's softmax cross-entropy gradient takes its logits' memory
+ * (a reshape view of the GEMM that makes them). */
+static void test_logits_gradient_in_place(void **state);
+
 static const char *model =
     "model m {\n"
     "  input x : f32[batch, 16]\n"
@@ -191,6 +259,26 @@ static void test_checker_finds_a_clobbered_read(void **state)
     ir_graph_free(g);
 }
 
+static void test_logits_gradient_in_place(void **state)
+{
+    (void)state;
+    ir_graph *g;
+    kl_plan *p = plan_of(&g);
+    int grad = -1;
+    for (int i = 0; i < g->nodes.n; i++)
+        if (ir_nd(g, i)->op == IR_OP_CROSS_ENTROPY_GRAD)
+            grad = ir_nd(g, i)->out.v[0];
+    assert_true(grad >= 0);
+    const kl_buffer *b = &p->buffers.v[p->value_buf[grad]];
+    assert_int_equal(b->region, KL_REGION_VIEW);
+    assert_true(b->inplace);
+    int logits = ir_nd(g, ir_val(g, grad)->def)->in.v[1];
+    assert_int_equal(plan_real_buffer(p, p->value_buf[grad]), plan_real_buffer(p, p->value_buf[logits]));
+    assert_int_equal(plan_check(p, 2, NULL), 0);
+    plan_free(p);
+    ir_graph_free(g);
+}
+
 /* Without planning every buffer has memory of its own. */
 static void test_unplanned(void **state)
 {
@@ -215,6 +303,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inplace_rule),
+        cmocka_unit_test(test_inplace_rows),
+        cmocka_unit_test(test_logits_gradient_in_place),
         cmocka_unit_test(test_checker_passes_the_plan),
         cmocka_unit_test(test_checker_finds_overlap),
         cmocka_unit_test(test_checker_finds_misalignment),
