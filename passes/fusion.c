@@ -80,10 +80,23 @@ static bool anchor_pool(const ir_node *n) { return is_op(n, IR_OP_MAXPOOL) || is
 static bool anchor_update(const ir_node *n) { return ir_ops[n->op].kclass == IR_KC_UPDATE; }
 
 /* The logits ops of one training step share a kernel: the same logits and
- * labels, read once for the loss, the accuracy and the gradient. */
-static int logits_of(const ir_node *n)
+ * labels, read once for the loss, the accuracy and the gradient. Logits
+ * widened to f32 from a 16-bit value are that value (the exact widening
+ * happens as the kernel loads: a bf16 run's loss reads the cast, its
+ * gradient the bf16 logits, passes/precision.c). */
+static int logits_of_cast(const ir_graph *g, int v)
 {
-    return n->in.v[n->op == IR_OP_CROSS_ENTROPY_GRAD ? 1 : 0];
+    const ir_value *x = ir_val(g, v);
+    if (x->def < 0 || ir_nd(g, x->def)->op != IR_OP_CAST || x->type.dtype != IR_F32)
+        return -1;
+    int src = ir_nd(g, x->def)->in.v[0];
+    ir_dtype from = ir_val(g, src)->type.dtype;
+    return from == IR_BF16 || from == IR_F16 ? src : -1;
+}
+static int logits_of(const ir_graph *g, const ir_node *n)
+{
+    int v = n->in.v[n->op == IR_OP_CROSS_ENTROPY_GRAD ? 1 : 0], src = logits_of_cast(g, v);
+    return src >= 0 ? src : v;
 }
 static int labels_of(const ir_node *n)
 {
@@ -91,8 +104,7 @@ static int labels_of(const ir_node *n)
 }
 static bool sibling_logits(const ir_graph *g, const ir_node *a, const ir_node *n)
 {
-    (void)g;
-    return anchor_logits(n) && logits_of(n) == logits_of(a) && labels_of(n) == labels_of(a);
+    return anchor_logits(n) && logits_of(g, n) == logits_of(g, a) && labels_of(n) == labels_of(a);
 }
 /* The collective that reads value v, directly or through update-phase
  * nodes that assemble its operand (reshapes, a bucket's concat), other than
@@ -552,6 +564,21 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
     }
 }
 
+/* A cast widening 16-bit logits to f32 that only logits ops read: their
+ * kernel widens as it loads (logits_of), so an epilogue taking it would
+ * store an f32 copy of the logits beside the 16-bit ones the gradient
+ * reads. */
+static bool widening_for_logits(const ir_graph *g, const ir_node *c)
+{
+    if (c->op != IR_OP_CAST || logits_of_cast(g, c->out.v[0]) < 0)
+        return false;
+    const ir_value *v = ir_val(g, c->out.v[0]);
+    for (int u = 0; u < v->uses.n; u++)
+        if (!anchor_logits(ir_nd(g, v->uses.v[u].node)))
+            return false;
+    return v->uses.n > 0 && !ir_is_output(g, c->out.v[0]);
+}
+
 /* Absorbs elementwise consumers of shape `shape`, downstream. */
 static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *shape)
 {
@@ -568,7 +595,7 @@ static void grow_epilogue(fuser *f, int gid, const char *pat, const ir_type *sha
                     int c = v->uses.v[u].node;
                     const ir_node *cn = ir_nd(g, c);
                     if (f->group[c] >= 0 || !elementwise(cn) || cn->out.n != 1 ||
-                        !same_shape(&ir_val(g, cn->out.v[0])->type, shape))
+                        !same_shape(&ir_val(g, cn->out.v[0])->type, shape) || widening_for_logits(g, cn))
                         continue;
                     if (convex_with(f, gid, c) && group_fits(f, gid, c)) {
                         join(f, gid, c, pat);

@@ -336,6 +336,62 @@ static void assign(prec *P, ir_node *n)
     retype(g, n);
 }
 
+/* Whether every reader of v takes it cast to dtype low, directly or
+ * through views (the reshapes between the logits' gradient and the GEMMs
+ * of its backward). */
+static bool read_as_only(const ir_graph *g, int v, ir_dtype low, int depth)
+{
+    const ir_value *val = ir_val(g, v);
+    if (depth > 8 || val->uses.n == 0 || ir_is_output(g, v))
+        return false;
+    for (int u = 0; u < val->uses.n; u++) {
+        const ir_node *m = ir_nd(g, val->uses.v[u].node);
+        if (m->op == IR_OP_CAST && ir_val(g, m->out.v[0])->type.dtype == low)
+            continue;
+        if (!ir_op_is_view(m->op) || m->out.n != 1 || !read_as_only(g, m->out.v[0], low, depth + 1))
+            return false;
+    }
+    return true;
+}
+
+static void retype_views(ir_graph *g, int v, int depth)
+{
+    const ir_value *val = ir_val(g, v);
+    for (int u = 0; u < val->uses.n && depth <= 8; u++) {
+        ir_node *m = ir_nd(g, val->uses.v[u].node);
+        if (ir_op_is_view(m->op)) {
+            retype(g, m);
+            retype_views(g, m->out.v[0], depth + 1);
+        }
+    }
+}
+
+/* The softmax cross-entropy gradient that every reader takes in the run's
+ * low precision (the logits GEMM's two backward GEMMs) reads the low
+ * logits and gives that dtype: its kernel widens each logit as it loads
+ * it and computes in fp32 as before, and its rounded store is what the
+ * cast stored (the same bits), without an fp32 gradient as large as the
+ * logits in between; the casts become identities (simplify) and the
+ * gradient can be written over the logits (plan/inplace.c). */
+static void narrow_logits_grads(prec *P, int nnodes)
+{
+    ir_graph *g = P->g;
+    for (int i = 0; i < nnodes; i++) {
+        ir_node *n = ir_nd(g, i);
+        if (n->dead || n->op != IR_OP_CROSS_ENTROPY_GRAD || ir_val(g, n->out.v[0])->type.dtype != IR_F32)
+            continue;
+        const ir_value *x = ir_val(g, n->in.v[1]);
+        if (x->def < 0 || ir_nd(g, x->def)->op != IR_OP_CAST)
+            continue;
+        int low = ir_nd(g, x->def)->in.v[0];
+        if (!is_low(P, ir_val(g, low)->type.dtype) || !read_as_only(g, n->out.v[0], P->low, 0))
+            continue;
+        ir_set_operand(g, n, 1, low);
+        retype(g, n);
+        retype_views(g, n->out.v[0], 0);
+    }
+}
+
 int pass_precision(ir_graph *g, const pass_ctx *cx)
 {
     (void)cx;
@@ -391,6 +447,7 @@ int pass_precision(ir_graph *g, const pass_ctx *cx)
         if (exact[i] && !ir_nd(g, i)->dead)
             tp_sum_f64(&P, i);
     free(exact);
+    narrow_logits_grads(&P, nnodes);
     /* Gradients and the loss in fp32. */
     for (int i = 0; i < g->grads.n; i++) {
         int d = g->grads.v[i].grad;

@@ -487,13 +487,15 @@ static bool dies_in_group(const cg_group *grp, int v, int depth)
 }
 
 /* The operand whose buffer an op's result may take, or -1: operand 0 of
- * the ops the table marks IR_F_INPLACE, and the logits of the softmax
- * cross-entropy gradient (written row by row over them: row_inplace_ok). */
+ * the ops the table marks IR_F_INPLACE and of casts (a chain back to the
+ * dtype it left; the kernel check compares the buffers' dtypes), and the
+ * logits of the softmax cross-entropy gradient (written row by row over
+ * them: row_inplace_ok). */
 static int inplace_operand(const ir_node *d)
 {
     if (d->out.n != 1)
         return -1;
-    if (ir_ops[d->op].flags & IR_F_INPLACE)
+    if ((ir_ops[d->op].flags & IR_F_INPLACE) || d->op == IR_OP_CAST)
         return d->in.n > 0 ? 0 : -1;
     return d->op == IR_OP_CROSS_ENTROPY_GRAD ? 1 : -1;
 }
