@@ -564,19 +564,27 @@ static void grow_prologue(fuser *f, int gid, const char *pat)
     }
 }
 
-/* A cast widening 16-bit logits to f32 that only logits ops read: their
- * kernel widens as it loads (logits_of), so an epilogue taking it would
- * store an f32 copy of the logits beside the 16-bit ones the gradient
- * reads. */
+/* A cast widening 16-bit logits to f32 that only logits ops read, when
+ * the gradient reads the 16-bit logits themselves (passes/precision.c):
+ * their one kernel widens as it loads (logits_of), so an epilogue taking
+ * the cast would store an f32 copy of the logits beside them. (Without
+ * the gradient, an evaluation, the epilogue stores the f32 logits that
+ * --predict reads.) */
 static bool widening_for_logits(const ir_graph *g, const ir_node *c)
 {
-    if (c->op != IR_OP_CAST || logits_of_cast(g, c->out.v[0]) < 0)
+    int src = c->op == IR_OP_CAST ? logits_of_cast(g, c->out.v[0]) : -1;
+    if (src < 0 || ir_is_output(g, c->out.v[0]))
         return false;
-    const ir_value *v = ir_val(g, c->out.v[0]);
+    const ir_value *v = ir_val(g, c->out.v[0]), *x = ir_val(g, src);
     for (int u = 0; u < v->uses.n; u++)
         if (!anchor_logits(ir_nd(g, v->uses.v[u].node)))
             return false;
-    return v->uses.n > 0 && !ir_is_output(g, c->out.v[0]);
+    for (int u = 0; u < x->uses.n; u++) {
+        const ir_node *m = ir_nd(g, x->uses.v[u].node);
+        if (m->op == IR_OP_CROSS_ENTROPY_GRAD && x->uses.v[u].operand == 1)
+            return true;
+    }
+    return false;
 }
 
 /* Absorbs elementwise consumers of shape `shape`, downstream. */

@@ -139,8 +139,8 @@ if [ "$widened" = "conv2d_grad_weight maxpool maxpool_grad " ] && [ "$windows" =
 else
   bad "bf16: planes widened in '$widened' (expected conv2d_grad_weight maxpool maxpool_grad), $windows window lines (expected 10), narrowed whole in '$planes' (expected conv2d maxpool)"
 fi
-# The fp16 MLP: the bias row of add + relu (and of the logits' add, whose
-# widening the loss kernel does), the same for every row of the batch, is widened once before the
+# The fp16 MLP: the bias row of add + relu (and of the logits' add +
+# cast), the same for every row of the batch, is widened once before the
 # loop over the rows (codegen/emit_c.c
 # plan_hoist: kl_hrow), not once a row; the one-pass relu_grad + cast +
 # sum_to sums its selects of dy as floats, dy read from a staged row,
@@ -151,10 +151,10 @@ fi
 hoisted=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} /kl_f16_widen_row\(kl_hrow0, &b1\[0\]/{print c}' "$tmp/mlp16.c" | sort | uniq -c | awk '{$1 = $1; print}' | tr '\n' ';')
 perrow=$(awk '/^\/\* [a-z0-9_ +]* \*\/$/{c=$0} c == "/* add + relu */" && /kl_f16_widen_row\(kl_row[0-9]+, &b1\[0\]/' "$tmp/mlp16.c" | wc -l)
 readback=$(grep -c '= (float)(((b[0-9]*\[col[0-9]*\]) + kl_f16_to_f32(' "$tmp/mlp16.c" || true)
-if [ "$hoisted" = "1 /* add */;2 /* add + relu */;" ] && [ "$perrow" = 0 ] && [ "$readback" = 0 ]; then
-  ok "fp16 MLP: bias rows widened once a call in add + relu and the logits' add; one-pass bias gradients read no f16 back"
+if [ "$hoisted" = "1 /* add + cast */;2 /* add + relu */;" ] && [ "$perrow" = 0 ] && [ "$readback" = 0 ]; then
+  ok "fp16 MLP: bias rows widened once a call in add + relu and add + cast; one-pass bias gradients read no f16 back"
 else
-  bad "fp16 MLP: hoisted bias rows '$hoisted' (expected the logits' add and 2 add + relu), $perrow widened a row, $readback one-pass sums widening a read-back f16"
+  bad "fp16 MLP: hoisted bias rows '$hoisted' (expected the logits' add + cast and 2 add + relu), $perrow widened a row, $readback one-pass sums widening a read-back f16"
 fi
 # The loss scale's check of the gradients (sums of squares only tested
 # for finiteness) sums in 64 independent lanes (codegen/emit_c.c
