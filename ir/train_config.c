@@ -79,7 +79,7 @@ static const key_info keys[] = {
     {"loss_scale", K_CALL, NULL, loss_scale_forms, 0, "dynamic(...) or static(scale) (fp16)"},
     {"max_skipped_steps", K_INT, NULL, NULL, 0, "stop when more steps than this in a row are skipped (fp16; 0: never)"},
     {"shard", K_WORD, "none dp zero1 zero2 zero3", NULL, 0, "how state is split across ranks (none = dp)"},
-    {"recompute", K_RECOMPUTE, NULL, NULL, 0, "none, auto or [def names]"},
+    {"recompute", K_RECOMPUTE, NULL, NULL, 0, "copies, none, auto or [def names]"},
     {"keep_fp32", K_RECOMPUTE, NULL, NULL, 0, "[def names] whose ops stay fp32 under bf16/fp16"},
     {"memory_limit", K_BYTES, NULL, NULL, 0, "bytes, or a string such as \"2GiB\""},
     {"tensorboard", K_PATH, NULL, NULL, 0, "a folder for TensorBoard event files"},
@@ -412,7 +412,8 @@ static int check_one(ir_attr *a, const kl_source *src)
             return fail(src, loc, "%s must be a path in quotes (%s)", k->key, k->help);
         return 0;
     case K_RECOMPUTE:
-        if (v->kind == IR_ATTR_STR && (!strcmp(v->s, "none") || (!strcmp(v->s, "auto") && !strcmp(k->key, "recompute"))))
+        if (v->kind == IR_ATTR_STR && (!strcmp(v->s, "none") ||
+                                       ((!strcmp(v->s, "auto") || !strcmp(v->s, "copies")) && !strcmp(k->key, "recompute"))))
             return 0;
         if (v->kind == IR_ATTR_LIST) {
             for (int i = 0; i < v->nitems; i++)
@@ -783,7 +784,7 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
             kl_buf_printf(&b, "%s%s", i ? "," : "", rc->val.items[i].s);
         c->recompute = kl_buf_take(&b);
     } else {
-        c->recompute = kl_xstrdup(rc && rc->val.kind == IR_ATTR_STR ? rc->val.s : "none");
+        c->recompute = kl_xstrdup(rc && rc->val.kind == IR_ATTR_STR ? rc->val.s : "copies");
     }
     c->memory_limit = ir_attr_int(train, "memory_limit", 0);
     const char *tb = ir_attr_str(train, "tensorboard", NULL);

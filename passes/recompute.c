@@ -16,12 +16,16 @@
  *           statistics are stored rounded to f32); layer norm. Random ops
  *           (dropout) are never copied: a copy would draw another mask.
  *   [def, ...]  the cheap values computed inside calls of those defs;
- *   auto        each cheap value, largest first, kept when it makes the
- *               arena of the plan smaller (measured through the hook the
- *               compile function hands over: the passes after this one,
- *               kernel lowering and memory planning of a copy);
- *               with memory_limit, only until params, state and arena fit;
- *   none        (the default) nothing changes.
+ *   auto        the copies below, then each cheap value, largest first,
+ *               kept when it makes the arena of the plan smaller (measured
+ *               through the hook the compile function hands over: the
+ *               passes after this one, kernel lowering and memory planning
+ *               of a copy); with memory_limit, only until params, state
+ *               and arena fit;
+ *   copies      (the default) only permuted or transposed copies of values
+ *               backward reads anyway (mark_copies): never more memory,
+ *               one pass over each copy, the same bits;
+ *   none        nothing changes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,8 @@ static bool cheap(const ir_graph *g, const ir_node *n, int out)
      * drawn per node, and a copy would draw another. */
     if (ir_op_is_view(n->op) || ir_op_is_pointwise(n->op))
         return ir_ops[n->op].kclass != IR_KC_RANDOM;
+    if (n->op == IR_OP_PERMUTE || n->op == IR_OP_TRANSPOSE)
+        return true; /* a copy */
     switch (ir_ops[n->op].kclass) {
     case IR_KC_NORM:
         if (n->op == IR_OP_BATCHNORM)
@@ -243,6 +249,58 @@ static int candidates(const ir_graph *g, const char *defs, int *out)
     return n;
 }
 
+/* The first backward node reading v (by position), or -1. */
+static int first_backward_reader(const ir_graph *g, int v)
+{
+    const ir_value *val = ir_val(g, v);
+    int first = -1;
+    for (int k = 0; k < val->uses.n; k++) {
+        int m = val->uses.v[k].node;
+        if (ir_nd(g, m)->phase == IR_PHASE_BACKWARD && (first < 0 || m < first))
+            first = m;
+    }
+    return first;
+}
+
+/* Marks the copies rule's values (recompute = copies, the default, and
+ * with auto): a forward value backward reads that is a permuted or
+ * transposed copy (or a view or a cast of one: bf16's GEMM operand) of a
+ * value backward reads anyway, after the copy's first reader. Backward makes the copy
+ * again (one pass over it, the same bits) and the forward's dies after
+ * its forward readers: the multi-head attention's output, read by the
+ * attention backward, is not kept a second time with its heads merged
+ * for the projection's weight gradient. */
+static void mark_copies(const ir_graph *g, bool *chosen)
+{
+    for (int v = 0; v < g->values.n; v++) {
+        const ir_value *val = ir_val(g, v);
+        int first = val->kind == IR_VAL_TEMP && val->def >= 0 ? first_backward_reader(g, v) : -1;
+        if (first < 0 || ir_nd(g, val->def)->phase != IR_PHASE_FORWARD)
+            continue;
+        int base = v, hops = 0;
+        while (hops++ < 8 && ir_val(g, base)->def >= 0 &&
+               (ir_op_is_view(ir_nd(g, ir_val(g, base)->def)->op) || ir_nd(g, ir_val(g, base)->def)->op == IR_OP_CAST))
+            base = ir_nd(g, ir_val(g, base)->def)->in.v[0];
+        const ir_value *b = ir_val(g, base);
+        if (b->kind != IR_VAL_TEMP || b->def < 0)
+            continue;
+        const ir_node *d = ir_nd(g, b->def);
+        if ((d->op != IR_OP_PERMUTE && d->op != IR_OP_TRANSPOSE) || d->phase != IR_PHASE_FORWARD)
+            continue;
+        /* The base itself read by backward only through v's views. */
+        if (base != v && first_backward_reader(g, base) >= 0)
+            continue;
+        const ir_value *src = ir_val(g, d->in.v[0]);
+        bool later = false;
+        for (int k = 0; k < src->uses.n && !later; k++) {
+            int m = src->uses.v[k].node;
+            later = ir_nd(g, m)->phase == IR_PHASE_BACKWARD && m > first;
+        }
+        if (later && src->kind == IR_VAL_TEMP)
+            chosen[v] = true;
+    }
+}
+
 /* The arena of the plan with the values in chosen recomputed, measured
  * by the compile function's hook (the stages after this pass). */
 static int64_t measure(const ir_graph *g, const bool *chosen, const pass_ctx *cx)
@@ -276,6 +334,13 @@ int pass_recompute(ir_graph *g, const pass_ctx *cx)
         any_backward |= !ir_nd(g, i)->dead && ir_nd(g, i)->phase == IR_PHASE_BACKWARD;
     if (!strcmp(spec, "none") || !any_backward)
         goto out;
+    if (!strcmp(spec, "copies")) {
+        bool *chosen = kl_xcalloc((size_t)g->values.n + 1, sizeof *chosen);
+        mark_copies(g, chosen);
+        apply(g, chosen, NULL);
+        free(chosen);
+        goto out;
+    }
     bool automatic = !strcmp(spec, "auto");
     const char *defs = automatic ? NULL : spec;
     if (defs) {
@@ -303,6 +368,8 @@ int pass_recompute(ir_graph *g, const pass_ctx *cx)
     int *cand = kl_xmalloc(sizeof *cand * (size_t)(g->values.n + 1));
     int n = candidates(g, defs, cand);
     bool *chosen = kl_xcalloc((size_t)g->values.n + 1, sizeof *chosen);
+    if (automatic)
+        mark_copies(g, chosen);
     if (automatic) {
         int64_t fixed = persistent_bytes(g), best = measure(g, chosen, cx);
         for (int i = 0; i < n && !(limit > 0 && fixed + best <= limit); i++) {

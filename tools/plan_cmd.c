@@ -149,7 +149,7 @@ static kl_compiled *compile_layout(const opts *o, const kl_layout *L, char **why
     for (int i = 0; i < o->nkv; i++)
         kv[n++] = o->kv[i];
     const char *mine[] = {"batch", bs, "accumulate", as, "precision", L->precision, "shard", L->shard,
-                          "tensor_parallel", ts, "pipeline_parallel", ps, "recompute", L->recompute ? "auto" : "none"};
+                          "tensor_parallel", ts, "pipeline_parallel", ps, "recompute", L->recompute ? "auto" : "copies"};
     for (int i = 0; i < (int)KL_ARRAY_LEN(mine); i++)
         kv[n++] = mine[i];
     if (L->P > 1) {

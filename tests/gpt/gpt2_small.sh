@@ -19,9 +19,10 @@ summary() { # SET... -> the summary's total line and memory plan line
 }
 summary > "$tmp/fp32.txt" || exit 1
 summary --set precision=bf16 > "$tmp/bf16.txt" || exit 1
-# 4.9 GB: below params + state + the arena without recomputation (5.08
-# GB), above them with recompute = auto and no limit (4.78 GB).
+# 4.9 GB: below params + state + the arena with the default recompute =
+# copies (4.93 GB), above them with recompute = auto and no limit (4.63 GB).
 summary --set recompute=auto --set memory_limit=4.9GB > "$tmp/auto.txt" || exit 1
+summary --set recompute=none > "$tmp/none.txt" || exit 1
 python3 - "$tmp" <<'PY' || fail=1
 import re, sys
 d = sys.argv[1]
@@ -49,6 +50,11 @@ f32, b16, auto = read("fp32")[1], read("bf16")[1], read("auto")
 assert b16 < f32, f"the bf16 arena {b16} is not smaller than fp32's {f32}"
 assert auto[1] < f32 and auto[2] + auto[1] <= 4.9e9 < auto[2] + f32, \
     f"recompute = auto under 4.9 GB: arena {auto[1]}, without recomputation {f32}"
+# The default recompute = copies makes each block's merged-heads copy of
+# the attention output (4 x 1024 x 768 fp32) again in backward.
+none = read("none")[1]
+assert none - f32 >= 12 * 4 * 1024 * 768 * 4, f"recompute = copies: arena {f32}, without {none}"
+print(f"ok: recompute = copies: arena {f32 / 1e6:.2f} MB, {none / 1e6:.2f} MB with recompute = none")
 print(f"ok: recompute = auto under 4.9 GB: arena {auto[1] / 1e6:.2f} MB (without: {f32 / 1e6:.2f} MB)")
 PY
 tiny_gpt2 "$kiln" "$tmp" || exit 1
@@ -57,6 +63,16 @@ for p in fp32 bf16; do
   "$tmp/tiny" --steps 12 --batch 4 --log-every 1 --eval-every 0 --set "precision=$p" \
     --set "schedule=warmup_cosine(warmup = 2)" --set 'optimizer=adamw(lr = 3e-3)' \
     --metrics "$tmp/$p.json" > /dev/null || { echo "FAIL: training in $p"; fail=1; continue; }
+  # recompute = none: the same losses bit for bit (the copies are exact)
+  "$tmp/tiny" --steps 12 --batch 4 --log-every 1 --eval-every 0 --set "precision=$p" \
+    --set "schedule=warmup_cosine(warmup = 2)" --set 'optimizer=adamw(lr = 3e-3)' --set recompute=none \
+    --metrics "$tmp/$p.none.json" > /dev/null || { echo "FAIL: training in $p, recompute = none"; fail=1; continue; }
+  python3 - "$tmp/$p.json" "$tmp/$p.none.json" "$p" <<'PY' || fail=1
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f)) if r.get("type") == "train"] for f in sys.argv[1:3])
+assert a == b and len(a) == 12, f"recompute = copies and none differ: {a} against {b}"
+print(f"ok: tiny {sys.argv[3]}: recompute = copies and none, the same 12 losses")
+PY
   python3 - "$tmp/$p.json" "$p" <<'PY' || fail=1
 import json, math, sys
 tr = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "train"]
