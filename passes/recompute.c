@@ -165,16 +165,18 @@ static int copy_of(rc *r, int u, bool force)
 }
 
 /* Puts each copy right before the first node that reads it (its own
- * operands' copies before it). */
-static void place(ir_graph *g, int first_copy, int *order, int *n, bool *done, int node)
+ * operands' copies before it). A backward view of a copy (a reshape
+ * autodiff put early) waits for its own first reader too (lazy), so the
+ * copy is made where its data is first used. */
+static void place(ir_graph *g, int first_copy, const bool *lazy, int *order, int *n, bool *done, int node)
 {
     if (done[node])
         return;
     const ir_node *nd = ir_nd(g, node);
     for (int k = 0; k < nd->in.n; k++) {
         int d = ir_val(g, nd->in.v[k])->def;
-        if (d >= first_copy)
-            place(g, first_copy, order, n, done, d);
+        if (d >= first_copy || (d >= 0 && lazy[d]))
+            place(g, first_copy, lazy, order, n, done, d);
     }
     done[node] = true;
     order[(*n)++] = node;
@@ -208,10 +210,20 @@ static int apply(ir_graph *g, const bool *chosen_in, const char *defs)
     int total = g->nodes.n;
     int *order = kl_xmalloc(sizeof *order * (size_t)(total + 1)), n = 0;
     bool *done = kl_xcalloc((size_t)total + 1, sizeof *done);
+    bool *lazy = kl_xcalloc((size_t)total + 1, sizeof *lazy);
+    for (int i = 0; i < r.nnodes; i++) {
+        const ir_node *nd = ir_nd(g, i);
+        if (nd->dead || nd->phase != IR_PHASE_BACKWARD || !ir_op_is_view(nd->op) || nd->in.n < 1)
+            continue;
+        int d = ir_val(g, nd->in.v[0])->def;
+        lazy[i] = d >= r.nnodes || (d >= 0 && lazy[d]);
+    }
     for (int i = 0; i < r.nnodes; i++)
-        place(g, r.nnodes, order, &n, done, i);
-    for (int i = r.nnodes; i < total; i++)
-        place(g, r.nnodes, order, &n, done, i); /* copies nothing reads */
+        if (!lazy[i])
+            place(g, r.nnodes, lazy, order, &n, done, i);
+    for (int i = 0; i < total; i++)
+        place(g, r.nnodes, lazy, order, &n, done, i); /* what nothing reads */
+    free(lazy);
     ir_reorder(g, order);
     free(order);
     free(done);
