@@ -46,7 +46,7 @@ typedef struct train_options {
     bool quiet, profile, no_cuda_graph, tf32;
     const char *trace_path;
     double plan_predict_ms; /* --plan-predict: kiln plan's step for this layout (0: none) */
-    const char *bf16_gemm; /* --bf16-gemm: auto (NULL), onednn, openblas */
+    const char *bf16_gemm; /* --bf16-gemm: auto (NULL), onednn, kiln, openblas */
     const char *fp32_gemm; /* --fp32-gemm: auto (NULL), onednn, openblas */
     bool batch_auto;       /* --batch auto (driver/budget.c: kl_auto_batch) */
     bool batch_probe;      /* --probe (driver/batch_probe.c: kl_probe_batch) */

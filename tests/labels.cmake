@@ -74,6 +74,7 @@ set(KILN_SLOW_TESTS
   fusion\\.cuda\\.nvrtc
   fusion\\.depth
   gemmpath\\.bf16_onednn
+  gemmpath\\.bf16_kiln
   gemmpath\\.bf16_openblas
   gemmpath\\.f16_avx512
   gemmpath\\.f16_widened

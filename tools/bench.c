@@ -348,10 +348,11 @@ int kl_bench_main(int argc, char **argv)
                    "               on the stream (mean of N back to back) and the bandwidth\n"
                    "               is a device-to-device copy's\n"
                    "  --no-cuda-graph  time whole steps without replaying a CUDA graph\n"
-                   "  --fp32-gemm L, --bf16-gemm L  auto, onednn or openblas: the CPU's GEMM\n"
-                   "               libraries, as for a training run (printed)\n"
+                   "  --fp32-gemm L, --bf16-gemm L  the CPU's GEMM libraries, as for a training\n"
+                   "               run (auto, onednn or openblas; bf16 also kiln; printed)\n"
                    "  --gemms      instead: every GEMM shape of the models' fp32 training plans\n"
-                   "               as fp32 (OpenBLAS and oneDNN), bf16 (oneDNN) and f16, GFLOP/s\n"
+                   "               as fp32 (OpenBLAS and oneDNN), bf16 (oneDNN and Kiln's kernel)\n"
+                   "               and f16, GFLOP/s\n"
                    "               and the share of OpenBLAS's sgemm peak (tools/bench_gemm.c)\n");
             return 0;
         } else if (!strcmp(a, "--gemms")) {

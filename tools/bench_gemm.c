@@ -8,6 +8,7 @@
 
 #include "bench_gemm.h"
 #include "driver/compile.h"
+#include "runtime/cpu/gemm16.h"
 #include "runtime/data/data.h"
 
 extern char *openblas_get_corename(void);
@@ -141,6 +142,8 @@ int kl_bench_gemms(const char *const *models, int nmodels, const char *const *kv
     kl_backend *dnnl = kl_cpu_backend_new(&cd);
     kl_cpu_options cs = {.threads = threads, .quiet = true, .fp32_gemm = "onednn"};
     kl_backend *d32 = kl_cpu_backend_new(&cs);
+    kl_cpu_options ck = {.threads = threads, .quiet = true, .bf16_gemm = "kiln"};
+    kl_backend *kbf = kl_gemm16_supported() ? kl_cpu_backend_new(&ck) : NULL;
     /* The f16 path as a run takes it: widened for the fp32 choice's sgemm. */
     kl_backend *wide = d32 ? d32 : be;
     if (!be) {
@@ -162,19 +165,21 @@ int kl_bench_gemms(const char *const *models, int nmodels, const char *const *kv
            "column's dtype, fp32 result; %% of the sgemm peak):\n\n",
            repeats, be->threads == 1 ? "CPU time of the process" : "wall clock");
     printf("| model | op | m x n x k | batch | calls/step | FLOP/call | fp32 OpenBLAS sgemm | fp32 oneDNN sgemm | bf16 oneDNN "
-           "| f16 (the CPU backend's path) |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    double total = 0, t32 = 0, td32 = 0, tbf = 0, t16 = 0;
+           "| bf16 Kiln AVX-512 | f16 (the CPU backend's path) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    double total = 0, t32 = 0, td32 = 0, tbf = 0, tkb = 0, t16 = 0;
     for (int i = 0; i < shapes.n; i++) {
         const gemm_shape *s = &shapes.v[i];
         double f32 = time_gemm(be, &s->g, IR_F32, repeats);
         double fd32 = d32 ? time_gemm(d32, &s->g, IR_F32, repeats) : -1;
         double bf = dnnl ? time_gemm(dnnl, &s->g, IR_BF16, repeats) : -1;
+        double kb = kbf ? time_gemm(kbf, &s->g, IR_BF16, repeats) : -1;
         double f16 = time_gemm(wide, &s->g, IR_F16, repeats);
         double fl = flops_of(&s->g) * s->calls;
         total += fl;
         t32 += fl / (f32 * 1e9);
         td32 += fd32 > 0 ? fl / (fd32 * 1e9) : 0;
         tbf += bf > 0 ? fl / (bf * 1e9) : 0;
+        tkb += kb > 0 ? fl / (kb * 1e9) : 0;
         t16 += fl / (f16 * 1e9);
         const char *slash = strrchr(s->model, '/');
         printf("| %s | %s | %lld x %lld x %lld%s%s | %lld%s | %d | %.0f |", slash ? slash + 1 : s->model, s->op,
@@ -183,6 +188,7 @@ int kl_bench_gemms(const char *const *models, int nmodels, const char *const *kv
         cell(f32, peak);
         cell(fd32, peak);
         cell(bf, peak);
+        cell(kb, peak);
         cell(f16, peak);
         printf("\n");
     }
@@ -190,12 +196,15 @@ int kl_bench_gemms(const char *const *models, int nmodels, const char *const *kv
     cell(total / t32 / 1e9, peak);
     cell(d32 ? total / td32 / 1e9 : -1, peak);
     cell(dnnl ? total / tbf / 1e9 : -1, peak);
+    cell(kbf ? total / tkb / 1e9 : -1, peak);
     cell(total / t16 / 1e9, peak);
     printf("\n");
     if (dnnl)
         dnnl->ops->destroy(dnnl);
     if (d32)
         d32->ops->destroy(d32);
+    if (kbf)
+        kbf->ops->destroy(kbf);
     be->ops->destroy(be);
     kl_vec_free(shapes);
     return 0;

@@ -18,6 +18,8 @@ static uint64_t xcr0(void)
 static unsigned read_features(void)
 {
     unsigned a, b, c, d, bits = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e) /* GenuineIntel */
+        bits |= 1u << KL_CPU_INTEL;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return 0;
     unsigned c1 = c;

@@ -15,6 +15,7 @@ typedef enum kl_cpu_feature {
     KL_CPU_AVX512VL,
     KL_CPU_AMX_TILE,
     KL_CPU_AMX_BF16,
+    KL_CPU_INTEL, /* not a feature: the vendor is Intel (cpuid leaf 0) */
 } kl_cpu_feature;
 
 /* Whether this CPU has feature f and the OS saves the registers it uses. */

@@ -42,6 +42,7 @@ typedef struct g16 {
     const uint16_t *a, *b;
     void *c;
     bool ta, tb, c16;
+    bool bf; /* operands (and a 16-bit C) bf16, else f16 */
     int64_t m, n, k, lda, ldb;
     float alpha, beta;
     /* On the tile unit, the GEMM whose C this one's transposes (C^T =
@@ -57,8 +58,8 @@ bool kl_gemm16_supported(void)
 
 bool kl_gemm16_takes(const kl_gemm *g)
 {
-    return g->dtype == IR_F16 && (g->out_dtype == IR_F16 || g->out_dtype == IR_F32) && g->k > 0 &&
-           !(g->accumulate && g->batch > 1 && g->out_dtype != IR_F32);
+    return (g->dtype == IR_F16 || g->dtype == IR_BF16) && (g->out_dtype == g->dtype || g->out_dtype == IR_F32) &&
+           g->k > 0 && !(g->accumulate && g->batch > 1 && g->out_dtype != IR_F32);
 }
 
 /* GEMMs under this many multiply-adds (per batch item) stay widened. */
@@ -90,10 +91,40 @@ bool kl_gemm16_pays(const kl_gemm *g, bool amx)
     return (big > mn ? big : mn) >= FMA_MIN_ELEMS;
 }
 
+bool kl_gemm16_pays_bf16(const kl_gemm *g)
+{
+    return g->m >= MR && g->n >= 16 && g->m * g->n * g->k >= MIN_MACS;
+}
+
+/* bf16 against oneDNN 2.6's matmul (brgemm on AVX512_BF16): on an
+ * Intel Xeon without AMX (family 6 model 207, AMX not exposed), one
+ * thread, every GEMM of the examples' plans (kiln bench --gemms), the
+ * kernel ran 151-159 GFLOP/s against oneDNN's 105-106: such a core issues
+ * two 512-bit FMAs a cycle but one VDPBF16PS, so bf16's dot products
+ * double nothing and oneDNN's reordering costs. On AMD Zen 4 the
+ * FMAs are half as wide and oneDNN's bf16 ran 1.4-2.5x its sgemm
+ * (docs/results.md), and on the tile unit oneDNN runs 492: there oneDNN
+ * stays. */
+bool kl_gemm16_bf16_preferred(void)
+{
+    return kl_gemm16_supported() && kl_cpu_has(KL_CPU_INTEL) && !kl_gemm16_amx_supported();
+}
+
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 /* The low `count` bits (0 to 16) of a load mask. */
 static uint32_t low_bits(int64_t count) { return count <= 0 ? 0 : count >= 16 ? 0xffffu : (1u << count) - 1; }
+
+/* 16 (or 8) 16-bit values widened to fp32, exactly: f16 through F16C,
+ * bf16 by moving its bits to the top of each lane. */
+G16_TARGET static inline __attribute__((always_inline)) __m512 widen16(bool bf, __m256i h)
+{
+    return bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+}
+G16_TARGET static inline __attribute__((always_inline)) __m256 widen8(bool bf, __m128i h)
+{
+    return bf ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+}
 
 /* r[q] lane j <- r[j] lane q: pairs interleaved, then 4 x 4 blocks
  * within 128-bit lanes, then the lanes themselves. */
@@ -127,12 +158,12 @@ G16_TARGET static inline __attribute__((always_inline)) void transpose16(__m512 
  * same rows `ahead` values on (the next block of K; 0: none) are
  * fetched into L2 meanwhile: rows far apart defeat the hardware's
  * prefetcher. */
-G16_TARGET static void load_transposed(__m512 r[16], const uint16_t *src, int64_t ld, int64_t rows, int64_t w,
-                                       int64_t ahead)
+G16_TARGET static void load_transposed(__m512 r[16], bool bf, const uint16_t *src, int64_t ld, int64_t rows,
+                                       int64_t w, int64_t ahead)
 {
     __mmask16 mask = (__mmask16)low_bits(w);
     for (int j = 0; j < 16; j++) {
-        r[j] = j < rows ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src + j * ld)) : _mm512_setzero_ps();
+        r[j] = j < rows ? widen16(bf, _mm256_maskz_loadu_epi16(mask, src + j * ld)) : _mm512_setzero_ps();
         if (ahead && j < rows)
             _mm_prefetch((const char *)(src + j * ld + ahead), _MM_HINT_T1);
     }
@@ -150,7 +181,7 @@ G16_TARGET static void pack_a(const g16 *g, float *restrict dst, int64_t i0, int
             const uint16_t *src = g->a + p0 * g->lda + i0 + s * MR;
             float *d = dst + s * kc * MR;
             for (int64_t p = 0; p < kc; p++)
-                _mm256_store_ps(d + p * MR, _mm256_cvtph_ps(_mm_maskz_loadu_epi16(mask, src + p * g->lda)));
+                _mm256_store_ps(d + p * MR, widen8(g->bf, _mm_maskz_loadu_epi16(mask, src + p * g->lda)));
         }
         return;
     }
@@ -162,7 +193,7 @@ G16_TARGET static void pack_a(const g16 *g, float *restrict dst, int64_t i0, int
         for (int64_t p = 0; p < kc; p += 16) {
             __m512 r[16];
             int64_t w = min64(16, kc - p);
-            load_transposed(r, src + p, g->lda, rows, w, p0 + KC < g->k ? KC : 0);
+            load_transposed(r, g->bf, src + p, g->lda, rows, w, p0 + KC < g->k ? KC : 0);
             for (int64_t q = 0; q < w; q++) {
                 _mm256_store_ps(d0 + (p + q) * MR, _mm512_castps512_ps256(r[q]));
                 if (rows > MR)
@@ -191,14 +222,14 @@ G16_TARGET static void pack_b(const g16 *g, float *restrict dst, int64_t j0, int
                     _mm_prefetch((const char *)(row + PREFETCH_ROWS * g->ldb + c), _MM_HINT_T0);
             float *d = dst + p * NR;
             for (int64_t t = 0; t < full; t++, row += NR, d += kc * NR) {
-                _mm512_store_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)row)));
-                _mm512_store_ps(d + 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 16))));
-                _mm512_store_ps(d + 32, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32))));
+                _mm512_store_ps(d, widen16(g->bf, _mm256_loadu_si256((const __m256i *)row)));
+                _mm512_store_ps(d + 16, widen16(g->bf, _mm256_loadu_si256((const __m256i *)(row + 16))));
+                _mm512_store_ps(d + 32, widen16(g->bf, _mm256_loadu_si256((const __m256i *)(row + 32))));
             }
             if (rest) {
-                _mm512_store_ps(d, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, row)));
-                _mm512_store_ps(d + 16, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, row + 16)));
-                _mm512_store_ps(d + 32, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m2, row + 32)));
+                _mm512_store_ps(d, widen16(g->bf, _mm256_maskz_loadu_epi16(m0, row)));
+                _mm512_store_ps(d + 16, widen16(g->bf, _mm256_maskz_loadu_epi16(m1, row + 16)));
+                _mm512_store_ps(d + 32, widen16(g->bf, _mm256_maskz_loadu_epi16(m2, row + 32)));
             }
         }
         return;
@@ -218,7 +249,7 @@ G16_TARGET static void pack_b(const g16 *g, float *restrict dst, int64_t j0, int
             for (int64_t p = 0; p < kc; p += 16) {
                 __m512 r[16];
                 int64_t w = min64(16, kc - p);
-                load_transposed(r, src + p, g->ldb, rows, w, p0 + KC < g->k ? KC : 0);
+                load_transposed(r, g->bf, src + p, g->ldb, rows, w, p0 + KC < g->k ? KC : 0);
                 for (int64_t q = 0; q < w; q++)
                     _mm512_store_ps(d + (p + q) * NR + c0, r[q]);
             }
@@ -249,6 +280,20 @@ G16_TARGET static inline __attribute__((always_inline)) void store16(const g16 *
         return;
     }
     uint16_t *h = at;
+    if (g->bf) {
+        /* bf16 with kl_f32_to_bf16's bits: to nearest even on the
+         * integer bits (no flush of subnormals), NaN kept quiet. */
+        if (g->beta != 0.0f)
+            v = _mm512_fmadd_ps(_mm512_set1_ps(g->beta), widen16(true, _mm256_maskz_loadu_epi16(mask, h)), v);
+        __m512i u = _mm512_castps_si512(v);
+        __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        _mm256_mask_storeu_epi16(h, mask, _mm512_cvtepi32_epi16(r));
+        return;
+    }
     if (g->beta != 0.0f) { /* mask keeps the low lanes: that many elements of C */
         float old[16];
         kl_f16_widen_row_f16c(old, h, __builtin_popcount(mask));
@@ -872,7 +917,8 @@ static void gemm_item(kl_gemm16_ws *ws, int threads, const g16 *g)
 {
     /* C's units: blocks of 32 x 32 on the tile unit, else the FMA
      * kernel's MR x NR tiles. */
-    int64_t row_unit = ws->amx ? 32 : MR, col_unit = ws->amx ? 32 : NR;
+    bool amx = ws->amx && !g->bf;
+    int64_t row_unit = amx ? 32 : MR, col_unit = amx ? 32 : NR;
     int64_t col_strips = (g->n + col_unit - 1) / col_unit, row_strips = (g->m + row_unit - 1) / row_unit;
     /* A thread per 2^20 multiply-adds at least, and no more than strips. */
     int64_t most = g->m * g->n * g->k >> 20;
@@ -890,9 +936,9 @@ static void gemm_item(kl_gemm16_ws *ws, int threads, const g16 *g)
     for (int t = 0; t < nt; t++) {
         part_of(g, t, nt, by_cols, row_unit, col_unit, parts[t]);
         int64_t rows = parts[t][1] - parts[t][0], cols = parts[t][3] - parts[t][2];
-        thread_scratch(ws, t, ws->amx ? amx_scratch_floats(rows, cols) : scratch_floats(rows, cols));
+        thread_scratch(ws, t, amx ? amx_scratch_floats(rows, cols) : scratch_floats(rows, cols));
     }
-    void (*part)(const g16 *, float *, int64_t, int64_t, int64_t, int64_t) = ws->amx ? amx_part : gemm_part;
+    void (*part)(const g16 *, float *, int64_t, int64_t, int64_t, int64_t) = amx ? amx_part : gemm_part;
     if (nt == 1) {
         part(g, ws->pack[0], 0, g->m, 0, g->n);
         return;
@@ -923,7 +969,8 @@ void kl_gemm16(kl_gemm16_ws *ws, int threads, const kl_gemm *g, const void *a, c
             .b = (const uint16_t *)b + g->off_b + i * g->stride_b,
             .ta = g->ta,
             .tb = g->tb,
-            .c16 = g->out_dtype == IR_F16,
+            .c16 = g->out_dtype != IR_F32,
+            .bf = g->dtype == IR_BF16,
             .m = g->m,
             .n = g->n,
             .k = g->k,
@@ -934,7 +981,7 @@ void kl_gemm16(kl_gemm16_ws *ws, int threads, const kl_gemm *g, const void *a, c
         };
         int64_t oc = g->off_c + (g->accumulate ? 0 : i * g->stride_c);
         item.c = item.c16 ? (void *)((uint16_t *)c + oc) : (void *)((float *)c + oc);
-        if (ws->amx && amx_transposes(&item)) {
+        if (ws->amx && !item.bf && amx_transposes(&item)) {
             g16 tr = item;
             tr.a = item.b, tr.b = item.a;
             tr.ta = !item.tb, tr.tb = !item.ta;

@@ -38,9 +38,9 @@ bool kl_gemm16_supported(void);
  * the sums are of the same exact products (gemm16.c). */
 bool kl_gemm16_amx_supported(void);
 
-/* Whether kl_gemm16 can take g: f16 operands, an f16 or fp32 result,
- * K > 0, and not a batch summed into an f16 C (which must stay wide
- * across the items). Any size: each element of C sums its products in an
+/* Whether kl_gemm16 can take g: f16 (or bf16) operands, a result of
+ * their dtype or fp32, K > 0, and not a batch summed into a 16-bit C
+ * (which must stay wide across the items). Any size: each element of C sums its products in an
  * order that depends on K alone (not on m, n, the thread count, nor, on
  * the tile unit, on whether C or C^T is computed). */
 bool kl_gemm16_takes(const kl_gemm *g);
@@ -50,6 +50,15 @@ bool kl_gemm16_takes(const kl_gemm *g);
  * shape: what KILN_F16_GEMM=auto asks before it hands a GEMM that
  * kl_gemm16_takes to it (gemm16.c says what was measured). */
 bool kl_gemm16_pays(const kl_gemm *g, bool amx);
+
+/* The same for a bf16 GEMM against oneDNN's bf16 matmul, where Kiln's
+ * kernel is preferred for bf16 on this CPU (kl_gemm16_bf16_preferred):
+ * every shape but the small ones. */
+bool kl_gemm16_pays_bf16(const kl_gemm *g);
+
+/* Whether this CPU runs bf16 GEMMs faster on Kiln's FMA kernel than on
+ * oneDNN's bf16 matmul (gemm16.c says what was measured). */
+bool kl_gemm16_bf16_preferred(void);
 
 /* C = alpha op(A) op(B) + beta C for each batch item (g's offsets and
  * strides), with up to `threads` OpenMP threads. Call only where

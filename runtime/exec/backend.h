@@ -97,7 +97,7 @@ typedef struct kl_cpu_options {
     const char *cache_dir;              /* NULL: $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
     bool quiet;                         /* no notice when compiling kernels */
     const char *jit_reason;             /* what makes kernels missing ("--batch 64"), for messages; may be NULL */
-    const char *bf16_gemm;              /* auto (NULL), onednn or openblas: who runs bf16 GEMMs (runtime/cpu/cpu_dnnl.h) */
+    const char *bf16_gemm;              /* auto (NULL), onednn, kiln or openblas: who runs bf16 GEMMs (choose_bf16) */
     const char *fp32_gemm;              /* auto (NULL), onednn or openblas: who runs fp32 GEMMs (runtime/cpu/cpu_dnnl.h) */
 } kl_cpu_options;
 
@@ -113,6 +113,10 @@ const char *kl_cpu_gemm_choice(const kl_backend *be);
  * for the fp32 library. */
 typedef enum { KL_F16_WIDENED, KL_F16_AVX512, KL_F16_AMX } kl_f16_route;
 kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g);
+/* Whether a CPU backend's bf16 GEMM g runs on Kiln's AVX-512 FMA kernel
+ * (--bf16-gemm kiln, or auto's choice: runtime/exec/backend_cpu.c
+ * bf16_on_kiln); false for other backends. */
+bool kl_cpu_bf16_on_kiln(const kl_backend *be, const kl_gemm *g);
 /* Whether a 16-bit GEMM g that a CPU backend widens to fp32 runs on
  * OpenBLAS's sgemm although the fp32 choice is oneDNN's (few result
  * columns, where OpenBLAS is the faster: with its AVX-512 kernels,

@@ -59,13 +59,15 @@ typedef struct cpu_backend {
     bool few_on_openblas;       /* widened GEMMs of few columns on OpenBLAS (wide_on_openblas) */
     bool gemm16;                /* f16 GEMMs through gemm16.h's AVX-512 kernel; false: widened to fp32 */
     bool gemm16_every;          /* every f16 GEMM it takes (KILN_F16_GEMM=amx|avx512); false: by shape */
+    bool bf16_kiln;             /* bf16 GEMMs through gemm16.h's AVX-512 FMA kernel (bf16_on_kiln) */
+    bool bf16_kiln_every;       /* every bf16 GEMM it takes (--bf16-gemm kiln); false: by shape */
     kl_gemm16_ws gemm16_ws;
     KL_VEC(kept_operand) kept;  /* widened operands kept within a run */
     int64_t kept_floats;        /* allocated for them, at most KEPT_MAX_FLOATS */
     reuse_mode reuse;
     bool reuse_on;              /* within a run (gemm_reuse) and not off */
     long reused, checked;       /* operands reused; of them compared (check) */
-    char gemm_choice[860];      /* "fp32 GEMMs: ..., bf16 GEMMs: ...", for the start-up line */
+    char gemm_choice[1024];     /* "fp32 GEMMs: ..., bf16 GEMMs: ...", for the start-up line */
     bool generated_attention;   /* KILN_CPU_ATTENTION=generated: attention
                                    through the kernel IR's C, not cpu_attn.c */
 } cpu_backend;
@@ -424,9 +426,22 @@ static bool wide_on_openblas(const cpu_backend *cb, const kl_gemm *g)
     return cb->dnnl_f32 && cb->few_on_openblas && g->n < 16;
 }
 
+/* Whether bf16 GEMM g runs on Kiln's FMA kernel (widened to fp32 while
+ * packed, as f16 is): every one it takes under --bf16-gemm kiln; under
+ * auto, where the CPU prefers it to oneDNN (kl_gemm16_bf16_preferred)
+ * all but the small shapes (kl_gemm16_pays_bf16, the rest on oneDNN),
+ * and where oneDNN cannot run bf16 the large operands as for f16 (the
+ * rest widened). */
+static bool bf16_on_kiln(const cpu_backend *cb, const kl_gemm *g)
+{
+    return cb->bf16_kiln && kl_gemm16_takes(g) &&
+           (cb->bf16_kiln_every || (cb->dnnl ? kl_gemm16_pays_bf16(g) : kl_gemm16_pays(g, false)));
+}
+
 static kl_f16_route f16_route(const cpu_backend *cb, const kl_gemm *g)
 {
-    if (!cb->gemm16 || !kl_gemm16_takes(g) || !(cb->gemm16_every || kl_gemm16_pays(g, cb->gemm16_ws.amx)))
+    if (!cb->gemm16 || g->dtype != IR_F16 || !kl_gemm16_takes(g) ||
+        !(cb->gemm16_every || kl_gemm16_pays(g, cb->gemm16_ws.amx)))
         return KL_F16_WIDENED;
     return cb->gemm16_ws.amx ? KL_F16_AMX : KL_F16_AVX512;
 }
@@ -445,6 +460,10 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
      * through oneDNN where the CPU has bf16 instructions, except a bf16
      * result summed over batch items, which stays in fp32 until the end
      * here (oneDNN would round it after every item). */
+    if (g->dtype == IR_BF16 && bf16_on_kiln(cb, g)) {
+        kl_gemm16(&cb->gemm16_ws, cb->base.threads, g, a, b, c);
+        return;
+    }
     if (cb->dnnl && g->dtype == IR_BF16 && (g->out_dtype == IR_F32 || !g->accumulate || g->batch == 1)) {
         kl_dnnl_gemm(cb->dnnl, g, a, b, c);
         return;
@@ -560,12 +579,17 @@ kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g)
     return be && be->ops == &cpu_ops ? f16_route((const cpu_backend *)be, g) : KL_F16_WIDENED;
 }
 
+bool kl_cpu_bf16_on_kiln(const kl_backend *be, const kl_gemm *g)
+{
+    return be && be->ops == &cpu_ops && g->dtype == IR_BF16 && bf16_on_kiln((const cpu_backend *)be, g);
+}
+
 bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g)
 {
     if (!be || be->ops != &cpu_ops || !(g->dtype == IR_F16 || g->dtype == IR_BF16))
         return false;
     const cpu_backend *cb = (const cpu_backend *)be;
-    if (g->dtype == IR_BF16 ? cb->dnnl != NULL : f16_route(cb, g) != KL_F16_WIDENED)
+    if (g->dtype == IR_BF16 ? cb->dnnl != NULL || bf16_on_kiln(cb, g) : f16_route(cb, g) != KL_F16_WIDENED)
         return false;
     return wide_on_openblas(cb, g);
 }
@@ -607,6 +631,50 @@ static int choose_dnnl(kl_dnnl **d, kl_dnnl_use use, const char *flag, const cha
         snprintf(text, len, "OpenBLAS sgemm%s", because);
     else
         snprintf(text, len, "%s", because);
+    return 0;
+}
+
+/* Who runs bf16 GEMMs: --bf16-gemm's value, else KILN_BF16_GEMM, else
+ * auto. kiln: Kiln's AVX-512 FMA kernel for every bf16 GEMM it takes
+ * (gemm16.h; refused without AVX-512); onednn or openblas as
+ * choose_dnnl; auto: oneDNN where it runs, and Kiln's kernel instead
+ * for the shapes where it pays on CPUs where it is chosen
+ * (kl_gemm16_bf16_preferred). Writes what runs into text; -1 on a
+ * refused setting (reported). */
+static int choose_bf16(cpu_backend *cb, const char *value, char *text, size_t len)
+{
+    const char *env = getenv("KILN_BF16_GEMM");
+    const char *from = value ? "--bf16-gemm" : env && *env ? "KILN_BF16_GEMM" : "--bf16-gemm";
+    const char *lib = value ? value : env && *env ? env : "auto";
+    if (strcmp(lib, "auto") && strcmp(lib, "onednn") && strcmp(lib, "kiln") && strcmp(lib, "openblas")) {
+        kl_error("%s must be auto, onednn, kiln or openblas, got '%s'", from, lib);
+        return -1;
+    }
+    const char *kernel = "Kiln AVX-512 (fp32 sums; operands widened while packed";
+    if (!strcmp(lib, "kiln")) {
+        if (!kl_gemm16_supported()) {
+            kl_error("%s kiln: this CPU lacks AVX-512 (F, BW, VL) or F16C, which Kiln's 16-bit GEMM needs\n"
+                     "---> try %s auto", from, from);
+            return -1;
+        }
+        cb->bf16_kiln = cb->bf16_kiln_every = true;
+        snprintf(text, len, "%s; every size)", kernel);
+        return 0;
+    }
+    char b16[300];
+    if (choose_dnnl(&cb->dnnl, KL_DNNL_BF16, "--bf16-gemm", value, "KILN_BF16_GEMM", b16, sizeof b16))
+        return -1;
+    /* the rest: oneDNN's matmul, else widened for the fp32 choice */
+    char rest[400];
+    if (cb->dnnl)
+        snprintf(rest, sizeof rest, "%s", b16);
+    else
+        snprintf(rest, sizeof rest, "%s sgemm, widened%s", cb->dnnl_f32 ? "oneDNN" : "OpenBLAS", b16);
+    cb->bf16_kiln = !strcmp(lib, "auto") && kl_gemm16_supported() && (!cb->dnnl || kl_gemm16_bf16_preferred());
+    if (cb->bf16_kiln)
+        snprintf(text, len, "%s; %s; others %s)", kernel, cb->dnnl ? "all but small ones" : "large operands", rest);
+    else
+        snprintf(text, len, "%s", rest);
     return 0;
 }
 
@@ -730,11 +798,10 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
      * and KILN_BF16_GEMM set the same choices where no flag does (tools
      * and tests that take no flag: a test forces a fallback path with
      * them). fp32 first: the widened bf16 path runs on its choice. */
-    char f32[300], b16[300];
+    char f32[300], b16[560];
     if (choose_dnnl(&cb->dnnl_f32, KL_DNNL_F32, "--fp32-gemm", o ? o->fp32_gemm : NULL, "KILN_FP32_GEMM", f32,
                     sizeof f32) ||
-        choose_dnnl(&cb->dnnl, KL_DNNL_BF16, "--bf16-gemm", o ? o->bf16_gemm : NULL, "KILN_BF16_GEMM", b16,
-                    sizeof b16)) {
+        choose_bf16(cb, o ? o->bf16_gemm : NULL, b16, sizeof b16)) {
         cpu_destroy(&cb->base);
         return NULL;
     }
@@ -743,13 +810,7 @@ kl_backend *kl_cpu_backend_new(const kl_cpu_options *o)
         cpu_destroy(&cb->base);
         return NULL;
     }
-    if (cb->dnnl)
-        snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "fp32 GEMMs: %s, bf16 GEMMs: %s, f16 GEMMs: %s", f32, b16,
-                 f16);
-    else
-        snprintf(cb->gemm_choice, sizeof cb->gemm_choice,
-                 "fp32 GEMMs: %s, bf16 GEMMs: %s sgemm, widened%s, f16 GEMMs: %s", f32,
-                 cb->dnnl_f32 ? "oneDNN" : "OpenBLAS", b16, f16);
+    snprintf(cb->gemm_choice, sizeof cb->gemm_choice, "fp32 GEMMs: %s, bf16 GEMMs: %s, f16 GEMMs: %s", f32, b16, f16);
     return &cb->base;
 }
 

@@ -20,7 +20,7 @@ run() { # OUT ARGS...
 if KILN_BF16_GEMM=mkl "$tmp/cnn" --device cpu --steps 1 --data synthetic:256 > "$tmp/bad.log" 2>&1; then
   echo "FAIL: KILN_BF16_GEMM=mkl was accepted"; exit 1
 fi
-grep -q "KILN_BF16_GEMM must be auto, onednn or openblas, got 'mkl'" "$tmp/bad.log" || { cat "$tmp/bad.log"; exit 1; }
+grep -q "KILN_BF16_GEMM must be auto, onednn, kiln or openblas, got 'mkl'" "$tmp/bad.log" || { cat "$tmp/bad.log"; exit 1; }
 echo "KILN_BF16_GEMM=mkl: refused"
 
 KILN_BF16_GEMM=openblas run "$tmp/env"

@@ -32,7 +32,7 @@ refused "KILN_FP32_GEMM=mkl" "KILN_FP32_GEMM must be auto, onednn or openblas, g
   env KILN_FP32_GEMM=mkl "$tmp/mlp" --device cpu --steps 1 --data synthetic:512
 refused "kiln bench --fp32-gemm mkl" "--fp32-gemm must be auto, onednn or openblas" \
   "$kiln" bench examples/mlp.kl --repeats 1 --fp32-gemm mkl
-refused "kiln bench with KILN_BF16_GEMM=mkl" "KILN_BF16_GEMM must be auto, onednn or openblas, got 'mkl'" \
+refused "kiln bench with KILN_BF16_GEMM=mkl" "KILN_BF16_GEMM must be auto, onednn, kiln or openblas, got 'mkl'" \
   env KILN_BF16_GEMM=mkl "$kiln" bench examples/mlp.kl --repeats 1
 refused "kiln bench --gemms --fp32-gemm" "--gemms times every library itself" \
   "$kiln" bench --gemms examples/mlp.kl --fp32-gemm openblas

@@ -6,7 +6,7 @@
 # AVX-512, OpenBLAS where oneDNN is missing) is still exercised here.
 #
 #   gemm_paths.sh KILN REFERENCE_CHECK PATH
-#     PATH: f16_amx | f16_avx512 | f16_widened | bf16_onednn | bf16_openblas
+#     PATH: f16_amx | f16_avx512 | f16_widened | bf16_onednn | bf16_kiln | bf16_openblas
 #           | fp32_onednn | fp32_openblas
 #
 # For the path: the start-up line names it; the MLP's training step at
@@ -14,7 +14,8 @@
 # (reference_check); and tests/ranks/tp_mlp.kl's 20 steps at T = 2 and under
 # zero1 on 2 ranks against one rank (bf16/fp16 within their bound, fp32
 # rtol 1e-5: tests/ranks/helpers.bash). The f16 kernels take every size
-# when forced (KILN_F16_GEMM=amx|avx512), the small GEMMs of batch 4 too.
+# when forced (KILN_F16_GEMM=amx|avx512), the small GEMMs of batch 4 too,
+# and so does Kiln's bf16 kernel (KILN_BF16_GEMM=kiln).
 # A path this CPU cannot take (AMX without AMX-BF16, AVX-512 without it,
 # oneDNN without the library or bf16 instructions) is skipped with 77 and
 # the refusal's reason.
@@ -28,6 +29,7 @@ f16_amx) var=KILN_F16_GEMM value=amx prec=fp16 names='f16 GEMMs: Kiln AMX' ;;
 f16_avx512) var=KILN_F16_GEMM value=avx512 prec=fp16 names='f16 GEMMs: Kiln AVX-512' ;;
 f16_widened) var=KILN_F16_GEMM value=widened prec=fp16 names='f16 GEMMs: sgemm, widened' ;;
 bf16_onednn) var=KILN_BF16_GEMM value=onednn prec=bf16 names='bf16 GEMMs: oneDNN [0-9.]* (' ;;
+bf16_kiln) var=KILN_BF16_GEMM value=kiln prec=bf16 names='bf16 GEMMs: Kiln AVX-512' ;;
 bf16_openblas) var=KILN_BF16_GEMM value=openblas prec=bf16 names='bf16 GEMMs: [A-Za-z]* sgemm, widened' ;;
 fp32_onednn) var=KILN_FP32_GEMM value=onednn prec=fp32 names='fp32 GEMMs: oneDNN' ;;
 fp32_openblas) var=KILN_FP32_GEMM value=openblas prec=fp32 names='fp32 GEMMs: OpenBLAS sgemm' ;;

@@ -21,7 +21,13 @@
  *    the others agree to fp32's rounding;
  *  - KILN_F16_GEMM: auto names the kernel at start-up, amx and avx512
  *    choose (refused where they cannot run), widened the old path, an
- *    unknown value is refused.
+ *    unknown value is refused;
+ *  - bf16 on the FMA kernel (--bf16-gemm kiln; run with
+ *    KILN_F16_GEMM=avx512 only): every shape against the reference, its
+ *    bf16 results rounded with kl_f32_to_bf16's bits (ties, NaN, inf,
+ *    beta), the same bits on 1-3 threads, and what auto hands it (all
+ *    but the small GEMMs on a CPU where kl_gemm16_bf16_preferred, none
+ *    where oneDNN runs bf16 and is preferred).
  * Exits 77 (skipped) on a CPU without AVX-512, after checking that
  * KILN_F16_GEMM=avx512 and amx are refused there, and with
  * KILN_F16_GEMM=amx on a CPU without AMX (after checking that it is
@@ -301,6 +307,149 @@ static void test_setting(void **state)
     assert_null(backend_with("mkl", 1));
 }
 
+/* ---- bf16 on the FMA kernel (--bf16-gemm kiln) ---- */
+
+static kl_backend *backend_bf16(const char *lib, int threads)
+{
+    kl_cpu_options co = {.threads = threads, .quiet = true, .bf16_gemm = lib};
+    return kl_cpu_backend_new(&co);
+}
+
+static void test_bf16_against_reference(void **state)
+{
+    (void)state;
+    kl_backend *be = backend_bf16("kiln", 2);
+    assert_non_null(be);
+    assert_non_null(strstr(kl_cpu_gemm_choice(be),
+                           "bf16 GEMMs: Kiln AVX-512 (fp32 sums; operands widened while packed; every size)"));
+    int bad = 0;
+    for (size_t i = 0; i < KL_ARRAY_LEN(shapes); i++) {
+        ir_dtype out = shapes[i].out == IR_F32 ? IR_F32 : IR_BF16;
+        kl_gemm g = {.dtype = IR_BF16, .out_dtype = out, .m = shapes[i].m, .n = shapes[i].n, .k = shapes[i].k,
+                     .batch = shapes[i].batch, .accumulate = shapes[i].accumulate};
+        assert_true(kl_cpu_bf16_on_kiln(be, &g));
+        assert_int_equal(kl_cpu_f16_route(be, &g), KL_F16_WIDENED);
+        bad |= check_shape(be, &shapes[i], IR_BF16, "gemm16 bf16");
+    }
+    /* a batch summed into a bf16 C stays wide elsewhere */
+    kl_gemm summed = {.dtype = IR_BF16, .out_dtype = IR_BF16, .m = 64, .n = 64, .k = 64, .batch = 4,
+                      .accumulate = true};
+    assert_false(kl_cpu_bf16_on_kiln(be, &summed));
+    be->ops->destroy(be);
+    assert_int_equal(bad, 0);
+}
+
+/* K = 1 and A = 1: each C element is alpha (0 + b) (+ beta C), one fp32
+ * rounding, then kl_f32_to_bf16's: ties to even, NaN kept NaN, a carry
+ * into inf, beta's old bf16 C read exactly. */
+static void test_bf16_rounding(void **state)
+{
+    (void)state;
+    kl_backend *be = backend_bf16("kiln", 1);
+    assert_non_null(be);
+    enum { N = 40 };
+    const float vals[N] = {1.0f, -1.5f, 3.0f, 1.00390625f, 1.01171875f, -1.00390625f, 65504.0f, 3.3895314e38f,
+                           -3.3895314e38f, INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 1e-30f, 7.0f, 0.1f, 0.2f, 0.3f,
+                           123.456f, -9.87e10f, 2.5e-5f, 1.0f / 3.0f, 6.02e23f, -2.0f, 255.5f, 256.5f, 1.9921875f,
+                           1.99609375f, 0.99609375f, 1e38f, -1e38f, 5.0f, 0.75f, 1.25f, 1000.0f, 1e-5f, 33.0f,
+                           -0.001f, 42.0f};
+    const float alphas[] = {1.0f, 1.0009765625f, 0.5f};
+    const float betas[] = {0.0f, 1.0f, -0.75f};
+    uint16_t a = kl_f32_to_bf16(1.0f), b[N], c[N], old[N];
+    for (int j = 0; j < N; j++) {
+        b[j] = kl_f32_to_bf16(vals[j]);
+        old[j] = kl_f32_to_bf16(vals[(j * 7 + 3) % N] * 0.5f);
+    }
+    for (size_t x = 0; x < KL_ARRAY_LEN(alphas); x++)
+        for (size_t y = 0; y < KL_ARRAY_LEN(betas); y++) {
+            memcpy(c, old, sizeof c);
+            kl_gemm g = {.dtype = IR_BF16, .out_dtype = IR_BF16, .m = 1, .n = N, .k = 1, .batch = 1,
+                         .alpha = alphas[x], .beta = betas[y]};
+            be->ops->gemm(be, &g, &a, b, c);
+            for (int j = 0; j < N; j++) {
+                /* the sum starts from +0, as any GEMM's (so -0 gives +0) */
+                float v = alphas[x] * fmaf(1.0f, kl_bf16_to_f32(b[j]), 0.0f);
+                if (betas[y] != 0.0f)
+                    v = fmaf(betas[y], kl_bf16_to_f32(old[j]), v);
+                uint16_t want = kl_f32_to_bf16(v);
+                if (c[j] != want)
+                    fail_msg("alpha %g beta %g, b = %g: C %#06x, kl_f32_to_bf16 %#06x", alphas[x], betas[y],
+                             kl_bf16_to_f32(b[j]), c[j], want);
+            }
+        }
+    be->ops->destroy(be);
+}
+
+static void test_bf16_threads_agree(void **state)
+{
+    (void)state;
+    const int64_t dims[][3] = {{40, 2000, 500}, {1000, 40, 300}, {130, 300, 70}};
+    for (size_t d = 0; d < KL_ARRAY_LEN(dims); d++)
+        for (int t = 0; t < 4; t++) {
+            int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
+            uint16_t *a = malloc(2 * (size_t)(m * k)), *b = malloc(2 * (size_t)(k * n));
+            rng = 5;
+            for (int64_t i = 0; i < m * k; i++)
+                a[i] = kl_f32_to_bf16(uniform());
+            for (int64_t i = 0; i < k * n; i++)
+                b[i] = kl_f32_to_bf16(uniform());
+            uint16_t *c[3];
+            for (int th = 1; th <= 3; th++) {
+                kl_backend *be = backend_bf16("kiln", th);
+                assert_non_null(be);
+                c[th - 1] = calloc((size_t)(m * n), 2);
+                kl_gemm g = {.dtype = IR_BF16, .out_dtype = IR_BF16, .ta = t & 1, .tb = t >> 1, .m = m, .n = n,
+                             .k = k, .batch = 1, .alpha = 1};
+                be->ops->gemm(be, &g, a, b, c[th - 1]);
+                be->ops->destroy(be);
+            }
+            for (int th = 2; th <= 3; th++)
+                if (memcmp(c[0], c[th - 1], 2 * (size_t)(m * n)))
+                    fail_msg("bf16 %lldx%lldx%lld ta %d tb %d: %d threads differ from one", (long long)m,
+                             (long long)n, (long long)k, t & 1, t >> 1, th);
+            free(a), free(b), free(c[0]), free(c[1]), free(c[2]);
+        }
+}
+
+/* What --bf16-gemm auto hands the kernel, and the settings. */
+static void test_bf16_auto(void **state)
+{
+    (void)state;
+    kl_backend *be = backend_bf16("auto", 1);
+    assert_non_null(be);
+    kl_backend *dnnl = backend_bf16("onednn", 1);
+    bool kiln = !dnnl || kl_gemm16_bf16_preferred();
+    const char *choice = kl_cpu_gemm_choice(be);
+    printf("auto: %s\n", strstr(choice, "bf16 GEMMs:"));
+    assert_true(!kiln || strstr(choice, "bf16 GEMMs: Kiln AVX-512 (fp32 sums; operands widened while packed; "));
+    const struct { int64_t m, n, k; bool with_dnnl, without; } cases[] = {
+        {1, 4096, 4096, false, false},    /* matrix-vector */
+        {128, 10, 128, false, false},     /* the MLP's head */
+        {128, 128, 10, false, false},
+        {2048, 128, 128, true, false},    /* the GPT's blocks */
+        {128, 256, 784, true, false},
+        {288, 25088, 64, true, true},     /* the CNN's convolution */
+    };
+    for (size_t i = 0; i < KL_ARRAY_LEN(cases); i++) {
+        kl_gemm g = {.dtype = IR_BF16, .out_dtype = IR_BF16, .m = cases[i].m, .n = cases[i].n, .k = cases[i].k,
+                     .batch = 1};
+        bool want = kiln && (dnnl ? cases[i].with_dnnl : cases[i].without);
+        if (kl_cpu_bf16_on_kiln(be, &g) != want)
+            fail_msg("auto: %lld x %lld x %lld on the kernel: %d, expected %d", (long long)g.m, (long long)g.n,
+                     (long long)g.k, !want, want);
+    }
+    be->ops->destroy(be);
+    if (dnnl)
+        dnnl->ops->destroy(dnnl);
+    /* openblas and onednn never hand it any */
+    kl_gemm big = {.dtype = IR_BF16, .out_dtype = IR_BF16, .m = 2048, .n = 512, .k = 512, .batch = 1};
+    be = backend_bf16("openblas", 1);
+    assert_non_null(be);
+    assert_false(kl_cpu_bf16_on_kiln(be, &big));
+    be->ops->destroy(be);
+    assert_null(backend_bf16("mkl", 1));
+}
+
 int main(void)
 {
     if (!kl_gemm16_supported()) {
@@ -312,7 +461,13 @@ int main(void)
                 return 1;
             }
         }
-        printf("SKIP: this CPU lacks AVX-512 (F, BW, VL); KILN_F16_GEMM=avx512 and amx are refused\n");
+        kl_backend *be = backend_bf16("kiln", 1);
+        if (be) {
+            fprintf(stderr, "FAIL: --bf16-gemm kiln accepted on a CPU without AVX-512\n");
+            return 1;
+        }
+        printf("SKIP: this CPU lacks AVX-512 (F, BW, VL); KILN_F16_GEMM=avx512 and amx and --bf16-gemm kiln are "
+               "refused\n");
         return 77;
     }
     const char *env = getenv("KILN_F16_GEMM");
@@ -340,5 +495,17 @@ int main(void)
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_setting),
     };
+    const struct CMUnitTest bf16[] = {
+        cmocka_unit_test(test_bf16_against_reference),
+        cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_bf16_threads_agree),
+        cmocka_unit_test(test_bf16_auto),
+    };
+    /* bf16 does not depend on KILN_F16_GEMM: once, in the avx512 run */
+    if (env && !strcmp(env, "avx512")) {
+        int failed = cmocka_run_group_tests(bf16, NULL, NULL);
+        if (failed)
+            return failed;
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
