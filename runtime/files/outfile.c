@@ -22,6 +22,7 @@ static char *dir_of(const char *path)
 }
 
 static int check_target_chr(const char *path, bool chr);
+static int commit_to_device(kl_outfile *o);
 
 /* 0 when path does not exist or is a regular file (not a link to one). */
 static int check_target(const char *path)
@@ -205,6 +206,8 @@ int kl_outfile_commit(kl_outfile *o, unsigned mode)
 {
     if (!o->tmp)
         return close_straight(o, false);
+    if (o->dev)
+        return commit_to_device(o);
     int e = 0, fd = -1;
     if (o->f) {
         kl_outfile_note(o);
@@ -247,12 +250,56 @@ int kl_outfile_commit(kl_outfile *o, unsigned mode)
 
 int kl_outfile_begin_external(kl_outfile *o, const char *path)
 {
-    /* Another program replaces the temporary: no straight writes. */
+    /* Another program replaces the temporary: a device gets a copy of
+     * it at the commit, from a temporary where one can be made. */
+    memset(o, 0, sizeof *o);
+    int t = check_target_chr(path, true);
+    if (t < 0)
+        return -1;
+    if (t > 0) {
+        const char *dir = getenv("TMPDIR");
+        char *beside = kl_xasprintf("%s/kiln-out", dir && *dir ? dir : "/tmp");
+        int fd = make_temp(beside, &o->tmp);
+        free(beside);
+        if (fd < 0) {
+            kl_error("%s: cannot write: no temporary for it (%s)", path, strerror(errno));
+            return -1;
+        }
+        close(fd);
+        o->path = kl_xstrdup(path);
+        o->dev = true;
+        return 0;
+    }
     if (begin(o, path, false))
         return -1;
     fclose(o->f);
     o->f = NULL;
     return 0;
+}
+
+/* The commit of an external write to a character device: the
+ * temporary's bytes to the device, then the temporary removed. */
+static int commit_to_device(kl_outfile *o)
+{
+    FILE *in = fopen(o->tmp, "rb");
+    kl_outfile dev = {0};
+    int rc = -1;
+    if (!in)
+        kl_error("%s: writing failed: %s: %s", o->path, o->tmp, strerror(errno));
+    else if (begin_char_device(&dev, o->path) == 0) {
+        char buf[1 << 16];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+            kl_outfile_write(&dev, buf, n);
+        if (ferror(in) && !dev.err)
+            dev.err = EIO;
+        rc = close_straight(&dev, false);
+    }
+    if (in)
+        fclose(in);
+    unlink(o->tmp);
+    outfile_free(o);
+    return rc;
 }
 
 int kl_outfile_open_log(kl_outfile *o, const char *path, bool append)

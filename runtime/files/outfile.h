@@ -10,7 +10,9 @@
  * and is not a regular file (a symbolic link, a device, a folder, a
  * FIFO) is refused, never replaced or followed; a character device
  * (/dev/null) is written straight (opened without following links),
- * as every Unix tool allows, except by another program (begin_external).
+ * as every Unix tool allows; what another program writes
+ * (begin_external) goes to a temporary in the temporary folder and is
+ * copied to the device at the commit.
  *
  * A log (--metrics) is written in place, line by line, so that it can be
  * followed while a run goes on; it is opened without following links,
@@ -28,6 +30,7 @@ typedef struct kl_outfile {
     char *tmp;  /* the temporary beside it */
     FILE *f;    /* open on tmp (or on path, for a log); NULL once closed */
     int err;    /* the errno of the first failed write, or 0 */
+    bool dev;   /* tmp (in the temporary folder) goes to the character device path at the commit */
 } kl_outfile;
 
 /* Checks, before any work, that path can be written: it is not an
@@ -46,7 +49,9 @@ int kl_outfile_begin(kl_outfile *o, const char *path);
  * names the target. Frees o's strings either way. Returns 0 or -1. */
 int kl_outfile_commit(kl_outfile *o, unsigned mode);
 /* The same for a file another program writes (a linker's -o): o->tmp
- * is made and closed; the program replaces or fills it. */
+ * is made and closed; the program replaces or fills it. For a character
+ * device (kiln build -o /dev/null) o->tmp is in $TMPDIR (or /tmp), and
+ * the commit copies it to the device. */
 int kl_outfile_begin_external(kl_outfile *o, const char *path);
 /* Gives up: removes the temporary; the target is left as it was. */
 void kl_outfile_abort(kl_outfile *o);
