@@ -40,9 +40,10 @@ bool kl_gemm16_amx_supported(void);
 
 /* Whether kl_gemm16 can take g: f16 (or bf16) operands, a result of
  * their dtype or fp32, K > 0, and not a batch summed into a 16-bit C
- * (which must stay wide across the items). Any size: each element of C sums its products in an
- * order that depends on K alone (not on m, n, the thread count, nor, on
- * the tile unit, on whether C or C^T is computed). */
+ * (which must stay wide across the items). Any size: each element of C
+ * sums its products in an order that depends on K alone (not on m, n,
+ * the thread count, nor, on the tile unit, on whether C or C^T is
+ * computed). */
 bool kl_gemm16_takes(const kl_gemm *g);
 
 /* Whether the kernel (on the tile unit when amx) is faster than the

@@ -434,7 +434,7 @@ static bool wide_on_openblas(const cpu_backend *cb, const kl_gemm *g)
  * rest widened). */
 static bool bf16_on_kiln(const cpu_backend *cb, const kl_gemm *g)
 {
-    return cb->bf16_kiln && kl_gemm16_takes(g) &&
+    return cb->bf16_kiln && g->dtype == IR_BF16 && kl_gemm16_takes(g) &&
            (cb->bf16_kiln_every || (cb->dnnl ? kl_gemm16_pays_bf16(g) : kl_gemm16_pays(g, false)));
 }
 
@@ -460,7 +460,7 @@ static void cpu_gemm(kl_backend *be, const kl_gemm *g, void *a, void *b, void *c
      * through oneDNN where the CPU has bf16 instructions, except a bf16
      * result summed over batch items, which stays in fp32 until the end
      * here (oneDNN would round it after every item). */
-    if (g->dtype == IR_BF16 && bf16_on_kiln(cb, g)) {
+    if (bf16_on_kiln(cb, g)) {
         kl_gemm16(&cb->gemm16_ws, cb->base.threads, g, a, b, c);
         return;
     }
@@ -581,7 +581,7 @@ kl_f16_route kl_cpu_f16_route(const kl_backend *be, const kl_gemm *g)
 
 bool kl_cpu_bf16_on_kiln(const kl_backend *be, const kl_gemm *g)
 {
-    return be && be->ops == &cpu_ops && g->dtype == IR_BF16 && bf16_on_kiln((const cpu_backend *)be, g);
+    return be && be->ops == &cpu_ops && bf16_on_kiln((const cpu_backend *)be, g);
 }
 
 bool kl_cpu_wide_on_openblas(const kl_backend *be, const kl_gemm *g)

@@ -81,6 +81,13 @@ static kl_backend *backend(int threads)
     return backend_with(kernel, threads);
 }
 
+/* A backend whose bf16 GEMMs run on `lib` (--bf16-gemm). */
+static kl_backend *backend_bf16(const char *lib, int threads)
+{
+    kl_cpu_options co = {.threads = threads, .quiet = true, .bf16_gemm = lib};
+    return kl_cpu_backend_new(&co);
+}
+
 static void test_against_reference(void **state)
 {
     (void)state;
@@ -141,19 +148,19 @@ static void test_auto_routes(void **state)
     be->ops->destroy(be);
 }
 
-/* C = A B on `threads` threads, f16 result; A and B as seeded. */
-static uint16_t *run(int threads, int ta, int tb, int64_t m, int64_t n, int64_t k)
+/* C = A B on `threads` threads, operands and result of dtype dt (f16 on
+ * the kernel under test, bf16 on --bf16-gemm kiln); A and B as seeded. */
+static uint16_t *run(ir_dtype dt, int threads, int ta, int tb, int64_t m, int64_t n, int64_t k)
 {
-    kl_backend *be = backend(threads);
+    kl_backend *be = dt == IR_BF16 ? backend_bf16("kiln", threads) : backend(threads);
     assert_non_null(be);
     uint16_t *a = malloc(2 * (size_t)(m * k)), *b = malloc(2 * (size_t)(k * n)), *c = calloc((size_t)(m * n), 2);
     rng = 99;
     for (int64_t i = 0; i < m * k; i++)
-        a[i] = kl_f32_to_f16(uniform());
+        a[i] = to16(dt, uniform());
     for (int64_t i = 0; i < k * n; i++)
-        b[i] = kl_f32_to_f16(uniform());
-    kl_gemm g = {.dtype = IR_F16, .out_dtype = IR_F16, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .batch = 1,
-                 .alpha = 1};
+        b[i] = to16(dt, uniform());
+    kl_gemm g = {.dtype = dt, .out_dtype = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .batch = 1, .alpha = 1};
     be->ops->gemm(be, &g, a, b, c);
     be->ops->destroy(be);
     free(a), free(b);
@@ -212,24 +219,31 @@ static void test_sizes_agree(void **state)
     }
 }
 
-static void test_threads_agree(void **state)
+/* The same bits of C on 1, 2 and 3 threads, C split by columns (many
+ * strips of 48) and by rows (one strip, tall C), every transpose pair. */
+static void threads_agree(ir_dtype dt)
 {
-    (void)state;
-    /* by columns (many strips of 48), by rows (one strip, tall C) */
     const int64_t dims[][3] = {{40, 2000, 500}, {1000, 40, 300}, {130, 300, 70}};
     for (size_t d = 0; d < KL_ARRAY_LEN(dims); d++)
         for (int t = 0; t < 4; t++) {
             int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
-            uint16_t *one = run(1, t & 1, t >> 1, m, n, k);
+            uint16_t *one = run(dt, 1, t & 1, t >> 1, m, n, k);
             for (int threads = 2; threads <= 3; threads++) {
-                uint16_t *many = run(threads, t & 1, t >> 1, m, n, k);
+                uint16_t *many = run(dt, threads, t & 1, t >> 1, m, n, k);
                 if (memcmp(one, many, 2 * (size_t)(m * n)))
-                    fail_msg("%lldx%lldx%lld ta %d tb %d: %d threads differ from one", (long long)m, (long long)n,
-                             (long long)k, t & 1, t >> 1, threads);
+                    fail_msg("%s %lldx%lldx%lld ta %d tb %d: %d threads differ from one",
+                             dt == IR_BF16 ? "bf16" : "f16", (long long)m, (long long)n, (long long)k, t & 1, t >> 1,
+                             threads);
                 free(many);
             }
             free(one);
         }
+}
+
+static void test_threads_agree(void **state)
+{
+    (void)state;
+    threads_agree(IR_F16);
 }
 
 /* C = A B (fp32 result) with KILN_F16_GEMM=which. */
@@ -309,12 +323,6 @@ static void test_setting(void **state)
 
 /* ---- bf16 on the FMA kernel (--bf16-gemm kiln) ---- */
 
-static kl_backend *backend_bf16(const char *lib, int threads)
-{
-    kl_cpu_options co = {.threads = threads, .quiet = true, .bf16_gemm = lib};
-    return kl_cpu_backend_new(&co);
-}
-
 static void test_bf16_against_reference(void **state)
 {
     (void)state;
@@ -383,32 +391,7 @@ static void test_bf16_rounding(void **state)
 static void test_bf16_threads_agree(void **state)
 {
     (void)state;
-    const int64_t dims[][3] = {{40, 2000, 500}, {1000, 40, 300}, {130, 300, 70}};
-    for (size_t d = 0; d < KL_ARRAY_LEN(dims); d++)
-        for (int t = 0; t < 4; t++) {
-            int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
-            uint16_t *a = malloc(2 * (size_t)(m * k)), *b = malloc(2 * (size_t)(k * n));
-            rng = 5;
-            for (int64_t i = 0; i < m * k; i++)
-                a[i] = kl_f32_to_bf16(uniform());
-            for (int64_t i = 0; i < k * n; i++)
-                b[i] = kl_f32_to_bf16(uniform());
-            uint16_t *c[3];
-            for (int th = 1; th <= 3; th++) {
-                kl_backend *be = backend_bf16("kiln", th);
-                assert_non_null(be);
-                c[th - 1] = calloc((size_t)(m * n), 2);
-                kl_gemm g = {.dtype = IR_BF16, .out_dtype = IR_BF16, .ta = t & 1, .tb = t >> 1, .m = m, .n = n,
-                             .k = k, .batch = 1, .alpha = 1};
-                be->ops->gemm(be, &g, a, b, c[th - 1]);
-                be->ops->destroy(be);
-            }
-            for (int th = 2; th <= 3; th++)
-                if (memcmp(c[0], c[th - 1], 2 * (size_t)(m * n)))
-                    fail_msg("bf16 %lldx%lldx%lld ta %d tb %d: %d threads differ from one", (long long)m,
-                             (long long)n, (long long)k, t & 1, t >> 1, th);
-            free(a), free(b), free(c[0]), free(c[1]), free(c[2]);
-        }
+    threads_agree(IR_BF16);
 }
 
 /* What --bf16-gemm auto hands the kernel, and the settings. */
