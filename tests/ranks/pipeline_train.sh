@@ -357,7 +357,10 @@ kill)
        --set pipeline_parallel=2 > out.txt 2> err.txt
      echo $? > rc) &
     job=$!
-    for _ in $(seq 300); do [ -s "$tmp/pid.1" ] && grep -q "step" "$tmp/out.txt" 2> /dev/null && break; sleep 0.1; done
+    # Signalled once 50 steps have run (the progress line's "50/250"), so
+    # both stages are past the start-up collectives and in the schedule's
+    # transfers (the start-up lines' "warmup 200 steps" is not a step).
+    for _ in $(seq 300); do [ -s "$tmp/pid.1" ] && grep -q " 50/250 " "$tmp/out.txt" 2> /dev/null && break; sleep 0.1; done
     [ -s "$tmp/pid.1" ] || { echo "FAIL: stage 1 did not start"; exit 1; }
     victim=$(cat "$tmp/pid.1")
     kill -"$how" "$victim"
