@@ -175,12 +175,18 @@ static void *read_own(const char *tmp, const char *mark, bool shared, char **lin
 /* Compiles source (with the mark appended) into a temporary object (a
  * shared object, or a relocatable one to link) and renames it to so,
  * replacing whatever was there (a link planted at so is removed, never
- * followed), then writes its sidecar. */
+ * followed), then writes its sidecar. With pch (the name of the
+ * prelude's header in dir, its precompiled form beside it: prelude_pch),
+ * the source's first body bytes (the prelude) are compiled as that
+ * header's include instead: the same program, the key unchanged. */
 static int compile_object(const char *source, const char *mark, const char *dir, uint64_t h, const char *so,
-                          const char *sum, const char *reason, bool shared, void **handle)
+                          const char *sum, const char *reason, bool shared, const char *pch, size_t body,
+                          void **handle)
 {
     char *line = NULL;
-    char *text = kl_xasprintf("%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n", source, mark);
+    char *text = pch ? kl_xasprintf("#include \"%s\"\n%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n",
+                                    pch, source + body, mark)
+                     : kl_xasprintf("%s\n__attribute__((used)) static const char kl_object_mark[] = \"%s\";\n", source, mark);
     char *c = write_temp(dir, h, ".c", text), *log = c ? write_temp(dir, h, ".log", "") : NULL;
     int rc = -1;
     char why[512] = "";
@@ -272,7 +278,7 @@ static uint64_t object_key(const char *source, bool shared)
  * first wrote. The notice "compiling kernels" is printed unless quiet, by
  * the first compile of those that share announced. */
 static void *cached_in(const char *dir, const char *source, bool quiet, int *announced, const char *reason,
-                       bool shared, char **path, uint64_t *key)
+                       bool shared, const char *pch, size_t body, char **path, uint64_t *key)
 {
     uint64_t h = object_key(source, shared);
     const char *ext = shared ? "so" : "o";
@@ -292,7 +298,7 @@ static void *cached_in(const char *dir, const char *source, bool quiet, int *ann
         if (!quiet && !__atomic_exchange_n(announced, 1, __ATOMIC_ACQ_REL))
             kl_fprintf_escaped(stderr, "kiln: compiling kernels%s%s (%s %s)\n", reason ? " for " : "",
                                reason ? reason : "", kl_cc(), kl_cc_flags());
-        if (compile_object(source, mark, dir, h, so, sum, reason, shared, &handle) == 0 && !handle &&
+        if (compile_object(source, mark, dir, h, so, sum, reason, shared, pch, body, &handle) == 0 && !handle &&
             !(handle = open_verified(so, sum, mark, shared))) {
             const char *de = shared ? dlerror() : NULL;
             kl_error("cannot load compiled kernels %s: %s", so, de ? de : "it is not the cache's object for its key");
@@ -329,7 +335,7 @@ static void *cached(const char *source, const char *cache_dir, bool quiet, const
 {
     char *dir = cache_folder(cache_dir);
     int announced = 0;
-    void *handle = dir ? cached_in(dir, source, quiet, &announced, reason, shared, path, NULL) : NULL;
+    void *handle = dir ? cached_in(dir, source, quiet, &announced, reason, shared, NULL, 0, path, NULL) : NULL;
     free(dir);
     return handle;
 }
@@ -408,6 +414,8 @@ typedef struct jit_work {
     jit_chunk *chunks;
     int n, first, next; /* next: the count of chunks taken (atomic) */
     const char *dir, *reason;
+    const char *pch; /* the precompiled prelude's header name, or NULL */
+    size_t body;     /* the prelude's length: where each chunk's kernels start */
     bool quiet, shared;
     int announced;
 } jit_work;
@@ -417,7 +425,7 @@ static void *chunk_worker(void *arg)
     jit_work *w = arg;
     for (int i; (i = __atomic_fetch_add(&w->next, 1, __ATOMIC_ACQ_REL)) < w->n;) {
         jit_chunk *c = &w->chunks[(w->first + i) % w->n];
-        c->handle = cached_in(w->dir, c->source.s, w->quiet, &w->announced, w->reason, w->shared,
+        c->handle = cached_in(w->dir, c->source.s, w->quiet, &w->announced, w->reason, w->shared, w->pch, w->body,
                               w->shared ? NULL : &c->path, &c->key);
     }
     return NULL;
@@ -483,11 +491,12 @@ static int cut_chunks(const kl_jit_kernel *ks, int n, const bool *todo, const ch
 }
 
 /* Compiles (or finds) every chunk, at once on this process's cores. */
-static void run_chunks(jit_chunk *chunks, int nchunks, const char *dir, bool quiet, const char *reason, bool shared)
+static void run_chunks(jit_chunk *chunks, int nchunks, const char *dir, bool quiet, const char *reason, bool shared,
+                       const char *pch, size_t body)
 {
     int cores, first = first_core(&cores);
     jit_work w = {.chunks = chunks, .n = nchunks, .first = first % nchunks, .dir = dir, .reason = reason,
-                  .quiet = quiet, .shared = shared};
+                  .quiet = quiet, .shared = shared, .pch = pch, .body = body};
     int nthreads = cores < nchunks ? cores : nchunks;
     pthread_t th[MAX_CHUNKS];
     int started = 0;
@@ -508,6 +517,118 @@ static void chunks_free(jit_chunk *chunks, int nchunks)
     free(chunks);
 }
 
+/* ---- the prelude, precompiled ----
+ *
+ * Every chunk starts with the same prelude, whose headers (immintrin.h,
+ * omp.h, math.h) and helpers are about a third of a small chunk's
+ * compile. GCC compiles it once per key (the prelude, compiler, flags and
+ * CPU, as an object's) into KEY.pch.h.gch beside KEY.pch.h in the cache
+ * folder; a chunk then includes "KEY.pch.h" and GCC reads the compiled
+ * form (a compiler that cannot use it reads the header, the same text).
+ * Only a speed-up: the chunks' keys and code are the same either way.
+ * The precompiled file is code the compiler takes in, so it is verified
+ * as an object is (the user's own, not writable by others, no link,
+ * carrying its key's mark, hashing to its sidecar) and the header must be
+ * the prelude's text; anything else is made again. KILN_CC_PCH=0 turns
+ * it off. */
+
+/* The header's text: the prelude and its mark (kept in the compiled form). */
+static char *pch_text(const char *prelude, const char *mark)
+{
+    return kl_xasprintf("%s\n__attribute__((unused)) static const char kl_pch_mark[] = \"%s\";\n", prelude, mark);
+}
+
+static bool pch_ok(const char *hdr, const char *gch, const char *sum, const char *mark, const char *text)
+{
+    kl_buf b = {0};
+    bool same = read_cache_file(hdr, &b) == 0 && b.len == strlen(text) && b.s && !memcmp(b.s, text, b.len);
+    kl_buf_free(&b);
+    return same && verified(gch, sum, mark);
+}
+
+/* Writes text to path whole (a temporary renamed over it; a link at path
+ * is removed, never followed). 0 or -1. */
+static int write_whole(const char *path, const char *text)
+{
+    kl_outfile o;
+    kl_cache_clear_odd(path);
+    if (kl_outfile_begin(&o, path))
+        return -1;
+    kl_outfile_write(&o, text, strlen(text));
+    return kl_outfile_commit(&o, 0644) ? -1 : 0;
+}
+
+/* Compiles the header at hdr into gch (a temporary renamed into place)
+ * and writes its sidecar. 0 or -1 (nothing said: the chunks then compile
+ * the prelude themselves). */
+static int pch_compile(const char *dir, uint64_t h, const char *hdr, const char *gch, const char *sum,
+                       const char *mark)
+{
+    kl_outfile o = {0};
+    char *log = write_temp(dir, h, ".log", "");
+    char why[512] = "";
+    int rc = -1;
+    kl_cache_clear_odd(gch);
+    if (log && kl_outfile_begin_external(&o, gch) == 0) {
+        kl_argv cmd = {0};
+        kl_argv_add_cc(&cmd);
+        kl_argv_add_words(&cmd, "-fPIC -w -x c-header -o");
+        kl_argv_add(&cmd, o.tmp);
+        kl_argv_add(&cmd, hdr);
+        rc = kl_spawn(kl_argv_end(&cmd), log, why, sizeof why);
+        kl_argv_free(&cmd);
+        char *line = NULL;
+        if (rc == 0 && !read_own(o.tmp, mark, false, &line))
+            rc = -1;
+        if (rc == 0 && kl_outfile_commit(&o, 0644) == 0)
+            write_sum(sum, line);
+        else
+            kl_outfile_abort(&o);
+        free(line);
+    }
+    if (log) {
+        remove(log);
+        free(log);
+    }
+    return rc;
+}
+
+/* The name of the prelude's header in dir, its precompiled form made or
+ * verified (under the key's lock: the ranks of a job make it once), or
+ * NULL (turned off, or it could not be made). The caller frees. */
+static char *prelude_pch(const char *dir, const char *prelude)
+{
+    const char *off = getenv("KILN_CC_PCH");
+    if (off && !strcmp(off, "0"))
+        return NULL;
+    uint64_t h = kl_hash_bytes(object_key(prelude, true), "pch", 3);
+    char *name = kl_xasprintf("%016llx.pch.h", (unsigned long long)h);
+    char *hdr = kl_xasprintf("%s/%s", dir, name), *gch = kl_xasprintf("%s.gch", hdr);
+    char *sum = kl_xasprintf("%s/%016llx.pch.sum", dir, (unsigned long long)h);
+    char *lock = kl_xasprintf("%s/%016llx.lock", dir, (unsigned long long)h);
+    char *mark = kl_xasprintf("kiln-jit-pch:%016llx", (unsigned long long)h);
+    char *text = pch_text(prelude, mark);
+    bool ok = pch_ok(hdr, gch, sum, mark, text);
+    if (!ok) {
+        int lk = kl_cache_lock(lock);
+        ok = pch_ok(hdr, gch, sum, mark, text) ||
+             (write_whole(hdr, text) == 0 && pch_compile(dir, h, hdr, gch, sum, mark) == 0 &&
+              pch_ok(hdr, gch, sum, mark, text));
+        kl_cache_unlock(lk);
+    }
+    free(text);
+    free(mark);
+    free(lock);
+    free(sum);
+    free(gch);
+    free(hdr);
+    if (!ok) {
+        free(name);
+        return NULL;
+    }
+    return name;
+}
+
 /* Compiles the kernels of ks marked in todo in chunks and records each
  * kernel's object in the index. */
 static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint64_t *kk, const char *prelude,
@@ -516,7 +637,9 @@ static int compile_chunks(kl_jit_kernel *ks, int n, const bool *todo, const uint
     jit_chunk *chunks;
     int *of = kl_xcalloc((size_t)n, sizeof *of);
     int nchunks = cut_chunks(ks, n, todo, prelude, &chunks, of);
-    run_chunks(chunks, nchunks, dir, quiet, reason, true);
+    char *pch = prelude_pch(dir, prelude);
+    run_chunks(chunks, nchunks, dir, quiet, reason, true, pch, strlen(prelude));
+    free(pch);
     int rc = 0;
     for (int c = 0; c < nchunks; c++) {
         if (!chunks[c].handle)
@@ -548,7 +671,7 @@ char **kl_cpu_objects(const kl_jit_kernel *ks, int n, const char *prelude, bool 
     jit_chunk *chunks;
     int *of = kl_xcalloc((size_t)n + 1, sizeof *of);
     int nchunks = cut_chunks(ks, n, NULL, prelude, &chunks, of);
-    run_chunks(chunks, nchunks, dir, quiet, NULL, false);
+    run_chunks(chunks, nchunks, dir, quiet, NULL, false, NULL, 0);
     char **paths = kl_xcalloc((size_t)nchunks + 1, sizeof *paths);
     bool ok = true;
     for (int c = 0; c < nchunks; c++) {

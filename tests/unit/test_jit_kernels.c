@@ -8,7 +8,11 @@
  *    entry, an entry for another name, and a link at an entry's name are
  *    ignored (the kernel is compiled) and no link target is written;
  *  - kernels of more than one chunk's bytes are compiled as several
- *    objects (on a machine of more than one core) and all load. */
+ *    objects (on a machine of more than one core) and all load;
+ *  - the prelude is precompiled once (KEY.pch.h.gch beside KEY.pch.h);
+ *    a precompiled header planted at its name (another prelude's, which
+ *    GCC would take) is not used but made again, a link there is not
+ *    written through, and KILN_CC_PCH=0 makes none. */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <dlfcn.h>
@@ -22,6 +26,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "runtime/cpu/cc.h"
+#include "runtime/cpu/spawn.h"
 #include "runtime/exec/backend.h"
 #include "cache_fixture.h"
 
@@ -249,12 +255,104 @@ static void chunks(void **state)
     cache_dir_remove(dir);
 }
 
+/* The path of the one file in dir whose name ends in suffix. */
+static char *only(const char *dir, const char *suffix)
+{
+    assert_int_equal(count(dir, suffix), 1);
+    DIR *d = opendir(dir);
+    char *path = NULL;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name), sl = strlen(suffix);
+        if (l > sl && e->d_name[0] != '.' && !strcmp(e->d_name + l - sl, suffix))
+            path = kl_xasprintf("%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    return path;
+}
+
+/* A kernel of prelude pre (KL_SEVEN defined there) compiled in dir: 7. */
+static void expect_seven(const char *dir, const char *pre)
+{
+    kl_jit_kernel k[] = {{kl_xstrdup("t_seven"), kl_xstrdup("int t_seven(void) { return KL_SEVEN; }\n"), NULL}};
+    kl_jit_handles h = {0};
+    assert_int_equal(kl_cpu_jit_kernels(k, 1, pre, dir, true, NULL, &h), 0);
+    expect_values(k, 1, (int[]){7});
+    handles_close(&h);
+    kernels_free(k, 1);
+}
+
+static void empty_objects(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if ((l > 3 && !strcmp(e->d_name + l - 3, ".so")) || (l > 2 && !strcmp(e->d_name + l - 2, ".k"))) {
+            char *p = kl_xasprintf("%s/%s", dir, e->d_name);
+            remove(p);
+            free(p);
+        }
+    }
+    closedir(d);
+}
+
+static void prelude_precompiled(void **state)
+{
+    (void)state;
+    static const char pre[] = "#include <stdint.h>\n#define KL_SEVEN 7\n";
+    char *dir = cache_dir_new("pch");
+    expect_seven(dir, pre);
+    char *gch = only(dir, ".pch.h.gch"), *hdr = only(dir, ".pch.h");
+    free(only(dir, ".pch.sum"));
+    /* Another prelude's precompiled header, made with the chunks' flags
+     * (so GCC would read it in place of the header: KL_SEVEN 8). */
+    char *other = kl_xasprintf("%s/other.h", dir), *planted = kl_xasprintf("%s/other.h.gch", dir);
+    write_text(other, "#include <stdint.h>\n#define KL_SEVEN 8\n");
+    kl_argv cmd = {0};
+    kl_argv_add_cc(&cmd);
+    kl_argv_add_words(&cmd, "-fPIC -w -x c-header -o");
+    kl_argv_add(&cmd, planted);
+    kl_argv_add(&cmd, other);
+    char why[256];
+    char *log = kl_xasprintf("%s/other.log", dir);
+    assert_int_equal(kl_spawn(kl_argv_end(&cmd), log, why, sizeof why), 0);
+    kl_argv_free(&cmd);
+    assert_int_equal(rename(planted, gch), 0);
+    empty_objects(dir);
+    expect_seven(dir, pre);
+    /* A link at the precompiled header's name: removed, its target kept. */
+    char *target = kl_xasprintf("%s/target.txt", dir);
+    write_text(target, "keep\n");
+    remove(gch);
+    assert_int_equal(symlink(target, gch), 0);
+    empty_objects(dir);
+    expect_seven(dir, pre);
+    kl_source s;
+    assert_int_equal(kl_source_read(&s, target), 0);
+    assert_string_equal(s.text, "keep\n");
+    kl_source_free(&s);
+    /* Turned off: no precompiled header made. */
+    char *dir2 = cache_dir_new("nopch");
+    setenv("KILN_CC_PCH", "0", 1);
+    expect_seven(dir2, pre);
+    unsetenv("KILN_CC_PCH");
+    assert_int_equal(count(dir2, ".gch"), 0);
+    cache_dir_remove(dir2);
+    free(target);
+    free(log);
+    free(other);
+    free(planted);
+    free(gch);
+    free(hdr);
+    cache_dir_remove(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(shared_between_plans),
         cmocka_unit_test(bad_entries_ignored),
         cmocka_unit_test(chunks),
+        cmocka_unit_test(prelude_precompiled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
