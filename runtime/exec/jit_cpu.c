@@ -138,17 +138,18 @@ static bool verified(const char *path, const char *sum, const char *mark)
     return ok;
 }
 
-/* Writes the sidecar of the object now at so (0644 less the umask, never
- * through a link). The cache is an optimisation: a failure only costs a
- * compile next time. */
-static void write_sum(const char *sum, const char *line)
+/* Writes text to the cache file at path whole (a temporary renamed over
+ * it, 0644 less the umask; a link at path is removed, never written
+ * through): a sidecar, an index entry, the prelude's header. The cache
+ * is an optimisation: a failure (0 or -1) only costs a compile next time. */
+static int write_cache_text(const char *path, const char *text)
 {
     kl_outfile o;
-    kl_cache_clear_odd(sum);
-    if (kl_outfile_begin(&o, sum) == 0) {
-        kl_outfile_write(&o, line, strlen(line));
-        kl_outfile_commit(&o, 0644);
-    }
+    kl_cache_clear_odd(path);
+    if (kl_outfile_begin(&o, path))
+        return -1;
+    kl_outfile_write(&o, text, strlen(text));
+    return kl_outfile_commit(&o, 0644) ? -1 : 0;
 }
 
 /* Reads the object just compiled at tmp (this process's own temporary,
@@ -223,7 +224,7 @@ static int compile_object(const char *source, const char *mark, const char *dir,
     }
     if (rc == 0) {
         if (line)
-            write_sum(sum, line);
+            write_cache_text(sum, line);
         remove(c);
         remove(log);
     } else {
@@ -393,12 +394,7 @@ static void index_write(const char *dir, uint64_t kk, const char *name, uint64_t
 {
     char *p = index_path(dir, kk);
     char *line = kl_xasprintf("kiln-jit-kernel %s %016llx\n", name, (unsigned long long)obj);
-    kl_outfile o;
-    kl_cache_clear_odd(p);
-    if (kl_outfile_begin(&o, p) == 0) {
-        kl_outfile_write(&o, line, strlen(line));
-        kl_outfile_commit(&o, 0644);
-    }
+    write_cache_text(p, line);
     free(line);
     free(p);
 }
@@ -546,19 +542,8 @@ static bool pch_ok(const char *hdr, const char *gch, const char *sum, const char
     return same && verified(gch, sum, mark);
 }
 
-/* Writes text to path whole (a temporary renamed over it; a link at path
- * is removed, never followed). 0 or -1. */
-static int write_whole(const char *path, const char *text)
-{
-    kl_outfile o;
-    kl_cache_clear_odd(path);
-    if (kl_outfile_begin(&o, path))
-        return -1;
-    kl_outfile_write(&o, text, strlen(text));
-    return kl_outfile_commit(&o, 0644) ? -1 : 0;
-}
-
-/* Compiles the header at hdr into gch (a temporary renamed into place)
+/* Compiles the header at hdr into gch (a temporary renamed into place,
+ * checked for its mark and hashed while it is still this process's own)
  * and writes its sidecar. 0 or -1 (nothing said: the chunks then compile
  * the prelude themselves). */
 static int pch_compile(const char *dir, uint64_t h, const char *hdr, const char *gch, const char *sum,
@@ -580,8 +565,8 @@ static int pch_compile(const char *dir, uint64_t h, const char *hdr, const char 
         char *line = NULL;
         if (rc == 0 && !read_own(o.tmp, mark, false, &line))
             rc = -1;
-        if (rc == 0 && kl_outfile_commit(&o, 0644) == 0)
-            write_sum(sum, line);
+        if (rc == 0)
+            rc = kl_outfile_commit(&o, 0644) == 0 && write_cache_text(sum, line) == 0 ? 0 : -1;
         else
             kl_outfile_abort(&o);
         free(line);
@@ -612,8 +597,7 @@ static char *prelude_pch(const char *dir, const char *prelude)
     if (!ok) {
         int lk = kl_cache_lock(lock);
         ok = pch_ok(hdr, gch, sum, mark, text) ||
-             (write_whole(hdr, text) == 0 && pch_compile(dir, h, hdr, gch, sum, mark) == 0 &&
-              pch_ok(hdr, gch, sum, mark, text));
+             (write_cache_text(hdr, text) == 0 && pch_compile(dir, h, hdr, gch, sum, mark) == 0);
         kl_cache_unlock(lk);
     }
     free(text);

@@ -122,6 +122,21 @@ static void shared_between_plans(void **state)
     cache_dir_remove(dir);
 }
 
+/* The path of the one file in dir whose name ends in suffix. */
+static char *only(const char *dir, const char *suffix)
+{
+    assert_int_equal(count(dir, suffix), 1);
+    DIR *d = opendir(dir);
+    char *path = NULL;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name), sl = strlen(suffix);
+        if (l > sl && e->d_name[0] != '.' && !strcmp(e->d_name + l - sl, suffix))
+            path = kl_xasprintf("%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    return path;
+}
+
 /* The index file of the kernel t_NAME in dir (compiled once to learn it). */
 static char *index_of(const char *dir, kl_jit_kernel *k)
 {
@@ -129,16 +144,7 @@ static char *index_of(const char *dir, kl_jit_kernel *k)
     assert_int_equal(count(dir, ".k"), 0);
     assert_int_equal(kl_cpu_jit_kernels(k, 1, prelude, dir, true, NULL, &h), 0);
     handles_close(&h);
-    DIR *d = opendir(dir);
-    char *path = NULL;
-    for (struct dirent *e; (e = readdir(d));) {
-        size_t l = strlen(e->d_name);
-        if (l > 2 && e->d_name[0] != '.' && !strcmp(e->d_name + l - 2, ".k"))
-            path = kl_xasprintf("%s/%s", dir, e->d_name);
-    }
-    closedir(d);
-    assert_non_null(path);
-    return path;
+    return only(dir, ".k");
 }
 
 static void write_text(const char *path, const char *text)
@@ -164,17 +170,7 @@ static void bad_entries_ignored(void **state)
     char *entry = index_of(dir2, d);
     cache_dir_remove(dir2);
     kl_source s;
-    char *oentry = NULL;
-    {
-        DIR *dd = opendir(dir);
-        for (struct dirent *e; (e = readdir(dd));) {
-            size_t l = strlen(e->d_name);
-            if (l > 2 && e->d_name[0] != '.' && !strcmp(e->d_name + l - 2, ".k"))
-                oentry = kl_xasprintf("%s/%s", dir, e->d_name);
-        }
-        closedir(dd);
-    }
-    assert_non_null(oentry);
+    char *oentry = only(dir, ".k");
     assert_int_equal(kl_source_read(&s, oentry), 0);
     unsigned long long okey;
     assert_int_equal(sscanf(s.text, "kiln-jit-kernel t_other %llx", &okey), 1);
@@ -253,21 +249,6 @@ static void chunks(void **state)
     handles_close(&again);
     kernels_free(ks, N);
     cache_dir_remove(dir);
-}
-
-/* The path of the one file in dir whose name ends in suffix. */
-static char *only(const char *dir, const char *suffix)
-{
-    assert_int_equal(count(dir, suffix), 1);
-    DIR *d = opendir(dir);
-    char *path = NULL;
-    for (struct dirent *e; (e = readdir(d));) {
-        size_t l = strlen(e->d_name), sl = strlen(suffix);
-        if (l > sl && e->d_name[0] != '.' && !strcmp(e->d_name + l - sl, suffix))
-            path = kl_xasprintf("%s/%s", dir, e->d_name);
-    }
-    closedir(d);
-    return path;
 }
 
 /* A kernel of prelude pre (KL_SEVEN defined there) compiled in dir: 7. */
