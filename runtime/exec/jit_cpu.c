@@ -526,7 +526,7 @@ static void chunks_free(jit_chunk *chunks, int nchunks)
  * as an object is (the user's own, not writable by others, no link,
  * carrying its key's mark, hashing to its sidecar) and the header must be
  * the prelude's text; anything else is made again. KILN_CC_PCH=0 turns
- * it off. */
+ * it off (1, the default, on; another value is refused). */
 
 /* The header's text: the prelude and its mark (kept in the compiled form). */
 static char *pch_text(const char *prelude, const char *mark)
@@ -583,8 +583,12 @@ static int pch_compile(const char *dir, uint64_t h, const char *hdr, const char 
  * NULL (turned off, or it could not be made). The caller frees. */
 static char *prelude_pch(const char *dir, const char *prelude)
 {
-    const char *off = getenv("KILN_CC_PCH");
-    if (off && !strcmp(off, "0"))
+    const char *set = getenv("KILN_CC_PCH");
+    if (set && *set && strcmp(set, "0") && strcmp(set, "1")) {
+        kl_error("KILN_CC_PCH='%s' is not 0 (no precompiled prelude) or 1 (the default)", set);
+        exit(1);
+    }
+    if (set && !strcmp(set, "0"))
         return NULL;
     uint64_t h = kl_hash_bytes(object_key(prelude, true), "pch", 3);
     char *name = kl_xasprintf("%016llx.pch.h", (unsigned long long)h);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -317,6 +318,20 @@ static void prelude_precompiled(void **state)
     expect_seven(dir2, pre);
     unsetenv("KILN_CC_PCH");
     assert_int_equal(count(dir2, ".gch"), 0);
+    /* Another value is refused (exit 1), not taken for on or off. */
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        setenv("KILN_CC_PCH", "off", 1);
+        kl_jit_kernel k[] = {{"t_eight", "int t_eight(void) { return 8; }\n", NULL}};
+        kl_jit_handles h = {0};
+        kl_cpu_jit_kernels(k, 1, pre, dir2, true, NULL, &h);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
     cache_dir_remove(dir2);
     free(target);
     free(log);
