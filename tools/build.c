@@ -4,6 +4,7 @@
  * flags such as --batch can change shapes) and the kernels of the plans
  * the train block implies, compiled here by the host compiler. A plan that
  * flags change is compiled at run time and cached. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -174,6 +175,32 @@ static int embed_cuda(const char *archs, const name_list *names, const name_list
 #endif
 }
 
+char *kl_build_temp_dir(const char *what)
+{
+    const char *t = getenv("TMPDIR");
+    bool ok = t && t[0] == '/' && strlen(t) < PATH_MAX - 32;
+    for (const char *c = t; ok && *c; c++)
+        ok = *c != '"' && *c != '\\' && (unsigned char)*c >= 0x20;
+    char *tmpl = kl_xasprintf("%s/kiln-%s-XXXXXX", ok ? t : "/tmp", what);
+    if (mkdtemp(tmpl))
+        return tmpl;
+    kl_error("cannot make a temporary folder in %s: %s", ok ? t : "/tmp", strerror(errno));
+    free(tmpl);
+    return NULL;
+}
+
+void kl_build_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
 int kl_build_executable(const char *model_path, const char *out, const char *const *kv, bool verbose)
 {
     return kl_build_executable_cuda(model_path, out, kv, verbose, NULL);
@@ -189,6 +216,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     char *asm_path = NULL;
     int rc = -1;
     char *lib = NULL, *dir = NULL;
+    bool keep_dir = false;
     name_list names = {0}, srcs = {0}; /* each kernel's name and C source */
     char **kobj = NULL;
     kl_buf kernels = {0}, main_c = {0};
@@ -251,12 +279,8 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     for (int i = 0; i < names.n; i++)
         kl_buf_printf(&main_c, "    {\"%s\", %s},\n", names.v[i], names.v[i]);
     kl_buf_puts(&main_c, "    {NULL, NULL},\n};\n");
-    char tmpl[] = "/tmp/kiln-build-XXXXXX";
-    if (!mkdtemp(tmpl)) {
-        kl_error("cannot make a temporary folder: %s", strerror(errno));
+    if (!(dir = kl_build_temp_dir("build")))
         goto done;
-    }
-    dir = kl_xstrdup(tmpl);
     if (cuda_archs && embed_cuda(cuda_archs, &names, &cuda, dir, &main_c, &asm_path))
         goto done;
     kl_buf_puts(&main_c, "static const char model_name[] = ");
@@ -323,6 +347,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
         } else {
             kl_source lg;
             kl_error("compiling %s failed: %s; the generated sources are in %s", out, why, dir);
+            keep_dir = true;
             if (kl_source_read_quiet(&lg, log) == 0) {
                 fputs(lg.text, stderr);
                 kl_source_free(&lg);
@@ -330,23 +355,13 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
             kl_outfile_abort(&o);
         }
     }
-    if (rc == 0) {
-        remove(kpath);
-        remove(mpath);
-        remove(log);
-        for (int i = 0; asm_path && i < names.n * 16; i++) {
-            char *cubin = kl_xasprintf("%s/k%d.cubin", dir, i);
-            remove(cubin);
-            free(cubin);
-        }
-        if (asm_path)
-            remove(asm_path);
-        rmdir(dir);
-    }
     free(kpath);
     free(mpath);
     free(log);
 done:
+    /* Kept only when the compiler failed: the error points at it. */
+    if (dir && !keep_dir)
+        kl_build_remove_dir(dir);
     for (int i = 0; kobj && kobj[i]; i++)
         free(kobj[i]);
     free(kobj);

@@ -12,5 +12,11 @@ int kl_build_executable(const char *model_path, const char *out, const char *con
  * cuda_archs ("sm_80,sm_90"; NULL: none) into the executable. */
 int kl_build_executable_cuda(const char *model_path, const char *out, const char *const *kv, bool verbose,
                              const char *cuda_archs);
+/* A new folder (0700) for a build's temporaries: $TMPDIR/kiln-WHAT-XXXXXX
+ * when TMPDIR is an absolute path an assembler can quote, else in /tmp.
+ * Caller frees; NULL after an error (reported). */
+char *kl_build_temp_dir(const char *what);
+/* Removes such a folder and the files in it (it holds only files). */
+void kl_build_remove_dir(const char *dir);
 
 #endif

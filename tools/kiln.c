@@ -1,4 +1,6 @@
 /* The kiln command: one subcommand per job. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,34 +359,58 @@ static int cmd_build(int argc, char **argv)
     return kl_build_executable_cuda(file, out, NULL, verbose, archs) ? 1 : 0;
 }
 
+static volatile pid_t run_child;
+
+static void forward_term(int sig)
+{
+    if (run_child > 0)
+        kill(run_child, sig);
+}
+
 static int cmd_run(int argc, char **argv)
 {
     if (argc < 1 || !strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
         fputs(run_usage, argc < 1 ? stderr : stdout);
         return argc < 1 ? 1 : 0;
     }
-    char tmpl[] = "/tmp/kiln-run-XXXXXX";
-    if (!mkdtemp(tmpl)) {
-        kl_error("cannot make a temporary folder");
+    char *dir = kl_build_temp_dir("run");
+    if (!dir)
         return 1;
-    }
-    char *exe = kl_xasprintf("%s/model", tmpl);
+    char *exe = kl_xasprintf("%s/model", dir);
     int rc = 1;
     if (kl_build_executable(argv[0], exe, NULL, false) == 0) {
         fflush(stdout);
+        /* As system() does: the terminal's SIGINT and SIGQUIT reach the
+         * child (same process group) while this process waits for it and
+         * then removes the temporary executable; SIGTERM is passed on. */
+        struct sigaction ign = {.sa_handler = SIG_IGN}, term = {.sa_handler = forward_term}, oint, oquit, oterm;
+        sigaction(SIGINT, &ign, &oint);
+        sigaction(SIGQUIT, &ign, &oquit);
         pid_t pid = fork();
         if (pid == 0) {
+            sigaction(SIGINT, &oint, NULL);
+            sigaction(SIGQUIT, &oquit, NULL);
             argv[0] = exe;
             execv(exe, argv);
             _exit(127);
         }
+        run_child = pid;
+        sigaction(SIGTERM, &term, &oterm);
         int st = 0;
-        if (pid > 0 && waitpid(pid, &st, 0) == pid)
+        pid_t w = -1;
+        while (pid > 0 && (w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
+            ;
+        if (pid < 0)
+            kl_error("kiln run: cannot start %s: %s", exe, strerror(errno));
+        else if (w == pid)
             rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        sigaction(SIGTERM, &oterm, NULL);
+        sigaction(SIGINT, &oint, NULL);
+        sigaction(SIGQUIT, &oquit, NULL);
     }
-    remove(exe);
-    rmdir(tmpl);
+    kl_build_remove_dir(dir);
     free(exe);
+    free(dir);
     return rc;
 }
 
