@@ -83,7 +83,17 @@
  * to the schedule's theoretical one; --trace gets one track per stage
  * with its forward, input-gradient, weight-gradient and transfer spans.
  *
- * Refused with the reason (not built): ZeRO and sync_batchnorm with
+ * ZeRO 1 and 2 inside the data-parallel group (passes/shard_zero.c): a
+ * bucket holds one stage's updates, so each stage's D ranks partition
+ * its optimizer state (and zero2 its gradients) among themselves; the
+ * clipping norm's and the fp16 check's squared norm is each stage's
+ * slices' sum, added across the stages (update-phase transfers) and
+ * all-reduced over the data-parallel group. A checkpoint settles the
+ * stages first (each rank gets a stage's slices from the rank of that
+ * stage in its own replica), then gathers the slices over the
+ * data-parallel group (driver/train_ranks.c).
+ *
+ * Refused with the reason (not built): zero3 and sync_batchnorm with
  * data-parallel stages, a GPU, the executable's uses other than
  * training, and interleaved with micro-batches that P does not divide. */
 #include <stdlib.h>
@@ -144,10 +154,9 @@ int train_pipeline_check(trainer *t)
                  t->model, P, tp, N, N == 1 ? "" : "s", T > 1 ? "tensor-parallel x " : "", P * T, P * T);
         return -1;
     }
-    if (t->world > P && t->cfg.shard != KL_SHARD_NONE && t->cfg.shard != KL_SHARD_DP) {
-        kl_error("%s: pipeline_parallel = %d with shard = %s on %d data-parallel ranks is not built\n"
-                 "---> use shard = dp with stages", t->model, P,
-                 t->cfg.shard == KL_SHARD_ZERO1 ? "zero1" : t->cfg.shard == KL_SHARD_ZERO2 ? "zero2" : "zero3", t->world / P);
+    if (t->world > P && t->cfg.shard == KL_SHARD_ZERO3) {
+        kl_error("%s: pipeline_parallel = %d with shard = zero3 on %d data-parallel ranks is not built\n"
+                 "---> use shard = dp, zero1 or zero2 with stages", t->model, P, t->world / P);
         return -1;
     }
     if (t->world > P && t->cfg.sync_batchnorm) {
@@ -176,10 +185,11 @@ static int step_access(const kl_plan *p, const kl_step *st, int *bufs, bool *rea
         bufs[n] = g->a, reads[n] = true, writes[n++] = false;
         bufs[n] = g->b, reads[n] = true, writes[n++] = false;
         bufs[n] = g->c, reads[n] = g->beta != 0 || g->accumulate, writes[n++] = true;
-    } else if (st->kind == KL_STEP_COLLECTIVE) {
-        bufs[n] = st->args[0], reads[n] = true, writes[n++] = false;
-        bufs[n] = st->args[1], reads[n] = false, writes[n++] = true;
     } else {
+        /* Kernels and collectives alike: a collective's operand and
+         * result, or ZeRO's shard_copy and shard_gather (the slice, then
+         * the values it is a slice of; each operand read or written as
+         * its flags say). */
         for (int k = 0; k < st->nargs; k++, n++) {
             bufs[n] = st->args[k];
             reads[n] = (st->rw[k] & KL_ARG_READ) && !(st->rw[k] & KL_ARG_WRITE_FIRST);

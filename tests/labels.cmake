@@ -95,6 +95,7 @@ set(KILN_SLOW_TESTS
   pack\\.roundtrip_and_errors
   perf\\.batch_auto
   perf\\.guard\\.catches
+  pipeline\\.zero
   precision\\.e2e
   ranks\\.cnn
   ranks\\.mlp
