@@ -83,9 +83,11 @@
  * to the schedule's theoretical one; --trace gets one track per stage
  * with its forward, input-gradient, weight-gradient and transfer spans.
  *
- * ZeRO 1 and 2 inside the data-parallel group (passes/shard_zero.c): a
- * bucket holds one stage's updates, so each stage's D ranks partition
- * its optimizer state (and zero2 its gradients) among themselves; the
+ * ZeRO inside the data-parallel group (passes/shard_zero.c): a bucket
+ * holds one stage's updates, so each stage's D ranks partition its
+ * optimizer state and master slices (zero2: its gradients; zero3: its
+ * params, all-gathered on the stage that reads them, from its copy of
+ * the slices when that is another stage: a tied embedding); the
  * clipping norm's and the fp16 check's squared norm is each stage's
  * slices' sum, added across the stages (update-phase transfers) and
  * all-reduced over the data-parallel group. A checkpoint settles the
@@ -93,7 +95,7 @@
  * stage in its own replica), then gathers the slices over the
  * data-parallel group (driver/train_ranks.c).
  *
- * Refused with the reason (not built): zero3 and sync_batchnorm with
+ * Refused with the reason (not built): sync_batchnorm with
  * data-parallel stages, a GPU, the executable's uses other than
  * training, and interleaved with micro-batches that P does not divide. */
 #include <stdlib.h>
@@ -152,11 +154,6 @@ int train_pipeline_check(trainer *t)
         kl_error("%s: pipeline_parallel = %d%s does not divide the world of %d rank%s (the world is stages x "
                  "%sdata-parallel ranks)\n---> launch a multiple of %d ranks (mpirun -np %d ...)",
                  t->model, P, tp, N, N == 1 ? "" : "s", T > 1 ? "tensor-parallel x " : "", P * T, P * T);
-        return -1;
-    }
-    if (t->world > P && t->cfg.shard == KL_SHARD_ZERO3) {
-        kl_error("%s: pipeline_parallel = %d with shard = zero3 on %d data-parallel ranks is not built\n"
-                 "---> use shard = dp, zero1 or zero2 with stages", t->model, P, t->world / P);
         return -1;
     }
     if (t->world > P && t->cfg.sync_batchnorm) {

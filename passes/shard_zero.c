@@ -26,7 +26,8 @@
  *           on over the group (pass_tp_norm_share, pass_tp_norm_sum).
  *           With pipeline stages a bucket holds one stage's updates and
  *           its nodes carry that _stage (the squared norm's partial sums
- *           cross the stages as update-phase transfers).
+ *           cross the stages as update-phase transfers; zero3's gathers
+ *           carry their reader's stage: shard_zero3.c).
  *
  * bf16/fp16: the update phase reads fp32 gradients (the precision pass
  * casts them) and fp32 params (the master weights); the params'

@@ -181,11 +181,27 @@ static void place_runs(ir_graph *g, const run *runs, int nruns, int first)
     free(order);
 }
 
+/* Pipeline stages: the nodes from lo on run on the bucket's stage. */
+static void set_stage(ir_graph *g, int lo, int stage)
+{
+    for (int k = lo; stage >= 0 && k < g->nodes.n; k++)
+        ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", stage);
+}
+
 int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
 {
     int first = g->nodes.n;
     run *runs = kl_xcalloc((size_t)(2 * nb) + 1, sizeof *runs);
     int nruns = 0;
+    /* Pipeline stages: a gather runs on the stage of the reader it is
+     * placed for, from that stage's copy of the master slices (a stage
+     * that reads another's param, a tied embedding, gets its slices
+     * after each update), so a gathered param never waits for a stage
+     * that runs later in the schedule. */
+    int *ns = kl_xmalloc(sizeof(int) * (size_t)(first + 1));
+    if (pass_pipeline_assign(g, ns) <= 0)
+        for (int i = 0; i < first; i++)
+            ns[i] = -1;
     /* Forward: before the bucket's first reader. */
     for (int i = 0; i < nb; i++) {
         int at = first_reader(g, &b[i], IR_PHASE_FORWARD);
@@ -193,6 +209,7 @@ int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
             continue;
         int lo = g->nodes.n;
         gather(g, &b[i], ranks, IR_PHASE_FORWARD, first);
+        set_stage(g, lo, ns[at]);
         runs[nruns++] = (run){unit_start(g, at), lo, g->nodes.n};
     }
     /* Backward: buckets in the order backward first reads them, each
@@ -210,10 +227,12 @@ int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
     for (int j = 0; j < nby; j++) {
         int lo = g->nodes.n;
         gather(g, &b[by[j]], ranks, IR_PHASE_BACKWARD, first);
+        set_stage(g, lo, ns[fb[by[j]]]);
         runs[nruns++] = (run){unit_start(g, fb[by[j > 0 ? j - 1 : 0]]), lo, g->nodes.n};
     }
     free(fb);
     free(by);
+    free(ns);
     /* Nothing else reads the params: they, their copies and their
      * gradient pairs go. */
     int rc = 0;

@@ -184,8 +184,6 @@ static kl_compiled *compile_layout(const opts *o, const kl_layout *L, char **why
  * NULL (driver/train_pipeline.c, not_built and train_pipeline_check). */
 static const char *not_built(const kl_layout *L, const kl_cluster *c, bool sync_bn)
 {
-    if (L->P > 1 && L->D > 1 && !strcmp(L->shard, "zero3"))
-        return "pipeline_parallel with shard = zero3 on data-parallel stages is not built";
     if (L->P > 1 && L->D > 1 && sync_bn)
         return "pipeline_parallel with sync_batchnorm on data-parallel stages is not built";
     if (L->P > 1 && c->dev.gpu)

@@ -164,19 +164,23 @@ dp)
   echo "ok: gpt, 2 stages x 2 data-parallel: data parallel's values, one rank's losses"
   ;;
 zero)
-  # ZeRO 1 and 2 inside each stage's data-parallel group (P x D = 2 x 2,
-  # rank r is stage r mod 2 of replica r / 2): a bucket holds one stage's
+  # ZeRO inside each stage's data-parallel group (P x D = 2 x 2, rank r
+  # is stage r mod 2 of replica r / 2): a bucket holds one stage's
   # updates, the stage's 2 ranks partition its optimizer state (zero2:
-  # and gradients); the checkpoint settles the stages, then gathers the
-  # slices. Against one rank with the same global batch (fp32: the sums
-  # of 2 ranks in another order, within 1e-5).
+  # and gradients; zero3: and params, gathered on the stage that reads
+  # them); the checkpoint settles the stages, then gathers the slices.
+  # Against one rank with the same global batch (fp32: the sums of 2
+  # ranks in another order, within 1e-5).
   build mlp
   one ref "$tmp/mlp" --batch 16 --accumulate 4
-  for sh in zero1 zero2; do
+  for sh in zero1 zero2 zero3; do
     ranks 4 "p$sh" "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2 --shard "$sh"
     same ref "p$sh"
     echo "ok: mlp, 2 stages x 2 data-parallel, $sh: the losses, params and optimizer state of one rank"
   done
+  ranks 6 p3z3 "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=3 --shard zero3
+  same ref p3z3
+  echo "ok: mlp, 3 stages x 2 data-parallel, zero3: one rank's values"
   ranks 4 pzb "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2 --shard zero2 --set pipeline_schedule=zero_bubble
   same ref pzb
   echo "ok: zero2 with the zero_bubble schedule (the reduce-scatters in the weight-gradient passes): one rank's values"
@@ -184,9 +188,9 @@ zero)
     --shard zero2 > "$tmp/start.txt"
   grep -q "^ranks: world 4 (mpirun (Open MPI)), 2 stages, data-parallel groups of 2, shard zero2" "$tmp/start.txt" ||
     { echo "FAIL: the start-up line does not name 2 stages x 2 data-parallel, zero2"; grep "^ranks" "$tmp/start.txt"; exit 1; }
-  # A checkpoint saved at P x D = 2 x 2 with zero2 is a whole one: resumed
-  # on one rank, and at 2 x 2 with zero1, the steps 11-20 of an
-  # uninterrupted run.
+  # A checkpoint saved at P x D = 2 x 2 with zero2 (and zero3) is a whole
+  # one: resumed on one rank, and at 2 x 2 with zero1, the steps 11-20 of
+  # an uninterrupted run.
   "$tmp/mlp" "${common[@]}" --batch 16 --accumulate 4 --metrics "$tmp/full.json" > /dev/null
   "${mpi[@]}" -np 4 "$tmp/mlp" "${common[@]}" --steps 10 --batch 8 --accumulate 4 --set pipeline_parallel=2 \
     --shard zero2 --save "$tmp/half.ckpt" > /dev/null
@@ -195,27 +199,35 @@ zero)
   "${mpi[@]}" -np 4 "$tmp/mlp" "${common[@]}" --batch 8 --accumulate 4 --set pipeline_parallel=2 --shard zero1 \
     --resume "$tmp/half.ckpt" --metrics "$tmp/r2.json" > /dev/null
   compare losses "$tmp/full.json" "$tmp/r2.json" 1e-5 || { echo "FAIL: resumed at 2 x 2 zero1: not the uninterrupted losses"; exit 1; }
-  echo "ok: saved at 2 stages x 2 data-parallel zero2, resumed on one rank and at 2 x 2 zero1: the uninterrupted losses"
+  "${mpi[@]}" -np 4 "$tmp/mlp" "${common[@]}" --steps 10 --batch 8 --accumulate 4 --set pipeline_parallel=2 \
+    --shard zero3 --save "$tmp/half3.ckpt" > /dev/null
+  "$tmp/mlp" "${common[@]}" --batch 16 --accumulate 4 --resume "$tmp/half3.ckpt" --metrics "$tmp/r3.json" > /dev/null
+  compare losses "$tmp/full.json" "$tmp/r3.json" 1e-5 || { echo "FAIL: saved at 2 x 2 zero3: not the uninterrupted losses"; exit 1; }
+  echo "ok: saved at 2 stages x 2 data-parallel zero2 and zero3, resumed on one rank and at 2 x 2 zero1: the uninterrupted losses"
   # fp16 from a scale that overflows (skipped steps): zero2 against data
   # parallel on the same layout (whether a step overflows depends on each
   # rank's micro-batch, so not against one rank).
   ls="loss_scale=dynamic(scale=1e6, interval=4)"
   ranks 4 f16dp "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2 --precision fp16 --set "$ls"
-  ranks 4 f16z2 "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2 --precision fp16 --set "$ls" --shard zero2
-  near fp16 f16dp f16z2
-  grep '"type": "train"' "$tmp/f16z2.json" | tail -1 | grep -q '"skipped": [1-9]' ||
-    { echo "FAIL: the fp16 run skipped no step, so it tests nothing"; exit 1; }
-  compare losses "$tmp/f16dp.json" "$tmp/f16z2.json" 1e-5 > /dev/null ||
-    { echo "FAIL: fp16 zero2 on stages: the skipped steps or losses are not data parallel's"; exit 1; }
-  echo "ok: fp16, 2 stages x 2 data-parallel, zero2: data parallel's losses and skipped steps"
+  for sh in zero2 zero3; do
+    ranks 4 "f16$sh" "$tmp/mlp" --batch 8 --accumulate 4 --set pipeline_parallel=2 --precision fp16 --set "$ls" --shard "$sh"
+    near fp16 f16dp "f16$sh"
+    grep '"type": "train"' "$tmp/f16$sh.json" | tail -1 | grep -q '"skipped": [1-9]' ||
+      { echo "FAIL: the fp16 run skipped no step, so it tests nothing"; exit 1; }
+    compare losses "$tmp/f16dp.json" "$tmp/f16$sh.json" 1e-5 > /dev/null ||
+      { echo "FAIL: fp16 $sh on stages: the skipped steps or losses are not data parallel's"; exit 1; }
+    echo "ok: fp16, 2 stages x 2 data-parallel, $sh: data parallel's losses and skipped steps"
+  done
   # The CNN, interleaved (4 stages on 2 ranks a replica; batch norm's
   # statistics are each replica's own): zero1 against dp on the layout.
   build fashion_cnn
   mb=(--batch 4 --accumulate 4 --set pipeline_parallel=2 --set pipeline_schedule=interleaved)
   ranks 4 cdp "$tmp/fashion_cnn" "${mb[@]}"
-  ranks 4 cz1 "$tmp/fashion_cnn" "${mb[@]}" --shard zero1
-  same cdp cz1
-  echo "ok: the CNN, interleaved, 2 stages x 2 data-parallel, zero1: data parallel's values"
+  for sh in zero1 zero3; do
+    ranks 4 "c$sh" "$tmp/fashion_cnn" "${mb[@]}" --shard "$sh"
+    same cdp "c$sh"
+    echo "ok: the CNN, interleaved, 2 stages x 2 data-parallel, $sh: data parallel's values"
+  done
   # 3D: 2 stages x 2 tensor-parallel x 2 data-parallel, zero1 (8 ranks on
   # 2 cores: 6 steps), against one rank's first 6 steps.
   "$kiln" build tests/ranks/tp_mlp.kl -o "$tmp/tp"
@@ -235,12 +247,12 @@ zero)
   cd "$tmp/m"
   common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
   ranks 2 gz "$tmp/gpt" --batch 2 --accumulate 4 --shard zero1
-  for sh in zero1 zero2; do
+  for sh in zero1 zero2 zero3; do
     ranks 4 "gp$sh" "$tmp/gpt" --batch 2 --accumulate 4 --set pipeline_parallel=2 --shard "$sh"
     compare losses "$tmp/gz.json" "$tmp/gp$sh.json" 1e-5 || { echo "FAIL: gpt $sh on stages: the losses differ"; exit 1; }
     compare model "$tmp/gz.ckpt" "$tmp/gp$sh.ckpt" 1e-5 || { echo "FAIL: gpt $sh on stages: the params differ"; exit 1; }
   done
-  echo "ok: gpt, 2 stages x 2 data-parallel, zero1 and zero2: zero1's values on 2 ranks"
+  echo "ok: gpt, 2 stages x 2 data-parallel, zero1, zero2 and zero3: zero1's values on 2 ranks"
   ;;
 resume)
   # One checkpoint, gathered from the stages: saved at P = 4 at step 10
@@ -588,7 +600,7 @@ train_refused)
   refuse "pipeline_schedule = interleaved needs the micro-batches (accumulate = 1) to be a multiple of pipeline_parallel = 2" 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
   refuse "pipeline_parallel = 2 does not divide the world of 1 rank" 1 --set pipeline_parallel=2
   refuse "pipeline_parallel = 2 does not divide the world of 3 ranks" 3 --batch 8 --set pipeline_parallel=2
-  refuse "pipeline_parallel = 2 with shard = zero3 on 2 data-parallel ranks is not built" 4 --batch 8 --set pipeline_parallel=2 --shard zero3
+  refuse "pipeline_parallel = 2 with sync_batchnorm = true on 2 data-parallel ranks is not built" 4 --batch 8 --set pipeline_parallel=2 --set sync_batchnorm=true
   refuse "--force-overflow 3:2 poisons a stage's gradients: it needs precision = fp16 and a stage below pipeline_parallel = 2" 2 --set pipeline_parallel=2 --precision fp16 --force-overflow 3:2
   ;;
 *)
