@@ -87,6 +87,8 @@ layouts_for() { # GLOBAL
   echo "4 dp 1 - $((g / 4)) 1"
   echo "4 zero2 1 - $((g / 4)) 1"
   echo "4 dp 2 1f1b $((g / 8)) 4"
+  echo "4 zero1 2 1f1b $((g / 8)) 4"
+  echo "4 zero3 2 1f1b $((g / 8)) 4"
   echo "4 dp 4 gpipe $((g / 4)) 4"
 }
 

@@ -313,9 +313,12 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
         for (int i = 0; i < g->nodes.n; i++)
             ns[i] = 0;
         pass_pipeline_assign(g, ns);
+        /* The rank a step runs on: interleaved cuts P v stages, stage k
+         * on rank k mod P (its chunks are that rank's work, and what
+         * crosses between two of its stages' ranks crosses their link). */
         for (int i = 0; i < p->steps.n; i++) {
             int nd = p->steps.v[i].node;
-            m.stage[i] = nd >= 0 && nd < g->nodes.n && ns[nd] >= 0 ? ns[nd] : 0;
+            m.stage[i] = nd >= 0 && nd < g->nodes.n && ns[nd] >= 0 ? ns[nd] % P : 0;
         }
         free(ns);
     }
@@ -405,6 +408,9 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
         if (v[i] > v[best])
             best = i;
     out->bound = out->cores_s > out->critical_s ? "cores" : names[best];
+    /* Every time is a sum of finite, non-negative terms (a link read
+     * past the cut table once gave NaN). */
+    kl_check(isfinite(out->step_s) && out->step_s >= 0);
     free(busy);
     free(m.cut);
     free(m.writer_stage);

@@ -5,7 +5,7 @@
 # the paper's Psi = 7.5e9 on 64 ranks, and on 2 CPU ranks of the MLP
 # example every layout kept trains and every one dropped for memory is
 # refused by the executable for the same bytes.
-foreach(case arith memory errors zero trains)
+foreach(case arith stages memory errors zero trains)
   add_test(NAME plan.${case} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/plan/plan.sh ${KILN_EXE} ${case}
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(plan.${case} PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache")

@@ -9,6 +9,8 @@
 #            gradients' all-reduce (31,360 bytes, a ring of 2: 2 x 10 us
 #            + 31,360 / 1e9 s, exposed: the update waits for it), the
 #            step their sum, MFU, bytes per link; --json parses
+#   stages   the examples' CNN on 4 CPU ranks, P = 2 with every schedule
+#            and dp, zero1-3 inside the stages: a finite prediction each
 #   memory   on one rank with 120 kB a rank: the memory per rank the plan
 #            prints is the training executable's peak ("peak X MB with
 #            params and state"); the layout it drops for memory is refused
@@ -87,6 +89,30 @@ EOF
   grep -q "mpirun -np 2 ./tiny --batch 16 --accumulate 1 --precision fp32 --shard " "$tmp/p.txt" &&
     grep -q "memory-limit 1000000 --plan-predict 0.05[0-9]*$" "$tmp/p.txt" && ok "the command lines of the best layouts" ||
     { bad "no command line"; cat "$tmp/p.txt"; }
+  ;;
+stages)
+  # Pipeline layouts on CPU ranks, every schedule, with ZeRO inside the
+  # stages: each gets a finite prediction (interleaved's 4 stages on 2
+  # ranks once read a link past the cut table: -nan, which is not JSON),
+  # and interleaved's critical path is below 1f1b's (half the fill).
+  "$kiln" plan "$testdir/../examples/fashion_cnn.kl" --cluster cpux4 --no-calibrate --global-batch 64 --pipeline 2 \
+    --shard dp,zero1,zero2,zero3 --micro 8 --precision fp32 --json > "$tmp/s.json" || { bad "kiln plan with stages"; exit 1; }
+  python3 - "$tmp/s.json" << 'EOF2' || fail=1
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+L = [l for l in d["layouts"] if l["fits"]]
+got = {(l["shard"], l["schedule"]) for l in L}
+want = {(s, c) for s in ("dp", "zero1", "zero2", "zero3") for c in ("gpipe", "1f1b", "zero_bubble", "interleaved")}
+assert got == want, f"layouts: missing {sorted(want - got)}, extra {sorted(got - want)}"
+for l in L:
+    for k in ("step_s", "critical_s", "cores_s", "compute_s", "intra_s"):
+        assert math.isfinite(l[k]) and l[k] >= 0, f"{l['shard']} {l['schedule']}: {k} = {l[k]}"
+    assert l["step_s"] > 0, l
+for s in ("dp", "zero1", "zero2", "zero3"):
+    c = {l["schedule"]: l["critical_s"] for l in L if l["shard"] == s}
+    assert c["interleaved"] < c["1f1b"], f"{s}: interleaved {c['interleaved']} against 1f1b {c['1f1b']}"
+print(f"ok: {len(L)} pipeline layouts (dp, zero1-3 x 4 schedules) on 4 CPU ranks, each a finite prediction")
+EOF2
   ;;
 memory)
   # One rank: micro-batch 16 does not fit in 120 kB (recomputation does
