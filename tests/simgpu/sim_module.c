@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -297,6 +298,20 @@ static void *build(void *arg)
     hk = file_hash(hk, KILN_SIMGPU_INCLUDE "/base/scalar.h");
     snprintf(m->so, sizeof m->so, "%s/%016llx.so", dir, (unsigned long long)h);
     struct stat st;
+    /* A missing key is built under its lock (KEY.lock, flock: released
+     * when its holder exits), so that ranks or tests needing one module
+     * at once compile it once, and its temporaries have fixed names that
+     * the next builder overwrites (a process stopped mid-build leaves
+     * none behind under its pid). The lock comes before a job slot: a
+     * slot's holder never waits for a lock. */
+    int lk = -1;
+    if (stat(m->so, &st) != 0 && mkdirs(dir) == 0) {
+        char lock[1100];
+        snprintf(lock, sizeof lock, "%s/%016llx.lock", dir, (unsigned long long)h);
+        lk = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        while (lk >= 0 && flock(lk, LOCK_EX) != 0 && errno == EINTR)
+            ;
+    }
     if (stat(m->so, &st) != 0) {
         const char *pch = host_pch(dir, cxx, flags, hk);
         pthread_mutex_lock(&jobs_lock);
@@ -305,9 +320,9 @@ static void *build(void *arg)
         jobs_running++;
         pthread_mutex_unlock(&jobs_lock);
         char src[1100], tmp[1100], log[1100];
-        snprintf(src, sizeof src, "%s/%016llx.%d.cpp", dir, (unsigned long long)h, (int)getpid());
-        snprintf(tmp, sizeof tmp, "%s/%016llx.%d.so", dir, (unsigned long long)h, (int)getpid());
-        snprintf(log, sizeof log, "%s/%016llx.%d.log", dir, (unsigned long long)h, (int)getpid());
+        snprintf(src, sizeof src, "%s/%016llx.cpp", dir, (unsigned long long)h);
+        snprintf(tmp, sizeof tmp, "%s/%016llx.tmp.so", dir, (unsigned long long)h);
+        snprintf(log, sizeof log, "%s/%016llx.log", dir, (unsigned long long)h);
         FILE *f = mkdirs(dir) ? NULL : fopen(src, "w");
         if (!f) {
             snprintf(m->why, sizeof m->why, "cannot write %s", src);
@@ -351,6 +366,8 @@ static void *build(void *arg)
         pthread_cond_broadcast(&jobs_cv);
         pthread_mutex_unlock(&jobs_lock);
     }
+    if (lk >= 0)
+        close(lk); /* the lock goes with it */
     m->built = true;
     return NULL;
 }
