@@ -95,8 +95,7 @@
  * stage in its own replica), then gathers the slices over the
  * data-parallel group (driver/train_ranks.c).
  *
- * Refused with the reason (not built): sync_batchnorm with
- * data-parallel stages, a GPU, the executable's uses other than
+ * Refused with the reason (not built): a GPU, the executable's uses other than
  * training, and interleaved with micro-batches that P does not divide. */
 #include <stdlib.h>
 #include <string.h>
@@ -154,11 +153,6 @@ int train_pipeline_check(trainer *t)
         kl_error("%s: pipeline_parallel = %d%s does not divide the world of %d rank%s (the world is stages x "
                  "%sdata-parallel ranks)\n---> launch a multiple of %d ranks (mpirun -np %d ...)",
                  t->model, P, tp, N, N == 1 ? "" : "s", T > 1 ? "tensor-parallel x " : "", P * T, P * T);
-        return -1;
-    }
-    if (t->world > P && t->cfg.sync_batchnorm) {
-        kl_error("%s: pipeline_parallel = %d with sync_batchnorm = true on %d data-parallel ranks is not built",
-                 t->model, P, t->world / P);
         return -1;
     }
     t->comm = kl_comm_split_pp(t->comm, P);

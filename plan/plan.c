@@ -243,11 +243,31 @@ built:
     free(b.cached);
     free(b.cached_ids);
     /* A group may hold forward and backward nodes (softmax + cross-entropy
-     * with its gradient): it runs with the latest. */
+     * with its gradient): it runs with the latest, unless a node of an
+     * earlier phase outside the group reads what it computes (a
+     * synchronised batch norm's normalisation reads the inverse standard
+     * deviation that its gradient's nodes share): then with that
+     * reader, so that a run of one phase alone (a pipeline stage's
+     * forward pass) has it; its backward members read only what is
+     * computed by then. */
     ir_phase phase = IR_PHASE_FORWARD;
     for (int i = 0; i < grp->n; i++)
         if (ir_nd(g, grp->nodes[i])->phase > phase)
             phase = ir_nd(g, grp->nodes[i])->phase;
+    for (int i = 0; i < grp->n; i++) {
+        const ir_node *m = ir_nd(g, grp->nodes[i]);
+        for (int o = 0; o < m->out.n; o++) {
+            const ir_value *v = ir_val(g, m->out.v[o]);
+            for (int u = 0; u < v->uses.n; u++) {
+                const ir_node *r = ir_nd(g, v->uses.v[u].node);
+                bool inside = false;
+                for (int j = 0; j < grp->n && !inside; j++)
+                    inside = grp->nodes[j] == r->id;
+                if (!inside && !r->dead && r->phase >= IR_PHASE_FORWARD && r->phase < phase)
+                    phase = r->phase;
+            }
+        }
+    }
     kl_step s = {.kind = KL_STEP_KERNEL, .phase = phase, .node = grp->nodes[0]};
     for (int i = 0; i < k->nbufs; i++) {
         kl_check(s.nargs < (int)KL_ARRAY_LEN(s.args));

@@ -182,10 +182,8 @@ static kl_compiled *compile_layout(const opts *o, const kl_layout *L, char **why
 
 /* What the training executable refuses before it plans: the reason, or
  * NULL (driver/train_pipeline.c, not_built and train_pipeline_check). */
-static const char *not_built(const kl_layout *L, const kl_cluster *c, bool sync_bn)
+static const char *not_built(const kl_layout *L, const kl_cluster *c)
 {
-    if (L->P > 1 && L->D > 1 && sync_bn)
-        return "pipeline_parallel with sync_batchnorm on data-parallel stages is not built";
     if (L->P > 1 && c->dev.gpu)
         return "pipeline_parallel runs on the CPU backend in this build";
     return NULL;
@@ -254,9 +252,9 @@ static bool graph_has_split(const ir_graph *g)
 
 /* Evaluates one layout: compiles it, checks its memory (then with
  * recomputation when it does not fit), predicts its step. */
-static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, bool sync_bn, int64_t tps, cand *k)
+static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, int64_t tps, cand *k)
 {
-    const char *nb = not_built(&k->L, c, sync_bn);
+    const char *nb = not_built(&k->L, c);
     k->built = !nb;
     if (nb && !o->all) {
         k->why = kl_xstrdup(nb);
@@ -674,7 +672,7 @@ int kl_plan_main(int argc, char **argv)
         goto done;
     kl_train_config cfg;
     kl_train_read(&base->g->train, &cfg);
-    bool sync_bn = cfg.sync_batchnorm, overlap = cfg.overlap, split = graph_has_split(base->g);
+    bool overlap = cfg.overlap, split = graph_has_split(base->g);
     kl_train_config_free(&cfg);
     int64_t tps = tokens_per_sample(base->g);
     const char *precs[3], *shs[4];
@@ -780,7 +778,7 @@ int kl_plan_main(int argc, char **argv)
                                                .schedule = schedules[sc], .micro = mics[mi],
                                                .accumulate = per / mics[mi], .precision = precs[pr],
                                                .overlap = overlap};
-                            evaluate(&o, &c, calib, sync_bn, tps, k);
+                            evaluate(&o, &c, calib, tps, k);
                         }
                 }
         }
