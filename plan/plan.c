@@ -249,7 +249,8 @@ built:
      * deviation that its gradient's nodes share): then with that
      * reader, so that a run of one phase alone (a pipeline stage's
      * forward pass) has it; its backward members read only what is
-     * computed by then. */
+     * computed by then. (Start-up and update kernels never hold nodes
+     * of another phase: fusion.c.) */
     ir_phase phase = IR_PHASE_FORWARD;
     for (int i = 0; i < grp->n; i++)
         if (ir_nd(g, grp->nodes[i])->phase > phase)
@@ -263,8 +264,8 @@ built:
                 bool inside = false;
                 for (int j = 0; j < grp->n && !inside; j++)
                     inside = grp->nodes[j] == r->id;
-                if (!inside && !r->dead && r->phase >= IR_PHASE_FORWARD && r->phase < phase)
-                    phase = r->phase;
+                if (!inside && !r->dead && phase == IR_PHASE_BACKWARD && r->phase == IR_PHASE_FORWARD)
+                    phase = IR_PHASE_FORWARD;
             }
         }
     }
