@@ -53,6 +53,9 @@ char *pass_pipeline_report(const ir_graph *g, int ranks);
  * 0 to P-1, -1 for dead nodes; passes/pipeline_assign.c); returns P, or
  * 0 when g is not cut (stage untouched). */
 int pass_pipeline_assign(const ir_graph *g, int *stage);
+/* The nodes from index `from` on (those a pass just emitted) run on
+ * stage: their _stage (nothing when stage < 0). */
+void pass_pipeline_mark(ir_graph *g, int from, int stage);
 int pass_eval_mode(ir_graph *g, const pass_ctx *cx);
 int pass_autodiff(ir_graph *g, const pass_ctx *cx);
 int pass_optimizer(ir_graph *g, const pass_ctx *cx);

@@ -89,3 +89,9 @@ int pass_pipeline_assign(const ir_graph *g, int *stage)
     }
     return P;
 }
+
+void pass_pipeline_mark(ir_graph *g, int from, int stage)
+{
+    for (int k = from; stage >= 0 && k < g->nodes.n; k++)
+        ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", stage);
+}

@@ -229,8 +229,7 @@ int pass_shard(ir_graph *g, const pass_ctx *cx)
         }
         int mark = g->nodes.n;
         reduce_bucket(g, members, m, ranks, &bucket_no);
-        for (int k = mark; staged && k < g->nodes.n; k++)
-            ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", st);
+        pass_pipeline_mark(g, mark, staged ? st : -1);
     }
     free(vstage);
     free(vals.v);

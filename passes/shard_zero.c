@@ -428,9 +428,13 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
 {
     int first = g->nodes.n;
     KL_VEC(ir_node *) ups = {0};
-    KL_VEC(int) ustage = {0};
+    /* Pipeline stages: a bucket holds one stage's updates (its
+     * data-parallel ranks slice them; the other stages never hold them)
+     * and its nodes run there (_stage). */
     int *node_stage = kl_xmalloc(sizeof(int) * (size_t)(first + 1));
     bool staged = pass_pipeline_assign(g, node_stage) > 0;
+    for (int i = 0; i < first && !staged; i++)
+        node_stage[i] = -1;
     int rc = 0;
     for (int i = 0; i < first && !rc; i++) {
         ir_node *n = ir_nd(g, i);
@@ -443,12 +447,7 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
             rc = -1;
         }
         kl_vec_push(ups, n);
-        kl_vec_push(ustage, staged ? node_stage[i] : 0);
     }
-    free(node_stage);
-    /* Pipeline stages: a bucket holds one stage's updates (its
-     * data-parallel ranks slice them; the other stages never hold them)
-     * and its nodes run there (_stage). */
     /* zero2: buckets in backward's order (the last param's gradient is
      * the first one complete), as DDP's. */
     if (stage >= 2)
@@ -456,9 +455,6 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
             ir_node *t = ups.v[i];
             ups.v[i] = ups.v[j];
             ups.v[j] = t;
-            int ts = ustage.v[i];
-            ustage.v[i] = ustage.v[j];
-            ustage.v[j] = ts;
         }
     /* The clipping norm and the fp16 check: their squared norm is
      * replaced by the slices'. */
@@ -474,7 +470,8 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
         int64_t bytes = 0;
         int most = has_lowp_operand(g, ups.v[i]) ? ZERO_LOWP_MEMBERS : ZERO_MAX_MEMBERS;
         for (int j = i; j < ups.n && m < most; j++) {
-            if (!ups.v[j] || ustage.v[j] != ustage.v[i] || !same_update(ups.v[i], ups.v[j]) ||
+            if (!ups.v[j] || node_stage[ups.v[j]->id] != node_stage[ups.v[i]->id] ||
+                !same_update(ups.v[i], ups.v[j]) ||
                 pass_tp_is_split(g, ups.v[i]->in.v[0]) != pass_tp_is_split(g, ups.v[j]->in.v[0]))
                 continue;
             int64_t b = ir_type_bytes(&ir_val(g, ups.v[j]->in.v[0])->type);
@@ -485,17 +482,16 @@ int pass_shard_zero(ir_graph *g, int ranks, int64_t bucket_bytes, int stage)
             if (j != i)
                 ups.v[j] = NULL;
         }
+        int st = node_stage[ups.v[i]->id], mark = g->nodes.n;
         ups.v[i] = NULL;
         zero3_bucket b = {0};
-        int mark = g->nodes.n;
         zero_bucket(g, members, m, ranks, stage, no++, old_sq >= 0 ? &new_sq : NULL, &dead_accs, &placed, &b);
-        for (int k = mark; staged && k < g->nodes.n; k++)
-            ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", ustage.v[i]);
+        pass_pipeline_mark(g, mark, st);
         if (stage == 3)
             kl_vec_push(z3, b);
     }
     free(ups.v);
-    free(ustage.v);
+    free(node_stage);
     if (!rc && old_sq >= 0) {
         ir_attrs a = {0};
         ir_attrs_set_str(&a, "reduce", "sum");

@@ -181,13 +181,6 @@ static void place_runs(ir_graph *g, const run *runs, int nruns, int first)
     free(order);
 }
 
-/* Pipeline stages: the nodes from lo on run on the bucket's stage. */
-static void set_stage(ir_graph *g, int lo, int stage)
-{
-    for (int k = lo; stage >= 0 && k < g->nodes.n; k++)
-        ir_attrs_set_int(&ir_nd(g, k)->attrs, "_stage", stage);
-}
-
 int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
 {
     int first = g->nodes.n;
@@ -209,7 +202,7 @@ int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
             continue;
         int lo = g->nodes.n;
         gather(g, &b[i], ranks, IR_PHASE_FORWARD, first);
-        set_stage(g, lo, ns[at]);
+        pass_pipeline_mark(g, lo, ns[at]);
         runs[nruns++] = (run){unit_start(g, at), lo, g->nodes.n};
     }
     /* Backward: buckets in the order backward first reads them, each
@@ -227,7 +220,7 @@ int pass_zero3_gathers(ir_graph *g, const zero3_bucket *b, int nb, int ranks)
     for (int j = 0; j < nby; j++) {
         int lo = g->nodes.n;
         gather(g, &b[by[j]], ranks, IR_PHASE_BACKWARD, first);
-        set_stage(g, lo, ns[fb[by[j]]]);
+        pass_pipeline_mark(g, lo, ns[fb[by[j]]]);
         runs[nruns++] = (run){unit_start(g, fb[by[j > 0 ? j - 1 : 0]]), lo, g->nodes.n};
     }
     free(fb);

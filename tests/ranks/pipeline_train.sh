@@ -14,6 +14,13 @@ source "$testdir/ranks/helpers.bash"
 
 # pipe NP NAME EXE ARGS...: NP stages under mpirun, one rank each.
 pipe() { local np=$1; shift; ranks "$np" "$@" --set pipeline_parallel="$np"; }
+# tiny_gpt_exe: examples/gpt.kl at the tiny size (tests/gpt/tiny.sh) in
+# $tmp/m with its token files, built as $tmp/gpt.
+tiny_gpt_exe() {
+  source "$testdir/gpt/tiny.sh"
+  tiny_gpt "$kiln" "$tmp" || exit 1
+  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+}
 
 case $case_ in
 gpipe_mlp)
@@ -91,9 +98,7 @@ gpt)
   # embedding to stage 0 where its update runs, the updated embedding
   # back to the last stage, the clip's squared norms to stage 0 and its
   # scale from there.
-  source "$testdir/gpt/tiny.sh"
-  tiny_gpt "$kiln" "$tmp" || exit 1
-  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  tiny_gpt_exe
   mb=(--batch 2 --accumulate 8)
   cd "$tmp/m"
   # Its token files, not --data synthetic.
@@ -112,9 +117,7 @@ gpt)
   echo "ok: $(grep '^pipeline: 4 stages' "$tmp/start.txt")"
   ;;
 gpt3)
-  source "$testdir/gpt/tiny.sh"
-  tiny_gpt "$kiln" "$tmp" || exit 1
-  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  tiny_gpt_exe
   mb=(--batch 2 --accumulate 8)
   cd "$tmp/m"
   # Its token files, not --data synthetic.
@@ -151,9 +154,7 @@ dp)
   # The tiny GPT (clip over the summed gradients, the tied embedding):
   # the same values as data parallel alone on 2 ranks (whose sums are in
   # another order than one rank's: its losses within 1e-5 of one rank's).
-  source "$testdir/gpt/tiny.sh"
-  tiny_gpt "$kiln" "$tmp" || exit 1
-  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  tiny_gpt_exe
   cd "$tmp/m"
   common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
   one gref "$tmp/gpt" --batch 4 --accumulate 4
@@ -254,9 +255,7 @@ zero)
   # stage's squared norms): the values of zero1 on 2 data-parallel ranks
   # alone (the params as one vector: Adam moves a bias element whose
   # gradient is near zero by a whole step either way).
-  source "$testdir/gpt/tiny.sh"
-  tiny_gpt "$kiln" "$tmp" || exit 1
-  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  tiny_gpt_exe
   cd "$tmp/m"
   common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
   ranks 2 gz "$tmp/gpt" --batch 2 --accumulate 4 --shard zero1
@@ -271,9 +270,7 @@ resume)
   # One checkpoint, gathered from the stages: saved at P = 4 at step 10
   # it is, byte for byte, one rank's; resumed at P = 2 and at P = 1 the
   # steps 11-20 are those of an uninterrupted run.
-  source "$testdir/gpt/tiny.sh"
-  tiny_gpt "$kiln" "$tmp" || exit 1
-  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  tiny_gpt_exe
   cd "$tmp/m"
   common=(--eval-every 0 --log-every 1 --quiet --batch 2 --accumulate 4)
   "$tmp/gpt" "${common[@]}" --steps 20 --metrics "$tmp/full.json" > /dev/null
@@ -432,9 +429,7 @@ interleaved)
   pipe 2 c2m2 "$tmp/fashion_cnn" --batch 4 --accumulate 2 --set pipeline_schedule=interleaved
   same ref2 c2m2
   echo "ok: cnn, interleaved, m = P = 2: one rank's values"
-  source "$testdir/gpt/tiny.sh"
-  tiny_gpt "$kiln" "$tmp" || exit 1
-  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  tiny_gpt_exe
   cd "$tmp/m"
   common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
   mb=(--batch 2 --accumulate 4)
@@ -529,9 +524,7 @@ zero_bubble_gpt)
   # The tiny GPT at 4 stages: the tied embedding's gradient crossing to
   # stage 0 (its step runs in the input-gradient pass), the clip over the
   # stages' squared norms after the deferred weight gradients.
-  source "$testdir/gpt/tiny.sh"
-  tiny_gpt "$kiln" "$tmp" || exit 1
-  "$kiln" build "$tmp/m/gpt.kl" -o "$tmp/gpt" > /dev/null
+  tiny_gpt_exe
   mb=(--batch 2 --accumulate 8)
   cd "$tmp/m"
   common=(--steps 20 --eval-every 0 --log-every 1 --quiet)
