@@ -13,6 +13,7 @@
 #include "tokens.h"
 #include "base/scalar.h"
 #include "base/support.h"
+#include "idx_cache.h"
 
 /* idx and synthetic: the fields "image" (u8, the sample's shape) and
  * "label" (i32), both in memory. */
@@ -198,6 +199,15 @@ static int read_idx(const char *path, int want_rank, int64_t *dims, uint8_t **da
     }
     unsigned char head[4];
     int rc = -1;
+    kl_idx_entry entry;
+    int use = s->gz ? kl_idx_cache_open(&entry, s->fd, path, want_rank) : -1;
+    bool cached = use == 0;
+    if (use == -2)
+        goto done;
+    if (cached && kl_idx_cache_read(&entry, dims, data) == 0) {
+        rc = 0;
+        goto done;
+    }
     if (read_exact(s, head, 4, "no IDX header"))
         goto done;
     if (head[0] != 0 || head[1] != 0 || head[2] != 0x08) {
@@ -248,12 +258,16 @@ static int read_idx(const char *path, int want_rank, int64_t *dims, uint8_t **da
         kl_error("%s: corrupt: data after the %lld bytes the header announces", path, (long long)total);
         goto done;
     }
+    if (cached)
+        kl_idx_cache_write(&entry, dims, *data, total);
     rc = 0;
 done:
     if (rc) {
         free(*data);
         *data = NULL;
     }
+    if (cached)
+        kl_idx_cache_close(&entry);
     stream_close(s);
     free(s);
     return rc;

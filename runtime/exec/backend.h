@@ -157,11 +157,6 @@ int kl_cpu_jit_kernels(kl_jit_kernel *ks, int n, const char *prelude, const char
  * once where missing. A NULL-terminated array of paths (the caller frees
  * each and the array), or NULL after an error was printed. */
 char **kl_cpu_objects(const kl_jit_kernel *ks, int n, const char *prelude, bool quiet);
-/* The cache folder for compiled kernels, created 0700 and checked private
- * (runtime/exec/cache_dir.h): $KILN_CACHE_DIR/sub, $XDG_CACHE_HOME/kiln/sub,
- * ~/.cache/kiln/sub, else (or when that one is not private, with a note)
- * $TMPDIR/kiln-cache-UID/sub. Caller frees; NULL after an error. */
-char *kl_cache_dir(const char *sub);
 
 /* Single-precision GEMM throughput in GFLOP/s, measured now: 1024^3
  * through the CPU backend be's fp32 GEMM (OpenBLAS's or oneDNN's sgemm,

@@ -23,7 +23,7 @@
 
 #include "backend.h"
 #include "base/thread.h"
-#include "cache_dir.h"
+#include "runtime/files/cache_dir.h"
 #include "runtime/files/outfile.h"
 #include "runtime/cpu/spawn.h"
 

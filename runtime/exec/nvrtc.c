@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "cache_dir.h"
+#include "runtime/files/cache_dir.h"
 #include "nvrtc.h"
 #include "base/thread.h"
 #include "runtime/cpu/simgpu.h"

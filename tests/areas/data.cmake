@@ -30,3 +30,11 @@ set_tests_properties(data.webdataset PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CM
 # Python computation, streamed and cached.
 add_test(NAME data.augment COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/augment.sh $<TARGET_FILE:data_loader_check>
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+
+# The data cache: a gzip IDX file inflated once, its entry checked against
+# the file and its data before use (flipped, short, planted, linked,
+# foreign, stale entries), removed when its file is gone.
+add_test(NAME data.idx_cache COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/data/idx_cache.sh ${KILN_EXE}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(data.idx_cache PROPERTIES ENVIRONMENT "KILN_CACHE_DIR=${CMAKE_BINARY_DIR}/kiln-cache"
+                     SKIP_RETURN_CODE 77)

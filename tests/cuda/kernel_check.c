@@ -40,6 +40,7 @@
 #include "runtime/data/data.h"
 #include "runtime/exec/session.h"
 #include "runtime/cpu/spawn.h"
+#include "runtime/files/cache_dir.h"
 
 #ifndef KILN_EMU_DIR
 #define KILN_EMU_DIR "tests/cuda"

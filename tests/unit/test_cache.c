@@ -1,4 +1,4 @@
-/* The kernel cache is private (runtime/exec/cache_dir.c, runtime/exec/jit_cpu.c):
+/* The kernel cache is private (runtime/files/cache_dir.c, runtime/exec/jit_cpu.c):
  *  - the folders Kiln makes for it are 0700, and with HOME and
  *    XDG_CACHE_HOME unset it is $TMPDIR/kiln-cache-UID, not a name shared
  *    by every user;
@@ -27,6 +27,7 @@
 
 #include "runtime/exec/backend.h"
 #include "runtime/cpu/spawn.h"
+#include "runtime/files/cache_dir.h"
 #include "cache_fixture.h"
 
 static unsigned mode_of(const char *path)

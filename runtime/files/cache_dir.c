@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "cache_dir.h"
+#include "base/support.h"
 
 /* Checks one folder: not a link, a folder, the user's own, not writable
  * by group or others. */

@@ -11,6 +11,13 @@
 
 #include <stddef.h>
 
+/* The cache folder for compiled kernels (and decompressed data sets),
+ * created 0700 and checked private: $KILN_CACHE_DIR/sub,
+ * $XDG_CACHE_HOME/kiln/sub, ~/.cache/kiln/sub, else (or when that one is
+ * not private, with a note) $TMPDIR/kiln-cache-UID/sub. Caller frees;
+ * NULL after an error. */
+char *kl_cache_dir(const char *sub);
+
 /* Makes dir and the folders below base on its way (0700) and checks each
  * from base down: a folder (not a link), the user's own, not writable by
  * group or others. Returns 0, or -1 with why (naming the folder) filled. */
