@@ -67,7 +67,7 @@
  * losses equal 1f1b's to the bit.
  *
  * interleaved (Megatron's interleaved 1F1B): the compiler cuts P v
- * stages (v = KL_PIPE_VIRTUAL), stage k on rank k mod P, chunk k / P of
+ * stages (v = pipeline_virtual_stages, 2 unless set), stage k on rank k mod P, chunk k / P of
  * it. Each F and B pass runs one chunk's steps (its own filter) and
  * does the transfers of that stage only; the update runs every chunk of
  * the rank in the plan's order, where a value between two stages of the
@@ -477,10 +477,10 @@ static int schedule_interleaved(int P, int v, int m, int s, pipe_op *ops)
  * once more than s wait (ZB-H1), the rest after the last B;
  * interleaved: schedule_interleaved's order over the rank's chunks.
  * At most 3 m v passes. */
-int train_pipe_schedule(kl_pipe_schedule sched, int P, int m, int s, bool split, pipe_op *ops)
+int train_pipe_schedule(kl_pipe_schedule sched, int P, int v, int m, int s, bool split, pipe_op *ops)
 {
     if (sched == KL_PIPE_INTERLEAVED)
-        return schedule_interleaved(P, KL_PIPE_VIRTUAL, m, s, ops);
+        return schedule_interleaved(P, v, m, s, ops);
     int warm = sched == KL_PIPE_GPIPE ? m : (P - 1 - s < m ? P - 1 - s : m);
     int wdefer = s < m - 1 ? s : m - 1, n = 0, f = 0, b = 0, w = 0;
     for (; f < warm; f++)
@@ -513,7 +513,7 @@ int train_pipeline_prepare(trainer *t)
     q->c = kl_comm_pp(t->comm);
     q->m = t->cfg.accumulate > 1 ? (int)t->cfg.accumulate : 1;
     q->sched = t->cfg.pipeline_schedule;
-    q->v = q->sched == KL_PIPE_INTERLEAVED ? KL_PIPE_VIRTUAL : 1;
+    q->v = q->sched == KL_PIPE_INTERLEAVED ? t->cfg.pipeline_virtual : 1;
     q->S = q->P * q->v;
     q->vs = -1;
     if (pass_pipeline_count(t->train->g) != q->S) {
@@ -525,7 +525,7 @@ int train_pipeline_prepare(trainer *t)
     /* Each chunk's slots: the most micro-batches between its forward and
      * its backward in this rank's order. */
     pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));
-    int n = train_pipe_schedule(q->sched, q->P, q->m, q->stage, false, ops), in[KL_PIPE_VIRTUAL] = {0};
+    int n = train_pipe_schedule(q->sched, q->P, q->v, q->m, q->stage, false, ops), in[KL_PIPE_VIRTUAL_MAX] = {0};
     for (int i = 0; i < n; i++) {
         pipe_chunk *c = &q->ch[ops[i].chunk];
         in[ops[i].chunk] += ops[i].kind == SPAN_F ? 1 : -1;
@@ -805,7 +805,7 @@ int train_pipeline_step(trainer *t, train_loop *lp, double *sums)
 {
     train_pipe *q = t->pipe;
     pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));
-    int n = train_pipe_schedule(q->sched, q->P, q->m, q->stage, q->nw > 0, ops);
+    int n = train_pipe_schedule(q->sched, q->P, q->v, q->m, q->stage, q->nw > 0, ops);
     q->step_t0 = kl_now();
     q->step_busy = 0;
     for (int i = 0; i < n; i++) {

@@ -52,14 +52,14 @@ enum { PASS_FB, PASS_W };
 
 struct train_pipe {
     /* P ranks (stage: this rank's place in the pipeline group), v stages
-     * per rank (interleaved: KL_PIPE_VIRTUAL, else 1), S = P v stages;
+     * per rank (interleaved: pipeline_virtual_stages, else 1), S = P v stages;
      * stage k runs on rank k mod P. Stages below are those k (the
      * transfers' from and to, stage_of, loss_stage, ...). */
     int P, stage, m, v, S;
     kl_pipe_schedule sched;
     kl_comm *c;       /* the pipeline group: rank = stage */
     bool *run;        /* per step: this rank's (any of its stages') */
-    pipe_chunk ch[KL_PIPE_VIRTUAL];
+    pipe_chunk ch[KL_PIPE_VIRTUAL_MAX];
     int vs;           /* the running F or B pass's stage; -1: all of this rank's (the update) */
     /* interleaved: the host's inputs (in_bufs, in_bytes in all) of each
      * micro-batch, fed at its first chunk's forward, put back for the
@@ -111,6 +111,6 @@ typedef struct pipe_op {
 
 /* Stage s's passes in order (3 m v at most): the schedule, written once
  * for the step, the slots and --profile's simulation. */
-int train_pipe_schedule(kl_pipe_schedule sched, int P, int m, int s, bool split, pipe_op *ops);
+int train_pipe_schedule(kl_pipe_schedule sched, int P, int v, int m, int s, bool split, pipe_op *ops);
 
 #endif

@@ -55,7 +55,7 @@ static double simulated_bubble(const train_pipe *q, const double *stats)
     for (int i = 0; i < S * m; i++)
         fdone[i] = bdone[i] = -1;
     for (int s = 0; s < P; s++)
-        n[s] = train_pipe_schedule(q->sched, P, m, s, stats[s * ST_N + ST_COUNT + SPAN_W] > 0, ops + cap * s);
+        n[s] = train_pipe_schedule(q->sched, P, q->v, m, s, stats[s * ST_N + ST_COUNT + SPAN_W] > 0, ops + cap * s);
     for (bool moved = true; moved;) {
         moved = false;
         for (int s = 0; s < P; s++)
@@ -226,11 +226,13 @@ static void print_bubble(const train_pipe *q, const double *a, int replicas)
                 printf(" %s %.3f ms", span_name(k), 1e3 * x[ST_KIND + k] / x[ST_COUNT + k]);
         printf("\n");
     }
+    char il[64];
+    snprintf(il, sizeof il, "(P-1)/(vm+P-1), v = %d stages per rank", q->v);
     printf("  measured %.1f%% (mean of the stages) against the theoretical %.1f%% (%s) and %.1f%% (the schedule "
            "with these pass times, transfers free); span %.2f ms a step\n",
            100 * mean, 100 * theory(q),
            q->sched == KL_PIPE_ZERO_BUBBLE   ? "ZB-H1, (P-1)/(3m+P-1) with equal forward, input- and weight-gradient times"
-           : q->sched == KL_PIPE_INTERLEAVED ? "(P-1)/(vm+P-1), v = 2 stages per rank"
+           : q->sched == KL_PIPE_INTERLEAVED ? il
                                              : "(P-1)/(m+P-1)",
            100 * simulated_bubble(q, a), 1e3 * span);
 }
@@ -283,7 +285,7 @@ void train_pipeline_print_start(const trainer *t)
     print_layout(t);
     /* Per rank: zero_bubble's 5 counts, then each chunk's saved bytes,
      * slots and buffers. */
-    enum { NX = 5 + 3 * KL_PIPE_VIRTUAL };
+    enum { NX = 5 + 3 * KL_PIPE_VIRTUAL_MAX };
     int64_t mine[NX] = {q->wbytes, q->wslots, q->ubytes, q->nb_steps, q->nw}, *all = kl_xmalloc(sizeof mine * (size_t)q->P);
     for (int c = 0; c < q->v; c++) {
         mine[5 + 3 * c] = q->ch[c].stash_bytes;

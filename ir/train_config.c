@@ -89,6 +89,8 @@ static const key_info keys[] = {
     {"pipeline_parallel", K_INT, NULL, NULL, 1, "pipeline stages the forward graph is cut into (stage = k on a call; default 1)"},
     {"pipeline_schedule", K_WORD, "gpipe 1f1b interleaved zero_bubble", NULL, 0,
      "the order of the stages' micro-batches (default 1f1b)"},
+    {"pipeline_virtual_stages", K_INT, NULL, NULL, 2,
+     "interleaved: stages per pipeline rank, stage k on rank k mod pipeline_parallel (default 2, at most 8)"},
     {"sync_batchnorm", K_BOOL, NULL, NULL, 0, "batch norm's batch statistics over every data-parallel rank's rows"},
     {"tp_reduce", K_WORD, "fp32 bf16 fp16 exact", NULL, 0,
      "the dtype of tensor parallelism's all-reduced partial sums under bf16/fp16 (default fp32; exact: f64, slow)"},
@@ -800,6 +802,8 @@ void kl_train_read(const ir_attrs *train, kl_train_config *c)
     const char *ps = ir_attr_str(train, "pipeline_schedule", "1f1b");
     c->pipeline_schedule = !strcmp(ps, "gpipe") ? KL_PIPE_GPIPE : !strcmp(ps, "interleaved") ? KL_PIPE_INTERLEAVED
                            : !strcmp(ps, "zero_bubble") ? KL_PIPE_ZERO_BUBBLE : KL_PIPE_1F1B;
+    int64_t pv = ir_attr_int(train, "pipeline_virtual_stages", KL_PIPE_VIRTUAL);
+    c->pipeline_virtual = pv > KL_PIPE_VIRTUAL_MAX ? KL_PIPE_VIRTUAL_MAX + 1 : (int)pv; /* refused by the pass */
     const char *tpr = ir_attr_str(train, "tp_reduce", "fp32");
     c->tp_reduce = !strcmp(tpr, "bf16") ? KL_TP_REDUCE_BF16 : !strcmp(tpr, "fp16") ? KL_TP_REDUCE_FP16
                    : !strcmp(tpr, "exact") ? KL_TP_REDUCE_EXACT : KL_TP_REDUCE_FP32;

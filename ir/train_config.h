@@ -16,10 +16,13 @@ typedef enum { KL_SCHED_CONSTANT, KL_SCHED_STEP, KL_SCHED_COSINE, KL_SCHED_WARMU
 typedef enum { KL_LRS_NONE, KL_LRS_LINEAR, KL_LRS_SQRT } kl_lr_scaling;
 typedef enum { KL_PREC_FP32, KL_PREC_BF16, KL_PREC_FP16 } kl_precision;
 typedef enum { KL_PIPE_GPIPE, KL_PIPE_1F1B, KL_PIPE_INTERLEAVED, KL_PIPE_ZERO_BUBBLE } kl_pipe_schedule;
-/* The interleaved schedule's virtual stages per rank: the pipeline pass
- * cuts P x KL_PIPE_VIRTUAL stages, stage k on rank k mod P. */
+/* The interleaved schedule's virtual stages per rank v
+ * (pipeline_virtual_stages: KL_PIPE_VIRTUAL unless set, at most
+ * KL_PIPE_VIRTUAL_MAX): the pipeline pass cuts P x v stages, stage k on
+ * rank k mod P. */
 #define KL_PIPE_VIRTUAL 2
-static inline int kl_pipe_stage_count(int P, kl_pipe_schedule s) { return s == KL_PIPE_INTERLEAVED ? P * KL_PIPE_VIRTUAL : P; }
+#define KL_PIPE_VIRTUAL_MAX 8
+static inline int kl_pipe_stage_count(int P, kl_pipe_schedule s, int v) { return s == KL_PIPE_INTERLEAVED ? P * v : P; }
 typedef enum { KL_SHARD_NONE, KL_SHARD_DP, KL_SHARD_ZERO1, KL_SHARD_ZERO2, KL_SHARD_ZERO3 } kl_shard;
 /* The dtype tensor parallelism's partial sums are all-reduced in under
  * bf16/fp16 (passes/precision.c): fp32 (default), the run's 16-bit dtype,
@@ -81,6 +84,7 @@ typedef struct kl_train_config {
     int tensor_parallel;   /* ranks per tensor-parallel group (passes/shard_tp.c); 1: none */
     int pipeline_parallel; /* pipeline stages (passes/pipeline_stages.c); 1: none */
     kl_pipe_schedule pipeline_schedule;
+    int pipeline_virtual;  /* interleaved: stages per pipeline rank (pipeline_virtual_stages) */
     bool sync_batchnorm;   /* batch statistics across the data-parallel ranks (passes/sync_batchnorm.c) */
     kl_tp_reduce tp_reduce;
     double comm_timeout;   /* seconds a collective may wait for the other ranks; 0: forever */

@@ -308,7 +308,21 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
     int P = cfg.pipeline_parallel > 1 ? cfg.pipeline_parallel : 1;
     int T = cfg.tensor_parallel > 1 ? cfg.tensor_parallel : 1;
     kl_pipe_schedule sched = cfg.pipeline_schedule;
+    int v = cfg.pipeline_virtual;
     kl_train_config_free(&cfg);
+    if (ir_attrs_find(&g->train, "pipeline_virtual_stages")) {
+        if (sched != KL_PIPE_INTERLEAVED || P == 1) {
+            pass_error(g, (kl_loc){0, 0}, "pipeline_virtual_stages = %d applies to pipeline_schedule = interleaved with "
+                       "pipeline_parallel = 2 or more (this run: schedule %s, pipeline_parallel = %d)", v,
+                       kl_pipe_schedule_name(sched), P);
+            return -1;
+        }
+        if (v > KL_PIPE_VIRTUAL_MAX) {
+            pass_error(g, (kl_loc){0, 0}, "pipeline_virtual_stages is at most %d (stages per pipeline rank)",
+                       KL_PIPE_VIRTUAL_MAX);
+            return -1;
+        }
+    }
     if (P == 1) {
         if (ir_attrs_find(&g->train, "pipeline_schedule")) {
             pass_error(g, (kl_loc){0, 0}, "pipeline_schedule = %s needs pipeline_parallel = 2 or more (this run has one stage)",
@@ -322,10 +336,10 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
                    "(the world is stages x tensor-parallel x data-parallel ranks)", P, T, cx->ranks);
         return -1;
     }
-    /* The ranks' stages; interleaved: KL_PIPE_VIRTUAL of them per rank,
-     * which is what the cut makes (P below: the stages). */
+    /* The ranks' stages; interleaved: v of them per rank, which is what
+     * the cut makes (P below: the stages). */
     int ranks_P = P;
-    P = kl_pipe_stage_count(P, sched);
+    P = kl_pipe_stage_count(P, sched, v);
     stage_view s = {0};
     view_build(g, &s);
     int *stage = kl_xcalloc((size_t)s.n + 1, sizeof *stage);
@@ -354,7 +368,7 @@ int pass_pipeline_stages(ir_graph *g, const pass_ctx *cx)
             char want[160];
             if (P != ranks_P)
                 snprintf(want, sizeof want, "pipeline_parallel = %d with pipeline_schedule = interleaved (%d virtual "
-                         "stages per rank: %d stages)", ranks_P, KL_PIPE_VIRTUAL, P);
+                         "stages per rank: %d stages)", ranks_P, v, P);
             else
                 snprintf(want, sizeof want, "pipeline_parallel = %d", P);
             pass_error(g, (kl_loc){0, 0}, "%s, but model %s can be cut into at most %d stage%s with a "
@@ -510,7 +524,7 @@ char *pass_pipeline_report(const ir_graph *g, int ranks)
     kl_buf b = {0};
     kl_buf_printf(&b, "# pipeline: %d stages, schedule %s, %lld micro-batch%s (accumulate)", P,
                   kl_pipe_schedule_name(cfg.pipeline_schedule), (long long)m, m == 1 ? "" : "es");
-    /* interleaved: P stages on P / KL_PIPE_VIRTUAL ranks. */
+    /* interleaved: P stages on P / v ranks. */
     int rP = cfg.pipeline_parallel > 1 ? cfg.pipeline_parallel : 1;
     if (rP != P)
         kl_buf_printf(&b, "; %d virtual stages per rank (stage k on rank k mod %d)", P / rP, rP);

@@ -375,12 +375,14 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
      * 1f1b; zero_bubble (ZB-H1) defers weight gradients into them, about
      * a third of a pass each (forward, input gradient, weight gradient),
      * so (P - 1) / 3 passes stay exposed: 3m + P - 1 thirds in all. */
-    /* interleaved (2 stages per rank, Megatron's interleaved 1F1B) fills
-     * and drains with chunks of half a stage: half the exposed passes,
-     * (P - 1) / (2m + P - 1); its doubled transfers are not modelled. */
+    /* interleaved (v stages per rank, Megatron's interleaved 1F1B) fills
+     * and drains with chunks of 1/v of a rank's work: 1/v of the exposed
+     * passes, (P - 1) / (vm + P - 1); its v times as many transfers are
+     * in the stages' bodies (every cut crosses between two ranks' links). */
     bool zb = P > 1 && L->schedule && !strcmp(L->schedule, "zero_bubble");
     bool il = P > 1 && L->schedule && !strcmp(L->schedule, "interleaved");
-    double fill = zb ? (sum_body - max_body) / 3 : il ? (sum_body - max_body) / 2 : sum_body - max_body;
+    int vs = il && pass_pipeline_count(g) / P > 1 ? pass_pipeline_count(g) / P : 1;
+    double fill = zb ? (sum_body - max_body) / 3 : (sum_body - max_body) / vs;
     out->critical_s = (double)(mb - 1) * (max_body + host) + max_body + fill + max_extra + host;
     /* More ranks than cores (CPU ranks under mpirun --oversubscribe):
      * the cores run every rank's busy time, and a rank that waits (a
@@ -399,7 +401,7 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
     out->flops = total.flops;
     out->bubble = P <= 1 ? 0
                   : zb   ? (double)(P - 1) / (double)(3 * mb + P - 1)
-                  : il   ? (double)(P - 1) / (double)(2 * mb + P - 1)
+                  : il   ? (double)(P - 1) / (double)(vs * mb + P - 1)
                          : (double)(P - 1) / (double)(mb + P - 1);
     const char *names[] = {"compute", "memory", "launch", "intra-node", "inter-node"};
     double v[] = {out->compute_s, out->memory_s, out->launch_s, out->exposed_intra_s, out->exposed_inter_s};

@@ -117,6 +117,24 @@ for s in ("dp", "zero1", "zero2", "zero3"):
     assert c["interleaved"] < c["1f1b"], f"{s}: interleaved {c['interleaved']} against 1f1b {c['1f1b']}"
 print(f"ok: {len(L)} pipeline layouts (dp, zero1-3 x 4 schedules) on 4 CPU ranks, each a finite prediction")
 EOF2
+  # pipeline_virtual_stages = 3 (the GPT, which has 6 stages' cuts): the
+  # interleaved layouts only, bubble (P-1)/(3m+P-1), below v = 2's.
+  g=$testdir/../examples/gpt.kl
+  for v in 2 3; do
+    "$kiln" plan "$g" --cluster "$testdir/plan/cpu4.cluster" --no-calibrate --global-batch 16 --pipeline 2 --shard dp \
+      --micro 4 --precision fp32 --set pipeline_virtual_stages=$v --json > "$tmp/v$v.json" || { bad "kiln plan, v = $v"; exit 1; }
+  done
+  python3 - "$tmp/v2.json" "$tmp/v3.json" << 'EOF2' || fail=1
+import json, sys
+l2, l3 = ({l["schedule"]: l for l in json.load(open(f))["layouts"]} for f in sys.argv[1:])
+m = l3["interleaved"]["accumulate"]
+for v, l in ((2, l2), (3, l3)):
+    il = l["interleaved"]
+    assert abs(il["bubble"] * (v * m + 1) - 1) < 1e-5, f"v = {v}: bubble {il['bubble']}"  # printed to 6 digits
+    assert ("pipeline_virtual_stages=" in il["command"]) and "pipeline_virtual_stages" not in l["1f1b"]["command"], l
+assert l3["interleaved"]["critical_s"] < l2["interleaved"]["critical_s"] < l2["1f1b"]["critical_s"]
+print(f"ok: the GPT at P = 2, m = {m}: interleaved v = 3 bubble 1/{3 * m + 1}, critical path below v = 2's")
+EOF2
   ;;
 memory)
   # One rank: micro-batch 16 does not fit in 120 kB (recomputation does

@@ -129,6 +129,15 @@ refused)
   # interleaved cuts 2 stages per rank: 4 for P = 2, more than the mlp has.
   expect_error interleaved_cuts "error: pipeline_parallel = 2 with pipeline_schedule = interleaved (2 virtual stages per rank: 4 stages), but model mlp can be cut into at most 3 stages" \
     "$kiln" ir examples/mlp.kl --after pipeline --set pipeline_parallel=2 --set pipeline_schedule=interleaved
+  # pipeline_virtual_stages: interleaved only, 2 to 8.
+  expect_error virtual_alone "examples/mlp.kl: error: pipeline_virtual_stages = 3 applies to pipeline_schedule = interleaved with pipeline_parallel = 2 or more (this run: schedule 1f1b, pipeline_parallel = 2)" \
+    "$kiln" ir examples/mlp.kl --after pipeline --set pipeline_parallel=2 --set pipeline_virtual_stages=3
+  expect_error virtual_many "error: pipeline_virtual_stages is at most 8 (stages per pipeline rank)" \
+    "$kiln" ir examples/gpt.kl --after pipeline --set pipeline_parallel=2 --set pipeline_schedule=interleaved --set pipeline_virtual_stages=9
+  expect_error virtual_one "--set pipeline_virtual_stages: error: pipeline_virtual_stages must be an integer of at least 2" \
+    "$kiln" ir examples/mlp.kl --set pipeline_virtual_stages=1
+  expect_error virtual_cuts "error: pipeline_parallel = 2 with pipeline_schedule = interleaved (3 virtual stages per rank: 6 stages), but model fashion_cnn can be cut into at most 4 stages" \
+    "$kiln" ir examples/fashion_cnn.kl --after pipeline --set pipeline_parallel=2 --set pipeline_schedule=interleaved --set pipeline_virtual_stages=3
   # What a schedule cannot run is refused before any step: interleaved's
   # micro-batches go in groups of P.
   "$kiln" build examples/mlp.kl -o "$tmp/mlp" > /dev/null 2>&1 || { bad "kiln build examples/mlp.kl"; exit 1; }

@@ -437,6 +437,15 @@ interleaved)
   pipe 2 gi "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=interleaved
   same gref gi
   echo "ok: gpt, interleaved, 2 ranks x 2 stages: the losses and final values of one rank"
+  # pipeline_virtual_stages = 3: 6 stages on 2 ranks (chunks 0-2 each),
+  # Megatron's warm-up of (P - s - 1) 2 + (v - 1) P passes.
+  pipe 2 gi3 "$tmp/gpt" "${mb[@]}" --set pipeline_schedule=interleaved --set pipeline_virtual_stages=3
+  same gref gi3
+  "$kiln" ir "$tmp/m/gpt.kl" --after pipeline --ranks 2 --set pipeline_parallel=2 --set pipeline_schedule=interleaved \
+    --set pipeline_virtual_stages=3 > "$tmp/ir3.txt"
+  grep -q "^# pipeline: 6 stages, schedule interleaved, .*; 3 virtual stages per rank (stage k on rank k mod 2)" "$tmp/ir3.txt" ||
+    { echo "FAIL: kiln ir does not name 6 stages, 3 a rank"; grep "^# pipeline" "$tmp/ir3.txt"; exit 1; }
+  echo "ok: gpt, interleaved, 2 ranks x 3 stages: the losses and final values of one rank"
   # With data parallel, 2 x 2: each stage's 2 ranks sum its gradients
   # (in another order than one rank: the losses within 1e-5).
   ranks 4 gid "$tmp/gpt" --batch 1 --accumulate 4 --set pipeline_parallel=2 --set pipeline_schedule=interleaved
