@@ -135,7 +135,24 @@ static const char *const shards[] = {"dp", "zero1", "zero2", "zero3", NULL};
 static const char *const layout_keys[] = {"batch", "accumulate", "precision", "shard", "tensor_parallel",
                                            "pipeline_parallel", "pipeline_schedule", "recompute", NULL};
 
-static bool virtual_key(const char *key) { return !strcmp(key, "pipeline_virtual_stages"); }
+/* Whether layout L (NULL: the model as given, one stage) takes --set
+ * KEY: pipeline_virtual_stages is the interleaved layouts' only. */
+static bool takes_setting(const kl_layout *L, const char *key)
+{
+    return strcmp(key, "pipeline_virtual_stages") || (L && L->P > 1 && !strcmp(L->schedule, "interleaved"));
+}
+
+/* The --set pairs layout L takes, into kv; their count (keys and values). */
+static int layout_settings(const opts *o, const kl_layout *L, const char **kv)
+{
+    int n = 0;
+    for (int i = 0; i < o->nkv; i += 2)
+        if (takes_setting(L, o->kv[i])) {
+            kv[n++] = o->kv[i];
+            kv[n++] = o->kv[i + 1];
+        }
+    return n;
+}
 
 /* The compiled plan of a layout; the diagnostics of a failed compile in
  * *why (the first line). */
@@ -147,14 +164,7 @@ static kl_compiled *compile_layout(const opts *o, const kl_layout *L, char **why
     snprintf(ts, sizeof ts, "%d", L->T);
     snprintf(ps, sizeof ps, "%d", L->P);
     const char *kv[100];
-    int n = 0;
-    /* pipeline_virtual_stages is the interleaved layouts' only. */
-    bool il = L->P > 1 && !strcmp(L->schedule, "interleaved");
-    for (int i = 0; i < o->nkv; i += 2)
-        if (il || !virtual_key(o->kv[i])) {
-            kv[n++] = o->kv[i];
-            kv[n++] = o->kv[i + 1];
-        }
+    int n = layout_settings(o, L, kv);
     const char *mine[] = {"batch", bs, "accumulate", as, "precision", L->precision, "shard", L->shard,
                           "tensor_parallel", ts, "pipeline_parallel", ps, "recompute", L->recompute ? "auto" : "copies"};
     for (int i = 0; i < (int)KL_ARRAY_LEN(mine); i++)
@@ -373,7 +383,7 @@ static char *command_line(const opts *o, const kl_cluster *c, const cand *k)
     if (L->recompute)
         kl_buf_puts(&b, " --set recompute=auto");
     for (int i = 0; i < o->nkv; i += 2) {
-        if (virtual_key(o->kv[i]) && !(L->P > 1 && !strcmp(L->schedule, "interleaved")))
+        if (!takes_setting(L, o->kv[i]))
             continue;
         char *kv = kl_xasprintf("%s=%s", o->kv[i], o->kv[i + 1]);
         kl_buf_puts(&b, " --set ");
@@ -673,13 +683,7 @@ int kl_plan_main(int argc, char **argv)
     /* The model as given: its settings, whether it has split matmuls. */
     kl_compile_opts bo = {.kv = o.nkv ? o.kv : NULL, .mode = KL_MODE_TRAIN, .stop_after = "lower"};
     const char *kv_end[72];
-    int nend = 0;
-    for (int i = 0; i < o.nkv; i += 2)
-        if (!virtual_key(o.kv[i])) { /* the interleaved layouts' (compile_layout) */
-            kv_end[nend++] = o.kv[i];
-            kv_end[nend++] = o.kv[i + 1];
-        }
-    kv_end[nend] = NULL;
+    kv_end[layout_settings(&o, NULL, kv_end)] = NULL;
     bo.kv = kv_end;
     if (!(base = kl_compile_file(o.file, &bo)))
         goto done;

@@ -381,7 +381,8 @@ void kl_plan_cost(const kl_plan *p, const kl_cluster *c, const kl_calib *calib, 
      * in the stages' bodies (every cut crosses between two ranks' links). */
     bool zb = P > 1 && L->schedule && !strcmp(L->schedule, "zero_bubble");
     bool il = P > 1 && L->schedule && !strcmp(L->schedule, "interleaved");
-    int vs = il && pass_pipeline_count(g) / P > 1 ? pass_pipeline_count(g) / P : 1;
+    int vs = il ? pass_pipeline_count(g) / P : 1;
+    vs = vs > 1 ? vs : 1;
     double fill = zb ? (sum_body - max_body) / 3 : (sum_body - max_body) / vs;
     out->critical_s = (double)(mb - 1) * (max_body + host) + max_body + fill + max_extra + host;
     /* More ranks than cores (CPU ranks under mpirun --oversubscribe):
