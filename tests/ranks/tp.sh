@@ -6,9 +6,11 @@
 #   tp.sh KILN CASE   CASE: mlp | resume | ir | refused | syncbn
 #
 # As tests/ranks/data_parallel.sh (whose helpers, tests/ranks/helpers.bash, this uses): 20
-# steps' losses (rtol 1e-5) and the final params and optimizer state of
-# the checkpoints, which hold the split params whole (rtol 1e-5; bf16 and
-# fp16 within their bound), mpirun --oversubscribe, one thread per rank.
+# steps' losses and the final params of the checkpoints, which hold the
+# split params whole: fp32 within the reorder bound (near32: the split
+# layers sum in another order at every step), bf16 and fp16 within their
+# bound (near), the exact mode to the bit (same); mpirun --oversubscribe,
+# one thread per rank.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$testdir/ranks/helpers.bash"
@@ -23,16 +25,16 @@ mlp)
   # reads 24 of the 48 rows); T = 3 on 3 ranks (T = 1 x 3 is data
   # parallel alone, as tests/ranks/data_parallel.sh).
   ranks 2 t2 "$tmp/tp" --batch 48 --tensor-parallel 2
-  same ref t2
+  near32 ref t2
   ranks 4 t2d2 "$tmp/tp" --batch 24 --tensor-parallel 2
-  same ref t2d2
+  near32 ref t2d2
   ranks 3 t3 "$tmp/tp" --batch 48 --tensor-parallel 3
-  same ref t3
+  near32 ref t3
   # accumulate 2: micro-batches of 24 on one rank, of 12 on each group of
   # T = 2 x 2 (the split params' accumulators are gathered too).
   one acc "$tmp/tp" --batch 24 --accumulate 2
   ranks 4 racc "$tmp/tp" --batch 12 --accumulate 2 --tensor-parallel 2
-  same acc racc
+  near32 acc racc
   # bf16 and fp16: the row split's partial sums come out of the GEMM in
   # fp32, are all-reduced in fp32 and rounded once after (tp_reduce =
   # fp32, the default; passes/precision.c), so only the order of fp32
@@ -76,11 +78,11 @@ resume)
   one full "$tmp/tp" --batch 48
   ranks 2 half2 "$tmp/tp" --batch 48 --tensor-parallel 2 --steps 10
   "$tmp/tp" "${common[@]}" --batch 48 --resume "$tmp/half2.ckpt" --metrics "$tmp/on1.json" --save "$tmp/on1.ckpt" > /dev/null
-  same full on1
+  near32 full on1
   one half1 "$tmp/tp" --batch 48 --steps 10
   "${mpi[@]}" -np 4 "$tmp/tp" "${common[@]}" --batch 24 --tensor-parallel 2 --resume "$tmp/half1.ckpt" \
     --metrics "$tmp/on4.json" --save "$tmp/on4.ckpt" > /dev/null
-  same full on4
+  near32 full on4
   # --export at T = 2 writes the split params whole (64 x 96, 96 x 48).
   "${mpi[@]}" -np 2 "$tmp/tp" "${common[@]}" --batch 48 --tensor-parallel 2 --steps 2 --export "$tmp/e.safetensors" > /dev/null
   head -c 600 "$tmp/e.safetensors" | grep -aq '"dense.2.w":{"dtype":"F32","shape":\[64,96\]' &&
