@@ -668,7 +668,7 @@ int kl_train_main(int argc, char **argv, const char *model_name, const char *mod
     pg->train = keys;
     int differ = train_agree_settings(&t, kl_comm_whole(t.comm), &t.train->g->train, plan);
     free(plan);
-    if (differ || train_pipeline_prepare(&t) || train_ranks_prepare(&t))
+    if (differ || train_ranks_prepare(&t))
         goto done;
     t.peak_bytes = peak;
     /* Host readings, and the GPU's through NVML on a GPU run. */

@@ -497,6 +497,28 @@ int train_pipe_schedule(kl_pipe_schedule sched, int P, int v, int m, int s, bool
     return n;
 }
 
+/* This rank's arena: the buffers its stages' steps touch and those it
+ * sends or receives (at the writer's step), placed again, so that a rank
+ * holds its stages' activations, not the whole model's. The passes run
+ * this rank's steps in the plan's order as before, and what crosses
+ * between passes (the saved activations, the W copies, the update's
+ * copies) is live in the whole plan from its writer to its reader, both
+ * this rank's, or pinned: the ranges it had, less the other stages'
+ * steps. */
+static void place_arena(trainer *t, train_pipe *q)
+{
+    kl_plan *p = t->train->plan;
+    kl_touch *x = kl_xmalloc(sizeof *x * (size_t)(q->xfers.n + 1));
+    int n = 0;
+    for (int i = 0; i < q->xfers.n; i++)
+        if (q->xfers.v[i].from % q->P == q->stage || q->xfers.v[i].to % q->P == q->stage)
+            x[n++] = (kl_touch){q->xfers.v[i].step, q->xfers.v[i].buf};
+    q->whole_arena = p->arena_bytes;
+    plan_memory_of(p, q->run, x, n);
+    free(x);
+    kl_exec_rebind_arena(t->train);
+}
+
 int train_pipeline_prepare(trainer *t)
 {
     if (t->pp <= 1)
@@ -522,6 +544,7 @@ int train_pipeline_prepare(trainer *t)
         return -1;
     }
     analyse(t, q);
+    place_arena(t, q);
     /* Each chunk's slots: the most micro-batches between its forward and
      * its backward in this rank's order. */
     pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));

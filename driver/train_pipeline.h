@@ -44,7 +44,7 @@ enum { SPAN_F, SPAN_B, SPAN_W, SPAN_BW, SPAN_SEND, SPAN_RECV };
 /* Per stage: busy, span, the measured steps, the receives' waits and
  * the four pass kinds' seconds and counts. */
 enum { ST_BUSY, ST_SPAN, ST_STEPS, ST_WAIT, ST_KIND, ST_COUNT = ST_KIND + 4, ST_RSS = ST_COUNT + 4, ST_OWN, ST_A, ST_SLOTS,
-       ST_WSLOTS, ST_N };
+       ST_WSLOTS, ST_ARENA, ST_N };
 
 /* The pass running: its steps' hooks do the transfers and the W copies
  * (PASS_FB), or put the W copies back (PASS_W). */
@@ -75,6 +75,7 @@ struct train_pipe {
     int finite_stage; /* fp16: the stage that checks every stage's gradients (-1: none) */
     int64_t sent_bytes, recv_bytes;
     int64_t own_bytes, persist_bytes; /* params and state: this stage's, every stage's */
+    int64_t whole_arena;              /* the whole plan's arena; this rank's is the plan's arena_bytes */
     /* zero_bubble: per step, whether it is a W step (any stage's); this
      * stage's B and W steps; the W copies by step (cap_at: steps + 1
      * entries), each step's next backward step (-1: none) and the first;

@@ -162,6 +162,7 @@ void train_pipeline_finish(trainer *t)
     mine[ST_A] = a;
     mine[ST_SLOTS] = a > 0 ? slot_bytes / a : q->ch[0].slots;
     mine[ST_WSLOTS] = (double)(q->wbytes * q->wslots);
+    mine[ST_ARENA] = (double)t->train->plan->arena_bytes;
     q->all_stats = kl_xmalloc(sizeof mine * (size_t)q->P);
     kl_comm_gather_startup(q->c, mine, sizeof mine, q->all_stats, "the stages' pass times");
     if (!q->record)
@@ -248,32 +249,38 @@ void train_pipeline_print_profile(const trainer *t)
     else
         print_bubble(q, a, t->world);
     /* Memory: the schedule's part (the saved-activation slots) against
-     * gpipe's, and the peak resident set, which also holds what every
-     * rank allocates whatever its stage. */
+     * gpipe's; the rank's arena (its stages' buffers of the micro-batch
+     * running); the formula's sum (its params and state, the slots) and
+     * what the rank allocates (the arena too, and every stage's params
+     * and state, which every rank holds); the peak resident set, which
+     * also holds the code, the data and the libraries. */
     char ar[32], ps[32];
-    kl_format_bytes(ar, sizeof ar, t->train->plan->arena_bytes);
+    kl_format_bytes(ar, sizeof ar, q->whole_arena);
     kl_format_bytes(ps, sizeof ps, q->persist_bytes);
-    printf("pipeline memory (%s; every rank allocates the whole plan's arena, %s, and every stage's params and state, "
-           "%s):\n",
+    printf("pipeline memory (%s; each rank's arena holds its stages' buffers, the whole plan's would be %s; every "
+           "rank holds every stage's params and state, %s):\n",
            kl_pipe_schedule_name(q->sched), ar, ps);
     for (int s = 0; s < q->P; s++) {
         const double *x = a + (size_t)s * ST_N;
-        char rss[32], one[32], sl[32], gp[32], own[32], f[32];
+        char rss[32], are[32], one[32], sl[32], gp[32], own[32], f[32], al[32];
         kl_format_bytes(rss, sizeof rss, (int64_t)x[ST_RSS]);
+        kl_format_bytes(are, sizeof are, (int64_t)x[ST_ARENA]);
         kl_format_bytes(one, sizeof one, (int64_t)x[ST_A]);
         kl_format_bytes(sl, sizeof sl, (int64_t)(x[ST_A] * x[ST_SLOTS]));
         kl_format_bytes(gp, sizeof gp, (int64_t)x[ST_A] * q->m);
         kl_format_bytes(own, sizeof own, (int64_t)x[ST_OWN]);
-        kl_format_bytes(f, sizeof f, (int64_t)(x[ST_OWN] + x[ST_A] * x[ST_SLOTS] + x[ST_WSLOTS]));
-        printf("  stage %d: peak resident %s; saved activations %.3g x %s = %s (gpipe's %d x = %s: %.3f of it); its "
-               "params and state %s;",
-               s, rss, x[ST_SLOTS], one, sl, q->m, gp, x[ST_SLOTS] / q->m, own);
+        double formula = x[ST_OWN] + x[ST_A] * x[ST_SLOTS] + x[ST_WSLOTS];
+        kl_format_bytes(f, sizeof f, (int64_t)formula);
+        kl_format_bytes(al, sizeof al, (int64_t)(formula - x[ST_OWN] + (double)q->persist_bytes + x[ST_ARENA]));
+        printf("  stage %d: peak resident %s; arena %s; saved activations %.3g x %s = %s (gpipe's %d x = %s: %.3f of "
+               "it); its params and state %s;",
+               s, rss, are, x[ST_SLOTS], one, sl, q->m, gp, x[ST_SLOTS] / q->m, own);
         if (q->is_w) {
             char w[32];
             kl_format_bytes(w, sizeof w, (int64_t)x[ST_WSLOTS]);
             printf(" weight-gradient inputs %s;", w);
         }
-        printf(" formula %s\n", f);
+        printf(" formula %s; allocated %s (with the arena and every stage's params and state)\n", f, al);
     }
 }
 
@@ -283,14 +290,15 @@ void train_pipeline_print_start(const trainer *t)
     if (!q)
         return;
     print_layout(t);
-    /* Per rank: zero_bubble's 5 counts, then each chunk's saved bytes,
-     * slots and buffers. */
-    enum { NX = 5 + 3 * KL_PIPE_VIRTUAL_MAX };
-    int64_t mine[NX] = {q->wbytes, q->wslots, q->ubytes, q->nb_steps, q->nw}, *all = kl_xmalloc(sizeof mine * (size_t)q->P);
+    /* Per rank: zero_bubble's 5 counts, its arena, then each chunk's
+     * saved bytes, slots and buffers. */
+    enum { NX = 6 + 3 * KL_PIPE_VIRTUAL_MAX };
+    int64_t mine[NX] = {q->wbytes, q->wslots, q->ubytes, q->nb_steps, q->nw, t->train->plan->arena_bytes},
+            *all = kl_xmalloc(sizeof mine * (size_t)q->P);
     for (int c = 0; c < q->v; c++) {
-        mine[5 + 3 * c] = q->ch[c].stash_bytes;
-        mine[6 + 3 * c] = q->ch[c].slots;
-        mine[7 + 3 * c] = q->ch[c].stash.n;
+        mine[6 + 3 * c] = q->ch[c].stash_bytes;
+        mine[7 + 3 * c] = q->ch[c].slots;
+        mine[8 + 3 * c] = q->ch[c].stash.n;
     }
     kl_comm_gather_startup(q->c, mine, sizeof mine, all, "the stages' saved activations");
     if (t->opt.quiet) {
@@ -314,7 +322,7 @@ void train_pipeline_print_start(const trainer *t)
     for (int k = 0; k < q->S; k++) {
         char a[32], b[32];
         int s = k % q->P;
-        const int64_t *x = all + NX * s, *y = x + 5 + 3 * (k / q->P);
+        const int64_t *x = all + NX * s, *y = x + 6 + 3 * (k / q->P);
         kl_format_bytes(a, sizeof a, y[0]);
         kl_format_bytes(b, sizeof b, y[0] * y[1]);
         char on[32] = "";
@@ -333,6 +341,13 @@ void train_pipeline_print_start(const trainer *t)
                    s, (long long)x[3], (long long)x[4], (long long)x[1] - 1, x[1] == 2 ? "" : "es", a, (long long)x[1],
                    b, c);
         }
+    }
+    char w[32];
+    kl_format_bytes(w, sizeof w, q->whole_arena);
+    for (int r = 0; r < q->P; r++) {
+        char a[32];
+        kl_format_bytes(a, sizeof a, all[NX * r + 5]);
+        printf("pipeline: rank %d: arena %s (its stages' buffers and transfers; the whole plan's %s)\n", r, a, w);
     }
     free(all);
 }

@@ -146,9 +146,10 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
     return kl_compiled_exec(t->s, c, host);
 }
 
-/* The training plan (g, which it takes), then the evaluation plans: the
- * largest evaluation batch that fits in the training plan's arena, and
- * one for the test set's remainder. */
+/* The training plan (g, which it takes), with pipeline stages its arena
+ * placed for this rank's stages, then the evaluation plans: the largest
+ * evaluation batch that fits in the training plan's arena, and one for
+ * the test set's remainder. */
 int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_out)
 {
     const char *model_name = t->model;
@@ -158,6 +159,8 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
     for (int i = 0; i < t->train->g->reports.n; i++)
         if (!strcmp(t->train->g->reports.v[i].name, "_grads_finite"))
             t->finite_value = t->train->g->reports.v[i].value;
+    if (train_pipeline_prepare(t))
+        return -1;
     /* No test split: no evaluation. */
     *eb_out = 0;
     if (t->test_set.count == 0)

@@ -328,8 +328,9 @@ int train_tp_setup(trainer *t);
 /* pipeline_parallel > 1 (train_pipeline.c). check: what is not built
  * refused with the reason (-1), else the world split into the stages
  * (t->comm becomes the stage's data-parallel group). prepare: after the
- * plans, each step's stage, the transfers and the saved activations (-1
- * after an error, reported). print_start: the stages' lines (every rank
+ * training plan, before the evaluation plans (which share its arena, now
+ * this rank's own), each step's stage, the transfers and the saved
+ * activations (-1 after an error, reported). print_start: the stages' lines (every rank
  * calls it; rank 0 prints). settle: every param and state from the stage
  * that updates it, on every rank (a collective, in train_ranks_settle).
  * Nothing at P = 1. */

@@ -25,16 +25,22 @@ static void touch(kl_plan *p, int b, int step)
         x->last = step;
 }
 
-void plan_liveness(kl_plan *p)
+void plan_liveness(kl_plan *p) { plan_liveness_of(p, NULL, NULL, 0); }
+
+void plan_liveness_of(kl_plan *p, const bool *steps, const kl_touch *extra, int nextra)
 {
     for (int b = 0; b < p->buffers.n; b++)
         p->buffers.v[b].first = p->buffers.v[b].last = -1;
     for (int i = 0; i < p->steps.n; i++) {
+        if (steps && !steps[i])
+            continue;
         int bufs[IR_KERNEL_MAX_BUFS + 8];
         int n = plan_step_buffers(&p->steps.v[i], bufs);
         for (int k = 0; k < n; k++)
             touch(p, bufs[k], i);
     }
+    for (int k = 0; k < nextra; k++)
+        touch(p, extra[k].buf, extra[k].step);
     int end = p->steps.n > 0 ? p->steps.n - 1 : 0;
     for (int b = 0; b < p->buffers.n; b++) {
         if (!p->buffers.v[b].pinned)
@@ -262,9 +268,11 @@ int plan_data_of(const kl_plan *p, int b)
     return b;
 }
 
-void plan_memory(kl_plan *p)
+void plan_memory(kl_plan *p) { plan_memory_of(p, NULL, NULL, 0); }
+
+void plan_memory_of(kl_plan *p, const bool *steps, const kl_touch *extra, int nextra)
 {
-    plan_liveness(p);
+    plan_liveness_of(p, steps, extra, nextra);
     if (p->planned)
         plan_assign_offsets(p);
     else

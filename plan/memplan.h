@@ -52,6 +52,11 @@ unsigned plan_kernel_arg_use(const kir_kernel *k, int buf);
 
 /* Sets first/last of every arena buffer (steps, in plan order). */
 void plan_liveness(kl_plan *p);
+/* The same over the steps marked in steps (NULL: all) and the extra
+ * touches: a buffer a run reads or writes at a step's place outside its
+ * kernels (a pipeline stage's transfers); a buffer neither touches is
+ * not live (its offset 0, never dereferenced). */
+void plan_liveness_of(kl_plan *p, const bool *steps, const kl_touch *extra, int nextra);
 /* Offsets by the heap simulator (best of several orderings); sets
  * arena_bytes, arena_lower_bound and arena_unplanned. */
 void plan_assign_offsets(kl_plan *p);

@@ -147,6 +147,13 @@ kl_plan *plan_lower(const ir_graph *g, const kl_plan_opts *o);
  * offsets (plan/memplan.c), or every buffer its own memory when the
  * plan is unplanned; then plan_mark_gemm_reuse. */
 void plan_memory(kl_plan *p);
+/* A buffer touched at step's place (plan_memory_of's extra touches). */
+typedef struct kl_touch {
+    int step, buf;
+} kl_touch;
+/* plan_memory for a run of only the marked steps (a pipeline stage's:
+ * plan_liveness_of), placing again a plan plan_memory placed. */
+void plan_memory_of(kl_plan *p, const bool *steps, const kl_touch *extra, int nextra);
 /* The keep and reuse ids of the plan's 16-bit GEMM operands (kl_gemm;
  * plan/gemm_reuse.c): after memory planning, which plan_memory does. */
 void plan_mark_gemm_reuse(kl_plan *p);

@@ -86,6 +86,7 @@ static void *persistent_ptr(kl_session *s, const ir_value *v)
 }
 
 static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
+static void bind_buffers(kl_exec *e);
 static void run_collective(kl_exec *e, int step, const void *src);
 
 /* The communicator of collective n: the session's, or its
@@ -184,31 +185,47 @@ static kl_exec *exec_new(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *hos
         e->arena = s->be->ops->alloc(s->be, (size_t)(p->arena_bytes ? p->arena_bytes : 256));
     }
     e->ptrs = kl_xcalloc((size_t)p->buffers.n + 1, sizeof(void *));
-    for (int i = 0; i < p->buffers.n; i++) {
-        kl_buffer *b = &p->buffers.v[i];
-        if (b->region == KL_REGION_ARENA)
-            e->ptrs[i] = (char *)e->arena + b->offset;
-        else if (b->region == KL_REGION_PERSISTENT)
-            e->ptrs[i] = persistent_ptr(s, ir_val(g, b->value));
-    }
-    for (int i = 0; i < p->buffers.n; i++)
-        if (p->buffers.v[i].region == KL_REGION_VIEW)
-            e->ptrs[i] = e->ptrs[plan_real_buffer(p, i)];
+    e->args = kl_xcalloc((size_t)p->steps.n + 1, sizeof(void **));
+    for (int i = 0; i < p->steps.n; i++)
+        if (p->steps.v[i].kind == KL_STEP_KERNEL)
+            e->args[i] = kl_xcalloc((size_t)p->steps.v[i].nargs + 1, sizeof(void *));
+    bind_buffers(e);
     if (start_overlap(e)) {
         kl_exec_free(e);
         return NULL;
     }
     e->lt_done = kl_xcalloc((size_t)p->steps.n + 1, sizeof(bool));
-    e->args = kl_xcalloc((size_t)p->steps.n + 1, sizeof(void **));
-    for (int i = 0; i < p->steps.n; i++) {
-        kl_step *st = &p->steps.v[i];
-        if (st->kind != KL_STEP_KERNEL)
-            continue;
-        e->args[i] = kl_xcalloc((size_t)st->nargs + 1, sizeof(void *));
-        for (int k = 0; k < st->nargs; k++)
-            e->args[i][k] = e->ptrs[st->args[k]];
-    }
     return e;
+}
+
+/* Each buffer's pointer (the arena's at its offset, or the session's
+ * persistent value; a view its base's) and each kernel step's
+ * arguments. */
+static void bind_buffers(kl_exec *e)
+{
+    kl_plan *p = e->plan;
+    for (int i = 0; i < p->buffers.n; i++) {
+        kl_buffer *b = &p->buffers.v[i];
+        if (b->region == KL_REGION_ARENA)
+            e->ptrs[i] = (char *)e->arena + b->offset;
+        else if (b->region == KL_REGION_PERSISTENT)
+            e->ptrs[i] = persistent_ptr(e->s, ir_val(e->g, b->value));
+    }
+    for (int i = 0; i < p->buffers.n; i++)
+        if (p->buffers.v[i].region == KL_REGION_VIEW)
+            e->ptrs[i] = e->ptrs[plan_real_buffer(p, i)];
+    for (int i = 0; i < p->steps.n; i++)
+        for (int k = 0; e->args[i] && k < p->steps.v[i].nargs; k++)
+            e->args[i][k] = e->ptrs[p->steps.v[i].args[k]];
+}
+
+void kl_exec_rebind_arena(kl_exec *e)
+{
+    if (e->arena_shared || e->arena_user)
+        kl_panic("an exec's arena is placed again after it ran or while another exec shares it");
+    e->s->be->ops->free(e->s->be, e->arena);
+    e->arena = e->s->be->ops->alloc(e->s->be, (size_t)(e->plan->arena_bytes ? e->plan->arena_bytes : 256));
+    bind_buffers(e);
 }
 
 void kl_exec_free(kl_exec *e)

@@ -96,6 +96,10 @@ kl_exec *kl_exec_new(kl_session *s, ir_graph *g, kl_plan *plan);
  * after it). host must outlive the exec. */
 kl_exec *kl_exec_new_sharing(kl_session *s, ir_graph *g, kl_plan *plan, kl_exec *host);
 void kl_exec_free(kl_exec *e);
+/* A new arena for e's plan, whose offsets were placed again
+ * (plan_memory_of: a pipeline stage's own), and every pointer bound to
+ * it; before e runs and before another exec shares its arena. */
+void kl_exec_rebind_arena(kl_exec *e);
 /* Runs the steps whose phase is in phase_mask (1 << IR_PHASE_*): as a
  * replayed graph once warm, where the backend records graphs and neither
  * the session nor profiling rules it out. The start-up steps run first,

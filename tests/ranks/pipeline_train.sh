@@ -90,6 +90,21 @@ cnn)
       { echo "FAIL: stage $s: no memory line with $((4 - s)) slots ($f of gpipe's)"; cat "$tmp/c4.mem"; exit 1; }
   done
   cat "$tmp/c4.mem"
+  # Each rank's arena holds its own stage's buffers: each below the whole
+  # plan's (one stage's activations of one micro-batch, not the model's),
+  # and the memory lines give it.
+  python3 - "$tmp/c4.txt" <<'PY' || { echo "FAIL: the ranks' arenas"; grep "^pipeline: rank" "$tmp/c4.txt"; exit 1; }
+import re, sys
+unit = {"bytes": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^pipeline: rank (\d): arena ([\d.]+) (\w+) \(its stages' buffers and transfers; "
+                  r"the whole plan's ([\d.]+) (\w+)\)$", text, re.M)
+assert [int(r[0]) for r in rows] == [0, 1, 2, 3], rows
+for r, a, au, w, wu in rows:
+    assert float(a) * unit[au] < 0.6 * float(w) * unit[wu], (r, a, au, w, wu)
+    assert re.search(rf"^  stage {r}: peak resident .*; arena {a} {au}; ", text, re.M), r
+print("ok: each rank's arena", ", ".join(f"{a} {au}" for _, a, au, _, _ in rows), "of the whole plan's", rows[0][3], rows[0][4])
+PY
   ;;
 gpt)
   # examples/gpt.kl at a tiny size (tests/gpt/tiny.sh: width 32, context
