@@ -18,10 +18,13 @@ static void evaluate_plans(trainer *t, eval_result *r)
     kl_loader_start(l, 0);
     const kl_batch *b;
     kl_kargs args = {0, (uint64_t)t->cfg.seed};
+    /* On many ranks each evaluates every parts-th batch (the
+     * data-parallel ranks and, with pipeline stages, which hold every
+     * param after the settle, the stages too; a tensor-parallel group's
+     * ranks the same ones); the sums are all-reduced below. */
+    int parts = t->world * (t->pp > 1 ? t->pp : 1), me = (t->pp > 1 ? t->stage : 0) * t->world + t->rank;
     while ((b = kl_loader_next(l))) {
-        /* On many ranks each evaluates every world-th batch; the sums
-         * are all-reduced below. */
-        if (b->index % t->world != t->rank) {
+        if (b->index % parts != me) {
             kl_loader_release(l, b);
             continue;
         }
@@ -45,10 +48,13 @@ static void evaluate_plans(trainer *t, eval_result *r)
     if (first)
         snprintf(r->first_skip, sizeof r->first_skip, "%s", first);
     kl_loader_free(l);
-    if (t->world > 1) {
+    if (parts > 1) {
         double sums[10] = {r->loss, (double)r->samples};
         memcpy(sums + 2, r->metric, sizeof r->metric);
-        kl_comm_all_reduce(t->comm, sums, 10, IR_F64, KL_REDUCE_SUM, "the evaluation's sums");
+        if (t->world > 1)
+            kl_comm_all_reduce(t->comm, sums, 10, IR_F64, KL_REDUCE_SUM, "the evaluation's sums");
+        if (t->pp > 1)
+            kl_comm_all_reduce(kl_comm_pp(t->comm), sums, 10, IR_F64, KL_REDUCE_SUM, "the stages' evaluation sums");
         r->loss = sums[0];
         r->samples = (int64_t)sums[1];
         memcpy(r->metric, sums + 2, sizeof r->metric);

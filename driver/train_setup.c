@@ -170,6 +170,14 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
     kl_replan rp = {src, t->opt.kv};
     int64_t eb = kl_eval_batch_within(&rp, t->test_set.count, t->cfg.batch, kl_eval_batch(t->test_set.count, t->cfg.batch),
                                       t->train->plan->arena_bytes);
+    if (t->pp > 1) {
+        /* The stages split the test batches between them (train_eval.c):
+         * one evaluation batch on every stage, the smallest of theirs,
+         * which fits in every stage's arena. */
+        double neg = -(double)eb;
+        kl_comm_all_reduce(kl_comm_pp(t->comm), &neg, 1, IR_F64, KL_REDUCE_MAX, "the stages' evaluation batch");
+        eb = (int64_t)-neg;
+    }
     *eb_out = eb;
     char num[32];
     snprintf(num, sizeof num, "%lld", (long long)eb);

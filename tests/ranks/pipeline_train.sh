@@ -56,6 +56,16 @@ gpipe_mlp)
   pipe 3 f3 "$tmp/mlp" "${mb[@]}" --set pipeline_schedule=1f1b
   same ref f3
   echo "ok: 1f1b, 3 stages: the losses and final values of one rank"
+  # Evaluation: the 3 stages each evaluate every third test batch (every
+  # rank holds every param after the settle) and add their sums: one
+  # rank's line, in a third of the batches each.
+  "$tmp/mlp" "${loud[@]}" "${mb[@]}" --eval-every 10 > "$tmp/e1.txt"
+  "${mpi[@]}" -np 3 "$tmp/mlp" "${loud[@]}" "${mb[@]}" --eval-every 10 --set pipeline_parallel=3 \
+    --set pipeline_schedule=1f1b > "$tmp/e3.txt"
+  e1=$(grep -o 'eval  loss [0-9.]*  accuracy [0-9.]*  ([0-9]* samples)' "$tmp/e1.txt")
+  e3=$(grep -o 'eval  loss [0-9.]*  accuracy [0-9.]*  ([0-9]* samples)' "$tmp/e3.txt")
+  [ -n "$e1" ] && [ "$e1" = "$e3" ] || { echo "FAIL: evaluation: one rank '$e1', 3 stages '$e3'"; exit 1; }
+  echo "ok: evaluation on 3 stages as on one rank: $(echo "$e3" | tail -1)"
   # bf16: the same kernels on the same micro-batches: one rank's values.
   one bf "$tmp/mlp" "${mb[@]}" --precision bf16
   pipe 2 bf2 "$tmp/mlp" "${mb[@]}" --precision bf16
