@@ -139,7 +139,9 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
     kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp * t->pp};
     kl_replan rp = {src, t->opt.kv};
     kl_compiled *c = kl_compile_graph(g, &co);
-    if (!c || (mode == KL_MODE_TRAIN && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
+    /* With pipeline stages the rank's own arena is checked once placed
+     * (train_make_plans). */
+    if (!c || (mode == KL_MODE_TRAIN && t->pp <= 1 && kl_check_budget(&rp, &t->cfg, c->plan, t->cfg.memory_limit))) {
         kl_compiled_free(c);
         return NULL;
     }
@@ -159,7 +161,8 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
     for (int i = 0; i < t->train->g->reports.n; i++)
         if (!strcmp(t->train->g->reports.v[i].name, "_grads_finite"))
             t->finite_value = t->train->g->reports.v[i].value;
-    if (train_pipeline_prepare(t))
+    kl_replan rp = {src, t->opt.kv};
+    if (train_pipeline_prepare(t) || (t->pp > 1 && kl_check_budget(&rp, &t->cfg, t->train->plan, t->cfg.memory_limit)))
         return -1;
     /* No test split: no evaluation. */
     *eb_out = 0;
@@ -167,7 +170,6 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
         return train_prepare_data(t);
     /* Evaluation shares the training plan's arena: its batch is the
      * largest that fits there. */
-    kl_replan rp = {src, t->opt.kv};
     int64_t eb = kl_eval_batch_within(&rp, t->test_set.count, t->cfg.batch, kl_eval_batch(t->test_set.count, t->cfg.batch),
                                       t->train->plan->arena_bytes);
     if (t->pp > 1) {

@@ -115,6 +115,22 @@ for r, a, au, w, wu in rows:
     assert re.search(rf"^  stage {r}: peak resident .*; arena {a} {au}; ", text, re.M), r
 print("ok: each rank's arena", ", ".join(f"{a} {au}" for _, a, au, _, _ in rows), "of the whole plan's", rows[0][3], rows[0][4])
 PY
+  # --memory-limit checks each rank's own need (every stage's params and
+  # state, 6.75 MB, and its arena): 10 MB is too little for one rank
+  # (10.69 MB) and enough for each of the 4 stages (at most 8.86 MB); 8.5
+  # MB is too little for stage 2, which says so.
+  if "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit 10MB 2> "$tmp/lim1.err"; then
+    echo "FAIL: one rank trained within 10 MB"; exit 1
+  fi
+  "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit 10MB \
+    --set pipeline_parallel=4 2> "$tmp/lim4.err" || { echo "FAIL: 4 stages within 10 MB refused"; cat "$tmp/lim4.err"; exit 1; }
+  if "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit 8.5MB \
+    --set pipeline_parallel=4 2> "$tmp/lim85.err"; then
+    echo "FAIL: 4 stages trained within 8.5 MB"; exit 1
+  fi
+  grep -q "the training step needs [0-9.]* MB (params and state [0-9.]* MB + arena [0-9.]* MB.*over the memory limit of 8.50 MB" "$tmp/lim85.err" ||
+    { echo "FAIL: no clear error at 8.5 MB"; cat "$tmp/lim85.err"; exit 1; }
+  echo "ok: --memory-limit per stage: $(grep -m1 'needs' "$tmp/lim1.err" | cut -c1-90); 4 stages fit 10 MB; at 8.5 MB: $(grep -m1 -o 'needs [0-9.]* MB' "$tmp/lim85.err")"
   ;;
 gpt)
   # examples/gpt.kl at a tiny size (tests/gpt/tiny.sh: width 32, context
