@@ -60,4 +60,11 @@ typedef struct kl_auto_batch_result {
 } kl_auto_batch_result;
 int kl_auto_batch(const kl_replan *r, int64_t effective, int64_t limit, kl_auto_batch_result *out);
 
+/* The arena pipeline rank `rank` of P allocates for training plan p (a
+ * plan with pipeline stages, stage k on rank k mod P): the memory
+ * planner's over that rank's steps and transfers, as the training
+ * executable places it (driver/train_pipeline.c); p's offsets are
+ * placed for the whole plan again after. */
+int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank);
+
 #endif

@@ -101,6 +101,7 @@
 #include <string.h>
 
 #include "trainer.h"
+#include "budget.h"
 #include "train_loop.h"
 #include "passes/passes.h"
 #include "runtime/exec/backend_cuda.h"
@@ -203,10 +204,9 @@ static void add_xfer(train_pipe *q, int step, int buf, int from, int to)
 
 /* The transfers, the saved buffers and the persistent values' owners,
  * from the plan's steps in order (the same on every rank). */
-static void analyse(trainer *t, train_pipe *q)
+static void analyse(const kl_plan *p, int finite_value, train_pipe *q)
 {
-    const kl_plan *p = t->train->plan;
-    const ir_graph *g = t->train->g;
+    const ir_graph *g = p->g;
     int ns = p->steps.n, nb = p->buffers.n;
     int *node_stage = kl_xmalloc(sizeof(int) * (size_t)(g->nodes.n + 1));
     pass_pipeline_assign(g, node_stage);
@@ -311,7 +311,7 @@ static void analyse(trainer *t, train_pipe *q)
                 q->loss_stage = q->stage_of[i], q->loss_phase = p->steps.v[i].phase;
             if (g->reports.n && bufs[k] == plan_real_buffer(p, p->value_buf[g->reports.v[0].value]))
                 q->report_stage = q->stage_of[i], q->report_phase = p->steps.v[i].phase;
-            if (t->finite_value >= 0 && bufs[k] == plan_real_buffer(p, p->value_buf[t->finite_value]))
+            if (finite_value >= 0 && bufs[k] == plan_real_buffer(p, p->value_buf[finite_value]))
                 q->finite_stage = q->stage_of[i];
         }
     }
@@ -504,19 +504,33 @@ int train_pipe_schedule(kl_pipe_schedule sched, int P, int v, int m, int s, bool
  * between passes (the saved activations, the W copies, the update's
  * copies) is live in the whole plan from its writer to its reader, both
  * this rank's, or pinned: the ranges it had, less the other stages'
- * steps. */
-static void place_arena(trainer *t, train_pipe *q)
+ * steps. Returns the arena's bytes; p's offsets are this rank's. */
+static int64_t place_arena(kl_plan *p, const train_pipe *q)
 {
-    kl_plan *p = t->train->plan;
     kl_touch *x = kl_xmalloc(sizeof *x * (size_t)(q->xfers.n + 1));
     int n = 0;
     for (int i = 0; i < q->xfers.n; i++)
         if (q->xfers.v[i].from % q->P == q->stage || q->xfers.v[i].to % q->P == q->stage)
             x[n++] = (kl_touch){q->xfers.v[i].step, q->xfers.v[i].buf};
-    q->whole_arena = p->arena_bytes;
     plan_memory_of(p, q->run, x, n);
     free(x);
-    kl_exec_rebind_arena(t->train);
+    return p->arena_bytes;
+}
+
+static void pipe_free(train_pipe *q);
+
+int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank)
+{
+    train_pipe *q = kl_xcalloc(1, sizeof *q);
+    q->P = P, q->stage = rank, q->S = pass_pipeline_count(p->g);
+    q->v = q->S / P;
+    if (q->v < 1 || q->v > KL_PIPE_VIRTUAL_MAX || q->S != q->v * P)
+        kl_panic("kl_pipeline_rank_arena: a plan of %d stages on %d ranks", q->S, P);
+    analyse(p, -1, q);
+    int64_t bytes = place_arena(p, q);
+    pipe_free(q);
+    plan_memory(p);
+    return bytes;
 }
 
 int train_pipeline_prepare(trainer *t)
@@ -543,8 +557,10 @@ int train_pipeline_prepare(trainer *t)
                  pass_pipeline_count(t->train->g), q->P, q->S);
         return -1;
     }
-    analyse(t, q);
-    place_arena(t, q);
+    analyse(t->train->plan, t->finite_value, q);
+    q->whole_arena = t->train->plan->arena_bytes;
+    place_arena(t->train->plan, q);
+    kl_exec_rebind_arena(t->train);
     /* Each chunk's slots: the most micro-batches between its forward and
      * its backward in this rank's order. */
     pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));
@@ -919,7 +935,12 @@ void train_pipeline_settle(trainer *t)
 
 void train_pipeline_free(trainer *t)
 {
-    train_pipe *q = t->pipe;
+    pipe_free(t->pipe);
+    t->pipe = NULL;
+}
+
+static void pipe_free(train_pipe *q)
+{
     if (!q)
         return;
     free(q->run);
@@ -948,5 +969,4 @@ void train_pipeline_free(trainer *t)
     free(q->all_stats);
     free(q->offsets);
     free(q);
-    t->pipe = NULL;
 }

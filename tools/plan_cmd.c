@@ -3,8 +3,9 @@
  * micro-batch x accumulation, recomputation, precision), compiles each
  * one's training plan for its world (driver/compile.c, as the training
  * executable does), drops those whose memory per rank (params and state +
- * the arena: kl_check_budget's sum, which the suggested command enforces
- * with --memory-limit) does not fit, predicts the step of the others
+ * the arena, with pipeline stages the largest rank's own: kl_check_budget's
+ * sum, which the suggested command enforces with --memory-limit) does not
+ * fit, predicts the step of the others
  * (tools/plan_cost.h) and prints them ranked, with the command lines of
  * the best. Layouts the training executable refuses for other reasons
  * (driver/train_pipeline.c's not_built and train_pipeline_check; a
@@ -267,6 +268,20 @@ static bool graph_has_split(const ir_graph *g)
     return false;
 }
 
+/* A rank's arena: the plan's, or with pipeline stages the largest of
+ * the ranks' (each places its own stages' buffers). */
+static int64_t rank_arena(kl_plan *p, const kl_layout *L)
+{
+    if (L->P <= 1)
+        return p->arena_bytes;
+    int64_t most = 0;
+    for (int r = 0; r < L->P; r++) {
+        int64_t a = kl_pipeline_rank_arena(p, L->P, r);
+        most = a > most ? a : most;
+    }
+    return most;
+}
+
 /* Evaluates one layout: compiles it, checks its memory (then with
  * recomputation when it does not fit), predicts its step. */
 static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, int64_t tps, cand *k)
@@ -285,7 +300,7 @@ static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, 
     }
     k->compiled = true;
     double capacity = o->memory > 0 ? (double)o->memory : c->dev.mem_bytes;
-    k->persistent = kl_persistent_bytes(cp->g), k->arena = cp->plan->arena_bytes;
+    k->persistent = kl_persistent_bytes(cp->g), k->arena = rank_arena(cp->plan, &k->L);
     k->mem = k->persistent + k->arena;
     k->useful_flops = useful_flops(cp->plan, &k->L);
     if (k->L.D > 1 && k->L.P == 1)
@@ -298,12 +313,12 @@ static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, 
         char *rwhy = NULL;
         kl_compiled *rc = compile_layout(o, &R, &rwhy);
         free(rwhy);
-        int64_t rmem = rc ? kl_persistent_bytes(rc->g) + rc->plan->arena_bytes : -1;
+        int64_t rarena = rc ? rank_arena(rc->plan, &R) : 0, rmem = rc ? kl_persistent_bytes(rc->g) + rarena : -1;
         if (rc && (double)rmem <= capacity) {
             kl_compiled_free(cp);
             cp = rc;
             k->L = R;
-            k->persistent = kl_persistent_bytes(cp->g), k->arena = cp->plan->arena_bytes;
+            k->persistent = kl_persistent_bytes(cp->g), k->arena = rarena;
             k->mem = rmem;
         } else {
             kl_compiled_free(rc);

@@ -169,6 +169,28 @@ EOF
       ok "micro-batch 16 refused by the executable: $(grep -o 'the training step needs [^(]*' "$tmp/t16.txt")" ||
       { bad "not refused for the plan's reason ($want MB)"; cat "$tmp/t16.txt"; }
   fi
+  # Pipeline stages: a rank's arena is its own stages' (the training
+  # executable places it again), so a P = 2 layout's arena is the larger
+  # of the two ranks' arenas the executable prints.
+  # (examples/mlp.kl: tiny.kl has one layer to cut.)
+  mlp=$testdir/../examples/mlp.kl
+  "$kiln" build "$mlp" -o "$tmp/mlp" > /dev/null || { bad "kiln build mlp"; exit 1; }
+  "$kiln" plan "$mlp" --cluster "$testdir/plan/cpu4.cluster" --global-batch 16 --micro 4 --pipeline 2 \
+    --tensor-parallel 1 --shard dp --precision fp32 --json > "$tmp/p.json"
+  pa=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+l = next(l for l in d["layouts"] if l["P"] == 2 and l["schedule"] == "1f1b")
+print(l["arena"], l["D"], l["micro"], l["accumulate"])' "$tmp/p.json") || { bad "no P = 2 1f1b layout"; exit 1; }
+  read -r pa D mi acc <<< "$pa"
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np $((2 * D)) "$tmp/mlp" --data synthetic:600 --steps 1 \
+    --batch "$mi" --accumulate "$acc" --set pipeline_parallel=2 --set pipeline_schedule=1f1b > "$tmp/p2.txt" 2>&1 ||
+    { bad "P = 2 does not train"; cat "$tmp/p2.txt"; exit 1; }
+  got=$(grep -o "^pipeline: rank [01]: arena [0-9.]* [kMG]*B" "$tmp/p2.txt" | python3 -c 'import sys
+u = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+print(max(float(l.split()[4]) * u[l.split()[5]] for l in sys.stdin))')
+  python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 0.006 * a)' "$pa" "$got" &&
+    ok "P = 2 x D = $D: the plan's arena $pa bytes is the larger rank's ($got, printed to 3 digits)" ||
+    { bad "P = 2: the plan's arena $pa bytes against the ranks' $got"; grep "^pipeline: rank" "$tmp/p2.txt"; }
   ;;
 errors)
   expect() { # WHAT PATTERN ARGS...
