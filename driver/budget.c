@@ -39,7 +39,16 @@ int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mo
     kl_compiled *c = kl_replan_compile(r, extra, mode);
     if (!c)
         return -1;
+    /* With pipeline stages each rank places its own stages' arena. */
     int64_t arena = c->plan->arena_bytes;
+    if (mode == KL_MODE_TRAIN && r->pipeline > 1 && pass_pipeline_count(c->g) % r->pipeline == 0 &&
+        pass_pipeline_count(c->g) > 1) {
+        arena = 0;
+        for (int k = 0; k < r->pipeline; k++) {
+            int64_t a = kl_pipeline_rank_arena(c->plan, r->pipeline, k);
+            arena = a > arena ? a : arena;
+        }
+    }
     if (persistent)
         *persistent = kl_persistent_bytes(c->g);
     kl_compiled_free(c);

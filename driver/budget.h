@@ -23,6 +23,7 @@ const char *kl_limit_text(char *buf, size_t n, int64_t bytes);
 typedef struct kl_replan {
     const kl_source *src;
     const char *const *kv; /* NULL-terminated key/value pairs, or NULL */
+    int pipeline;          /* pipeline ranks P (0 or 1: none): a training plan's arena is its largest rank's */
 } kl_replan;
 
 /* The model compiled (driver/compile.c) with the overrides and then extra

@@ -95,7 +95,7 @@ int train_choose_batch(trainer *t, const kl_source *src, const kl_backend *be, i
         return -1;
     }
     int64_t effective = kl_size_mul(t->cfg.batch, t->cfg.accumulate);
-    kl_replan rp = {src, t->opt.kv};
+    kl_replan rp = {src, t->opt.kv, t->pp};
     kl_auto_batch_result r;
     if (kl_auto_batch(&rp, effective, limit, &r))
         return -1;
@@ -137,7 +137,7 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
 {
     /* The training plan sums the ranks' gradients (the shard pass). */
     kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp * t->pp};
-    kl_replan rp = {src, t->opt.kv};
+    kl_replan rp = {src, t->opt.kv, t->pp};
     kl_compiled *c = kl_compile_graph(g, &co);
     /* With pipeline stages the rank's own arena is checked once placed
      * (train_make_plans). */
@@ -161,7 +161,7 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
     for (int i = 0; i < t->train->g->reports.n; i++)
         if (!strcmp(t->train->g->reports.v[i].name, "_grads_finite"))
             t->finite_value = t->train->g->reports.v[i].value;
-    kl_replan rp = {src, t->opt.kv};
+    kl_replan rp = {src, t->opt.kv, t->pp};
     if (train_pipeline_prepare(t) || (t->pp > 1 && kl_check_budget(&rp, &t->cfg, t->train->plan, t->cfg.memory_limit)))
         return -1;
     /* No test split: no evaluation. */
