@@ -45,8 +45,8 @@ int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mo
         pass_pipeline_count(c->g) > 1) {
         arena = 0;
         for (int k = 0; k < r->pipeline; k++) {
-            int64_t a = kl_pipeline_rank_arena(c->plan, r->pipeline, k);
-            arena = a > arena ? a : arena;
+            int64_t held = 0, a = kl_pipeline_rank_arena(c->plan, r->pipeline, k, &held);
+            arena = a + held > arena ? a + held : arena;
         }
     }
     if (persistent)
@@ -75,7 +75,7 @@ int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const kl_pla
         return 0;
     const ir_graph *train = p->g;
     int64_t persistent = kl_persistent_bytes(train), arena = p->arena_bytes, lb = p->arena_lower_bound;
-    if (persistent + arena <= limit)
+    if (persistent + arena + r->held <= limit)
         return 0;
     /* What would fit: the same effective batch in smaller micro-batches,
      * then recomputation of cheap activations. */
@@ -110,10 +110,12 @@ int kl_check_budget(const kl_replan *r, const kl_train_config *cfg, const kl_pla
                       (long long)smallest_batch, mb(smallest));
     else if (!hint.len)
         kl_buf_puts(&hint, "nothing smaller fits; raise --memory-limit");
-    char lim[40];
-    kl_error("%s: the training step needs %.2f MB (params and state %.2f MB + arena %.2f MB, whose lower bound is "
-             "%.2f MB), over the memory limit of %s\n---> %s", train->name, mb(persistent + arena), mb(persistent),
-             mb(arena), mb(lb), kl_limit_text(lim, sizeof lim, limit), hint.s);
+    char lim[40], held[96] = "";
+    if (r->held)
+        snprintf(held, sizeof held, " + the saved activations of the micro-batches in flight %.2f MB", mb(r->held));
+    kl_error("%s: the training step needs %.2f MB (params and state %.2f MB + arena %.2f MB%s; the arena's lower "
+             "bound is %.2f MB), over the memory limit of %s\n---> %s", train->name, mb(persistent + arena + r->held),
+             mb(persistent), mb(arena), held, mb(lb), kl_limit_text(lim, sizeof lim, limit), hint.s);
     kl_buf_free(&hint);
     return -1;
 }

@@ -23,7 +23,9 @@ const char *kl_limit_text(char *buf, size_t n, int64_t bytes);
 typedef struct kl_replan {
     const kl_source *src;
     const char *const *kv; /* NULL-terminated key/value pairs, or NULL */
-    int pipeline;          /* pipeline ranks P (0 or 1: none): a training plan's arena is its largest rank's */
+    int pipeline;          /* pipeline ranks P (0 or 1: none): a training plan's arena is its largest rank's,
+                              with what that rank holds between passes */
+    int64_t held;          /* kl_check_budget: host memory the checked plan's rank holds beside (pipeline) */
 } kl_replan;
 
 /* The model compiled (driver/compile.c) with the overrides and then extra
@@ -65,7 +67,9 @@ int kl_auto_batch(const kl_replan *r, int64_t effective, int64_t limit, kl_auto_
  * plan with pipeline stages, stage k on rank k mod P): the memory
  * planner's over that rank's steps and transfers, as the training
  * executable places it (driver/train_pipeline.c); p's offsets are
- * placed for the whole plan again after. */
-int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank);
+ * placed for the whole plan again after. held (when not NULL): the host
+ * memory the rank holds between passes besides (the saved activations
+ * of its micro-batches in flight under p's schedule, W copies, inputs). */
+int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank, int64_t *held);
 
 #endif

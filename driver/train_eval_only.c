@@ -90,7 +90,7 @@ int train_run_eval_only(trainer *t, const kl_source *src, ir_graph *g)
         return -1;
     int64_t arena = c->plan->arena_bytes;
     kl_compiled_free(c);
-    kl_replan rp = {src, t->opt.kv, 0};
+    kl_replan rp = {src, t->opt.kv, 0, 0};
     int64_t n = t->test_set.count;
     if (n == 0) {
         kl_error("%s: --eval-only: the data has no test split to evaluate (shards(..., test = \"...\"))", t->model);

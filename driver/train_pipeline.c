@@ -323,9 +323,8 @@ static void analyse(const kl_plan *p, int finite_value, train_pipe *q)
  * reads), this stage's W copies (what its W steps read that the W pass
  * does not make: forward's values, B's, the host's and other stages'),
  * and what its update reads from B. */
-static void analyse_zb(trainer *t, train_pipe *q)
+static void analyse_zb(const kl_plan *p, train_pipe *q)
 {
-    const kl_plan *p = t->train->plan;
     int ns = p->steps.n, nb = p->buffers.n;
     bool *is_b = kl_xcalloc((size_t)ns + 1, 1);
     for (int k = 0; k < q->xfers.n; k++)
@@ -435,8 +434,6 @@ static void analyse_zb(trainer *t, train_pipe *q)
      * and B, s more between B and W). */
     q->wdefer = q->stage < q->m - 1 ? q->stage : q->m - 1;
     q->wslots = q->wdefer + 1;
-    q->wmem = kl_xmalloc((size_t)(q->wbytes * q->wslots) + 1);
-    q->umem = kl_xmalloc((size_t)q->ubytes + 1);
 }
 
 /* interleaved (Megatron's interleaved 1F1B, Narayanan et al. 2021):
@@ -497,6 +494,50 @@ int train_pipe_schedule(kl_pipe_schedule sched, int P, int v, int m, int s, bool
     return n;
 }
 
+/* Everything this rank's memory depends on: the steps, transfers and
+ * saved buffers (analyse); each chunk's slots, the most micro-batches
+ * between its forward and its backward in this rank's order;
+ * interleaved's inputs; zero_bubble's W copies. Allocates none of the
+ * host memory it sizes. */
+static void analyse_memory(const kl_plan *p, int finite_value, train_pipe *q)
+{
+    analyse(p, finite_value, q);
+    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));
+    /* (interleaved with micro-batches P does not divide is refused:
+     * train_pipeline_check; kiln plan --all sizes it without slots) */
+    bool schedulable = q->sched != KL_PIPE_INTERLEAVED || q->m % q->P == 0;
+    int n = schedulable ? train_pipe_schedule(q->sched, q->P, q->v, q->m, q->stage, false, ops) : 0,
+        in[KL_PIPE_VIRTUAL_MAX] = {0};
+    for (int i = 0; i < n; i++) {
+        pipe_chunk *c = &q->ch[ops[i].chunk];
+        in[ops[i].chunk] += ops[i].kind == SPAN_F ? 1 : -1;
+        c->slots = in[ops[i].chunk] > c->slots ? in[ops[i].chunk] : c->slots;
+    }
+    free(ops);
+    const ir_graph *g = p->g;
+    for (int i = 0; i < g->decls.n && q->v > 1; i++) {
+        int v = g->decls.v[i];
+        if (ir_val(g, v)->kind != IR_VAL_INPUT || p->value_buf[v] < 0)
+            continue;
+        int b = plan_real_buffer(p, p->value_buf[v]);
+        kl_vec_push(q->in_bufs, b);
+        q->in_bytes += p->buffers.v[b].bytes;
+    }
+    if (q->sched == KL_PIPE_ZERO_BUBBLE)
+        analyse_zb(p, q);
+}
+
+/* The host memory the rank holds between passes: the saved activations
+ * of its micro-batches in flight, interleaved's inputs, zero_bubble's W
+ * copies and the update's copies. */
+static int64_t held_bytes(const train_pipe *q)
+{
+    int64_t n = q->in_bytes * q->m + q->wbytes * q->wslots + q->ubytes;
+    for (int c = 0; c < q->v; c++)
+        n += q->ch[c].stash_bytes * q->ch[c].slots;
+    return n;
+}
+
 /* This rank's arena: the buffers its stages' steps touch and those it
  * sends or receives (at the writer's step), placed again, so that a rank
  * holds its stages' activations, not the whole model's. The passes run
@@ -519,15 +560,22 @@ static int64_t place_arena(kl_plan *p, const train_pipe *q)
 
 static void pipe_free(train_pipe *q);
 
-int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank)
+int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank, int64_t *held)
 {
+    kl_train_config cfg;
+    kl_train_read(&p->g->train, &cfg);
     train_pipe *q = kl_xcalloc(1, sizeof *q);
     q->P = P, q->stage = rank, q->S = pass_pipeline_count(p->g);
+    q->m = cfg.accumulate > 1 ? (int)cfg.accumulate : 1;
+    q->sched = cfg.pipeline_schedule;
     q->v = q->S / P;
+    kl_train_config_free(&cfg);
     if (q->v < 1 || q->v > KL_PIPE_VIRTUAL_MAX || q->S != q->v * P)
         kl_panic("kl_pipeline_rank_arena: a plan of %d stages on %d ranks", q->S, P);
-    analyse(p, -1, q);
+    analyse_memory(p, -1, q);
     int64_t bytes = place_arena(p, q);
+    if (held)
+        *held = held_bytes(q);
     pipe_free(q);
     plan_memory(p);
     return bytes;
@@ -557,20 +605,10 @@ int train_pipeline_prepare(trainer *t)
                  pass_pipeline_count(t->train->g), q->P, q->S);
         return -1;
     }
-    analyse(t->train->plan, t->finite_value, q);
+    analyse_memory(t->train->plan, t->finite_value, q);
     q->whole_arena = t->train->plan->arena_bytes;
     place_arena(t->train->plan, q);
     kl_exec_rebind_arena(t->train);
-    /* Each chunk's slots: the most micro-batches between its forward and
-     * its backward in this rank's order. */
-    pipe_op *ops = kl_xmalloc(sizeof *ops * (size_t)(3 * q->m * q->v));
-    int n = train_pipe_schedule(q->sched, q->P, q->v, q->m, q->stage, false, ops), in[KL_PIPE_VIRTUAL_MAX] = {0};
-    for (int i = 0; i < n; i++) {
-        pipe_chunk *c = &q->ch[ops[i].chunk];
-        in[ops[i].chunk] += ops[i].kind == SPAN_F ? 1 : -1;
-        c->slots = in[ops[i].chunk] > c->slots ? in[ops[i].chunk] : c->slots;
-    }
-    free(ops);
     /* A value one of this rank's stages sends to another of its stages in
      * forward or backward would wait in the arena between their passes,
      * where other passes reuse its memory (in the update, which runs the
@@ -598,20 +636,15 @@ int train_pipeline_prepare(trainer *t)
         }
     for (int c = 0; c < q->v; c++)
         q->ch[c].slot_mem = kl_xmalloc((size_t)(q->ch[c].stash_bytes * q->ch[c].slots) + 1);
-    const ir_graph *g = t->train->g;
-    const kl_plan *p = t->train->plan;
-    for (int i = 0; i < g->decls.n && q->v > 1; i++) {
-        int v = g->decls.v[i];
-        if (ir_val(g, v)->kind != IR_VAL_INPUT || p->value_buf[v] < 0)
-            continue;
-        int b = plan_real_buffer(p, p->value_buf[v]);
-        kl_vec_push(q->in_bufs, b);
-        q->in_bytes += p->buffers.v[b].bytes;
-    }
     q->in_mem = kl_xmalloc((size_t)(q->in_bytes * q->m) + 1);
-    if (q->sched == KL_PIPE_ZERO_BUBBLE)
-        analyse_zb(t, q);
+    q->wmem = kl_xmalloc((size_t)(q->wbytes * q->wslots) + 1);
+    q->umem = kl_xmalloc((size_t)q->ubytes + 1);
     return 0;
+}
+
+int64_t train_pipeline_held_bytes(const trainer *t)
+{
+    return t->pipe ? held_bytes(t->pipe) : 0;
 }
 
 static void span(train_pipe *q, int kind, int mb, int buf, double t0, double t1)

@@ -95,7 +95,7 @@ int train_choose_batch(trainer *t, const kl_source *src, const kl_backend *be, i
         return -1;
     }
     int64_t effective = kl_size_mul(t->cfg.batch, t->cfg.accumulate);
-    kl_replan rp = {src, t->opt.kv, t->pp};
+    kl_replan rp = {src, t->opt.kv, t->pp, 0};
     kl_auto_batch_result r;
     if (kl_auto_batch(&rp, effective, limit, &r))
         return -1;
@@ -137,7 +137,7 @@ static kl_exec *make_exec(trainer *t, const kl_source *src, ir_graph *g, kl_mode
 {
     /* The training plan sums the ranks' gradients (the shard pass). */
     kl_compile_opts co = {.mode = mode, .ranks = t->world * t->tp * t->pp};
-    kl_replan rp = {src, t->opt.kv, t->pp};
+    kl_replan rp = {src, t->opt.kv, t->pp, 0};
     kl_compiled *c = kl_compile_graph(g, &co);
     /* With pipeline stages the rank's own arena is checked once placed
      * (train_make_plans). */
@@ -161,9 +161,13 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
     for (int i = 0; i < t->train->g->reports.n; i++)
         if (!strcmp(t->train->g->reports.v[i].name, "_grads_finite"))
             t->finite_value = t->train->g->reports.v[i].value;
-    kl_replan rp = {src, t->opt.kv, t->pp};
-    if (train_pipeline_prepare(t) || (t->pp > 1 && kl_check_budget(&rp, &t->cfg, t->train->plan, t->cfg.memory_limit)))
+    kl_replan rp = {src, t->opt.kv, t->pp, 0};
+    if (train_pipeline_prepare(t))
         return -1;
+    rp.held = train_pipeline_held_bytes(t);
+    if (t->pp > 1 && kl_check_budget(&rp, &t->cfg, t->train->plan, t->cfg.memory_limit))
+        return -1;
+    rp.held = 0;
     /* No test split: no evaluation. */
     *eb_out = 0;
     if (t->test_set.count == 0)
@@ -203,7 +207,7 @@ int train_make_plans(trainer *t, const kl_source *src, ir_graph *g, int64_t *eb_
  * against --memory-limit. */
 int train_check_peak(trainer *t, int64_t *peak_out)
 {
-    int64_t peak = kl_persistent_bytes(t->train->g) + t->train->plan->arena_bytes;
+    int64_t peak = kl_persistent_bytes(t->train->g) + t->train->plan->arena_bytes + train_pipeline_held_bytes(t);
     if (t->eval && !t->eval->arena_shared)
         peak += t->eval->plan->arena_bytes;
     if (t->eval_tail && !t->eval_tail->arena_shared)
@@ -252,12 +256,12 @@ void train_print_start(const trainer *t, const kl_backend *be, int64_t eb, int64
     printf("memory: %s\n", mem);
     free(mem);
     char *plan = plan_summary(t->train->plan);
+    const char *with = t->pipe ? "with params, state and the saved activations in flight" : "with params and state";
     if (t->eval)
-        printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB with params and state", plan, (long long)eb,
-               t->eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6);
+        printf("memory plan: %s; evaluation batch %lld %s; peak %.2f MB %s", plan, (long long)eb,
+               t->eval->arena_shared ? "in the same arena" : "in an arena of its own", (double)peak / 1e6, with);
     else
-        printf("memory plan: %s; no evaluation (no test split); peak %.2f MB with params and state", plan,
-               (double)peak / 1e6);
+        printf("memory plan: %s; no evaluation (no test split); peak %.2f MB %s", plan, (double)peak / 1e6, with);
     if (c->memory_limit > 0)
         printf(" (limit %.2f MB)", (double)c->memory_limit / 1e6);
     printf("\n");

@@ -337,6 +337,10 @@ int train_tp_setup(trainer *t);
 typedef struct train_pipe train_pipe;
 int train_pipeline_check(trainer *t);
 int train_pipeline_prepare(trainer *t);
+/* The host memory this rank's stages hold between passes (the saved
+ * activations of the micro-batches in flight, zero_bubble's W copies,
+ * interleaved's inputs); 0 without stages. */
+int64_t train_pipeline_held_bytes(const trainer *t);
 void train_pipeline_print_start(const trainer *t);
 /* observe: after the trace opens (every stage: whether to keep spans);
  * finish: after the run (every stage: the measured pass times to rank 0,

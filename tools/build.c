@@ -245,7 +245,7 @@ int kl_build_executable_cuda(const char *model_path, const char *out, const char
     int64_t count = kl_train_test_count(model_path, &cfg, kv, nkv);
     if (count > 0) {
         /* As the executable picks it: fitting in the training arena. */
-        kl_replan rp = {&src, kv, 0};
+        kl_replan rp = {&src, kv, 0, 0};
         int64_t eb = kl_eval_batch_within(&rp, count, cfg.batch, kl_eval_batch(count, cfg.batch),
                                           kl_replan_arena(&rp, NULL, KL_MODE_TRAIN, NULL));
         int64_t sizes[2] = {eb, count % eb};

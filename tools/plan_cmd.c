@@ -61,7 +61,7 @@ static const char usage[] =
 typedef struct cand {
     kl_layout L;
     char shard[8], sched[8], prec[8];
-    int64_t mem, persistent, arena;
+    int64_t mem, persistent, arena, held; /* held: pipeline's saved activations in flight (mem - persistent - arena) */
     bool compiled, fits, built;
     char *why;            /* why it is dropped or not built, or NULL */
     char *zero;           /* params, gradients and state per rank against ZeRO's formulas (D > 1, one stage) */
@@ -269,16 +269,21 @@ static bool graph_has_split(const ir_graph *g)
 }
 
 /* A rank's arena: the plan's, or with pipeline stages the largest of
- * the ranks' (each places its own stages' buffers). */
-static int64_t rank_arena(kl_plan *p, const kl_layout *L)
+ * the ranks' (each places its own stages' buffers); held: the most a
+ * rank needs beside (the saved activations of its micro-batches in
+ * flight: arena plus held is the largest of the ranks' sums). */
+static int64_t rank_arena(kl_plan *p, const kl_layout *L, int64_t *held)
 {
+    *held = 0;
     if (L->P <= 1)
         return p->arena_bytes;
-    int64_t most = 0;
+    int64_t most = 0, sum = 0;
     for (int r = 0; r < L->P; r++) {
-        int64_t a = kl_pipeline_rank_arena(p, L->P, r);
+        int64_t h = 0, a = kl_pipeline_rank_arena(p, L->P, r, &h);
         most = a > most ? a : most;
+        sum = a + h > sum ? a + h : sum;
     }
+    *held = sum - most;
     return most;
 }
 
@@ -300,8 +305,8 @@ static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, 
     }
     k->compiled = true;
     double capacity = o->memory > 0 ? (double)o->memory : c->dev.mem_bytes;
-    k->persistent = kl_persistent_bytes(cp->g), k->arena = rank_arena(cp->plan, &k->L);
-    k->mem = k->persistent + k->arena;
+    k->persistent = kl_persistent_bytes(cp->g), k->arena = rank_arena(cp->plan, &k->L, &k->held);
+    k->mem = k->persistent + k->arena + k->held;
     k->useful_flops = useful_flops(cp->plan, &k->L);
     if (k->L.D > 1 && k->L.P == 1)
         k->zero = pass_rank_memory(cp->g, k->L.T * k->L.D);
@@ -313,12 +318,13 @@ static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, 
         char *rwhy = NULL;
         kl_compiled *rc = compile_layout(o, &R, &rwhy);
         free(rwhy);
-        int64_t rarena = rc ? rank_arena(rc->plan, &R) : 0, rmem = rc ? kl_persistent_bytes(rc->g) + rarena : -1;
+        int64_t rheld = 0, rarena = rc ? rank_arena(rc->plan, &R, &rheld) : 0,
+                rmem = rc ? kl_persistent_bytes(rc->g) + rarena + rheld : -1;
         if (rc && (double)rmem <= capacity) {
             kl_compiled_free(cp);
             cp = rc;
             k->L = R;
-            k->persistent = kl_persistent_bytes(cp->g), k->arena = rarena;
+            k->persistent = kl_persistent_bytes(cp->g), k->arena = rarena, k->held = rheld;
             k->mem = rmem;
         } else {
             kl_compiled_free(rc);
@@ -326,8 +332,11 @@ static void evaluate(const opts *o, const kl_cluster *c, const kl_calib *calib, 
             if (rmem > 0)
                 snprintf(with, sizeof with, "; %.2f MB with recompute = auto", rmem / 1e6);
             char lim[40];
-            k->why = kl_xasprintf("needs %.2f MB a rank (params and state %.2f MB + arena %.2f MB%s), over %s",
-                                  k->mem / 1e6, k->persistent / 1e6, k->arena / 1e6, with,
+            char held[80] = "";
+            if (k->held)
+                snprintf(held, sizeof held, " + saved activations in flight %.2f MB", k->held / 1e6);
+            k->why = kl_xasprintf("needs %.2f MB a rank (params and state %.2f MB + arena %.2f MB%s%s), over %s",
+                                  k->mem / 1e6, k->persistent / 1e6, k->arena / 1e6, held, with,
                                   kl_limit_text(lim, sizeof lim, (int64_t)capacity));
             kl_compiled_free(cp);
             return;
@@ -462,8 +471,8 @@ static void print_json(const opts *o, const kl_cluster *c, cand *v, int n, int64
                (long long)L->accumulate, L->precision, L->recompute ? "true" : "false", k->fits ? "true" : "false",
                k->built ? "true" : "false");
         if (k->compiled)
-            printf(", \"memory\": %lld, \"persistent\": %lld, \"arena\": %lld", (long long)k->mem,
-                   (long long)k->persistent, (long long)k->arena);
+            printf(", \"memory\": %lld, \"persistent\": %lld, \"arena\": %lld, \"held\": %lld", (long long)k->mem,
+                   (long long)k->persistent, (long long)k->arena, (long long)k->held);
         if (k->fits) {
             const kl_cost *q = &k->cost;
             printf(", \"step_s\": %.9g, \"samples_s\": %.6g, \"tokens_s\": %.6g, \"mfu\": %.9g, \"compute_s\": %.9g, "

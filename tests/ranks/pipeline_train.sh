@@ -115,28 +115,33 @@ for r, a, au, w, wu in rows:
     assert re.search(rf"^  stage {r}: peak resident .*; arena {a} {au}; ", text, re.M), r
 print("ok: each rank's arena", ", ".join(f"{a} {au}" for _, a, au, _, _ in rows), "of the whole plan's", rows[0][3], rows[0][4])
 PY
-  # --memory-limit checks each rank's own need (every stage's params and
-  # state, 6.75 MB, and its arena): 10 MB is too little for one rank
-  # (10.69 MB) and enough for each of the 4 stages (at most 8.86 MB); 8.5
-  # MB is too little for stage 2, which says so.
-  if "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit 10MB 2> "$tmp/lim1.err"; then
-    echo "FAIL: one rank trained within 10 MB"; exit 1
+  # --memory-limit holds each rank to its own need: every stage's params
+  # and state, its arena and the saved activations of its micro-batches
+  # in flight (1f1b: stage 0 holds 4 of the 4). kiln plan predicts the
+  # largest rank's need; the executable trains just above it and refuses
+  # just below it, naming it, with a hint that fits.
+  "$kiln" plan examples/fashion_cnn.kl --cluster "$here/plan/cpu4.cluster" --global-batch 16 --micro 4 --pipeline 4 \
+    --tensor-parallel 1 --shard dp --precision fp32 --json > "$tmp/plan.json"
+  need=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+l = next(l for l in d["layouts"] if l["P"] == 4 and l["schedule"] == "1f1b")
+assert l["memory"] == l["persistent"] + l["arena"] + l["held"] and l["held"] > 0, l
+print(l["memory"])' "$tmp/plan.json") || { echo "FAIL: kiln plan has no P = 4 1f1b layout with saved activations"; exit 1; }
+  want=$(awk -v b="$need" 'BEGIN { printf "%.2f", b / 1e6 }')
+  "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit $((need + 50000)) \
+    --set pipeline_parallel=4 2> "$tmp/lim.err" || { echo "FAIL: 4 stages refused at kiln plan's need + 50 kB"; cat "$tmp/lim.err"; exit 1; }
+  if "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit $((need - 10000)) \
+    --set pipeline_parallel=4 2> "$tmp/lim.err"; then
+    echo "FAIL: 4 stages trained at kiln plan's need - 10 kB"; exit 1
   fi
-  "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit 10MB \
-    --set pipeline_parallel=4 2> "$tmp/lim4.err" || { echo "FAIL: 4 stages within 10 MB refused"; cat "$tmp/lim4.err"; exit 1; }
-  if "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" "${mb[@]}" --steps 1 --memory-limit 8.5MB \
-    --set pipeline_parallel=4 2> "$tmp/lim85.err"; then
-    echo "FAIL: 4 stages trained within 8.5 MB"; exit 1
-  fi
-  grep -q "the training step needs [0-9.]* MB (params and state [0-9.]* MB + arena [0-9.]* MB.*over the memory limit of 8.50 MB" "$tmp/lim85.err" ||
-    { echo "FAIL: no clear error at 8.5 MB"; cat "$tmp/lim85.err"; exit 1; }
-  # Its hint replans with each rank's arena too, and the hinted run fits.
-  hint=$(grep -o -- "---> try --batch [0-9]* --accumulate [0-9]*" "$tmp/lim85.err" | sed 's/^---> try //') ||
-    { echo "FAIL: no hint at 8.5 MB"; cat "$tmp/lim85.err"; exit 1; }
+  grep -q "the training step needs $want MB (params and state [0-9.]* MB + arena [0-9.]* MB + the saved activations of the micro-batches in flight [0-9.]* MB" "$tmp/lim.err" ||
+    { echo "FAIL: no clear error naming $want MB"; cat "$tmp/lim.err"; exit 1; }
+  hint=$(grep -o -- "---> try --batch [0-9]* --accumulate [0-9]*" "$tmp/lim.err" | sed 's/^---> try //') ||
+    { echo "FAIL: no hint"; cat "$tmp/lim.err"; exit 1; }
   # shellcheck disable=SC2086
-  "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" $hint --steps 1 --memory-limit 8.5MB \
+  "${mpi[@]}" -np 4 "$tmp/fashion_cnn" "${common[@]}" $hint --steps 1 --memory-limit $((need - 10000)) \
     --set pipeline_parallel=4 2> "$tmp/hint.err" || { echo "FAIL: the hint ($hint) does not fit"; cat "$tmp/hint.err"; exit 1; }
-  echo "ok: --memory-limit per stage: $(grep -m1 'needs' "$tmp/lim1.err" | cut -c1-90); 4 stages fit 10 MB; at 8.5 MB: $(grep -m1 -o 'needs [0-9.]* MB' "$tmp/lim85.err"), and its hint $hint fits"
+  echo "ok: --memory-limit per stage: kiln plan's $need bytes trains, 10 kB less is refused ($(grep -m1 -o 'needs [0-9.]* MB' "$tmp/lim.err")), its hint $hint fits"
   ;;
 gpt)
   # examples/gpt.kl at a tiny size (tests/gpt/tiny.sh: width 32, context
