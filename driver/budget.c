@@ -41,13 +41,10 @@ int64_t kl_replan_arena(const kl_replan *r, const char *const *extra, kl_mode mo
         return -1;
     /* With pipeline stages each rank places its own stages' arena. */
     int64_t arena = c->plan->arena_bytes;
-    if (mode == KL_MODE_TRAIN && r->pipeline > 1 && pass_pipeline_count(c->g) % r->pipeline == 0 &&
-        pass_pipeline_count(c->g) > 1) {
-        arena = 0;
-        for (int k = 0; k < r->pipeline; k++) {
-            int64_t held = 0, a = kl_pipeline_rank_arena(c->plan, r->pipeline, k, &held);
-            arena = a + held > arena ? a + held : arena;
-        }
+    int S = pass_pipeline_count(c->g);
+    if (mode == KL_MODE_TRAIN && r->pipeline > 1 && S > 1 && S % r->pipeline == 0) {
+        int64_t largest;
+        kl_pipeline_rank_needs(c->plan, r->pipeline, &largest, &arena);
     }
     if (persistent)
         *persistent = kl_persistent_bytes(c->g);

@@ -63,13 +63,13 @@ typedef struct kl_auto_batch_result {
 } kl_auto_batch_result;
 int kl_auto_batch(const kl_replan *r, int64_t effective, int64_t limit, kl_auto_batch_result *out);
 
-/* The arena pipeline rank `rank` of P allocates for training plan p (a
- * plan with pipeline stages, stage k on rank k mod P): the memory
- * planner's over that rank's steps and transfers, as the training
- * executable places it (driver/train_pipeline.c); p's offsets are
- * placed for the whole plan again after. held (when not NULL): the host
- * memory the rank holds between passes besides (the saved activations
- * of its micro-batches in flight under p's schedule, W copies, inputs). */
-int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank, int64_t *held);
+/* Over the P ranks of training plan p (a plan with pipeline stages,
+ * stage k on rank k mod P): the largest arena a rank allocates (the
+ * memory planner's over its steps and transfers, as the training
+ * executable places it, driver/train_pipeline.c) and the largest need,
+ * that arena plus the host memory the rank holds between passes (the
+ * saved activations of its micro-batches in flight under p's schedule,
+ * W copies, inputs). p's offsets are the whole plan's again after. */
+void kl_pipeline_rank_needs(kl_plan *p, int P, int64_t *arena, int64_t *need);
 
 #endif

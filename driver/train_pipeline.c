@@ -560,25 +560,26 @@ static int64_t place_arena(kl_plan *p, const train_pipe *q)
 
 static void pipe_free(train_pipe *q);
 
-int64_t kl_pipeline_rank_arena(kl_plan *p, int P, int rank, int64_t *held)
+void kl_pipeline_rank_needs(kl_plan *p, int P, int64_t *arena, int64_t *need)
 {
     kl_train_config cfg;
     kl_train_read(&p->g->train, &cfg);
-    train_pipe *q = kl_xcalloc(1, sizeof *q);
-    q->P = P, q->stage = rank, q->S = pass_pipeline_count(p->g);
-    q->m = cfg.accumulate > 1 ? (int)cfg.accumulate : 1;
-    q->sched = cfg.pipeline_schedule;
-    q->v = q->S / P;
+    int S = pass_pipeline_count(p->g), m = cfg.accumulate > 1 ? (int)cfg.accumulate : 1;
+    kl_pipe_schedule sched = cfg.pipeline_schedule;
     kl_train_config_free(&cfg);
-    if (q->v < 1 || q->v > KL_PIPE_VIRTUAL_MAX || q->S != q->v * P)
-        kl_panic("kl_pipeline_rank_arena: a plan of %d stages on %d ranks", q->S, P);
-    analyse_memory(p, -1, q);
-    int64_t bytes = place_arena(p, q);
-    if (held)
-        *held = held_bytes(q);
-    pipe_free(q);
+    if (S < P || S % P || S / P > KL_PIPE_VIRTUAL_MAX)
+        kl_panic("kl_pipeline_rank_needs: a plan of %d stages on %d ranks", S, P);
+    *arena = *need = 0;
+    for (int r = 0; r < P; r++) {
+        train_pipe *q = kl_xcalloc(1, sizeof *q);
+        q->P = P, q->stage = r, q->S = S, q->m = m, q->sched = sched, q->v = S / P;
+        analyse_memory(p, -1, q);
+        int64_t a = place_arena(p, q), n = a + held_bytes(q);
+        *arena = a > *arena ? a : *arena;
+        *need = n > *need ? n : *need;
+        pipe_free(q);
+    }
     plan_memory(p);
-    return bytes;
 }
 
 int train_pipeline_prepare(trainer *t)

@@ -277,13 +277,9 @@ static int64_t rank_arena(kl_plan *p, const kl_layout *L, int64_t *held)
     *held = 0;
     if (L->P <= 1)
         return p->arena_bytes;
-    int64_t most = 0, sum = 0;
-    for (int r = 0; r < L->P; r++) {
-        int64_t h = 0, a = kl_pipeline_rank_arena(p, L->P, r, &h);
-        most = a > most ? a : most;
-        sum = a + h > sum ? a + h : sum;
-    }
-    *held = sum - most;
+    int64_t most, need;
+    kl_pipeline_rank_needs(p, L->P, &most, &need);
+    *held = need - most;
     return most;
 }
 
